@@ -1,0 +1,74 @@
+"""parinfo: show, explain and set how a Python process uses its CPU threads.
+
+Importing parinfo changes nothing in the process; the public names below load their modules on
+first use so that ``import parinfo`` stays cheap.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # inspector
+    "inspect": "parinfo.report",
+    "parallel_info": "parinfo.report",
+    "Report": "parinfo.report",
+    "machine_facts": "parinfo.topology",
+    "MachineFacts": "parinfo.topology",
+    # runtime
+    "set_num_threads": "parinfo.runtime",
+    "get_num_threads": "parinfo.runtime",
+    "set_num_interop_threads": "parinfo.runtime",
+    "get_num_interop_threads": "parinfo.runtime",
+    "fork": "parinfo.runtime",
+    "wait": "parinfo.runtime",
+    "Future": "parinfo.runtime",
+    "parallel_for": "parinfo.runtime",
+    "parallel_reduce": "parinfo.runtime",
+    "in_parallel_region": "parinfo.runtime",
+    "get_thread_num": "parinfo.runtime",
+    "profile": "parinfo.runtime",
+    # profiles and apply
+    "load_profile": "parinfo.profiles",
+    "resolve_profile": "parinfo.profiles",
+    "apply": "parinfo.applying",
+    "Plan": "parinfo.plan",
+    # tune
+    "tune": "parinfo.tuning",
+    # errors
+    "ParinfoError": "parinfo.errors",
+    "UsageError": "parinfo.errors",
+    "ProfileError": "parinfo.errors",
+    "ApplyError": "parinfo.errors",
+    "TuneError": "parinfo.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'parinfo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from parinfo.applying import apply
+    from parinfo.errors import ApplyError, ParinfoError, ProfileError, TuneError, UsageError
+    from parinfo.plan import Plan
+    from parinfo.profiles import load_profile, resolve_profile
+    from parinfo.report import Report, inspect, parallel_info
+    from parinfo.runtime import (Future, fork, get_num_interop_threads, get_num_threads,
+                                 get_thread_num, in_parallel_region, parallel_for, parallel_reduce,
+                                 profile, set_num_interop_threads, set_num_threads, wait)
+    from parinfo.topology import MachineFacts, machine_facts
+    from parinfo.tuning import tune

@@ -1,0 +1,4 @@
+"""`parinfo apply`."""
+from __future__ import annotations
+
+from parinfo.cli import app  # noqa: F401

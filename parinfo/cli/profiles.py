@@ -1,0 +1,4 @@
+"""`parinfo profiles`."""
+from __future__ import annotations
+
+from parinfo.cli import app  # noqa: F401

@@ -1,0 +1,73 @@
+"""A resolved profile: every setting with its value and why, ready to be put in force.
+
+The profile loader (parinfo.profiles) produces a Plan for one machine; parinfo.applying puts it in
+force in this process, in a launched program, or across pinned instances.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved count: ``value`` and ``why`` (the expression and the machine facts it used)."""
+
+    key: str
+    value: int
+    why: str
+
+
+@dataclass(frozen=True)
+class InstancePlan:
+    """One pinned instance of a multi-instance plan."""
+
+    index: int
+    cpus: tuple[int, ...]
+    intra_op: int
+    inter_op: int
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a profile means on this machine.
+
+    ``libraries`` maps blas|openmp|mkl|numexpr|torch to its count; ``env`` is every environment
+    variable the plan sets (derived counts plus the profile's extra variables), with ``env_why``.
+    """
+
+    name: str
+    description: str
+    source: str
+    intra_op: Setting
+    inter_op: Setting
+    libraries: dict[str, Setting] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    env_why: dict[str, str] = field(default_factory=dict)
+    affinity: tuple[int, ...] | None = None
+    affinity_why: str = "not set: inherited"
+    instances: tuple[InstancePlan, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        def s(x: Setting) -> dict:
+            return {"value": x.value, "why": x.why}
+
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "intra_op": s(self.intra_op),
+            "inter_op": s(self.inter_op),
+            "libraries": {k: s(v) for k, v in self.libraries.items()},
+            "env": dict(self.env),
+            "env_why": dict(self.env_why),
+            "affinity": None if self.affinity is None else list(self.affinity),
+            "affinity_why": self.affinity_why,
+            "instances": [
+                {"index": i.index, "cpus": list(i.cpus), "intra_op": i.intra_op,
+                 "inter_op": i.inter_op, "env": dict(i.env)}
+                for i in self.instances
+            ],
+            "notes": list(self.notes),
+        }

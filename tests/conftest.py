@@ -1,0 +1,56 @@
+"""Shared test helpers: run Python in a fresh subprocess, skip torch tests when torch is absent."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+HAVE_NUMPY = importlib.util.find_spec("numpy") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="torch is not installed")
+    for item in items:
+        if "torch" in item.keywords and not HAVE_TORCH:
+            item.add_marker(skip)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The current environment without thread variables, plus ``extra``."""
+    from parinfo.envvars import THREAD_VARS
+
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
+    env.update(extra)
+    return env
+
+
+def run_py(code: str, *, env: dict[str, str] | None = None, prefix: list[str] | None = None,
+           timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python -c code`` in a fresh process (optionally behind ``prefix``, e.g. taskset)."""
+    cmd = [*(prefix or []), sys.executable, "-c", code]
+    proc = subprocess.run(cmd, env=env if env is not None else clean_env(), capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def run_json(code: str, **kw) -> object:
+    """Run code that prints one JSON document as its last line; return it parsed."""
+    out = run_py(code, **kw).stdout.strip().splitlines()
+    return json.loads(out[-1])
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, prefix: list[str] | None = None,
+            timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m parinfo ARGS`` in a fresh process; never raises on a non-zero exit."""
+    cmd = [*(prefix or []), sys.executable, "-m", "parinfo", *args]
+    return subprocess.run(cmd, env=env if env is not None else clean_env(), capture_output=True,
+                          text=True, timeout=timeout, input=input)
