@@ -123,3 +123,19 @@ def count_from_env(name: str, environ: dict[str, str]) -> int | None:
         return parse_count(value, allow_list=spec is not None and spec.kind == "count_list")
     except ValueError:
         return None
+
+
+# Prefixes of variables that steer some runtime's threads; a set variable with one of these
+# prefixes is reported even when it is not in THREAD_VARS.
+THREAD_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "BLIS_", "NUMEXPR_",
+                   "VECLIB_", "TBB_", "PARINFO_")
+
+
+def looks_thread_related(name: str) -> bool:
+    """True when ``name`` is in THREAD_VARS or starts with a prefix in THREAD_PREFIXES."""
+    return name in THREAD_VARS or name.startswith(THREAD_PREFIXES)
+
+
+def is_false(value: str | None) -> bool:
+    """True when a boolean variable's value means off (FALSE, 0, no, off)."""
+    return value is not None and value.strip().lower() in ("false", "0", "no", "off")

@@ -1,13 +1,21 @@
 """Facts about the machine: CPUs, cores, sockets, NUMA nodes, affinity, cgroup quota, usable CPUs.
 
 Public entry point: :func:`machine_facts`. Every field that cannot be read is None and its reason
-is in ``MachineFacts.unknown`` so the report can say "unknown (reason)".
+is in ``MachineFacts.unknown`` so the report can say "unknown (reason)". Everything is read under a
+``root`` directory so that tests can pass a fake procfs/sysfs/cgroup tree (tests/fake_trees.py).
+
+The sysfs topology is read once per root and cached; affinity and cgroup files are re-read on every
+call because a process can be re-pinned or moved to another cgroup while it runs.
 """
 from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
+
+from parinfo import _cgroup, _sysfs
+from parinfo.errors import UsageError
 
 USABLE_RULE = "min(affinity CPUs, cpuset CPUs, floor(cgroup quota)), at least 1"
 
@@ -31,6 +39,10 @@ class MachineFacts:
     usable_physical_cores: int
     usable_rule: str = USABLE_RULE
     unknown: dict[str, str] = field(default_factory=dict)
+    cgroup_version: str | None = None
+    cgroup_path: str | None = None
+    cpuset_source: str = "none"
+    notes: tuple[str, ...] = ()
 
     @property
     def usable_cpu_list(self) -> tuple[int, ...]:
@@ -48,11 +60,14 @@ class MachineFacts:
         d["affinity"] = list(self.affinity)
         d["cpuset"] = None if self.cpuset is None else list(self.cpuset)
         d["usable_cpu_list"] = list(self.usable_cpu_list)
+        d["unknown"] = dict(self.unknown)
+        d["notes"] = list(self.notes)
         return d
 
 
 def usable_from(affinity: int, cpuset: int | None, quota: float | None) -> int:
-    """Apply USABLE_RULE."""
+    """Apply USABLE_RULE: the fewest CPUs any constraint allows; a fractional quota is floored
+    (running more threads than the quota pays for gets them throttled), but never below 1."""
     n = affinity
     if cpuset is not None:
         n = min(n, cpuset)
@@ -62,29 +77,100 @@ def usable_from(affinity: int, cpuset: int | None, quota: float | None) -> int:
 
 
 def machine_facts(root: str = "/", pid: int | None = None) -> MachineFacts:
-    """Read the machine's facts (under ``root`` for tests) for process ``pid`` (default: this one)."""
-    import psutil
+    """Read the machine's facts (under ``root`` for tests) for process ``pid`` (default: this one).
 
-    unknown: dict[str, str] = {}
-    affinity = tuple(sorted(os.sched_getaffinity(pid or 0)))
-    logical = os.cpu_count()
-    physical = psutil.cpu_count(logical=False)
-    if physical is None:
-        unknown["physical_cores"] = "psutil could not count cores"
-    usable = usable_from(len(affinity), None, None)
+    Never raises for a missing or odd file (that field becomes None, with the reason in ``unknown``);
+    raises UsageError only for a ``pid`` that names no process.
+    """
+    root = os.path.abspath(root)
+    topo = _sysfs.topology(root)
+    unknown = dict(topo.unknown)
+    notes = list(topo.notes)
+    if pid is not None and pid == os.getpid() and root == "/":
+        pid = None
+    affinity = _affinity(root, pid, topo.online, unknown)
+    cg = _cgroup.cgroup_facts(root, pid)
+    unknown.update(cg.unknown)
+    notes.extend(cg.notes)
+
+    allowed = set(cg.cpuset) if cg.cpuset is not None else None
+    usable_list = [c for c in affinity if allowed is None or c in allowed] or list(affinity)
+    usable = usable_from(len(usable_list), None if cg.cpuset is None else len(cg.cpuset), cg.quota)
+    if topo.cores:
+        usable_set = set(usable_list)
+        usable_cores = sum(1 for core in topo.cores if usable_set.intersection(core))
+    physical = len(topo.cores) or None
+    if physical is None and root == "/":
+        physical = _psutil_cores(notes)
+        if physical is not None:
+            unknown.pop("physical_cores", None)
+    if not topo.cores:
+        usable_cores = usable if physical is None else physical  # core layout unknown: a bound
+    for name in ("physical_cores", "sockets", "smt"):
+        if name not in unknown and (physical if name == "physical_cores" else getattr(topo, name)) is None:
+            unknown[name] = unknown.get("logical_cpus", "sysfs has no CPU topology")
     return MachineFacts(
-        logical_cpus=logical,
+        logical_cpus=None if topo.online is None else len(topo.online),
         physical_cores=physical,
-        sockets=None,
-        numa_nodes=(),
-        smt=None if physical is None or logical is None else logical > physical,
-        core_siblings=(),
-        core_types={},
+        sockets=topo.sockets,
+        numa_nodes=topo.numa_nodes,
+        smt=topo.smt,
+        core_siblings=topo.cores,
+        core_types=dict(topo.core_types),
         affinity=affinity,
-        cpuset=None,
-        quota=None,
-        quota_source="none",
+        cpuset=cg.cpuset,
+        quota=cg.quota,
+        quota_source=cg.quota_source,
         usable_cpus=usable,
-        usable_physical_cores=min(usable, physical or usable),
+        usable_physical_cores=max(1, min(usable, usable_cores)),
         unknown=unknown,
+        cgroup_version=cg.version,
+        cgroup_path=cg.path,
+        cpuset_source=cg.cpuset_source,
+        notes=tuple(notes),
     )
+
+
+def _psutil_cores(notes: list[str]) -> int | None:
+    """psutil's physical core count (it also parses /proc/cpuinfo) when sysfs has no topology."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # noqa: BLE001 - psutil failing here must not break the report
+        return None
+    if n:
+        notes.append("physical cores from psutil (sysfs has no core topology)")
+    return n or None
+
+
+_ALLOWED = re.compile(r"^Cpus_allowed_list:\s*(\S*)\s*$", re.MULTILINE)
+
+
+def _affinity(root: str, pid: int | None, online: tuple[int, ...] | None,
+              unknown: dict[str, str]) -> tuple[int, ...]:
+    """The CPUs the process may run on: sched_getaffinity on this machine, else /proc/<pid>/status."""
+    if root == "/":
+        try:
+            return tuple(sorted(os.sched_getaffinity(pid or 0)))
+        except ProcessLookupError:
+            raise UsageError(f"no process with pid {pid} (check the pid with ps)") from None
+        except OSError:
+            pass  # not permitted: /proc/<pid>/status still says it
+    proc = f"proc/{'self' if pid is None else pid}"
+    if pid is not None and not os.path.isdir(os.path.join(root, proc)):
+        raise UsageError(f"no process with pid {pid}: {_sysfs.shown(proc)} does not exist "
+                         f"(check the pid with ps)")
+    rel = f"{proc}/status"
+    try:
+        text = _sysfs.read(root, rel)
+        m = _ALLOWED.search(text)
+        if m is None:
+            raise _sysfs.Unreadable(f"no Cpus_allowed_list line in {_sysfs.shown(rel)}")
+        try:
+            return _sysfs.parse_cpu_list(m.group(1))
+        except ValueError:
+            raise _sysfs.garbage(rel, m.group(0)) from None
+    except _sysfs.Unreadable as exc:
+        unknown["affinity"] = f"{exc}; assumed all online CPUs"
+        return tuple(online or ())

@@ -28,24 +28,17 @@ from parinfo.cli import tune as _tune  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``parinfo`` script and ``python -m parinfo``."""
-    import click
+    """Entry point of the ``parinfo`` script and ``python -m parinfo``.
 
+    Usage errors (unknown option, bad choice) are click's: one message, exit 2. A ParinfoError from the
+    library (bad profile, bad value) is turned into one line here, also exit 2.
+    """
     from parinfo.errors import ParinfoError
 
     try:
-        rv = app(args=argv, prog_name="parinfo", standalone_mode=False)
+        app(args=argv, prog_name="parinfo")
     except ParinfoError as exc:
         print(f"parinfo: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except click.exceptions.UsageError as exc:
-        exc.show()
-        sys.exit(2)
-    except click.exceptions.Abort:
-        print("parinfo: aborted", file=sys.stderr)
-        sys.exit(130)
     except KeyboardInterrupt:
         sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
-    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,4 +1,111 @@
-"""`parinfo apply`."""
+"""`parinfo apply PROFILE [-- COMMAND ...]`: show a profile's plan for this machine, or run under it."""
 from __future__ import annotations
 
-from parinfo.cli import app  # noqa: F401
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+from parinfo.cli import app
+
+if TYPE_CHECKING:
+    from parinfo.plan import Plan
+
+
+@app.command("apply", context_settings={"allow_extra_args": True})
+def apply_cmd(
+    profile: str = typer.Argument(..., metavar="PROFILE",
+                                  help="A shipped profile name (see `parinfo profiles`) or a .yaml path."),
+    command: Optional[list[str]] = typer.Argument(
+        None, metavar="[-- COMMAND [ARGS]...]",
+        help="Run COMMAND (no shell) with the profile in force; without it, print the plan."),
+    json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    export: bool = typer.Option(False, "--export",
+                                help="Print `export NAME=value` lines, for eval \"$(parinfo apply P --export)\"."),
+    instances: Optional[int] = typer.Option(None, "--instances", metavar="N",
+                                            help="Run N pinned instances (overrides the profile's instances)."),
+    force: bool = typer.Option(False, "--force", help="Override variables already set in the environment."),
+) -> None:
+    """Validate PROFILE, resolve it on this machine, and print every setting with its value and why."""
+    from parinfo.errors import UsageError
+    from parinfo.profiles import resolve_profile
+
+    if json_out and export:
+        raise UsageError("--json and --export cannot be used together (pick one output format)")
+    if instances is not None and instances < 1:
+        raise UsageError(f"--instances {instances}: must be 1 or more")
+    plan = resolve_profile(profile, instances=instances)
+    if command:
+        if json_out or export:
+            raise UsageError("--json and --export print the plan; they cannot be used with a command")
+        from parinfo.launch import run_plan
+
+        raise typer.Exit(run_plan(plan, command, force=force))
+    if json_out:
+        import json
+
+        typer.echo(json.dumps(plan.to_dict(), indent=2))
+    elif export:
+        typer.echo(export_lines(plan, force=force), nl=False)
+    else:
+        _print_plan(plan)
+
+
+def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | None = None) -> str:
+    """Shell lines that set the plan's variables; variables already set elsewhere are kept (as
+    comments) unless ``force``."""
+    import os
+    import shlex
+
+    from parinfo.profiles import format_cpu_list
+
+    env = os.environ if environ is None else environ
+    lines = [f"# parinfo profile {plan.name} ({plan.source})"]
+    for name, value in plan.env.items():
+        user = env.get(name)
+        if user is not None and user != value and not force:
+            lines.append(f"# {name} kept: already set to {shlex.quote(user)} (profile: {shlex.quote(value)}; "
+                         f"--force overrides)")
+            continue
+        lines.append(f"export {name}={shlex.quote(value)}")
+    if plan.affinity is not None:
+        lines.append(f"# affinity {format_cpu_list(plan.affinity)}: start the program with "
+                     f"taskset -c {format_cpu_list(plan.affinity)}, or with parinfo apply {plan.name} -- COMMAND")
+    if len(plan.instances) > 1:
+        lines.append(f"# {len(plan.instances)} instances: launch them with parinfo apply {plan.name} -- COMMAND")
+    lines.append(f"# inter-op counts without a variable (torch) are set only by parinfo apply {plan.name} -- "
+                 f"COMMAND or parinfo.apply()")
+    return "\n".join(lines) + "\n"
+
+
+def _print_plan(plan: Plan) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from parinfo.profiles import format_cpu_list
+
+    console = Console()
+    console.print(f"[bold]profile {escape(plan.name)}[/bold]  [dim]{escape(plan.source)}[/dim]", soft_wrap=True)
+    if plan.description:
+        console.print(escape(plan.description), soft_wrap=True)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("setting", no_wrap=True)
+    table.add_column("value", justify="right")
+    table.add_column("why", overflow="fold")
+    table.add_row("intra_op", str(plan.intra_op.value), escape(plan.intra_op.why))
+    table.add_row("inter_op", str(plan.inter_op.value), escape(plan.inter_op.why))
+    for lib, setting in plan.libraries.items():
+        table.add_row(f"libraries.{lib}", str(setting.value), escape(setting.why))
+    table.add_section()
+    for name, value in plan.env.items():
+        table.add_row(name, escape(value), escape(plan.env_why.get(name, "")))
+    table.add_section()
+    table.add_row("affinity", "inherited" if plan.affinity is None else format_cpu_list(plan.affinity),
+                  escape(plan.affinity_why))
+    for inst in plan.instances:
+        table.add_row(f"instance {inst.index}", format_cpu_list(inst.cpus),
+                      f"intra_op {inst.intra_op}, inter_op {inst.inter_op}")
+    console.print(table)
+    for note in plan.notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)

@@ -1,4 +1,64 @@
-"""`parinfo show`."""
+"""`parinfo show`: what this process's parallelism really is, and why."""
 from __future__ import annotations
 
-from parinfo.cli import app  # noqa: F401
+import enum
+from typing import Optional
+
+import typer
+
+from parinfo.cli import app
+
+
+class Format(str, enum.Enum):
+    rich = "rich"
+    json = "json"
+    torch = "torch"
+
+
+def parse_modules(value: Optional[list[str]]) -> Optional[list[str]]:
+    """``--import a,b --import c`` -> [a, b, c]; raise UsageError on an empty or malformed name."""
+    if value is None:
+        return None
+    from parinfo.errors import UsageError
+
+    mods: list[str] = []
+    for chunk in value:
+        for name in chunk.split(","):
+            name = name.strip()
+            if name.lower() in ("", "none"):
+                continue
+            if not all(part.isidentifier() for part in name.split(".")):
+                raise UsageError(f"--import: {name!r} is not a module name (use e.g. --import numpy,scipy)")
+            mods.append(name)
+    return mods
+
+
+@app.command()
+def show(
+    imports: Optional[list[str]] = typer.Option(
+        None, "--import", "-i", metavar="MOD[,MOD]",
+        help="Import these modules first so their native pools load (default: numpy if installed; "
+             "'none' for nothing). torch is never imported unless named here or with --torch."),
+    torch: bool = typer.Option(False, "--torch", help="Import torch and report its pools and counts."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (schema_version 1)."),
+    fmt: Format = typer.Option(Format.rich, "--format", "-f",
+                               help="rich (tables), json, or torch (torch.__config__.parallel_info() style)."),
+    check: bool = typer.Option(False, "--check",
+                               help="Exit 1 when a finding at warning level or above exists."),
+) -> None:
+    """Show the CPUs, backends, native pools, thread counts with their sources, and what is wrong."""
+    from parinfo.report import inspect
+
+    report = inspect(parse_modules(imports), torch=torch)
+    if json_out or fmt is Format.json:
+        import json
+
+        typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    elif fmt is Format.torch:
+        typer.echo(str(report), nl=False)
+    else:
+        from parinfo.render import render
+
+        render(report)
+    if check and report.problems("warning"):
+        raise typer.Exit(1)

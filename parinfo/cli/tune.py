@@ -1,4 +1,186 @@
-"""`parinfo tune`."""
+"""`parinfo tune`: measure a workload's thread-count curve, show it, and write the winning profile."""
 from __future__ import annotations
 
-from parinfo.cli import app  # noqa: F401
+import sys
+from typing import List, Optional
+
+import typer
+
+from parinfo.cli import app
+
+_WORKLOADS = "matmul (default), elementwise, ensemble"
+
+
+@app.command(no_args_is_help=False)
+def tune(
+    command: Optional[List[str]] = typer.Argument(
+        None, metavar="[WORKLOAD | -- COMMAND ...]",
+        help=f"A built-in workload ({_WORKLOADS}), or after -- a command timed as a whole process."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help=f"Built-in workload: {_WORKLOADS}."),
+    stmt: Optional[str] = typer.Option(None, "--stmt", "-s", help="Python statement to time (timeit-style)."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Run once before timing --stmt."),
+    module: Optional[str] = typer.Option(None, "--module", "-m", help="Time pkg.module:function (called with no arguments)."),
+    objective: str = typer.Option("latency", "--objective", "-o",
+                                  help="latency: fastest single call; throughput: most requests per second."),
+    framework: str = typer.Option("numpy", "--framework", help="numpy or torch, for the built-in workloads."),
+    size: int = typer.Option(1024, "--size", help="Matrix size of the matmul workload."),
+    min_threads: int = typer.Option(1, "--min", help="Fewest intra-op threads to try."),
+    max_threads: Optional[int] = typer.Option(None, "--max",
+                                              help="Most intra-op threads (throughput: most inter x intra); default the usable CPUs."),
+    min_inter: int = typer.Option(1, "--min-inter", help="Fewest inter-op threads / concurrent requests (pairs)."),
+    max_inter: Optional[int] = typer.Option(None, "--max-inter", help="Most inter-op threads / concurrent requests (pairs)."),
+    repeats: int = typer.Option(5, "--repeats", "-r", help="Timed samples per point (the median is used)."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed warm-up calls per point."),
+    min_time: float = typer.Option(0.05, "--min-time", help="Seconds one sample should last (calls are batched)."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds one point may take before the tune stops."),
+    in_process: bool = typer.Option(False, "--in-process",
+                                    help="Measure in this process through the runtime and threadpoolctl."),
+    exhaustive: bool = typer.Option(False, "--exhaustive", help="Measure every candidate (no adaptive skipping)."),
+    write: Optional[str] = typer.Option(None, "--write", help="Write a profile with the winning counts to this YAML file."),
+    name: Optional[str] = typer.Option(None, "--name", help="Profile name for --write (default tuned-WORKLOAD)."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Save the curve as FILE.svg or FILE.png (needs matplotlib)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    noise_check: bool = typer.Option(True, "--noise-check/--no-noise-check",
+                                     help="Look for other busy processes before measuring."),
+) -> None:
+    """Measure how a workload's time depends on its thread counts and pick the best counts.
+
+    Exit codes: 0 done; 2 bad input; 1 when the timed statement or function raises (its own traceback is shown); a failing command's own exit code (its output is shown).
+    """
+    import os
+
+    from parinfo._tune_measure import WorkloadFailed
+    from parinfo._tune_plot import check_plot_path
+    from parinfo.errors import UsageError
+    from parinfo.tuning import tune as run_tune
+
+    args = list(command or [])
+    if len(args) == 1 and args[0] in ("matmul", "elementwise", "ensemble"):
+        if workload is not None:
+            raise UsageError(f"workload given twice: {args[0]} and --workload {workload}")
+        workload, args = args[0], []
+    if plot:
+        check_plot_path(plot)
+    if write and not os.path.isdir(os.path.dirname(os.path.abspath(write))):
+        raise UsageError(f"--write {write}: folder {os.path.dirname(os.path.abspath(write))} does not exist")
+
+    bar = _Bar() if sys.stderr.isatty() and not as_json else None
+    try:
+        result = run_tune(workload, objective=objective, framework=framework, size=size, stmt=stmt,
+                          setup=setup, module=module, command=args or None, min_threads=min_threads,
+                          max_threads=max_threads, min_inter=min_inter, max_inter=max_inter,
+                          repeats=repeats, warmup=warmup, min_time=min_time, timeout=timeout,
+                          in_process=in_process, exhaustive=exhaustive, check_noise=noise_check,
+                          progress=bar)
+    except WorkloadFailed as exc:
+        if bar:
+            bar.close()
+        sys.stdout.flush()
+        if exc.output:
+            sys.stderr.write(exc.output if exc.output.endswith("\n") else exc.output + "\n")
+        print(f"parinfo: {exc}", file=sys.stderr)
+        raise typer.Exit(exc.exit_code) from None
+    finally:
+        if bar:
+            bar.close()
+
+    if write:
+        result.write_profile(write, name)
+    if plot:
+        result.plot(plot)
+    if as_json:
+        import json
+
+        print(json.dumps(result.to_dict(), indent=2))
+        return
+    _render(result, write, plot)
+
+
+class _Bar:
+    """A rich progress bar on stderr (only used on a terminal)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("candidates"),
+                                 console=Console(stderr=True), transient=True)
+        self.task = None
+        self.closed = False
+
+    def __call__(self, event: str, info: dict) -> None:
+        if event == "start":
+            self.progress.start()
+            self.task = self.progress.add_task("tuning", total=info["candidates"])
+        elif event == "measuring" and self.task is not None:
+            self.progress.update(self.task, description=f"measuring {info['label']}")
+        elif event == "measured" and self.task is not None:
+            self.progress.advance(self.task)
+        elif event == "done":
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.progress.stop()
+
+
+def _render(result, write: Optional[str], plot: Optional[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from parinfo.tuning import NOISY_SPREAD
+
+    con = Console(highlight=False)
+    pairs = result.pairs
+    table = Table(title=f"{result.workload}: {result.objective}, {result.machine['usable_cpus']} usable CPUs",
+                  title_justify="left")
+    table.add_column("inter x intra" if pairs else "threads", justify="right")
+    table.add_column(f"median ms ({result.unit.split(' ', 1)[1]})", justify="right")
+    table.add_column("spread", justify="right")
+    table.add_column("min ms", justify="right")
+    table.add_column("max ms", justify="right")
+    if result.concurrent:
+        table.add_column("requests/s", justify="right")
+    table.add_column("order", justify="right")
+    table.add_column("note")
+    for p, s in result.measured:
+        note = "best" if p == result.best else ("noisy" if s.spread > NOISY_SPREAD else "")
+        row = [result.label(p), f"{s.median * 1e3:.4g}", f"{s.spread:.0%}", f"{s.min * 1e3:.4g}",
+               f"{s.max * 1e3:.4g}"]
+        if result.concurrent:
+            row.append(f"{1 / s.median:.4g}")
+        row += [str(result.search.order.index(p) + 1), note]
+        table.add_row(*row, style="bold" if p == result.best else None)
+    con.print(table)
+
+    by_reason: dict[str, list] = {}
+    for p, r in sorted(result.search.skipped.items(), key=lambda kv: (kv[0].inter, kv[0].intra)):
+        by_reason.setdefault(r, []).append(p)
+    if by_reason:
+        con.print(f"Skipped {len(result.search.skipped)} of {len(result.search.candidates)} candidates:")
+        for reason, pts in by_reason.items():
+            con.print(f"  {', '.join(result.label(p) for p in pts)}: {reason}", soft_wrap=True)
+    con.print()
+    con.print(result.text_plot(), soft_wrap=True)
+    con.print()
+    for note in result.noise:
+        con.print(f"[yellow]noise:[/] {note}", soft_wrap=True)
+    for note in result.notes:
+        con.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+    b, bs = result.best, result.best_stats
+    def n(k: int, word: str) -> str:
+        return f"{k} {word}" + ("" if k == 1 else "s")
+
+    intra = n(b.intra, "intra-op thread")
+    what = (f"{n(b.inter, 'concurrent request' if result.concurrent else 'inter-op thread')} x {intra}"
+            if pairs else intra)
+    con.print(f"[bold]Best:[/] {what}: {bs.median * 1e3:.4g} ms {result.unit.split(' ', 1)[1]}"
+              + (f", {1 / bs.median:.4g} requests/s" if result.concurrent else "")
+              + f" (measured {len(result.search.stats)} of {len(result.search.candidates)} candidates "
+                f"in {result.total_time_s:.1f} s)", soft_wrap=True)
+    if write:
+        con.print(f"Wrote profile {write} (use: parinfo apply {write})", soft_wrap=True)
+    if plot:
+        con.print(f"Wrote plot {plot}", soft_wrap=True)

@@ -1,0 +1,68 @@
+"""Start-up cost of `parinfo show` against `python -m threadpoolctl -i numpy`, measured in one run.
+
+Prints the median whole-process wall time of each over interleaved repeats and their ratio
+(goal: <= 1.5), then the in-process cost of `parinfo.parallel_info()` after its first call
+(goal: < 5 ms).
+
+    python bench/show_startup.py [--repeats 15]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def wall(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=15)
+    args = ap.parse_args()
+    env = dict(os.environ, NO_COLOR="1", COLUMNS="160")
+    commands = {
+        "parinfo show": [sys.executable, "-m", "parinfo", "show"],
+        "parinfo show --json": [sys.executable, "-m", "parinfo", "show", "--json"],
+        "threadpoolctl -i numpy": [sys.executable, "-m", "threadpoolctl", "-i", "numpy"],
+        "python -c 'import numpy'": [sys.executable, "-c", "import numpy"],
+    }
+    for cmd in commands.values():  # warm the page cache
+        wall(cmd, env)
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(args.repeats):
+        for name, cmd in commands.items():  # interleaved, so drift hits all alike
+            times[name].append(wall(cmd, env))
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    anchor = med["threadpoolctl -i numpy"]
+    print(f"whole-process wall time, median of {args.repeats} interleaved runs:")
+    for name, m in med.items():
+        print(f"  {name:28s} {m * 1000:7.1f} ms   ratio to threadpoolctl {m / anchor:5.2f}")
+    print(f"RATIO parinfo show / threadpoolctl -i numpy = {med['parinfo show'] / anchor:.2f} (goal <= 1.5)")
+
+    code = (
+        "import time, statistics, numpy, parinfo\n"
+        "t0 = time.perf_counter(); parinfo.parallel_info(); first = time.perf_counter() - t0\n"
+        "ts = []\n"
+        "for _ in range(50):\n"
+        "    t0 = time.perf_counter(); parinfo.parallel_info(); ts.append(time.perf_counter() - t0)\n"
+        "import threadpoolctl\n"
+        "ta = []\n"
+        "for _ in range(50):\n"
+        "    t0 = time.perf_counter(); threadpoolctl.threadpool_info(); ta.append(time.perf_counter() - t0)\n"
+        "print(first * 1e3, statistics.median(ts) * 1e3, statistics.median(ta) * 1e3)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    first, again, anchor_ms = (float(x) for x in out.stdout.split())
+    print(f"parallel_info() in-process: first call {first:.1f} ms, then median {again:.2f} ms (goal < 5 ms); "
+          f"threadpoolctl.threadpool_info() {anchor_ms:.2f} ms; ratio {again / anchor_ms:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""The cgroup limits on a process's CPUs: CPU quota (v1 and v2) and cpuset.
+
+The process's cgroups come from ``/proc/<pid>/cgroup``; where each hierarchy is mounted comes from
+``/proc/self/mountinfo`` (this process's mount namespace, where the files are read). A mount's root
+field matters in containers: the process's path "/docker/abc" on a mount whose root is "/docker/abc"
+is the mount point itself. When the mapped directory does not exist, the mount point is used.
+
+The quota is the tightest of the process's cgroup and every ancestor up to the mount point, so a
+limit set on a systemd slice, a Slurm job or an outer container is not missed. Files are re-read on
+every call: a process can be moved between cgroups and limits can change while it runs.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from parinfo._sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
+
+
+@dataclass
+class CgroupFacts:
+    """The cgroup view of one process. ``unknown`` maps a field to why it could not be read."""
+
+    quota: float | None = None
+    quota_source: str = "none"
+    cpuset: tuple[int, ...] | None = None
+    cpuset_source: str = "none"
+    version: str | None = None  # "v1", "v2", "hybrid" or None (no cgroup mounted)
+    path: str | None = None  # the process's cgroup for the CPU controller, as /proc/<pid>/cgroup says
+    unknown: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Mount:
+    root: str  # the mount's root inside its hierarchy (field 4 of mountinfo)
+    point: str  # where it is mounted, relative to the filesystem root (no leading "/")
+    v2: bool
+    controllers: frozenset[str]
+
+
+_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(s: str) -> str:
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), s)
+
+
+def _mounts(text: str) -> list[_Mount]:
+    out = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
+            continue
+        out.append(_Mount(root=_unescape(fields[3]), point=_unescape(fields[4]).strip("/"),
+                          v2=tail[0] == "cgroup2",
+                          controllers=frozenset(tail[2].split(",")) if tail[0] == "cgroup" else frozenset()))
+    return out
+
+
+def _memberships(text: str, rel: str) -> tuple[str | None, dict[str, str]]:
+    """Parse /proc/<pid>/cgroup: (v2 path or None, {v1 controller: path})."""
+    v2: str | None = None
+    v1: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[2].startswith("/"):
+            raise garbage(rel, line)
+        hier, controllers, path = parts
+        if hier == "0" and controllers == "":
+            v2 = path
+        else:
+            for c in controllers.split(","):
+                v1[c] = path
+    return v2, v1
+
+
+def _leaf(root: str, mount: _Mount, path: str, notes: list[str]) -> str:
+    """The directory (relative to root) of cgroup ``path`` under ``mount``."""
+    mroot = mount.root.rstrip("/")
+    if mroot == "":
+        sub = path
+    elif path == mroot or path.startswith(mroot + "/"):
+        sub = path[len(mroot):]
+    else:
+        sub = None
+    leaf = "/".join(p for p in (mount.point, (sub or "").strip("/")) if p)
+    if sub is None or not os.path.isdir(os.path.join(root, leaf)):
+        why = "is outside the mount's root" if sub is None else "does not exist"
+        notes.append(f"cgroup {path} {why} under {shown(mount.point)} (mount root {mount.root}); "
+                     f"used the mount point")
+        return mount.point
+    return leaf
+
+
+def _ancestors(leaf: str, top: str) -> list[str]:
+    """leaf, its parent, ... up to and including top (all relative to root)."""
+    out = [leaf]
+    while leaf != top and "/" in leaf and len(leaf) > len(top):
+        leaf = leaf.rsplit("/", 1)[0]
+        out.append(leaf)
+    return out
+
+
+def _v2_quota(root: str, d: str) -> tuple[float | None, str]:
+    rel = f"{d}/cpu.max"
+    text = read(root, rel)
+    parts = text.split()
+    try:
+        period = int(parts[1]) if len(parts) > 1 else 100000
+        quota = None if parts[0] == "max" else int(parts[0])
+    except ValueError:
+        raise garbage(rel, text) from None
+    if (quota is not None and quota <= 0) or period <= 0 or len(parts) > 2:
+        raise garbage(rel, text)
+    return None if quota is None else quota / period, rel
+
+
+def _v1_quota(root: str, d: str) -> tuple[float | None, str]:
+    rel = f"{d}/cpu.cfs_quota_us"
+    quota = read_int(root, rel)
+    if quota == -1:
+        return None, rel
+    period = read_int(root, f"{d}/cpu.cfs_period_us")
+    if quota <= 0:
+        raise garbage(rel, str(quota))
+    if period <= 0:
+        raise garbage(f"{d}/cpu.cfs_period_us", str(period))
+    return quota / period, rel
+
+
+def _walk_quota(root: str, leaf: str, top: str, quota_file: str, reader: Callable,
+                facts: CgroupFacts, problems: list[str]) -> None:
+    """Keep the tightest quota of ``leaf`` and its ancestors up to ``top`` in ``facts``."""
+    for d in _ancestors(leaf, top):
+        if not os.path.lexists(os.path.join(root, d, quota_file)):
+            continue  # the root cgroup, or (v2) the cpu controller is not enabled at this level
+        try:
+            quota, rel = reader(root, d)
+        except Unreadable as exc:
+            problems.append(str(exc))
+            continue
+        if quota is not None and (facts.quota is None or quota < facts.quota):
+            facts.quota, facts.quota_source = quota, shown(rel)
+
+
+def _first_cpuset(root: str, leaf: str, top: str, names: tuple[str, ...]) -> tuple[tuple[int, ...], str] | None:
+    """The CPU list of the nearest cgroup (leaf first) that has one of ``names``."""
+    for d in _ancestors(leaf, top):
+        for name in names:
+            rel = f"{d}/{name}"
+            if os.path.lexists(os.path.join(root, rel)):
+                return read_cpu_list(root, rel), shown(rel)
+    return None
+
+
+_V1_CPUSET = ("cpuset.effective_cpus", "cpuset.cpus")
+_V2_CPUSET = ("cpuset.cpus.effective",)
+
+
+def _jobs(mounts: list[_Mount], v2_path: str | None, v1_paths: dict[str, str]) -> list[tuple]:
+    """(mount, cgroup path, quota file and reader or None, cpuset file names) for each hierarchy
+    that can limit CPUs; the first mount of a hierarchy wins (later ones are bind mounts)."""
+    jobs: list[tuple] = []
+    seen: set[str] = set()
+    for m in mounts:
+        if m.v2:
+            if v2_path is not None and "v2" not in seen:
+                seen.add("v2")
+                jobs.append((m, v2_path, ("cpu.max", _v2_quota), _V2_CPUSET))
+            continue
+        for ctrl, quota, names in (("cpu", ("cpu.cfs_quota_us", _v1_quota), ()), ("cpuset", None, _V1_CPUSET)):
+            if ctrl in m.controllers and ctrl in v1_paths and ctrl not in seen:
+                seen.add(ctrl)
+                jobs.append((m, v1_paths[ctrl], quota, names))
+    return jobs
+
+
+def cgroup_facts(root: str, pid: int | None = None) -> CgroupFacts:
+    """The CPU quota and cpuset of process ``pid`` (default: this one) as read under ``root``."""
+    facts = CgroupFacts()
+    proc_rel = f"proc/{'self' if pid is None else pid}/cgroup"
+    try:
+        mounts = _mounts(read(root, "proc/self/mountinfo"))
+    except Unreadable as exc:
+        facts.unknown["quota"] = facts.unknown["cpuset"] = str(exc)
+        return facts
+    if not mounts:
+        return facts  # no cgroup file system mounted: nothing limits the process
+    has_v1, has_v2 = any(not m.v2 for m in mounts), any(m.v2 for m in mounts)
+    facts.version = "hybrid" if has_v1 and has_v2 else "v2" if has_v2 else "v1"
+    try:
+        v2_path, v1_paths = _memberships(read(root, proc_rel), proc_rel)
+    except Unreadable as exc:
+        facts.unknown["quota"] = facts.unknown["cpuset"] = str(exc)
+        return facts
+    facts.path = v1_paths.get("cpu", v2_path)
+
+    problems: list[str] = []
+    cpusets: list[tuple[tuple[int, ...], str]] = []
+    cpuset_problem = None
+    for mount, path, quota, names in _jobs(mounts, v2_path, v1_paths):
+        leaf = _leaf(root, mount, path, facts.notes)
+        if quota is not None:
+            _walk_quota(root, leaf, mount.point, *quota, facts, problems)
+        if names:
+            try:
+                found = _first_cpuset(root, leaf, mount.point, names)
+            except Unreadable as exc:
+                cpuset_problem = str(exc)
+                continue
+            if found is not None:
+                cpusets.append(found)
+    facts.notes = list(dict.fromkeys(facts.notes))
+
+    if problems:
+        if facts.quota is None:
+            facts.unknown["quota"] = "; ".join(problems)
+        else:
+            facts.notes.append("quota may be tighter than shown: " + "; ".join(problems))
+    if cpuset_problem is not None and not cpusets:
+        facts.unknown["cpuset"] = cpuset_problem
+    elif cpusets:
+        cpus = set(cpusets[0][0])
+        for other, _ in cpusets[1:]:
+            cpus &= set(other)
+        facts.cpuset = tuple(sorted(cpus))
+        facts.cpuset_source = ", ".join(src for _, src in cpusets)
+    return facts

@@ -1,0 +1,251 @@
+"""parinfo's start-up hook for Python programs launched by ``parinfo apply PROFILE -- COMMAND``.
+
+The launcher puts this file's directory first on PYTHONPATH, so Python's ``site`` imports it at
+interpreter start. It sets the counts that have no environment variable (torch's intra-op and
+inter-op counts) the moment ``import torch`` finishes, before user code can run an op, and checks
+what is in force. It never imports torch itself, never imports parinfo (the child's interpreter may
+not have it), and then runs any other ``sitecustomize`` that was on the path, as if it were absent.
+
+Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.launch:
+``1 intra=N|- inter=N|- watch=NAME,NAME``. Without that variable the hook only chains.
+Checks: right after torch's import (torch's counts), and at exit (a watched variable the program
+changed, parinfo's runtime counts when it was used); ``PARINFO_VERIFY=full`` adds the native pools
+(threadpoolctl) at exit, ``PARINFO_VERIFY=off`` turns checking off.
+"""
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SPEC_VAR = "_PARINFO_HOOK"
+
+
+def _say(text):
+    try:
+        sys.stderr.write("parinfo: " + text + "\n")
+        sys.stderr.flush()
+    except Exception:  # a closed stderr must not break the program
+        pass
+
+
+def _parse(spec):
+    """``1 intra=2 inter=1 watch=A,B`` -> (intra, inter, watch); None when not understood."""
+    parts = spec.split()
+    if not parts or parts[0] != "1":
+        return None
+    fields = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+
+    def count(key):
+        value = fields.get(key, "-")
+        return int(value) if value.isdigit() and int(value) > 0 else None
+
+    watch = [n for n in fields.get("watch", "").split(",") if n]
+    return count("intra"), count("inter"), watch
+
+
+class _AfterExec:
+    """Wraps a loader so ``after(module)`` runs once the module has executed."""
+
+    def __init__(self, loader, after):
+        self._loader = loader
+        self._after = after
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module):
+        # The module keeps its real loader: importlib.resources and friends look at it.
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        self._after(module)
+
+
+class _TorchWatcher:
+    """A sys.meta_path finder that fires once, when ``import torch`` has finished."""
+
+    def __init__(self, callback):
+        self._callback = callback
+        self._busy = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch" or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _AfterExec(spec.loader, self._fire)
+        return spec
+
+    def _fire(self, module):
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        self._callback(module)
+
+
+def _profile():
+    return os.environ.get("PARINFO_PROFILE") or "?"
+
+
+def _set_torch(torch, intra, inter):
+    """Set torch's counts and check them; one line on stderr per count not in force."""
+    try:
+        if inter is not None:
+            try:
+                torch.set_num_interop_threads(inter)
+            except RuntimeError as exc:
+                _say("not in force: torch inter-op threads = %d, profile %s wants %d (torch: %s)"
+                     % (torch.get_num_interop_threads(), _profile(), inter, str(exc).strip()))
+                inter = None
+        if intra is not None:
+            torch.set_num_threads(intra)
+        for what, want, get in (("intra-op", intra, torch.get_num_threads),
+                                ("inter-op", inter, torch.get_num_interop_threads)):
+            if want is not None and get() != want:
+                _say("not in force: torch %s threads = %d, profile %s wants %d"
+                     % (what, get(), _profile(), want))
+    except Exception as exc:  # never break the user's import of torch
+        _say("could not set torch's thread counts (%s: %s)" % (type(exc).__name__, exc))
+
+
+def _expected_pool_count(internal_api, env):
+    """The count a native pool reads from the launch environment, or None when none applies."""
+    order = {
+        "openblas": ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
+        "mkl": ("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
+        "blis": ("BLIS_NUM_THREADS", "OMP_NUM_THREADS"),
+        "openmp": ("OMP_NUM_THREADS",),
+    }.get(internal_api, ())
+    for name in order:
+        value = env.get(name, "").split(",")[0].strip()
+        if value.isdigit() and int(value) > 0:
+            return name, int(value)
+    return None
+
+
+class _ExitCheck:
+    """Checks at exit what the program may have undone; cheap unless PARINFO_VERIFY=full."""
+
+    _POOL_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                  "BLIS_NUM_THREADS", "PARINFO_NUM_THREADS", "PARINFO_NUM_INTEROP_THREADS")
+
+    def __init__(self, watch, full):
+        self.start = {n: os.environ.get(n) for n in watch}
+        self.launch = {n: os.environ.get(n) for n in self._POOL_VARS}
+        self.full = full
+
+    def __call__(self):
+        try:
+            self._environment()
+            self._runtime()
+            if self.full:
+                self._pools()
+        except Exception as exc:
+            _say("could not verify the thread counts (%s: %s)" % (type(exc).__name__, exc))
+
+    def _environment(self):
+        for name, start in self.start.items():
+            now = os.environ.get(name)
+            if now != start:
+                _say("not in force: the program changed %s from %r to %r (profile %s); libraries "
+                     "loaded after the change read the new value" % (name, start, now, _profile()))
+
+    def _runtime(self):
+        runtime = sys.modules.get("parinfo.runtime")
+        info = getattr(runtime, "info", None)
+        if info is None:
+            return
+        data = info()
+        for key, var in (("intra_op", "PARINFO_NUM_THREADS"), ("inter_op", "PARINFO_NUM_INTEROP_THREADS")):
+            want = self.launch.get(var)
+            row = data.get(key) or {}
+            got, source = row.get("count"), str(row.get("source", ""))
+            if want and want.isdigit() and got != int(want) and "explicit" not in source:
+                _say("not in force: parinfo %s threads = %s (%s), profile %s wants %s"
+                     % (key.replace("_", "-"), got, source, _profile(), want))
+
+    def _pools(self):
+        had = "KMP_DUPLICATE_LIB_OK" in os.environ
+        try:
+            import threadpoolctl
+        except ImportError:
+            _say("native pools not verified: unknown (threadpoolctl is not installed here)")
+            return
+        finally:
+            if not had:
+                os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
+        env = {n: v for n, v in self.launch.items() if v is not None}
+        for pool in threadpoolctl.threadpool_info():
+            expected = _expected_pool_count(pool.get("internal_api"), env)
+            if expected is not None and pool.get("num_threads") != expected[1]:
+                _say("not in force: %s (%s) uses %s threads, %s=%d (profile %s)"
+                     % (pool.get("internal_api"), pool.get("filepath"), pool.get("num_threads"),
+                        expected[0], expected[1], _profile()))
+
+
+def _install(spec):
+    parsed = _parse(spec)
+    if parsed is None:
+        _say("ignoring %s=%r: not understood by this start-up hook" % (_SPEC_VAR, spec))
+        return
+    intra, inter, watch = parsed
+    verify = os.environ.get("PARINFO_VERIFY", "").strip().lower()
+    if intra is not None or inter is not None:
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "set_num_threads"):
+            _set_torch(torch, intra, inter)
+        else:
+            sys.meta_path.insert(0, _TorchWatcher(lambda mod: _set_torch(mod, intra, inter)))
+    if verify not in ("off", "0", "no", "false"):
+        import atexit
+
+        atexit.register(_ExitCheck(watch, full=verify == "full"))
+
+
+def _chain():
+    """Run the sitecustomize that would have run without this hook, if there is one."""
+    import importlib.machinery
+    import importlib.util
+
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    sys.path[:] = rest
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # what site.py itself does with a failing sitecustomize
+        sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n%s: %s\n"
+                         % (type(exc).__name__, exc))
+
+
+def _main():
+    spec = os.environ.get(_SPEC_VAR)
+    if spec:
+        try:
+            _install(spec)
+        except Exception as exc:
+            _say("start-up hook failed (%s: %s)" % (type(exc).__name__, exc))
+    _chain()
+
+
+_main()

@@ -1,0 +1,248 @@
+"""Measuring one point with its counts really in force: a fresh worker process (default), a launched
+command, or this process through the runtime and threadpoolctl. Also the machine-noise check."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from parinfo._tune_search import Point, Stats
+from parinfo.errors import TuneError
+
+# Variables a worker gets for its intra-op count; PARINFO_NUM_INTEROP_THREADS gets the inter-op count.
+INTRA_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS",
+              "NUMEXPR_NUM_THREADS", "PARINFO_NUM_THREADS")
+
+
+class WorkloadFailed(TuneError):
+    """The workload itself failed (the user's code raised, or the command exited non-zero).
+
+    ``exit_code`` is what the CLI exits with (1 for a raising statement or function, the command's
+    own code for a command); ``output`` is the user's traceback or the command's output.
+    """
+
+    def __init__(self, message: str, *, exit_code: int, output: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.output = output
+
+
+def thread_env(point: Point) -> dict[str, str]:
+    """The environment entries that put ``point`` in force in a process started with them."""
+    env = {name: str(point.intra) for name in INTRA_VARS}
+    env["PARINFO_NUM_INTEROP_THREADS"] = str(point.inter)
+    return env
+
+
+@dataclass
+class Settings:
+    """How each point is timed."""
+
+    warmup: int = 1
+    repeats: int = 5
+    min_time: float = 0.05
+    timeout: float = 600.0
+
+
+@dataclass
+class Measurer:
+    """Common part: remembers what each point reported as in force."""
+
+    spec: dict
+    settings: Settings
+    concurrent: bool  # True: inter = concurrent requests; False: inter = the workload's inter-op pool
+    in_force: dict[Point, Any] = field(default_factory=dict)
+
+    def concurrency(self, p: Point) -> int:
+        return p.inter if self.concurrent else 1
+
+    def __call__(self, p: Point) -> Stats:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class WorkerMeasurer(Measurer):
+    """Each point in a fresh ``python -m parinfo._tune_worker`` process."""
+
+    def __call__(self, p: Point) -> Stats:
+        s = self.settings
+        job = {"spec": self.spec, "intra": p.intra, "inter": p.inter, "concurrency": self.concurrency(p),
+               "warmup": s.warmup, "repeats": s.repeats, "min_time": s.min_time}
+        env = {**os.environ, **thread_env(p)}
+        with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
+            out = os.path.join(tmp, "result.json")
+            try:
+                proc = subprocess.run([sys.executable, "-m", "parinfo._tune_worker", json.dumps(job), out],
+                                      env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      timeout=s.timeout)
+            except subprocess.TimeoutExpired:
+                raise TuneError(f"point {p.intra} intra-op x {p.inter} inter-op ran longer than "
+                                f"{s.timeout:g} s (raise --timeout, or lower --repeats/--min-time)") from None
+            try:
+                with open(out, encoding="utf-8") as fh:
+                    result = json.load(fh)
+            except (OSError, ValueError):
+                result = None
+        if result is None:
+            raise WorkloadFailed(f"the worker for {p.intra} intra-op x {p.inter} inter-op exited with "
+                                 f"code {proc.returncode} before reporting", exit_code=proc.returncode or 1,
+                                 output=proc.stdout + proc.stderr)
+        if result.get("error") == "usage":
+            raise TuneError(result["text"])
+        if result.get("error") == "user":
+            raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
+                                 output=result["text"])
+        self.in_force[p] = result.get("in_force")
+        return Stats(tuple(result["samples"]), result["number"])
+
+
+class CommandMeasurer(Measurer):
+    """A command timed as a whole process; ``inter`` copies run at once for throughput."""
+
+    def _run_once(self, p: Point) -> float:
+        env = {**os.environ, **thread_env(p)}
+        n = self.concurrency(p)
+        with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
+            logs = [open(os.path.join(tmp, f"out{i}"), "w+b") for i in range(n)]  # noqa: SIM115
+            try:
+                t0 = time.perf_counter()
+                procs = [subprocess.Popen(self.spec["command"], env=env, stdin=subprocess.DEVNULL,
+                                          stdout=log, stderr=subprocess.STDOUT) for log in logs]
+                deadline = t0 + self.settings.timeout
+                codes = []
+                for proc in procs:
+                    try:
+                        codes.append(proc.wait(timeout=max(0.0, deadline - time.perf_counter())))
+                    except subprocess.TimeoutExpired:
+                        for q in procs:
+                            q.kill()
+                            q.wait()
+                        raise TuneError(f"the command ran longer than {self.settings.timeout:g} s at "
+                                        f"{p.intra} intra-op x {p.inter} inter-op (raise --timeout)") from None
+                elapsed = time.perf_counter() - t0
+                for code, log in zip(codes, logs):
+                    if code != 0:
+                        log.seek(0)
+                        output = log.read().decode("utf-8", "replace")
+                        raise WorkloadFailed(
+                            f"the command exited with code {code} at {p.intra} intra-op x {p.inter} inter-op; "
+                            f"the sweep stopped (its output is above)", exit_code=code, output=output)
+            finally:
+                for log in logs:
+                    log.close()
+        return elapsed / n
+
+    def __call__(self, p: Point) -> Stats:
+        for _ in range(max(1, self.settings.warmup)):
+            self._run_once(p)
+        samples = tuple(self._run_once(p) for _ in range(self.settings.repeats))
+        self.in_force[p] = {"env": thread_env(p)}
+        return Stats(samples, 1)
+
+
+class InProcessMeasurer(Measurer):
+    """This process: counts set through the runtime, threadpoolctl and torch's setters."""
+
+    def __init__(self, spec: dict, settings: Settings, concurrent: bool) -> None:
+        super().__init__(spec, settings, concurrent)
+        from parinfo import _tune_workloads as w
+
+        try:
+            self.fn = w.build(spec)
+        except w.UserCodeError as exc:
+            raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
+                                 output=exc.text) from None
+        except w.WorkloadUsageError as exc:
+            raise TuneError(str(exc)) from None
+        self._saved: dict[str, int] = {}
+        try:
+            from parinfo.runtime import get_num_threads
+        except ImportError:
+            pass
+        else:
+            self._saved["runtime"] = get_num_threads()
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            self._saved["torch"] = torch.get_num_threads()
+
+    def restore(self) -> None:
+        """Put back the intra-op counts this process had before the tune."""
+        if "runtime" in self._saved:
+            from parinfo.runtime import get_num_threads, set_num_threads
+
+            if get_num_threads() != self._saved["runtime"]:
+                set_num_threads(self._saved["runtime"])
+        torch = sys.modules.get("torch")
+        if torch is not None and "torch" in self._saved:
+            torch.set_num_threads(self._saved["torch"])
+
+    def __call__(self, p: Point) -> Stats:
+        from parinfo import _tune_workloads as w
+        from parinfo._tpc import threadpoolctl
+
+        set_runtime: Callable[[int], None] | None
+        try:
+            from parinfo.runtime import set_num_threads as set_runtime
+        except ImportError:
+            set_runtime = None
+        if set_runtime is not None:
+            set_runtime(p.intra)
+        torch = sys.modules.get("torch") if self.spec.get("framework") == "torch" else None
+        if torch is not None:
+            torch.set_num_threads(p.intra)
+        controller = threadpoolctl().ThreadpoolController()
+        s = self.settings
+        with controller.limit(limits=p.intra):
+            try:
+                samples, number = w.time_calls(self.fn, concurrency=self.concurrency(p), warmup=s.warmup,
+                                               repeats=s.repeats, min_time=s.min_time)
+            except w.UserCodeError as exc:
+                raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
+                                     output=exc.text) from None
+            pools: dict = {}
+            for pool in controller.info():
+                pools.setdefault(pool.get("internal_api", "?"), []).append(pool.get("num_threads"))
+        if torch is not None:
+            pools["torch"] = {"intra_op": torch.get_num_threads()}
+        self.in_force[p] = pools
+        return Stats(tuple(samples), number)
+
+
+def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 20.0) -> list[str]:
+    """Say what else keeps this machine busy: the load average and processes using much CPU."""
+    import psutil
+
+    notes: list[str] = []
+    try:
+        load1 = psutil.getloadavg()[0]
+        if load1 > 0.5 * usable_cpus:
+            notes.append(f"load average {load1:.2f} on {usable_cpus} usable CPUs before the sweep: "
+                         f"timings may be disturbed")
+    except (OSError, AttributeError) as exc:
+        notes.append(f"load average unknown ({exc})")
+    me = os.getpid()
+    procs = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        if proc.pid == me:
+            continue
+        try:
+            proc.cpu_percent(None)
+            procs.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    time.sleep(interval)
+    busy = []
+    for proc in procs:
+        try:
+            pct = proc.cpu_percent(None)
+        except (psutil.Error, OSError):
+            continue
+        if pct >= threshold:
+            busy.append((pct, proc.info.get("name") or "?", proc.pid))
+    for pct, name, pid in sorted(busy, reverse=True)[:5]:
+        notes.append(f"another process is busy: {name} (pid {pid}) at {pct:.0f}% CPU")
+    return notes

@@ -1,0 +1,277 @@
+"""The tuner's search: which thread counts to measure, and which ones the measurements rule out.
+
+Pure functions over a ``measure(point) -> Stats`` callable, so tests drive them with a fake curve.
+Lower is better everywhere (seconds per call, or seconds per request for throughput).
+
+The rule: measure the ends and the powers of two between them, stop going further in a direction
+once the curve is clearly slower than the best (beyond the noise) and still getting slower, then
+bisect the gaps next to the best until its neighbours are measured. A point between two measured
+points that are both slower than the best is ruled out (the curve is taken to have one valley).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+DEFAULT_MARGIN = 0.03  # smallest relative gap called "clearly" slower
+DEFAULT_TIE = 0.01  # medians this close count as equal; the one using fewer threads wins
+DEFAULT_PATIENCE = 2  # clearly-slower points in a row before a direction is stopped
+
+
+@dataclass(frozen=True, order=True)
+class Point:
+    """One setting to measure: ``inter`` concurrent requests or inter-op threads, ``intra`` threads each."""
+
+    intra: int
+    inter: int = 1
+
+    @property
+    def threads(self) -> int:
+        return self.intra * self.inter
+
+    def label(self, pairs: bool) -> str:
+        return f"{self.inter}x{self.intra}" if pairs else str(self.intra)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Repeated timings of one point, in seconds per call."""
+
+    samples: tuple[float, ...]
+    number: int = 1  # calls per sample
+
+    def __post_init__(self) -> None:
+        if not self.samples:
+            raise ValueError("Stats needs at least one sample")
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def min(self) -> float:
+        return min(self.samples)
+
+    @property
+    def max(self) -> float:
+        return max(self.samples)
+
+    @property
+    def quartiles(self) -> tuple[float, float]:
+        if len(self.samples) < 4:
+            return self.min, self.max
+        q = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return q[0], q[2]
+
+    @property
+    def spread(self) -> float:
+        """Relative spread: interquartile range (range below 4 samples) over the median."""
+        q1, q3 = self.quartiles
+        med = self.median
+        return (q3 - q1) / med if med > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        q1, q3 = self.quartiles
+        return {"median_s": self.median, "q1_s": q1, "q3_s": q3, "min_s": self.min, "max_s": self.max,
+                "spread": self.spread, "repeats": len(self.samples), "number": self.number,
+                "samples_s": list(self.samples)}
+
+
+def clearly_worse(a: Stats, b: Stats, margin: float = DEFAULT_MARGIN) -> bool:
+    """True when ``a`` is slower than ``b`` by more than the margin and both points' noise."""
+    tol = max(margin, a.spread, b.spread)
+    return a.median > b.median * (1.0 + tol)
+
+
+@dataclass
+class SearchResult:
+    """What was measured (in order), the winner, and every candidate left out with the reason."""
+
+    candidates: list[Point]
+    order: list[Point] = field(default_factory=list)
+    stats: dict[Point, Stats] = field(default_factory=dict)
+    best: Point | None = None
+    skipped: dict[Point, str] = field(default_factory=dict)
+
+
+class _Measured:
+    """Memoises measure() and records the order points were measured in."""
+
+    def __init__(self, measure: Callable[[Point], Stats], result: SearchResult) -> None:
+        self._measure = measure
+        self.result = result
+
+    def __call__(self, p: Point) -> Stats:
+        s = self.result.stats.get(p)
+        if s is None:
+            s = self._measure(p)
+            self.result.stats[p] = s
+            self.result.order.append(p)
+        return s
+
+
+def pick_best(stats: dict[Point, Stats], tie: float = DEFAULT_TIE) -> Point:
+    """Fastest median; among points within ``tie`` of it, the one using the fewest threads."""
+    fastest = min(s.median for s in stats.values())
+    close = [p for p, s in stats.items() if s.median <= fastest * (1.0 + tie)]
+    return min(close, key=lambda p: (p.threads, p.inter, stats[p].median))
+
+
+def coarse_values(values: list[int]) -> list[int]:
+    """The ends of ``values`` and the powers of two between them, ascending."""
+    lo, hi = values[0], values[-1]
+    return [v for v in values if v in (lo, hi) or (v & (v - 1)) == 0]
+
+
+def _ms(s: Stats) -> str:
+    return f"{s.median * 1e3:.3g} ms"
+
+
+def search_line(values: Iterable[int], point_of: Callable[[int], Point], get: _Measured, *,
+                margin: float = DEFAULT_MARGIN, tie: float = DEFAULT_TIE,
+                patience: int = DEFAULT_PATIENCE, exhaustive: bool = False,
+                pairs: bool = False) -> tuple[int, dict[int, str]]:
+    """Search one axis; return the best value and {value: reason} for the values not measured."""
+    vals = sorted(set(values))
+    if not vals:
+        raise ValueError("nothing to search")
+    stats_of: dict[int, Stats] = {}
+
+    def m(v: int) -> Stats:
+        if v not in stats_of:
+            stats_of[v] = get(point_of(v))
+        return stats_of[v]
+
+    def best_value() -> int:
+        p = pick_best({point_of(v): s for v, s in stats_of.items()}, tie)
+        return next(v for v in stats_of if point_of(v) == p)
+
+    def fastest_value() -> int:
+        return min(stats_of, key=lambda v: (stats_of[v].median, v))
+
+    if exhaustive or len(vals) <= 2:
+        for v in vals:
+            m(v)
+        return best_value(), {}
+
+    # Coarse pass, ascending; a direction stops after `patience` clearly slower, still worsening points.
+    coarse = coarse_values(vals)
+    stopped_at: int | None = None
+    run = 0
+    prev: Stats | None = None
+    for i, v in enumerate(coarse):
+        s = m(v)
+        b = fastest_value()
+        if v != b and clearly_worse(s, stats_of[b], margin) and prev is not None and s.median > prev.median:
+            run += 1
+        else:
+            run = 0
+        prev = s
+        if run >= patience and i < len(coarse) - 1:
+            stopped_at = v
+            break
+
+    # Refine: bisect the unmeasured gaps on both sides of the fastest until its neighbours are measured.
+    while True:
+        b = fastest_value()
+        measured = sorted(stats_of)
+        lo = max((v for v in measured if v < b), default=None)
+        hi = min((v for v in measured if v > b), default=None)
+        targets = []
+        for a, c in ((lo, b), (b, hi)):
+            if a is None or c is None:
+                continue
+            gap = [v for v in vals if a < v < c]
+            if gap:
+                mid = (a + c) / 2
+                targets.append(min(gap, key=lambda v: (abs(v - mid), v)))
+        if not targets:
+            break
+        for t in targets:
+            m(t)
+
+    f = fastest_value()
+    fs = stats_of[f]
+    measured = sorted(stats_of)
+    label = lambda v: point_of(v).label(pairs)  # noqa: E731
+    skipped: dict[int, str] = {}
+    for v in vals:
+        if v in stats_of:
+            continue
+        if stopped_at is not None and v > stopped_at:
+            skipped[v] = (f"beyond {label(stopped_at)}: the curve was clearly slower than the fastest "
+                          f"({label(f)}, {_ms(fs)}) beyond the noise and still getting slower, "
+                          f"so that direction was stopped")
+            continue
+        a = max(u for u in measured if u < v)
+        c = min(u for u in measured if u > v)
+        skipped[v] = (f"ruled out: between {label(a)} ({_ms(stats_of[a])}) and {label(c)} "
+                      f"({_ms(stats_of[c])}), both slower than the fastest ({label(f)}, {_ms(fs)})")
+    return best_value(), skipped
+
+
+def search_counts(counts: Iterable[int], measure: Callable[[Point], Stats], *,
+                  margin: float = DEFAULT_MARGIN, tie: float = DEFAULT_TIE,
+                  patience: int = DEFAULT_PATIENCE, exhaustive: bool = False) -> SearchResult:
+    """Latency search over intra-op counts (one request at a time)."""
+    vals = sorted(set(counts))
+    result = SearchResult(candidates=[Point(v) for v in vals])
+    get = _Measured(measure, result)
+    best, skipped = search_line(vals, Point, get, margin=margin, tie=tie, patience=patience,
+                                exhaustive=exhaustive)
+    result.best = Point(best)
+    result.skipped = {Point(v): r for v, r in skipped.items()}
+    return result
+
+
+def pair_candidates(max_product: int, intra: tuple[int, int], inter: tuple[int, int]) -> list[Point]:
+    """Every (inter, intra) pair in the ranges whose product fits ``max_product``."""
+    return [Point(a, e) for e in range(inter[0], inter[1] + 1) for a in range(intra[0], intra[1] + 1)
+            if a * e <= max_product]
+
+
+def search_pairs(max_product: int, measure: Callable[[Point], Stats], *,
+                 intra: tuple[int, int] | None = None, inter: tuple[int, int] | None = None,
+                 margin: float = DEFAULT_MARGIN, tie: float = DEFAULT_TIE,
+                 patience: int = DEFAULT_PATIENCE, exhaustive: bool = False) -> SearchResult:
+    """Search inter x intra pairs whose product fits ``max_product``.
+
+    First along the inter-op axis, each inter-op count with as many intra-op threads as fit (the
+    pairs that fill the CPUs); then along the intra-op axis at the best inter-op count, in case
+    fewer threads per request do better.
+    """
+    intra = intra or (1, max_product)
+    inter = inter or (1, max_product)
+    cands = pair_candidates(max_product, intra, inter)
+    if not cands:
+        raise ValueError("no inter x intra pair fits")
+    result = SearchResult(candidates=cands)
+    get = _Measured(measure, result)
+    if exhaustive:
+        for p in cands:
+            get(p)
+        result.best = pick_best(result.stats, tie)
+        return result
+
+    def full(e: int) -> Point:
+        return Point(min(intra[1], max_product // e), e)
+
+    inter_vals = sorted({p.inter for p in cands})
+    best_e, skipped_e = search_line(inter_vals, full, get, margin=margin, tie=tie, patience=patience,
+                                    pairs=True)
+    intra_vals = sorted(p.intra for p in cands if p.inter == best_e)
+    best_a, skipped_a = search_line(intra_vals, lambda a: Point(a, best_e), get, margin=margin, tie=tie,
+                                    patience=patience, pairs=True)
+    result.best = pick_best(result.stats, tie)
+    reasons = {full(e): r for e, r in skipped_e.items()}
+    reasons.update({Point(a, best_e): r for a, r in skipped_a.items()})
+    for p in cands:
+        if p in result.stats:
+            continue
+        result.skipped[p] = reasons.get(p) or (
+            f"not searched: {p.inter} x {p.intra} leaves CPUs idle; for {p.inter} inter-op the full pair "
+            f"{full(p.inter).label(True)} stood for it, and fewer intra-op threads were only tried at "
+            f"the best inter-op count ({best_e})")
+    return result
+

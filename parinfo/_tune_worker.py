@@ -1,0 +1,69 @@
+"""One measured point in a fresh process: ``python -m parinfo._tune_worker JOB_JSON RESULT_PATH``.
+
+The parent sets the thread variables in this process's environment before it starts, so every
+library reads its count at load time as it would in production. torch gets its counts through its
+setters before the workload is built. The result (or the user's error) goes to RESULT_PATH as JSON so
+whatever the workload prints cannot garble it.
+
+Exit codes: 0 measured; 1 the user's code raised (traceback in the result); 2 bad workload request.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def counts_in_force(framework: str) -> dict:
+    """The counts the loaded libraries report now (read-only: nothing is probed by setting)."""
+    seen: dict = {}
+    try:
+        from parinfo._tpc import threadpoolctl
+
+        for pool in threadpoolctl().threadpool_info():
+            seen.setdefault(pool.get("internal_api", "?"), []).append(pool.get("num_threads"))
+    except Exception as exc:  # noqa: BLE001 - a report, never a failure
+        seen["native"] = f"unknown ({exc})"
+    if "parinfo.runtime" in sys.modules:
+        try:
+            info = sys.modules["parinfo.runtime"].info()
+            seen["parinfo"] = {"intra_op": info["intra_op"]["count"], "inter_op": info["inter_op"]["count"]}
+        except Exception as exc:  # noqa: BLE001
+            seen["parinfo"] = f"unknown ({exc})"
+    if framework == "torch" and "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        seen["torch"] = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+    return seen
+
+
+def run(job: dict) -> dict:
+    """Build the workload under this process's counts and time it; returns the result dict."""
+    from parinfo import _tune_workloads as w
+
+    spec = job["spec"]
+    fw = spec.get("framework", "numpy")
+    if fw == "torch":
+        import torch
+
+        torch.set_num_threads(job["intra"])
+        torch.set_num_interop_threads(job["inter"])
+    try:
+        fn = w.build(spec)
+        samples, number = w.time_calls(fn, concurrency=job["concurrency"], warmup=job["warmup"],
+                                       repeats=job["repeats"], min_time=job["min_time"])
+    except w.UserCodeError as exc:
+        return {"error": "user", "text": exc.text}
+    except w.WorkloadUsageError as exc:
+        return {"error": "usage", "text": str(exc)}
+    return {"samples": samples, "number": number, "in_force": counts_in_force(fw)}
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(argv[0])
+    result = run(job)
+    with open(argv[1], "w", encoding="utf-8") as fh:
+        json.dump(result, fh)
+    return {"user": 1, "usage": 2}.get(result.get("error", ""), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,13 @@
+"""The one wording of a fact parinfo could not read: "unknown (reason)"."""
+from __future__ import annotations
+
+
+def describe(exc: BaseException) -> str:
+    """"ExceptionType: message" (or just the type when the message is empty)."""
+    detail = str(exc).strip()
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def because(exc: BaseException) -> str:
+    """"unknown (ExceptionType: message)" for an error met while reading a fact."""
+    return f"unknown ({describe(exc)})"

@@ -1,0 +1,219 @@
+"""Read a small YAML document safely and keep where each value was written.
+
+Profiles need every error to name file:line:column, so the document is composed into a node tree
+(safe loader only) and turned into plain Python values here, with a mark for each key and value.
+The loader rejects duplicate keys, merge keys and custom tags, and caps file size, node count,
+aliases and nesting so that an alias bomb or a deeply nested document fails fast with one line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parinfo.errors import ProfileError
+
+MAX_FILE_BYTES = 64 * 1024
+MAX_NODES = 5000
+MAX_ALIASES = 64
+MAX_DEPTH = 32
+
+KeyPath = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Where a value was written; ``inline`` says columns inside the scalar map onto the file."""
+
+    path: str
+    line: int
+    column: int
+    inline: bool = False
+
+
+@dataclass
+class Document:
+    """One YAML file as plain values, with marks for values (``marks``) and keys (``key_marks``)."""
+
+    path: str
+    data: Any
+    marks: dict[KeyPath, Mark]
+    key_marks: dict[KeyPath, Mark]
+
+
+def _error(message: str, path: str, line: int | None = None, column: int | None = None,
+           fix: str | None = None) -> ProfileError:
+    message = message.replace("\r", "\\r").replace("\n", "\\n")
+    return ProfileError(message, path=path, line=line, column=column, fix=fix)
+
+
+def read_text(path: Path) -> str:
+    """Read a profile file as UTF-8 text, turning every file-system fault into a ProfileError."""
+    shown = str(path)
+    try:
+        if path.is_dir():
+            raise _error("is a directory, not a profile file", shown, fix="give the path of a .yaml file")
+        if path.exists() and not path.is_file():
+            raise _error("is not a regular file", shown, fix="give the path of a .yaml file")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except ProfileError:
+        raise
+    except FileNotFoundError:
+        raise _error("no such file", shown, fix="check the path, or give the name of a shipped profile") from None
+    except PermissionError:
+        raise _error("permission denied", shown, fix="make the file readable") from None
+    except OSError as exc:
+        raise _error(f"cannot read: {exc.strerror or exc}", shown, fix="give a readable .yaml file") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise _error(f"file is larger than {MAX_FILE_BYTES // 1024} KiB", shown,
+                     fix="a profile is a few lines of YAML; check that this is the right file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        raise _error(f"byte 0x{raw[exc.start]:02x} is not valid UTF-8", shown, line, column,
+                     fix="save the file as UTF-8") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not text.strip():
+        raise _error("empty file", shown, fix="start the profile with 'version: 1'")
+    return text
+
+
+def _position(text: str, index: int) -> tuple[int, int]:
+    before = text[:index]
+    return before.count("\n") + 1, index - (before.rfind("\n") + 1) + 1
+
+
+def parse(text: str, path: str) -> Document:
+    """Compose ``text`` into a Document; raise ProfileError with the position of the first fault."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        nodes = 0
+        aliases = 0
+        depth = 0
+
+        def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML hook
+            if self.depth >= MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _error(f"nested more than {MAX_DEPTH} levels deep", path, mark.line + 1, mark.column + 1,
+                             fix="a profile needs only two or three levels")
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > MAX_ALIASES:
+                    mark = self.peek_event().start_mark
+                    raise _error(f"more than {MAX_ALIASES} aliases", path, mark.line + 1, mark.column + 1,
+                                 fix="profiles do not need many anchors; write the values out")
+            self.nodes += 1
+            if self.nodes > MAX_NODES:
+                mark = self.peek_event().start_mark
+                raise _error(f"more than {MAX_NODES} YAML nodes", path, mark.line + 1, mark.column + 1,
+                             fix="a profile is a few lines of YAML; check that this is the right file")
+            self.depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = None
+    try:
+        loader = Loader(text)
+        root = loader.get_single_node()
+        if root is None:
+            raise _error("the file holds no YAML document", path, fix="start the profile with 'version: 1'")
+        builder = _Builder(loader, path)
+        data = builder.value(root, (), 0)
+        return Document(path, data, builder.marks, builder.key_marks)
+    except yaml.reader.ReaderError as exc:
+        line, column = _position(text, exc.position)
+        what = f"character U+{exc.character:04X}" if isinstance(exc.character, int) else "character"
+        raise _error(f"{what} is not allowed in YAML", path, line, column,
+                     fix="remove control characters from the file") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        message = exc.problem or exc.context or "invalid YAML"
+        if exc.context and exc.problem and "while" not in exc.context:
+            message = f"{exc.context}, {exc.problem}"
+        fix = "check indentation, colons and quotes at that position"
+        if "single document" in message:
+            fix = "a profile is one YAML document: remove the '---' line and what follows"
+        raise _error(f"invalid YAML: {message}", path, mark.line + 1 if mark else None,
+                     mark.column + 1 if mark else None, fix=fix) from None
+    except yaml.YAMLError as exc:
+        raise _error(f"invalid YAML: {exc}", path, fix="check the YAML syntax") from None
+    except RecursionError:
+        raise _error("YAML is nested too deeply", path, fix="a profile needs only two or three levels") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+class _Builder:
+    """Turn composed nodes into plain values, recording marks and enforcing the caps."""
+
+    def __init__(self, loader: Any, path: str) -> None:
+        self.loader = loader
+        self.path = path
+        self.visited = 0
+        self.marks: dict[KeyPath, Mark] = {}
+        self.key_marks: dict[KeyPath, Mark] = {}
+
+    def mark(self, node: Any) -> Mark:
+        m = node.start_mark
+        style = getattr(node, "style", None)
+        single_line = node.end_mark.line == m.line
+        inline = single_line and style in (None, "", '"', "'")
+        offset = 1 if style in ('"', "'") else 0
+        return Mark(self.path, m.line + 1, m.column + 1 + offset, inline)
+
+    def fail(self, node: Any, message: str, fix: str) -> ProfileError:
+        m = node.start_mark
+        return _error(message, self.path, m.line + 1, m.column + 1, fix=fix)
+
+    def value(self, node: Any, keypath: KeyPath, depth: int) -> Any:
+        import yaml
+
+        self.visited += 1
+        if self.visited > MAX_NODES:
+            raise self.fail(node, f"the document expands to more than {MAX_NODES} values (alias bomb?)",
+                            "write the values out instead of nesting aliases")
+        if depth > MAX_DEPTH:
+            raise self.fail(node, f"nested more than {MAX_DEPTH} levels deep", "a profile needs only two or three levels")
+        self.marks.setdefault(keypath, self.mark(node))
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag == "tag:yaml.org,2002:binary":
+                raise self.fail(node, "binary values are not allowed", "write a number or text")
+            return self.loader.construct_object(node, deep=True)
+        if isinstance(node, yaml.SequenceNode):
+            if node.tag != "tag:yaml.org,2002:seq":
+                raise self.fail(node, f"unsupported tag {_short_tag(node.tag)}", "remove the tag")
+            return [self.value(child, (*keypath, str(i)), depth + 1) for i, child in enumerate(node.value)]
+        if isinstance(node, yaml.MappingNode):
+            if node.tag not in ("tag:yaml.org,2002:map",):
+                raise self.fail(node, f"unsupported tag {_short_tag(node.tag)}", "remove the tag")
+            out: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise self.fail(key_node, "merge keys ('<<') are not supported",
+                                    "use 'extends: OTHER_PROFILE' to build on another profile")
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise self.fail(key_node, "a key must be plain text", "write 'name: value'")
+                key = self.loader.construct_object(key_node, deep=True)
+                if not isinstance(key, str) or isinstance(key, bool):
+                    key = str(key_node.value)
+                if key in out:
+                    first = self.key_marks.get((*keypath, key))
+                    where = f" (first at line {first.line})" if first else ""
+                    raise self.fail(key_node, f"duplicate key {key!r}{where}", "keep only one of them")
+                self.key_marks[(*keypath, key)] = self.mark(key_node)
+                out[key] = self.value(value_node, (*keypath, key), depth + 1)
+            return out
+        raise self.fail(node, "unsupported YAML node", "write plain mappings, lists and scalars")
+
+
+def _short_tag(tag: str) -> str:
+    return "!!" + tag[len("tag:yaml.org,2002:"):] if tag.startswith("tag:yaml.org,2002:") else tag

@@ -1,0 +1,259 @@
+"""Put a profile in force in this process: ``parinfo.apply(profile)``.
+
+Order matters: the profile is resolved first (a bad profile changes nothing), then the runtime's
+counts are set (the runtime refuses when it is too late, and then nothing else is changed either),
+then variables for libraries not yet loaded, the limits of native pools already loaded, torch's
+counts when torch is imported, and the CPU affinity. Last, every count is read back and any that
+is not in force is reported.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from parinfo.errors import ApplyError
+from parinfo.plan import Plan
+
+# threadpoolctl internal_api -> the profile's library key and the variable that library reads.
+POOL_LIBRARY = {
+    "openblas": ("blas", "OPENBLAS_NUM_THREADS"),
+    "blis": ("blas", "BLIS_NUM_THREADS"),
+    "flexiblas": ("blas", "OPENBLAS_NUM_THREADS"),
+    "mkl": ("mkl", "MKL_NUM_THREADS"),
+    "openmp": ("openmp", "OMP_NUM_THREADS"),
+}
+
+# Variables this module set, so that a second apply() does not mistake them for the user's.
+_ours: dict[str, str] = {}
+
+
+def _plan_of(profile: Any) -> Plan:
+    if isinstance(profile, Plan):
+        return profile
+    from parinfo.profiles import resolve_profile
+
+    return resolve_profile(profile)
+
+
+def apply(profile: Any, *, force: bool = False) -> dict:
+    """Apply ``profile`` (a shipped name, a path, a dict or a resolved Plan) to this process.
+
+    Variables the user set to other values are kept unless ``force``. Returns ``{"plan": ...,
+    "applied": [...], "skipped": [...], "not_in_force": [...]}`` (lists of one-line strings).
+    Raises ProfileError for a bad profile and ApplyError when the runtime says it is too late;
+    in both cases nothing has been changed.
+    """
+    plan = _plan_of(profile)
+    intra, inter = plan.intra_op.value, plan.inter_op.value
+    cpus = plan.affinity
+    env = dict(plan.env)
+    if plan.instances:
+        if len(plan.instances) > 1:
+            raise ApplyError(f"profile {plan.name} runs {len(plan.instances)} pinned instances; a running process "
+                             f"is one instance (launch them with: parinfo apply {plan.name} -- COMMAND)")
+        only = plan.instances[0]
+        intra, inter, cpus = only.intra_op, only.inter_op, only.cpus
+        env.update(only.env)
+    applied: list[str] = []
+    skipped: list[str] = []
+
+    kept = {name: os.environ[name] for name, value in env.items()
+            if not force and _users(name) and os.environ[name] != value}
+    _configure(plan, intra, inter, kept, applied, skipped)
+
+    for name, value in env.items():
+        if name in kept:
+            skipped.append(f"{name}: kept {kept[name]!r} set by the user over the profile's {value!r} "
+                           f"(force=True overrides)")
+            continue
+        before = os.environ.get(name)
+        overrides = before is not None and before != value and _users(name)
+        os.environ[name] = value
+        _ours[name] = value
+        if overrides:
+            applied.append(f"{name}={value} (overrode the user's {before!r}, force=True)")
+        else:
+            applied.append(f"{name}={value}")
+
+    expected_pools = _limit_pools(plan, kept, applied, skipped)
+    _numexpr(plan, kept, applied)
+    torch_want = _torch(plan, inter, kept, applied, skipped)
+    _affinity(cpus, applied, skipped)
+
+    not_in_force = _verify(intra, inter, expected_pools, torch_want, cpus, kept)
+    return {"plan": plan.to_dict(), "applied": applied, "skipped": skipped, "not_in_force": not_in_force}
+
+
+def _users(name: str) -> bool:
+    """Whether variable ``name`` is set, by the user rather than by an earlier apply()."""
+    current = os.environ.get(name)
+    return current is not None and _ours.get(name) != current
+
+
+def _configure(plan: Plan, intra: int, inter: int, kept: dict[str, str], applied: list[str],
+               skipped: list[str]) -> None:
+    from parinfo import runtime
+
+    kwargs: dict[str, int] = {}
+    if "PARINFO_NUM_THREADS" in kept:
+        skipped.append("runtime intra-op: PARINFO_NUM_THREADS set by the user stays in force")
+    else:
+        kwargs["intra_op"] = intra
+    state = runtime.info()["inter_op"]
+    if "PARINFO_NUM_INTEROP_THREADS" in kept:
+        skipped.append("runtime inter-op: PARINFO_NUM_INTEROP_THREADS set by the user stays in force")
+    elif state.get("locked") and state.get("count") == inter:
+        applied.append(f"runtime inter-op count {inter} (already in force, from {state.get('source')})")
+    else:
+        kwargs["inter_op"] = inter
+    if not kwargs:
+        return
+    try:
+        runtime.configure(**kwargs, source=f"profile {plan.name}")
+    except RuntimeError as exc:
+        raise ApplyError(f"cannot apply profile {plan.name}: {exc}") from None
+    applied += [f"runtime {k.replace('_', '-')} count {v}" for k, v in kwargs.items()]
+
+
+def _pool_name(lib: Any) -> str:
+    where = os.path.basename(getattr(lib, "filepath", "") or "") or "?"
+    return f"{lib.internal_api} pool ({where})"
+
+
+def _limit_pools(plan: Plan, kept: dict[str, str], applied: list[str],
+                 skipped: list[str]) -> list[tuple[str, str, int]]:
+    """Set a limit that stays on every loaded native pool; return (filepath, name, count) to check."""
+    from parinfo._tpc import threadpoolctl
+    from parinfo.envvars import count_from_env
+
+    expected: list[tuple[str, str, int]] = []
+    for lib in threadpoolctl().ThreadpoolController().lib_controllers:
+        key, var = POOL_LIBRARY.get(lib.internal_api, (None, None))
+        if key is None:
+            continue
+        n = plan.libraries[key].value
+        if var in kept:
+            # The runtime's push may have changed this pool: give it back the user's count.
+            n = count_from_env(var, kept)
+            if n is None:
+                skipped.append(f"{_pool_name(lib)}: left at {lib.num_threads} ({var}={kept[var]!r} set by "
+                               f"the user is not a valid count)")
+                continue
+            skipped.append(f"{_pool_name(lib)}: kept at {n} from {var} set by the user")
+        try:
+            lib.set_num_threads(n)
+        except Exception as exc:  # noqa: BLE001 - a library refusing must be reported, not crash apply
+            skipped.append(f"{_pool_name(lib)}: could not set {n} threads ({exc})")
+            continue
+        if var not in kept:
+            applied.append(f"{_pool_name(lib)} limited to {n}")
+        expected.append((lib.filepath, _pool_name(lib), n))
+    return expected
+
+
+def _numexpr(plan: Plan, kept: dict[str, str], applied: list[str]) -> None:
+    ne = sys.modules.get("numexpr")
+    if ne is None or "NUMEXPR_NUM_THREADS" in kept:
+        return
+    n = plan.libraries["numexpr"].value
+    try:
+        ne.set_num_threads(n)
+        applied.append(f"numexpr.set_num_threads({n})")
+    except Exception:  # noqa: BLE001 - reported by the verification
+        pass
+
+
+def _torch(plan: Plan, inter: int, kept: dict[str, str], applied: list[str],
+           skipped: list[str]) -> tuple[int | None, int | None]:
+    """Set torch's counts when torch is imported; return the counts to verify."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        skipped.append("torch not imported: at import its intra-op count follows MKL_NUM_THREADS; "
+                       "its inter-op count is left to torch (import torch before apply() to set it)")
+        return None, None
+    want_intra = plan.libraries["torch"].value
+    how = f"torch.set_num_threads({want_intra})"
+    if "MKL_NUM_THREADS" in kept:
+        # torch's intra-op default is MKL_NUM_THREADS: the user's value stays in force.
+        from parinfo.envvars import count_from_env
+
+        user = count_from_env("MKL_NUM_THREADS", kept)
+        if user is None:
+            skipped.append(f"torch intra-op: MKL_NUM_THREADS={kept['MKL_NUM_THREADS']!r} set by the user is "
+                           f"not a valid count; torch's count left as it is")
+            want_intra = None
+        else:
+            want_intra = user
+            how = f"torch.set_num_threads({user}) from MKL_NUM_THREADS set by the user"
+    if want_intra is not None:
+        try:
+            torch.set_num_threads(want_intra)
+            (skipped if "MKL_NUM_THREADS" in kept else applied).append(how)
+        except RuntimeError as exc:
+            skipped.append(f"torch.set_num_threads({want_intra}) failed: {exc}")
+    want_inter: int | None = inter
+    try:
+        if torch.get_num_interop_threads() != inter:
+            torch.set_num_interop_threads(inter)
+        applied.append(f"torch.set_num_interop_threads({inter})")
+    except RuntimeError as exc:
+        skipped.append(f"torch inter-op stays {torch.get_num_interop_threads()}: {str(exc).strip()}")
+    return want_intra, want_inter
+
+
+def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[str]) -> None:
+    if not cpus:
+        return
+    from parinfo.profiles import format_cpu_list
+
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    failed = []
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except ProcessLookupError:
+            continue  # the thread ended meanwhile
+        except OSError as exc:
+            failed.append(f"{tid} ({exc.strerror})")
+    if failed and len(failed) == len(tids):
+        skipped.append(f"affinity {format_cpu_list(cpus)} not set: {', '.join(failed[:3])}")
+    else:
+        applied.append(f"affinity {format_cpu_list(cpus)} for {len(tids) - len(failed)} thread(s)")
+
+
+def _verify(intra: int, inter: int, pools: list[tuple[str, str, int]], torch_want: tuple[int | None, int | None],
+            cpus: tuple[int, ...] | None, kept: dict[str, str]) -> list[str]:
+    """Read every count back; one line for each that is not what the plan asked for."""
+    from parinfo import runtime
+
+    bad: list[str] = []
+    state = runtime.info()
+    for key, want, var in (("intra_op", intra, "PARINFO_NUM_THREADS"),
+                           ("inter_op", inter, "PARINFO_NUM_INTEROP_THREADS")):
+        got = state[key]
+        if var not in kept and got["count"] != want:
+            bad.append(f"runtime {key.replace('_', '-')} count is {got['count']} (from {got['source']}), not {want}")
+    if pools:
+        from parinfo._tpc import threadpoolctl
+
+        now = {p.get("filepath"): p.get("num_threads") for p in threadpoolctl().threadpool_info()}
+        for path, name, want in pools:
+            if path in now and now[path] != want:
+                bad.append(f"{name} runs {now[path]} threads, not {want}")
+    torch = sys.modules.get("torch")
+    want_intra, want_inter = torch_want
+    if torch is not None:
+        if want_intra is not None and torch.get_num_threads() != want_intra:
+            bad.append(f"torch intra-op count is {torch.get_num_threads()}, not {want_intra}")
+        if want_inter is not None and torch.get_num_interop_threads() != want_inter:
+            bad.append(f"torch inter-op count is {torch.get_num_interop_threads()}, not {want_inter} "
+                       f"(set once, before torch's inter-op pool starts)")
+    if cpus:
+        mine = tuple(sorted(os.sched_getaffinity(0)))
+        if mine != tuple(sorted(cpus)):
+            bad.append(f"affinity is {list(mine)}, not {list(cpus)}")
+    return bad

@@ -1,0 +1,276 @@
+"""CPU identity: brand, vendor, architecture, the ISA extensions that matter for kernels, cache sizes.
+
+The fast path reads the first processor block of /proc/cpuinfo and the sysfs cache directories
+(well under a millisecond, cached in-process). py-cpuinfo (about a second per call: it starts a
+subprocess) is used only when the fast path lacks the brand or /proc/cpuinfo, or when ``slow=True``;
+its answer is cached per boot (key: /proc/sys/kernel/random/boot_id) in $XDG_CACHE_HOME/parinfo, and
+an unwritable cache directory only means it is not cached. Cache sizes come from sysfs alone:
+py-cpuinfo's can be wrong.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import tempfile
+from functools import lru_cache
+from typing import Any
+
+from parinfo._sysfs import Unreadable, read, read_bytes, shown
+
+# (name shown, /proc/cpuinfo flag). py-cpuinfo's names differ only by underscores.
+X86_ISA: tuple[tuple[str, str], ...] = (
+    ("AVX", "avx"), ("AVX2", "avx2"), ("FMA", "fma"), ("F16C", "f16c"),
+    ("AVX-512F", "avx512f"), ("AVX-512BW", "avx512bw"), ("AVX-512VL", "avx512vl"),
+    ("AVX-512VNNI", "avx512_vnni"), ("AVX-512BF16", "avx512_bf16"), ("AVX-512FP16", "avx512_fp16"),
+    ("AVX-VNNI", "avx_vnni"), ("AMX-TILE", "amx_tile"), ("AMX-BF16", "amx_bf16"), ("AMX-INT8", "amx_int8"),
+)
+ARM_ISA: tuple[tuple[str, str], ...] = (
+    ("NEON", "asimd"), ("SVE", "sve"), ("SVE2", "sve2"), ("DOTPROD", "asimddp"), ("I8MM", "i8mm"),
+    ("BF16", "bf16"), ("SME", "sme"),
+)
+# "CPU implementer" codes of /proc/cpuinfo on ARM (from the Arm architecture reference manual).
+ARM_IMPLEMENTERS = {
+    0x41: "ARM", 0x42: "Broadcom", 0x43: "Cavium", 0x46: "Fujitsu", 0x48: "HiSilicon", 0x4E: "NVIDIA",
+    0x50: "APM", 0x51: "Qualcomm", 0x53: "Samsung", 0x61: "Apple", 0x69: "Intel", 0xC0: "Ampere",
+}
+_X86_ARCHES = ("x86_64", "amd64", "i386", "i686", "x86")
+CACHE_FORMAT = 1
+
+
+def cpu_identity(root: str = "/", slow: bool = False) -> dict[str, Any]:
+    """Describe the CPU: ``brand``, ``vendor``, ``arch``, ``isa`` (the kernel-relevant extensions
+    present, e.g. ["AVX", "AVX2", "FMA"]), ``isa_checked`` (every extension looked for on this arch,
+    so "AVX-512F not in isa" means absent), ``caches`` ({"L1d": bytes, ...}), ``source`` and
+    ``unknown`` ({field: reason}). ``slow=True`` also asks py-cpuinfo (cached per boot) and adds
+    ``hz_advertised``.
+    """
+    root = os.path.abspath(root)
+    info = copy.deepcopy(_fast(root))
+    real = root == "/"
+    if real and (slow or info["brand"] is None or "proc_cpuinfo" in info["unknown"]):
+        _merge_slow(info, _slow(root), slow)
+    info["unknown"].pop("proc_cpuinfo", None)
+    for name in ("brand", "vendor", "arch"):
+        if info[name] is None and name not in info["unknown"]:
+            info["unknown"][name] = "not in /proc/cpuinfo"
+    return info
+
+
+@lru_cache(maxsize=8)
+def _fast(root: str) -> dict[str, Any]:
+    unknown: dict[str, str] = {}
+    fields: dict[str, str] = {}
+    try:
+        fields = _first_processor(root)
+    except Unreadable as exc:
+        unknown["proc_cpuinfo"] = str(exc)
+        for name in ("brand", "vendor", "isa"):
+            unknown[name] = str(exc)
+    arch = os.uname().machine if root == "/" else _guess_arch(fields)
+    flags = fields.get("flags") or fields.get("features")
+    vendor = fields.get("vendor_id")
+    if vendor is None and "cpu implementer" in fields:
+        vendor = _arm_vendor(fields["cpu implementer"])
+    brand = fields.get("model name") or fields.get("hardware") or fields.get("cpu model")
+    caches = _caches(root, unknown)
+    info: dict[str, Any] = {
+        "brand": brand,
+        "vendor": vendor,
+        "arch": arch,
+        "isa": _isa(arch, flags.split() if flags else None),
+        "isa_checked": [name for name, _ in _isa_table(arch)] if flags else [],
+        "caches": caches,
+        "source": "/proc/cpuinfo + sysfs",
+        "unknown": unknown,
+    }
+    if flags is None and "proc_cpuinfo" not in unknown:
+        unknown["isa"] = "no flags/Features line in /proc/cpuinfo"
+    return info
+
+
+def _first_processor(root: str) -> dict[str, str]:
+    """The key/value lines of the first processor block; later blocks are not even generated."""
+    rel = "proc/cpuinfo"
+    try:
+        text = read_bytes(os.path.join(root, rel), stop=b"\n\n").decode("utf-8", "replace")
+    except OSError as exc:
+        raise Unreadable(f"cannot read {shown(rel)}: {exc.strerror or exc}") from None
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip().lower(), value.strip())
+    if not fields:
+        raise Unreadable(f"{shown(rel)} is empty")
+    # ARM lists the model name (when at all) and Hardware after the processor blocks
+    if "model name" not in fields and "\n\n" in text:
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip().lower() in ("model name", "hardware") and value.strip():
+                fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def _guess_arch(fields: dict[str, str]) -> str | None:
+    """The architecture a fake root's /proc/cpuinfo describes (the real root asks uname)."""
+    if "flags" in fields or "vendor_id" in fields:
+        return "x86_64" if "lm" in fields.get("flags", "").split() else "i686"
+    if "asimd" in fields.get("features", "").split() or fields.get("cpu architecture") == "8":
+        return "aarch64"
+    if "features" in fields or "cpu implementer" in fields:
+        return "arm"
+    return None
+
+
+def _arm_vendor(code: str) -> str | None:
+    try:
+        value = int(code, 0)
+    except ValueError:
+        return None
+    return ARM_IMPLEMENTERS.get(value, f"implementer {code}")
+
+
+def _isa_table(arch: str | None) -> tuple[tuple[str, str], ...]:
+    a = (arch or "").lower()
+    if a in _X86_ARCHES:
+        return X86_ISA
+    if a.startswith(("aarch64", "arm")):
+        return ARM_ISA
+    return ()
+
+
+def _isa(arch: str | None, flags: list[str] | None) -> list[str]:
+    """The extensions of the arch's table that ``flags`` has, in table order."""
+    if flags is None:
+        return []
+    have = {f.replace("_", "").lower() for f in flags}
+    if "neon" in have:
+        have.add("asimd")  # 32-bit ARM spells Advanced SIMD "neon"
+    return [name for name, flag in _isa_table(arch) if flag.replace("_", "") in have]
+
+
+_SIZE = re.compile(r"^(\d+)\s*([KMG]?)B?$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def _caches(root: str, unknown: dict[str, str]) -> dict[str, int]:
+    """Cache sizes in bytes of cpu0 by name: L1d, L1i, L2, L3 (and any other level listed)."""
+    rel = "sys/devices/system/cpu/cpu0/cache"
+    try:
+        names = sorted(n for n in os.listdir(os.path.join(root, rel)) if n.startswith("index"))
+    except OSError as exc:
+        unknown["caches"] = f"cannot list {shown(rel)}: {exc.strerror or exc}"
+        return {}
+    out: dict[str, int] = {}
+    for name in names:
+        base = f"{rel}/{name}"
+        try:
+            level, kind, size = (read(root, f"{base}/{f}") for f in ("level", "type", "size"))
+        except Unreadable as exc:
+            unknown["caches"] = str(exc)
+            continue
+        m = _SIZE.match(size)
+        if not level.isdigit() or m is None:
+            unknown["caches"] = f"unexpected content in {shown(base)}: level {level!r} size {size!r}"
+            continue
+        suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+        out[f"L{level}{suffix}"] = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    if not out and "caches" not in unknown:
+        unknown["caches"] = f"no cache described under {shown(rel)}"
+    return dict(sorted(out.items()))
+
+
+# --- py-cpuinfo, cached per boot ---------------------------------------------------------------------
+
+_SLOW_KEYS = ("brand_raw", "vendor_id_raw", "arch_string_raw", "flags", "hz_advertised_friendly")
+_memo: dict[str, dict[str, Any]] = {}
+
+
+def cache_dir() -> str:
+    """Where parinfo keeps per-boot caches: $XDG_CACHE_HOME/parinfo, default ~/.cache/parinfo."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "parinfo")
+
+
+def _boot_id(root: str) -> str | None:
+    try:
+        text = read(root, "proc/sys/kernel/random/boot_id")
+    except Unreadable:
+        return None
+    return text if re.fullmatch(r"[0-9a-fA-F-]{8,64}", text) else None
+
+
+def _slow(root: str) -> dict[str, Any]:
+    """py-cpuinfo's answer (only the keys parinfo uses), from memory, the per-boot file, or a call."""
+    boot = _boot_id(root)
+    key = boot or "no-boot-id"
+    if key in _memo:
+        return _memo[key]
+    path = os.path.join(cache_dir(), f"cpuinfo-{boot}.json") if boot else None
+    data = _load(path) if path else None
+    if data is None:
+        data = _call_py_cpuinfo()
+        if path and "error" not in data:
+            _store(path, data)
+    _memo[key] = data
+    return data
+
+
+def _call_py_cpuinfo() -> dict[str, Any]:
+    try:
+        import cpuinfo
+
+        raw = cpuinfo.get_cpu_info()
+    except Exception as exc:  # noqa: BLE001 - any failure of py-cpuinfo is an "unknown", not a crash
+        return {"format": CACHE_FORMAT, "error": f"py-cpuinfo failed: {exc}"}
+    data = {k: raw.get(k) for k in _SLOW_KEYS}
+    data["format"] = CACHE_FORMAT
+    return data
+
+
+def _load(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
+        return None
+    return data
+
+
+def _store(path: str, data: dict[str, Any]) -> None:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".cpuinfo-", dir=os.path.dirname(path))
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs the next process another py-cpuinfo call
+
+
+def _merge_slow(info: dict[str, Any], data: dict[str, Any], slow: bool) -> None:
+    if "error" in data:
+        if info["brand"] is None:
+            info["unknown"]["brand"] = data["error"]
+        return
+    used = False
+    for field_, key in (("brand", "brand_raw"), ("vendor", "vendor_id_raw"), ("arch", "arch_string_raw")):
+        if info[field_] is None and isinstance(data.get(key), str) and data[key]:
+            info[field_] = data[key]
+            info["unknown"].pop(field_, None)
+            used = True
+    if not info["isa_checked"] and isinstance(data.get("flags"), list):
+        info["isa"] = _isa(info["arch"], [str(f) for f in data["flags"]])
+        info["isa_checked"] = [name for name, _ in _isa_table(info["arch"])]
+        if info["isa_checked"]:
+            info["unknown"].pop("isa", None)
+            used = True
+    if slow:
+        info["hz_advertised"] = data.get("hz_advertised_friendly")
+        used = True
+    if used:
+        info["source"] += " + py-cpuinfo"

@@ -1,0 +1,297 @@
+"""Diagnostics: rules over the facts of a report, each with a stable id, a severity, one line, why, and the fix.
+
+Rules read the plain-dict sections of a report (the ``--json`` payload), so they can be tested on
+hand-made dictionaries and never touch the process themselves.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+SEVERITIES = ("info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong (or worth knowing) about the process's parallelism."""
+
+    id: str
+    severity: str
+    message: str
+    why: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def at_least(findings: list[Finding], severity: str) -> list[Finding]:
+    """The findings at ``severity`` or above."""
+    floor = SEVERITIES.index(severity)
+    return [f for f in findings if SEVERITIES.index(f.severity) >= floor]
+
+
+Rule = Callable[[dict[str, Any]], "list[Finding]"]
+_RULES: list[Rule] = []
+
+
+def _rule(fn: Rule) -> Rule:
+    _RULES.append(fn)
+    return fn
+
+
+def diagnose(sections: dict[str, Any]) -> list[Finding]:
+    """Run every rule over the report sections; errors first, then warnings, then infos."""
+    found: list[Finding] = []
+    for rule in _RULES:
+        found.extend(rule(sections))
+    return sorted(found, key=lambda f: -SEVERITIES.index(f.severity))
+
+
+# -- helpers over the sections ---------------------------------------------------------------
+
+def _usable(s: dict[str, Any]) -> int:
+    return int(s["machine"]["usable_cpus"])
+
+
+def _counts(s: dict[str, Any]) -> list[tuple[str, int]]:
+    """Every thread count in force: (who, count), for pools that can be busy at once."""
+    out: list[tuple[str, int]] = []
+    for row in s.get("settings", []):
+        count = row.get("count")
+        if isinstance(count, int):
+            out.append((row["library"], count))
+    return out
+
+
+def _openmp_libs(s: dict[str, Any]) -> set[str]:
+    return {p["library"] for p in s.get("pools", []) if p.get("user_api") == "openmp"}
+
+
+def _blas_pools(s: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in s.get("pools", []) if p.get("user_api") == "blas"]
+
+
+def _inter_intra_pairs(s: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(who, inter-op, intra-op) for frameworks whose inter-op tasks each open their own intra-op team.
+
+    parinfo's own runtime is not among them: its inter-op tasks share the one intra-op pool and the
+    native budget caps their native threads, so its defaults cannot oversubscribe this way.
+    """
+    pairs = []
+    torch = (s.get("frameworks") or {}).get("torch")
+    if torch and isinstance(torch.get("inter_op"), int) and isinstance(torch.get("intra_op"), int):
+        pairs.append(("torch", torch["inter_op"], torch["intra_op"]))
+    return pairs
+
+
+# -- rules -------------------------------------------------------------------------------------
+
+@_rule
+def _oversubscribed_interop(s: dict[str, Any]) -> list[Finding]:
+    usable = _usable(s)
+    out = []
+    for who, inter, intra in _inter_intra_pairs(s):
+        if inter > 1 and intra > 1 and inter * intra > usable:
+            out.append(Finding(
+                "oversubscribed-interop", "warning",
+                f"{who}: {inter} inter-op threads x {intra} intra-op threads = {inter * intra} "
+                f"threads can run at once on {usable} usable CPUs",
+                "every inter-op task that runs a parallel op opens its own team, so concurrent tasks "
+                "multiply the intra-op count and the threads fight for the CPUs",
+                f"keep inter-op x intra-op <= {usable}: e.g. intra-op {max(1, usable // inter)} with "
+                f"{inter} inter-op threads (parinfo apply throughput), or inter-op 1 (parinfo apply latency)",
+            ))
+    return out
+
+
+@_rule
+def _oversubscribed_pools(s: dict[str, Any]) -> list[Finding]:
+    """Several multi-threaded native pools that spin while idle can all be busy at once."""
+    usable = _usable(s)
+    spinning = [p for p in s.get("pools", [])
+                if isinstance(p.get("num_threads"), int) and p["num_threads"] > 1
+                and not p.get("duplicate_of")]
+    total = sum(p["num_threads"] for p in spinning)
+    if len(spinning) > 1 and total > 2 * usable:
+        names = ", ".join(f"{p['library']}={p['num_threads']}" for p in spinning)
+        return [Finding(
+            "oversubscribed-pools", "info",
+            f"{len(spinning)} native pools hold {total} threads for {usable} usable CPUs ({names})",
+            "pools used one after another are fine, but pools used at once (for example BLAS called "
+            "from inside an OpenMP region or from several Python threads) oversubscribe the CPUs",
+            "limit the pools you do not use in parallel to 1 thread (threadpoolctl.threadpool_limits, "
+            "or a parinfo profile)",
+        )]
+    return []
+
+
+@_rule
+def _above_quota_or_affinity(s: dict[str, Any]) -> list[Finding]:
+    m = s["machine"]
+    quota = m.get("quota")
+    affinity = len(m.get("affinity") or ()) or None
+    usable = _usable(s)
+    out = []
+    for who, count in _counts(s):
+        if quota is not None and count > usable:
+            out.append(Finding(
+                "count-above-quota", "warning",
+                f"{who} uses {count} threads but the cgroup CPU quota allows {quota:g} CPUs",
+                "threads beyond the quota are throttled by the kernel: the whole process stalls until the "
+                "next CFS period, which makes parallel code slower than with fewer threads",
+                f"set {who} to at most {usable} threads (parinfo apply container)",
+            ))
+        elif affinity is not None and count > usable:
+            out.append(Finding(
+                "count-above-usable", "warning",
+                f"{who} uses {count} threads but only {usable} CPUs are usable (affinity/cpuset)",
+                "extra threads share the allowed CPUs and wait for each other at every barrier",
+                f"set {who} to at most {usable} threads",
+            ))
+    return out
+
+
+@_rule
+def _above_physical(s: dict[str, Any]) -> list[Finding]:
+    m = s["machine"]
+    phys = m.get("usable_physical_cores")
+    if not m.get("smt") or not isinstance(phys, int):
+        return []
+    out = []
+    for who, count in _counts(s):
+        if phys < count <= _usable(s):
+            out.append(Finding(
+                "count-above-physical-cores", "info",
+                f"{who} uses {count} threads on {phys} usable physical cores (SMT on)",
+                "compute-bound kernels (GEMM, convolutions) rarely gain from SMT siblings and often lose",
+                f"try {phys} threads: parinfo tune measures both",
+            ))
+    return out
+
+
+@_rule
+def _invalid_variables(s: dict[str, Any]) -> list[Finding]:
+    out = []
+    for row in s.get("environment", []):
+        if row.get("value") is not None and row.get("valid") is False:
+            readers = ", ".join(row.get("readers") or ()) or "its readers"
+            out.append(Finding(
+                "invalid-variable", "warning",
+                f"{row['name']}={row['value']!r} is invalid: {row.get('problem')}",
+                f"{readers} ignore an invalid value silently (libgomp alone prints a warning) and fall "
+                "back to their defaults",
+                f"unset {row['name']} or give it a valid value",
+            ))
+    return out
+
+
+@_rule
+def _set_after_load(s: dict[str, Any]) -> list[Finding]:
+    loaded = {p["library"] for p in s.get("pools", [])}
+    torch = (s.get("frameworks") or {}).get("torch")
+    if torch:
+        loaded.add("torch")
+    families = {"libgomp", "libiomp", "libomp", "openblas", "mkl", "blis", "torch", "numexpr"}
+    out = []
+    for row in s.get("environment", []):
+        if not row.get("changed_after_launch"):
+            continue
+        hit = sorted(set(row.get("readers") or ()) & loaded & families)
+        if hit:
+            out.append(Finding(
+                "variable-after-load", "warning",
+                f"{row['name']} changed after launch ({row.get('launch_value')!r} -> {row.get('value')!r}) "
+                f"while {', '.join(hit)} already loaded",
+                "native libraries read their variables once, when they load: a later change is ignored "
+                "by them but seen by libraries that load afterwards (the import-order trap)",
+                f"set {row['name']} before starting Python (or before the first import), or use "
+                "parinfo.apply() / threadpoolctl to change loaded pools",
+            ))
+    return out
+
+
+@_rule
+def _several_openmp(s: dict[str, Any]) -> list[Finding]:
+    libs = _openmp_libs(s)
+    if {"libiomp", "libomp"} <= libs:
+        return [Finding(
+            "openmp-intel-llvm", "error",
+            "Intel libiomp and LLVM libomp are both loaded",
+            "the two runtimes share symbols: initialising both aborts with OMP Error #15, or hangs at "
+            "exit when KMP_DUPLICATE_LIB_OK is set",
+            "install packages built against one OpenMP runtime (for example all from conda-forge, or "
+            "all from PyPI wheels), or import only one of the libraries in this process",
+        )]
+    if len(libs) > 1:
+        return [Finding(
+            "several-openmp", "warning",
+            f"several OpenMP runtimes are loaded: {', '.join(sorted(libs))}",
+            "each runtime keeps its own thread team and settings, so limits set through one do not "
+            "reach the others and their threads compete",
+            "prefer packages that share one OpenMP runtime; limit each runtime with threadpoolctl",
+        )]
+    return []
+
+
+@_rule
+def _openmp_and_tbb(s: dict[str, Any]) -> list[Finding]:
+    has_tbb = any(p.get("library") == "tbb" for p in s.get("pools", []))
+    if has_tbb and _openmp_libs(s):
+        return [Finding(
+            "openmp-tbb-mixed", "warning",
+            "OpenMP and TBB are both loaded",
+            "the two schedulers do not know each other's threads; PyTorch's threading note strongly "
+            "recommends not mixing OpenMP and TBB within one build",
+            "use builds of your libraries that share one threading layer (e.g. MKL_THREADING_LAYER "
+            "matching the rest)",
+        )]
+    return []
+
+
+@_rule
+def _openblas_pthreads_with_openmp(s: dict[str, Any]) -> list[Finding]:
+    pthreads = [p for p in _blas_pools(s)
+                if p.get("internal_api") == "openblas" and p.get("threading_layer") == "pthreads"
+                and isinstance(p.get("num_threads"), int) and p["num_threads"] > 1]
+    omp = [p for p in s.get("pools", []) if p.get("user_api") == "openmp"
+           and isinstance(p.get("num_threads"), int) and p["num_threads"] > 1]
+    if pthreads and omp:
+        return [Finding(
+            "openblas-pthreads-with-openmp", "warning",
+            f"OpenBLAS with pthreads ({pthreads[0]['num_threads']} threads) is loaded beside an OpenMP "
+            f"runtime ({omp[0]['num_threads']} threads)",
+            "both keep their worker threads spinning after each call, so alternating BLAS and OpenMP work "
+            "makes them steal CPU time from each other",
+            "limit one of them to 1 thread while the other works, or set OMP_WAIT_POLICY=passive",
+        )]
+    return []
+
+
+@_rule
+def _kmp_duplicate(s: dict[str, Any]) -> list[Finding]:
+    for row in s.get("environment", []):
+        if row["name"] == "KMP_DUPLICATE_LIB_OK" and row.get("value") is not None:
+            return [Finding(
+                "kmp-duplicate-lib-ok", "warning",
+                f"KMP_DUPLICATE_LIB_OK={row['value']} is set",
+                "it silences Intel OpenMP's check for a second OpenMP runtime; the conflict stays and "
+                "may turn into wrong results, or a hang at exit",
+                "unset it and load a single OpenMP runtime",
+            )]
+    return []
+
+
+@_rule
+def _duplicate_copies(s: dict[str, Any]) -> list[Finding]:
+    dups = [p for p in s.get("pools", []) if p.get("duplicate_of")]
+    if not dups:
+        return []
+    libs = sorted({p["library"] for p in dups})
+    return [Finding(
+        "duplicate-runtime-copies", "info",
+        f"several copies of {', '.join(libs)} are loaded ({len(dups) + len(libs)} files)",
+        "each copy has its own pool and settings: a limit set through one copy does not reach the others",
+        "limit pools through threadpoolctl or parinfo (they reach every copy), not through one "
+        "library's own setter",
+    )]

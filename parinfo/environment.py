@@ -1,0 +1,112 @@
+"""The thread-steering environment variables of this process: now, at launch, valid or not, who reads them.
+
+Native libraries read their variables once, when they load. A variable changed after launch (an
+``os.environ`` edit) is therefore seen only by libraries loaded after the edit; the launch value comes
+from ``/proc/<pid>/environ`` (the file psutil's ``Process.environ()`` reads), which keeps the environment
+the process started with.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from parinfo._unknown import because
+from parinfo.envvars import THREAD_VARS, looks_thread_related, validate
+
+
+def launch_environment(pid: int | None = None) -> dict[str, str] | str:
+    """The environment process ``pid`` (default: this one) was launched with.
+
+    On Linux this is ``/proc/<pid>/environ``, the block the kernel copied at exec time, which later
+    ``os.environ`` edits do not touch (the file psutil's ``Process.environ()`` reads; read here
+    directly to keep psutil's import off ``parinfo show``'s path). Elsewhere psutil is asked.
+    Returns a dict, or a string "unknown (reason)" when it cannot be read (no permission, no procfs).
+    """
+    path = f"/proc/{'self' if pid is None else int(pid)}/environ"
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError as exc:
+        if os.path.isdir("/proc/self"):  # procfs is there: the process is not
+            return because(exc)
+        return _psutil_environ(pid)
+    except OSError as exc:
+        return because(exc)
+    env = {}
+    for item in raw.decode("utf-8", "surrogateescape").split("\0"):
+        name, sep, value = item.partition("=")
+        if sep and name:
+            env.setdefault(name, value)
+    return env
+
+
+def _psutil_environ(pid: int | None) -> dict[str, str] | str:
+    try:
+        import psutil
+
+        return dict(psutil.Process(pid).environ())
+    except Exception as exc:  # psutil raises AccessDenied, NoSuchProcess, OSError...
+        return because(exc)
+
+
+
+def environment_report(environ: Mapping[str, str] | None = None,
+                       launch_environ: Mapping[str, str] | str | None = None) -> list[dict]:
+    """One row per thread-steering variable: every variable of THREAD_VARS (set or not), then every
+    other set variable whose name looks thread-related (OMP_*, KMP_*, MKL_*, GOMP_*, OPENBLAS_*, ...).
+
+    ``environ`` defaults to ``os.environ``; ``launch_environ`` defaults to this process's launch
+    environment (:func:`launch_environment`); pass a string "unknown (reason)" when it is not known.
+
+    Keys of each row:
+
+    - ``name``: the variable.
+    - ``value``: its value now (str), or None when unset.
+    - ``launch_value``: its value when the process started (str), None when it was unset then, or
+      "unknown (reason)" when the launch environment cannot be read.
+    - ``changed_after_launch``: True when the value now differs from the launch value (set, changed
+      or removed after launch), False when equal, None when the launch value is unknown.
+    - ``valid``: True/False for a set variable whose syntax parinfo knows; None when unset or unchecked.
+    - ``problem``: why the value is invalid (one line), else None.
+    - ``readers``: the runtimes that read it (e.g. ["libgomp", "torch", "openblas"]); [] when unknown.
+    - ``summary``: what it controls, in a few words.
+    - ``known``: True when the variable is in parinfo's table (envvars.THREAD_VARS).
+    """
+    env = os.environ if environ is None else environ
+    launch = launch_environment() if launch_environ is None else launch_environ
+    launch_known = not isinstance(launch, str)
+
+    names = list(THREAD_VARS)
+    extra = sorted(n for n in env if n not in THREAD_VARS and looks_thread_related(n))
+    if launch_known:
+        extra_launch = {n for n in launch if n not in THREAD_VARS and looks_thread_related(n)}
+        extra = sorted(set(extra) | extra_launch)
+    names.extend(extra)
+
+    rows = []
+    for name in names:
+        value = env.get(name)
+        spec = THREAD_VARS.get(name)
+        if launch_known:
+            launch_value = launch.get(name)
+            changed: bool | None = launch_value != value
+        else:
+            launch_value = launch
+            changed = None
+        problem = validate(name, value) if value is not None else None
+        if value is None or spec is None:
+            valid = None
+        else:
+            valid = problem is None
+        rows.append({
+            "name": name,
+            "value": value,
+            "launch_value": launch_value,
+            "changed_after_launch": changed,
+            "valid": valid,
+            "problem": problem,
+            "readers": list(spec.readers) if spec else [],
+            "summary": spec.summary if spec else "not in parinfo's table; its name looks thread-related",
+            "known": spec is not None,
+        })
+    return rows

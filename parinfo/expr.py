@@ -1,0 +1,244 @@
+"""The count expression language of profiles: integers and machine facts with + - * // min max ( ).
+
+A small hand-written tokenizer and recursive-descent parser; nothing here ever calls eval or
+compiles Python. Length, token count and nesting depth are bounded so that a hostile profile
+cannot make parinfo slow or crash it.
+
+Grammar::
+
+    expr   := term (("+" | "-") term)*
+    term   := unary (("*" | "//") unary)*
+    unary  := "-" unary | atom
+    atom   := INT | NAME | ("min" | "max") "(" expr ("," expr)* ")" | "(" expr ")"
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_LENGTH = 200
+MAX_TOKENS = 100
+MAX_DEPTH = 16
+MAX_INT_DIGITS = 6
+FUNCTIONS = ("min", "max")
+
+
+class ExprError(ValueError):
+    """A malformed expression; ``column`` is 1-based inside the expression text."""
+
+    def __init__(self, message: str, column: int, fix: str | None = None) -> None:
+        self.message = message
+        self.column = column
+        self.fix = fix
+        super().__init__(f"column {column}: {message}")
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # int | name | op | end
+    text: str
+    start: int  # 0-based offset in the expression
+
+
+@dataclass(frozen=True)
+class Result:
+    """An evaluated expression: its value and the same text with the facts' numbers filled in."""
+
+    value: int
+    substituted: str
+    used: tuple[str, ...]
+
+
+_OPS = ("//", "+", "-", "*", "(", ")", ",")
+
+
+def tokenize(text: str) -> list[Token]:
+    """Split ``text`` into tokens; raise ExprError at the first character that cannot start one."""
+    if len(text) > MAX_LENGTH:
+        raise ExprError(f"expression is {len(text)} characters long; the limit is {MAX_LENGTH}", MAX_LENGTH + 1,
+                        "use a shorter expression")
+    tokens: list[Token] = []
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t":
+            i += 1
+            continue
+        if c.isascii() and c.isdigit():
+            j = i
+            while j < n and text[j].isascii() and text[j].isdigit():
+                j += 1
+            if j < n and text[j] == ".":
+                raise ExprError("counts are whole numbers; found a decimal point", j + 1,
+                                "use an integer, and // for division")
+            if j - i > MAX_INT_DIGITS:
+                raise ExprError(f"number {text[i:j]} is too large", i + 1, "use a count below 4096")
+            tokens.append(Token("int", text[i:j], i))
+            i = j
+        elif c.isascii() and (c.isalpha() or c == "_"):
+            j = i
+            while j < n and text[j].isascii() and (text[j].isalnum() or text[j] == "_"):
+                j += 1
+            tokens.append(Token("name", text[i:j], i))
+            i = j
+        else:
+            if text.startswith("**", i):
+                raise ExprError("'**' is not supported", i + 1, "use +, -, *, //, min, max and parentheses")
+            op = next((o for o in _OPS if text.startswith(o, i)), None)
+            if op is None:
+                if c == "/":
+                    raise ExprError("'/' is not supported; counts are whole numbers", i + 1, "use // for division")
+                raise ExprError(f"unexpected character {c!r}", i + 1,
+                                "use integers, machine facts, +, -, *, //, min, max and parentheses")
+            tokens.append(Token("op", op, i))
+            i += len(op)
+        if len(tokens) > MAX_TOKENS:
+            raise ExprError(f"expression has more than {MAX_TOKENS} tokens", i + 1, "use a shorter expression")
+    tokens.append(Token("end", "", n))
+    return tokens
+
+
+class _Parser:
+    def __init__(self, text: str, names: dict[str, int]) -> None:
+        self.text = text
+        self.names = names
+        self.tokens = tokenize(text)
+        self.pos = 0
+        self.depth = 0
+        self.used: list[str] = []
+
+    def peek(self) -> Token:
+        return self.tokens[self.pos]
+
+    def take(self) -> Token:
+        tok = self.tokens[self.pos]
+        self.pos += 1
+        return tok
+
+    def expect(self, text: str) -> Token:
+        tok = self.peek()
+        if tok.kind != "op" or tok.text != text:
+            raise ExprError(f"expected '{text}' but found {_describe(tok)}", tok.start + 1)
+        return self.take()
+
+    def enter(self, tok: Token) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ExprError(f"expression is nested more than {MAX_DEPTH} levels deep", tok.start + 1,
+                            "simplify the expression")
+
+    def parse(self) -> int:
+        if self.peek().kind == "end":
+            raise ExprError("empty expression", 1, "write an integer or an expression such as usable_cpus // 2")
+        value = self.expr()
+        tok = self.peek()
+        if tok.kind != "end":
+            raise ExprError(f"unexpected {_describe(tok)}", tok.start + 1,
+                            "join terms with +, -, *, // or write min(a, b)")
+        return value
+
+    def expr(self) -> int:
+        value = self.term()
+        while self.peek().kind == "op" and self.peek().text in ("+", "-"):
+            op = self.take().text
+            rhs = self.term()
+            value = value + rhs if op == "+" else value - rhs
+        return value
+
+    def term(self) -> int:
+        value = self.unary()
+        while self.peek().kind == "op" and self.peek().text in ("*", "//"):
+            tok = self.take()
+            rhs = self.unary()
+            if tok.text == "*":
+                value = value * rhs
+            else:
+                if rhs == 0:
+                    raise ExprError("division by zero", tok.start + 1, "divide by a fact or number that is at least 1")
+                value = value // rhs
+        return value
+
+    def unary(self) -> int:
+        tok = self.peek()
+        if tok.kind == "op" and tok.text == "-":
+            self.take()
+            self.enter(tok)
+            value = -self.unary()
+            self.depth -= 1
+            return value
+        return self.atom()
+
+    def atom(self) -> int:
+        tok = self.take()
+        if tok.kind == "int":
+            return int(tok.text)
+        if tok.kind == "name":
+            if tok.text in FUNCTIONS:
+                return self.call(tok)
+            if tok.text not in self.names:
+                raise ExprError(f"unknown name '{tok.text}'", tok.start + 1, _suggest(tok.text, self.names))
+            self.used.append(tok.text)
+            return self.names[tok.text]
+        if tok.kind == "op" and tok.text == "(":
+            self.enter(tok)
+            value = self.expr()
+            self.expect(")")
+            self.depth -= 1
+            return value
+        if tok.kind == "end":
+            raise ExprError("expression ends too early", tok.start + 1, "complete the expression")
+        raise ExprError(f"unexpected {_describe(tok)}", tok.start + 1)
+
+    def call(self, name: Token) -> int:
+        nxt = self.peek()
+        if nxt.kind != "op" or nxt.text != "(":
+            raise ExprError(f"'{name.text}' needs arguments in parentheses", name.start + 1,
+                            f"write {name.text}(a, b)")
+        self.take()
+        self.enter(name)
+        args = [self.expr()]
+        while self.peek().kind == "op" and self.peek().text == ",":
+            self.take()
+            args.append(self.expr())
+        self.expect(")")
+        self.depth -= 1
+        if len(args) < 2:
+            raise ExprError(f"'{name.text}' needs at least two arguments", name.start + 1,
+                            f"write {name.text}(a, b)")
+        return min(args) if name.text == "min" else max(args)
+
+
+def _describe(tok: Token) -> str:
+    if tok.kind == "end":
+        return "the end of the expression"
+    return f"'{tok.text}'"
+
+
+def _suggest(name: str, names: dict[str, int]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names) + list(FUNCTIONS), n=1)
+    known = ", ".join(sorted(names))
+    if close:
+        return f"did you mean '{close[0]}'? known names: {known}"
+    return f"known names: {known}"
+
+
+def check(text: str, names: dict[str, int] | list[str] | tuple[str, ...]) -> None:
+    """Parse ``text`` against the known names without caring about the numbers (validation time)."""
+    evaluate(text, {k: 1 for k in names})
+
+
+def evaluate(text: str, names: dict[str, int]) -> Result:
+    """Evaluate ``text`` with the integer values of ``names``; raise ExprError on any fault."""
+    parser = _Parser(text, names)
+    value = parser.parse()
+    pieces: list[str] = []
+    last = 0
+    for tok in parser.tokens:
+        if tok.kind == "name" and tok.text in names and tok.text not in FUNCTIONS:
+            pieces.append(text[last:tok.start])
+            pieces.append(str(names[tok.text]))
+            last = tok.start + len(tok.text)
+    pieces.append(text[last:])
+    return Result(value, "".join(pieces).strip(), tuple(dict.fromkeys(parser.used)))

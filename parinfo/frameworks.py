@@ -1,0 +1,146 @@
+"""Frameworks with thread pools of their own: torch's intra-op and inter-op pools.
+
+torch is read only when it is already imported (or the caller asks for it): importing it costs
+seconds and starts its runtime, which a report must never do behind the user's back.
+"""
+from __future__ import annotations
+
+import re
+import sys
+
+from parinfo.threads import live_threads
+
+# c10::ThreadPool names its workers "PTThreadPool"; older builds used "pt_thread_pool".
+_POOL_THREAD_NAMES = ("ptthreadpool", "pt_thread_pool")
+
+
+def parallel_info_text() -> str | None:
+    """``torch.__config__.parallel_info()`` when torch is imported, else None (never imports torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "__config__"):
+        return None
+    return torch.__config__.parallel_info()
+
+
+def parse_parallel_info(text: str) -> dict:
+    """Pick the facts out of torch's parallel_info() text (lines that are absent give None).
+
+    Keys: intra_op, inter_op, omp_max_threads, mkl_max_threads, hardware_concurrency (ints),
+    openmp ("201511 (a.k.a. OpenMP 4.5)"), mkl_version ("2024.2"), mkl_line (the whole MKL line),
+    mkldnn_version ("3.12.0"), aten_backend ("OpenMP", "native thread pool", "TBB"),
+    env ({variable: value as torch printed it, "[not set]" included}).
+    """
+    def num(pattern: str) -> int | None:
+        m = re.search(pattern + r"\s*:\s*(\d+)", text)
+        return int(m.group(1)) if m else None
+
+    out: dict = {
+        "intra_op": num(r"at::get_num_threads\(\)"),
+        "inter_op": num(r"at::get_num_interop_threads\(\)"),
+        "omp_max_threads": num(r"omp_get_max_threads\(\)"),
+        "mkl_max_threads": num(r"mkl_get_max_threads\(\)"),
+        "hardware_concurrency": num(r"hardware_concurrency\(\)"),
+    }
+    m = re.search(r"^OpenMP (\d+.*)$", text, re.MULTILINE)
+    out["openmp"] = m.group(1).strip() if m else None
+    m = re.search(r"^(.*Math Kernel Library.*)$", text, re.MULTILINE)
+    out["mkl_line"] = m.group(1).strip() if m else None
+    v = re.search(r"Version ([\d.]+)", out["mkl_line"] or "")
+    out["mkl_version"] = v.group(1).rstrip(".") if v else None
+    m = re.search(r"MKL-DNN v([\w.]+)", text)
+    out["mkldnn_version"] = m.group(1) if m else None
+    m = re.search(r"^ATen parallel backend:\s*(.+)$", text, re.MULTILINE)
+    out["aten_backend"] = m.group(1).strip() if m else None
+    env = {}
+    section = text.split("Environment variables:", 1)
+    if len(section) == 2:
+        for line in section[1].splitlines():
+            m = re.match(r"^\s+([A-Z_][A-Z0-9_]*)\s*:\s*(.*)$", line)
+            if m:
+                env[m.group(1)] = m.group(2).strip()
+            elif line.strip() and not line.startswith((" ", "\t")):
+                break
+    out["env"] = env
+    return out
+
+
+def torch_pool_threads(threads: dict | None = None) -> int | str:
+    """How many OS threads are torch pool workers (named PTThreadPool), or "unknown (reason)"."""
+    threads = live_threads() if threads is None else threads
+    if isinstance(threads["count"], str):
+        return threads["count"]
+    return sum(1 for t in threads["threads"] if t["name"].lower() in _POOL_THREAD_NAMES)
+
+
+def torch_info(import_if_missing: bool = False) -> dict | None:
+    """torch's thread settings, or None when torch is not imported and ``import_if_missing`` is False.
+
+    Everything is read through getters that change nothing (``get_num_interop_threads()`` does not
+    start the inter-op pool; ``set_num_interop_threads`` stays allowed afterwards). Keys:
+
+    - ``version``: torch.__version__.
+    - ``intra_op``: torch.get_num_threads() (in the calling thread: the OpenMP count is per thread).
+    - ``inter_op``: torch.get_num_interop_threads().
+    - ``aten_backend``: "OpenMP", "TBB" or "native thread pool" (from parallel_info()).
+    - ``openmp``: the OpenMP version line, e.g. "201511 (a.k.a. OpenMP 4.5)", or None.
+    - ``omp_max_threads`` / ``mkl_max_threads``: omp_get_max_threads() / mkl_get_max_threads() as
+      parallel_info() prints them, or None.
+    - ``mkl_available``: torch.backends.mkl.is_available().
+    - ``mkl_version``: e.g. "2024.2", or None; ``mkl_line``: the whole MKL line, or None.
+    - ``mkldnn_available``: torch.backends.mkldnn.is_available(); ``mkldnn_version`` (oneDNN), e.g. "3.12.0".
+    - ``hardware_concurrency``: std::thread::hardware_concurrency(), the inter-op default.
+    - ``pool_threads``: OS threads named PTThreadPool now (int), or "unknown (reason)".
+    - ``interop_started``: True/False, or "unknown (reason)". With the OpenMP (or TBB) backend only the
+      inter-op pool names its workers PTThreadPool, so any such thread means it has started; with the
+      native backend the intra-op pool uses the same name, so only zero threads is conclusive.
+    - ``env``: the variables parallel_info() lists, as it prints them.
+    - ``parallel_info_text``: torch.__config__.parallel_info(), verbatim.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        if not import_if_missing:
+            return None
+        import torch  # noqa: PLC0415 - asked for explicitly
+
+    text = torch.__config__.parallel_info()
+    parsed = parse_parallel_info(text)
+    pool_threads = torch_pool_threads()
+    backend = parsed["aten_backend"]
+    started: bool | str
+    if isinstance(pool_threads, str):
+        started = pool_threads
+    elif pool_threads == 0:
+        started = False
+    elif backend and "native" in backend.lower():
+        started = ("unknown (native thread pool backend: intra-op and inter-op workers share the "
+                   f"name PTThreadPool; {pool_threads} such threads)")
+    else:
+        started = True
+
+    def flag(path: str) -> bool | None:
+        obj = torch.backends
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                return None
+        return bool(obj())
+
+    return {
+        "version": str(torch.__version__),
+        "intra_op": torch.get_num_threads(),
+        "inter_op": torch.get_num_interop_threads(),
+        "aten_backend": backend,
+        "openmp": parsed["openmp"],
+        "omp_max_threads": parsed["omp_max_threads"],
+        "mkl_max_threads": parsed["mkl_max_threads"],
+        "mkl_available": flag("mkl.is_available"),
+        "mkl_version": parsed["mkl_version"],
+        "mkl_line": parsed["mkl_line"],
+        "mkldnn_available": flag("mkldnn.is_available"),
+        "mkldnn_version": parsed["mkldnn_version"],
+        "hardware_concurrency": parsed["hardware_concurrency"],
+        "pool_threads": pool_threads,
+        "interop_started": started,
+        "env": parsed["env"],
+        "parallel_info_text": text,
+    }

@@ -1,0 +1,403 @@
+"""Put a resolved Plan in force in a launched program, or across N pinned instances.
+
+One process: the environment is built (the plan's variables, never overriding what the user set
+unless ``force``), the CPU affinity is applied, and the command replaces this process (exec), so its
+exit code and signals need no relaying. Python children also get a start-up hook (parinfo/_hook/)
+that sets torch's counts as soon as torch is imported and reports counts that are not in force.
+
+Instances: N children, each pinned to its own CPUs with its own counts and ``PARINFO_INSTANCE``;
+their output is prefixed ``[i] `` line by line, signals are forwarded to all of them, and the exit
+code is that of the first instance that failed.
+
+This module is on the start-up path of ``parinfo apply P -- CMD``: it imports only os, sys and
+signal at module level; subprocess and selectors are loaded for instances only.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from parinfo.errors import ApplyError, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import subprocess
+
+    from parinfo.plan import InstancePlan, Plan
+
+HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")
+HOOK_VAR = "_PARINFO_HOOK"
+# torch's intra-op default reads these; when the user's own value stays in force, torch follows it.
+TORCH_INTRA_VARS = ("MKL_NUM_THREADS", "OMP_NUM_THREADS")
+FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+
+
+@dataclass(frozen=True)
+class ChildEnv:
+    """The environment of one launched process and what was decided on the way.
+
+    ``kept`` and ``overridden`` hold (name, user value, plan value) for variables the user had set
+    to another value; ``torch_intra`` is None when torch is left to the user's own variable.
+    """
+
+    env: dict[str, str]
+    kept: tuple[tuple[str, str, str], ...]
+    overridden: tuple[tuple[str, str, str], ...]
+    torch_intra: int | None
+    torch_inter: int
+    cpus: tuple[int, ...] | None
+
+    def messages(self, profile: str) -> list[str]:
+        """One line per variable kept from (or overriding) the user's environment."""
+        lines = [f"parinfo: keeping {n}={u!r} from your environment{_invalid_note(n, u)}; "
+                 f"profile {profile} sets {p!r} (--force overrides)" for n, u, p in self.kept]
+        lines += [f"parinfo: overriding {n}={u!r} from your environment with profile {profile}'s {p!r} "
+                  f"(--force)" for n, u, p in self.overridden]
+        return lines
+
+
+def _invalid_note(name: str, value: str) -> str:
+    from parinfo.envvars import validate
+
+    problem = validate(name, value)
+    return f" (invalid: {problem}, so libraries ignore it)" if problem else ""
+
+
+def _torch_counts(plan: Plan, instance: InstancePlan | None) -> tuple[int, int]:
+    if instance is not None:
+        return instance.intra_op, instance.inter_op
+    torch = plan.libraries.get("torch")
+    return (torch.value if torch is not None else plan.intra_op.value), plan.inter_op.value
+
+
+def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
+                  instance: InstancePlan | None = None, instances: int = 0) -> ChildEnv:
+    """The environment for a process launched under ``plan`` (or one of its instances).
+
+    ``base`` is the launching environment: a variable already set there to another value is kept
+    unless ``force`` (one set by an enclosing ``parinfo apply`` is not the user's, and is replaced).
+    PARINFO_PROFILE (and PARINFO_INSTANCE/PARINFO_INSTANCES for an instance) are always set; the
+    start-up hook's directory is put first on PYTHONPATH. An instance's ``env`` is laid over the
+    plan's; its ``intra_op``/``inter_op`` give PARINFO_NUM_THREADS/PARINFO_NUM_INTEROP_THREADS and
+    torch's counts.
+    """
+    wanted = dict(plan.env)
+    if instance is not None:
+        # The instance's own fields decide parinfo's counts unless its env says otherwise.
+        wanted["PARINFO_NUM_THREADS"] = str(instance.intra_op)
+        wanted["PARINFO_NUM_INTEROP_THREADS"] = str(instance.inter_op)
+        wanted.update(instance.env)
+    env = dict(base)
+    from_parinfo = _set_by_outer_launch(base)
+    kept: list[tuple[str, str, str]] = []
+    overridden: list[tuple[str, str, str]] = []
+    watch: list[str] = []
+    for name, value in wanted.items():
+        value = str(value)
+        user = base.get(name)
+        if user is not None and user != value and name not in from_parinfo:
+            if not force:
+                kept.append((name, user, value))
+                continue
+            overridden.append((name, user, value))
+        env[name] = value
+        watch.append(name)
+    env["PARINFO_PROFILE"] = plan.name
+    if instance is not None:
+        env["PARINFO_INSTANCE"] = str(instance.index)
+        env["PARINFO_INSTANCES"] = str(instances)
+    intra, inter = _torch_counts(plan, instance)
+    users_own = {n for n, _, _ in kept} | {n for n in TORCH_INTRA_VARS
+                                            if n in base and n not in wanted and n not in from_parinfo}
+    torch_intra = None if users_own.intersection(TORCH_INTRA_VARS) else intra
+    env[HOOK_VAR] = f"1 intra={torch_intra or '-'} inter={inter} watch={','.join(watch)}"
+    user_path = base.get("PYTHONPATH", "")
+    paths = [p for p in user_path.split(os.pathsep) if p != HOOK_DIR] if user_path else []  # "" means cwd
+    env["PYTHONPATH"] = os.pathsep.join([HOOK_DIR, *paths])
+    cpus = instance.cpus if instance is not None else plan.affinity
+    return ChildEnv(env, tuple(kept), tuple(overridden), torch_intra, inter,
+                    tuple(cpus) if cpus else None)
+
+
+def _set_by_outer_launch(base: Mapping[str, str]) -> frozenset[str]:
+    """Variables an enclosing ``parinfo apply`` set (its hook's watch list): not the user's choice,
+    so a nested launch replaces them without comment."""
+    for field in base.get(HOOK_VAR, "").split()[1:]:
+        if field.startswith("watch="):
+            return frozenset(n for n in field[len("watch="):].split(",") if n)
+    return frozenset()
+
+
+def _check_cpus(cpus: Sequence[int], what: str) -> None:
+    allowed = os.sched_getaffinity(0)
+    outside = sorted(set(cpus) - allowed)
+    if outside:
+        raise ApplyError(f"{what} asks for CPUs {_cpu_list(outside)} outside the CPUs this process may use "
+                         f"({_cpu_list(sorted(allowed))}); resolve the profile where it runs, or widen the "
+                         f"affinity (taskset) first")
+
+
+def _cpu_list(cpus: Sequence[int]) -> str:
+    return ",".join(str(c) for c in cpus)
+
+
+def _exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: the code, or 128+N when killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _not_started(command: Sequence[str], exc: OSError) -> int:
+    if isinstance(exc, FileNotFoundError):
+        print(f"parinfo: error: command not found: {command[0]}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    print(f"parinfo: error: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+    return EXIT_NOT_EXECUTABLE
+
+
+def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace: bool = True) -> int:
+    """Run ``command`` (no shell) with ``plan`` in force; return the exit code to exit with.
+
+    One process with ``replace`` (the default, what ``parinfo apply P -- CMD`` does): this process
+    becomes the command (exec), so the return happens only when it cannot start: 127 when the
+    command is not found, 126 when it cannot be executed. With ``replace=False`` the command runs
+    as a child; signals sent to this process are relayed and its exit status is returned.
+    With ``plan.instances``: see :func:`run_instances`.
+    """
+    command = list(command)
+    if not command:
+        raise UsageError("no command to run: give it after --, e.g. parinfo apply latency -- python train.py")
+    if plan.instances:
+        return run_instances(plan, command, force=force)
+    child = child_environ(plan, os.environ, force=force)
+    if child.cpus is not None:
+        _check_cpus(child.cpus, f"profile {plan.name}'s affinity")
+    for line in child.messages(plan.name):
+        print(line, file=sys.stderr)
+    if replace:
+        return _exec(command, child)
+    return _run_child(command, child)
+
+
+def _exec(command: list[str], child: ChildEnv) -> int:
+    before = os.sched_getaffinity(0)
+    if child.cpus is not None:
+        os.sched_setaffinity(0, child.cpus)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    # Python ignores SIGPIPE and SIGXFSZ; ignored signals survive exec, so give the command defaults.
+    saved = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGPIPE, signal.SIGXFSZ)}
+    try:
+        os.execvpe(command[0], command, child.env)
+    except OSError as exc:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        os.sched_setaffinity(0, before)
+        return _not_started(command, exc)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _spawn(command: list[str], child: ChildEnv, **kw) -> subprocess.Popen:
+    """Start one child pinned to ``child.cpus``: it inherits this process's affinity, set around Popen."""
+    import subprocess
+
+    before = os.sched_getaffinity(0)
+    if child.cpus is not None:
+        os.sched_setaffinity(0, child.cpus)
+    try:
+        return subprocess.Popen(command, env=child.env, **kw)
+    finally:
+        if child.cpus is not None:
+            os.sched_setaffinity(0, before)
+
+
+class _Relay:
+    """Forwards the signals this process receives to its children while installed."""
+
+    def __init__(self, send) -> None:
+        self.send = send
+        self.saved: dict[int, object] = {}
+
+    def __enter__(self) -> _Relay:
+        for name in FORWARDED_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                self.saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.send(signum)
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+
+
+def _terminal_already_signals_child() -> bool:
+    """True when a terminal's ^C/^\\ reaches our children directly (same foreground process group)."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _run_child(command: list[str], child: ChildEnv) -> int:
+    try:
+        proc = _spawn(command, child)
+    except OSError as exc:
+        return _not_started(command, exc)
+    from_terminal = _terminal_already_signals_child()
+
+    def send(signum: int) -> None:
+        if from_terminal and signum in (signal.SIGINT, signal.SIGQUIT):
+            return  # the terminal sent it to the child too; a second copy would interrupt its clean-up
+        try:
+            proc.send_signal(signum)
+        except OSError:
+            pass
+
+    with _Relay(send):
+        return _exit_status(proc.wait())
+
+
+def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) -> int:
+    """Run one copy of ``command`` per ``plan.instances`` entry, each pinned and with its own counts.
+
+    Each instance gets PARINFO_INSTANCE=i and PARINFO_INSTANCES=N, stdin from /dev/null (N copies
+    cannot share a terminal), and its own process group, so signals reach it only through this
+    launcher, which forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to every instance.
+    Every line the instances write is prefixed ``[i] `` on this process's stdout or stderr.
+    Returns 0 when all succeed, else the exit status of the first instance that failed; the others
+    are left to finish.
+    """
+    import subprocess
+
+    command = list(command)
+    n = len(plan.instances)
+    children = [child_environ(plan, os.environ, force=force, instance=inst, instances=n)
+                for inst in plan.instances]
+    for inst, child in zip(plan.instances, children):
+        if child.cpus is not None:
+            _check_cpus(child.cpus, f"instance {inst.index} of profile {plan.name}")
+    seen: set[str] = set()
+    for child in children:
+        for line in child.messages(plan.name):
+            if line not in seen:
+                seen.add(line)
+                print(line, file=sys.stderr)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    procs: list[tuple[int, subprocess.Popen]] = []
+
+    def send(signum: int) -> None:
+        for _, proc in procs:
+            if proc.returncode is None:
+                try:
+                    os.killpg(proc.pid, signum)
+                except OSError:
+                    pass
+
+    with _Relay(send):
+        try:
+            for inst, child in zip(plan.instances, children):
+                try:
+                    proc = _spawn(command, child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True)
+                except OSError as exc:
+                    send(signal.SIGTERM)
+                    for _, started in procs:
+                        started.wait()
+                    return _not_started(command, exc)
+                procs.append((inst.index, proc))
+            return _supervise(procs)
+        finally:
+            for _, proc in procs:
+                if proc.returncode is None:  # only after an unexpected error: leave no orphans
+                    proc.kill()
+                    proc.wait()
+
+
+def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
+    """Relay prefixed output until every instance has exited; the first failure's status."""
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    pending: dict[int, bytes] = {}
+    exact = True  # every exit is seen through a pidfd; else poll every 50 ms
+    for index, proc in procs:
+        prefix = f"[{index}] ".encode()
+        for pipe, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+            os.set_blocking(pipe.fileno(), False)
+            sel.register(pipe, selectors.EVENT_READ, ("out", prefix, out))
+            pending[pipe.fileno()] = b""
+        pidfd = _pidfd(proc.pid)
+        if pidfd is None:
+            exact = False
+        else:
+            sel.register(pidfd, selectors.EVENT_READ, ("exit", proc))
+    first_failure = 0
+    running = {proc.pid for _, proc in procs}
+
+    def reap(proc: subprocess.Popen) -> None:
+        nonlocal first_failure
+        if proc.pid in running and proc.poll() is not None:
+            running.discard(proc.pid)
+            status = _exit_status(proc.returncode)
+            if status and not first_failure:
+                first_failure = status
+
+    while sel.get_map():
+        for key, _ in sel.select(None if exact else 0.05):
+            if key.data[0] == "exit":
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                key.data[1].wait()
+                reap(key.data[1])
+                continue
+            _, prefix, out = key.data
+            try:
+                data = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            if data:
+                lines = (pending[key.fd] + data).split(b"\n")
+                pending[key.fd] = lines.pop()
+                if lines:
+                    _write(out, b"".join(prefix + line + b"\n" for line in lines))
+            else:
+                sel.unregister(key.fileobj)
+                if pending[key.fd]:
+                    _write(out, prefix + pending[key.fd] + b"\n")
+                key.fileobj.close()
+        if not exact:
+            for _, proc in procs:
+                reap(proc)
+    sel.close()
+    for _, proc in procs:  # output closed before exit: wait in start order
+        proc.wait()
+        reap(proc)
+    return first_failure
+
+
+def _pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return opener(pid)
+    except OSError:
+        return None
+
+
+def _write(stream, data: bytes) -> None:
+    try:
+        stream.buffer.write(data)
+        stream.buffer.flush()
+    except (OSError, ValueError, AttributeError):
+        pass  # a closed or odd stream: keep draining the children so they never block

@@ -1,0 +1,338 @@
+"""The native thread pools loaded in this process, and their threading layers.
+
+threadpoolctl finds the BLAS and OpenMP libraries it can control. What it cannot see comes from the
+process's loaded objects (``/proc/self/maps``, read once): TBB, runtimes it has no controller for,
+several copies of one runtime (numpy's and scipy's OpenBLAS), and MKL linked statically into torch.
+Inspecting changes nothing: no count is set to probe a pool (``debugging_info`` stays off).
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from parinfo._unknown import describe
+
+# Library families, by the start of a loaded file's name: (prefix, library, user_api, internal_api).
+_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
+    ("libgomp", "libgomp", "openmp", "openmp"),
+    ("libiomp", "libiomp", "openmp", "openmp"),
+    ("libomp", "libomp", "openmp", "openmp"),
+    ("libopenblas", "openblas", "blas", "openblas"),
+    ("libscipy_openblas", "openblas", "blas", "openblas"),
+    ("libmkl_rt", "mkl", "blas", "mkl"),
+    ("libblis", "blis", "blas", "blis"),
+    ("libflexiblas", "flexiblas", "blas", "flexiblas"),
+    ("libtbb", "tbb", "tbb", "tbb"),
+)
+# Not runtimes of their own: TBB's allocator and hwloc binding, OpenMP offload plugins.
+_NOT_RUNTIMES = ("libtbbmalloc", "libtbbbind", "libomptarget")
+# MKL's threading layer, told by which of its layer libraries is loaded.
+_MKL_LAYERS = (("libmkl_intel_thread", "intel"), ("libmkl_gnu_thread", "gnu"),
+               ("libmkl_tbb_thread", "tbb"), ("libmkl_sequential", "sequential"))
+_OPENMP_VENDORS = {"libgomp": "GNU libgomp", "libiomp": "Intel libiomp", "libomp": "LLVM libomp"}
+# Wheel folders that are not the distribution's import name.
+_OWNER_ALIASES = {"sklearn": "scikit-learn", "scikit_learn": "scikit-learn", "torch_cpu": "torch"}
+
+ROW_KEYS = ("library", "user_api", "internal_api", "filepath", "prefix", "version", "num_threads",
+            "threading_layer", "architecture", "owner", "seen_by", "duplicate_of", "copies", "note")
+
+
+def loaded_objects(maps_text: str | None = None) -> list[str]:
+    """Paths of the shared objects mapped into this process, in first-seen order, each once.
+
+    ``maps_text`` replaces the content of /proc/self/maps (for tests). Returns [] when it cannot be read.
+    """
+    if maps_text is None:
+        try:
+            with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+                maps_text = fh.read()
+        except OSError:
+            return []
+    seen: dict[str, None] = {}
+    for line in maps_text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6:
+            path = parts[5].strip()
+            if path.startswith("/") and ".so" in path and path not in seen:
+                seen[path] = None
+    return list(seen)
+
+
+def classify(path: str) -> tuple[str, str, str] | None:
+    """(library, user_api, internal_api) of a runtime file, or None when the file is not one."""
+    base = os.path.basename(path).lower()
+    if base.startswith(_NOT_RUNTIMES):
+        return None
+    for prefix, library, user_api, internal_api in _FAMILIES:
+        if base.startswith(prefix):
+            return library, user_api, internal_api
+    return None
+
+
+def owner_of(path: str) -> str:
+    """The package a library file ships in, from its path: numpy, scipy, torch, scikit-learn... ;
+    "system" for files under /usr or /lib, "unknown" otherwise."""
+    parts = path.split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in ("site-packages", "dist-packages") and i + 1 < len(parts) - 1:
+            top = parts[i + 1]
+            top = top[:-5] if top.endswith(".libs") else top
+            return _OWNER_ALIASES.get(top, top)
+    if path.startswith(("/usr/", "/lib/", "/lib64/")):
+        return "system"
+    if "/lib/" in path:  # a conda or venv prefix: name the environment's folder
+        return "environment " + path.split("/lib/", 1)[0]
+    return "unknown"
+
+
+def _tpc_rows() -> list[dict]:
+    from parinfo._tpc import threadpoolctl
+
+    rows = []
+    for info in threadpoolctl().threadpool_info():
+        prefix = info.get("prefix") or ""
+        fam = classify(info.get("filepath") or "") or classify(prefix)
+        library = fam[0] if fam else (info.get("internal_api") or prefix)
+        path = info.get("filepath")
+        rows.append({
+            "library": library,
+            "user_api": info.get("user_api"),
+            "internal_api": info.get("internal_api"),
+            "filepath": path,
+            "prefix": prefix,
+            "version": info.get("version"),
+            "num_threads": info.get("num_threads"),
+            "threading_layer": info.get("threading_layer"),
+            "architecture": info.get("architecture"),
+            "owner": owner_of(path or ""),
+            "seen_by": "threadpoolctl",
+            "duplicate_of": None,
+            "copies": 1,
+            "note": None,
+        })
+    return rows
+
+
+def _object_row(path: str, library: str, user_api: str, internal_api: str, note: str) -> dict:
+    base = os.path.basename(path)
+    return {
+        "library": library,
+        "user_api": user_api,
+        "internal_api": internal_api,
+        "filepath": path,
+        "prefix": re.split(r"[.-]", base, maxsplit=1)[0],
+        "version": None,
+        "num_threads": None,
+        "threading_layer": None,
+        "architecture": None,
+        "owner": owner_of(path),
+        "seen_by": "loaded objects",
+        "duplicate_of": None,
+        "copies": 1,
+        "note": note,
+    }
+
+
+def _mkl_layer(objects: list[str]) -> str | None:
+    for path in objects:
+        base = os.path.basename(path).lower()
+        for prefix, layer in _MKL_LAYERS:
+            if base.startswith(prefix):
+                return layer
+    return None
+
+
+def _torch_mkl_row(objects: list[str], rows: list[dict]) -> dict | None:
+    """A row for MKL linked inside libtorch_cpu, when torch is imported and reports MKL."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.backends.mkl.is_available():
+            return None
+    except Exception:  # a torch without backends.mkl, or one still importing
+        return None
+    if any(r["library"] == "mkl" and r["owner"] == "torch" for r in rows):
+        return None  # a torch build with a separate libmkl_rt: threadpoolctl already shows it
+    lib = next((p for p in objects if os.path.basename(p).startswith("libtorch_cpu")), None)
+    if lib is None:
+        return None
+    from parinfo.frameworks import parallel_info_text, parse_parallel_info
+
+    parsed = parse_parallel_info(parallel_info_text() or "")
+    row = _object_row(lib, "mkl", "blas", "mkl",
+                      "MKL linked into libtorch_cpu; count is mkl_get_max_threads() from "
+                      "torch.__config__.parallel_info(), which changes nothing")
+    row["prefix"] = "libtorch_cpu"
+    row["owner"] = "torch"
+    row["version"] = parsed["mkl_version"]
+    row["num_threads"] = parsed["mkl_max_threads"]
+    layer = _mkl_layer(objects)
+    if layer is None and (parsed["aten_backend"] or "").lower() == "openmp":
+        vendors = {r["library"] for r in rows if r["user_api"] == "openmp" and r["owner"] == "torch"}
+        if vendors == {"libgomp"}:
+            layer = "gnu"
+            row["note"] += "; layer inferred from torch's OpenMP runtime (GNU libgomp)"
+        elif vendors == {"libiomp"}:
+            layer = "intel"
+            row["note"] += "; layer inferred from torch's OpenMP runtime (Intel libiomp)"
+    row["threading_layer"] = layer
+    return row
+
+
+_TBB_MAX_CONCURRENCY = "_ZN3tbb6detail2r115max_concurrencyEPKNS0_2d115task_arena_baseE"
+_TBB_ACTIVE_VALUE = "_ZN3tbb6detail2r127global_control_active_valueEi"
+
+
+def _tbb_facts(path: str) -> tuple[str | None, int | None]:
+    """TBB's version and its thread count for the calling thread, through oneTBB's getters.
+
+    The count is ``this_task_arena::max_concurrency()`` limited by the active
+    ``global_control(max_allowed_parallelism)``; both only read state. (None, None) parts when the
+    library or the entry point is missing (TBB before 2021 has other entry points).
+    """
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+    except OSError:
+        return None, None
+    version = None
+    fn = getattr(lib, "TBB_runtime_version", None)
+    if fn is not None:
+        fn.restype, fn.argtypes = ctypes.c_char_p, []
+        raw = fn()
+        version = raw.decode("ascii", "replace") if raw else None
+    count = None
+    conc = getattr(lib, _TBB_MAX_CONCURRENCY, None)
+    active = getattr(lib, _TBB_ACTIVE_VALUE, None)
+    if conc is not None and active is not None:
+        conc.restype, conc.argtypes = ctypes.c_int, [ctypes.c_void_p]
+        active.restype, active.argtypes = ctypes.c_size_t, [ctypes.c_int]
+        count = min(conc(None), active(0))  # 0 is global_control::max_allowed_parallelism
+    return version, count
+
+
+def _mark_duplicates(rows: list[dict]) -> None:
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["library"], []).append(row)
+    for group in groups.values():
+        for row in group:
+            row["copies"] = len(group)
+        for row in group[1:]:
+            row["duplicate_of"] = group[0]["filepath"]
+
+
+def native_pools(maps_text: str | None = None) -> list[dict]:
+    """Every native thread pool loaded in this process, one row per loaded copy of a runtime.
+
+    Rows from threadpoolctl's ``threadpool_info()`` come first (in load order), then runtimes seen only
+    among the loaded objects, then MKL inside torch. ``maps_text`` replaces /proc/self/maps (tests).
+    Keys of each row:
+
+    - ``library``: openblas, mkl, blis, flexiblas, libgomp, libiomp, libomp or tbb.
+    - ``user_api``: blas, openmp or tbb.  ``internal_api``: threadpoolctl's name (openblas, mkl, blis,
+      flexiblas, openmp) or tbb.
+    - ``filepath``: the library file (for MKL inside torch: libtorch_cpu.so).  ``prefix``: the start
+      of its file name (e.g. libscipy_openblas, libgomp).
+    - ``version``: the library's version, or None when unknown.
+    - ``num_threads``: the count in force (int), or None when it cannot be read without changing
+      anything (TBB, runtimes without a threadpoolctl controller).
+    - ``threading_layer``: BLAS only: pthreads, openmp, intel, gnu, tbb, sequential..., or None.
+    - ``architecture``: BLAS kernel architecture (e.g. Haswell), or None.
+    - ``owner``: the package the file ships in (numpy, scipy, torch, scikit-learn...), "system",
+      "environment PREFIX", or "unknown".
+    - ``seen_by``: "threadpoolctl" or "loaded objects".
+    - ``duplicate_of``: for the second and later copies of one library, the filepath of the first
+      copy; None for the first.  ``copies``: how many copies of this library are loaded.
+    - ``note``: a remark on how the row was found, or None.
+    """
+    try:
+        rows = _tpc_rows()
+        tpc_error = None
+    except Exception as exc:  # a library threadpoolctl cannot handle must not break inspection
+        rows, tpc_error = [], describe(exc)
+    objects = loaded_objects(maps_text)
+    known = {os.path.realpath(r["filepath"]) for r in rows if r["filepath"]}
+    known |= {r["filepath"] for r in rows if r["filepath"]}
+    mkl_layer = _mkl_layer(objects)
+    for path in objects:
+        fam = classify(path)
+        if fam is None or path in known:
+            continue
+        library, user_api, internal_api = fam
+        if library == "tbb":
+            note = "TBB is not visible to threadpoolctl; its count cannot be read without changing it"
+        else:
+            note = "loaded, but threadpoolctl has no controller for it; count not readable"
+        if tpc_error is not None:
+            note = f"threadpoolctl failed ({tpc_error}); count not read"
+        row = _object_row(path, library, user_api, internal_api, note)
+        if library == "tbb" and maps_text is None:
+            row["version"], row["num_threads"] = _tbb_facts(path)
+            if row["num_threads"] is not None:
+                row["note"] = ("TBB is not visible to threadpoolctl; count from "
+                               "this_task_arena::max_concurrency() and global_control")
+        if library == "mkl":
+            row["threading_layer"] = mkl_layer
+        rows.append(row)
+        known.add(path)
+    if not any(r["library"] == "mkl" for r in rows):
+        core = next((p for p in objects if os.path.basename(p).startswith("libmkl_core")), None)
+        if core is not None:
+            row = _object_row(core, "mkl", "blas", "mkl",
+                              "MKL linked without mkl_rt: threadpoolctl has no controller for it")
+            row["threading_layer"] = mkl_layer
+            rows.append(row)
+    torch_row = _torch_mkl_row(objects, rows)
+    if torch_row is not None:
+        rows.append(torch_row)
+    _mark_duplicates(rows)
+    return rows
+
+
+def threading_layers(pools: list[dict]) -> dict:
+    """The threading layer of each native library family loaded, in words. Keys:
+
+    - ``openmp``: the OpenMP runtimes loaded, e.g. "GNU libgomp" or "GNU libgomp + Intel libiomp";
+      None when none is loaded.  ``openmp_vendors``: the same as a list, each vendor once.
+    - ``mkl``: MKL's layer(s): "intel", "gnu", "tbb", "sequential" (joined with ", " when copies
+      differ), "unknown" when MKL is loaded but its layer is not known; None without MKL.
+    - ``openblas``: OpenBLAS's layer(s): "pthreads", "openmp", "disabled"...; None without OpenBLAS.
+    - ``blis``: BLIS's layer(s), or None.
+    - ``tbb``: True when TBB is loaded.
+    - ``summary``: one line, e.g. "OpenMP: GNU libgomp; MKL: gnu; OpenBLAS: pthreads (2 copies); TBB: no".
+    """
+    vendors: list[str] = []
+    for row in pools:
+        name = _OPENMP_VENDORS.get(row["library"])
+        if name and name not in vendors:
+            vendors.append(name)
+
+    def layers(library: str) -> str | None:
+        found = [r.get("threading_layer") or "unknown" for r in pools if r["library"] == library]
+        if not found:
+            return None
+        return ", ".join(dict.fromkeys(found))
+
+    def copies(library: str) -> str:
+        n = sum(1 for r in pools if r["library"] == library)
+        return f" ({n} copies)" if n > 1 else ""
+
+    out = {
+        "openmp": " + ".join(vendors) if vendors else None,
+        "openmp_vendors": vendors,
+        "mkl": layers("mkl"),
+        "openblas": layers("openblas"),
+        "blis": layers("blis"),
+        "tbb": any(r["library"] == "tbb" for r in pools),
+    }
+    parts = [f"OpenMP: {out['openmp'] or 'none'}"]
+    for key, label in (("mkl", "MKL"), ("openblas", "OpenBLAS"), ("blis", "BLIS")):
+        if out[key] is not None:
+            parts.append(f"{label}: {out[key]}{copies(key)}")
+    parts.append("TBB: " + ("yes" if out["tbb"] else "no"))
+    out["summary"] = "; ".join(parts)
+    return out

@@ -1,0 +1,79 @@
+"""Import the modules whose native pools the report should show (like threadpoolctl's ``-i``).
+
+Native pools exist only once their library is loaded, so ``parinfo show`` imports numpy (when
+installed) before it looks; other modules only when asked. torch is never imported implicitly.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+
+from parinfo._unknown import describe
+
+DEFAULT_PROBES = ("numpy",)
+
+
+def default_modules() -> list[str]:
+    """The modules probed when none are asked for: numpy when it is installed (a cheap spec lookup)."""
+    out = []
+    for name in DEFAULT_PROBES:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                out.append(name)
+        except (ImportError, ValueError):
+            pass
+    return out
+
+
+def import_probes(modules: list[str] | None = None) -> dict:
+    """Import ``modules`` (None: :func:`default_modules`) so their native pools load.
+
+    A module that fails to import is reported, never raised. Imports may touch the environment
+    (threadpoolctl's import sets KMP_DUPLICATE_LIB_OK): that one variable is removed again unless it
+    was set before, so probing cannot create the problem the report warns about. Keys:
+
+    - ``requested``: the module names asked for, cleaned (stripped, de-duplicated, in order).
+    - ``imported``: those this call imported.
+    - ``already_imported``: those that were in sys.modules already.
+    - ``failed``: {module: "ExceptionType: message"} for those that could not be imported.
+    - ``environ_changed``: {variable: value or None} for thread variables an import set, changed or
+      removed (after undoing KMP_DUPLICATE_LIB_OK).
+    """
+    requested: list[str] = []
+    for name in default_modules() if modules is None else modules:
+        name = name.strip()
+        if name and name not in requested:
+            requested.append(name)
+
+    imported: list[str] = []
+    already: list[str] = []
+    failed: dict[str, str] = {}
+    before = dict(os.environ)
+    for name in requested:
+        if name in sys.modules:
+            already.append(name)
+            continue
+        if not all(part.isidentifier() for part in name.split(".")):
+            failed[name] = "not a module name (use dotted Python names, e.g. numpy or scipy.linalg)"
+            continue
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:  # noqa: BLE001 - a probe must survive SystemExit from a bad module
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            failed[name] = describe(exc)
+        else:
+            imported.append(name)
+
+    if "KMP_DUPLICATE_LIB_OK" not in before:
+        os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
+    from parinfo.envvars import looks_thread_related
+
+    changed = {}
+    for key in set(before) | set(os.environ):
+        if looks_thread_related(key) and before.get(key) != os.environ.get(key):
+            changed[key] = os.environ.get(key)
+    return {"requested": requested, "imported": imported, "already_imported": already,
+            "failed": failed, "environ_changed": dict(sorted(changed.items()))}

@@ -1,0 +1,324 @@
+"""Resolve a validated profile on one machine's facts into a Plan.
+
+Counts are evaluated with the machine's numbers (each Setting's ``why`` shows the expression and
+the numbers it used), results below 1 are raised to 1 with a note, results too large for the
+machine are an error, and instances and affinity become explicit CPU lists.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from parinfo import expr
+from parinfo.errors import UsageError
+from parinfo.plan import InstancePlan, Plan, Setting
+from parinfo.profiles import DERIVED_VARS, LIBRARIES, MAX_COUNT, Profile, format_cpu_list
+
+COUNT_FACTOR = 64  # a count above 64 x logical CPUs is a mistake, not a plan
+
+
+def fact_values(facts: Any) -> tuple[dict[str, int], list[str]]:
+    """The machine facts that count expressions may name, and notes on any that were unknown."""
+    notes: list[str] = []
+    affinity = tuple(getattr(facts, "affinity", ()) or ())
+    logical = facts.logical_cpus
+    if not logical:
+        logical = max(1, len(affinity), facts.usable_cpus or 1)
+        notes.append(f"logical_cpus unknown: used {logical} (the CPUs this process may run on)")
+    physical = facts.physical_cores
+    if not physical:
+        physical = logical
+        notes.append(f"physical_cores unknown: used logical_cpus = {logical}")
+    numa = max(1, len(facts.numa_nodes or ()))
+    values = {
+        "usable_cpus": max(1, int(facts.usable_cpus or 1)),
+        "usable_physical_cores": max(1, int(facts.usable_physical_cores or 1)),
+        "physical_cores": int(physical),
+        "logical_cpus": int(logical),
+        "numa_nodes": numa,
+        "cores_per_numa_node": max(1, int(physical) // numa),
+    }
+    return values, notes
+
+
+def _node_of(facts: Any) -> dict[int, int]:
+    return {cpu: i for i, node in enumerate(facts.numa_nodes or ()) for cpu in node}
+
+
+def usable_cores(facts: Any, restrict: set[int] | None = None) -> list[tuple[int, ...]]:
+    """The usable physical cores (each a tuple of its usable CPUs), NUMA node by node.
+
+    A CPU quota smaller than the cores keeps only as many cores as it pays for.
+    """
+    usable = [c for c in facts.usable_cpu_list if restrict is None or c in restrict]
+    if not usable:
+        usable = list(range(max(1, facts.usable_cpus or 1)))
+    allowed = set(usable)
+    cores: list[tuple[int, ...]] = []
+    seen: set[int] = set()
+    for core in facts.core_siblings or ():
+        cpus = tuple(sorted(c for c in core if c in allowed and c not in seen))
+        if cpus:
+            cores.append(cpus)
+            seen.update(cpus)
+    cores += [(c,) for c in usable if c not in seen]
+    node_of = _node_of(facts)
+    cores.sort(key=lambda core: (node_of.get(core[0], 0), core[0]))
+    limit = max(1, min(len(cores), facts.usable_physical_cores or len(cores), facts.usable_cpus or len(cores)))
+    return cores[:limit]
+
+
+def _by_node(cores: list[tuple[int, ...]], node_of: dict[int, int]) -> list[list[tuple[int, ...]]]:
+    groups: dict[int, list[tuple[int, ...]]] = {}
+    for core in cores:
+        groups.setdefault(node_of.get(core[0], 0), []).append(core)
+    return [groups[k] for k in sorted(groups)]
+
+
+class _Resolver:
+    def __init__(self, prof: Profile, facts: Any, instances: int | None) -> None:
+        self.prof = prof
+        self.facts = facts
+        self.override = instances
+        self.values, notes = fact_values(facts)
+        self.notes: list[str] = list(notes)
+        self.limit = min(MAX_COUNT, COUNT_FACTOR * self.values["logical_cpus"])
+
+    # -- counts ---------------------------------------------------------------------------------
+
+    def count(self, keypath: tuple[str, ...], raw: Any, names: dict[str, int], *,
+              default: str | None = None, quiet: bool = False) -> Setting:
+        label = ".".join(keypath)
+        if raw is None:
+            res = expr.evaluate(default, names)
+            value = max(1, res.value)
+            return Setting(label, value, f"{default} = {value} (default: the profile does not set {label})")
+        if isinstance(raw, int):
+            value, why = raw, f"{raw} (set in the profile)"
+        else:
+            try:
+                res = expr.evaluate(raw, names)
+            except expr.ExprError as exc:
+                raise self.prof.error(keypath, f"'{label}': {raw!r}: {exc.message} at column {exc.column}",
+                                      exc.fix or "change the expression", exc.column) from None
+            value = res.value
+            steps = [raw] + [t for t in (res.substituted, str(value)) if t != raw]
+            why = " = ".join(dict.fromkeys(steps)) if len(steps) > 1 else f"{raw} = {value}"
+        if value > self.limit:
+            raise self.prof.error(
+                keypath, f"'{label}' is {why}, more than {self.limit}, the largest count allowed here "
+                         f"(at most {MAX_COUNT} and {COUNT_FACTOR} x {self.values['logical_cpus']} logical CPUs)",
+                "use an expression over machine facts, such as usable_cpus")
+        if value < 1:
+            if not quiet:
+                self.notes.append(f"{label}: {why} is below 1; raised to 1")
+            why = f"{why}, raised to 1"
+            value = 1
+        return Setting(label, value, why)
+
+    # -- instances ------------------------------------------------------------------------------
+
+    def instance_spec(self) -> dict | None:
+        spec = self.prof.get("instances")
+        if self.override is None:
+            return spec
+        if isinstance(self.override, bool) or not isinstance(self.override, int) or self.override < 1:
+            raise UsageError(f"--instances {self.override!r}: must be a whole number of 1 or more")
+        if self.override > self.limit:
+            raise UsageError(f"--instances {self.override}: more than {self.limit}, the largest count allowed here")
+        out: dict[str, Any] = {"count": self.override}
+        if spec and "cores_per_instance" in spec:
+            out["cores_per_instance"] = spec["cores_per_instance"]
+        return out
+
+    def blocks(self, spec: dict) -> list[list[tuple[int, ...]]]:
+        """Split the usable cores into one block of whole cores per instance."""
+        explicit = self.prof.get("affinity")
+        restrict = set(explicit) if isinstance(explicit, list) else None
+        if restrict is not None:
+            self.check_allowed(explicit)
+        cores = usable_cores(self.facts, restrict)
+        ncores = len(cores)
+        node_of = _node_of(self.facts)
+        groups = _by_node(cores, node_of)
+        kp = ("instances",)
+        cpi = None
+        if "cores_per_instance" in spec:
+            cpi = self.count((*kp, "cores_per_instance"), spec["cores_per_instance"], self.values).value
+        overridden = self.override is not None
+        if spec.get("per_numa_node"):
+            if cpi is None:
+                return groups
+            small = [i for i, g in enumerate(groups) if len(g) < cpi]
+            if small:
+                raise self.prof.error((*kp, "cores_per_instance"),
+                                      f"cores_per_instance is {cpi} but NUMA node {small[0]} has only "
+                                      f"{len(groups[small[0]])} usable physical cores",
+                                      "lower cores_per_instance, or leave it out to use whole nodes")
+            return [g[:cpi] for g in groups]
+        where = "--instances" if overridden else "instances"
+        if "count" in spec:
+            if overridden:
+                n = spec["count"]
+            else:
+                kp_count = (*kp, "count") if self.prof.mark(*kp, "count") else kp
+                n = self.count(kp_count, spec["count"], self.values).value
+            if cpi is None:
+                if n > ncores:
+                    self._too_many(overridden, f"{where}: {n} instances need at least {n} usable physical cores; "
+                                   f"{ncores} are usable here", "lower the count, or use --instances N")
+                cpi = ncores // n
+            elif n * cpi > ncores:
+                self._too_many(overridden, f"{where}: {n} instances x {cpi} cores need {n * cpi} usable physical "
+                               f"cores; {ncores} are usable here", "lower the count or cores_per_instance")
+        else:
+            assert cpi is not None
+            n = ncores // cpi
+            if n == 0:
+                raise self.prof.error((*kp, "cores_per_instance"),
+                                      f"cores_per_instance is {cpi} but only {ncores} physical cores are usable here",
+                                      f"use at most {ncores}, or an expression such as usable_physical_cores // 2")
+        left = ncores - n * cpi
+        if left:
+            self.notes.append(f"instances: {left} usable physical core(s) left idle ({n} x {cpi} of {ncores})")
+        if len(groups) > 1:
+            per_node = [[g[k * cpi:(k + 1) * cpi] for k in range(len(g) // cpi)] for g in groups]
+            interleaved = [blk for i in range(max(map(len, per_node))) for blks in per_node
+                           if i < len(blks) for blk in [blks[i]]]
+            if len(interleaved) >= n:
+                return interleaved[:n]
+            self.notes.append("instances: some instances span two NUMA nodes (the cores do not divide evenly)")
+        return [cores[i * cpi:(i + 1) * cpi] for i in range(n)]
+
+    def _too_many(self, overridden: bool, message: str, fix: str) -> None:
+        if overridden:
+            raise UsageError(f"{message} ({fix})")
+        raise self.prof.error(("instances",), message, fix)
+
+    # -- affinity -------------------------------------------------------------------------------
+
+    def check_allowed(self, cpus: list[int]) -> None:
+        allowed = set(self.facts.usable_cpu_list)
+        bad = [c for c in cpus if c not in allowed]
+        if bad:
+            shown = format_cpu_list(sorted(allowed)) or "none"
+            raise self.prof.error(("affinity",),
+                                  f"affinity CPU {format_cpu_list(bad)} is outside the CPUs this process may use "
+                                  f"({shown})", f"pick CPUs from {shown}, or write compact or spread")
+
+    def affinity(self, want: int) -> tuple[tuple[int, ...] | None, str]:
+        mode = self.prof.get("affinity", "none")
+        if mode == "none":
+            return None, f"not set: inherited ({format_cpu_list(self.facts.usable_cpu_list)})"
+        if isinstance(mode, list):
+            self.check_allowed(mode)
+            return tuple(mode), f"listed in the profile: {format_cpu_list(mode)}"
+        cores = usable_cores(self.facts)
+        node_of = _node_of(self.facts)
+        per_node = []
+        for group in _by_node(cores, node_of):
+            depth = max(len(c) for c in group)
+            per_node.append([c[i] for i in range(depth) for c in group if i < len(c)])
+        if mode == "compact":
+            order = [cpu for node in per_node for cpu in node]
+            how = "one CPU per core first, filling one NUMA node before the next"
+        else:
+            order = [node[i] for i in range(max(map(len, per_node))) for node in per_node if i < len(node)]
+            how = "one CPU per core first, taking NUMA nodes in turn"
+        k = max(1, min(want, len(order), self.values["usable_cpus"]))
+        cpus = tuple(sorted(order[:k]))
+        return cpus, f"{mode}: {k} CPU(s) for intra_op x inter_op = {want}, {how}: {format_cpu_list(cpus)}"
+
+    # -- the plan -------------------------------------------------------------------------------
+
+    def counts(self, names: dict[str, int], default: str, quiet: bool) -> dict[str, Setting]:
+        prof = self.prof
+        out = {
+            "intra_op": self.count(("intra_op",), prof.get("intra_op"), names, default=default, quiet=quiet),
+            "inter_op": self.count(("inter_op",), prof.get("inter_op"), names, default=default, quiet=quiet),
+        }
+        libs = prof.get("libraries", {})
+        intra = out["intra_op"]
+        for lib in LIBRARIES:
+            if lib in libs:
+                out[lib] = self.count(("libraries", lib), libs[lib], names, quiet=quiet)
+            else:
+                out[lib] = Setting(f"libraries.{lib}", intra.value, f"follows intra_op = {intra.value}")
+        return out
+
+    def env(self, counts: dict[str, Setting]) -> tuple[dict[str, str], dict[str, str]]:
+        env: dict[str, str] = {}
+        why: dict[str, str] = {}
+        for var, owner in DERIVED_VARS.items():
+            key = owner.split(".")[-1]
+            env[var] = str(counts[key].value)
+            why[var] = f"{owner} = {counts[key].value}"
+        for var, value in self.prof.get("env", {}).items():
+            env[var] = value
+            mark = self.prof.mark("env", var)
+            why[var] = "set in the profile" + (f" ({mark.path}:{mark.line})" if mark else "")
+        return env, why
+
+    def plan(self) -> Plan:
+        prof = self.prof
+        spec = self.instance_spec()
+        instances: list[InstancePlan] = []
+        if spec is None:
+            names = {**self.values, "instances": 1, "cores_per_instance": self.values["usable_physical_cores"]}
+            counts = self.counts(names, "usable_cpus", quiet=False)
+            affinity, affinity_why = self.affinity(counts["intra_op"].value * counts["inter_op"].value)
+        else:
+            blocks = self.blocks(spec)
+            n = len(blocks)
+            counts = {}
+            for i, block in enumerate(blocks):
+                names = {**self.values, "instances": n, "cores_per_instance": len(block)}
+                mine = self.counts(names, "cores_per_instance", quiet=i > 0)
+                env, _ = self.env(mine)
+                instances.append(InstancePlan(i, tuple(core[0] for core in block), mine["intra_op"].value,
+                                              mine["inter_op"].value, env))
+                counts = counts or mine
+            sizes = sorted({len(b) for b in blocks})
+            if len(sizes) > 1:
+                self.notes.append(f"instances have {'/'.join(map(str, sizes))} cores: counts are per instance")
+            mode = prof.get("affinity", "none")
+            if mode in ("compact", "spread"):
+                self.notes.append(f"affinity {mode} does not apply with instances: each instance is pinned "
+                                  f"to one CPU of each of its own cores")
+            affinity = None
+            affinity_why = (f"per instance: {n} instance(s), each pinned to one CPU of each of its "
+                            f"{'/'.join(map(str, sizes))} core(s)")
+        env, env_why = self.env(counts)
+        self.library_notes(counts, env)
+        intra = counts["intra_op"]
+        if intra.value > self.values["usable_cpus"] and not instances:
+            self.notes.append(f"intra_op {intra.value} is more than the {self.values['usable_cpus']} usable "
+                              f"CPU(s): threads will share CPUs")
+        return Plan(
+            name=prof.get("name", "profile"),
+            description=prof.get("description", ""),
+            source=prof.source,
+            intra_op=counts["intra_op"],
+            inter_op=counts["inter_op"],
+            libraries={lib: counts[lib] for lib in LIBRARIES},
+            env=env,
+            env_why=env_why,
+            affinity=affinity,
+            affinity_why=affinity_why,
+            instances=tuple(instances),
+            notes=tuple(dict.fromkeys(self.notes)),
+        )
+
+    def library_notes(self, counts: dict[str, Setting], env: dict[str, str]) -> None:
+        mkl = counts["mkl"].value
+        if mkl > self.values["usable_physical_cores"] and env.get("MKL_DYNAMIC", "").upper() not in ("FALSE", "0", "NO", "OFF"):
+            self.notes.append(f"MKL uses at most the physical cores ({self.values['usable_physical_cores']} usable) "
+                              f"unless MKL_DYNAMIC=FALSE; libraries.mkl asks for {mkl}")
+        torch = counts["torch"].value
+        if torch != mkl:
+            self.notes.append(f"torch reads MKL_NUM_THREADS ({mkl}) at import; its intra-op count {torch} is set "
+                              f"by the start-up hook or parinfo.apply()")
+
+
+def resolve(prof: Profile, facts: Any, *, instances: int | None = None) -> Plan:
+    """Resolve a validated profile on ``facts``; raise ProfileError (or UsageError for --instances)."""
+    return _Resolver(prof, facts, instances).plan()

@@ -1,0 +1,152 @@
+"""The inspector's report: every fact about this process's parallelism, with provenance and findings.
+
+:func:`inspect` gathers the facts from the lower layers (machine, process, runtime) without changing
+anything; :class:`Report` holds them and turns into the ``--json`` payload (``to_dict``) or the
+torch-style text block (:func:`parallel_info`).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from parinfo.diagnostics import Finding, at_least, diagnose
+
+#: Version of the ``--json`` payload; bumped on any incompatible change (docs/report-schema.md).
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Report:
+    """A snapshot of the process's parallelism. Every section is plain, JSON-ready data."""
+
+    process: dict[str, Any]
+    probes: dict[str, Any]
+    machine: dict[str, Any]
+    cpu: dict[str, Any]
+    runtime: dict[str, Any]
+    backend: dict[str, Any]
+    pools: list[dict[str, Any]]
+    frameworks: dict[str, Any]
+    settings: list[dict[str, Any]]
+    environment: list[dict[str, Any]]
+    threads: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
+
+    def problems(self, severity: str = "warning") -> list[Finding]:
+        """Findings at ``severity`` or above (what ``parinfo show --check`` fails on)."""
+        return at_least(self.findings, severity)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``parinfo show --json`` payload."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "parinfo_version": _version(),
+            "process": self.process,
+            "probes": self.probes,
+            "machine": self.machine,
+            "cpu": self.cpu,
+            "runtime": self.runtime,
+            "backend": self.backend,
+            "pools": self.pools,
+            "frameworks": self.frameworks,
+            "settings": self.settings,
+            "environment": self.environment,
+            "threads": self.threads,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+    def __str__(self) -> str:
+        from parinfo.torch_format import torch_block
+
+        return torch_block(self)
+
+
+def _version() -> str:
+    from parinfo import __version__
+
+    return __version__
+
+
+def _runtime_rows(runtime: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for key, label in (("intra_op", "parinfo intra-op"), ("inter_op", "parinfo inter-op")):
+        entry = runtime.get(key) or {}
+        rows.append({"library": label, "count": entry.get("count"), "source": entry.get("source"),
+                     "precedence": ["explicit call", "profile", "PARINFO_NUM_THREADS" if key == "intra_op"
+                                    else "PARINFO_NUM_INTEROP_THREADS",
+                                    *(["MKL_NUM_THREADS", "OMP_NUM_THREADS"] if key == "intra_op" else []),
+                                    "default"]})
+    return rows
+
+
+def _launch_environ() -> dict[str, str] | None:
+    """The environment this process was started with (later os.environ edits excluded), or None."""
+    import psutil
+
+    try:
+        return psutil.Process().environ()
+    except (psutil.Error, OSError):
+        return None
+
+
+def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/") -> Report:
+    """Inspect this process. Changes nothing: no variable, no thread count, no thread.
+
+    ``imports`` are modules to import first so their native pools load (None: numpy if installed);
+    ``torch=True`` imports torch when it is not imported yet (it never is otherwise).
+    """
+    from parinfo import environment, frameworks, pools, probe, provenance, threads
+    from parinfo.cpuid import cpu_identity
+    from parinfo.runtime import info as runtime_info
+    from parinfo.topology import machine_facts
+
+    wanted = list(imports) if imports is not None else None
+    if torch:
+        wanted = [*(wanted or []), "torch"] if wanted is not None else None
+    probes = probe.import_probes(wanted)
+    if torch and imports is None:
+        extra = probe.import_probes(["torch"])
+        for key in ("requested", "imported", "already_imported"):
+            probes[key] = [*probes.get(key, []), *extra.get(key, [])]
+        probes.setdefault("failed", {}).update(extra.get("failed", {}))
+
+    facts = machine_facts(root)
+    pool_rows = pools.native_pools()
+    torch_info = frameworks.torch_info(import_if_missing=False)
+    launch_env = _launch_environ()
+    env_rows = environment.environment_report(os.environ, launch_env)
+    rt = runtime_info()
+    settings = _runtime_rows(rt) + provenance.library_settings(
+        pool_rows, torch_info, os.environ, launch_env, facts)
+
+    report = Report(
+        process={"pid": os.getpid(), "python": platform.python_version(),
+                 "implementation": platform.python_implementation(), "executable": sys.executable,
+                 "platform": sys.platform},
+        probes=probes,
+        machine=facts.to_dict(),
+        cpu=cpu_identity(root),
+        runtime=rt,
+        backend={"runtime": rt.get("backend"),
+                 "runtime_started": bool(rt.get("intra_pool_started") or rt.get("inter_pool_started")),
+                 **pools.threading_layers(pool_rows),
+                 "torch": None if torch_info is None else torch_info.get("aten_backend")},
+        pools=pool_rows,
+        frameworks={"torch": torch_info},
+        settings=settings,
+        environment=env_rows,
+        threads=threads.live_threads(),
+    )
+    report.findings = diagnose(report.to_dict())
+    return report
+
+
+def parallel_info() -> str:
+    """The report as text in the style of ``torch.__config__.parallel_info()``, then parinfo's additions.
+
+    Imports nothing new: it shows the pools already loaded in this process.
+    """
+    return str(inspect(imports=[]))

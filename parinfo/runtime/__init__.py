@@ -1,0 +1,119 @@
+"""parinfo's runtime: the process's intra-op and inter-op pools and their counts.
+
+Public API: counts (``set_num_threads`` ...), ``configure`` for profiles, ``fork``/``wait`` and
+``Future``, ``parallel_for``/``parallel_reduce``, ``in_parallel_region``, ``get_thread_num``,
+``profile`` and ``info``. Importing this package starts no thread and changes no count; it only
+registers an os.fork handler that gives children fresh pools.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from parinfo.runtime import future as _future
+from parinfo.runtime import interop as _interop
+from parinfo.runtime import intraop as _intraop
+from parinfo.runtime import native as _native
+from parinfo.runtime import settings as _settings
+from parinfo.runtime.future import Future
+from parinfo.runtime.interop import fork, wait
+from parinfo.runtime.intraop import get_thread_num, in_parallel_region, parallel_for, parallel_reduce
+from parinfo.runtime.tracing import Profile, profile
+
+__all__ = [
+    "Future", "Profile", "configure", "fork", "get_num_interop_threads", "get_num_threads",
+    "get_thread_num", "in_parallel_region", "info", "parallel_for", "parallel_reduce", "profile",
+    "set_num_interop_threads", "set_num_threads", "wait",
+]
+
+
+def set_num_threads(n: int) -> None:
+    """Set the intra-op count: threads per parallel region, and the count pushed into native pools.
+
+    The rule: the count is process-wide (not per calling thread), may be changed any time from any
+    thread, and applies to parallel regions that start after the call; regions already running
+    keep their count. The count then goes into the loaded native pools (OpenBLAS, MKL, OpenMP
+    runtimes, through threadpoolctl) and into torch when torch is imported. An explicit call takes
+    precedence over a profile. ``n`` must be a positive int (TypeError/ValueError otherwise);
+    counts above the usable CPUs are allowed.
+    """
+    _set_intra(_settings.check_count(n, "set_num_threads"), _settings.EXPLICIT)
+
+
+def get_num_threads() -> int:
+    """The intra-op count now in force (resolved from the environment on first use)."""
+    return _settings.intra()[0]
+
+
+def set_num_interop_threads(n: int) -> None:
+    """Set the inter-op pool size, once, before the first ``fork``.
+
+    A second call, or a call after parallel work started, raises RuntimeError("Error: cannot set
+    number of interop threads after parallel work has started or set_num_interop_threads called").
+    """
+    _settings.set_inter(_settings.check_count(n, "set_num_interop_threads"), _settings.EXPLICIT)
+
+
+def get_num_interop_threads() -> int:
+    """The inter-op pool size; reading it never starts the pool."""
+    return _settings.inter()[0]
+
+
+def configure(*, intra_op: int | None = None, inter_op: int | None = None, source: str) -> None:
+    """Set counts on behalf of ``source`` (e.g. "profile latency"), with the setters' rules.
+
+    Both values are checked before either is applied. The inter-op count follows the set-once
+    rule; an intra-op count from a profile does not replace one set by an explicit call.
+    """
+    if not isinstance(source, str) or not source.strip():
+        raise TypeError("configure() expects source to be a non-empty str")
+    if intra_op is not None:
+        _settings.check_count(intra_op, "configure intra_op")
+    if inter_op is not None:
+        _settings.check_count(inter_op, "configure inter_op")
+        _settings.check_inter_settable()
+    if inter_op is not None:
+        _settings.set_inter(inter_op, source)
+    if intra_op is not None:
+        _set_intra(intra_op, source)
+
+
+def _set_intra(n: int, source: str) -> None:
+    _settings.set_intra(n, source)
+    count, src = _settings.intra()
+    if src == source:
+        _native.push(count, src)
+
+
+def info() -> dict[str, Any]:
+    """The runtime's state as plain JSON-ready data; starts no pool and imports nothing heavy."""
+    backend, backend_source = _settings.backend()
+    intra, intra_src = _settings.intra()
+    inter, inter_src = _settings.inter()
+    intra_d: dict[str, Any] = {"count": intra, "source": intra_src}
+    notes = _settings.intra_overridden()
+    if notes:
+        intra_d["not_applied"] = notes
+    return {
+        "backend": backend,
+        "backend_source": backend_source,
+        "intra_op": intra_d,
+        "inter_op": {"count": inter, "source": inter_src, "locked": _settings.inter_locked()},
+        "intra_pool_started": _intraop.started(),
+        "inter_pool_started": _interop.started(),
+        "pool_threads": _intraop.alive_threads() + _interop.alive_threads(),
+        "native_push": _native.push_record(),
+        "budget": _native.state(),
+    }
+
+
+def _after_fork_in_child() -> None:
+    _settings.after_fork_in_child()
+    _future.after_fork_in_child()
+    _native.after_fork_in_child()
+    _interop.after_fork_in_child()
+    _intraop.after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,245 @@
+"""The intra-op pool and ``parallel_for`` / ``parallel_reduce``.
+
+One pool per process, shared by every caller (application threads and inter-op tasks). A region
+splits ``[begin, end)`` into at most ``get_num_threads()`` chunks of at least ``grain_size``;
+the calling thread takes part, and chunks no worker has claimed yet are run by the caller, so a
+region finishes even when every worker is busy with other callers' regions. The pool holds at most
+``get_num_threads() - 1`` threads, created on the first region that needs them, whatever the number
+of calling threads. Inside a region, a nested ``parallel_for`` runs inline.
+"""
+from __future__ import annotations
+
+import atexit
+import contextvars
+import functools
+import itertools
+import queue
+import threading
+from typing import Any, Callable
+
+from parinfo.runtime import native, settings, tracing
+
+_tl = threading.local()  # region: bool, num: int (chunk index of the running chunk)
+
+
+def in_parallel_region() -> bool:
+    """True while this thread runs a chunk of a parallel region."""
+    return getattr(_tl, "region", False)
+
+
+def get_thread_num() -> int:
+    """The index of the running chunk in its region (0 outside regions): distinct and below
+    ``get_num_threads()`` for chunks that run at the same time."""
+    return getattr(_tl, "num", 0)
+
+
+class _Job:
+    """One parallel region: chunks claimed by the caller and by pool workers."""
+
+    __slots__ = ("fn", "begin", "end", "step", "n", "claim", "left", "lock", "done", "error",
+                 "results", "ctx", "name")
+
+    def __init__(self, fn: Callable, begin: int, end: int, n: int, ctx: Any, reduce: bool) -> None:
+        self.fn = fn
+        self.begin = begin
+        self.end = end
+        self.step = -(-(end - begin) // n)
+        self.n = n = -(-(end - begin) // self.step)  # no empty trailing chunk
+        self.claim = itertools.count().__next__
+        self.left = n
+        self.lock = threading.Lock()
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.error: BaseException | None = None
+        self.results: list[Any] | None = [None] * n if reduce else None
+        self.ctx = ctx
+        self.name = tracing.task_name(fn)
+
+    def work(self, restore: bool, queued: int = 0) -> None:
+        """Claim and run chunks until none is left (this thread is one lane of the budget)."""
+        i = self.claim()
+        if i >= self.n:
+            return
+        native.lane_enter(queued)
+        prev_region = getattr(_tl, "region", False)
+        prev_num = getattr(_tl, "num", 0)
+        _tl.region = True
+        try:
+            while i < self.n:
+                if self.error is None:
+                    a = self.begin + i * self.step
+                    b = min(self.end, a + self.step)
+                    _tl.num = i
+                    t0 = tracing.now() if tracing.active else 0
+                    try:
+                        r = self.fn(a, b)
+                        if self.results is not None:
+                            self.results[i] = r
+                    except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                        with self.lock:
+                            if self.error is None:
+                                self.error = exc
+                    if t0:
+                        tracing.record(self.name, "chunk", t0, tracing.now(), {"begin": a, "end": b})
+                with self.lock:
+                    self.left -= 1
+                    last = self.left == 0
+                if last:
+                    self.done.release()
+                i = self.claim()
+        finally:
+            _tl.region = prev_region
+            _tl.num = prev_num
+            native.lane_exit(restore)
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads: list[threading.Thread] = []
+        self.size = 0
+        self.lock = threading.Lock()
+        self.serial = itertools.count(1)
+
+    def resize(self, n: int) -> None:
+        """Hold ``n`` workers: start the missing ones, tell surplus ones to stop."""
+        if n == self.size:
+            return
+        with self.lock:
+            self.threads = [t for t in self.threads if t.is_alive()]
+            while self.size < n:
+                t = threading.Thread(target=_worker, args=(self.q,), daemon=True,
+                                     name=f"parinfo-intraop-{next(self.serial)}")
+                t.start()
+                self.threads.append(t)
+                self.size += 1
+            while self.size > n:
+                self.q.put(None)
+                self.size -= 1
+
+
+def _worker(q: queue.SimpleQueue) -> None:
+    get = q.get
+    while True:
+        job = get()
+        if job is None:
+            return
+        job.ctx.copy().run(job.work, False)
+
+
+_pool: _Pool | None = None
+_pool_lock = threading.Lock()
+_atexit_registered = False
+_closing = False
+
+
+def _get_pool() -> _Pool:
+    global _pool, _atexit_registered
+    pool = _pool
+    if pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = _Pool()
+                if not _atexit_registered:
+                    atexit.register(shutdown)
+                    _atexit_registered = True
+            pool = _pool
+    return pool
+
+
+def _check_range(begin: int, end: int, grain_size: int) -> None:
+    for name, v in (("begin", begin), ("end", end), ("grain_size", grain_size)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"parallel_for {name} expects an int, but got {type(v).__name__} ({v!r})")
+    if grain_size < 1:
+        raise ValueError(f"parallel_for grain_size expects a positive integer, but got {grain_size}")
+
+
+def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -> list[Any] | None:
+    """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order."""
+    _check_range(begin, end, grain_size)
+    if end <= begin:
+        return [] if reduce else None
+    count = settings.intra_now or settings.intra_count()
+    if native._pushed is not None:
+        native.refresh_if_new_modules()
+    n = min(count, (end - begin) // grain_size)
+    if n <= 1 or getattr(_tl, "region", False) or _closing or settings.backend()[0] == "sequential":
+        return _inline(begin, end, fn, reduce)
+    job = _Job(fn, begin, end, n, contextvars.copy_context(), reduce)
+    pool = _pool or _get_pool()
+    if pool.size != count - 1:
+        pool.resize(count - 1)
+    for _ in range(job.n - 1):
+        pool.q.put(job)
+    job.work(True, job.n - 1)
+    job.done.acquire()
+    if job.error is not None:
+        raise job.error
+    return job.results
+
+
+def _inline(begin: int, end: int, fn: Callable, reduce: bool) -> list[Any] | None:
+    prev_region = getattr(_tl, "region", False)
+    prev_num = getattr(_tl, "num", 0)
+    _tl.region = True
+    _tl.num = 0
+    t0 = tracing.now() if tracing.active else 0
+    try:
+        r = fn(begin, end)
+    finally:
+        _tl.region = prev_region
+        _tl.num = prev_num
+        if t0:
+            tracing.record(tracing.task_name(fn), "chunk", t0, tracing.now(), {"begin": begin, "end": end})
+    return [r] if reduce else None
+
+
+def parallel_for(begin: int, end: int, grain_size: int, fn: Callable[[int, int], Any]) -> None:
+    """Call ``fn(start, stop)`` on chunks covering ``[begin, end)``, in parallel on the intra-op pool.
+
+    At most ``get_num_threads()`` chunks, each at least ``grain_size`` long (the last may be
+    shorter); the caller runs chunks too. The first exception a chunk raises is re-raised here
+    with its traceback, and chunks not started by then are skipped. Chunks see a copy of the
+    caller's contextvars; nested calls inside a region run inline.
+    """
+    _region(begin, end, grain_size, fn, False)
+
+
+def parallel_reduce(begin: int, end: int, grain_size: int, ident: Any,
+                    fn: Callable[[int, int, Any], Any], combine: Callable[[Any, Any], Any]) -> Any:
+    """Reduce ``[begin, end)``: each chunk computes ``fn(start, stop, ident)``; the partial results
+    are folded left to right with ``combine``, starting from ``ident`` (torch's signature)."""
+    parts = _region(begin, end, grain_size, lambda a, b: fn(a, b, ident), True)
+    return functools.reduce(combine, parts or (), ident)
+
+
+def alive_threads() -> int:
+    pool = _pool
+    return 0 if pool is None else sum(t.is_alive() for t in pool.threads)
+
+
+def started() -> bool:
+    return _pool is not None and _pool.size > 0
+
+
+def shutdown() -> None:
+    """Stop and join the workers (registered with atexit when the pool starts); later regions
+    run inline."""
+    global _closing
+    _closing = True
+    pool = _pool
+    if pool is None:
+        return
+    pool.resize(0)
+    me = threading.current_thread()
+    for t in list(pool.threads):
+        if t is not me:
+            t.join()
+
+
+def after_fork_in_child() -> None:
+    """A fresh pool in the child: the parent's workers do not exist here."""
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()

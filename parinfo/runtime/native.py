@@ -1,0 +1,249 @@
+"""Native pools (OpenBLAS, MKL, BLIS, OpenMP runtimes) and torch: the push and the budget.
+
+Push: after ``set_num_threads``/``configure`` the intra-op count goes into every loaded native pool
+through one cached threadpoolctl controller, and into torch when torch is imported. Libraries
+loaded later get it at the next parallel region or task (the controller is rebuilt when
+``sys.modules`` grew).
+
+Budget: every thread running an inter-op task or taking part in a parallel region is a *lane*.
+While two or more lanes run, each lane's native threads are capped at ``usable_cpus // lanes``
+(at least 1) so lanes x native threads stays within the usable CPUs. Two kinds of pools need two
+mechanisms:
+
+* per-thread pools (OpenMP runtimes and torch: the limit is an ICV of the calling thread): each
+  lane sets its own thread's limit when it starts, only if it differs from what that thread has;
+* process-wide pools (OpenBLAS with pthreads, MKL, BLIS): the cap is set once when the lane count
+  rises and restored when the last lane ends (not on every dip, so busy pools do not flap).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from parinfo.runtime import settings
+
+_lock = threading.RLock()  # serialises changes of native limits
+_ctrl: Any = None
+_ctrl_modules = -1
+_torch_mod: Any = None
+
+_pushed: int | None = None  # the intra-op count pushed by set_num_threads/configure
+_push_record: dict[str, Any] | None = None
+_global_orig: dict[str, int] = {}  # library path -> count before parinfo touched it
+_global_applied: dict[str, int] = {}
+
+_running = 0  # lanes now running
+_level: int | None = None  # current cap per lane, None when not capped
+_key = object()  # replaced whenever the pushed count or the cap changes
+_usable = 0
+_blk = threading.Lock()
+
+_tl = threading.local()
+
+
+def _controller() -> Any:
+    """threadpoolctl's controller, built once and rebuilt when new modules were imported."""
+    global _ctrl, _ctrl_modules
+    n = len(sys.modules)
+    if _ctrl is None or n != _ctrl_modules:
+        from parinfo._tpc import threadpoolctl
+
+        _ctrl = threadpoolctl().ThreadpoolController()
+        _ctrl_modules = n
+    return _ctrl
+
+
+def _libs() -> tuple[list[Any], list[Any]]:
+    """(per-thread libraries, process-wide libraries) of the cached controller."""
+    per_thread, process = [], []
+    for lib in _controller().lib_controllers:
+        layer = getattr(lib, "threading_layer", None)
+        if lib.user_api == "openmp" or layer == "openmp":
+            per_thread.append(lib)
+        else:
+            process.append(lib)
+    return per_thread, process
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def _describe(lib: Any, n: int) -> dict[str, Any]:
+    return {"user_api": lib.user_api, "internal_api": lib.internal_api, "prefix": lib.prefix,
+            "filepath": lib.filepath, "num_threads": n}
+
+
+def push(count: int, source: str) -> None:
+    """Put ``count`` into every loaded native pool and into torch (when imported)."""
+    global _pushed, _push_record, _key
+    with _lock:
+        _pushed = count
+        _key = object()
+        per_thread, process = _libs()
+        _apply_process(process)
+        pools = [_describe(lib, _global_applied.get(lib.filepath, count)) for lib in process]
+        for lib in per_thread:
+            _set(lib, count)
+            pools.append({**_describe(lib, count), "scope": "calling thread; pools sync their threads"})
+        torch_done = None
+        if _torch() is not None:
+            _torch_set(count)
+            torch_done = f"torch.set_num_threads({count})"
+        _tl.key = _key
+        _push_record = {"count": count, "source": source, "pools": pools, "torch": torch_done}
+
+
+def push_record() -> dict[str, Any] | None:
+    """What the last push did (for ``info()``), or None when nothing was pushed."""
+    with _lock:
+        return None if _push_record is None else dict(_push_record)
+
+
+def refresh_if_new_modules() -> None:
+    """Give the pushed count to native libraries and torch imported since the last push."""
+    if _pushed is not None and len(sys.modules) != _ctrl_modules:
+        push(_pushed, _push_record["source"] if _push_record else settings.EXPLICIT)
+
+
+def _set(lib: Any, n: int) -> None:
+    # threadpoolctl lets only one "controlling" thread change a process-wide OpenBLAS pool; parinfo
+    # serialises its own changes under _lock, so it takes control for the call and hands it back.
+    clear = getattr(lib, "clear_controlling_thread", None)
+    try:
+        if clear is not None:
+            clear(force=True)
+        lib.set_num_threads(n)
+    except Exception:  # a library that refuses must not break the caller's work
+        pass
+    finally:
+        if clear is not None:
+            clear()
+
+
+def _torch_set(n: int) -> None:
+    torch = _torch()
+    if torch is not None:
+        try:
+            torch.set_num_threads(n)
+        except Exception:
+            pass
+
+
+def _apply_process(process: list[Any]) -> None:
+    """Give process-wide pools ``min(base, cap)``; base is the pushed count, or else the count the
+    pool had when the cap began (given back when the cap ends)."""
+    for lib in process:
+        k = lib.filepath
+        if _pushed is not None:
+            base = _pushed
+        else:
+            if k not in _global_orig:
+                _global_orig[k] = lib.num_threads or 1
+            base = _global_orig[k]
+        want = base if _level is None else max(1, min(base, _level))
+        if _global_applied.get(k) != want:
+            _set(lib, want)
+            _global_applied[k] = want
+    if _level is None:  # the user may change the pools until the next cap: forget what we saw
+        _global_orig.clear()
+        _global_applied.clear()
+
+
+def _sync_thread(in_lane: bool) -> None:
+    """Bring this thread's per-thread pools (OpenMP, torch) to the current count and cap."""
+    per_thread, _ = _libs()
+    level = _level if in_lane else None
+    saved = getattr(_tl, "saved", None)
+    if saved is None:
+        saved = _tl.saved = {}
+    torch = _torch()
+    for k, lib in [(lib.filepath, lib) for lib in per_thread] + ([("torch", torch)] if torch else []):
+        if level is not None and k not in saved:  # the thread's own count before the cap
+            saved[k] = (lib.get_num_threads() or 1)
+        if _pushed is not None:
+            base = _pushed
+        elif k in saved:
+            base = saved[k]
+        else:
+            continue
+        want = base if level is None else max(1, min(base, level))
+        if k == "torch":
+            _torch_set(want)
+        else:
+            _set(lib, want)
+    _tl.key = _key if in_lane else None
+    _tl.capped = level is not None
+    if level is None:
+        _tl.saved = None
+
+
+def lane_enter(queued: int = 0) -> None:
+    """A thread starts an inter-op task or its share of a parallel region.
+
+    ``queued`` is how many more lanes are about to start (tasks waiting for idle workers), so the
+    cap is in place before the first of a batch of tasks runs its native calls.
+    """
+    global _running, _level, _key, _usable
+    depth = getattr(_tl, "depth", 0)
+    _tl.depth = depth + 1
+    if depth:  # nested work on a thread that already is a lane
+        return
+    changed = False
+    with _blk:
+        _running += 1
+        lanes = _running + queued
+        if lanes >= 2:
+            if not _usable:
+                _usable = settings.usable_cpus()
+            cap = max(1, _usable // lanes)
+            if _level is None or cap < _level:
+                _level = cap
+                _key = object()
+                changed = True
+    if changed:
+        with _lock:
+            _apply_process(_libs()[1])
+    elif _pushed is not None and len(sys.modules) != _ctrl_modules:
+        refresh_if_new_modules()
+    if getattr(_tl, "key", None) is not _key and (
+            _pushed is not None or _level is not None or getattr(_tl, "capped", False)):
+        with _lock:
+            _sync_thread(True)
+
+
+def lane_exit(restore: bool) -> None:
+    """The lane ends; ``restore`` for threads that are not parinfo's (give back their own limits)."""
+    global _running, _level, _key
+    depth = _tl.depth - 1
+    _tl.depth = depth
+    if depth:
+        return
+    changed = False
+    with _blk:
+        _running -= 1
+        if _running == 0 and _level is not None:
+            _level = None
+            _key = object()
+            changed = True
+    if changed:
+        with _lock:
+            _apply_process(_libs()[1])
+    if restore and getattr(_tl, "capped", False):
+        with _lock:
+            _sync_thread(False)
+
+
+def state() -> dict[str, Any]:
+    """The budget now: lanes running and the cap per lane (None when not capped)."""
+    return {"lanes": _running, "cap_per_lane": _level, "usable_cpus": _usable or None}
+
+
+def after_fork_in_child() -> None:
+    global _lock, _blk, _running, _level, _key
+    _lock = threading.RLock()
+    _blk = threading.Lock()
+    _running = 1 if getattr(_tl, "depth", 0) else 0  # the forking thread may be inside a task
+    _level = None
+    _key = object()

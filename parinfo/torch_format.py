@@ -1,0 +1,154 @@
+"""The report as a text block in the style of ``torch.__config__.parallel_info()``.
+
+People used to torch's block find its lines first (torch's own lines verbatim when torch is imported,
+the same shape for parinfo's pools otherwise), then parinfo's additions: CPUs and quota, where each
+count came from, and the findings.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from parinfo.report import Report
+
+_GETTER = {
+    "openmp": "omp_get_max_threads()",
+    "openblas": "openblas_get_num_threads()",
+    "mkl": "mkl_get_max_threads()",
+    "blis": "bli_thread_get_num_threads()",
+    "flexiblas": "flexiblas_get_num_threads()",
+}
+
+_OPENMP_NAMES = {"libgomp": "GNU OpenMP (libgomp)", "libiomp": "Intel OpenMP (libiomp)",
+                 "libomp": "LLVM OpenMP (libomp)"}
+
+
+def cpu_ranges(cpus: list[int] | tuple[int, ...] | None) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    if not cpus:
+        return "none"
+    cpus = sorted(cpus)
+    parts: list[str] = []
+    start = prev = cpus[0]
+    for c in cpus[1:] + [None]:  # type: ignore[operator]
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if c is not None:
+            start = prev = c
+    return ",".join(parts)
+
+
+def show_value(value: Any, unknown: dict[str, str] | None = None, key: str | None = None) -> str:
+    """A value for people: None becomes "unknown (reason)" when the reason is known."""
+    if value is None:
+        reason = (unknown or {}).get(key or "")
+        return f"unknown ({reason})" if reason else "unknown"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def human_bytes(value: Any) -> str:
+    """32768 -> "32 KiB"; anything not an int is shown as it is."""
+    if not isinstance(value, int):
+        return str(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB" or value % 1024:
+            return f"{value} {unit}"
+        value //= 1024
+    return str(value)
+
+
+def quota_text(m: dict[str, Any]) -> str:
+    """The cgroup CPU quota and the file that decided it, or why it is unknown."""
+    quota = m.get("quota")
+    unknown = (m.get("unknown") or {}).get("quota")
+    if quota is None:
+        text = f"unknown ({unknown})" if unknown else "none"
+    else:
+        text = f"{quota:g} CPUs"
+    source = m.get("quota_source")
+    if source and source != "none":
+        text += f" ({source})"
+    version = m.get("cgroup_version")
+    if version:
+        text += f", cgroup {version}"
+    return text
+
+
+def pool_title(pool: dict[str, Any]) -> str:
+    """One line naming a native pool: library, version, threading layer, owner package."""
+    lib = pool.get("library") or pool.get("internal_api") or "?"
+    name = _OPENMP_NAMES.get(lib, {"openblas": "OpenBLAS", "mkl": "Intel MKL", "blis": "BLIS",
+                                   "flexiblas": "FlexiBLAS", "tbb": "oneTBB"}.get(lib, lib))
+    bits = [name]
+    if pool.get("version"):
+        bits.append(str(pool["version"]))
+    extra = [x for x in (pool.get("threading_layer"), pool.get("architecture")) if x]
+    if extra:
+        bits.append(f"({', '.join(str(x) for x in extra)})")
+    if pool.get("owner"):
+        bits.append(f"[{pool['owner']}]")
+    if pool.get("duplicate_of"):
+        bits.append("(another copy)")
+    return " ".join(bits)
+
+
+def torch_block(report: Report) -> str:
+    """Render ``report`` as torch-style text."""
+    r = report
+    m = r.machine
+    lines: list[str] = []
+    torch = (r.frameworks or {}).get("torch")
+    if torch and torch.get("parallel_info_text"):
+        lines.extend(torch["parallel_info_text"].rstrip("\n").splitlines())
+    rt = r.runtime
+    lines.append("parinfo/Parallel:")
+    lines.append(f"\tparinfo.get_num_threads() : {show_value((rt.get('intra_op') or {}).get('count'))}")
+    lines.append(f"\tparinfo.get_num_interop_threads() : {show_value((rt.get('inter_op') or {}).get('count'))}")
+    for pool in r.pools:
+        if torch and pool.get("owner") == "torch" and pool.get("user_api") == "openmp":
+            continue  # torch's block above already shows its OpenMP
+        lines.append(pool_title(pool))
+        getter = _GETTER.get(pool.get("user_api") if pool.get("user_api") == "openmp"
+                             else pool.get("internal_api") or "", "num_threads")
+        lines.append(f"\t{getter} : {show_value(pool.get('num_threads'))}")
+    if not torch:
+        lines.append(f"std::thread::hardware_concurrency() : {show_value(m.get('logical_cpus'))}")
+        lines.append("Environment variables:")
+        for row in r.environment:
+            if row["name"] in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+                lines.append(f"\t{row['name']} : {row['value'] if row['value'] is not None else '[not set]'}")
+    started = "started" if r.backend.get("runtime_started") else "not started"
+    lines.append(f"parinfo parallel backend: {rt.get('backend')} (pools {started})")
+
+    lines.append("parinfo additions:")
+    lines.append(
+        f"\tCPUs : {show_value(m.get('logical_cpus'), m.get('unknown'), 'logical_cpus')} logical, "
+        f"{show_value(m.get('physical_cores'), m.get('unknown'), 'physical_cores')} physical cores, "
+        f"SMT {show_value(m.get('smt'), m.get('unknown'), 'smt')}")
+    lines.append(f"\taffinity : {cpu_ranges(m.get('affinity'))} ({len(m.get('affinity') or ())} CPUs)")
+    lines.append(f"\tcgroup CPU quota : {quota_text(m)}")
+    lines.append(f"\tusable CPUs : {m.get('usable_cpus')} = {m.get('usable_rule')}")
+    lines.append("Thread counts in force (count : source):")
+    for row in r.settings:
+        lines.append(f"\t{row['library']} : {show_value(row.get('count'))} ({row.get('source')})")
+    others = [row for row in r.environment if row.get("value") is not None
+              and row["name"] not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")]
+    if others or torch:
+        lines.append("Other thread variables:")
+        for row in ([x for x in r.environment if x.get("value") is not None] if torch else others):
+            flag = "" if row.get("valid") is not False else f" [invalid: {row.get('problem')}]"
+            lines.append(f"\t{row['name']} : {row['value']}{flag}")
+    count = r.threads.get("count")
+    lines.append(f"Live OS threads : {show_value(count)}")
+    if r.findings:
+        lines.append("Findings:")
+        for f in r.findings:
+            lines.append(f"\t[{f.severity}] {f.id}: {f.message}")
+            lines.append(f"\t\tfix: {f.fix}")
+    else:
+        lines.append("Findings: none")
+    return "\n".join(lines) + "\n"

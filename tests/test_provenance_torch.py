@@ -1,0 +1,58 @@
+"""library_settings with torch: intra-op and inter-op sources, and torch's own OpenMP runtime."""
+from __future__ import annotations
+
+import pytest
+from conftest import clean_env, run_json
+
+pytestmark = pytest.mark.torch
+
+CODE = ("import json, os, torch; {before}from parinfo.pools import native_pools; "
+        "from parinfo.frameworks import torch_info; from parinfo.provenance import library_settings; "
+        "from parinfo.topology import machine_facts; "
+        "print(json.dumps(library_settings(native_pools(), torch_info(), os.environ, None, machine_facts())))")
+
+
+def rows_for(before: str = "", **kw) -> dict[str, dict]:
+    rows = run_json(CODE.format(before=before), **kw)
+    return {(r["library"], r["owner"]): r for r in rows}
+
+
+def test_torch_rows_follow_mkl_then_omp():
+    rows = rows_for(env=clean_env(MKL_NUM_THREADS="1", OMP_NUM_THREADS="2"))
+    intra = rows[("torch intra-op", "torch")]
+    if intra["precedence"] == ["OMP_NUM_THREADS"]:
+        pytest.skip("torch built without MKL")
+    assert intra["count"] == 1 and intra["source"] == "env MKL_NUM_THREADS=1"
+    assert intra["precedence"] == ["MKL_NUM_THREADS", "OMP_NUM_THREADS"]
+    inter = rows[("torch inter-op", "torch")]
+    assert inter["kind"] == "default" and "hardware_concurrency" in inter["source"]
+    assert inter["precedence"] == []
+
+
+def test_torch_setters_are_run_time_sources():
+    rows = rows_for("torch.set_num_threads(7); torch.set_num_interop_threads(5); ")
+    intra = rows[("torch intra-op", "torch")]
+    assert (intra["count"], intra["source"]) == (7, "set at run time (torch.set_num_threads)")
+    inter = rows[("torch inter-op", "torch")]
+    assert (inter["count"], inter["source"]) == (5, "set at run time (torch.set_num_interop_threads)")
+
+
+def test_torch_libgomp_set_by_torch_is_said():
+    rows = rows_for(env=clean_env(OMP_NUM_THREADS="8"))
+    gomp = [r for (lib, owner), r in rows.items() if lib == "libgomp" and owner == "torch"]
+    if not gomp:
+        pytest.skip("this torch build ships no libgomp")
+    intra = rows[("torch intra-op", "torch")]
+    # libgomp alone would take 8; torch sets its runtime to its own (capped) intra-op count.
+    if intra["count"] == 8:
+        assert gomp[0]["source"] == "env OMP_NUM_THREADS=8"
+    else:
+        assert gomp[0]["count"] == intra["count"]
+        assert gomp[0]["source"].startswith("set by torch") and gomp[0]["kind"] == "framework"
+
+
+def test_taskset_gives_intra_from_affinity_but_inter_from_all_cpus():
+    rows = rows_for(prefix=["taskset", "-c", "0"])
+    intra, inter = rows[("torch intra-op", "torch")], rows[("torch inter-op", "torch")]
+    assert intra["count"] == 1 and intra["source"] == "default: 1 physical core in affinity"
+    assert inter["kind"] == "default" and inter["count"] == inter["expected_from_env"]

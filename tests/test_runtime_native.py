@@ -1,0 +1,99 @@
+"""The push of the intra-op count into native pools and torch, and the oversubscription budget."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import HAVE_NUMPY, clean_env, run_json
+
+pytestmark = [pytest.mark.timeout(90),
+              pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")]
+
+BLAS = ("def blas():\n"
+        "    from threadpoolctl import threadpool_info\n"
+        "    return sorted({p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas'})\n")
+
+
+def test_push_is_visible_through_threadpoolctl_with_numpy_loaded():
+    out = run_json(
+        "import json, numpy, parinfo.runtime as rt\n" + BLAS +
+        "before = blas()\n"
+        "rt.set_num_threads(1); one = blas()\n"
+        "rt.configure(intra_op=3, source='profile x')\n"
+        "after_profile = blas()\n"
+        "print(json.dumps({'before': before, 'one': one, 'after_profile': after_profile,"
+        " 'push': rt.info()['native_push']}))")
+    assert out["one"] == [1]
+    assert out["after_profile"] == [1]  # the explicit call outranks the profile
+    push = out["push"]
+    assert push["count"] == 1 and push["source"] == "explicit call"
+    assert any(p["internal_api"] in ("openblas", "mkl", "blis") and p["num_threads"] == 1
+               for p in push["pools"])
+
+
+def test_profile_push_and_libraries_loaded_after_the_push_get_the_count():
+    out = run_json(
+        "import json, parinfo.runtime as rt\n" + BLAS +
+        "rt.configure(intra_op=1, source='profile latency')\n"
+        "import numpy\n"
+        "rt.parallel_for(0, 10, 1, lambda a, b: None)\n"
+        "print(json.dumps({'blas': blas(), 'push': rt.info()['native_push']}))")
+    assert out["blas"] == [1]
+    assert out["push"]["source"] == "profile latency"
+
+
+def test_importing_and_reading_pushes_nothing():
+    out = run_json(
+        "import json, numpy, parinfo.runtime as rt\n" + BLAS +
+        "before = blas(); rt.info(); rt.get_num_threads()\n"
+        "rt.parallel_for(0, 100, 1, lambda a, b: None); rt.wait(rt.fork(int))\n"
+        "print(json.dumps({'same': blas() == before, 'push': rt.info()['native_push']}))",
+        env=clean_env(OPENBLAS_NUM_THREADS="1", PARINFO_NUM_THREADS="2"))
+    assert out == {"same": True, "push": None}
+
+
+def test_budget_caps_process_wide_blas_while_tasks_overlap_and_restores_it():
+    out = run_json(
+        "import json, threading, numpy, parinfo.runtime as rt\n" + BLAS +
+        "rt.set_num_interop_threads(2)\n"
+        "before = blas()\n"
+        "barrier = threading.Barrier(2, timeout=10)\n"
+        "def task():\n"
+        "    barrier.wait()\n"
+        "    seen = blas()\n"
+        "    barrier.wait()\n"
+        "    return seen\n"
+        "fs = [rt.fork(task) for _ in range(2)]\n"
+        "during = [rt.wait(f) for f in fs]\n"
+        "print(json.dumps({'before': before, 'during': during, 'after': blas(),"
+        " 'budget': rt.info()['budget']}))",
+        env=clean_env(OPENBLAS_NUM_THREADS="2"))
+    assert out["before"] == [2]
+    assert out["during"] == [[1], [1]]
+    assert out["after"] == [2]
+    assert out["budget"]["lanes"] == 0 and out["budget"]["cap_per_lane"] is None
+
+
+@pytest.mark.torch
+def test_push_is_visible_through_torch_getters():
+    out = run_json(
+        "import json, threading, torch, parinfo.runtime as rt\n"
+        "rt.set_num_threads(1)\n"
+        "main = torch.get_num_threads()\n"
+        "rt.set_num_threads(2)\n"
+        "main2 = torch.get_num_threads()\n"
+        "in_task = rt.wait(rt.fork(torch.get_num_threads))\n"
+        "print(json.dumps({'main': main, 'main2': main2, 'in_task': in_task,"
+        " 'push': rt.info()['native_push']['torch']}))")
+    assert out["main"] == 1 and out["main2"] == 2
+    assert out["push"] == "torch.set_num_threads(2)"
+
+
+@pytest.mark.torch
+def test_torch_imported_after_the_push_gets_the_count_in_tasks():
+    out = run_json(
+        "import json, parinfo.runtime as rt\n"
+        "rt.set_num_threads(1)\n"
+        "import torch\n"
+        "in_task = rt.wait(rt.fork(torch.get_num_threads))\n"
+        "print(json.dumps({'in_task': in_task, 'main': torch.get_num_threads()}))")
+    assert out == {"in_task": 1, "main": 1}

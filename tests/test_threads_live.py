@@ -1,0 +1,44 @@
+"""live_threads: the OS threads of a process, by name."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+from parinfo.threads import live_threads
+
+
+def test_counts_this_process_threads_and_follows_a_new_one():
+    import psutil
+
+    before = live_threads()
+    assert before["count"] == psutil.Process().num_threads() == len(before["threads"])
+    assert before["source"] == "/proc/self/task"
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        during = live_threads()
+        assert during["count"] == before["count"] + 1
+        assert all(isinstance(x["tid"], int) and isinstance(x["name"], str) for x in during["threads"])
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_reads_another_process_by_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        out = live_threads(proc.pid)
+        assert out["count"] >= 1
+        assert out["threads"][0]["tid"] == proc.pid
+        assert out["threads"][0]["name"].startswith("python")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_missing_process_is_unknown_not_a_crash():
+    out = live_threads(2**22 + 12345)
+    assert isinstance(out["count"], str) and out["count"].startswith("unknown (")
+    assert out["threads"] == []
