@@ -27,6 +27,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
     env = dict(os.environ, NO_COLOR="1", COLUMNS="160")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure with cached bytecode, as users run it
     commands = {
         "parinfo show": [sys.executable, "-m", "parinfo", "show"],
         "parinfo show --json": [sys.executable, "-m", "parinfo", "show", "--json"],

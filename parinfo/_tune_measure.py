@@ -212,7 +212,8 @@ class InProcessMeasurer(Measurer):
         return Stats(tuple(samples), number)
 
 
-def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 20.0) -> list[str]:
+def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 20.0,
+                limit: int = 5) -> list[str]:
     """Say what else keeps this machine busy: the load average and processes using much CPU."""
     import psutil
 
@@ -243,6 +244,6 @@ def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 
             continue
         if pct >= threshold:
             busy.append((pct, proc.info.get("name") or "?", proc.pid))
-    for pct, name, pid in sorted(busy, reverse=True)[:5]:
+    for pct, name, pid in sorted(busy, reverse=True)[:limit]:
         notes.append(f"another process is busy: {name} (pid {pid}) at {pct:.0f}% CPU")
     return notes

@@ -93,6 +93,7 @@ class SearchResult:
     stats: dict[Point, Stats] = field(default_factory=dict)
     best: Point | None = None
     skipped: dict[Point, str] = field(default_factory=dict)
+    confirmed: list[Point] = field(default_factory=list)  # measured again: they were within the noise
 
 
 class _Measured:
@@ -109,6 +110,25 @@ class _Measured:
             self.result.stats[p] = s
             self.result.order.append(p)
         return s
+
+
+def confirm(result: SearchResult, measure: Callable[[Point], Stats], *, margin: float = DEFAULT_MARGIN,
+            tie: float = DEFAULT_TIE) -> None:
+    """Measure the fastest point and every point within its noise once more, pool the samples, and
+    pick again: one unlucky run should not decide between near-equal points."""
+    if not result.stats:
+        return
+    fastest = min(result.stats, key=lambda p: (result.stats[p].median, p.threads))
+    fs = result.stats[fastest]
+    close = [p for p, s in result.stats.items() if p != fastest and not clearly_worse(s, fs, margin)]
+    if not close:
+        return
+    for p in [fastest, *sorted(close)]:
+        again = measure(p)
+        old = result.stats[p]
+        result.stats[p] = Stats(old.samples + again.samples, old.number)
+        result.confirmed.append(p)
+    result.best = pick_best(result.stats, tie)
 
 
 def pick_best(stats: dict[Point, Stats], tie: float = DEFAULT_TIE) -> Point:
@@ -213,8 +233,12 @@ def search_line(values: Iterable[int], point_of: Callable[[int], Point], get: _M
 
 def search_counts(counts: Iterable[int], measure: Callable[[Point], Stats], *,
                   margin: float = DEFAULT_MARGIN, tie: float = DEFAULT_TIE,
-                  patience: int = DEFAULT_PATIENCE, exhaustive: bool = False) -> SearchResult:
-    """Latency search over intra-op counts (one request at a time)."""
+                  patience: int = DEFAULT_PATIENCE, exhaustive: bool = False,
+                  confirm_close: bool = False) -> SearchResult:
+    """Latency search over intra-op counts (one request at a time).
+
+    With ``confirm_close`` the points within the noise of the fastest are measured again (see
+    :func:`confirm`)."""
     vals = sorted(set(counts))
     result = SearchResult(candidates=[Point(v) for v in vals])
     get = _Measured(measure, result)
@@ -222,6 +246,8 @@ def search_counts(counts: Iterable[int], measure: Callable[[Point], Stats], *,
                                 exhaustive=exhaustive)
     result.best = Point(best)
     result.skipped = {Point(v): r for v, r in skipped.items()}
+    if confirm_close:
+        confirm(result, measure, margin=margin, tie=tie)
     return result
 
 
@@ -234,7 +260,8 @@ def pair_candidates(max_product: int, intra: tuple[int, int], inter: tuple[int, 
 def search_pairs(max_product: int, measure: Callable[[Point], Stats], *,
                  intra: tuple[int, int] | None = None, inter: tuple[int, int] | None = None,
                  margin: float = DEFAULT_MARGIN, tie: float = DEFAULT_TIE,
-                 patience: int = DEFAULT_PATIENCE, exhaustive: bool = False) -> SearchResult:
+                 patience: int = DEFAULT_PATIENCE, exhaustive: bool = False,
+                 confirm_close: bool = False) -> SearchResult:
     """Search inter x intra pairs whose product fits ``max_product``.
 
     First along the inter-op axis, each inter-op count with as many intra-op threads as fit (the
@@ -252,6 +279,8 @@ def search_pairs(max_product: int, measure: Callable[[Point], Stats], *,
         for p in cands:
             get(p)
         result.best = pick_best(result.stats, tie)
+        if confirm_close:
+            confirm(result, measure, margin=margin, tie=tie)
         return result
 
     def full(e: int) -> Point:
@@ -273,5 +302,7 @@ def search_pairs(max_product: int, measure: Callable[[Point], Stats], *,
             f"not searched: {p.inter} x {p.intra} leaves CPUs idle; for {p.inter} inter-op the full pair "
             f"{full(p.inter).label(True)} stood for it, and fewer intra-op threads were only tried at "
             f"the best inter-op count ({best_e})")
+    if confirm_close:
+        confirm(result, measure, margin=margin, tie=tie)
     return result
 

@@ -63,8 +63,9 @@ def read_text(path: Path) -> str:
         raise _error("no such file", shown, fix="check the path, or give the name of a shipped profile") from None
     except PermissionError:
         raise _error("permission denied", shown, fix="make the file readable") from None
-    except OSError as exc:
-        raise _error(f"cannot read: {exc.strerror or exc}", shown, fix="give a readable .yaml file") from None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise _error(f"cannot read: {reason}", shown, fix="give a readable .yaml file") from None
     if len(raw) > MAX_FILE_BYTES:
         raise _error(f"file is larger than {MAX_FILE_BYTES // 1024} KiB", shown,
                      fix="a profile is a few lines of YAML; check that this is the right file")

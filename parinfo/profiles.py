@@ -121,6 +121,8 @@ def _looks_like_path(text: str) -> bool:
 def find_profile(source: str | os.PathLike, relative_to: Path | None = None) -> Path:
     """The file that ``source`` names: a path (relative to ``relative_to``) or a shipped name."""
     text = os.fspath(source)
+    if "\0" in text:
+        raise ProfileError(f"{text!r} contains a NUL byte", fix="give a path or a shipped profile name")
     if not text.strip():
         raise ProfileError("empty profile name", fix=f"give a path or one of: {', '.join(shipped_names())}")
     if isinstance(source, os.PathLike) or _looks_like_path(text):
@@ -160,7 +162,10 @@ def load_profile(source: str | os.PathLike) -> Profile:
 
 
 def _load(path: Path, seen: tuple[Path, ...], via: tuple[Mark | None, str] | None = None) -> Profile:
-    key = path.resolve()
+    try:
+        key = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: read_text reports it
+        key = Path(os.path.abspath(path))
     if key in seen:
         loop = " -> ".join([*(p.name for p in seen[seen.index(key):]), key.name])
         mark, source = via if via else (None, str(path))

@@ -23,15 +23,14 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from parinfo.envvars import count_from_env, is_false
 
 RUNTIME = "set at run time (API call)"
 
 
-@dataclass(frozen=True)
-class _Prediction:
+class _Prediction(NamedTuple):
     count: int | None
     kind: str  # env | default | unknown
     variable: str | None
@@ -58,11 +57,10 @@ def _physical_in_affinity(facts) -> tuple[int, str]:
 
 def _physical_cap(facts) -> tuple[int | None, str]:
     n = facts.physical_cores
-    return n, f"{n} physical cores (MKL_DYNAMIC is not FALSE)"
+    return n, f"{n} physical core{'s' if n != 1 else ''} (MKL_DYNAMIC is not FALSE)"
 
 
-@dataclass(frozen=True)
-class Model:
+class Model(NamedTuple):
     """How one library decides its count: variables read in order, the default, and a cap on requests."""
 
     precedence: tuple[str, ...]

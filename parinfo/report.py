@@ -82,16 +82,6 @@ def _runtime_rows(runtime: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _launch_environ() -> dict[str, str] | None:
-    """The environment this process was started with (later os.environ edits excluded), or None."""
-    import psutil
-
-    try:
-        return psutil.Process().environ()
-    except (psutil.Error, OSError):
-        return None
-
-
 def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/") -> Report:
     """Inspect this process. Changes nothing: no variable, no thread count, no thread.
 
@@ -116,7 +106,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     facts = machine_facts(root)
     pool_rows = pools.native_pools()
     torch_info = frameworks.torch_info(import_if_missing=False)
-    launch_env = _launch_environ()
+    launch_env = environment.launch_environment()
     env_rows = environment.environment_report(os.environ, launch_env)
     rt = runtime_info()
     settings = _runtime_rows(rt) + provenance.library_settings(

@@ -123,6 +123,7 @@ class TuneResult:
         for p, s in self.measured:
             d = {**pt(p), **s.to_dict(), "per_second": 1.0 / s.median if s.median > 0 else None,
                  "order": self.search.order.index(p) + 1, "noisy": s.spread > NOISY_SPREAD,
+                 "confirmed": p in self.search.confirmed,
                  "in_force": self.in_force.get(p)}
             points.append(d)
         return {
@@ -200,7 +201,9 @@ class TuneResult:
         }
         if self.spec.get("framework") == "torch":
             body["libraries"] = {"torch": b.intra}
-        return "\n".join(lines) + "\n" + yaml.safe_dump(body, sort_keys=False, width=1000)
+        # a command's argument may hold a line break: keep every comment on one line
+        comments = "".join(ln.replace("\r", "\\r").replace("\n", "\\n") + "\n" for ln in lines)
+        return comments + yaml.safe_dump(body, sort_keys=False, width=1000)
 
     def write_profile(self, path: str | os.PathLike, name: str | None = None) -> None:
         """Write :meth:`to_profile_yaml` to ``path``."""
@@ -306,12 +309,14 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
          command: Sequence[str] | None = None, min_threads: int = 1, max_threads: int | None = None,
          min_inter: int = 1, max_inter: int | None = None, repeats: int = 5, warmup: int = 1,
          min_time: float = 0.05, timeout: float = 600.0, in_process: bool = False,
-         exhaustive: bool = False, margin: float = search.DEFAULT_MARGIN, check_noise: bool = True,
+         exhaustive: bool = False, confirm: bool = True, margin: float = search.DEFAULT_MARGIN,
+         check_noise: bool = True,
          progress: Progress | None = None, facts: Any = None) -> TuneResult:
     """Measure the workload at several thread counts and return the curve and the winner.
 
     ``workload`` is a built-in (matmul, elementwise, ensemble) unless ``stmt`` (with ``setup``),
-    ``module`` ("pkg.mod:func") or ``command`` (argv) is given. ``objective`` latency sweeps intra-op
+    ``module`` ("pkg.mod:func") or ``command`` (argv) is given. With ``confirm`` the points within
+    the noise of the fastest are measured once more and their samples pooled before the pick. ``objective`` latency sweeps intra-op
     counts ``min_threads..max_threads`` (default: the usable CPUs; more only if asked);
     throughput sweeps inter x intra pairs whose product fits ``max_threads`` (default usable CPUs),
     with ``inter`` concurrent requests. Raises UsageError/TuneError for bad input and
@@ -382,11 +387,15 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
     if progress:
         progress("start", {"candidates": n_cands, "workload": describe(spec)})
 
+    seen: set[Point] = set()
+
     def measure(p: Point) -> Stats:
+        again = p in seen
+        seen.add(p)
         if progress:
-            progress("measuring", {"point": p, "label": p.label(pairs)})
+            progress("confirming" if again else "measuring", {"point": p, "label": p.label(pairs)})
         s = measurer(p)
-        if progress:
+        if progress and not again:
             progress("measured", {"point": p, "label": p.label(pairs), "stats": s})
         return s
 
@@ -394,10 +403,10 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
         if pairs:
             result = search.search_pairs(max_threads, measure, intra=(min_threads, max_threads),
                                          inter=(min_inter, min(max_inter or max_threads, max_threads)),
-                                         margin=margin, exhaustive=exhaustive)
+                                         margin=margin, exhaustive=exhaustive, confirm_close=confirm)
         else:
             result = search.search_counts(range(min_threads, max_threads + 1), measure, margin=margin,
-                                          exhaustive=exhaustive)
+                                          exhaustive=exhaustive, confirm_close=confirm)
     finally:
         if isinstance(measurer, InProcessMeasurer):
             measurer.restore()

@@ -58,9 +58,11 @@ def test_runtime_counts_follow_the_profile():
         from parinfo import runtime
         i = runtime.info()
         print(json.dumps({"intra": parinfo.get_num_threads(), "inter": parinfo.get_num_interop_threads(),
-                          "src": i["intra_op"]["source"], "r": r}))
+                          "src": i["intra_op"]["source"], "r": r,
+                          "heavy": [m for m in ("torch", "numpy") if m in sys.modules]}))
     """)
     assert (out["intra"], out["inter"]) == (3, 2)
+    assert out["heavy"] == [], "apply() imports neither torch nor numpy"
     assert out["src"] == "profile t"
     assert "runtime intra-op count 3" in out["r"]["applied"]
     assert out["r"]["plan"]["name"] == "t"

@@ -88,3 +88,12 @@ def test_rows_are_json_serialisable():
     import json
 
     json.dumps(environment_report())
+
+
+def test_launch_environment_equals_psutils_view_and_ignores_later_edits():
+    code = ("import json, os, psutil; os.environ['OMP_NUM_THREADS'] = '1'; "
+            "from parinfo.environment import launch_environment; "
+            "print(json.dumps([launch_environment(), dict(psutil.Process().environ())]))")
+    ours, theirs = run_json(code, env=clean_env(OMP_NUM_THREADS="3"))
+    assert ours == theirs
+    assert ours["OMP_NUM_THREADS"] == "3"

@@ -1,6 +1,9 @@
 """Random documents and random bytes given to the loader and resolver: only ProfileError escapes."""
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -14,6 +17,15 @@ from parinfo.profiles import LIBRARIES, TOP_KEYS, resolve_profile
 from profile_machines import MACHINES
 
 _DIR = Path(tempfile.mkdtemp(prefix="parinfo-fuzz-"))
+_OWNER = os.getpid()
+
+
+def _cleanup() -> None:
+    if os.getpid() == _OWNER:  # not in children that other tests os.fork() from this process
+        shutil.rmtree(_DIR, ignore_errors=True)
+
+
+atexit.register(_cleanup)
 FACTS = [MACHINES["1cpu"], MACHINES["2numa_x28"], MACHINES["affinity_subset"]]
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

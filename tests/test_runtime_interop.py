@@ -97,6 +97,8 @@ def test_kwargs_callbacks_and_result_timeout():
     assert late == [fut]
     with pytest.raises(TypeError, match="parinfo Future"):
         rt.wait(42)
+    with pytest.raises(TypeError, match="callable"):
+        rt.fork(42)
 
 
 def test_wait_on_unstarted_task_runs_it_on_the_waiting_thread():
@@ -171,3 +173,18 @@ def test_exit_via_exception_with_tasks_in_flight_keeps_the_exit_status():
         "fs = [rt.fork(time.sleep, 0.01) for i in range(50)]\n"
         "raise SystemExit(3)\n", timeout=30, check=False)
     assert proc.returncode == 3 and proc.stderr == ""
+
+
+@pytest.mark.torch
+def test_exit_with_torch_work_in_flight_neither_hangs_nor_aborts():
+    proc = run_py(
+        "import torch, parinfo.runtime as rt\n"
+        "x = torch.randn(256, 256)\n"
+        "def work(k):\n"
+        "    fs = [rt.fork(torch.mm, x, x) for _ in range(3)]\n"
+        "    return sum(rt.wait(f).sum() for f in fs)\n"
+        "rt.wait(rt.fork(work, 0))\n"
+        "fs = [rt.fork(work, k) for k in range(20)]\n"
+        "print('leaving', flush=True)\n", timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "leaving" in proc.stdout and "terminate" not in proc.stderr

@@ -97,3 +97,28 @@ def test_torch_imported_after_the_push_gets_the_count_in_tasks():
         "in_task = rt.wait(rt.fork(torch.get_num_threads))\n"
         "print(json.dumps({'in_task': in_task, 'main': torch.get_num_threads()}))")
     assert out == {"in_task": 1, "main": 1}
+
+
+@pytest.mark.torch
+def test_budget_caps_torch_in_overlapping_tasks_and_gives_the_count_back():
+    from parinfo.topology import machine_facts
+
+    cap = max(1, machine_facts().usable_cpus // 2)
+    out = run_json(
+        "import json, threading, torch, parinfo.runtime as rt\n"
+        "torch.set_num_threads(2)\n"
+        "rt.set_num_interop_threads(2)\n"
+        "barrier = threading.Barrier(2, timeout=10)\n"
+        "def task():\n"
+        "    barrier.wait()\n"
+        "    n = torch.get_num_threads()\n"
+        "    barrier.wait()\n"
+        "    return n\n"
+        "fs = [rt.fork(task) for _ in range(2)]\n"
+        "during = [rt.wait(f) for f in fs]\n"
+        "alone = rt.wait(rt.fork(torch.get_num_threads))\n"
+        "print(json.dumps({'during': during, 'main': torch.get_num_threads(), 'alone': alone,"
+        " 'push': rt.info()['native_push']}))")
+    assert out["during"] == [min(2, cap)] * 2
+    assert out["main"] == 2 and out["alone"] == 2
+    assert out["push"] is None

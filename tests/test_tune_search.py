@@ -176,3 +176,27 @@ def test_pairs_on_sixty_four_cpus_stay_cheap():
     r = search_pairs(64, m)
     assert r.best == Point(32, 2)
     assert len(r.stats) <= 25 < len(r.candidates)
+
+
+def test_confirm_remeasures_near_ties_and_pools_samples():
+    # first pass: 2 looks a bit faster than 3 by luck; the second look shows 3 is really faster
+    first = {1: 0.030, 2: 0.0100, 3: 0.0102}
+    second = {1: 0.030, 2: 0.0110, 3: 0.0090}
+    seen = []
+
+    def measure(p):
+        t = (second if p in seen else first)[p.intra]
+        seen.append(p)
+        return Stats((t,) * 3)
+
+    r = search_counts(range(1, 4), measure, confirm_close=True)
+    assert sorted(r.confirmed) == [Point(2), Point(3)]
+    assert len(r.stats[Point(3)].samples) == 6 and len(r.stats[Point(1)].samples) == 3
+    assert r.best == Point(3)
+    assert Point(1) not in r.confirmed  # clearly slower: measured once
+
+
+def test_confirm_does_nothing_when_the_best_is_clear():
+    m = fake(v_curve(4))
+    r = search_counts(range(1, 9), m, confirm_close=True)
+    assert r.confirmed == [] and len(m.calls) == len(set(m.calls))

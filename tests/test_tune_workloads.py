@@ -72,7 +72,7 @@ def test_command_is_timed_as_a_whole_process_with_the_variables_set(tmp_path):
     log = tmp_path / "env.log"
     script = (f"import os; open({str(log)!r}, 'a').write(os.environ['OMP_NUM_THREADS'] + ' ' + "
               f"os.environ['OPENBLAS_NUM_THREADS'] + ' ' + os.environ['PARINFO_NUM_INTEROP_THREADS'] + '\\n')")
-    out = tune_json("--max", "2", "--", sys.executable, "-c", script)
+    out = tune_json("--max", "2", "--no-confirm", "--", sys.executable, "-c", script)
     assert out["mode"] == "command" and out["workload"].startswith("command ")
     assert [p["intra_op"] for p in out["points"]] == [1, 2]
     seen = log.read_text().split("\n")
@@ -84,7 +84,7 @@ def test_command_is_timed_as_a_whole_process_with_the_variables_set(tmp_path):
 def test_command_throughput_runs_concurrent_copies(tmp_path):
     log = tmp_path / "runs.log"
     script = f"import os; open({str(log)!r}, 'a').write(os.environ['PARINFO_NUM_THREADS'] + '\\n')"
-    out = tune_json("--objective", "throughput", "--max", "2", "--", sys.executable, "-c", script)
+    out = tune_json("--objective", "throughput", "--max", "2", "--no-confirm", "--", sys.executable, "-c", script)
     runs = log.read_text().split()
     # 1x2 and 2x1 (or 1x1): a 2-request point starts two copies per run
     measured = {(p["inter_op"], p["intra_op"]) for p in out["points"]}

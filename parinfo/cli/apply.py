@@ -25,7 +25,7 @@ def apply_cmd(
                                             help="Run N pinned instances (overrides the profile's instances)."),
     force: bool = typer.Option(False, "--force", help="Override variables already set in the environment."),
 ) -> None:
-    """Validate PROFILE, resolve it on this machine, and print every setting with its value and why."""
+    """Show what PROFILE means on this machine (every setting, its value and why), or run COMMAND under it."""
     from parinfo.errors import UsageError
     from parinfo.profiles import resolve_profile
 

@@ -36,6 +36,8 @@ def tune(
     in_process: bool = typer.Option(False, "--in-process",
                                     help="Measure in this process through the runtime and threadpoolctl."),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="Measure every candidate (no adaptive skipping)."),
+    confirm: bool = typer.Option(True, "--confirm/--no-confirm",
+                                 help="Measure points within the noise of the best once more before picking."),
     write: Optional[str] = typer.Option(None, "--write", help="Write a profile with the winning counts to this YAML file."),
     name: Optional[str] = typer.Option(None, "--name", help="Profile name for --write (default tuned-WORKLOAD)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Save the curve as FILE.svg or FILE.png (needs matplotlib)."),
@@ -70,7 +72,8 @@ def tune(
                           setup=setup, module=module, command=args or None, min_threads=min_threads,
                           max_threads=max_threads, min_inter=min_inter, max_inter=max_inter,
                           repeats=repeats, warmup=warmup, min_time=min_time, timeout=timeout,
-                          in_process=in_process, exhaustive=exhaustive, check_noise=noise_check,
+                          in_process=in_process, exhaustive=exhaustive, confirm=confirm,
+                          check_noise=noise_check,
                           progress=bar)
     except WorkloadFailed as exc:
         if bar:
@@ -113,8 +116,8 @@ class _Bar:
         if event == "start":
             self.progress.start()
             self.task = self.progress.add_task("tuning", total=info["candidates"])
-        elif event == "measuring" and self.task is not None:
-            self.progress.update(self.task, description=f"measuring {info['label']}")
+        elif event in ("measuring", "confirming") and self.task is not None:
+            self.progress.update(self.task, description=f"{event} {info['label']}")
         elif event == "measured" and self.task is not None:
             self.progress.advance(self.task)
         elif event == "done":
@@ -146,7 +149,10 @@ def _render(result, write: Optional[str], plot: Optional[str]) -> None:
     table.add_column("order", justify="right")
     table.add_column("note")
     for p, s in result.measured:
-        note = "best" if p == result.best else ("noisy" if s.spread > NOISY_SPREAD else "")
+        notes = ["best"] if p == result.best else (["noisy"] if s.spread > NOISY_SPREAD else [])
+        if p in result.search.confirmed:
+            notes.append("measured twice")
+        note = ", ".join(notes)
         row = [result.label(p), f"{s.median * 1e3:.4g}", f"{s.spread:.0%}", f"{s.min * 1e3:.4g}",
                f"{s.max * 1e3:.4g}"]
         if result.concurrent:

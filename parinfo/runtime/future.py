@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import traceback
 from typing import Any, Callable
 
 from parinfo.runtime import native, tracing
@@ -17,6 +16,7 @@ from parinfo.runtime import native, tracing
 PENDING, RUNNING, DONE = 0, 1, 2
 
 _mu = threading.Lock()  # guards every Future's state, waiters and callbacks
+pending = 0  # tasks forked to the pool and not yet claimed (guarded by _mu)
 
 
 class Future:
@@ -79,7 +79,7 @@ class Future:
 
     def _wait(self, timeout: float | None) -> None:
         if timeout is None and _claim(self):
-            run(self, restore=True)
+            run_inline(self)
             return
         with _mu:
             if self._state == DONE:
@@ -102,17 +102,28 @@ class Future:
 
 
 def _claim(fut: Future) -> bool:
+    global pending
     with _mu:
         if fut._state != PENDING:
             return False
         fut._state = RUNNING
+        pending -= 1
         return True
+
+
+def queued(fut: Future) -> None:
+    """Count a task handed to the pool (the budget looks ahead at tasks about to start)."""
+    global pending
+    with _mu:
+        pending += 1
 
 
 def _call_back(fn: Callable[[Future], Any], fut: Future) -> None:
     try:
         fn(fut)
     except Exception:
+        import traceback
+
         print("parinfo: exception in a Future done-callback (ignored):", file=sys.stderr)
         traceback.print_exc()
 
@@ -146,6 +157,14 @@ def finish(fut: Future) -> None:
             _call_back(fn, fut)
 
 
+def _run_here(fut: Future) -> None:
+    run(fut, True)
+
+
+# How a waiter runs a task it claimed; the inter-op pool replaces it to account for its slots.
+run_inline: Callable[[Future], None] = _run_here
+
+
 def fail_orphan(fut: Future, why: str) -> None:
     """Finish a task that can never run here (it was running in the parent of an os.fork)."""
     fut._exc = RuntimeError(why)
@@ -153,5 +172,6 @@ def fail_orphan(fut: Future, why: str) -> None:
 
 
 def after_fork_in_child() -> None:
-    global _mu
+    global _mu, pending
     _mu = threading.Lock()
+    pending = 0

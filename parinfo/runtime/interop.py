@@ -24,6 +24,11 @@ _STOP = None
 class _Pool:
     def __init__(self, n: int) -> None:
         self.q: queue.SimpleQueue = queue.SimpleQueue()
+        # n slots: a task runs only while holding one, so at most n tasks run at once even when
+        # waiters run tasks inline (a waiter that finds no free slot still runs its task).
+        self.slots: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(n):
+            self.slots.put(1)
         self.size = n
         self.current: list[Any] = [None] * n  # the task each worker runs (for os.fork children)
         self.threads = [threading.Thread(target=_worker, args=(self, i), daemon=True,
@@ -33,6 +38,7 @@ class _Pool:
 
 
 _pool: _Pool | None = None
+_tl = threading.local()  # slot: True while this thread holds a slot
 _sequential = False
 _closing = False
 _start_lock = threading.Lock()
@@ -41,19 +47,46 @@ _atexit_registered = False
 
 def _worker(pool: _Pool, index: int) -> None:
     get = pool.q.get
-    qsize = pool.q.qsize
+    slot_get, slot_put = pool.slots.get, pool.slots.put
     claim = _fut._claim
     run = _fut.run
     current = pool.current
     others = pool.size - 1
+    _tl.slot = True  # nested waits inside tasks run inline without taking another slot
     while True:
         fut = get()
         if fut is _STOP:
             return
+        if fut._state != _fut.PENDING:  # a waiter ran it already
+            continue
+        slot_get()
         if claim(fut):
             current[index] = fut
-            run(fut, False, min(qsize(), others))
+            run(fut, False, min(_fut.pending, others))
             current[index] = None
+        slot_put(1)
+
+
+def _run_inline(fut: Future) -> None:
+    """Run a task a waiter claimed, holding a slot when one is free."""
+    pool = _pool
+    if pool is None or getattr(_tl, "slot", False):
+        _fut.run(fut, True)
+        return
+    try:
+        pool.slots.get_nowait()
+    except queue.Empty:
+        _fut.run(fut, True)
+        return
+    _tl.slot = True
+    try:
+        _fut.run(fut, True, min(_fut.pending, pool.size - 1))
+    finally:
+        _tl.slot = False
+        pool.slots.put(1)
+
+
+_fut.run_inline = _run_inline
 
 
 def _start() -> _Pool | None:
@@ -77,7 +110,10 @@ def fork(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
     The task sees a copy of the caller's contextvars. With PARINFO_BACKEND=sequential, or once
     the interpreter is exiting, the task runs inline before fork returns.
     """
+    if not callable(fn):
+        raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
     fut = Future(fn, args, kwargs, contextvars.copy_context())
+    _fut.queued(fut)
     pool = _pool
     if pool is None:
         pool = _start()

@@ -172,7 +172,7 @@ def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -
         pool.resize(count - 1)
     for _ in range(job.n - 1):
         pool.q.put(job)
-    job.work(True, job.n - 1)
+    job.ctx.run(job.work, True, job.n - 1)
     job.done.acquire()
     if job.error is not None:
         raise job.error

@@ -26,7 +26,7 @@ from parinfo.runtime import settings
 _lock = threading.RLock()  # serialises changes of native limits
 _ctrl: Any = None
 _ctrl_modules = -1
-_torch_mod: Any = None
+_torch_base: int | None = None  # torch's count when the current cap began
 
 _pushed: int | None = None  # the intra-op count pushed by set_num_threads/configure
 _push_record: dict[str, Any] | None = None
@@ -57,7 +57,11 @@ def _controller() -> Any:
 def _libs() -> tuple[list[Any], list[Any]]:
     """(per-thread libraries, process-wide libraries) of the cached controller."""
     per_thread, process = [], []
-    for lib in _controller().lib_controllers:
+    try:
+        libs = _controller().lib_controllers
+    except Exception:  # no threadpoolctl view of this process: nothing to steer
+        return per_thread, process
+    for lib in libs:
         layer = getattr(lib, "threading_layer", None)
         if lib.user_api == "openmp" or layer == "openmp":
             per_thread.append(lib)
@@ -149,30 +153,41 @@ def _apply_process(process: list[Any]) -> None:
     if _level is None:  # the user may change the pools until the next cap: forget what we saw
         _global_orig.clear()
         _global_applied.clear()
+        # torch keeps a process-wide default that new threads copy on their first op; give it back
+        base = _pushed if _pushed is not None else _torch_base
+        if base is not None and _torch() is not None:
+            _torch_set(base)
+
+
+def _capture_torch_base() -> None:
+    """torch's count before a cap, read on a thread parinfo has not capped (call with _blk held)."""
+    global _torch_base
+    torch = _torch()
+    if torch is not None and not getattr(_tl, "capped", False):
+        try:
+            _torch_base = torch.get_num_threads()
+        except Exception:
+            pass
 
 
 def _sync_thread(in_lane: bool) -> None:
-    """Bring this thread's per-thread pools (OpenMP, torch) to the current count and cap."""
+    """Bring this thread's per-thread pools (OpenMP runtimes, torch) to the current count and cap."""
     per_thread, _ = _libs()
     level = _level if in_lane else None
     saved = getattr(_tl, "saved", None)
     if saved is None:
         saved = _tl.saved = {}
-    torch = _torch()
-    for k, lib in [(lib.filepath, lib) for lib in per_thread] + ([("torch", torch)] if torch else []):
-        if level is not None and k not in saved:  # the thread's own count before the cap
-            saved[k] = (lib.get_num_threads() or 1)
-        if _pushed is not None:
-            base = _pushed
-        elif k in saved:
-            base = saved[k]
-        else:
-            continue
-        want = base if level is None else max(1, min(base, level))
-        if k == "torch":
-            _torch_set(want)
-        else:
-            _set(lib, want)
+    if level is not None:  # the thread's own counts before the cap, read before changing any
+        for lib in per_thread:
+            if lib.filepath not in saved:
+                saved[lib.filepath] = lib.get_num_threads() or 1
+    for lib in per_thread:
+        base = _pushed if _pushed is not None else saved.get(lib.filepath)
+        if base is not None:
+            _set(lib, base if level is None else max(1, min(base, level)))
+    base = _pushed if _pushed is not None else _torch_base
+    if base is not None and _torch() is not None:
+        _torch_set(base if level is None else max(1, min(base, level)))
     _tl.key = _key if in_lane else None
     _tl.capped = level is not None
     if level is None:
@@ -199,6 +214,8 @@ def lane_enter(queued: int = 0) -> None:
                 _usable = settings.usable_cpus()
             cap = max(1, _usable // lanes)
             if _level is None or cap < _level:
+                if _level is None:
+                    _capture_torch_base()
                 _level = cap
                 _key = object()
                 changed = True

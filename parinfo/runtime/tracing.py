@@ -5,7 +5,6 @@ thread id, start and end, so chrome://tracing or Perfetto show which work overla
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -78,6 +77,8 @@ class Profile:
 
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> None:
         """Write the trace as JSON that chrome://tracing and Perfetto open."""
+        import json
+
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(self.chrome_trace(), fh)
 
