@@ -203,3 +203,14 @@ def test_info_counts_the_pool_threads_parinfo_created():
         "print(json.dumps(rt.info()))", env=clean_env(PARINFO_NUM_INTEROP_THREADS="2"))
     assert out["intra_pool_started"] and out["inter_pool_started"]
     assert out["pool_threads"] == 2 + 2
+
+
+def test_importing_and_reading_the_runtime_changes_no_environment_variable():
+    out = run_json(
+        "import json, os\n"
+        "before = dict(os.environ)\n"
+        "import parinfo.runtime as rt\n"
+        "rt.info(); rt.get_num_threads(); rt.get_num_interop_threads()\n"
+        "rt.parallel_for(0, 100, 1, lambda a, b: None); rt.wait(rt.fork(int))\n"
+        "print(json.dumps(sorted(set(os.environ.items()) ^ set(before.items()))))")
+    assert out == []
