@@ -42,6 +42,23 @@ def median_time(fn, repeats: int, inner: int = 1) -> float:
     return statistics.median(times)
 
 
+def interleaved(fns: dict, repeats: int) -> dict:
+    """Median seconds of each callable, timed round-robin so that drift hits all of them alike.
+
+    Each timed call follows an untimed call of the same callable: the figure is that setting's
+    steady state, not the cost of leaving the previous one (OpenBLAS threads keep spinning for a
+    while after a multi-threaded call and would bill the next setting for it).
+    """
+    times: dict = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            fn()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
 def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
@@ -116,9 +133,8 @@ def bench_pfor(repeats: int) -> None:
             for f in fs:
                 f.result()
 
-        ts = median_time(serial, repeats)
-        tp = median_time(pfor, repeats)
-        tt = median_time(tpe, repeats)
+        med = interleaved({"serial": serial, "pfor": pfor, "tpe": tpe}, max(repeats, 11))
+        ts, tp, tt = med["serial"], med["pfor"], med["tpe"]
     ref = np.sin(x)
     pfor()
     assert np.array_equal(y, ref)
@@ -207,17 +223,26 @@ def bench_ensemble(repeats: int) -> None:
 
     want = serial()
     assert np.allclose(forked(), want)
-    t_serial = median_time(serial, repeats)
-    t_default = median_time(forked, repeats)
-    tuned = {}
+    executors = {w: ThreadPoolExecutor(w) for w in (2, 4)}
+
+    def tuned_run(w: int, blas: int):
+        def run():
+            with threadpool_limits(blas, user_api="blas"):
+                if w == 1:
+                    return serial()
+                ex = executors[w]
+                return sum(f.result() for f in [ex.submit(model, ws, x) for ws in models])
+        return run
+
+    fns = {"serial": serial, "default": forked}
     for blas in (1, 2):
-        with threadpool_limits(blas, user_api="blas"):
-            tuned[f"serial, BLAS {blas}"] = median_time(serial, repeats)
-            for w in (2, 4):
-                with ThreadPoolExecutor(w) as ex:
-                    def tpe():
-                        return sum(f.result() for f in [ex.submit(model, ws, x) for ws in models])
-                    tuned[f"{w} workers, BLAS {blas}"] = median_time(tpe, repeats)
+        for w in (1, 2, 4):
+            fns[f"{'serial' if w == 1 else f'{w} workers'}, BLAS {blas}"] = tuned_run(w, blas)
+    med = interleaved(fns, repeats)
+    for ex in executors.values():
+        ex.shutdown()
+    t_serial, t_default = med.pop("serial"), med.pop("default")
+    tuned = med
     best_name = min(tuned, key=tuned.get)
     best = tuned[best_name]
     print(f"4. numpy ensemble (4 models x 12 matmul+tanh, 256x384 @ 384x384), default settings "

@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-MAX_CPU_ID = 65535  # far above any kernel's NR_CPUS; guards against "0-999999999" garbage
+from parinfo.cpulist import parse_cpu_list
+
 
 _CPU = "sys/devices/system/cpu"
 
@@ -70,44 +71,15 @@ def read_int(root: str, rel: str) -> int:
         raise garbage(rel, text) from None
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """Parse the kernel's CPU list syntax ("0-3,8,10-11"); raise ValueError on anything else."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        m = _RANGE.match(part.strip())
-        if not m:
-            raise ValueError(part)
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo or hi > MAX_CPU_ID:
-            raise ValueError(part)
-        cpus.update(range(lo, hi + 1))
-    return tuple(sorted(cpus))
-
-
 def read_cpu_list(root: str, rel: str) -> tuple[int, ...]:
     text = read(root, rel)
     try:
-        return parse_cpu_list(text)
+        return tuple(parse_cpu_list(text))
     except ValueError:
         raise garbage(rel, text) from None
 
 
-def format_cpu_list(cpus: tuple[int, ...] | list[int]) -> str:
-    """The inverse of parse_cpu_list: (0, 1, 2, 5) -> "0-2,5"."""
-    out: list[str] = []
-    ordered = sorted(set(cpus))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
+
 
 
 @dataclass(frozen=True)

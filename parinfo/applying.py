@@ -205,7 +205,7 @@ def _torch(plan: Plan, inter: int, kept: dict[str, str], applied: list[str],
 def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[str]) -> None:
     if not cpus:
         return
-    from parinfo.profiles import format_cpu_list
+    from parinfo.cpulist import format_cpu_list
 
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]

@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from parinfo.cpulist import format_cpu_list
 from parinfo.errors import ApplyError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -136,13 +137,9 @@ def _check_cpus(cpus: Sequence[int], what: str) -> None:
     allowed = os.sched_getaffinity(0)
     outside = sorted(set(cpus) - allowed)
     if outside:
-        raise ApplyError(f"{what} asks for CPUs {_cpu_list(outside)} outside the CPUs this process may use "
-                         f"({_cpu_list(sorted(allowed))}); resolve the profile where it runs, or widen the "
+        raise ApplyError(f"{what} asks for CPUs {format_cpu_list(outside)} outside the CPUs this process may use "
+                         f"({format_cpu_list(sorted(allowed))}); resolve the profile where it runs, or widen the "
                          f"affinity (taskset) first")
-
-
-def _cpu_list(cpus: Sequence[int]) -> str:
-    return ",".join(str(c) for c in cpus)
 
 
 def _exit_status(returncode: int) -> int:

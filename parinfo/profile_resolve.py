@@ -11,7 +11,8 @@ from typing import Any
 from parinfo import expr
 from parinfo.errors import UsageError
 from parinfo.plan import InstancePlan, Plan, Setting
-from parinfo.profiles import DERIVED_VARS, LIBRARIES, MAX_COUNT, Profile, format_cpu_list
+from parinfo.cpulist import format_cpu_list
+from parinfo.profiles import DERIVED_VARS, LIBRARIES, MAX_COUNT, Profile
 
 COUNT_FACTOR = 64  # a count above 64 x logical CPUs is a mistake, not a plan
 

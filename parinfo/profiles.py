@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from parinfo import expr
+from parinfo.cpulist import parse_cpu_list
 from parinfo._yaml_nodes import Document, KeyPath, Mark, parse, read_text
 from parinfo.errors import ProfileError
 
@@ -446,41 +447,7 @@ def _validate(doc: Document) -> dict:
     return _Validator(doc).run()
 
 
-def parse_cpu_list(text: str) -> list[int]:
-    """Parse "0-3,8" into [0, 1, 2, 3, 8]; raise ValueError naming the bad part."""
-    cpus: set[int] = set()
-    parts = [p.strip() for p in text.split(",")]
-    if not text.strip():
-        raise ValueError("empty CPU list")
-    for part in parts:
-        lo, sep, hi = part.partition("-")
-        try:
-            a = int(lo)
-            b = int(hi) if sep else a
-        except ValueError:
-            raise ValueError(f"{part!r} is not a CPU number or range like 0-3") from None
-        if a < 0 or b < 0:
-            raise ValueError(f"{part!r}: CPU numbers start at 0")
-        if b < a:
-            raise ValueError(f"{part!r}: range runs backwards")
-        if b > 65535:
-            raise ValueError(f"{part!r}: CPU number is too large")
-        cpus.update(range(a, b + 1))
-    return sorted(cpus)
 
-
-def format_cpu_list(cpus: tuple[int, ...] | list[int]) -> str:
-    """Format [0, 1, 2, 3, 8] as "0-3,8"."""
-    out: list[str] = []
-    items = sorted(set(cpus))
-    i = 0
-    while i < len(items):
-        j = i
-        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
-            j += 1
-        out.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
 
-from parinfo.torch_format import cpu_ranges, human_bytes, pool_title, quota_text, show_value
+from parinfo.cpulist import format_cpu_list
+from parinfo.torch_format import human_bytes, pool_title, quota_text, show_value
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,15 +51,15 @@ def _machine(r: Report) -> list[Line]:
         ("logical CPUs", show_value(m.get("logical_cpus"), unknown, "logical_cpus")),
         ("physical cores", show_value(m.get("physical_cores"), unknown, "physical_cores")),
         ("sockets", show_value(m.get("sockets"), unknown, "sockets")),
-        ("NUMA nodes", f"{len(nodes)}: " + "; ".join(cpu_ranges(n) for n in nodes) if nodes
+        ("NUMA nodes", f"{len(nodes)}: " + "; ".join(format_cpu_list(n) for n in nodes) if nodes
          else show_value(None, unknown, "numa_nodes")),
         ("SMT", show_value(m.get("smt"), unknown, "smt")),
     ]
     for kind, cpus in (m.get("core_types") or {}).items():
-        rows.append((f"{kind} cores", cpu_ranges(cpus)))
+        rows.append((f"{kind} cores", format_cpu_list(cpus)))
     rows += [
-        ("affinity", f"{cpu_ranges(m.get('affinity'))} ({len(m.get('affinity') or ())} CPUs)"),
-        ("cpuset", "none" if m.get("cpuset") is None else cpu_ranges(m.get("cpuset"))),
+        ("affinity", f"{format_cpu_list(m.get('affinity'))} ({len(m.get('affinity') or ())} CPUs)"),
+        ("cpuset", "none" if m.get("cpuset") is None else format_cpu_list(m.get("cpuset"))),
         ("cgroup CPU quota", quota_text(m)),
         ("usable CPUs", f"{m.get('usable_cpus')} ({m.get('usable_physical_cores')} physical cores)"),
     ]

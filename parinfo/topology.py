@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from parinfo import _cgroup, _sysfs
+from parinfo.cpulist import parse_cpu_list
 from parinfo.errors import UsageError
 
 USABLE_RULE = "min(affinity CPUs, cpuset CPUs, floor(cgroup quota)), at least 1"
@@ -168,7 +169,7 @@ def _affinity(root: str, pid: int | None, online: tuple[int, ...] | None,
         if m is None:
             raise _sysfs.Unreadable(f"no Cpus_allowed_list line in {_sysfs.shown(rel)}")
         try:
-            return _sysfs.parse_cpu_list(m.group(1))
+            return tuple(parse_cpu_list(m.group(1)))
         except ValueError:
             raise _sysfs.garbage(rel, m.group(0)) from None
     except _sysfs.Unreadable as exc:

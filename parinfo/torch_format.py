@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from parinfo.cpulist import format_cpu_list
+
 if TYPE_CHECKING:
     from parinfo.report import Report
 
@@ -21,23 +23,6 @@ _GETTER = {
 
 _OPENMP_NAMES = {"libgomp": "GNU OpenMP (libgomp)", "libiomp": "Intel OpenMP (libiomp)",
                  "libomp": "LLVM OpenMP (libomp)"}
-
-
-def cpu_ranges(cpus: list[int] | tuple[int, ...] | None) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    if not cpus:
-        return "none"
-    cpus = sorted(cpus)
-    parts: list[str] = []
-    start = prev = cpus[0]
-    for c in cpus[1:] + [None]:  # type: ignore[operator]
-        if c is not None and c == prev + 1:
-            prev = c
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if c is not None:
-            start = prev = c
-    return ",".join(parts)
 
 
 def show_value(value: Any, unknown: dict[str, str] | None = None, key: str | None = None) -> str:
@@ -129,7 +114,7 @@ def torch_block(report: Report) -> str:
         f"\tCPUs : {show_value(m.get('logical_cpus'), m.get('unknown'), 'logical_cpus')} logical, "
         f"{show_value(m.get('physical_cores'), m.get('unknown'), 'physical_cores')} physical cores, "
         f"SMT {show_value(m.get('smt'), m.get('unknown'), 'smt')}")
-    lines.append(f"\taffinity : {cpu_ranges(m.get('affinity'))} ({len(m.get('affinity') or ())} CPUs)")
+    lines.append(f"\taffinity : {format_cpu_list(m.get('affinity'))} ({len(m.get('affinity') or ())} CPUs)")
     lines.append(f"\tcgroup CPU quota : {quota_text(m)}")
     lines.append(f"\tusable CPUs : {m.get('usable_cpus')} = {m.get('usable_rule')}")
     lines.append("Thread counts in force (count : source):")

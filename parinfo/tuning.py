@@ -21,6 +21,7 @@ from parinfo._tune_measure import (CommandMeasurer, InProcessMeasurer, Settings,
                                    WorkloadFailed, noise_check)
 from parinfo._tune_search import Point, SearchResult, Stats
 from parinfo._tune_workloads import BUILTIN, FRAMEWORKS, compile_user, describe, uses_interop
+from parinfo.cpulist import format_cpu_list
 from parinfo.errors import UsageError
 
 OBJECTIVES = ("latency", "throughput")
@@ -43,20 +44,6 @@ def _cpu_model() -> str:
     brand = ident.get("brand") or f"unknown ({ident.get('unknown', {}).get('brand', 'no brand')})"
     extra = [x for x in (ident.get("arch"), " ".join(ident.get("isa") or [])) if x]
     return brand + (f" ({', '.join(extra)})" if extra else "")
-
-
-def _ranges(values: Sequence[int]) -> str:
-    """1,2,3,5,7,8 -> '1-3, 5, 7-8'."""
-    out: list[str] = []
-    vals = sorted(values)
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ", ".join(out)
 
 
 @dataclass
@@ -154,7 +141,7 @@ class TuneResult:
         if not sk:
             return "none"
         if not self.pairs:
-            return _ranges([p.intra for p in sk])
+            return format_cpu_list([p.intra for p in sk])
         return ", ".join(self.label(p) for p in sorted(sk, key=lambda p: (p.inter, p.intra)))
 
     def to_profile_yaml(self, name: str | None = None) -> str:
@@ -430,7 +417,7 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
     machine = {"cpu_model": _cpu_model(), "logical_cpus": facts.logical_cpus,
                "physical_cores": facts.physical_cores, "usable_cpus": usable,
                "usable_physical_cores": facts.usable_physical_cores,
-               "affinity": _ranges(facts.affinity) if facts.affinity else "unknown"}
+               "affinity": format_cpu_list(facts.affinity) if facts.affinity else "unknown"}
     return TuneResult(spec=spec, workload=describe(spec), objective=objective, mode=mode, pairs=pairs,
                       concurrent=concurrent, machine=machine, search=result, settings=settings,
                       in_force=dict(measurer.in_force), noise=noise, notes=notes, started=started,

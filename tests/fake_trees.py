@@ -16,6 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from parinfo.cpulist import format_cpu_list
+
 _CPU = "sys/devices/system/cpu"
 
 
@@ -65,8 +67,8 @@ class FakeMachine:
         for core in range(e_cores):
             layout.append((cpu, 0, p_cores * 4 + core, [cpu], 0))
             cpu += 1
-        self._files["sys/devices/cpu_core/cpus"] = _cpu_list(p_cpus)
-        self._files["sys/devices/cpu_atom/cpus"] = _cpu_list(range(len(p_cpus), cpu))
+        self._files["sys/devices/cpu_core/cpus"] = format_cpu_list(p_cpus)
+        self._files["sys/devices/cpu_atom/cpus"] = format_cpu_list(range(len(p_cpus), cpu))
         return self._write_cpus(layout, (), smt_possible=p_smt > 1)
 
     def capacities(self, caps: dict[int, int]) -> FakeMachine:
@@ -85,20 +87,20 @@ class FakeMachine:
             if cpu in offline:
                 continue
             nodes[node].append(cpu)
-            sib = _cpu_list([s for s in siblings if s not in offline])
+            sib = format_cpu_list([s for s in siblings if s not in offline])
             base = f"{_CPU}/cpu{cpu}/topology"
             self._files[f"{base}/physical_package_id"] = str(socket)
             self._files[f"{base}/die_id"] = "0"
             self._files[f"{base}/core_id"] = str(core_id)
             self._files[f"{base}/core_cpus_list"] = sib
             self._files[f"{base}/thread_siblings_list"] = sib
-        self._files[f"{_CPU}/online"] = _cpu_list(online)
-        self._files[f"{_CPU}/present"] = _cpu_list([c for c, *_ in layout])
-        self._files[f"{_CPU}/possible"] = _cpu_list([c for c, *_ in layout])
+        self._files[f"{_CPU}/online"] = format_cpu_list(online)
+        self._files[f"{_CPU}/present"] = format_cpu_list([c for c, *_ in layout])
+        self._files[f"{_CPU}/possible"] = format_cpu_list([c for c, *_ in layout])
         active = smt_possible and any(len([s for s in sib if s not in offline]) > 1 for *_, sib, _n in layout)
         self._files[f"{_CPU}/smt/active"] = "1" if active else "0"
         for node, cpus in nodes.items():
-            self._files[f"sys/devices/system/node/node{node}/cpulist"] = _cpu_list(cpus)
+            self._files[f"sys/devices/system/node/node{node}/cpulist"] = format_cpu_list(cpus)
         return self
 
     # --- process ----------------------------------------------------------------------------------
@@ -200,7 +202,7 @@ class FakeMachine:
         if self._online or self._affinity is not None:
             allowed = self._affinity if self._affinity is not None else self._online
             files["proc/self/status"] = (f"Name:\tpython\nPid:\t4242\nThreads:\t1\n"
-                                         f"Cpus_allowed_list:\t{_cpu_list(allowed)}\n")
+                                         f"Cpus_allowed_list:\t{format_cpu_list(allowed)}\n")
         files["proc/self/mountinfo"] = "\n".join(self._mounts) + "\n"
         if self._cgroup_lines:
             files["proc/self/cgroup"] = "\n".join(self._cgroup_lines) + "\n"
@@ -223,18 +225,6 @@ class FakeMachine:
             else:
                 _remove(target)
         return str(self.root)
-
-
-def _cpu_list(cpus) -> str:
-    ordered = sorted(set(cpus))
-    out, i = [], 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def _in_mount(base: str, mount_root: str, cgroup: str, name: str) -> str:

@@ -68,7 +68,7 @@ def test_first_exception_in_a_chunk_is_reraised_with_its_traceback():
     import parinfo.runtime as rt
 
     def failing_chunk(a, b):
-        if a > 0:
+        if b == 100:  # the last chunk, whatever the count
             raise ZeroDivisionError(f"chunk {a}")
 
     with pytest.raises(ZeroDivisionError) as info:

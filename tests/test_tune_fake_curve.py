@@ -75,7 +75,7 @@ def test_latency_picks_the_valley_skips_ruled_out_points_and_writes_profile_and_
     assert "inter_op" not in body
     assert "# Workload: module fakecurve:work" in text
     assert "# Machine: " in text and "usable CPUs" in text
-    assert "<- chosen" in text and "# Skipped: 7, 9-15" in text
+    assert "<- chosen" in text and "# Skipped: 7,9-15" in text
 
     head = svg.read_text()[:400]
     assert "<svg" in head

@@ -56,7 +56,7 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
     import os
     import shlex
 
-    from parinfo.profiles import format_cpu_list
+    from parinfo.cpulist import format_cpu_list
 
     env = os.environ if environ is None else environ
     lines = [f"# parinfo profile {plan.name} ({plan.source})"]
@@ -83,7 +83,7 @@ def _print_plan(plan: Plan) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from parinfo.profiles import format_cpu_list
+    from parinfo.cpulist import format_cpu_list
 
     console = Console()
     console.print(f"[bold]profile {escape(plan.name)}[/bold]  [dim]{escape(plan.source)}[/dim]", soft_wrap=True)

@@ -15,6 +15,7 @@ from parinfo.runtime import interop as _interop
 from parinfo.runtime import intraop as _intraop
 from parinfo.runtime import native as _native
 from parinfo.runtime import settings as _settings
+from parinfo.runtime import tracing as _tracing
 from parinfo.runtime.future import Future
 from parinfo.runtime.interop import fork, wait
 from parinfo.runtime.intraop import get_thread_num, in_parallel_region, parallel_for, parallel_reduce
@@ -113,6 +114,7 @@ def _after_fork_in_child() -> None:
     _native.after_fork_in_child()
     _interop.after_fork_in_child()
     _intraop.after_fork_in_child()
+    _tracing.after_fork_in_child()
 
 
 if hasattr(os, "register_at_fork"):

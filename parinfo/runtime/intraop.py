@@ -13,6 +13,7 @@ import atexit
 import contextvars
 import functools
 import itertools
+import operator
 import queue
 import threading
 from typing import Any, Callable
@@ -147,17 +148,23 @@ def _get_pool() -> _Pool:
     return pool
 
 
-def _check_range(begin: int, end: int, grain_size: int) -> None:
+def _check_range(begin: Any, end: Any, grain_size: Any) -> tuple[int, int, int]:
+    out = []
     for name, v in (("begin", begin), ("end", end), ("grain_size", grain_size)):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"parallel_for {name} expects an int, but got {type(v).__name__} ({v!r})")
-    if grain_size < 1:
-        raise ValueError(f"parallel_for grain_size expects a positive integer, but got {grain_size}")
+        try:
+            if isinstance(v, bool):
+                raise TypeError
+            out.append(operator.index(v))  # int and numpy integers, never float
+        except TypeError:
+            raise TypeError(f"parallel_for {name} expects an int, but got {type(v).__name__} ({v!r})") from None
+    if out[2] < 1:
+        raise ValueError(f"parallel_for grain_size expects a positive integer, but got {out[2]}")
+    return out[0], out[1], out[2]
 
 
 def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -> list[Any] | None:
     """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order."""
-    _check_range(begin, end, grain_size)
+    begin, end, grain_size = _check_range(begin, end, grain_size)
     if end <= begin:
         return [] if reduce else None
     count = settings.intra_now or settings.intra_count()

@@ -54,20 +54,26 @@ def _controller() -> Any:
     return _ctrl
 
 
+_split: tuple[Any, tuple[list[Any], list[Any]]] = (None, ([], []))
+
+
 def _libs() -> tuple[list[Any], list[Any]]:
     """(per-thread libraries, process-wide libraries) of the cached controller."""
-    per_thread, process = [], []
+    global _split
     try:
-        libs = _controller().lib_controllers
+        ctrl = _controller()
     except Exception:  # no threadpoolctl view of this process: nothing to steer
-        return per_thread, process
-    for lib in libs:
-        layer = getattr(lib, "threading_layer", None)
-        if lib.user_api == "openmp" or layer == "openmp":
-            per_thread.append(lib)
-        else:
-            process.append(lib)
-    return per_thread, process
+        return [], []
+    if _split[0] is not ctrl:
+        per_thread, process = [], []
+        for lib in ctrl.lib_controllers:
+            layer = getattr(lib, "threading_layer", None)
+            if lib.user_api == "openmp" or layer == "openmp":
+                per_thread.append(lib)
+            else:
+                process.append(lib)
+        _split = (ctrl, (per_thread, process))
+    return _split[1]
 
 
 def _torch() -> Any:
@@ -112,18 +118,25 @@ def refresh_if_new_modules() -> None:
 
 
 def _set(lib: Any, n: int) -> None:
-    # threadpoolctl lets only one "controlling" thread change a process-wide OpenBLAS pool; parinfo
-    # serialises its own changes under _lock, so it takes control for the call and hands it back.
-    clear = getattr(lib, "clear_controlling_thread", None)
+    # threadpoolctl lets only one "controlling" thread change a process-wide OpenBLAS pool. parinfo
+    # serialises its own changes under _lock, so it calls the library's setter directly where
+    # threadpoolctl has one, and otherwise takes control for the call and hands it back.
     try:
-        if clear is not None:
-            clear(force=True)
-        lib.set_num_threads(n)
+        real = getattr(lib, "_real_set_num_threads", None)
+        if real is not None:
+            real(n)
+            return
+        clear = getattr(lib, "clear_controlling_thread", None)
+        if clear is None:
+            lib.set_num_threads(n)
+            return
+        clear(force=True)
+        try:
+            lib.set_num_threads(n)
+        finally:
+            clear()
     except Exception:  # a library that refuses must not break the caller's work
         pass
-    finally:
-        if clear is not None:
-            clear()
 
 
 def _torch_set(n: int) -> None:

@@ -12,6 +12,7 @@ This module is the one place the counting rules are enforced:
 """
 from __future__ import annotations
 
+import operator
 import os
 import threading
 from typing import Any
@@ -48,11 +49,15 @@ generation = 0
 
 def check_count(n: object, what: str) -> int:
     """Validate a thread count given to the API: a positive int (bool, float and str are refused)."""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{what} expects an int, but got {type(n).__name__} ({n!r})")
-    if n < 1:
-        raise ValueError(f"{what} expects a positive integer, but got {n}")
-    return int(n)
+    if isinstance(n, bool):
+        raise TypeError(f"{what} expects an int, but got bool ({n!r})")
+    try:
+        value = operator.index(n)  # int and integer-like types (numpy integers), never float/str
+    except TypeError:
+        raise TypeError(f"{what} expects an int, but got {type(n).__name__} ({n!r})") from None
+    if value < 1:
+        raise ValueError(f"{what} expects a positive integer, but got {value}")
+    return value
 
 
 def _machine() -> tuple[int, int]:

@@ -90,3 +90,8 @@ def profile() -> Profile:
 
 def task_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
