@@ -2,8 +2,7 @@
 
 Measured in one run, interleaved, medians of repeats. Besides the whole command it times two parts:
 the launcher alone (a hand-built plan given to parinfo.launch.run_plan: no CLI, no profile loading),
-the start-up hook alone (``python -c pass`` with the hook's environment), and the CLI's fast path for
-``apply ... -- COMMAND`` (parinfo._launch_cli: the same steps without the CLI framework).
+and the start-up hook alone (``python -c pass`` with the hook's environment).
 Goal: whole < 150 ms. The timed commands run with bytecode caching on (PYTHONDONTWRITEBYTECODE is
 removed), as after a normal install.
 
@@ -30,7 +29,6 @@ sys.exit(run_plan(plan, sys.argv[1:]))
 """
 
 
-FAST = "from parinfo._launch_cli import entry; entry()"
 
 
 def parinfo_cmd() -> list[str]:
@@ -76,8 +74,6 @@ def main() -> None:
         "python -c pass (anchor)": (child, env),
         "hook only": (child, hook_env(env)),
         "launcher (run_plan)": ([sys.executable, "-c", LAUNCHER, *child], env),
-        "fast path (parinfo._launch_cli.entry)": ([sys.executable, "-c", FAST, "apply", args.profile, "--", *child],
-                                                  env),
         whole_name: ([*parinfo_cmd(), "apply", args.profile, "--", *child], env),
     }
     for name, (cmd, case_env) in list(cases.items()):  # warm caches; a broken case is said, not timed

@@ -178,7 +178,6 @@ s = threading.Thread(target=sample); s.start()
 ts = [threading.Thread(target=app) for _ in range(8)]
 [t.start() for t in ts]; [t.join() for t in ts]
 stop.set(); s.join()
-i = rt.info()
 print(json.dumps({'peak': peak[0], 'intra': rt.get_num_threads(), 'inter': rt.get_num_interop_threads()}))
 """
 

@@ -53,6 +53,8 @@ THREAD_VARS: dict[str, VarSpec] = {
         VarSpec("PARINFO_NUM_THREADS", "count", ("parinfo",), "parinfo intra-op count"),
         VarSpec("PARINFO_NUM_INTEROP_THREADS", "count", ("parinfo",), "parinfo inter-op count"),
         VarSpec("PARINFO_BACKEND", "enum", ("parinfo",), "parinfo runtime backend", ("native", "sequential")),
+        VarSpec("PARINFO_VERIFY", "enum", ("parinfo",),
+                "what a program launched by `parinfo apply` checks at exit", ("auto", "full", "off")),
     )
 }
 

@@ -1,4 +1,4 @@
-"""End to end through the command line: ``parinfo apply P -- python -c ...`` and its fast path."""
+"""End to end through the command line: ``parinfo apply P -- python -c ...``."""
 from __future__ import annotations
 
 import json
@@ -9,11 +9,8 @@ import sys
 import pytest
 
 from conftest import HAVE_NUMPY, clean_env, run_cli
-from parinfo._launch_cli import parse_apply_command
 
 pytest.importorskip("parinfo.profiles")
-
-FAST = "from parinfo._launch_cli import entry; entry()"
 
 REPORT = """
 import json, os, sys
@@ -43,11 +40,8 @@ def profile(tmp_path):
     return write
 
 
-def via(how: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    if how == "cli":
-        return run_cli(*args, env=env, timeout=180)
-    return subprocess.run([sys.executable, "-c", FAST, *args], env=env or clean_env(), capture_output=True,
-                          text=True, timeout=180)
+def via(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return run_cli(*args, env=env, timeout=180)
 
 
 def report(proc: subprocess.CompletedProcess) -> dict:
@@ -55,10 +49,9 @@ def report(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("how", ["cli", "fast"])
-def test_child_counts_equal_the_plan(profile, how):
+def test_child_counts_equal_the_plan(profile):
     path = profile("version: 1\nname: e2e\nintra_op: 1\ninter_op: 3\n")
-    out = report(via(how, "apply", path, "--", sys.executable, "-c", REPORT))
+    out = report(via("apply", path, "--", sys.executable, "-c", REPORT))
     assert out["env"] == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                           "PARINFO_NUM_THREADS": "1", "PARINFO_NUM_INTEROP_THREADS": "3", "PARINFO_PROFILE": "e2e"}
     if HAVE_NUMPY:
@@ -68,47 +61,42 @@ def test_child_counts_equal_the_plan(profile, how):
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("how", ["cli", "fast"])
-def test_torch_counts_equal_the_plan(profile, how):
+def test_torch_counts_equal_the_plan(profile):
     path = profile("version: 1\nname: e2e\nintra_op: 1\ninter_op: 3\n")
-    proc = via(how, "apply", path, "--", sys.executable, "-c", REPORT, "--torch")
+    proc = via("apply", path, "--", sys.executable, "-c", REPORT, "--torch")
     assert report(proc)["torch"] == [1, 3]
     assert "not in force" not in proc.stderr
 
 
-@pytest.mark.parametrize("how", ["cli", "fast"])
-def test_user_variable_kept_then_forced(profile, how):
+def test_user_variable_kept_then_forced(profile):
     path = profile("version: 1\nname: e2e\nintra_op: 1\ninter_op: 1\n")
     env = clean_env(OMP_NUM_THREADS="2")
-    kept = via(how, "apply", path, "--", sys.executable, "-c", REPORT, env=env)
+    kept = via("apply", path, "--", sys.executable, "-c", REPORT, env=env)
     assert report(kept)["env"]["OMP_NUM_THREADS"] == "2"
     assert "parinfo: keeping OMP_NUM_THREADS='2'" in kept.stderr
-    forced = via(how, "apply", path, "--force", "--", sys.executable, "-c", REPORT, env=env)
+    forced = via("apply", path, "--force", "--", sys.executable, "-c", REPORT, env=env)
     assert report(forced)["env"]["OMP_NUM_THREADS"] == "1"
 
 
-@pytest.mark.parametrize("how", ["cli", "fast"])
-def test_exit_code_and_not_found(profile, how):
+def test_exit_code_and_not_found(profile):
     path = profile("version: 1\nname: e2e\nintra_op: 1\ninter_op: 1\n")
-    assert via(how, "apply", path, "--", sys.executable, "-c", "raise SystemExit(9)").returncode == 9
-    missing = via(how, "apply", path, "--", "parinfo-no-such-command")
+    assert via("apply", path, "--", sys.executable, "-c", "raise SystemExit(9)").returncode == 9
+    missing = via("apply", path, "--", "parinfo-no-such-command")
     assert missing.returncode == 127 and missing.stderr.strip().endswith("command not found: parinfo-no-such-command")
 
 
-@pytest.mark.parametrize("how", ["cli", "fast"])
-def test_bad_profile_runs_nothing_and_exits_2_in_one_line(profile, how):
+def test_bad_profile_runs_nothing_and_exits_2_in_one_line(profile):
     path = profile("version: 1\nname: e2e\nintra_op: 0\ninter_op: 1\n")
-    proc = via(how, "apply", path, "--", sys.executable, "-c", "print('ran')")
+    proc = via("apply", path, "--", sys.executable, "-c", "print('ran')")
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("parinfo: error:")
     assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
-@pytest.mark.parametrize("how", ["cli", "fast"])
-def test_multi_instance_children_report_disjoint_affinities(how):
+def test_multi_instance_children_report_disjoint_affinities():
     code = "import os; print(os.environ['PARINFO_INSTANCE'], sorted(os.sched_getaffinity(0)))"
-    proc = via(how, "apply", "multi-instance", "--instances", "2", "--", sys.executable, "-c", code)
+    proc = via("apply", "multi-instance", "--instances", "2", "--", sys.executable, "-c", code)
     if proc.returncode == 2:
         pytest.skip(f"this machine cannot hold two instances: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
@@ -119,22 +107,3 @@ def test_multi_instance_children_report_disjoint_affinities(how):
         rows[index] = set(json.loads(cpus))
     assert set(rows) == {"0", "1"}
     assert rows["0"] and rows["1"] and not rows["0"] & rows["1"]
-
-
-@pytest.mark.parametrize("argv, expected", [
-    (["apply", "p", "--", "x"], ("p", False, None, ["x"])),
-    (["apply", "--force", "p", "--instances", "3", "--", "x", "--json"], ("p", True, 3, ["x", "--json"])),
-    (["apply", "p", "--instances=2", "--", "x", "--", "y"], ("p", False, 2, ["x", "--", "y"])),
-])
-def test_fast_path_recognises_plain_launches(argv, expected):
-    assert parse_apply_command(argv) == expected
-
-
-@pytest.mark.parametrize("argv", [
-    ["apply", "p"], ["apply", "p", "--"], ["show", "p", "--", "x"], ["apply", "--", "x"],
-    ["apply", "p", "--json", "--", "x"], ["apply", "p", "q", "--", "x"], ["apply", "p", "--instances", "0", "--", "x"],
-    ["apply", "p", "--instances", "--", "x"], ["apply", "p", "-h", "--", "x"],
-    ["apply", "p", "--instances", "x", "--", "y"],
-])
-def test_fast_path_leaves_everything_else_to_the_full_cli(argv):
-    assert parse_apply_command(argv) is None

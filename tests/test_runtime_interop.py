@@ -1,7 +1,6 @@
 """fork/wait: many tasks, nesting, exceptions, contextvars, os.fork children, exit with tasks in flight."""
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 

@@ -165,3 +165,14 @@ def test_sequential_backend_runs_regions_inline_in_one_chunk():
         "print(json.dumps({'seen': seen, 'threads': threading.active_count()}))",
         env=clean_env(PARINFO_BACKEND="sequential"))
     assert out == {"seen": [[0, 1000, True]], "threads": 1}
+
+
+def test_numpy_integers_are_accepted_as_bounds_and_counts():
+    pytest.importorskip("numpy")
+    out = run_json(
+        "import json, numpy as np, parinfo.runtime as rt\n"
+        "rt.set_num_threads(np.int64(2))\n"
+        "seen = []\n"
+        "rt.parallel_for(np.int64(0), np.int32(10), np.int64(3), lambda a, b: seen.append([a, b]))\n"
+        "print(json.dumps({'n': rt.get_num_threads(), 'seen': sorted(seen)}))")
+    assert out == {"n": 2, "seen": [[0, 5], [5, 10]]}

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import pytest
 
-from conftest import clean_env, run_json, run_py
+from conftest import clean_env, run_json
 
 pytestmark = pytest.mark.timeout(60)
 
