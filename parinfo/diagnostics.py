@@ -140,14 +140,14 @@ def _above_quota_or_affinity(s: dict[str, Any]) -> list[Finding]:
                 f"{who} uses {count} threads but the cgroup CPU quota allows {quota:g} CPUs",
                 "threads beyond the quota are throttled by the kernel: the whole process stalls until the "
                 "next CFS period, which makes parallel code slower than with fewer threads",
-                f"set {who} to at most {usable} threads (parinfo apply container)",
+                f"set {who} to at most {usable} thread{'s' if usable > 1 else ''} (parinfo apply container)",
             ))
         elif affinity is not None and count > usable:
             out.append(Finding(
                 "count-above-usable", "warning",
                 f"{who} uses {count} threads but only {usable} CPUs are usable (affinity/cpuset)",
                 "extra threads share the allowed CPUs and wait for each other at every barrier",
-                f"set {who} to at most {usable} threads",
+                f"set {who} to at most {usable} thread{'s' if usable > 1 else ''}",
             ))
     return out
 

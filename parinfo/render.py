@@ -10,7 +10,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from parinfo.cpulist import format_cpu_list
-from parinfo.torch_format import human_bytes, pool_title, quota_text, show_value
+from parinfo.torch_format import human_bytes, plural, pool_title, quota_text, show_value
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -61,7 +61,7 @@ def _machine(r: Report) -> list[Line]:
         ("affinity", f"{format_cpu_list(m.get('affinity'))} ({len(m.get('affinity') or ())} CPUs)"),
         ("cpuset", "none" if m.get("cpuset") is None else format_cpu_list(m.get("cpuset"))),
         ("cgroup CPU quota", quota_text(m)),
-        ("usable CPUs", f"{m.get('usable_cpus')} ({m.get('usable_physical_cores')} physical cores)"),
+        ("usable CPUs", f"{m.get('usable_cpus')} ({plural(m.get('usable_physical_cores'), 'physical core')})"),
     ]
     lines = _aligned(rows)
     lines[-1] = f"[bold]{lines[-1]}[/bold]"

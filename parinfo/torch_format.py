@@ -35,6 +35,11 @@ def show_value(value: Any, unknown: dict[str, str] | None = None, key: str | Non
     return str(value)
 
 
+def plural(n: Any, noun: str) -> str:
+    """plural(1, "thread") -> "1 thread"; plural(2, "thread") -> "2 threads"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def human_bytes(value: Any) -> str:
     """32768 -> "32 KiB"; anything not an int is shown as it is."""
     if not isinstance(value, int):
@@ -122,9 +127,11 @@ def torch_block(report: Report) -> str:
         lines.append(f"\t{row['library']} : {show_value(row.get('count'))} ({row.get('source')})")
     others = [row for row in r.environment if row.get("value") is not None
               and row["name"] not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")]
-    if others or torch:
-        lines.append("Other thread variables:")
-        for row in ([x for x in r.environment if x.get("value") is not None] if torch else others):
+    if torch:  # torch's block above listed OMP/MKL as torch saw them at its start; list all set now
+        others = [row for row in r.environment if row.get("value") is not None]
+    if others:
+        lines.append("Other thread variables:" if not torch else "Thread variables set now:")
+        for row in others:
             flag = "" if row.get("valid") is not False else f" [invalid: {row.get('problem')}]"
             lines.append(f"\t{row['name']} : {row['value']}{flag}")
     count = r.threads.get("count")
