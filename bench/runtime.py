@@ -133,7 +133,7 @@ def bench_pfor(repeats: int) -> None:
             for f in fs:
                 f.result()
 
-        med = interleaved({"serial": serial, "pfor": pfor, "tpe": tpe}, max(repeats, 11))
+        med = interleaved({"serial": serial, "pfor": pfor, "tpe": tpe}, max(repeats, 21))
         ts, tp, tt = med["serial"], med["pfor"], med["tpe"]
     ref = np.sin(x)
     pfor()

@@ -126,3 +126,22 @@ def test_budget_caps_torch_in_overlapping_tasks_and_gives_the_count_back():
     assert out["during"] == [min(2, cap)] * 2
     assert out["main"] == 2 and out["alone"] == 2
     assert out["push"] is None
+
+
+def test_budget_gives_back_a_pool_count_set_after_the_push():
+    from parinfo.topology import machine_facts
+
+    if machine_facts().usable_cpus < 2:
+        pytest.skip("needs 2 usable CPUs")
+    out = run_json(
+        "import json, threading, numpy, parinfo.runtime as rt\n" + BLAS +
+        "from threadpoolctl import threadpool_limits\n"
+        "rt.set_num_threads(2)\n"
+        "threadpool_limits(3, user_api='blas')  # e.g. a profile's own BLAS count\n"
+        "barrier = threading.Barrier(2, timeout=10)\n"
+        "def task():\n"
+        "    barrier.wait(); seen = blas(); barrier.wait()\n"
+        "    return seen\n"
+        "during = [rt.wait(f) for f in [rt.fork(task) for _ in range(2)]]\n"
+        "print(json.dumps({'during': during, 'after': blas()}))")
+    assert out == {"during": [[1], [1]], "after": [3]}

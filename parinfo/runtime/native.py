@@ -30,6 +30,8 @@ _torch_base: int | None = None  # torch's count when the current cap began
 
 _pushed: int | None = None  # the intra-op count pushed by set_num_threads/configure
 _push_record: dict[str, Any] | None = None
+_pushed_to: set[str] = set()  # library paths (and "torch") that have the pushed count
+_push_ctrl: Any = None  # the controller the last push went through
 _global_orig: dict[str, int] = {}  # library path -> count before parinfo touched it
 _global_applied: dict[str, int] = {}
 
@@ -87,34 +89,62 @@ def _describe(lib: Any, n: int) -> dict[str, Any]:
 
 def push(count: int, source: str) -> None:
     """Put ``count`` into every loaded native pool and into torch (when imported)."""
-    global _pushed, _push_record, _key
+    global _pushed, _push_record, _key, _pushed_to
     with _lock:
         _pushed = count
         _key = object()
-        per_thread, process = _libs()
-        _apply_process(process)
-        pools = [_describe(lib, _global_applied.get(lib.filepath, count)) for lib in process]
-        for lib in per_thread:
-            _set(lib, count)
-            pools.append({**_describe(lib, count), "scope": "calling thread; pools sync their threads"})
-        torch_done = None
-        if _torch() is not None:
-            _torch_set(count)
-            torch_done = f"torch.set_num_threads({count})"
-        _tl.key = _key
-        _push_record = {"count": count, "source": source, "pools": pools, "torch": torch_done}
+        _pushed_to = set()
+        _push_record = {"count": count, "source": source, "pools": [], "torch": None}
+        _push_new()
+
+
+def _push_new() -> None:
+    """Give the pushed count to the pools and torch that have not had it yet (call with _lock)."""
+    global _key, _push_ctrl
+    count = _pushed
+    if count is None or _push_record is None:
+        return
+    per_thread, process = _libs()
+    _push_ctrl = _ctrl
+    pools = _push_record["pools"]
+    for lib in process:
+        if lib.filepath in _pushed_to:
+            continue
+        _pushed_to.add(lib.filepath)
+        want = count
+        if _level is not None:  # capped now: the count is what the pool gets back afterwards
+            _global_orig[lib.filepath] = count
+            want = max(1, min(count, _level))
+            _global_applied[lib.filepath] = want
+        _set(lib, want)
+        pools.append(_describe(lib, want))
+    for lib in per_thread:
+        if lib.filepath in _pushed_to:
+            continue
+        _pushed_to.add(lib.filepath)
+        _set(lib, count)
+        pools.append({**_describe(lib, count), "scope": "calling thread; pools sync their threads"})
+    if _torch() is not None and "torch" not in _pushed_to:
+        _pushed_to.add("torch")
+        _torch_set(count)
+        _push_record["torch"] = f"torch.set_num_threads({count})"
+        _key = object()  # other threads sync torch at their next task or region
+    _tl.key = _key
 
 
 def push_record() -> dict[str, Any] | None:
     """What the last push did (for ``info()``), or None when nothing was pushed."""
     with _lock:
-        return None if _push_record is None else dict(_push_record)
+        if _push_record is None:
+            return None
+        return {**_push_record, "pools": [dict(p) for p in _push_record["pools"]]}
 
 
 def refresh_if_new_modules() -> None:
-    """Give the pushed count to native libraries and torch imported since the last push."""
-    if _pushed is not None and len(sys.modules) != _ctrl_modules:
-        push(_pushed, _push_record["source"] if _push_record else settings.EXPLICIT)
+    """Give the pushed count to native libraries and torch imported since the last push only."""
+    if _pushed is not None and (len(sys.modules) != _ctrl_modules or _ctrl is not _push_ctrl):
+        with _lock:
+            _push_new()
 
 
 def _set(lib: Any, n: int) -> None:
@@ -149,16 +179,13 @@ def _torch_set(n: int) -> None:
 
 
 def _apply_process(process: list[Any]) -> None:
-    """Give process-wide pools ``min(base, cap)``; base is the pushed count, or else the count the
-    pool had when the cap began (given back when the cap ends)."""
+    """Give process-wide pools ``min(base, cap)``; base is the count the pool had when the cap
+    began (the pushed count, or what a profile or the user set since), given back when it ends."""
     for lib in process:
         k = lib.filepath
-        if _pushed is not None:
-            base = _pushed
-        else:
-            if k not in _global_orig:
-                _global_orig[k] = lib.num_threads or 1
-            base = _global_orig[k]
+        if k not in _global_orig:
+            _global_orig[k] = lib.num_threads or 1
+        base = _global_orig[k]
         want = base if _level is None else max(1, min(base, _level))
         if _global_applied.get(k) != want:
             _set(lib, want)
@@ -235,7 +262,7 @@ def lane_enter(queued: int = 0) -> None:
     if changed:
         with _lock:
             _apply_process(_libs()[1])
-    elif _pushed is not None and len(sys.modules) != _ctrl_modules:
+    if _pushed is not None:
         refresh_if_new_modules()
     if getattr(_tl, "key", None) is not _key and (
             _pushed is not None or _level is not None or getattr(_tl, "capped", False)):
