@@ -26,7 +26,8 @@ def test_matmul_points_run_with_their_blas_count_in_a_fresh_process():
     assert out["mode"] == "subprocess" and out["workload"].startswith("matmul 128x128")
     for p in out["points"]:
         assert p["in_force"]["openblas"] == [p["intra_op"]]
-        assert p["median_s"] > 0 and p["repeats"] == 2
+        # 2 repeats a measurement; a point re-measured to confirm a close call pools both measurements
+        assert p["median_s"] > 0 and p["repeats"] in (2, 4)
 
 
 @pytest.mark.timeout(180)
