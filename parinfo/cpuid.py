@@ -10,10 +10,8 @@ py-cpuinfo's can be wrong.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
-import tempfile
 from functools import lru_cache
 from typing import Any
 
@@ -231,6 +229,8 @@ def _call_py_cpuinfo() -> dict[str, Any]:
 
 
 def _load(path: str) -> dict[str, Any] | None:
+    import json
+
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -242,6 +242,9 @@ def _load(path: str) -> dict[str, Any] | None:
 
 
 def _store(path: str, data: dict[str, Any]) -> None:
+    import json
+    import tempfile
+
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".cpuinfo-", dir=os.path.dirname(path))

@@ -1,13 +1,14 @@
-"""The report for people: aligned sections printed through rich (colour only on a terminal; rich
-honours NO_COLOR).
+"""The report for people: aligned sections, styled through rich on a terminal, plain text elsewhere.
 
-Sections are laid out as aligned lines rather than rich tables: they read better in a terminal and in a
-log file alike, and cost a fraction of the time to render, which keeps ``parinfo show`` fast.
+Each line is a list of (text, style) spans. On a terminal they go through rich, which honours NO_COLOR;
+written to a pipe or a file they are joined as plain text without loading rich at all, which keeps
+``parinfo show`` fast. Sections are aligned lines rather than tables: they read better in a terminal
+and in a log file alike.
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from parinfo.cpulist import format_cpu_list
 from parinfo.torch_format import human_bytes, plural, pool_title, quota_text, show_value
@@ -18,16 +19,15 @@ if TYPE_CHECKING:
     from parinfo.report import Report
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-Line = str  # rich markup
+Span = tuple[str, str]  # (text, rich style; "" for none)
+Line = list[Span]
 
 
-def _esc(value: Any) -> str:
-    from rich.markup import escape
-
-    return escape(str(value))
+def _line(text: str, style: str = "") -> Line:
+    return [(text, style)]
 
 
-def _aligned(rows: Iterable[tuple[str, ...]], indent: int = 2) -> list[Line]:
+def _aligned(rows: Iterable[tuple[str, ...]], indent: int = 2, style: str = "") -> list[Line]:
     """Rows of plain cells -> lines with every column but the last padded to its widest cell."""
     rows = list(rows)
     if not rows:
@@ -36,12 +36,12 @@ def _aligned(rows: Iterable[tuple[str, ...]], indent: int = 2) -> list[Line]:
     lines = []
     for row in rows:
         cells = [c.ljust(widths[i]) if i < len(row) - 1 else c for i, c in enumerate(row)]
-        lines.append(" " * indent + _esc("   ".join(cells).rstrip()))
+        lines.append(_line(" " * indent + "   ".join(cells).rstrip(), style))
     return lines
 
 
 def _section(title: str, lines: list[Line]) -> list[Line]:
-    return ["", f"[bold]{title}[/bold]", *lines]
+    return [[], _line(title, "bold"), *lines]
 
 
 def _machine(r: Report) -> list[Line]:
@@ -64,9 +64,9 @@ def _machine(r: Report) -> list[Line]:
         ("usable CPUs", f"{m.get('usable_cpus')} ({plural(m.get('usable_physical_cores'), 'physical core')})"),
     ]
     lines = _aligned(rows)
-    lines[-1] = f"[bold]{lines[-1]}[/bold]"
-    lines.append(f"  [dim]usable = {_esc(m.get('usable_rule'))}[/dim]")
-    lines += [f"  [dim]note: {_esc(n)}[/dim]" for n in m.get("notes") or ()]
+    lines[-1] = [(text, "bold") for text, _ in lines[-1]]
+    lines.append(_line(f"  usable = {m.get('usable_rule')}", "dim"))
+    lines += [_line(f"  note: {n}", "dim") for n in m.get("notes") or ()]
     return _section("Machine", lines)
 
 
@@ -101,16 +101,16 @@ def _backend(r: Report) -> list[Line]:
 
 def _pools(r: Report) -> list[Line]:
     if not r.pools:
-        return _section("Native pools", ["  [dim]none loaded[/dim]"])
+        return _section("Native pools", [_line("  none loaded", "dim")])
     rows = [(pool_title(p), f"{show_value(p.get('num_threads'))} threads", f"seen by {p.get('seen_by')}")
             for p in r.pools]
     lines = []
     for line, p in zip(_aligned(rows), r.pools):
         lines.append(line)
         if p.get("filepath"):
-            lines.append(f"      [dim]{_esc(p['filepath'])}[/dim]")
+            lines.append(_line(f"      {p['filepath']}", "dim"))
         if p.get("note"):
-            lines.append(f"      [dim]{_esc(p['note'])}[/dim]")
+            lines.append(_line(f"      {p['note']}", "dim"))
     return _section("Native pools", lines)
 
 
@@ -142,11 +142,11 @@ def _environment(r: Report) -> list[Line]:
         if row.get("changed_after_launch"):
             state += f"; changed after launch (was {row.get('launch_value')!r})"
         rows.append((f"{row['name']}={shown}", state.strip("; "), "read by " + ", ".join(row.get("readers") or ())))
-    lines = _aligned(rows) or ["  [dim]no thread variable is set[/dim]"]
-    lines = [f"[yellow]{line}[/yellow]" if "INVALID" in line or "changed after" in line else line
-             for line in lines]
+    lines = [[(text, "yellow" if "INVALID" in text or "changed after" in text else style)
+              for text, style in line] for line in _aligned(rows)]
+    lines = lines or [_line("  no thread variable is set", "dim")]
     if unset:
-        lines.append(f"  [dim]not set: {_esc(', '.join(unset))}[/dim]")
+        lines.append(_line(f"  not set: {', '.join(unset)}", "dim"))
     return _section("Thread variables", lines)
 
 
@@ -159,15 +159,15 @@ def _threads(r: Report) -> list[Line]:
 
 def _findings(r: Report) -> list[Line]:
     if not r.findings:
-        return _section("Findings", ["  [green]nothing wrong found[/green]"])
+        return _section("Findings", [_line("  nothing wrong found", "green")])
     width = max(len(f.severity) for f in r.findings)
     lines = []
     for f in r.findings:
-        style = _SEVERITY_STYLE.get(f.severity, "")
         pad = " " * (width + 4)
-        lines.append(f"  [{style}]{f.severity.ljust(width)}[/{style}]  [bold]{f.id}[/bold]: {_esc(f.message)}")
-        lines.append(f"{pad}[dim]why: {_esc(f.why)}[/dim]")
-        lines.append(f"{pad}fix: {_esc(f.fix)}")
+        lines.append([("  ", ""), (f.severity.ljust(width), _SEVERITY_STYLE.get(f.severity, "")), ("  ", ""),
+                      (f.id, "bold"), (f": {f.message}", "")])
+        lines.append(_line(f"{pad}why: {f.why}", "dim"))
+        lines.append(_line(f"{pad}fix: {f.fix}"))
     return _section("Findings", lines)
 
 
@@ -184,18 +184,24 @@ def _probes(r: Report) -> str:
 
 
 def render_lines(report: Report) -> list[Line]:
-    """The report as lines of rich markup."""
-    head = (f"[bold]parinfo[/bold] report for pid {report.process.get('pid')} "
-            f"(Python {report.process.get('python')}) [dim]{_esc(_probes(report))}[/dim]")
-    lines = [head]
+    """The report as lines of styled spans."""
+    lines = [[("parinfo", "bold"), (f" report for pid {report.process.get('pid')} "
+                                      f"(Python {report.process.get('python')}) ", ""), (_probes(report), "dim")]]
     for part in (_machine, _cpu, _backend, _pools, _frameworks, _settings, _environment, _threads, _findings):
         lines.extend(part(report))
     return lines
 
 
 def render(report: Report, console: Console | None = None) -> None:
-    """Print the report for people."""
+    """Print the report for people: through rich on a terminal (or the given console), else plain."""
+    import sys
+
+    lines = render_lines(report)
+    if console is None and not sys.stdout.isatty():
+        sys.stdout.write("\n".join("".join(text for text, _ in line) for line in lines) + "\n")
+        return
     from rich.console import Console
+    from rich.text import Text
 
     console = console or Console(highlight=False, emoji=False)
-    console.print("\n".join(render_lines(report)), highlight=False, emoji=False, soft_wrap=True)
+    console.print(Text("\n").join(Text.assemble(*line) for line in lines), soft_wrap=True)

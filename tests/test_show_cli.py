@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import jsonschema
@@ -169,3 +170,21 @@ def test_show_never_imports_torch_unless_asked():
     assert report["frameworks"]["torch"] is None
     asked = show_json("--torch", "-i", "none")
     assert asked["frameworks"]["torch"]["version"].startswith("2.")
+
+
+def test_terminal_output_is_the_plain_text_with_styles():
+    out = run_json("""
+import contextlib, io, json, re
+from rich.console import Console
+import parinfo
+from parinfo.render import render
+report = parinfo.inspect(imports=[])
+styled = io.StringIO()
+render(report, Console(file=styled, force_terminal=True, width=300))
+plain = io.StringIO()
+with contextlib.redirect_stdout(plain):
+    render(report)
+print(json.dumps({"styled": styled.getvalue(), "plain": plain.getvalue()}))
+""")
+    assert "\x1b[" in out["styled"] and "\x1b[" not in out["plain"]
+    assert re.sub(r"\x1b\[[0-9;]*m", "", out["styled"]) == out["plain"]
