@@ -107,3 +107,54 @@ def test_multi_instance_children_report_disjoint_affinities():
         rows[index] = set(json.loads(cpus))
     assert set(rows) == {"0", "1"}
     assert rows["0"] and rows["1"] and not rows["0"] & rows["1"]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["apply", "p", "--", "x"], ("p", ["x"], False, None)),
+    (["apply", "--force", "p", "--instances", "3", "--", "x", "--json"], ("p", ["x", "--json"], True, 3)),
+    (["apply", "p", "--instances=2", "--", "x", "--", "y"], ("p", ["x", "--", "y"], False, 2)),
+])
+def test_plain_launches_skip_the_cli_framework(argv, expected):
+    from parinfo.cli import plain_launch
+
+    assert plain_launch(argv) == expected
+
+
+@pytest.mark.parametrize("argv", [
+    ["apply", "p"], ["apply", "p", "--"], ["show", "p", "--", "x"], ["apply", "--", "x"],
+    ["apply", "p", "--json", "--", "x"], ["apply", "p", "q", "--", "x"], ["apply", "p", "--instances", "0", "--", "x"],
+    ["apply", "p", "--instances", "--", "x"], ["apply", "p", "-h", "--", "x"],
+    ["apply", "p", "--instances", "x", "--", "y"],
+])
+def test_every_other_form_goes_to_the_full_cli(argv):
+    from parinfo.cli import plain_launch
+
+    assert plain_launch(argv) is None
+
+
+def test_the_full_cli_launches_the_same_way(profile):
+    path = profile("version: 1\nname: e2e\nintra_op: 1\ninter_op: 3\n")
+    code = ("import sys; from parinfo.cli._app import app; "
+            f"app(args=['apply', {path!r}, '--', sys.executable, '-c', {REPORT!r}], prog_name='parinfo')")
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True,
+                          timeout=180)
+    assert report(proc)["env"]["PARINFO_NUM_INTEROP_THREADS"] == "3"
+
+
+def test_plain_launch_does_not_load_the_cli_framework(profile):
+    path = profile("version: 1\nname: e2e\nintra_op: 1\ninter_op: 1\n")
+    code = (
+        "import json, sys\n"
+        "import parinfo.launch as launch\n"
+        "def record(plan, command, force=False):\n"
+        "    print(json.dumps(sorted(m for m in ('typer', 'rich', 'click') if m in sys.modules)))\n"
+        "    return 7\n"
+        "launch.run_plan = record\n"
+        f"sys.argv = ['parinfo', 'apply', {path!r}, '--', 'x']\n"
+        "from parinfo.cli import main\n"
+        "main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 7, proc.stderr
+    assert json.loads(proc.stdout) == []

@@ -1,42 +1,81 @@
-"""The ``parinfo`` command line: a thin typer layer over the library.
+"""The ``parinfo`` command line: a thin layer over the library.
 
-Each sub-command lives in its own module and registers itself on ``app``; command modules import
-heavy libraries inside the command functions, never at module level, so ``parinfo show`` stays fast.
-Errors are mapped to exit codes here and only here: a ParinfoError (bad input) prints one line on
-stderr and exits 2.
+``main()`` is the one place errors become exit codes: a ParinfoError (bad input) prints one line on
+stderr and exits 2; usage errors are the CLI framework's, also exit 2.
+
+Launching a program (``parinfo apply PROFILE [--force] [--instances N] -- COMMAND ...``) is the one
+path whose start-up cost every launched program pays, and loading the CLI framework costs more than
+the launch itself. So ``main()`` recognises exactly that plain form and launches without loading
+typer; every other form (help, other options, mistakes) goes to the typer app in ``_app``, whose
+``apply`` command launches through the same :func:`launch`.
 """
 from __future__ import annotations
 
 import sys
+from typing import Sequence
 
-import typer
 
-app = typer.Typer(
-    name="parinfo",
-    help="Show, explain and set how a process uses its CPU threads.",
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+def launch(profile: str, command: list[str], *, force: bool = False, instances: int | None = None) -> int:
+    """Resolve ``profile`` on this machine and run ``command`` under it; the exit code to return."""
+    from parinfo.launch import run_plan
+    from parinfo.profiles import resolve_profile
 
-# Registration order is the order in --help.
-from parinfo.cli import show as _show  # noqa: E402,F401
-from parinfo.cli import profiles as _profiles  # noqa: E402,F401
-from parinfo.cli import apply as _apply  # noqa: E402,F401
-from parinfo.cli import tune as _tune  # noqa: E402,F401
+    return run_plan(resolve_profile(profile, instances=instances), command, force=force)
+
+
+def plain_launch(args: Sequence[str]) -> tuple[str, list[str], bool, int | None] | None:
+    """``(profile, command, force, instances)`` when ``args`` is a plain ``apply P [--force]
+    [--instances N] -- COMMAND...``; None for anything else, which the full CLI then parses (so its
+    help and error messages stay the only ones)."""
+    args = list(args)
+    if len(args) < 4 or args[0] != "apply" or "--" not in args:
+        return None
+    split = args.index("--")
+    head, command = args[1:split], args[split + 1:]
+    if not command:
+        return None
+    profile: str | None = None
+    force = False
+    instances: int | None = None
+    i = 0
+    while i < len(head):
+        arg = head[i]
+        if arg == "--force":
+            force = True
+        elif arg == "--instances" or arg.startswith("--instances="):
+            if "=" in arg:
+                value = arg.split("=", 1)[1]
+            elif i + 1 < len(head):
+                i += 1
+                value = head[i]
+            else:
+                return None
+            if not value.isdigit() or int(value) < 1 or instances is not None:
+                return None
+            instances = int(value)
+        elif arg.startswith("-") or profile is not None:
+            return None
+        else:
+            profile = arg
+        i += 1
+    if profile is None:
+        return None
+    return profile, command, force, instances
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``parinfo`` script and ``python -m parinfo``.
-
-    Usage errors (unknown option, bad choice) are click's: one message, exit 2. A ParinfoError from the
-    library (bad profile, bad value) is turned into one line here, also exit 2.
-    """
+    """Entry point of the ``parinfo`` script and ``python -m parinfo``."""
     from parinfo.errors import ParinfoError
 
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        app(args=argv, prog_name="parinfo")
+        plain = plain_launch(args)
+        if plain is not None:
+            profile, command, force, instances = plain
+            sys.exit(launch(profile, command, force=force, instances=instances))
+        from parinfo.cli._app import app
+
+        app(args=args, prog_name="parinfo")
     except ParinfoError as exc:
         print(f"parinfo: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from parinfo.cli import app
+from parinfo.cli._app import app
 
 if TYPE_CHECKING:
     from parinfo.plan import Plan
@@ -33,13 +33,13 @@ def apply_cmd(
         raise UsageError("--json and --export cannot be used together (pick one output format)")
     if instances is not None and instances < 1:
         raise UsageError(f"--instances {instances}: must be 1 or more")
-    plan = resolve_profile(profile, instances=instances)
     if command:
         if json_out or export:
             raise UsageError("--json and --export print the plan; they cannot be used with a command")
-        from parinfo.launch import run_plan
+        from parinfo.cli import launch
 
-        raise typer.Exit(run_plan(plan, command, force=force))
+        raise typer.Exit(launch(profile, command, force=force, instances=instances))
+    plan = resolve_profile(profile, instances=instances)
     if json_out:
         import json
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from parinfo.cli import app
+from parinfo.cli._app import app
 
 
 @app.command()

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from parinfo.cli import app
+from parinfo.cli._app import app
 
 
 class Format(str, enum.Enum):

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from parinfo.cli import app
+from parinfo.cli._app import app
 
 _WORKLOADS = "matmul (default), elementwise, ensemble"
 

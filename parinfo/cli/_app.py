@@ -1,0 +1,23 @@
+"""The typer application behind ``parinfo``: every sub-command registers itself on ``app``.
+
+Command modules import heavy libraries inside the command functions, never at module level, so
+``parinfo show`` stays fast.
+"""
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="parinfo",
+    help="Show, explain and set how a process uses its CPU threads.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# Registration order is the order in --help.
+from parinfo.cli import show as _show  # noqa: E402,F401
+from parinfo.cli import profiles as _profiles  # noqa: E402,F401
+from parinfo.cli import apply as _apply  # noqa: E402,F401
+from parinfo.cli import tune as _tune  # noqa: E402,F401
