@@ -27,8 +27,10 @@ def test_counts_this_process_threads_and_follows_a_new_one():
 
 
 def test_reads_another_process_by_pid():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+                            stdout=subprocess.PIPE, text=True)
     try:
+        assert proc.stdout.readline().strip() == "ready"  # exec'd: its name is no longer the parent's
         out = live_threads(proc.pid)
         assert out["count"] >= 1
         assert out["threads"][0]["tid"] == proc.pid
