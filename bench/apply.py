@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -32,8 +31,9 @@ sys.exit(run_plan(plan, sys.argv[1:]))
 
 
 def parinfo_cmd() -> list[str]:
-    script = shutil.which("parinfo")
-    return [script] if script else [sys.executable, "-m", "parinfo"]
+    # The interpreter running this bench, never a `parinfo` script found on PATH: that one may belong
+    # to another Python whose start-up differs from the anchor's.
+    return [sys.executable, "-m", "parinfo"]
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
