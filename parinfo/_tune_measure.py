@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from parinfo._tune_search import Point, Stats
+from parinfo.envvars import LIBRARY_VARS
 from parinfo.errors import TuneError
 
 # Variables a worker gets for its intra-op count; PARINFO_NUM_INTEROP_THREADS gets the inter-op count.
-INTRA_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS",
-              "NUMEXPR_NUM_THREADS", "PARINFO_NUM_THREADS")
+INTRA_VARS = (*(name for names in LIBRARY_VARS.values() for name in names), "PARINFO_NUM_THREADS")
 
 
 class WorkloadFailed(TuneError):

@@ -58,6 +58,15 @@ THREAD_VARS: dict[str, VarSpec] = {
     )
 }
 
+#: The variables that carry each library's thread count (torch has none of its own).
+LIBRARY_VARS: dict[str, tuple[str, ...]] = {
+    "openmp": ("OMP_NUM_THREADS",),
+    "mkl": ("MKL_NUM_THREADS",),
+    "blas": ("OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS"),
+    "numexpr": ("NUMEXPR_NUM_THREADS",),
+    "torch": (),
+}
+
 _INT = re.compile(r"^\s*\+?(\d+)\s*$")
 _BLOCKTIME = re.compile(r"^\s*(\d+)\s*(ms|us|s)?\s*$", re.IGNORECASE)
 

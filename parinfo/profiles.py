@@ -14,6 +14,7 @@ from typing import Any
 
 from parinfo import expr
 from parinfo.cpulist import parse_cpu_list
+from parinfo.envvars import LIBRARY_VARS
 from parinfo._yaml_nodes import Document, KeyPath, Mark, parse, read_text
 from parinfo.errors import ProfileError
 
@@ -34,13 +35,6 @@ FACT_NAMES = ("usable_cpus", "usable_physical_cores", "physical_cores", "logical
 INSTANCE_NAMES = ("instances", "cores_per_instance")
 
 # Variables that the plan derives from the counts; the profile sets them through the count keys.
-LIBRARY_VARS: dict[str, tuple[str, ...]] = {
-    "openmp": ("OMP_NUM_THREADS",),
-    "mkl": ("MKL_NUM_THREADS",),
-    "blas": ("OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS"),
-    "numexpr": ("NUMEXPR_NUM_THREADS",),
-    "torch": (),
-}
 DERIVED_VARS: dict[str, str] = {
     "PARINFO_NUM_THREADS": "intra_op",
     "PARINFO_NUM_INTEROP_THREADS": "inter_op",

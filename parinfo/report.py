@@ -71,14 +71,14 @@ def _version() -> str:
 
 
 def _runtime_rows(runtime: dict[str, Any]) -> list[dict[str, Any]]:
+    from parinfo.runtime.settings import EXPLICIT, INTER_VARS, INTRA_VARS
+
     rows = []
-    for key, label in (("intra_op", "parinfo intra-op"), ("inter_op", "parinfo inter-op")):
+    for key, label, variables in (("intra_op", "parinfo intra-op", INTRA_VARS),
+                                  ("inter_op", "parinfo inter-op", INTER_VARS)):
         entry = runtime.get(key) or {}
         rows.append({"library": label, "count": entry.get("count"), "source": entry.get("source"),
-                     "precedence": ["explicit call", "profile", "PARINFO_NUM_THREADS" if key == "intra_op"
-                                    else "PARINFO_NUM_INTEROP_THREADS",
-                                    *(["MKL_NUM_THREADS", "OMP_NUM_THREADS"] if key == "intra_op" else []),
-                                    "default"]})
+                     "precedence": [EXPLICIT, "profile", *variables, "default"]})
     return rows
 
 

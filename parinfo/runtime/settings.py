@@ -24,8 +24,9 @@ INTEROP_ERROR = ("Error: cannot set number of interop threads after parallel wor
 
 EXPLICIT = "explicit call"
 
-_INTRA_VARS = ("PARINFO_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
-_INTER_VARS = ("PARINFO_NUM_INTEROP_THREADS",)
+# The variables each count reads, first wins (after an explicit call and a profile).
+INTRA_VARS = ("PARINFO_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+INTER_VARS = ("PARINFO_NUM_INTEROP_THREADS",)
 
 _lock = threading.RLock()
 
@@ -111,7 +112,7 @@ def _resolve_intra_default() -> tuple[int, str]:
     global _intra_default, _intra_ignored
     if _intra_default is None:
         phys, _ = _machine()
-        n, src, ign = _from_env(_INTRA_VARS, phys, "default: usable physical cores", dict(os.environ))
+        n, src, ign = _from_env(INTRA_VARS, phys, "default: usable physical cores", dict(os.environ))
         _intra_default, _intra_ignored = (n, src), ign
     return _intra_default
 
@@ -120,7 +121,7 @@ def _resolve_inter_default() -> tuple[int, str]:
     global _inter_default
     if _inter_default is None:
         _, cpus = _machine()
-        n, src, _ign = _from_env(_INTER_VARS, cpus, "default: usable CPUs", dict(os.environ))
+        n, src, _ign = _from_env(INTER_VARS, cpus, "default: usable CPUs", dict(os.environ))
         _inter_default = (n, src)
     return _inter_default
 
