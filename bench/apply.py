@@ -1,7 +1,7 @@
 """Added start-up time of ``parinfo apply P -- python -c pass`` over plain ``python -c pass``.
 
 Measured in one run, interleaved, medians of repeats. Besides the whole command it times two parts:
-the launcher alone (a hand-built plan given to parinfo.launch.run_plan: no CLI, no profile loading),
+the launcher alone (a hand-built plan given to parinfo.profiles.launch.run_plan: no CLI, no profile loading),
 and the start-up hook alone (``python -c pass`` with the hook's environment).
 Goal: whole < 150 ms. The timed commands run with bytecode caching on (PYTHONDONTWRITEBYTECODE is
 removed), as after a normal install.
@@ -19,8 +19,8 @@ import time
 
 LAUNCHER = r"""
 import sys
-from parinfo.plan import Plan, Setting
-from parinfo.launch import run_plan
+from parinfo.profiles.plan import Plan, Setting
+from parinfo.profiles.launch import run_plan
 env = {"PARINFO_NUM_THREADS": "1", "PARINFO_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1",
        "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 plan = Plan("bench", "", "bench", Setting("intra_op", 1, ""), Setting("inter_op", 1, ""), {}, env)
@@ -52,8 +52,8 @@ def failure(cmd: list[str], env: dict[str, str]) -> str | None:
 
 
 def hook_env(base: dict[str, str]) -> dict[str, str]:
-    from parinfo.launch import child_environ
-    from parinfo.plan import Plan, Setting
+    from parinfo.profiles.launch import child_environ
+    from parinfo.profiles.plan import Plan, Setting
 
     plan = Plan("bench", "", "bench", Setting("intra_op", 1, ""), Setting("inter_op", 1, ""), {},
                 {"OMP_NUM_THREADS": "1"})

@@ -35,8 +35,8 @@ def main() -> None:
     import cpuinfo
     import psutil
 
-    from parinfo import cpuid
-    from parinfo.topology import machine_facts
+    from parinfo.machine import cpuid
+    from parinfo.machine.topology import machine_facts
 
     machine_facts()  # first call reads and caches the sysfs topology
 

@@ -32,11 +32,11 @@ def timed(name, fn):
     t0 = time.perf_counter(); value = fn(); out.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
     return value
 
-from parinfo.topology import machine_facts
+from parinfo.machine.topology import machine_facts
 facts = machine_facts()
 for i in range(6):
     t_all = time.perf_counter()
-    from parinfo import environment, frameworks, pools, probe, provenance, threads
+    from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
     timed("import_probes", lambda: probe.import_probes(None))
     p = timed("native_pools", pools.native_pools)
     timed("threading_layers", lambda: pools.threading_layers(p))

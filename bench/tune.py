@@ -24,8 +24,8 @@ GOAL = 1.05
 
 def main(argv: list[str] | None = None) -> int:
     import parinfo
-    from parinfo._tune_measure import noise_check
-    from parinfo.topology import machine_facts
+    from parinfo.tuning.measure import noise_check
+    from parinfo.machine.topology import machine_facts
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)

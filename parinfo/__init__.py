@@ -12,11 +12,11 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     # inspector
-    "inspect": "parinfo.report",
-    "parallel_info": "parinfo.report",
-    "Report": "parinfo.report",
-    "machine_facts": "parinfo.topology",
-    "MachineFacts": "parinfo.topology",
+    "inspect": "parinfo.diagnostics.report",
+    "parallel_info": "parinfo.cli.torch_block",
+    "Report": "parinfo.diagnostics.report",
+    "machine_facts": "parinfo.machine.topology",
+    "MachineFacts": "parinfo.machine.topology",
     # runtime
     "set_num_threads": "parinfo.runtime",
     "get_num_threads": "parinfo.runtime",
@@ -31,12 +31,12 @@ _EXPORTS: dict[str, str] = {
     "get_thread_num": "parinfo.runtime",
     "profile": "parinfo.runtime",
     # profiles and apply
-    "load_profile": "parinfo.profiles",
-    "resolve_profile": "parinfo.profiles",
-    "apply": "parinfo.applying",
-    "Plan": "parinfo.plan",
+    "load_profile": "parinfo.profiles.language",
+    "resolve_profile": "parinfo.profiles.language",
+    "apply": "parinfo.profiles.applying",
+    "Plan": "parinfo.profiles.plan",
     # tune
-    "tune": "parinfo.tuning",
+    "tune": "parinfo.tuning.sweep",
     # errors
     "ParinfoError": "parinfo.errors",
     "UsageError": "parinfo.errors",
@@ -62,13 +62,14 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parinfo.applying import apply
+    from parinfo.profiles.applying import apply
     from parinfo.errors import ApplyError, ParinfoError, ProfileError, TuneError, UsageError
-    from parinfo.plan import Plan
-    from parinfo.profiles import load_profile, resolve_profile
-    from parinfo.report import Report, inspect, parallel_info
+    from parinfo.profiles.plan import Plan
+    from parinfo.profiles.language import load_profile, resolve_profile
+    from parinfo.cli.torch_block import parallel_info
+    from parinfo.diagnostics.report import Report, inspect
     from parinfo.runtime import (Future, fork, get_num_interop_threads, get_num_threads,
                                  get_thread_num, in_parallel_region, parallel_for, parallel_reduce,
                                  profile, set_num_interop_threads, set_num_threads, wait)
-    from parinfo.topology import MachineFacts, machine_facts
-    from parinfo.tuning import tune
+    from parinfo.machine.topology import MachineFacts, machine_facts
+    from parinfo.tuning.sweep import tune

@@ -24,7 +24,7 @@ def pytest_collection_modifyitems(config, items):
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The current environment without thread variables, plus ``extra``."""
-    from parinfo.envvars import THREAD_VARS
+    from parinfo.process.variables import THREAD_VARS
 
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
     env.update(extra)

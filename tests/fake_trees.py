@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from parinfo.cpulist import format_cpu_list
+from parinfo.machine.cpulist import format_cpu_list
 
 _CPU = "sys/devices/system/cpu"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from parinfo.topology import MachineFacts
+from parinfo.machine.topology import MachineFacts
 
 
 def machine(cores: int, *, smt: int = 1, numa: int = 1, affinity: list[int] | None = None,

@@ -8,9 +8,9 @@ import pytest
 from conftest import clean_env, run_json
 from fake_trees import FakeMachine
 
-from parinfo import cpuid
-from parinfo._sysfs import Unreadable
-from parinfo.cpuid import cpu_identity
+from parinfo.machine import cpuid
+from parinfo.machine.sysfs import Unreadable
+from parinfo.machine.cpuid import cpu_identity
 
 SPR = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -103,7 +103,7 @@ def test_result_is_a_copy(tmp_path):
 
 
 def test_real_machine_fast_path_never_imports_py_cpuinfo():
-    code = ("import json, sys; from parinfo.cpuid import cpu_identity; d = cpu_identity(); "
+    code = ("import json, sys; from parinfo.machine.cpuid import cpu_identity; d = cpu_identity(); "
             "d['imported'] = 'cpuinfo' in sys.modules; print(json.dumps(d))")
     d = run_json(code)
     if d["brand"] is None:
@@ -190,7 +190,7 @@ def test_py_cpuinfo_failure_is_unknown(monkeypatch, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_real_py_cpuinfo_runs_once_per_boot(tmp_path):
-    code = ("import json, sys; from parinfo.cpuid import cpu_identity; d = cpu_identity(slow=True); "
+    code = ("import json, sys; from parinfo.machine.cpuid import cpu_identity; d = cpu_identity(slow=True); "
             "d['imported'] = 'cpuinfo' in sys.modules; print(json.dumps(d))")
     env = clean_env(XDG_CACHE_HOME=str(tmp_path))
     first = run_json(code, env=env, timeout=100)

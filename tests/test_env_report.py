@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from conftest import clean_env, run_json
 
-from parinfo.environment import environment_report, launch_environment
-from parinfo.envvars import THREAD_VARS
+from parinfo.process.environment import environment_report, launch_environment
+from parinfo.process.variables import THREAD_VARS
 
-REPORT = ("import json, os; from parinfo.environment import environment_report as r; "
+REPORT = ("import json, os; from parinfo.process.environment import environment_report as r; "
           "print(json.dumps({x['name']: x for x in r()}))")
 
 
@@ -52,7 +52,7 @@ def test_other_invalid_values():
 
 def test_variable_changed_after_launch_is_flagged_from_the_launch_environment():
     code = ("import os, json; os.environ['OMP_NUM_THREADS'] = '1'; os.environ.pop('MKL_NUM_THREADS'); "
-            "from parinfo.environment import environment_report as r; "
+            "from parinfo.process.environment import environment_report as r; "
             "print(json.dumps({x['name']: x for x in r()}))")
     rows = run_json(code, env=clean_env(OMP_NUM_THREADS="2", MKL_NUM_THREADS="2", BLIS_NUM_THREADS="3"))
     omp = rows["OMP_NUM_THREADS"]
@@ -92,7 +92,7 @@ def test_rows_are_json_serialisable():
 
 def test_launch_environment_equals_psutils_view_and_ignores_later_edits():
     code = ("import json, os, psutil; os.environ['OMP_NUM_THREADS'] = '1'; "
-            "from parinfo.environment import launch_environment; "
+            "from parinfo.process.environment import launch_environment; "
             "print(json.dumps([launch_environment(), dict(psutil.Process().environ())]))")
     ours, theirs = run_json(code, env=clean_env(OMP_NUM_THREADS="3"))
     assert ours == theirs

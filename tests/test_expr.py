@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parinfo import expr
-from parinfo.expr import ExprError, evaluate
+from parinfo.profiles import expr
+from parinfo.profiles.expr import ExprError, evaluate
 
 FACTS = {"physical_cores": 28, "usable_cpus": 56, "numa_nodes": 2}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from conftest import clean_env, run_json
 
-from parinfo.frameworks import parse_parallel_info
+from parinfo.process.frameworks import parse_parallel_info
 
-INFO = "import json, sys; from parinfo.frameworks import torch_info; "
+INFO = "import json, sys; from parinfo.process.frameworks import torch_info; "
 
 NATIVE_TEXT = """ATen/Parallel:
 \tat::get_num_threads() : 4
@@ -32,9 +32,9 @@ def test_parse_parallel_info_of_a_build_without_openmp_or_mkl():
 
 
 def test_torch_is_never_imported_when_not_asked():
-    out = run_json(INFO + "import os; from parinfo.pools import native_pools; "
-                   "from parinfo.provenance import library_settings; from parinfo.topology import machine_facts; "
-                   "from parinfo.environment import environment_report; "
+    out = run_json(INFO + "import os; from parinfo.process.pools import native_pools; "
+                   "from parinfo.process.provenance import library_settings; from parinfo.machine.topology import machine_facts; "
+                   "from parinfo.process.environment import environment_report; "
                    "library_settings(native_pools(), torch_info(), os.environ, None, machine_facts()); "
                    "environment_report(); print(json.dumps([torch_info(), 'torch' in sys.modules]))")
     assert out == [None, False]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from parinfo.launch import HOOK_DIR, HOOK_VAR, child_environ
-from parinfo.plan import InstancePlan, Plan, Setting
+from parinfo.profiles.launch import HOOK_DIR, HOOK_VAR, child_environ
+from parinfo.profiles.plan import InstancePlan, Plan, Setting
 
 
 def make_plan(intra: int = 1, inter: int = 1, *, torch: int | None = None, instances: int = 0,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
-from parinfo.pools import classify, loaded_objects, owner_of, threading_layers
+from parinfo.process.pools import classify, loaded_objects, owner_of, threading_layers
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
@@ -17,7 +17,7 @@ HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 
 @needs_numpy
 def test_numpy_pools_match_threadpoolctl():
-    out = run_json("import json, numpy; from parinfo.pools import native_pools; import threadpoolctl; "
+    out = run_json("import json, numpy; from parinfo.process.pools import native_pools; import threadpoolctl; "
                    "print(json.dumps([native_pools(), threadpoolctl.threadpool_info()]))")
     ours, theirs = out
     mine = [r for r in ours if r["seen_by"] == "threadpoolctl"]
@@ -35,7 +35,7 @@ def test_numpy_pools_match_threadpoolctl():
 @needs_numpy
 @pytest.mark.skipif(not HAVE_SCIPY, reason="scipy is not installed")
 def test_numpy_and_scipy_openblas_are_two_copies_marked_duplicate():
-    rows = run_json("import json, numpy, scipy.linalg; from parinfo.pools import native_pools; "
+    rows = run_json("import json, numpy, scipy.linalg; from parinfo.process.pools import native_pools; "
                     "print(json.dumps(native_pools()))")
     blas = [r for r in rows if r["library"] == "openblas"]
     assert len(blas) == 2
@@ -55,7 +55,7 @@ def test_two_libgomp_copies_loaded_by_path_are_duplicates(tmp_path):
     if not bundled.exists():
         pytest.skip("this torch build bundles no libgomp")
     rows = run_json(f"import ctypes, json; ctypes.CDLL({str(system)!r}); ctypes.CDLL({str(bundled)!r}); "
-                    "from parinfo.pools import native_pools; print(json.dumps(native_pools()))")
+                    "from parinfo.process.pools import native_pools; print(json.dumps(native_pools()))")
     gomp = [r for r in rows if r["library"] == "libgomp"]
     assert len(gomp) == 2 and all(r["copies"] == 2 for r in gomp)
     assert sum(r["duplicate_of"] is not None for r in gomp) == 1
@@ -66,10 +66,10 @@ def test_two_libgomp_copies_loaded_by_path_are_duplicates(tmp_path):
 @needs_numpy
 def test_inspecting_changes_no_count():
     code = ("import json, os, numpy, threadpoolctl; before = threadpoolctl.threadpool_info(); "
-            "from parinfo.pools import native_pools, threading_layers; "
-            "from parinfo.provenance import library_settings; from parinfo.topology import machine_facts; "
-            "from parinfo.environment import environment_report; from parinfo.threads import live_threads; "
-            "from parinfo.frameworks import torch_info; "
+            "from parinfo.process.pools import native_pools, threading_layers; "
+            "from parinfo.process.provenance import library_settings; from parinfo.machine.topology import machine_facts; "
+            "from parinfo.process.environment import environment_report; from parinfo.process.threads import live_threads; "
+            "from parinfo.process.frameworks import torch_info; "
             "p = native_pools(); threading_layers(p); environment_report(); live_threads(); "
             "library_settings(p, torch_info(), os.environ, None, machine_facts()); "
             "print(json.dumps([before, threadpoolctl.threadpool_info()]))")
@@ -79,10 +79,10 @@ def test_inspecting_changes_no_count():
 
 
 def test_kmp_duplicate_lib_ok_is_not_left_set():
-    out = run_json("import json, os; from parinfo.pools import native_pools; native_pools(); "
+    out = run_json("import json, os; from parinfo.process.pools import native_pools; native_pools(); "
                    "print(json.dumps(os.environ.get('KMP_DUPLICATE_LIB_OK')))")
     assert out is None
-    out = run_json("import json, os; from parinfo.pools import native_pools; native_pools(); "
+    out = run_json("import json, os; from parinfo.process.pools import native_pools; native_pools(); "
                    "print(json.dumps(os.environ.get('KMP_DUPLICATE_LIB_OK')))",
                    env=clean_env(KMP_DUPLICATE_LIB_OK="FALSE"))
     assert out == "FALSE"  # a user's own setting stays
@@ -124,7 +124,7 @@ def test_classify_and_owner():
 
 
 def test_runtimes_threadpoolctl_cannot_see_come_from_loaded_objects():
-    code = ("import json; from parinfo.pools import native_pools, threading_layers; "
+    code = ("import json; from parinfo.process.pools import native_pools, threading_layers; "
             f"rows = native_pools({FAKE_MAPS!r}); print(json.dumps([rows, threading_layers(rows)]))")
     rows, layers = run_json(code)
     fake = {r["library"]: r for r in rows if r["seen_by"] == "loaded objects"}
@@ -157,8 +157,8 @@ def test_threading_layers_in_words():
 
 @pytest.mark.torch
 def test_torch_libgomp_and_mkl_inside_torch_are_pools():
-    out = run_json("import json, torch; from parinfo.pools import native_pools; "
-                   "from parinfo.frameworks import parse_parallel_info; "
+    out = run_json("import json, torch; from parinfo.process.pools import native_pools; "
+                   "from parinfo.process.frameworks import parse_parallel_info; "
                    "print(json.dumps([native_pools(), parse_parallel_info(torch.__config__.parallel_info()), "
                    "torch.backends.mkl.is_available()]))")
     rows, parsed, mkl = out
@@ -177,7 +177,7 @@ def test_torch_libgomp_and_mkl_inside_torch_are_pools():
 
 @pytest.mark.torch
 def test_mkl_inside_torch_follows_mkl_num_threads():
-    rows = run_json("import json, torch; from parinfo.pools import native_pools; "
+    rows = run_json("import json, torch; from parinfo.process.pools import native_pools; "
                     "print(json.dumps(native_pools()))", env=clean_env(MKL_NUM_THREADS="1"))
     inside = [r for r in rows if r["library"] == "mkl" and r["owner"] == "torch"]
     if not inside:
@@ -186,7 +186,7 @@ def test_mkl_inside_torch_follows_mkl_num_threads():
 
 
 def test_no_torch_import_and_no_mkl_row_without_torch():
-    out = run_json("import json, sys; from parinfo.pools import native_pools; rows = native_pools(); "
+    out = run_json("import json, sys; from parinfo.process.pools import native_pools; rows = native_pools(); "
                    "print(json.dumps(['torch' in sys.modules, [r['owner'] for r in rows]]))")
     assert out[0] is False and "torch" not in out[1]
 
@@ -203,7 +203,7 @@ def test_tbb_is_a_pool_with_its_count_read_through_getters(prefix, cpus):
     name = _system_tbb()
     if name is None:
         pytest.skip("no libtbb on this machine")
-    code = (f"import ctypes, json, os; ctypes.CDLL({name!r}); from parinfo.pools import native_pools; "
+    code = (f"import ctypes, json, os; ctypes.CDLL({name!r}); from parinfo.process.pools import native_pools; "
             "rows = native_pools(); print(json.dumps([rows, len(os.listdir('/proc/self/task'))]))")
     rows, nthreads = run_json(code, prefix=prefix)
     tbb = [r for r in rows if r["library"] == "tbb"]
@@ -216,7 +216,7 @@ def test_tbb_is_a_pool_with_its_count_read_through_getters(prefix, cpus):
 
 
 def test_a_threadpoolctl_failure_still_lists_the_loaded_runtimes(monkeypatch):
-    import parinfo.pools as pools
+    import parinfo.process.pools as pools
 
     def broken():
         raise RuntimeError("boom")

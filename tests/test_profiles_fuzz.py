@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parinfo.errors import ProfileError
-from parinfo.plan import Plan
-from parinfo.profiles import LIBRARIES, TOP_KEYS, resolve_profile
+from parinfo.profiles.plan import Plan
+from parinfo.profiles.language import LIBRARIES, TOP_KEYS, resolve_profile
 from profile_machines import MACHINES
 
 _DIR = Path(tempfile.mkdtemp(prefix="parinfo-fuzz-"))

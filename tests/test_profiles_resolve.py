@@ -7,8 +7,8 @@ import textwrap
 import pytest
 
 from parinfo.errors import ProfileError, UsageError
-from parinfo.plan import Plan
-from parinfo.profiles import load_profile, resolve_profile
+from parinfo.profiles.plan import Plan
+from parinfo.profiles.language import load_profile, resolve_profile
 from profile_machines import MACHINES, machine
 
 

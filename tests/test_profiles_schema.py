@@ -1,4 +1,4 @@
-"""The published JSON Schema (parinfo/profile.schema.json) agrees with parinfo's own validator."""
+"""The published JSON Schema (parinfo/profiles/profile.schema.json) agrees with parinfo's own validator."""
 from __future__ import annotations
 
 import json
@@ -10,12 +10,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parinfo.envvars import THREAD_VARS
+from parinfo.process.variables import THREAD_VARS
 from parinfo.errors import ProfileError
-from parinfo.profiles import (DERIVED_VARS, INSTANCE_KEYS, LIBRARIES, MAX_COUNT, TOP_KEYS, shipped_names,
+from parinfo.profiles.language import (DERIVED_VARS, INSTANCE_KEYS, LIBRARIES, MAX_COUNT, TOP_KEYS, shipped_names,
                               shipped_path, validate_profile)
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "parinfo" / "profile.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "parinfo" / "profiles" / "profile.schema.json"
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 CORPUS = Path(__file__).resolve().parent / "profiles_bad"

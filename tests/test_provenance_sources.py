@@ -7,15 +7,15 @@ import importlib.util
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
-from parinfo.provenance import MODELS, RUNTIME, explain, library_settings, predict
-from parinfo.topology import machine_facts
+from parinfo.process.provenance import MODELS, RUNTIME, explain, library_settings, predict
+from parinfo.machine.topology import machine_facts
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 
-SETTINGS = ("import json, os{imports}; {before}from parinfo.pools import native_pools; "
-            "from parinfo.frameworks import torch_info; from parinfo.provenance import library_settings; "
-            "from parinfo.topology import machine_facts; "
+SETTINGS = ("import json, os{imports}; {before}from parinfo.process.pools import native_pools; "
+            "from parinfo.process.frameworks import torch_info; from parinfo.process.provenance import library_settings; "
+            "from parinfo.machine.topology import machine_facts; "
             "print(json.dumps(library_settings(native_pools(), torch_info(), os.environ, None, machine_facts())))")
 
 
@@ -146,8 +146,8 @@ def test_numexpr_is_modelled_when_imported(tmp_path):
         "import os\nncores = 8\nMAX_THREADS = 64\n"
         "nthreads = int(os.environ.get('NUMEXPR_NUM_THREADS') or os.environ.get('OMP_NUM_THREADS') or 8)\n"
         "def get_num_threads():\n    return nthreads\n")
-    code = ("import json, os, numexpr; from parinfo.provenance import library_settings; "
-            "from parinfo.topology import machine_facts; "
+    code = ("import json, os, numexpr; from parinfo.process.provenance import library_settings; "
+            "from parinfo.machine.topology import machine_facts; "
             "rows = library_settings([], None, os.environ, None, machine_facts()); "
             "numexpr.nthreads = 5; rows += library_settings([], None, os.environ, None, machine_facts()); "
             "print(json.dumps(rows))")

@@ -6,9 +6,9 @@ from conftest import clean_env, run_json
 
 pytestmark = pytest.mark.torch
 
-CODE = ("import json, os, torch; {before}from parinfo.pools import native_pools; "
-        "from parinfo.frameworks import torch_info; from parinfo.provenance import library_settings; "
-        "from parinfo.topology import machine_facts; "
+CODE = ("import json, os, torch; {before}from parinfo.process.pools import native_pools; "
+        "from parinfo.process.frameworks import torch_info; from parinfo.process.provenance import library_settings; "
+        "from parinfo.machine.topology import machine_facts; "
         "print(json.dumps(library_settings(native_pools(), torch_info(), os.environ, None, machine_facts())))")
 
 

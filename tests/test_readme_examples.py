@@ -21,7 +21,7 @@ def test_readme_has_exactly_the_two_setup_commands():
 
 
 def test_readme_profile_example_is_valid_on_this_machine():
-    from parinfo.profiles import resolve_profile
+    from parinfo.profiles.language import resolve_profile
 
     (doc,) = [b for b in blocks("yaml") if b.startswith("version: 1")]
     plan = resolve_profile(yaml.safe_load(doc))

@@ -52,7 +52,7 @@ def test_importing_and_reading_pushes_nothing():
 
 
 def test_budget_caps_process_wide_blas_while_tasks_overlap_and_restores_it():
-    from parinfo.topology import machine_facts
+    from parinfo.machine.topology import machine_facts
 
     if machine_facts().usable_cpus < 2:
         pytest.skip("needs 2 usable CPUs (OpenBLAS caps itself to the affinity)")
@@ -105,7 +105,7 @@ def test_torch_imported_after_the_push_gets_the_count_in_tasks():
 
 @pytest.mark.torch
 def test_budget_caps_torch_in_overlapping_tasks_and_gives_the_count_back():
-    from parinfo.topology import machine_facts
+    from parinfo.machine.topology import machine_facts
 
     cap = max(1, machine_facts().usable_cpus // 2)
     out = run_json(
@@ -129,7 +129,7 @@ def test_budget_caps_torch_in_overlapping_tasks_and_gives_the_count_back():
 
 
 def test_budget_gives_back_a_pool_count_set_after_the_push():
-    from parinfo.topology import machine_facts
+    from parinfo.machine.topology import machine_facts
 
     if machine_facts().usable_cpus < 2:
         pytest.skip("needs 2 usable CPUs")

@@ -15,7 +15,7 @@ MSG = ("cannot set number of interop threads after parallel work has started "
 
 
 def _usable() -> tuple[int, int]:
-    from parinfo.topology import machine_facts
+    from parinfo.machine.topology import machine_facts
 
     f = machine_facts()
     return f.usable_physical_cores, f.usable_cpus

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO, clean_env, run_cli, run_json
 
-SCHEMA = json.loads((REPO / "parinfo" / "report.schema.json").read_text())
+SCHEMA = json.loads((REPO / "parinfo" / "diagnostics" / "report.schema.json").read_text())
 
 
 def show_json(*args: str, **kw) -> dict:
@@ -133,7 +133,7 @@ import io, json, os
 os.environ["NO_COLOR"] = "1"
 from rich.console import Console
 import parinfo
-from parinfo.render import render
+from parinfo.cli.render_text import render
 buf = io.StringIO()
 render(parinfo.inspect(imports=[]), Console(file=buf, force_terminal=True, width=120))
 print(json.dumps(buf.getvalue()))
@@ -177,7 +177,7 @@ def test_terminal_output_is_the_plain_text_with_styles():
 import contextlib, io, json, re
 from rich.console import Console
 import parinfo
-from parinfo.render import render
+from parinfo.cli.render_text import render
 report = parinfo.inspect(imports=[])
 styled = io.StringIO()
 render(report, Console(file=styled, force_terminal=True, width=300))

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import threading
 
-from parinfo.threads import live_threads
+from parinfo.process.threads import live_threads
 
 
 def test_counts_this_process_threads_and_follows_a_new_one():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from fake_trees import FakeMachine
 
-from parinfo.topology import machine_facts, usable_from
+from parinfo.machine.topology import machine_facts, usable_from
 
 
 def _v2(tmp_path, cpu_max, path="/job", **kw):

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 from fake_trees import FakeMachine
 
-from parinfo.cpulist import format_cpu_list, parse_cpu_list
+from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 
-from parinfo import _sysfs
-from parinfo.topology import USABLE_RULE, MachineFacts, machine_facts
+from parinfo.machine import sysfs as _sysfs
+from parinfo.machine.topology import USABLE_RULE, MachineFacts, machine_facts
 
 
 def test_two_sockets_28_cores_smt_numa(tmp_path):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import clean_env, run_json
 
-from parinfo.topology import machine_facts
+from parinfo.machine.topology import machine_facts
 
-FACTS = ("import json; from parinfo.topology import machine_facts; "
+FACTS = ("import json; from parinfo.machine.topology import machine_facts; "
          "print(json.dumps(machine_facts().to_dict()))")
 
 needs_taskset = pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset is not installed")

@@ -129,7 +129,7 @@ def test_missing_matplotlib_gives_the_install_hint():
 
 def test_api_raises_typed_errors():
     import parinfo
-    from parinfo._tune_measure import WorkloadFailed
+    from parinfo.tuning.measure import WorkloadFailed
 
     with pytest.raises(parinfo.UsageError, match="above --max"):
         parinfo.tune(min_threads=3, max_threads=2)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from parinfo._tune_measure import noise_check
+from parinfo.tuning.measure import noise_check
 
 
 @pytest.mark.timeout(60)

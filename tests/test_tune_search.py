@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parinfo._tune_search import (Point, Stats, clearly_worse, coarse_values, pair_candidates, pick_best,
+from parinfo.tuning.search import (Point, Stats, clearly_worse, coarse_values, pair_candidates, pick_best,
                                   search_counts, search_pairs)
 
 

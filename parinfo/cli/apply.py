@@ -8,7 +8,7 @@ import typer
 from parinfo.cli._app import app
 
 if TYPE_CHECKING:
-    from parinfo.plan import Plan
+    from parinfo.profiles.plan import Plan
 
 
 @app.command("apply", context_settings={"allow_extra_args": True})
@@ -27,7 +27,7 @@ def apply_cmd(
 ) -> None:
     """Show what PROFILE means on this machine (every setting, its value and why), or run COMMAND under it."""
     from parinfo.errors import UsageError
-    from parinfo.profiles import resolve_profile
+    from parinfo.profiles.language import resolve_profile
 
     if json_out and export:
         raise UsageError("--json and --export cannot be used together (pick one output format)")
@@ -56,7 +56,7 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
     import os
     import shlex
 
-    from parinfo.cpulist import format_cpu_list
+    from parinfo.machine.cpulist import format_cpu_list
 
     env = os.environ if environ is None else environ
     lines = [f"# parinfo profile {plan.name} ({plan.source})"]
@@ -83,7 +83,7 @@ def _print_plan(plan: Plan) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from parinfo.cpulist import format_cpu_list
+    from parinfo.machine.cpulist import format_cpu_list
 
     console = Console()
     console.print(f"[bold]profile {escape(plan.name)}[/bold]  [dim]{escape(plan.source)}[/dim]", soft_wrap=True)

@@ -47,7 +47,7 @@ def show(
                                help="Exit 1 when a finding at warning level or above exists."),
 ) -> None:
     """Show the CPUs, backends, native pools, thread counts with their sources, and what is wrong."""
-    from parinfo.report import inspect
+    from parinfo.diagnostics.report import inspect
 
     report = inspect(parse_modules(imports), torch=torch)
     if json_out or fmt is Format.json:
@@ -55,9 +55,11 @@ def show(
 
         typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
     elif fmt is Format.torch:
-        typer.echo(str(report), nl=False)
+        from parinfo.cli.torch_block import torch_block
+
+        typer.echo(torch_block(report), nl=False)
     else:
-        from parinfo.render import render
+        from parinfo.cli.render_text import render
 
         render(report)
     if check and report.problems("warning"):

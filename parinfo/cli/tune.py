@@ -51,10 +51,10 @@ def tune(
     """
     import os
 
-    from parinfo._tune_measure import WorkloadFailed
-    from parinfo._tune_plot import check_plot_path
+    from parinfo.tuning.measure import WorkloadFailed
+    from parinfo.tuning.plot import check_plot_path
     from parinfo.errors import UsageError
-    from parinfo.tuning import tune as run_tune
+    from parinfo.tuning.sweep import tune as run_tune
 
     args = list(command or [])
     if len(args) == 1 and args[0] in ("matmul", "elementwise", "ensemble"):
@@ -133,7 +133,7 @@ def _render(result, write: Optional[str], plot: Optional[str]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from parinfo.tuning import NOISY_SPREAD
+    from parinfo.tuning.sweep import NOISY_SPREAD
 
     con = Console(highlight=False)
     pairs = result.pairs

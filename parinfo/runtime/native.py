@@ -49,7 +49,7 @@ def _controller() -> Any:
     global _ctrl, _ctrl_modules
     n = len(sys.modules)
     if _ctrl is None or n != _ctrl_modules:
-        from parinfo._tpc import threadpoolctl
+        from parinfo.process.tpc import threadpoolctl
 
         _ctrl = threadpoolctl().ThreadpoolController()
         _ctrl_modules = n

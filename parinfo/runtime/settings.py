@@ -17,7 +17,7 @@ import os
 import threading
 from typing import Any
 
-from parinfo.envvars import THREAD_VARS, count_from_env
+from parinfo.process.variables import THREAD_VARS, count_from_env
 
 INTEROP_ERROR = ("Error: cannot set number of interop threads after parallel work has started "
                  "or set_num_interop_threads called")
@@ -66,7 +66,7 @@ def _machine() -> tuple[int, int]:
     global _facts
     if _facts is None:
         try:
-            from parinfo.topology import machine_facts
+            from parinfo.machine.topology import machine_facts
 
             f = machine_facts()
             _facts = (max(1, int(f.usable_physical_cores)), max(1, int(f.usable_cpus)))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from parinfo._unknown import because
+from parinfo.machine.unknown import because
 
 
 

@@ -1,4 +1,4 @@
-"""One measured point in a fresh process: ``python -m parinfo._tune_worker JOB_JSON RESULT_PATH``.
+"""One measured point in a fresh process: ``python -m parinfo.tuning.worker JOB_JSON RESULT_PATH``.
 
 The parent sets the thread variables in this process's environment before it starts, so every
 library reads its count at load time as it would in production. torch gets its counts through its
@@ -17,7 +17,7 @@ def counts_in_force(framework: str) -> dict:
     """The counts the loaded libraries report now (read-only: nothing is probed by setting)."""
     seen: dict = {}
     try:
-        from parinfo._tpc import threadpoolctl
+        from parinfo.process.tpc import threadpoolctl
 
         for pool in threadpoolctl().threadpool_info():
             seen.setdefault(pool.get("internal_api", "?"), []).append(pool.get("num_threads"))
@@ -37,7 +37,7 @@ def counts_in_force(framework: str) -> dict:
 
 def run(job: dict) -> dict:
     """Build the workload under this process's counts and time it; returns the result dict."""
-    from parinfo import _tune_workloads as w
+    from parinfo.tuning import workloads as w
 
     spec = job["spec"]
     fw = spec.get("framework", "numpy")

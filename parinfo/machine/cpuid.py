@@ -15,7 +15,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from parinfo._sysfs import Unreadable, read, read_bytes, shown
+from parinfo.machine.sysfs import Unreadable, read, read_bytes, shown
 
 # (name shown, /proc/cpuinfo flag). py-cpuinfo's names differ only by underscores.
 X86_ISA: tuple[tuple[str, str], ...] = (

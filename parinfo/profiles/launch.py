@@ -2,7 +2,7 @@
 
 One process: the environment is built (the plan's variables, never overriding what the user set
 unless ``force``), the CPU affinity is applied, and the command replaces this process (exec), so its
-exit code and signals need no relaying. Python children also get a start-up hook (parinfo/_hook/)
+exit code and signals need no relaying. Python children also get a start-up hook (parinfo/profiles/hook/)
 that sets torch's counts as soon as torch is imported and reports counts that are not in force.
 
 Instances: N children, each pinned to its own CPUs with its own counts and ``PARINFO_INSTANCE``;
@@ -20,15 +20,15 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from parinfo.cpulist import format_cpu_list
+from parinfo.machine.cpulist import format_cpu_list
 from parinfo.errors import ApplyError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
 
-    from parinfo.plan import InstancePlan, Plan
+    from parinfo.profiles.plan import InstancePlan, Plan
 
-HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")
+HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")
 HOOK_VAR = "_PARINFO_HOOK"
 # torch's intra-op default reads these; when the user's own value stays in force, torch follows it.
 TORCH_INTRA_VARS = ("MKL_NUM_THREADS", "OMP_NUM_THREADS")
@@ -62,7 +62,7 @@ class ChildEnv:
 
 
 def _invalid_note(name: str, value: str) -> str:
-    from parinfo.envvars import validate
+    from parinfo.process.variables import validate
 
     problem = validate(name, value)
     return f" (invalid: {problem}, so libraries ignore it)" if problem else ""

@@ -2,7 +2,7 @@
 
 :func:`load_profile` reads a file (or a shipped profile by name), validates it against the
 version-1 language and follows ``extends``; :func:`resolve_profile` turns it into a
-:class:`parinfo.plan.Plan` for one machine. Every fault raises :class:`parinfo.errors.ProfileError`
+:class:`parinfo.profiles.plan.Plan` for one machine. Every fault raises :class:`parinfo.errors.ProfileError`
 naming file:line:column and the fix; nothing is applied by this module.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from parinfo import expr
-from parinfo.cpulist import parse_cpu_list
-from parinfo.envvars import LIBRARY_VARS
-from parinfo._yaml_nodes import Document, KeyPath, Mark, parse, read_text
+from parinfo.profiles import expr
+from parinfo.machine.cpulist import parse_cpu_list
+from parinfo.process.variables import LIBRARY_VARS
+from parinfo.profiles.yaml_nodes import Document, KeyPath, Mark, parse, read_text
 from parinfo.errors import ProfileError
 
 VERSION = 1
@@ -85,10 +85,10 @@ def _one_line(text: str) -> str:
 
 def shipped_dirs() -> list[Path]:
     """Where shipped profiles live: in the installed package first, then in a source checkout."""
-    here = Path(__file__).resolve().parent
-    dirs = [here / "_shipped_profiles"]
-    if (here.parent / "pyproject.toml").is_file():
-        dirs.append(here.parent / "profiles")
+    package = Path(__file__).resolve().parent.parent
+    dirs = [package / "_shipped_profiles"]
+    if (package.parent / "pyproject.toml").is_file():
+        dirs.append(package.parent / "profiles")
     return [d for d in dirs if d.is_dir()]
 
 
@@ -343,7 +343,7 @@ class _Validator:
         return out
 
     def env(self, env: Any) -> dict[str, str]:
-        from parinfo.envvars import THREAD_VARS, validate
+        from parinfo.process.variables import THREAD_VARS, validate
 
         if not isinstance(env, dict):
             raise self.fail(("env",), f"'env' must be a mapping of variable names to values, not {_type_name(env)}",
@@ -450,8 +450,8 @@ def _validate(doc: Document) -> dict:
 
 def resolve_profile(profile: Any, facts: Any = None, *, instances: int | None = None):
     """Resolve ``profile`` (a name, path, loaded Profile or plain dict) on ``facts`` (default: this
-    machine) into a :class:`parinfo.plan.Plan`. ``instances`` overrides the profile's count."""
-    from parinfo.profile_resolve import resolve
+    machine) into a :class:`parinfo.profiles.plan.Plan`. ``instances`` overrides the profile's count."""
+    from parinfo.profiles.resolve import resolve
 
     if isinstance(profile, Profile):
         prof = profile
@@ -463,7 +463,7 @@ def resolve_profile(profile: Any, facts: Any = None, *, instances: int | None = 
         raise ProfileError(f"a profile is a name, a path or a dict, not {_type_name(profile)}",
                            fix="pass e.g. 'latency' or 'my-profile.yaml'")
     if facts is None:
-        from parinfo.topology import machine_facts
+        from parinfo.machine.topology import machine_facts
 
         facts = machine_facts()
     return resolve(prof, facts, instances=instances)

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-from parinfo._unknown import describe
+from parinfo.machine.unknown import describe
 
 # Library families, by the start of a loaded file's name: (prefix, library, user_api, internal_api).
 _FAMILIES: tuple[tuple[str, str, str, str], ...] = (
@@ -87,7 +87,7 @@ def owner_of(path: str) -> str:
 
 
 def _tpc_rows() -> list[dict]:
-    from parinfo._tpc import threadpoolctl
+    from parinfo.process.tpc import threadpoolctl
 
     rows = []
     for info in threadpoolctl().threadpool_info():
@@ -158,7 +158,7 @@ def _torch_mkl_row(objects: list[str], rows: list[dict]) -> dict | None:
     lib = next((p for p in objects if os.path.basename(p).startswith("libtorch_cpu")), None)
     if lib is None:
         return None
-    from parinfo.frameworks import parallel_info_text, parse_parallel_info
+    from parinfo.process.frameworks import parallel_info_text, parse_parallel_info
 
     parsed = parse_parallel_info(parallel_info_text() or "")
     row = _object_row(lib, "mkl", "blas", "mkl",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from parinfo._unknown import because
-from parinfo.envvars import THREAD_VARS, looks_thread_related, validate
+from parinfo.machine.unknown import because
+from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
 
 
 def launch_environment(pid: int | None = None) -> dict[str, str] | str:

@@ -14,8 +14,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from parinfo import _cgroup, _sysfs
-from parinfo.cpulist import parse_cpu_list
+from parinfo.machine import cgroup as _cgroup, sysfs as _sysfs
+from parinfo.machine.cpulist import parse_cpu_list
 from parinfo.errors import UsageError
 
 USABLE_RULE = "min(affinity CPUs, cpuset CPUs, floor(cgroup quota)), at least 1"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import sys
 
-from parinfo.threads import live_threads
+from parinfo.process.threads import live_threads
 
 # c10::ThreadPool names its workers "PTThreadPool"; older builds used "pt_thread_pool".
 _POOL_THREAD_NAMES = ("ptthreadpool", "pt_thread_pool")

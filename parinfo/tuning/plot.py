@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from parinfo.errors import TuneError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parinfo.tuning import TuneResult
+    from parinfo.tuning.sweep import TuneResult
 
 PLOT_SUFFIXES = (".svg", ".png")
 MISSING_MATPLOTLIB = "matplotlib is needed for --plot: pip install 'parinfo[plot]'"

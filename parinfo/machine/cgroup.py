@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from parinfo._sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
+from parinfo.machine.sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
 
 
 @dataclass

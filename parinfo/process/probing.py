@@ -10,7 +10,7 @@ import importlib.util
 import os
 import sys
 
-from parinfo._unknown import describe
+from parinfo.machine.unknown import describe
 
 DEFAULT_PROBES = ("numpy",)
 
@@ -69,7 +69,7 @@ def import_probes(modules: list[str] | None = None) -> dict:
 
     if "KMP_DUPLICATE_LIB_OK" not in before:
         os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
-    from parinfo.envvars import looks_thread_related
+    from parinfo.process.variables import looks_thread_related
 
     changed = {}
     for key in set(before) | set(os.environ):

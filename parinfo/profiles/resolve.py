@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from parinfo import expr
+from parinfo.profiles import expr
 from parinfo.errors import UsageError
-from parinfo.plan import InstancePlan, Plan, Setting
-from parinfo.cpulist import format_cpu_list
-from parinfo.profiles import DERIVED_VARS, LIBRARIES, MAX_COUNT, Profile
+from parinfo.profiles.plan import InstancePlan, Plan, Setting
+from parinfo.machine.cpulist import format_cpu_list
+from parinfo.profiles.language import DERIVED_VARS, LIBRARIES, MAX_COUNT, Profile
 
 COUNT_FACTOR = 64  # a count above 64 x logical CPUs is a mistake, not a plan
 

@@ -6,7 +6,7 @@ inter-op counts) the moment ``import torch`` finishes, before user code can run 
 what is in force. It never imports torch itself, never imports parinfo (the child's interpreter may
 not have it), and then runs any other ``sitecustomize`` that was on the path, as if it were absent.
 
-Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.launch:
+Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.profiles.launch:
 ``1 intra=N|- inter=N|- watch=NAME,NAME``. Without that variable the hook only chains.
 Checks: right after torch's import (torch's counts), and at exit (a watched variable the program
 changed, parinfo's runtime counts when it was used); ``PARINFO_VERIFY=full`` adds the native pools

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Iterable
 
-from parinfo.cpulist import format_cpu_list
-from parinfo.torch_format import human_bytes, plural, pool_title, quota_text, show_value
+from parinfo.machine.cpulist import format_cpu_list
+from parinfo.cli.torch_block import human_bytes, plural, pool_title, quota_text, show_value
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from parinfo.report import Report
+    from parinfo.diagnostics.report import Report
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 Span = tuple[str, str]  # (text, rich style; "" for none)

@@ -26,7 +26,7 @@ ENSEMBLE_WIDTH = 384
 ENSEMBLE_BATCH = 64
 ENSEMBLE_LAYERS = 3
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class UserCodeError(Exception):

@@ -1,8 +1,9 @@
 """The inspector's report: every fact about this process's parallelism, with provenance and findings.
 
 :func:`inspect` gathers the facts from the lower layers (machine, process, runtime) without changing
-anything; :class:`Report` holds them and turns into the ``--json`` payload (``to_dict``) or the
-torch-style text block (:func:`parallel_info`).
+anything; :class:`Report` holds them and turns into the ``--json`` payload (``to_dict``). The
+front ends render it (``parinfo.cli.render_text``, and ``parinfo.cli.torch_block`` for
+:func:`parinfo.parallel_info`).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from parinfo.diagnostics import Finding, at_least, diagnose
+from parinfo.diagnostics.rules import Finding, at_least, diagnose
 
 #: Version of the ``--json`` payload; bumped on any incompatible change (docs/report-schema.md).
 SCHEMA_VERSION = 1
@@ -58,11 +59,6 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
         }
 
-    def __str__(self) -> str:
-        from parinfo.torch_format import torch_block
-
-        return torch_block(self)
-
 
 def _version() -> str:
     from parinfo import __version__
@@ -88,10 +84,10 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     ``imports`` are modules to import first so their native pools load (None: numpy if installed);
     ``torch=True`` imports torch when it is not imported yet (it never is otherwise).
     """
-    from parinfo import environment, frameworks, pools, probe, provenance, threads
-    from parinfo.cpuid import cpu_identity
+    from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
+    from parinfo.machine.cpuid import cpu_identity
     from parinfo.runtime import info as runtime_info
-    from parinfo.topology import machine_facts
+    from parinfo.machine.topology import machine_facts
 
     wanted = list(imports) if imports is not None else None
     if torch:
@@ -132,11 +128,3 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     )
     report.findings = diagnose(report.to_dict())
     return report
-
-
-def parallel_info() -> str:
-    """The report as text in the style of ``torch.__config__.parallel_info()``, then parinfo's additions.
-
-    Imports nothing new: it shows the pools already loaded in this process.
-    """
-    return str(inspect(imports=[]))

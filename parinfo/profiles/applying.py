@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from parinfo.errors import ApplyError
-from parinfo.plan import Plan
+from parinfo.profiles.plan import Plan
 
 # threadpoolctl internal_api -> the profile's library key and the variable that library reads.
 POOL_LIBRARY = {
@@ -31,7 +31,7 @@ _ours: dict[str, str] = {}
 def _plan_of(profile: Any) -> Plan:
     if isinstance(profile, Plan):
         return profile
-    from parinfo.profiles import resolve_profile
+    from parinfo.profiles.language import resolve_profile
 
     return resolve_profile(profile)
 
@@ -124,8 +124,8 @@ def _pool_name(lib: Any) -> str:
 def _limit_pools(plan: Plan, kept: dict[str, str], applied: list[str],
                  skipped: list[str]) -> list[tuple[str, str, int]]:
     """Set a limit that stays on every loaded native pool; return (filepath, name, count) to check."""
-    from parinfo._tpc import threadpoolctl
-    from parinfo.envvars import count_from_env
+    from parinfo.process.tpc import threadpoolctl
+    from parinfo.process.variables import count_from_env
 
     expected: list[tuple[str, str, int]] = []
     for lib in threadpoolctl().ThreadpoolController().lib_controllers:
@@ -176,7 +176,7 @@ def _torch(plan: Plan, inter: int, kept: dict[str, str], applied: list[str],
     how = f"torch.set_num_threads({want_intra})"
     if "MKL_NUM_THREADS" in kept:
         # torch's intra-op default is MKL_NUM_THREADS: the user's value stays in force.
-        from parinfo.envvars import count_from_env
+        from parinfo.process.variables import count_from_env
 
         user = count_from_env("MKL_NUM_THREADS", kept)
         if user is None:
@@ -205,7 +205,7 @@ def _torch(plan: Plan, inter: int, kept: dict[str, str], applied: list[str],
 def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[str]) -> None:
     if not cpus:
         return
-    from parinfo.cpulist import format_cpu_list
+    from parinfo.machine.cpulist import format_cpu_list
 
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
@@ -238,7 +238,7 @@ def _verify(intra: int, inter: int, pools: list[tuple[str, str, int]], torch_wan
         if var not in kept and got["count"] != want:
             bad.append(f"runtime {key.replace('_', '-')} count is {got['count']} (from {got['source']}), not {want}")
     if pools:
-        from parinfo._tpc import threadpoolctl
+        from parinfo.process.tpc import threadpoolctl
 
         now = {p.get("filepath"): p.get("num_threads") for p in threadpoolctl().threadpool_info()}
         for path, name, want in pools:

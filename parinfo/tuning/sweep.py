@@ -3,7 +3,7 @@
 Each point runs with its counts really in force: by default in a fresh process started with the
 thread variables set (libraries read them at load), or in this process through the runtime and
 threadpoolctl (``in_process=True``), or, for a command, as a whole launched process. The search
-(parinfo._tune_search) measures the ends and powers of two, then refines around the best, and says
+(parinfo.tuning.search) measures the ends and powers of two, then refines around the best, and says
 which points it ruled out and why.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from parinfo import _tune_search as search
-from parinfo._tune_measure import (CommandMeasurer, InProcessMeasurer, Settings, WorkerMeasurer,
+from parinfo.tuning import search
+from parinfo.tuning.measure import (CommandMeasurer, InProcessMeasurer, Settings, WorkerMeasurer,
                                    WorkloadFailed, noise_check)
-from parinfo._tune_search import Point, SearchResult, Stats
-from parinfo._tune_workloads import BUILTIN, FRAMEWORKS, compile_user, describe, uses_interop
-from parinfo.cpulist import format_cpu_list
+from parinfo.tuning.search import Point, SearchResult, Stats
+from parinfo.tuning.workloads import BUILTIN, FRAMEWORKS, compile_user, describe, uses_interop
+from parinfo.machine.cpulist import format_cpu_list
 from parinfo.errors import UsageError
 
 OBJECTIVES = ("latency", "throughput")
@@ -35,7 +35,7 @@ Progress = Callable[[str, dict], None]
 
 def _cpu_model() -> str:
     """The CPU's brand and kernel-relevant ISA, or "unknown (why)"."""
-    from parinfo.cpuid import cpu_identity
+    from parinfo.machine.cpuid import cpu_identity
 
     try:
         ident = cpu_identity()
@@ -203,13 +203,13 @@ class TuneResult:
 
     def text_plot(self, width: int = 50) -> str:
         """Median time per measured point as horizontal bars (the terminal plot)."""
-        from parinfo._tune_plot import text_plot
+        from parinfo.tuning.plot import text_plot
 
         return text_plot(self, width)
 
     def plot(self, path: str | os.PathLike) -> None:
         """Save the curve as SVG or PNG with matplotlib (the ``plot`` extra)."""
-        from parinfo._tune_plot import save_plot
+        from parinfo.tuning.plot import save_plot
 
         save_plot(self, path)
 
@@ -321,7 +321,7 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
         raise UsageError(f"--timeout must be a number of seconds > 0, got {timeout!r}")
 
     if facts is None:
-        from parinfo.topology import machine_facts
+        from parinfo.machine.topology import machine_facts
 
         facts = machine_facts()
     usable = facts.usable_cpus

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from parinfo.cpulist import parse_cpu_list
+from parinfo.machine.cpulist import parse_cpu_list
 
 
 _CPU = "sys/devices/system/cpu"

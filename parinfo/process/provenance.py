@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from parinfo.envvars import count_from_env, is_false
+from parinfo.process.variables import count_from_env, is_false
 
 RUNTIME = "set at run time (API call)"
 
@@ -209,10 +209,10 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
                      launch_environ: Mapping[str, str] | str | None, facts) -> list[dict]:
     """For each library in force, the count and the source that decided it.
 
-    ``pools``: :func:`parinfo.pools.native_pools`; ``torch``: :func:`parinfo.frameworks.torch_info`
+    ``pools``: :func:`parinfo.process.pools.native_pools`; ``torch``: :func:`parinfo.process.frameworks.torch_info`
     or None; ``environ``: the environment now; ``launch_environ``: the launch environment
-    (:func:`parinfo.environment.launch_environment`), "unknown (reason)", or None to read it here; ``facts``: a
-    :class:`parinfo.topology.MachineFacts`. One row per pool row, then torch's intra-op and inter-op
+    (:func:`parinfo.process.environment.launch_environment`), "unknown (reason)", or None to read it here; ``facts``: a
+    :class:`parinfo.machine.topology.MachineFacts`. One row per pool row, then torch's intra-op and inter-op
     rows when torch is given, then numexpr when it is imported. Keys:
 
     - ``library``: the pool's library (openblas, libgomp, mkl, tbb...), "torch intra-op",
@@ -229,7 +229,7 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
     - ``note``: extra remarks (a variable changed after launch and ignored...), or None.
     """
     if launch_environ is None:
-        from parinfo.environment import launch_environment
+        from parinfo.process.environment import launch_environment
 
         launch_environ = launch_environment()
     rows = []

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from parinfo._tune_search import Point, Stats
-from parinfo.envvars import LIBRARY_VARS
+from parinfo.tuning.search import Point, Stats
+from parinfo.process.variables import LIBRARY_VARS
 from parinfo.errors import TuneError
 
 # Variables a worker gets for its intra-op count; PARINFO_NUM_INTEROP_THREADS gets the inter-op count.
@@ -66,7 +66,7 @@ class Measurer:
 
 
 class WorkerMeasurer(Measurer):
-    """Each point in a fresh ``python -m parinfo._tune_worker`` process."""
+    """Each point in a fresh ``python -m parinfo.tuning.worker`` process."""
 
     def __call__(self, p: Point) -> Stats:
         s = self.settings
@@ -76,7 +76,7 @@ class WorkerMeasurer(Measurer):
         with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
             out = os.path.join(tmp, "result.json")
             try:
-                proc = subprocess.run([sys.executable, "-m", "parinfo._tune_worker", json.dumps(job), out],
+                proc = subprocess.run([sys.executable, "-m", "parinfo.tuning.worker", json.dumps(job), out],
                                       env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                       timeout=s.timeout)
             except subprocess.TimeoutExpired:
@@ -149,7 +149,7 @@ class InProcessMeasurer(Measurer):
 
     def __init__(self, spec: dict, settings: Settings, concurrent: bool) -> None:
         super().__init__(spec, settings, concurrent)
-        from parinfo import _tune_workloads as w
+        from parinfo.tuning import workloads as w
 
         try:
             self.fn = w.build(spec)
@@ -181,8 +181,8 @@ class InProcessMeasurer(Measurer):
             torch.set_num_threads(self._saved["torch"])
 
     def __call__(self, p: Point) -> Stats:
-        from parinfo import _tune_workloads as w
-        from parinfo._tpc import threadpoolctl
+        from parinfo.tuning import workloads as w
+        from parinfo.process.tpc import threadpoolctl
 
         set_runtime: Callable[[int], None] | None
         try:

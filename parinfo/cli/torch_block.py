@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from parinfo.cpulist import format_cpu_list
+from parinfo.machine.cpulist import format_cpu_list
 
 if TYPE_CHECKING:
-    from parinfo.report import Report
+    from parinfo.diagnostics.report import Report
 
 _GETTER = {
     "openmp": "omp_get_max_threads()",
@@ -144,3 +144,13 @@ def torch_block(report: Report) -> str:
     else:
         lines.append("Findings: none")
     return "\n".join(lines) + "\n"
+
+
+def parallel_info() -> str:
+    """The report as text in the style of ``torch.__config__.parallel_info()``, then parinfo's additions.
+
+    Imports nothing new: it shows the pools already loaded in this process.
+    """
+    from parinfo.diagnostics.report import inspect
+
+    return torch_block(inspect(imports=[]))

@@ -1,0 +1,1 @@
+"""parinfo tune: the reference's thread sweep, measured on the user's workload, written as a profile."""
