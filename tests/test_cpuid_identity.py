@@ -202,3 +202,50 @@ def test_real_py_cpuinfo_runs_once_per_boot(tmp_path):
     second = run_json(code, env=env, timeout=100)
     assert second["imported"] is False
     assert second["hz_advertised"] == first["hz_advertised"]
+
+
+HOSTILE_CACHE = """
+import json, os, sys, time
+from parinfo.machine import cpuid
+calls = []
+def fake():
+    calls.append(1)
+    return {"brand_raw": "Fake", "flags": ["avx"], "hz_advertised_friendly": "1 GHz",
+            "format": cpuid.CACHE_FORMAT}
+cpuid._call_py_cpuinfo = fake
+cpuid._boot_id = lambda root: "cafe0001"
+os.makedirs(os.path.join(os.environ["XDG_CACHE_HOME"], "parinfo"), exist_ok=True)
+path = os.path.join(os.environ["XDG_CACHE_HOME"], "parinfo", "cpuinfo-cafe0001.json")
+kind = sys.argv[1]
+if kind == "fifo":
+    os.mkfifo(path)
+elif kind == "zero":
+    os.symlink("/dev/zero", path)
+elif kind == "huge":
+    with open(path, "w") as f:
+        f.write('{"format": %d, "brand_raw": "%s"}' % (cpuid.CACHE_FORMAT, "x" * 10_000_000))
+elif kind == "types":
+    with open(path, "w") as f:
+        json.dump({"format": cpuid.CACHE_FORMAT, "brand_raw": 7, "flags": "avx"}, f)
+elif kind == "deep":
+    with open(path, "w") as f:
+        f.write("[" * 100_000)
+t = time.monotonic()
+d = cpuid.cpu_identity(slow=True)
+print(json.dumps({"hz": d["hz_advertised"], "calls": len(calls), "s": time.monotonic() - t}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "huge", "types", "deep"])
+def test_hostile_cache_file_is_ignored_quickly(tmp_path, kind):
+    """A FIFO, a link to /dev/zero, a huge file or wrong types in the cache never block, never eat
+    memory and never reach the report: py-cpuinfo's answer is recomputed instead."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", HOSTILE_CACHE, kind], env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert d["hz"] == "1 GHz" and d["calls"] == 1

@@ -228,17 +228,47 @@ def _call_py_cpuinfo() -> dict[str, Any]:
     return data
 
 
+_CACHE_MAX_BYTES = 64 * 1024
+
+
 def _load(path: str) -> dict[str, Any] | None:
+    """The cached answer, or None. The file is untrusted: it must be a small regular file (a FIFO
+    would block, a symlink to /dev/zero would never end), and every value is type-checked."""
     import json
+    import stat
 
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _CACHE_MAX_BYTES:
+            return None
+        raw = os.read(fd, _CACHE_MAX_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return _checked(data)
+
+
+def _checked(data: Any) -> dict[str, Any] | None:
+    """``data`` when it has the cache's shape (strings, and a list of strings for flags), else None."""
     if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
         return None
-    return data
+    for key in _SLOW_KEYS:
+        value = data.get(key)
+        if key == "flags":
+            if value is not None and not (isinstance(value, list) and all(isinstance(f, str) for f in value)):
+                return None
+        elif value is not None and not isinstance(value, str):
+            return None
+    return {key: data.get(key) for key in (*_SLOW_KEYS, "format")}
 
 
 def _store(path: str, data: dict[str, Any]) -> None:
