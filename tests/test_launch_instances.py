@@ -143,3 +143,123 @@ def test_an_instance_killed_by_a_signal_gives_128_plus_n():
 def test_instances_read_nothing_from_the_terminal():
     proc = launch(spec(1), *py("import sys; print(repr(sys.stdin.read()))"))
     assert proc.returncode == 0 and proc.stdout.strip() == "[0] ''"
+
+
+def _read_until(stream, needle: bytes, seconds: float) -> bytes:
+    """Bytes read from a raw pipe until ``needle`` shows up or ``seconds`` pass."""
+    import select
+
+    got = b""
+    deadline = time.monotonic() + seconds
+    while needle not in got and time.monotonic() < deadline:
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if ready:
+            chunk = os.read(stream.fileno(), 65536)
+            if not chunk:
+                break
+            got += chunk
+    return got
+
+
+@pytest.mark.timeout(60)
+def test_a_partial_line_is_passed_on_before_its_newline():
+    code = ("import sys, time\n"
+            "sys.stdout.write('\\r 50%'); sys.stdout.flush(); time.sleep(5); print(' done')")
+    proc = subprocess.Popen(launch_cmd(spec(1), *py(code)), env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        start = time.monotonic()
+        got = _read_until(proc.stdout, b"50%", 4)
+        assert got == b"[0] \r 50%" and time.monotonic() - start < 4
+        rest = proc.communicate(timeout=30)[0]
+    finally:
+        proc.kill()
+    assert rest == b" done\n"
+
+
+def test_a_huge_line_without_newline_is_relayed_in_bounded_time_and_memory(tmp_path):
+    code = ("import sys\n"
+            "w = sys.stdout.buffer.write\n"
+            "for _ in range(1024): w(b'x' * 65536)\n"
+            "w(b'\\nend\\n')")
+    wrapper = ("import resource, subprocess, sys, json, time\n"
+               "t = time.monotonic()\n"
+               f"rc = subprocess.call(sys.argv[1:], stdout=open({str(tmp_path / 'out')!r}, 'wb'))\n"
+               "print(json.dumps([rc, time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", wrapper, *launch_cmd(spec(1), *py(code))], env=clean_env(),
+                          capture_output=True, text=True, timeout=60)
+    rc, seconds, max_rss_kib = json.loads(proc.stdout)
+    out = (tmp_path / "out").read_bytes()
+    assert rc == 0 and out == b"[0] " + b"x" * (1 << 26) + b"\n[0] end\n"
+    assert seconds < 20  # minutes before: the held line was re-copied on every read
+    assert max_rss_kib < 150 * 1024, max_rss_kib
+
+
+WAITER = ("import os, time\n"
+          "print(os.getpid(), flush=True)\n"
+          "time.sleep(60)\n")
+
+
+def _instance_pids(proc, n: int) -> list[int]:
+    pids = []
+    deadline = time.monotonic() + 30
+    while len(pids) < n and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith(b"["):
+            pids.append(int(line.split()[1]))
+    assert len(pids) == n
+    return pids
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def _wait_for(pred, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.timeout(60)
+def test_instances_die_with_a_killed_launcher():
+    proc = subprocess.Popen(launch_cmd(spec(2), *py(WAITER)), env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    pids = []
+    try:
+        pids = _instance_pids(proc, 2)
+        proc.kill()
+        proc.wait()
+        assert _wait_for(lambda: all(_state(p) in (None, "Z") for p in pids))
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.mark.timeout(60)
+def test_job_control_stops_and_resumes_every_instance():
+    # Its own process group in this session (not orphaned), as a shell's job would be.
+    proc = subprocess.Popen(launch_cmd(spec(2), *py(WAITER)), env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, process_group=0)
+    try:
+        pids = _instance_pids(proc, 2)
+        proc.send_signal(signal.SIGTSTP)
+        assert _wait_for(lambda: all(_state(p) == "T" for p in pids) and _state(proc.pid) == "T")
+        proc.send_signal(signal.SIGCONT)
+        assert _wait_for(lambda: all(_state(p) in ("S", "R") for p in pids))
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()

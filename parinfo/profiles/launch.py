@@ -5,9 +5,8 @@ unless ``force``), the CPU affinity is applied, and the command replaces this pr
 exit code and signals need no relaying. Python children also get a start-up hook (parinfo/profiles/hook/)
 that sets torch's counts as soon as torch is imported and reports counts that are not in force.
 
-Instances: N children, each pinned to its own CPUs with its own counts and ``PARINFO_INSTANCE``;
-their output is prefixed ``[i] `` line by line, signals are forwarded to all of them, and the exit
-code is that of the first instance that failed.
+Instances (N pinned children, each with its own counts) are run by
+:mod:`parinfo.profiles.instances`.
 
 This module is on the start-up path of ``parinfo apply P -- CMD``: it imports only os, sys and
 signal at module level; subprocess and selectors are loaded for instances only.
@@ -18,7 +17,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.errors import ApplyError, UsageError
@@ -133,7 +132,7 @@ def _set_by_outer_launch(base: Mapping[str, str]) -> frozenset[str]:
     return frozenset()
 
 
-def _check_cpus(cpus: Sequence[int], what: str) -> None:
+def check_cpus(cpus: Sequence[int], what: str) -> None:
     allowed = os.sched_getaffinity(0)
     outside = sorted(set(cpus) - allowed)
     if outside:
@@ -142,12 +141,12 @@ def _check_cpus(cpus: Sequence[int], what: str) -> None:
                          f"affinity (taskset) first")
 
 
-def _exit_status(returncode: int) -> int:
+def exit_status(returncode: int) -> int:
     """A child's status as a shell reports it: the code, or 128+N when killed by signal N."""
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _not_started(command: Sequence[str], exc: OSError) -> int:
+def not_started(command: Sequence[str], exc: OSError) -> int:
     if isinstance(exc, FileNotFoundError):
         print(f"parinfo: error: command not found: {command[0]}", file=sys.stderr)
         return EXIT_NOT_FOUND
@@ -168,10 +167,12 @@ def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace
     if not command:
         raise UsageError("no command to run: give it after --, e.g. parinfo apply latency -- python train.py")
     if plan.instances:
+        from parinfo.profiles.instances import run_instances
+
         return run_instances(plan, command, force=force)
     child = child_environ(plan, os.environ, force=force)
     if child.cpus is not None:
-        _check_cpus(child.cpus, f"profile {plan.name}'s affinity")
+        check_cpus(child.cpus, f"profile {plan.name}'s affinity")
     for line in child.messages(plan.name):
         print(line, file=sys.stderr)
     if replace:
@@ -196,11 +197,11 @@ def _exec(command: list[str], child: ChildEnv) -> int:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
         os.sched_setaffinity(0, before)
-        return _not_started(command, exc)
+        return not_started(command, exc)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _spawn(command: list[str], child: ChildEnv, **kw) -> subprocess.Popen:
+def spawn(command: list[str], child: ChildEnv, **kw: Any) -> subprocess.Popen:
     """Start one child pinned to ``child.cpus``: it inherits this process's affinity, set around Popen."""
     import subprocess
 
@@ -214,14 +215,14 @@ def _spawn(command: list[str], child: ChildEnv, **kw) -> subprocess.Popen:
             os.sched_setaffinity(0, before)
 
 
-class _Relay:
+class Relay:
     """Forwards the signals this process receives to its children while installed."""
 
     def __init__(self, send) -> None:
         self.send = send
         self.saved: dict[int, object] = {}
 
-    def __enter__(self) -> _Relay:
+    def __enter__(self) -> Relay:
         for name in FORWARDED_SIGNALS:
             sig = getattr(signal, name, None)
             if sig is not None:
@@ -246,9 +247,9 @@ def _terminal_already_signals_child() -> bool:
 
 def _run_child(command: list[str], child: ChildEnv) -> int:
     try:
-        proc = _spawn(command, child)
+        proc = spawn(command, child)
     except OSError as exc:
-        return _not_started(command, exc)
+        return not_started(command, exc)
     from_terminal = _terminal_already_signals_child()
 
     def send(signum: int) -> None:
@@ -259,142 +260,5 @@ def _run_child(command: list[str], child: ChildEnv) -> int:
         except OSError:
             pass
 
-    with _Relay(send):
-        return _exit_status(proc.wait())
-
-
-def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) -> int:
-    """Run one copy of ``command`` per ``plan.instances`` entry, each pinned and with its own counts.
-
-    Each instance gets PARINFO_INSTANCE=i and PARINFO_INSTANCES=N, stdin from /dev/null (N copies
-    cannot share a terminal), and its own process group, so signals reach it only through this
-    launcher, which forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to every instance.
-    Every line the instances write is prefixed ``[i] `` on this process's stdout or stderr.
-    Returns 0 when all succeed, else the exit status of the first instance that failed; the others
-    are left to finish.
-    """
-    import subprocess
-
-    command = list(command)
-    n = len(plan.instances)
-    children = [child_environ(plan, os.environ, force=force, instance=inst, instances=n)
-                for inst in plan.instances]
-    for inst, child in zip(plan.instances, children):
-        if child.cpus is not None:
-            _check_cpus(child.cpus, f"instance {inst.index} of profile {plan.name}")
-    seen: set[str] = set()
-    for child in children:
-        for line in child.messages(plan.name):
-            if line not in seen:
-                seen.add(line)
-                print(line, file=sys.stderr)
-    sys.stderr.flush()
-    sys.stdout.flush()
-    procs: list[tuple[int, subprocess.Popen]] = []
-
-    def send(signum: int) -> None:
-        for _, proc in procs:
-            if proc.returncode is None:
-                try:
-                    os.killpg(proc.pid, signum)
-                except OSError:
-                    pass
-
-    with _Relay(send):
-        try:
-            for inst, child in zip(plan.instances, children):
-                try:
-                    proc = _spawn(command, child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, start_new_session=True)
-                except OSError as exc:
-                    send(signal.SIGTERM)
-                    for _, started in procs:
-                        started.wait()
-                    return _not_started(command, exc)
-                procs.append((inst.index, proc))
-            return _supervise(procs)
-        finally:
-            for _, proc in procs:
-                if proc.returncode is None:  # only after an unexpected error: leave no orphans
-                    proc.kill()
-                    proc.wait()
-
-
-def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
-    """Relay prefixed output until every instance has exited; the first failure's status."""
-    import selectors
-
-    sel = selectors.DefaultSelector()
-    pending: dict[int, bytes] = {}
-    exact = True  # every exit is seen through a pidfd; else poll every 50 ms
-    for index, proc in procs:
-        prefix = f"[{index}] ".encode()
-        for pipe, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
-            os.set_blocking(pipe.fileno(), False)
-            sel.register(pipe, selectors.EVENT_READ, ("out", prefix, out))
-            pending[pipe.fileno()] = b""
-        pidfd = _pidfd(proc.pid)
-        if pidfd is None:
-            exact = False
-        else:
-            sel.register(pidfd, selectors.EVENT_READ, ("exit", proc))
-    first_failure = 0
-    running = {proc.pid for _, proc in procs}
-
-    def reap(proc: subprocess.Popen) -> None:
-        nonlocal first_failure
-        if proc.pid in running and proc.poll() is not None:
-            running.discard(proc.pid)
-            status = _exit_status(proc.returncode)
-            if status and not first_failure:
-                first_failure = status
-
-    while sel.get_map():
-        for key, _ in sel.select(None if exact else 0.05):
-            if key.data[0] == "exit":
-                sel.unregister(key.fd)
-                os.close(key.fd)
-                key.data[1].wait()
-                reap(key.data[1])
-                continue
-            _, prefix, out = key.data
-            try:
-                data = os.read(key.fd, 65536)
-            except BlockingIOError:
-                continue
-            if data:
-                lines = (pending[key.fd] + data).split(b"\n")
-                pending[key.fd] = lines.pop()
-                if lines:
-                    _write(out, b"".join(prefix + line + b"\n" for line in lines))
-            else:
-                sel.unregister(key.fileobj)
-                if pending[key.fd]:
-                    _write(out, prefix + pending[key.fd] + b"\n")
-                key.fileobj.close()
-        if not exact:
-            for _, proc in procs:
-                reap(proc)
-    sel.close()
-    for _, proc in procs:  # output closed before exit: wait in start order
-        proc.wait()
-        reap(proc)
-    return first_failure
-
-
-def _pidfd(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return opener(pid)
-    except OSError:
-        return None
-
-
-def _write(stream, data: bytes) -> None:
-    try:
-        stream.buffer.write(data)
-        stream.buffer.flush()
-    except (OSError, ValueError, AttributeError):
-        pass  # a closed or odd stream: keep draining the children so they never block
+    with Relay(send):
+        return exit_status(proc.wait())

@@ -1,0 +1,298 @@
+"""Run N pinned instances of a command, each with its own CPUs and counts, as one job.
+
+Each instance gets PARINFO_INSTANCE=i and PARINFO_INSTANCES=N, stdin from /dev/null (N copies cannot
+share a terminal) and its own process group, so signals reach it only through this launcher:
+- SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to every instance;
+- job control works on the whole job: ^Z (SIGTSTP) stops the instances, then the launcher; SIGCONT
+  resumes them all;
+- if the launcher dies, even by SIGKILL, the kernel sends every instance SIGTERM (a parent-death
+  signal), so no instance is left running on its own.
+Their output is relayed with ``[i] `` before every line; a partial line (a progress bar, a prompt)
+is passed on at once, not held until its newline.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from parinfo.profiles.launch import Relay, check_cpus, child_environ, exit_status, not_started, spawn
+
+if TYPE_CHECKING:  # pragma: no cover
+    import subprocess
+
+    from parinfo.profiles.plan import Plan
+
+#: What an instance receives when the launcher dies.
+PARENT_DEATH_SIGNAL = signal.SIGTERM
+
+
+def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) -> int:
+    """Run one copy of ``command`` per ``plan.instances`` entry, each pinned and with its own counts.
+
+    Returns 0 when all succeed, else the exit status of the first instance that failed; the others
+    are left to finish.
+    """
+    import subprocess
+
+    command = list(command)
+    n = len(plan.instances)
+    children = [child_environ(plan, os.environ, force=force, instance=inst, instances=n)
+                for inst in plan.instances]
+    for inst, child in zip(plan.instances, children):
+        if child.cpus is not None:
+            check_cpus(child.cpus, f"instance {inst.index} of profile {plan.name}")
+    seen: set[str] = set()
+    for child in children:
+        for line in child.messages(plan.name):
+            if line not in seen:
+                seen.add(line)
+                print(line, file=sys.stderr)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    procs: list[tuple[int, subprocess.Popen]] = []
+    send = _sender(procs)
+    die_with_us = _parent_death_hook(os.getpid())
+    with Relay(send), _JobControl(send):
+        try:
+            for inst, child in zip(plan.instances, children):
+                try:
+                    proc = spawn(command, child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_us)
+                except (OSError, subprocess.SubprocessError) as exc:
+                    send(signal.SIGTERM)
+                    for _, started in procs:
+                        started.wait()
+                    if isinstance(exc, OSError):
+                        return not_started(command, exc)
+                    raise
+                procs.append((inst.index, proc))
+            return _supervise(procs)
+        finally:
+            for _, proc in procs:
+                if proc.returncode is None:  # only after an unexpected error: leave no orphans
+                    proc.kill()
+                    proc.wait()
+
+
+def _sender(procs: list[tuple[int, subprocess.Popen]]) -> Callable[[int], None]:
+    def send(signum: int) -> None:
+        for _, proc in procs:
+            if proc.returncode is None:
+                try:
+                    os.killpg(proc.pid, signum)
+                except OSError:
+                    pass
+    return send
+
+
+def _parent_death_hook(parent: int) -> Callable[[], None] | None:
+    """A preexec function that asks the kernel to send PARENT_DEATH_SIGNAL when we die (Linux), and
+    ends the child at once if we are already gone; None where prctl is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, int(PARENT_DEATH_SIGNAL), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
+    return hook
+
+
+class _JobControl:
+    """While installed: ^Z stops the instances and then this process; SIGCONT resumes them.
+
+    The instances sit in their own sessions, where the kernel discards a terminal stop signal
+    (their process groups are orphaned), so they are stopped with SIGSTOP, which cannot be.
+    """
+
+    def __init__(self, send: Callable[[int], None]) -> None:
+        self.send = send
+        self.saved: dict[int, Any] = {}
+
+    def __enter__(self) -> _JobControl:
+        self.saved[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._stop)
+        self.saved[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._cont)
+        return self
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        self.send(signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stops here; the shell's SIGCONT resumes us
+        signal.signal(signal.SIGTSTP, self._stop)
+        self.send(signal.SIGCONT)
+
+    def _cont(self, signum: int, frame: Any) -> None:
+        self.send(signal.SIGCONT)
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+
+
+class _Prefixed:
+    """One instance's pipe relayed to one of our streams with ``[i] `` before every line.
+
+    Whole lines go out as they arrive. A partial line (a progress bar, a prompt) is held at most
+    HOLD_S seconds or HOLD_BYTES bytes for its end, then passed on as it is; if another instance then
+    writes to the same stream, the open line is ended first, so every line names one instance.
+    Work is linear in the bytes relayed: the held part is bounded, never re-copied as it grows.
+    """
+
+    HOLD_S = 0.05
+    HOLD_BYTES = 1 << 16
+
+    def __init__(self, prefix: bytes, out: Any, owners: dict[int, _Prefixed | None]) -> None:
+        self.prefix = prefix
+        self.out = out
+        self.owners = owners  # id(stream) -> the relay whose line is open there
+        self.at_line_start = True
+        self.held = bytearray()
+        self.held_since: float | None = None
+
+    def feed(self, data: bytes, now: float) -> None:
+        """Take bytes read from the pipe: pass on every whole line, hold a short partial one."""
+        self.held += data
+        cut = self.held.rfind(b"\n")
+        if cut >= 0:
+            self._emit(bytes(self.held[:cut + 1]))
+            del self.held[:cut + 1]
+            self.held_since = None
+        if len(self.held) >= self.HOLD_BYTES:
+            self.flush()
+        elif self.held and self.held_since is None:
+            self.held_since = now
+
+    def due(self) -> float | None:
+        """When the held partial line must go out, or None when nothing is held."""
+        return None if self.held_since is None else self.held_since + self.HOLD_S
+
+    def flush(self) -> None:
+        if self.held:
+            self._emit(bytes(self.held))
+            self.held.clear()
+        self.held_since = None
+
+    def close(self) -> None:
+        self.flush()
+        if not self.at_line_start:
+            self._emit(b"\n")
+
+    def _emit(self, data: bytes) -> None:
+        parts = []
+        owner = self.owners.get(id(self.out))
+        if owner is not None and owner is not self:
+            parts.append(b"\n")
+            owner.at_line_start = True
+        if self.at_line_start:
+            parts.append(self.prefix)
+        ends = data.endswith(b"\n")
+        body = data[:-1] if ends else data
+        parts.append(body.replace(b"\n", b"\n" + self.prefix))
+        if ends:
+            parts.append(b"\n")
+        self.at_line_start = ends
+        self.owners[id(self.out)] = None if ends else self
+        _write(self.out, b"".join(parts))
+
+
+def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
+    """Relay prefixed output until every instance has exited; the first failure's status."""
+    import selectors
+
+    import time
+
+    sel = selectors.DefaultSelector()
+    owners: dict[int, _Prefixed | None] = {}
+    relays: list[_Prefixed] = []
+    exact = True  # every exit is seen through a pidfd; else poll every 50 ms
+    for index, proc in procs:
+        prefix = f"[{index}] ".encode()
+        for pipe, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+            assert pipe is not None
+            os.set_blocking(pipe.fileno(), False)
+            relays.append(_Prefixed(prefix, out, owners))
+            sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1]))
+        pidfd = _pidfd(proc.pid)
+        if pidfd is None:
+            exact = False
+        else:
+            sel.register(pidfd, selectors.EVENT_READ, ("exit", proc))
+    first_failure = 0
+    running = {proc.pid for _, proc in procs}
+
+    def reap(proc: subprocess.Popen) -> None:
+        nonlocal first_failure
+        if proc.pid in running and proc.poll() is not None:
+            running.discard(proc.pid)
+            status = exit_status(proc.returncode)
+            if status and not first_failure:
+                first_failure = status
+
+    while sel.get_map():
+        for key, _ in sel.select(_timeout(relays, time.monotonic(), None if exact else 0.05)):
+            kind, target = key.data
+            if kind == "exit":
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                target.wait()
+                reap(target)
+                continue
+            try:
+                data = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            if data:
+                target.feed(data, time.monotonic())
+            else:
+                sel.unregister(key.fileobj)
+                target.close()
+                key.fileobj.close()
+        now = time.monotonic()
+        for relay in relays:
+            due = relay.due()
+            if due is not None and due <= now:
+                relay.flush()
+        if not exact:
+            for _, proc in procs:
+                reap(proc)
+    sel.close()
+    for _, proc in procs:  # output closed before exit: wait in start order
+        proc.wait()
+        reap(proc)
+    return first_failure
+
+
+def _timeout(relays: list[_Prefixed], now: float, idle: float | None) -> float | None:
+    """How long select may wait: until the first held partial line is due, else ``idle``."""
+    dues = [d for d in (r.due() for r in relays) if d is not None]
+    if not dues:
+        return idle
+    wait = max(0.0, min(dues) - now)
+    return wait if idle is None else min(wait, idle)
+
+
+def _pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return opener(pid)
+    except OSError:
+        return None
+
+
+def _write(stream: Any, data: bytes) -> None:
+    try:
+        stream.buffer.write(data)
+        stream.buffer.flush()
+    except (OSError, ValueError, AttributeError):
+        pass  # a closed or odd stream: keep draining the children so they never block
