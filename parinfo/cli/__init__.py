@@ -50,7 +50,8 @@ def plain_launch(args: Sequence[str]) -> tuple[str, list[str], bool, int | None]
                 value = head[i]
             else:
                 return None
-            if not value.isdigit() or int(value) < 1 or instances is not None:
+            if not (value.isascii() and value.isdigit()) or len(value) > 6 or int(value) < 1 \
+                    or instances is not None:
                 return None
             instances = int(value)
         elif arg.startswith("-") or profile is not None:
@@ -68,16 +69,102 @@ def main(argv: list[str] | None = None) -> None:
     from parinfo.errors import ParinfoError
 
     args = sys.argv[1:] if argv is None else list(argv)
+    if sys.stdout is None:
+        _error("standard output is closed: give parinfo somewhere to write (> FILE, | less, or > /dev/null)")
+        sys.exit(2)
     try:
         plain = plain_launch(args)
         if plain is not None:
             profile, command, force, instances = plain
             sys.exit(launch(profile, command, force=force, instances=instances))
-        from parinfo.cli._app import app
-
-        app(args=args, prog_name="parinfo")
+        try:
+            code = _run_app(args)
+        finally:
+            _flush_stdout()
+        sys.exit(code)
     except ParinfoError as exc:
-        print(f"parinfo: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:
+        _silence_stdout()  # the reader went away (| head): nothing left to say
+        sys.exit(1)
+    except OSError as exc:
+        if exc.filename is not None or not _is_stdout_error(exc):
+            raise
+        _silence_stdout()
+        _error(f"cannot write the output: {exc.strerror or exc}")
+        sys.exit(2)
+
+
+def _run_app(args: list[str]) -> int:
+    """Run the typer app; a usage mistake becomes one line on stderr (not a box) and exit 2."""
+    import importlib
+
+    import typer
+
+    from parinfo.cli._app import app
+
+    # typer vendors click from 0.2x on and imports it before: take the classes from where they are.
+    click_errors = importlib.import_module(typer.BadParameter.__module__)
+    no_args = getattr(click_errors, "NoArgsIsHelpError", ())
+    try:
+        result = app(args=args, prog_name=_prog_name(), standalone_mode=False)
+    except no_args as exc:
+        print(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+        return 2
+    except click_errors.UsageError as exc:
+        hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        _error(_one_line(exc.format_message()) + hint)
+        return exc.exit_code
+    except click_errors.ClickException as exc:
+        _error(_one_line(exc.format_message()))
+        return exc.exit_code
+    except (getattr(click_errors, "Abort", typer.Abort), typer.Abort):
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+def _prog_name() -> str:
+    """How the user called us, for usage lines: ``python -m parinfo`` or ``parinfo``."""
+    import os
+
+    return "python -m parinfo" if os.path.basename(sys.argv[0] or "") == "__main__.py" else "parinfo"
+
+
+def _one_line(text: str) -> str:
+    from parinfo.safe_text import shorten
+
+    return shorten(" ".join(text.split()), 300)
+
+
+def _flush_stdout() -> None:
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
+def _is_stdout_error(exc: OSError) -> bool:
+    """Errors that writing to a full, closed or odd standard output raises."""
+    import errno
+
+    return exc.errno in (errno.ENOSPC, errno.EBADF, errno.EIO, errno.EFBIG, errno.EDQUOT, errno.EINVAL)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail a second time."""
+    import os
+
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 1)
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _error(text: str) -> None:
+    try:
+        print(f"parinfo: error: {text}", file=sys.stderr)
+    except (OSError, AttributeError, ValueError):
+        pass

@@ -16,6 +16,22 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from parinfo import __version__
+
+        typer.echo(f"parinfo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", help="Print parinfo's version and exit.",
+                                       is_eager=True, callback=_print_version)) -> None:
+    """Show, explain and set how a process uses its CPU threads."""
+
+
 # Registration order is the order in --help.
 from parinfo.cli import show as _show  # noqa: E402,F401
 from parinfo.cli import profiles as _profiles  # noqa: E402,F401

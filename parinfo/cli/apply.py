@@ -51,30 +51,41 @@ def apply_cmd(
 
 
 def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | None = None) -> str:
-    """Shell lines that set the plan's variables; variables already set elsewhere are kept (as
-    comments) unless ``force``."""
+    """Shell lines that set the plan's variables, safe to ``eval`` whatever the profile's name, path
+    or values hold: values are quoted, comments escaped (no newline can end one early).
+    Variables already set elsewhere are kept (as comments) unless ``force``."""
     import os
     import shlex
 
     from parinfo.machine.cpulist import format_cpu_list
 
     env = os.environ if environ is None else environ
-    lines = [f"# parinfo profile {plan.name} ({plan.source})"]
-    for name, value in plan.env.items():
-        user = env.get(name)
+    name = shlex.quote(plan.name)
+    lines = [_comment(f"parinfo profile {plan.name} ({plan.source})")]
+    for var, value in plan.env.items():
+        user = env.get(var)
         if user is not None and user != value and not force:
-            lines.append(f"# {name} kept: already set to {shlex.quote(user)} (profile: {shlex.quote(value)}; "
-                         f"--force overrides)")
+            lines.append(_comment(f"{var} kept: already set to {shlex.quote(user)} (profile: "
+                                  f"{shlex.quote(value)}; --force overrides)"))
             continue
-        lines.append(f"export {name}={shlex.quote(value)}")
+        lines.append(f"export {var}={shlex.quote(value)}")
+    lines.append(f"export PARINFO_PROFILE={name}")
     if plan.affinity is not None:
-        lines.append(f"# affinity {format_cpu_list(plan.affinity)}: start the program with "
-                     f"taskset -c {format_cpu_list(plan.affinity)}, or with parinfo apply {plan.name} -- COMMAND")
+        cpus = format_cpu_list(plan.affinity)
+        lines.append(_comment(f"affinity {cpus}: start the program with taskset -c {cpus}, or with "
+                              f"parinfo apply {name} -- COMMAND"))
     if len(plan.instances) > 1:
-        lines.append(f"# {len(plan.instances)} instances: launch them with parinfo apply {plan.name} -- COMMAND")
-    lines.append(f"# inter-op counts without a variable (torch) are set only by parinfo apply {plan.name} -- "
-                 f"COMMAND or parinfo.apply()")
+        lines.append(_comment(f"{len(plan.instances)} instances: launch them with parinfo apply {name} -- COMMAND"))
+    lines.append(_comment(f"inter-op counts without a variable (torch) are set only by parinfo apply {name} -- "
+                          f"COMMAND or parinfo.apply()"))
     return "\n".join(lines) + "\n"
+
+
+def _comment(text: str) -> str:
+    """A shell comment line: control characters (a newline above all) escaped."""
+    from parinfo.safe_text import escape_controls
+
+    return "# " + escape_controls(text)
 
 
 def _print_plan(plan: Plan) -> None:

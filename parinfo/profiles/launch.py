@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.errors import ApplyError, UsageError
+from parinfo.safe_text import shorten
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
@@ -148,9 +149,9 @@ def exit_status(returncode: int) -> int:
 
 def not_started(command: Sequence[str], exc: OSError) -> int:
     if isinstance(exc, FileNotFoundError):
-        print(f"parinfo: error: command not found: {command[0]}", file=sys.stderr)
+        print(f"parinfo: error: command not found: {shorten(command[0])}", file=sys.stderr)
         return EXIT_NOT_FOUND
-    print(f"parinfo: error: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+    print(f"parinfo: error: cannot run {shorten(command[0])}: {exc.strerror or exc}", file=sys.stderr)
     return EXIT_NOT_EXECUTABLE
 
 
@@ -166,6 +167,9 @@ def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace
     command = list(command)
     if not command:
         raise UsageError("no command to run: give it after --, e.g. parinfo apply latency -- python train.py")
+    if not command[0] or "\0" in "".join(command):
+        raise UsageError("the command after -- has an empty name or a NUL character: give a program to run, "
+                         "e.g. parinfo apply latency -- python train.py")
     if plan.instances:
         from parinfo.profiles.instances import run_instances
 

@@ -1,0 +1,47 @@
+"""Text from outside (profiles, environment values, file names) made safe to print or to eval.
+
+A profile name or an environment value can hold terminal escapes, carriage returns, bidi overrides
+or newlines; printed raw they repaint the terminal, hide text, or break out of a shell comment.
+"""
+from __future__ import annotations
+
+import unicodedata
+
+# Categories never shown raw: controls (C0, DEL, C1), format characters (bidi overrides, zero
+# width), line and paragraph separators, surrogates and unassigned code points.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
+
+
+def unsafe_char(text: str) -> str | None:
+    """The first character of ``text`` that must not reach a terminal raw, escaped, or None."""
+    for ch in text:
+        if _unsafe(ch):
+            return _escape_char(ch)
+    return None
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every unsafe character written as an escape (\\n, \\x1b, \\u202e)."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(_escape_char(ch) if _unsafe(ch) else ch for ch in text)
+
+
+def shorten(text: str, limit: int = 60) -> str:
+    """``text`` escaped and cut to ``limit`` characters with an ellipsis, for messages."""
+    shown = escape_controls(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def _unsafe(ch: str) -> bool:
+    return not (" " <= ch <= "~") and unicodedata.category(ch) in _UNSAFE_CATEGORIES
+
+
+def _escape_char(ch: str) -> str:
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    if ch in named:
+        return named[ch]
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
