@@ -20,11 +20,12 @@ def unsafe_char(text: str) -> str | None:
     return None
 
 
-def escape_controls(text: str) -> str:
-    """``text`` with every unsafe character written as an escape (\\n, \\x1b, \\u202e)."""
+def escape_controls(text: str, keep: str = "") -> str:
+    """``text`` with every unsafe character but those in ``keep`` written as an escape (\\n, \\x1b,
+    \\u202e)."""
     if text.isascii() and text.isprintable():
         return text
-    return "".join(_escape_char(ch) if _unsafe(ch) else ch for ch in text)
+    return "".join(_escape_char(ch) if _unsafe(ch) and ch not in keep else ch for ch in text)
 
 
 def shorten(text: str, limit: int = 60) -> str:

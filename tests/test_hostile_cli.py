@@ -114,3 +114,23 @@ def test_fuzzed_arguments_never_raise(args):
     assert info.value.code in (0, 1, 2), (args, err.getvalue())
     if info.value.code == 2 and err.getvalue():
         assert len(err.getvalue().strip().splitlines()) == 1, (args, err.getvalue())
+
+
+ESCAPES = "\x1b[31m\x1b]0;title\x07\x1b[2J\r\u202e"
+
+
+@pytest.mark.parametrize("fmt", ["rich", "torch"])
+def test_show_never_prints_control_characters_from_the_environment(fmt):
+    proc = run_cli("show", "--format", fmt, env=clean_env(OMP_PLACES="x" + ESCAPES, KMP_AFFINITY=ESCAPES))
+    assert proc.returncode == 0, proc.stderr
+    for ch in "\x1b\x07\r\u202e":
+        assert ch not in proc.stdout
+    assert "\\x1b" in proc.stdout
+
+
+def test_apply_never_prints_control_characters_from_a_profile(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text('version: 1\nenv:\n  OMP_PLACES: "a\\e[2Jb"\n')
+    proc = run_cli("apply", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\\x1b" in proc.stdout

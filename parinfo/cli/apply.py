@@ -91,10 +91,14 @@ def _comment(text: str) -> str:
 def _print_plan(plan: Plan) -> None:
     from rich import box
     from rich.console import Console
-    from rich.markup import escape
+    from rich.markup import escape as escape_markup
     from rich.table import Table
 
     from parinfo.machine.cpulist import format_cpu_list
+    from parinfo.safe_text import escape_controls
+
+    def escape(text: str) -> str:
+        return escape_markup(escape_controls(text))
 
     console = Console()
     console.print(f"[bold]profile {escape(plan.name)}[/bold]  [dim]{escape(plan.source)}[/dim]", soft_wrap=True)

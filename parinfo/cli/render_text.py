@@ -196,7 +196,10 @@ def render(report: Report, console: Console | None = None) -> None:
     """Print the report for people: through rich on a terminal (or the given console), else plain."""
     import sys
 
-    lines = render_lines(report)
+    from parinfo.safe_text import escape_controls
+
+    # Values come from outside (environment, thread names, file paths): never print a control raw.
+    lines = [[(escape_controls(text), style) for text, style in line] for line in render_lines(report)]
     if console is None and not sys.stdout.isatty():
         sys.stdout.write("\n".join("".join(text for text, _ in line) for line in lines) + "\n")
         return

@@ -56,8 +56,10 @@ def show(
         typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
     elif fmt is Format.torch:
         from parinfo.cli.torch_block import torch_block
+        from parinfo.safe_text import escape_controls
 
-        typer.echo(torch_block(report), nl=False)
+        text = "\n".join(escape_controls(line, keep="\t") for line in torch_block(report).split("\n"))
+        typer.echo(text, nl=False)
     else:
         from parinfo.cli.render_text import render
 
