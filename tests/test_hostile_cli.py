@@ -134,3 +134,17 @@ def test_apply_never_prints_control_characters_from_a_profile(tmp_path):
     proc = run_cli("apply", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "\\x1b" in proc.stdout
+
+
+def test_check_takes_a_level():
+    env = clean_env(OMP_NUM_THREADS="abc")  # an invalid variable: a warning
+    assert run_cli("show", "--check", "-i", "none", env=env).returncode == 1
+    assert run_cli("show", "--check=warning", "-i", "none", env=env).returncode == 1
+    assert run_cli("show", "--check=error", "-i", "none", env=env).returncode == 0
+    proc = run_cli("show", "--check=loud", "-i", "none")
+    assert proc.returncode == 2 and "--check=loud" in proc.stderr
+
+
+def test_json_and_torch_format_conflict():
+    proc = run_cli("show", "--json", "--format", "torch")
+    assert proc.returncode == 2 and "pick one" in proc.stderr

@@ -109,6 +109,10 @@ def _run_app(args: list[str]) -> int:
     # typer vendors click from 0.2x on and imports it before: take the classes from where they are.
     click_errors = importlib.import_module(typer.BadParameter.__module__)
     no_args = getattr(click_errors, "NoArgsIsHelpError", ())
+    if args[:1] == ["show"]:
+        from parinfo.cli.show import normalise_check
+
+        args = normalise_check(args)
     try:
         result = app(args=args, prog_name=_prog_name(), standalone_mode=False)
     except no_args as exc:

@@ -58,7 +58,7 @@ def _machine(r: Report) -> list[Line]:
     for kind, cpus in (m.get("core_types") or {}).items():
         rows.append((f"{kind} cores", format_cpu_list(cpus)))
     rows += [
-        ("affinity", f"{format_cpu_list(m.get('affinity'))} ({len(m.get('affinity') or ())} CPUs)"),
+        ("affinity", f"{format_cpu_list(m.get('affinity'))} ({plural(len(m.get('affinity') or ()), 'CPU')})"),
         ("cpuset", "none" if m.get("cpuset") is None else format_cpu_list(m.get("cpuset"))),
         ("cgroup CPU quota", quota_text(m)),
         ("usable CPUs", f"{m.get('usable_cpus')} ({plural(m.get('usable_physical_cores'), 'physical core')})"),

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from parinfo.cli._app import app
+from parinfo.errors import UsageError
 
 
 class Format(str, enum.Enum):
@@ -19,8 +20,6 @@ def parse_modules(value: Optional[list[str]]) -> Optional[list[str]]:
     """``--import a,b --import c`` -> [a, b, c]; raise UsageError on an empty or malformed name."""
     if value is None:
         return None
-    from parinfo.errors import UsageError
-
     mods: list[str] = []
     for chunk in value:
         for name in chunk.split(","):
@@ -43,12 +42,17 @@ def show(
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (schema_version 1)."),
     fmt: Format = typer.Option(Format.rich, "--format", "-f",
                                help="rich (tables), json, or torch (torch.__config__.parallel_info() style)."),
-    check: bool = typer.Option(False, "--check",
-                               help="Exit 1 when a finding at warning level or above exists."),
+    check: Optional[str] = typer.Option(
+        None, "--check", metavar="[=LEVEL]",
+        help="Exit 1 when a finding at LEVEL or above exists: warning (the default of a bare --check), "
+             "error, or info."),
 ) -> None:
     """Show the CPUs, backends, native pools, thread counts with their sources, and what is wrong."""
     from parinfo.diagnostics.report import inspect
 
+    level = check_level(check)
+    if json_out and fmt is Format.torch:
+        raise UsageError("--json and --format torch ask for two formats: pick one")
     report = inspect(parse_modules(imports), torch=torch)
     if json_out or fmt is Format.json:
         import json
@@ -64,5 +68,21 @@ def show(
         from parinfo.cli.render_text import render
 
         render(report)
-    if check and report.problems("warning"):
+    if level is not None and report.problems(level):
         raise typer.Exit(1)
+
+
+def check_level(value: str | None) -> str | None:
+    """The severity ``--check`` fails on; a bare ``--check`` arrives as "warning" (see normalise_check)."""
+    from parinfo.diagnostics.rules import SEVERITIES
+
+    if value is None:
+        return None
+    if value not in SEVERITIES:
+        raise UsageError(f"--check={value}: not a level; use --check (warning), --check=error or --check=info")
+    return value
+
+
+def normalise_check(args: list[str]) -> list[str]:
+    """A bare ``--check`` means ``--check=warning``: the CLI framework has no optional option values."""
+    return ["--check=warning" if a == "--check" else a for a in args]

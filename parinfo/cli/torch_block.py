@@ -119,7 +119,7 @@ def torch_block(report: Report) -> str:
         f"\tCPUs : {show_value(m.get('logical_cpus'), m.get('unknown'), 'logical_cpus')} logical, "
         f"{show_value(m.get('physical_cores'), m.get('unknown'), 'physical_cores')} physical cores, "
         f"SMT {show_value(m.get('smt'), m.get('unknown'), 'smt')}")
-    lines.append(f"\taffinity : {format_cpu_list(m.get('affinity'))} ({len(m.get('affinity') or ())} CPUs)")
+    lines.append(f"\taffinity : {format_cpu_list(m.get('affinity'))} ({plural(len(m.get('affinity') or ()), 'CPU')})")
     lines.append(f"\tcgroup CPU quota : {quota_text(m)}")
     lines.append(f"\tusable CPUs : {m.get('usable_cpus')} = {m.get('usable_rule')}")
     lines.append("Thread counts in force (count : source):")
