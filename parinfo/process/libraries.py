@@ -170,7 +170,8 @@ class Library:
     ``context`` gathers what only the loaded module can tell the default). ``layer_files`` tell its
     threading layer from the files loaded beside it; ``layer_var`` chooses that layer.
     Pushed and read back: through threadpoolctl (``internal_api``), or the module's ``getter`` /
-    ``setter`` functions; ``native_getter`` names the C call that reads it. ``scope`` is "thread"
+    ``setter`` functions (``read`` replaces the getter where calling it would change something);
+    ``native_getter`` names the C call that reads it. ``scope`` is "thread"
     when a set limit holds for the calling thread only (OpenMP's ICVs), "process" otherwise.
     Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch.
     """
@@ -192,6 +193,7 @@ class Library:
     cap: Cap | None = None
     cap_vars: tuple[str, ...] = ()
     context: Callable[[Any, Mapping[str, str]], dict[str, Any]] | None = None
+    read: Callable[[Any], Any] | None = None
     profile_key: str | None = None
     profile_var: str | None = None
     push: str = "threadpoolctl"  # threadpoolctl | setter | environment | runtime | none
@@ -216,6 +218,18 @@ class Library:
         """The variables it reads itself (not those of the library it follows): its own count
         variables, then the other steering ones."""
         return tuple(dict.fromkeys(self.precedence + self.reads))
+
+    def read_count(self, module: Any) -> int | None:
+        """The count in force in an imported Python-module library, read without changing it."""
+        try:
+            if self.read is not None:
+                count = self.read(module)
+            else:
+                getter = getattr(module, self.getter or "", None)
+                count = getter() if callable(getter) else getattr(module, "nthreads", None)
+        except Exception:  # a half-initialised module
+            return None
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
 
     def is_loaded(self) -> bool:
         """True when its Python module is imported (always False for a native library)."""

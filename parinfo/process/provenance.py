@@ -145,14 +145,10 @@ def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: Ma
     module = sys.modules.get(lib.module or "")
     if module is None:
         return None
-    getter = getattr(module, lib.getter or "", None)
-    try:
-        count = getter() if callable(getter) else getattr(module, "nthreads", None)
-    except Exception:  # a half-initialised module
-        count = None
+    count = lib.read_count(module)
     env = environ if isinstance(launch_environ, str) else launch_environ
     ctx = lib.context(module, env) if lib.context is not None else {}
-    row = explain(lib.name, count if isinstance(count, int) else None, model_of(lib), environ,
+    row = explain(lib.name, count, model_of(lib), environ,
                   launch_environ, facts, ctx, runtime_phrase=f"set at run time ({lib.module}.{lib.setter})")
     row.update(owner=lib.module, filepath=getattr(module, "__file__", None))
     return row
