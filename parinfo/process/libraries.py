@@ -14,6 +14,7 @@ when it brings its own). Nothing else needs editing; docs/process.md says more.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,9 @@ _VARIABLES: tuple[Var, ...] = (
     Var("GOMP_CPU_AFFINITY", "text", "GNU OpenMP CPU binding list"),
     Var("KMP_DUPLICATE_LIB_OK", "bool", "allow two OpenMP runtimes in one process (hides a real conflict)"),
     Var("MKL_THREADING_LAYER", "enum", "MKL threading layer for mkl_rt", ("intel", "sequential", "gnu", "tbb", "pgi")),
+    Var("NUMBA_NUM_THREADS", "count", "numba's parallel thread count (threads launched; read at import)"),
+    Var("NUMBA_THREADING_LAYER", "enum", "numba's threading layer (or a safety class that picks one)",
+        ("default", "safe", "threadsafe", "forksafe", "tbb", "omp", "workqueue")),
     Var("PYTHON_CPU_COUNT", "cpu_count", "overrides os.cpu_count() (Python 3.13+)", python=(3, 13)),
     Var("PARINFO_NUM_THREADS", "count", "parinfo intra-op count"),
     Var("PARINFO_NUM_INTEROP_THREADS", "count", "parinfo inter-op count"),
@@ -130,6 +134,26 @@ def _numexpr_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
     if ctx.get("safe_limit") and n > 16:
         n, phrase = 16, f"16 (numexpr's safe limit; {ncores} cores detected)"
     return n, phrase
+
+
+def _numba_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
+    n = ctx.get("default")
+    if not isinstance(n, int) or n < 1:
+        return affinity_cpus(facts)
+    return n, f"{n} (numba.config.NUMBA_DEFAULT_NUM_THREADS: CPUs in affinity)"
+
+
+def _numba_context(module: Any, env: Mapping[str, str]) -> dict[str, Any]:
+    return {"default": getattr(getattr(module, "config", None), "NUMBA_DEFAULT_NUM_THREADS", None)}
+
+
+def _numba_read(module: Any) -> Any:
+    """numba.get_num_threads() launches the threading layer: call it only once that has happened;
+    before, the count is the one numba will launch with (numba.config.NUMBA_NUM_THREADS)."""
+    parallel = sys.modules.get("numba.np.ufunc.parallel")
+    if parallel is not None and getattr(parallel, "_is_initialized", False):
+        return module.get_num_threads()
+    return getattr(getattr(module, "config", None), "NUMBA_NUM_THREADS", None)
 
 
 def _affinity_cap(facts: Any, env: Mapping[str, str]) -> tuple[int, str]:
@@ -233,8 +257,6 @@ class Library:
 
     def is_loaded(self) -> bool:
         """True when its Python module is imported (always False for a native library)."""
-        import sys
-
         return self.module is not None and self.module in sys.modules
 
 
@@ -296,6 +318,14 @@ _RECORDS: tuple[Library, ...] = (
             setter="set_num_threads", scope="thread",
             note="intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "
                  "(std::thread::hardware_concurrency)"),
+    Library("numba", "numba", kind="python", module="numba",
+            precedence=("NUMBA_NUM_THREADS",), reads=("NUMBA_THREADING_LAYER",), default=_numba_default,
+            context=_numba_context, read=_numba_read, push="setter", getter="get_num_threads",
+            setter="set_num_threads", scope="thread", layer_var="NUMBA_THREADING_LAYER",
+            layer_files=(("tbbpool", "tbb"), ("omppool", "omp"), ("workqueue", "workqueue")),
+            listed="loaded",
+            note="launches NUMBA_NUM_THREADS threads once; set_num_threads masks them for the calling "
+                 "thread only and refuses more than were launched"),
     Library("python", "Python", kind="interpreter", reads=("PYTHON_CPU_COUNT",), push="none"),
     Library("parinfo", "parinfo", kind="parinfo", env_prefixes=("PARINFO_",),
             precedence=("PARINFO_NUM_THREADS",), follows="torch",
