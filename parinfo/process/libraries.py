@@ -429,7 +429,7 @@ def listed_unset(name: str) -> bool:
 def hook_orders() -> str:
     """The precedence of each threadpoolctl ``internal_api``, for the start-up hook's instruction
     variable (the hook imports nothing of parinfo): ``pool.API=VAR,VAR`` fields, space separated."""
-    fields = {}
+    fields: dict[str, str] = {}
     for rec in _RECORDS:
         if rec.internal_api and rec.push == "threadpoolctl" and rec.count_vars:
             fields.setdefault(rec.internal_api, ",".join(rec.count_vars))
