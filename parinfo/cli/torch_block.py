@@ -9,21 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.cpulist import format_cpu_list
+from parinfo.process.libraries import by_internal_api, find
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.report import Report
-
-_GETTER = {
-    "openmp": "omp_get_max_threads()",
-    "openblas": "openblas_get_num_threads()",
-    "mkl": "mkl_get_max_threads()",
-    "blis": "bli_thread_get_num_threads()",
-    "flexiblas": "flexiblas_get_num_threads()",
-}
-
-_OPENMP_NAMES = {"libgomp": "GNU OpenMP (libgomp)", "libiomp": "Intel OpenMP (libiomp)",
-                 "libomp": "LLVM OpenMP (libomp)"}
-
 
 def show_value(value: Any, unknown: dict[str, str] | None = None, key: str | None = None) -> str:
     """A value for people: None becomes "unknown (reason)" when the reason is known."""
@@ -71,9 +60,8 @@ def quota_text(m: dict[str, Any]) -> str:
 def pool_title(pool: dict[str, Any]) -> str:
     """One line naming a native pool: library, version, threading layer, owner package."""
     lib = pool.get("library") or pool.get("internal_api") or "?"
-    name = _OPENMP_NAMES.get(lib, {"openblas": "OpenBLAS", "mkl": "Intel MKL", "blis": "BLIS",
-                                   "flexiblas": "FlexiBLAS", "tbb": "oneTBB"}.get(lib, lib))
-    bits = [name]
+    rec = find(lib)
+    bits = [rec.label if rec is not None else lib]
     if pool.get("version"):
         bits.append(str(pool["version"]))
     extra = [x for x in (pool.get("threading_layer"), pool.get("architecture")) if x]
@@ -102,8 +90,8 @@ def torch_block(report: Report) -> str:
         if torch and pool.get("owner") == "torch" and pool.get("user_api") == "openmp":
             continue  # torch's block above already shows its OpenMP
         lines.append(pool_title(pool))
-        getter = _GETTER.get(pool.get("user_api") if pool.get("user_api") == "openmp"
-                             else pool.get("internal_api") or "", "num_threads")
+        rec = find(pool.get("library") or "") or by_internal_api(pool.get("internal_api"))
+        getter = (rec.native_getter if rec is not None else None) or "num_threads"
         lines.append(f"\t{getter} : {show_value(pool.get('num_threads'))}")
     if not torch:
         lines.append(f"std::thread::hardware_concurrency() : {show_value(m.get('logical_cpus'))}")

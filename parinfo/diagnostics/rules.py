@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from parinfo.process.libraries import records
+
 SEVERITIES = ("info", "warning", "error")
 
 
@@ -192,7 +194,8 @@ def _set_after_load(s: dict[str, Any]) -> list[Finding]:
     torch = (s.get("frameworks") or {}).get("torch")
     if torch:
         loaded.add("torch")
-    families = {"libgomp", "libiomp", "libomp", "openblas", "mkl", "blis", "torch", "numexpr"}
+    # libraries that read a count variable once, when they load
+    families = {r.name for r in records() if r.precedence and r.kind != "parinfo"}
     out = []
     for row in s.get("environment", []):
         if not row.get("changed_after_launch"):

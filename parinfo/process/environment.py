@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from parinfo.machine.unknown import because
+from parinfo.process.libraries import listed_unset
 from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
 
 
@@ -52,8 +53,9 @@ def _psutil_environ(pid: int | None) -> dict[str, str] | str:
 
 def environment_report(environ: Mapping[str, str] | None = None,
                        launch_environ: Mapping[str, str] | str | None = None) -> list[dict]:
-    """One row per thread-steering variable: every variable of THREAD_VARS (set or not), then every
-    other set variable whose name looks thread-related (OMP_*, KMP_*, MKL_*, GOMP_*, OPENBLAS_*, ...).
+    """One row per thread-steering variable: every variable of THREAD_VARS (set or not; a variable whose
+    libraries ask to be listed only once loaded is left out while it is unset and they are not
+    loaded), then every other set variable whose name looks thread-related (OMP_*, KMP_*, MKL_*, ...).
 
     ``environ`` defaults to ``os.environ``; ``launch_environ`` defaults to this process's launch
     environment (:func:`launch_environment`); pass a string "unknown (reason)" when it is not known.
@@ -76,7 +78,8 @@ def environment_report(environ: Mapping[str, str] | None = None,
     launch = launch_environment() if launch_environ is None else launch_environ
     launch_known = not isinstance(launch, str)
 
-    names = list(THREAD_VARS)
+    names = [n for n in THREAD_VARS
+             if listed_unset(n) or n in env or (launch_known and n in launch)]
     extra = sorted(n for n in env if n not in THREAD_VARS and looks_thread_related(n))
     if launch_known:
         extra_launch = {n for n in launch if n not in THREAD_VARS and looks_thread_related(n)}

@@ -12,25 +12,8 @@ import re
 import sys
 
 from parinfo.machine.unknown import describe
+from parinfo.process import libraries as reg
 
-# Library families, by the start of a loaded file's name: (prefix, library, user_api, internal_api).
-_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
-    ("libgomp", "libgomp", "openmp", "openmp"),
-    ("libiomp", "libiomp", "openmp", "openmp"),
-    ("libomp", "libomp", "openmp", "openmp"),
-    ("libopenblas", "openblas", "blas", "openblas"),
-    ("libscipy_openblas", "openblas", "blas", "openblas"),
-    ("libmkl_rt", "mkl", "blas", "mkl"),
-    ("libblis", "blis", "blas", "blis"),
-    ("libflexiblas", "flexiblas", "blas", "flexiblas"),
-    ("libtbb", "tbb", "tbb", "tbb"),
-)
-# Not runtimes of their own: TBB's allocator and hwloc binding, OpenMP offload plugins.
-_NOT_RUNTIMES = ("libtbbmalloc", "libtbbbind", "libomptarget")
-# MKL's threading layer, told by which of its layer libraries is loaded.
-_MKL_LAYERS = (("libmkl_intel_thread", "intel"), ("libmkl_gnu_thread", "gnu"),
-               ("libmkl_tbb_thread", "tbb"), ("libmkl_sequential", "sequential"))
-_OPENMP_VENDORS = {"libgomp": "GNU libgomp", "libiomp": "Intel libiomp", "libomp": "LLVM libomp"}
 # Wheel folders that are not the distribution's import name.
 _OWNER_ALIASES = {"sklearn": "scikit-learn", "scikit_learn": "scikit-learn", "torch_cpu": "torch"}
 
@@ -61,13 +44,10 @@ def loaded_objects(maps_text: str | None = None) -> list[str]:
 
 def classify(path: str) -> tuple[str, str, str] | None:
     """(library, user_api, internal_api) of a runtime file, or None when the file is not one."""
-    base = os.path.basename(path).lower()
-    if base.startswith(_NOT_RUNTIMES):
+    lib = reg.by_prefix(os.path.basename(path).lower())
+    if lib is None or lib.user_api is None or lib.internal_api is None:
         return None
-    for prefix, library, user_api, internal_api in _FAMILIES:
-        if base.startswith(prefix):
-            return library, user_api, internal_api
-    return None
+    return lib.name, lib.user_api, lib.internal_api
 
 
 def owner_of(path: str) -> str:
@@ -137,7 +117,7 @@ def _object_row(path: str, library: str, user_api: str, internal_api: str, note:
 def _mkl_layer(objects: list[str]) -> str | None:
     for path in objects:
         base = os.path.basename(path).lower()
-        for prefix, layer in _MKL_LAYERS:
+        for prefix, layer in reg.library("mkl").layer_files:
             if base.startswith(prefix):
                 return layer
     return None
@@ -307,7 +287,8 @@ def threading_layers(pools: list[dict]) -> dict:
     """
     vendors: list[str] = []
     for row in pools:
-        name = _OPENMP_VENDORS.get(row["library"])
+        lib = reg.find(row["library"])
+        name = lib.vendor if lib is not None else None
         if name and name not in vendors:
             vendors.append(name)
 

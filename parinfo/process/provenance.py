@@ -1,18 +1,9 @@
 """Where each library's thread count came from: which variable, which default, or a call at run time.
 
-Each library has its own rule (measured, see docs/process.md), so each is modelled on its own:
-
-- OpenBLAS: OPENBLAS_NUM_THREADS > GOTO_NUM_THREADS > OMP_NUM_THREADS > CPUs in affinity; a
-  variable's request is capped at the CPUs in affinity.
-- OpenMP runtimes (libgomp, libiomp, libomp): OMP_NUM_THREADS (first element of a list) > CPUs in
-  affinity; no cap (libgomp takes 8 on 2 CPUs).
-- MKL: MKL_NUM_THREADS > OMP_NUM_THREADS > physical cores in affinity; requests capped at the
-  physical cores unless MKL_DYNAMIC=FALSE.
-- torch intra-op: like MKL when torch has MKL (MKL_NUM_THREADS > OMP_NUM_THREADS > physical cores in
-  affinity, same cap); OMP_NUM_THREADS > physical cores otherwise.
-- torch inter-op: no variable; std::thread::hardware_concurrency() (ignores affinity and quota).
-- BLIS: BLIS_NUM_THREADS > OMP_NUM_THREADS > 1.
-- numexpr: NUMEXPR_NUM_THREADS > OMP_NUM_THREADS > min(cores, NUMEXPR_MAX_THREADS, 16).
+Each library has its own rule (measured, see docs/process.md): the variables it reads in order, its
+default, and its cap on a variable's request. The rules are facts of the library records
+(:mod:`parinfo.process.libraries`); this module turns them into :class:`Model` objects and explains
+a count with them. torch gets two models (intra-op, with and without MKL) and an inter-op one.
 
 Libraries read their variables when they load, so the launch environment predicts them; when the
 count in force matches the environment of now instead, the variable was set after launch but before
@@ -20,12 +11,12 @@ the library loaded. A count that no prediction explains was set at run time by a
 """
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from parinfo.process.variables import count_from_env, is_false
+from parinfo.process import libraries as reg
+from parinfo.process.variables import count_from_env
 
 RUNTIME = "set at run time (API call)"
 
@@ -37,72 +28,36 @@ class _Prediction(NamedTuple):
     phrase: str
 
 
-def _affinity_cpus(facts) -> tuple[int, str]:
-    n = len(facts.affinity) or facts.logical_cpus or 1
-    return n, f"{n} CPU{'s' if n != 1 else ''} in affinity"
-
-
-def _physical_in_affinity(facts) -> tuple[int, str]:
-    aff = set(facts.affinity)
-    if facts.core_siblings:
-        n = max(1, sum(1 for core in facts.core_siblings if aff & set(core)))
-    elif facts.physical_cores and facts.logical_cpus:
-        per_core = max(1, facts.logical_cpus // facts.physical_cores)
-        n = max(1, min(facts.physical_cores, math.ceil(len(aff) / per_core)))
-    else:
-        n, _ = _affinity_cpus(facts)
-        return n, f"{n} CPUs in affinity (physical cores unknown)"
-    return n, f"{n} physical core{'s' if n != 1 else ''} in affinity"
-
-
-def _physical_cap(facts) -> tuple[int | None, str]:
-    n = facts.physical_cores
-    return n, f"{n} physical core{'s' if n != 1 else ''} (MKL_DYNAMIC is not FALSE)"
-
-
 class Model(NamedTuple):
-    """How one library decides its count: variables read in order, the default, and a cap on requests."""
+    """How one library decides its count: variables read in order, the default, a cap on requests,
+    and the variables that steer the cap."""
 
     precedence: tuple[str, ...]
-    default: Callable[[object, dict], tuple[int | None, str]]
-    cap: Callable[[object, Mapping[str, str]], tuple[int | None, str]] | None = None
+    default: Callable[[Any, Mapping[str, Any]], tuple[int | None, str]]
+    cap: Callable[[Any, Mapping[str, str]], tuple[int | None, str]] | None = None
+    cap_vars: tuple[str, ...] = ()
 
 
-def _mkl_cap(facts, env: Mapping[str, str]) -> tuple[int | None, str]:
-    if is_false(env.get("MKL_DYNAMIC")):
-        return None, ""
-    return _physical_cap(facts)
+def model_of(lib: reg.Library) -> Model:
+    """The count model of a library record."""
+    default = lib.default or (lambda f, c: (None, f"parinfo has no model for {lib.name}"))
+    return Model(lib.count_vars, default, lib.cap, lib.cap_vars)
 
 
-def _numexpr_default(facts, ctx: dict) -> tuple[int | None, str]:
-    ncores = ctx.get("numexpr_ncores") or facts.logical_cpus or 1
-    limit = ctx.get("numexpr_max_threads") or ncores
-    n = min(ncores, limit)
-    phrase = f"{n} (cores detected by numexpr: {ncores}, NUMEXPR_MAX_THREADS limit: {limit})"
-    if ctx.get("numexpr_safe_limit") and n > 16:
-        n, phrase = 16, f"16 (numexpr's safe limit; {ncores} cores detected)"
-    return n, phrase
+def _torch_models() -> dict[str, Model]:
+    torch = model_of(reg.library("torch"))
+    mkl_own = reg.library("mkl").env_prefixes
+    return {
+        "torch intra-op": torch,
+        "torch intra-op (no MKL)": Model(tuple(v for v in torch.precedence if not v.startswith(mkl_own)),
+                                         torch.default),
+        "torch inter-op": Model((), reg.hardware_concurrency),
+    }
 
 
 MODELS: dict[str, Model] = {
-    "openblas": Model(("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
-                      lambda f, c: _affinity_cpus(f), lambda f, e: _affinity_cpus(f)),
-    "libgomp": Model(("OMP_NUM_THREADS",), lambda f, c: _affinity_cpus(f)),
-    "libiomp": Model(("OMP_NUM_THREADS",), lambda f, c: _affinity_cpus(f)),
-    "libomp": Model(("OMP_NUM_THREADS",), lambda f, c: _affinity_cpus(f)),
-    "mkl": Model(("MKL_NUM_THREADS", "OMP_NUM_THREADS"), lambda f, c: _physical_in_affinity(f), _mkl_cap),
-    "blis": Model(("BLIS_NUM_THREADS", "OMP_NUM_THREADS"),
-                  lambda f, c: (1, "1 (BLIS runs single-threaded unless asked)")),
-    "flexiblas": Model((), lambda f, c: (None, "decided by FlexiBLAS's backend")),
-    "tbb": Model((), lambda f, c: (_affinity_cpus(f)[0], _affinity_cpus(f)[1] + " (TBB reads no count variable)")),
-    "torch intra-op": Model(("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
-                            lambda f, c: _physical_in_affinity(f), _mkl_cap),
-    "torch intra-op (no MKL)": Model(("OMP_NUM_THREADS",), lambda f, c: _physical_in_affinity(f)),
-    "torch inter-op": Model((), lambda f, c: (
-        c.get("hardware_concurrency") or f.logical_cpus,
-        f"{c.get('hardware_concurrency') or f.logical_cpus} logical CPUs "
-        "(std::thread::hardware_concurrency; ignores affinity and quota)")),
-    "numexpr": Model(("NUMEXPR_NUM_THREADS", "OMP_NUM_THREADS"), _numexpr_default),
+    **{lib.name: model_of(lib) for lib in reg.records() if lib.default is not None and lib.kind != "framework"},
+    **_torch_models(),
 }
 
 
@@ -130,7 +85,7 @@ def predict(model: Model, env: Mapping[str, str], facts, ctx: dict | None = None
 
 def _changes(model: Model, env: Mapping[str, str], launch: Mapping[str, str]) -> list[str]:
     out = []
-    for var in model.precedence + (("MKL_DYNAMIC",) if model.cap is _mkl_cap else ()):
+    for var in model.precedence + model.cap_vars:
         if env.get(var) != launch.get(var):
             out.append(f"{var}={launch.get(var, '(unset)')} at launch, now {env.get(var, '(unset)')}")
     return out
@@ -184,24 +139,18 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     }
 
 
-def _numexpr_row(environ, launch_environ, facts) -> dict | None:
-    ne = sys.modules.get("numexpr")
-    if ne is None:
+def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: Mapping[str, str] | str,
+                facts: Any) -> dict | None:
+    """The row of a library that is a Python module (numexpr...), read only when it is imported."""
+    module = sys.modules.get(lib.module or "")
+    if module is None:
         return None
-    getter = getattr(ne, "get_num_threads", None)
-    try:
-        count = getter() if callable(getter) else getattr(ne, "nthreads", None)
-    except Exception:  # a half-initialised module
-        count = None
+    count = lib.read_count(module)
     env = environ if isinstance(launch_environ, str) else launch_environ
-    ctx = {
-        "numexpr_ncores": getattr(ne, "ncores", None),
-        "numexpr_max_threads": getattr(ne, "MAX_THREADS", None),
-        "numexpr_safe_limit": not env.get("NUMEXPR_MAX_THREADS") and not env.get("OMP_NUM_THREADS"),
-    }
-    row = explain("numexpr", count if isinstance(count, int) else None, MODELS["numexpr"], environ,
-                  launch_environ, facts, ctx, runtime_phrase="set at run time (numexpr.set_num_threads)")
-    row.update(owner="numexpr", filepath=getattr(ne, "__file__", None))
+    ctx = lib.context(module, env) if lib.context is not None else {}
+    row = explain(lib.name, count, model_of(lib), environ,
+                  launch_environ, facts, ctx, runtime_phrase=f"set at run time ({lib.module}.{lib.setter})")
+    row.update(owner=lib.module, filepath=getattr(module, "__file__", None))
     return row
 
 
@@ -213,13 +162,13 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
     or None; ``environ``: the environment now; ``launch_environ``: the launch environment
     (:func:`parinfo.process.environment.launch_environment`), "unknown (reason)", or None to read it here; ``facts``: a
     :class:`parinfo.machine.topology.MachineFacts`. One row per pool row, then torch's intra-op and inter-op
-    rows when torch is given, then numexpr when it is imported. Keys:
+    rows when torch is given, then each Python-module library (numexpr...) that is imported. Keys:
 
     - ``library``: the pool's library (openblas, libgomp, mkl, tbb...), "torch intra-op",
-      "torch inter-op" or "numexpr".
+      "torch inter-op", or a Python-module library's name (numexpr...).
     - ``owner`` / ``filepath``: which copy (from the pool row), so duplicates can be told apart.
     - ``count``: the count in force (int), or None when it cannot be read.
-    - ``source``: one phrase: "env OPENBLAS_NUM_THREADS=1", "env OMP_NUM_THREADS=8, capped at 2 CPUs
+    - ``source``: one phrase: "env MKL_NUM_THREADS=1", "env OMP_NUM_THREADS=8, capped at 2 CPUs
       in affinity", "default: 2 CPUs in affinity", "set at run time (API call)", "unknown (...)".
     - ``kind``: env, default, runtime, framework (set by another library, e.g. torch on its libgomp)
       or unknown.
@@ -238,9 +187,9 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
         library = pool["library"]
         model = MODELS.get(library)
         if model is None:
-            model = Model((), lambda f, c: (None, f"parinfo has no model for {library}"))
+            model = Model((), lambda f, c, name=library: (None, f"parinfo has no model for {name}"))
         extra = None
-        if library in ("libgomp", "libiomp", "libomp") and pool.get("owner") == "torch" and torch_intra:
+        if library in reg.openmp_runtimes() and pool.get("owner") == "torch" and torch_intra:
             extra = (torch_intra, "framework",
                      f"set by torch to its intra-op count ({torch_intra}) when it initialised")
         if library == "mkl" and pool.get("owner") == "torch" and torch_intra:
@@ -262,7 +211,8 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
                       runtime_phrase="set at run time (torch.set_num_interop_threads)")
         row.update(owner="torch", filepath=None)
         rows.append(row)
-    ne = _numexpr_row(environ, launch_environ, facts)
-    if ne is not None:
-        rows.append(ne)
+    for lib in reg.python_libraries():
+        row = _module_row(lib, environ, launch_environ, facts)
+        if row is not None:
+            rows.append(row)
     return rows

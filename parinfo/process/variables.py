@@ -1,71 +1,27 @@
-"""The environment variables that steer thread counts: who reads each, and what a valid value is.
+"""Thread variables: what a valid value is, and the count a variable asks for.
 
-This is the one table of such variables in parinfo; the inspector, the runtime and the profile
-validator all read it.
+The variables themselves (their syntax, who reads them) are declared with the library records in
+:mod:`parinfo.process.libraries`; this module parses and checks values against them.
 """
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
-OPENMP = ("libgomp", "libiomp", "libomp")
+from parinfo.process.libraries import (
+    LIBRARY_VARS,
+    THREAD_PREFIXES,
+    THREAD_VARS,
+    Var,
+    is_false,
+    openmp_runtimes,
+)
 
+__all__ = ["LIBRARY_VARS", "OPENMP", "THREAD_PREFIXES", "THREAD_VARS", "Var", "count_from_env", "is_false",
+           "looks_thread_related", "parse_count", "validate"]
 
-class VarSpec(NamedTuple):
-    """One thread-steering variable (a NamedTuple: cheaper to build at import than a dataclass)."""
-
-    name: str
-    kind: str  # count | count_list | bool | enum | text | blocktime | cpu_count
-    readers: tuple[str, ...]
-    summary: str
-    choices: tuple[str, ...] = ()
-
+OPENMP = openmp_runtimes()
 
 _BOOL = ("true", "false", "1", "0", "yes", "no", "on", "off")
-
-THREAD_VARS: dict[str, VarSpec] = {
-    v.name: v
-    for v in (
-        VarSpec("OMP_NUM_THREADS", "count_list", (*OPENMP, "torch", "mkl", "openblas", "blis", "numexpr"),
-                "OpenMP team size; fallback for MKL, OpenBLAS, BLIS, numexpr and torch"),
-        VarSpec("MKL_NUM_THREADS", "count", ("mkl", "torch"), "MKL thread count; torch's first choice"),
-        VarSpec("OPENBLAS_NUM_THREADS", "count", ("openblas",), "OpenBLAS thread count"),
-        VarSpec("GOTO_NUM_THREADS", "count", ("openblas",), "OpenBLAS thread count (legacy name)"),
-        VarSpec("BLIS_NUM_THREADS", "count", ("blis",), "BLIS thread count"),
-        VarSpec("VECLIB_MAXIMUM_THREADS", "count", ("accelerate",), "Apple Accelerate thread cap"),
-        VarSpec("NUMEXPR_NUM_THREADS", "count", ("numexpr",), "numexpr thread count"),
-        VarSpec("NUMEXPR_MAX_THREADS", "count", ("numexpr",), "numexpr pool size cap"),
-        VarSpec("OMP_DYNAMIC", "bool", OPENMP, "let OpenMP shrink teams at run time"),
-        VarSpec("MKL_DYNAMIC", "bool", ("mkl",), "let MKL use fewer threads than asked (caps at physical cores)"),
-        VarSpec("OMP_PROC_BIND", "enum", OPENMP, "OpenMP thread binding policy",
-                ("true", "false", "master", "primary", "close", "spread")),
-        VarSpec("OMP_PLACES", "text", OPENMP, "OpenMP places (threads, cores, sockets, or an explicit list)"),
-        VarSpec("OMP_WAIT_POLICY", "enum", OPENMP, "OpenMP idle threads spin (active) or sleep (passive)",
-                ("active", "passive")),
-        VarSpec("KMP_AFFINITY", "text", ("libiomp", "libomp"), "Intel/LLVM OpenMP affinity"),
-        VarSpec("KMP_BLOCKTIME", "blocktime", ("libiomp", "libomp"), "ms an Intel/LLVM OpenMP thread spins before sleeping"),
-        VarSpec("GOMP_CPU_AFFINITY", "text", ("libgomp",), "GNU OpenMP CPU binding list"),
-        VarSpec("KMP_DUPLICATE_LIB_OK", "bool", ("libiomp", "libomp"),
-                "allow two OpenMP runtimes in one process (hides a real conflict)"),
-        VarSpec("MKL_THREADING_LAYER", "enum", ("mkl",), "MKL threading layer for mkl_rt",
-                ("intel", "sequential", "gnu", "tbb", "pgi")),
-        VarSpec("PYTHON_CPU_COUNT", "cpu_count", ("python",), "overrides os.cpu_count() (Python 3.13+)"),
-        VarSpec("PARINFO_NUM_THREADS", "count", ("parinfo",), "parinfo intra-op count"),
-        VarSpec("PARINFO_NUM_INTEROP_THREADS", "count", ("parinfo",), "parinfo inter-op count"),
-        VarSpec("PARINFO_BACKEND", "enum", ("parinfo",), "parinfo runtime backend", ("native", "sequential")),
-        VarSpec("PARINFO_VERIFY", "enum", ("parinfo",),
-                "what a program launched by `parinfo apply` checks at exit", ("auto", "full", "off")),
-    )
-}
-
-#: The variables that carry each library's thread count (torch has none of its own).
-LIBRARY_VARS: dict[str, tuple[str, ...]] = {
-    "openmp": ("OMP_NUM_THREADS",),
-    "mkl": ("MKL_NUM_THREADS",),
-    "blas": ("OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS"),
-    "numexpr": ("NUMEXPR_NUM_THREADS",),
-    "torch": (),
-}
 
 _INT = re.compile(r"^\s*\+?(\d+)\s*$")
 _BLOCKTIME = re.compile(r"^\s*(\d+)\s*(ms|us|s)?\s*$", re.IGNORECASE)
@@ -105,7 +61,7 @@ def validate(name: str, value: str) -> str | None:
             if value.strip().lower() not in _BOOL:
                 return f"{value!r} is not a boolean (use TRUE or FALSE)"
         elif kind == "enum":
-            items = [v.strip().lower() for v in value.split(",")] if name == "OMP_PROC_BIND" else [value.strip().lower()]
+            items = [v.strip().lower() for v in value.split(",")] if spec.enum_list else [value.strip().lower()]
             bad = [v for v in items if v not in spec.choices]
             if bad or not items:
                 return f"{value!r} is not one of {', '.join(spec.choices)}"
@@ -135,17 +91,6 @@ def count_from_env(name: str, environ: dict[str, str]) -> int | None:
         return None
 
 
-# Prefixes of variables that steer some runtime's threads; a set variable with one of these
-# prefixes is reported even when it is not in THREAD_VARS.
-THREAD_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "BLIS_", "NUMEXPR_",
-                   "VECLIB_", "TBB_", "PARINFO_")
-
-
 def looks_thread_related(name: str) -> bool:
     """True when ``name`` is in THREAD_VARS or starts with a prefix in THREAD_PREFIXES."""
     return name in THREAD_VARS or name.startswith(THREAD_PREFIXES)
-
-
-def is_false(value: str | None) -> bool:
-    """True when a boolean variable's value means off (FALSE, 0, no, off)."""
-    return value is not None and value.strip().lower() in ("false", "0", "no", "off")

@@ -13,16 +13,8 @@ import sys
 from typing import Any
 
 from parinfo.errors import ApplyError
+from parinfo.process import libraries as reg
 from parinfo.profiles.plan import Plan
-
-# threadpoolctl internal_api -> the profile's library key and the variable that library reads.
-POOL_LIBRARY = {
-    "openblas": ("blas", "OPENBLAS_NUM_THREADS"),
-    "blis": ("blas", "BLIS_NUM_THREADS"),
-    "flexiblas": ("blas", "OPENBLAS_NUM_THREADS"),
-    "mkl": ("mkl", "MKL_NUM_THREADS"),
-    "openmp": ("openmp", "OMP_NUM_THREADS"),
-}
 
 # Variables this module set, so that a second apply() does not mistake them for the user's.
 _ours: dict[str, str] = {}
@@ -77,7 +69,7 @@ def apply(profile: Any, *, force: bool = False) -> dict:
             applied.append(f"{name}={value}")
 
     expected_pools = _limit_pools(plan, kept, applied, skipped)
-    _numexpr(plan, kept, applied)
+    _modules(plan, kept, applied)
     torch_want = _torch(plan, inter, kept, applied, skipped)
     _affinity(cpus, applied, skipped)
 
@@ -129,9 +121,10 @@ def _limit_pools(plan: Plan, kept: dict[str, str], applied: list[str],
 
     expected: list[tuple[str, str, int]] = []
     for lib in threadpoolctl().ThreadpoolController().lib_controllers:
-        key, var = POOL_LIBRARY.get(lib.internal_api, (None, None))
-        if key is None:
+        rec = reg.by_internal_api(lib.internal_api)
+        if rec is None or rec.profile_key is None or rec.profile_var is None:
             continue
+        key, var = rec.profile_key, rec.profile_var
         n = plan.libraries[key].value
         if var in kept:
             # The runtime's push may have changed this pool: give it back the user's count.
@@ -152,16 +145,19 @@ def _limit_pools(plan: Plan, kept: dict[str, str], applied: list[str],
     return expected
 
 
-def _numexpr(plan: Plan, kept: dict[str, str], applied: list[str]) -> None:
-    ne = sys.modules.get("numexpr")
-    if ne is None or "NUMEXPR_NUM_THREADS" in kept:
-        return
-    n = plan.libraries["numexpr"].value
-    try:
-        ne.set_num_threads(n)
-        applied.append(f"numexpr.set_num_threads({n})")
-    except Exception:  # noqa: BLE001 - reported by the verification
-        pass
+def _modules(plan: Plan, kept: dict[str, str], applied: list[str]) -> None:
+    """Set the count of each imported Python-module library (numexpr...) that has a profile key."""
+    for rec in reg.python_libraries():
+        module = sys.modules.get(rec.module or "")
+        if (module is None or rec.profile_key not in plan.libraries or rec.profile_var in kept
+                or not rec.setter):
+            continue
+        n = plan.libraries[rec.profile_key].value
+        try:
+            getattr(module, rec.setter)(n)
+            applied.append(f"{rec.module}.{rec.setter}({n})")
+        except Exception:  # noqa: BLE001 - reported by the verification
+            pass
 
 
 def _torch(plan: Plan, inter: int, kept: dict[str, str], applied: list[str],
@@ -174,22 +170,23 @@ def _torch(plan: Plan, inter: int, kept: dict[str, str], applied: list[str],
         return None, None
     want_intra = plan.libraries["torch"].value
     how = f"torch.set_num_threads({want_intra})"
-    if "MKL_NUM_THREADS" in kept:
-        # torch's intra-op default is MKL_NUM_THREADS: the user's value stays in force.
+    first = reg.library("torch").precedence[0]  # torch's intra-op default reads it first
+    if first in kept:
+        # the user's value stays in force.
         from parinfo.process.variables import count_from_env
 
-        user = count_from_env("MKL_NUM_THREADS", kept)
+        user = count_from_env(first, kept)
         if user is None:
-            skipped.append(f"torch intra-op: MKL_NUM_THREADS={kept['MKL_NUM_THREADS']!r} set by the user is "
+            skipped.append(f"torch intra-op: {first}={kept[first]!r} set by the user is "
                            f"not a valid count; torch's count left as it is")
             want_intra = None
         else:
             want_intra = user
-            how = f"torch.set_num_threads({user}) from MKL_NUM_THREADS set by the user"
+            how = f"torch.set_num_threads({user}) from {first} set by the user"
     if want_intra is not None:
         try:
             torch.set_num_threads(want_intra)
-            (skipped if "MKL_NUM_THREADS" in kept else applied).append(how)
+            (skipped if first in kept else applied).append(how)
         except RuntimeError as exc:
             skipped.append(f"torch.set_num_threads({want_intra}) failed: {exc}")
     want_inter: int | None = inter

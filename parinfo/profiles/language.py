@@ -14,7 +14,7 @@ from typing import Any
 
 from parinfo.profiles import expr
 from parinfo.machine.cpulist import parse_cpu_list
-from parinfo.process.variables import LIBRARY_VARS
+from parinfo.process.libraries import LIBRARY_VARS, profile_keys
 from parinfo.profiles.yaml_nodes import Document, KeyPath, Mark, parse, read_text
 from parinfo.errors import ProfileError
 
@@ -24,7 +24,7 @@ MAX_EXTENDS = 8
 
 TOP_KEYS = ("version", "name", "description", "extends", "intra_op", "inter_op", "libraries", "env",
             "affinity", "instances")
-LIBRARIES = ("blas", "openmp", "mkl", "torch", "numexpr")
+LIBRARIES = profile_keys()  # blas, openmp, mkl, torch, numexpr (from the library registry)
 INSTANCE_KEYS = ("count", "per_numa_node", "cores_per_instance")
 AFFINITY_WORDS = ("none", "compact", "spread")
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.errors import ApplyError, UsageError
+from parinfo.process import libraries as reg
 from parinfo.safe_text import shorten
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")
 HOOK_VAR = "_PARINFO_HOOK"
 # torch's intra-op default reads these; when the user's own value stays in force, torch follows it.
-TORCH_INTRA_VARS = ("MKL_NUM_THREADS", "OMP_NUM_THREADS")
+TORCH_INTRA_VARS = reg.library("torch").count_vars
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
@@ -115,7 +116,7 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
     users_own = {n for n, _, _ in kept} | {n for n in TORCH_INTRA_VARS
                                             if n in base and n not in wanted and n not in from_parinfo}
     torch_intra = None if users_own.intersection(TORCH_INTRA_VARS) else intra
-    env[HOOK_VAR] = f"1 intra={torch_intra or '-'} inter={inter} watch={','.join(watch)}"
+    env[HOOK_VAR] = f"1 intra={torch_intra or '-'} inter={inter} watch={','.join(watch)} {reg.hook_orders()}"
     user_path = base.get("PYTHONPATH", "")
     paths = [p for p in user_path.split(os.pathsep) if p != HOOK_DIR] if user_path else []  # "" means cwd
     env["PYTHONPATH"] = os.pathsep.join([HOOK_DIR, *paths])

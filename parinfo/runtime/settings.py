@@ -17,6 +17,7 @@ import os
 import threading
 from typing import Any
 
+from parinfo.process.libraries import library
 from parinfo.process.variables import THREAD_VARS, count_from_env
 
 INTEROP_ERROR = ("Error: cannot set number of interop threads after parallel work has started "
@@ -25,7 +26,7 @@ INTEROP_ERROR = ("Error: cannot set number of interop threads after parallel wor
 EXPLICIT = "explicit call"
 
 # The variables each count reads, first wins (after an explicit call and a profile).
-INTRA_VARS = ("PARINFO_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+INTRA_VARS = library("parinfo").count_vars  # PARINFO_NUM_THREADS, then torch's variables
 INTER_VARS = ("PARINFO_NUM_INTEROP_THREADS",)
 
 _lock = threading.RLock()

@@ -7,7 +7,9 @@ what is in force. It never imports torch itself, never imports parinfo (the chil
 not have it), and then runs any other ``sitecustomize`` that was on the path, as if it were absent.
 
 Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.profiles.launch:
-``1 intra=N|- inter=N|- watch=NAME,NAME``. Without that variable the hook only chains.
+``1 intra=N|- inter=N|- watch=NAME,NAME pool.API=VAR,VAR ...``, where each ``pool.`` field gives
+the variables a threadpoolctl ``internal_api`` reads, first wins (from parinfo's library registry, so
+this file keeps no table of its own). Without that variable the hook only chains.
 Checks: right after torch's import (torch's counts), and at exit (a watched variable the program
 changed, parinfo's runtime counts when it was used); ``PARINFO_VERIFY=full`` adds the native pools
 (threadpoolctl) at exit, ``PARINFO_VERIFY=off`` turns checking off.
@@ -28,7 +30,8 @@ def _say(text):
 
 
 def _parse(spec):
-    """``1 intra=2 inter=1 watch=A,B`` -> (intra, inter, watch); None when not understood."""
+    """``1 intra=2 inter=1 watch=A,B pool.X=V,W`` -> (intra, inter, watch, {X: (V, W)}); None when
+    not understood."""
     parts = spec.split()
     if not parts or parts[0] != "1":
         return None
@@ -39,7 +42,9 @@ def _parse(spec):
         return int(value) if value.isdigit() and int(value) > 0 else None
 
     watch = [n for n in fields.get("watch", "").split(",") if n]
-    return count("intra"), count("inter"), watch
+    orders = {k[len("pool."):]: tuple(n for n in v.split(",") if n)
+              for k, v in fields.items() if k.startswith("pool.")}
+    return count("intra"), count("inter"), watch, orders
 
 
 class _AfterExec:
@@ -125,14 +130,9 @@ def _set_torch(torch, intra, inter):
         _say("could not set torch's thread counts (%s: %s)" % (type(exc).__name__, exc))
 
 
-def _expected_pool_count(internal_api, env):
-    """The count a native pool reads from the launch environment, or None when none applies."""
-    order = {
-        "openblas": ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
-        "mkl": ("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
-        "blis": ("BLIS_NUM_THREADS", "OMP_NUM_THREADS"),
-        "openmp": ("OMP_NUM_THREADS",),
-    }.get(internal_api, ())
+def _expected_pool_count(order, env):
+    """The count a native pool reads from the launch environment (``order``: its variables, first
+    wins), or None when none applies."""
     for name in order:
         value = env.get(name, "").split(",")[0].strip()
         if value.isdigit() and int(value) > 0:
@@ -143,12 +143,13 @@ def _expected_pool_count(internal_api, env):
 class _ExitCheck:
     """Checks at exit what the program may have undone; cheap unless PARINFO_VERIFY=full."""
 
-    _POOL_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                  "BLIS_NUM_THREADS", "PARINFO_NUM_THREADS", "PARINFO_NUM_INTEROP_THREADS")
+    _RUNTIME_VARS = ("PARINFO_NUM_THREADS", "PARINFO_NUM_INTEROP_THREADS")
 
-    def __init__(self, watch, full):
+    def __init__(self, watch, full, orders):
         self.start = {n: os.environ.get(n) for n in watch}
-        self.launch = {n: os.environ.get(n) for n in self._POOL_VARS}
+        names = [n for order in orders.values() for n in order] + list(self._RUNTIME_VARS)
+        self.launch = {n: os.environ.get(n) for n in names}
+        self.orders = orders
         self.full = full
 
     def __call__(self):
@@ -193,7 +194,7 @@ class _ExitCheck:
                 os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
         env = {n: v for n, v in self.launch.items() if v is not None}
         for pool in threadpoolctl.threadpool_info():
-            expected = _expected_pool_count(pool.get("internal_api"), env)
+            expected = _expected_pool_count(self.orders.get(pool.get("internal_api"), ()), env)
             if expected is not None and pool.get("num_threads") != expected[1]:
                 _say("not in force: %s (%s) uses %s threads, %s=%d (profile %s)"
                      % (pool.get("internal_api"), pool.get("filepath"), pool.get("num_threads"),
@@ -205,7 +206,7 @@ def _install(spec):
     if parsed is None:
         _say("ignoring %s=%r: not understood by this start-up hook" % (_SPEC_VAR, spec))
         return
-    intra, inter, watch = parsed
+    intra, inter, watch, orders = parsed
     verify = os.environ.get("PARINFO_VERIFY", "").strip().lower()
     if intra is not None or inter is not None:
         torch = sys.modules.get("torch")
@@ -216,7 +217,7 @@ def _install(spec):
     if verify not in ("off", "0", "no", "false"):
         import atexit
 
-        atexit.register(_ExitCheck(watch, full=verify == "full"))
+        atexit.register(_ExitCheck(watch, full=verify == "full", orders=orders))
 
 
 def _chain():

@@ -1,0 +1,436 @@
+"""The library registry: one :class:`Library` record per library, and the thread variables they read.
+
+This is the only module of parinfo that knows a library: which files it ships as, which variables
+carry its count and in what order, its default and its cap, the profile key that sets it, how a
+count is pushed and read back, and whether its limit holds per calling thread or for the whole
+process. Every other module asks it (:func:`library`, :func:`records`, :data:`THREAD_VARS`...).
+
+Importing this module is cheap (no import beyond the standard library's ``dataclasses``): the
+launcher runs it on the start-up path of ``parinfo apply P -- CMD``.
+
+Adding a library: append one :class:`Library` to ``_RECORDS`` (and its variables to ``_VARIABLES``
+when it brings its own). Nothing else needs editing; docs/process.md says more.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# ---------------------------------------------------------------------------------------------
+# Thread variables
+
+
+@dataclass(frozen=True)
+class Var:
+    """One thread-steering environment variable: its syntax and what it controls.
+
+    ``kind`` is count | count_list | bool | enum | text | blocktime | cpu_count; ``choices`` the
+    words of an enum; ``enum_list`` an enum that takes a comma-separated list (OMP_PROC_BIND);
+    ``python`` the first Python version that reads it, when Python itself is the reader. Who reads
+    a variable is not written here: :attr:`readers` asks the library records.
+    """
+
+    name: str
+    kind: str
+    summary: str
+    choices: tuple[str, ...] = ()
+    enum_list: bool = False
+    python: tuple[int, int] | None = None
+
+    @property
+    def readers(self) -> tuple[str, ...]:
+        """The libraries that read it: those whose own variable it is (by name prefix), then the
+        frameworks, then the libraries that fall back to it; each group in registry order."""
+        return _readers().get(self.name, ())
+
+
+_OMP_BIND = ("true", "false", "master", "primary", "close", "spread")
+
+# The order here is the order of the report's variable list.
+_VARIABLES: tuple[Var, ...] = (
+    Var("OMP_NUM_THREADS", "count_list", "OpenMP team size; fallback for MKL, OpenBLAS, BLIS, numexpr and torch"),
+    Var("MKL_NUM_THREADS", "count", "MKL thread count; torch's first choice"),
+    Var("OPENBLAS_NUM_THREADS", "count", "OpenBLAS thread count"),
+    Var("GOTO_NUM_THREADS", "count", "OpenBLAS thread count (legacy name)"),
+    Var("BLIS_NUM_THREADS", "count", "BLIS thread count"),
+    Var("VECLIB_MAXIMUM_THREADS", "count", "Apple Accelerate thread cap"),
+    Var("NUMEXPR_NUM_THREADS", "count", "numexpr thread count"),
+    Var("NUMEXPR_MAX_THREADS", "count", "numexpr pool size cap"),
+    Var("OMP_DYNAMIC", "bool", "let OpenMP shrink teams at run time"),
+    Var("MKL_DYNAMIC", "bool", "let MKL use fewer threads than asked (caps at physical cores)"),
+    Var("OMP_PROC_BIND", "enum", "OpenMP thread binding policy", _OMP_BIND, enum_list=True),
+    Var("OMP_PLACES", "text", "OpenMP places (threads, cores, sockets, or an explicit list)"),
+    Var("OMP_WAIT_POLICY", "enum", "OpenMP idle threads spin (active) or sleep (passive)", ("active", "passive")),
+    Var("KMP_AFFINITY", "text", "Intel/LLVM OpenMP affinity"),
+    Var("KMP_BLOCKTIME", "blocktime", "ms an Intel/LLVM OpenMP thread spins before sleeping"),
+    Var("GOMP_CPU_AFFINITY", "text", "GNU OpenMP CPU binding list"),
+    Var("KMP_DUPLICATE_LIB_OK", "bool", "allow two OpenMP runtimes in one process (hides a real conflict)"),
+    Var("MKL_THREADING_LAYER", "enum", "MKL threading layer for mkl_rt", ("intel", "sequential", "gnu", "tbb", "pgi")),
+    Var("NUMBA_NUM_THREADS", "count", "numba's parallel thread count (threads launched; read at import)"),
+    Var("NUMBA_THREADING_LAYER", "enum", "numba's threading layer (or a safety class that picks one)",
+        ("default", "safe", "threadsafe", "forksafe", "tbb", "omp", "workqueue")),
+    Var("PYTHON_CPU_COUNT", "cpu_count", "overrides os.cpu_count() (Python 3.13+)", python=(3, 13)),
+    Var("PARINFO_NUM_THREADS", "count", "parinfo intra-op count"),
+    Var("PARINFO_NUM_INTEROP_THREADS", "count", "parinfo inter-op count"),
+    Var("PARINFO_BACKEND", "enum", "parinfo runtime backend", ("native", "sequential")),
+    Var("PARINFO_VERIFY", "enum", "what a program launched by `parinfo apply` checks at exit", ("auto", "full", "off")),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Default rules and caps (``facts`` is a parinfo.machine.topology.MachineFacts; ``ctx`` holds what
+# only the library itself can tell, e.g. numexpr's detected cores)
+
+Rule = Callable[[Any, Mapping[str, Any]], "tuple[int | None, str]"]
+Cap = Callable[[Any, Mapping[str, str]], "tuple[int | None, str]"]
+
+
+def affinity_cpus(facts: Any, ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
+    """The CPUs in this process's affinity mask."""
+    n = len(facts.affinity) or facts.logical_cpus or 1
+    return n, f"{n} CPU{'s' if n != 1 else ''} in affinity"
+
+
+def physical_in_affinity(facts: Any, ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
+    """The physical cores with at least one CPU in the affinity mask."""
+    aff = set(facts.affinity)
+    if facts.core_siblings:
+        n = max(1, sum(1 for core in facts.core_siblings if aff & set(core)))
+    elif facts.physical_cores and facts.logical_cpus:
+        per_core = max(1, facts.logical_cpus // facts.physical_cores)
+        n = max(1, min(facts.physical_cores, math.ceil(len(aff) / per_core)))
+    else:
+        n, _ = affinity_cpus(facts)
+        return n, f"{n} CPUs in affinity (physical cores unknown)"
+    return n, f"{n} physical core{'s' if n != 1 else ''} in affinity"
+
+
+def _one(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
+    return 1, "1 (BLIS runs single-threaded unless asked)"
+
+
+def _backend_decides(facts: Any, ctx: Mapping[str, Any]) -> tuple[None, str]:
+    return None, "decided by FlexiBLAS's backend"
+
+
+def _tbb_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
+    n, why = affinity_cpus(facts)
+    return n, why + " (TBB reads no count variable)"
+
+
+def hardware_concurrency(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
+    """torch's inter-op default: std::thread::hardware_concurrency (ignores affinity and quota)."""
+    n = ctx.get("hardware_concurrency") or facts.logical_cpus
+    return n, f"{n} logical CPUs (std::thread::hardware_concurrency; ignores affinity and quota)"
+
+
+def _numexpr_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
+    ncores = ctx.get("ncores") or facts.logical_cpus or 1
+    limit = ctx.get("max_threads") or ncores
+    n = min(ncores, limit)
+    phrase = f"{n} (cores detected by numexpr: {ncores}, NUMEXPR_MAX_THREADS limit: {limit})"
+    if ctx.get("safe_limit") and n > 16:
+        n, phrase = 16, f"16 (numexpr's safe limit; {ncores} cores detected)"
+    return n, phrase
+
+
+def _numba_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
+    n = ctx.get("default")
+    if not isinstance(n, int) or n < 1:
+        return affinity_cpus(facts)
+    return n, f"{n} (numba.config.NUMBA_DEFAULT_NUM_THREADS: CPUs in affinity)"
+
+
+def _numba_context(module: Any, env: Mapping[str, str]) -> dict[str, Any]:
+    return {"default": getattr(getattr(module, "config", None), "NUMBA_DEFAULT_NUM_THREADS", None)}
+
+
+def _numba_read(module: Any) -> Any:
+    """numba.get_num_threads() launches the threading layer: call it only once that has happened;
+    before, the count is the one numba will launch with (numba.config.NUMBA_NUM_THREADS)."""
+    parallel = sys.modules.get("numba.np.ufunc.parallel")
+    if parallel is not None and getattr(parallel, "_is_initialized", False):
+        return module.get_num_threads()
+    return getattr(getattr(module, "config", None), "NUMBA_NUM_THREADS", None)
+
+
+def _affinity_cap(facts: Any, env: Mapping[str, str]) -> tuple[int, str]:
+    return affinity_cpus(facts)
+
+
+def is_false(value: str | None) -> bool:
+    """True when a boolean variable's value means off (FALSE, 0, no, off)."""
+    return value is not None and value.strip().lower() in ("false", "0", "no", "off")
+
+
+def _mkl_cap(facts: Any, env: Mapping[str, str]) -> tuple[int | None, str]:
+    if is_false(env.get("MKL_DYNAMIC")):
+        return None, ""
+    n = facts.physical_cores
+    return n, f"{n} physical core{'s' if n != 1 else ''} (MKL_DYNAMIC is not FALSE)"
+
+
+def _numexpr_context(module: Any, env: Mapping[str, str]) -> dict[str, Any]:
+    return {"ncores": getattr(module, "ncores", None), "max_threads": getattr(module, "MAX_THREADS", None),
+            "safe_limit": not env.get("NUMEXPR_MAX_THREADS") and not env.get("OMP_NUM_THREADS")}
+
+
+# ---------------------------------------------------------------------------------------------
+# Library records
+
+
+@dataclass(frozen=True)
+class Library:
+    """Everything parinfo knows about one library, in the manner of threadpoolctl's controllers.
+
+    Found by: ``prefixes`` (starts of its shared objects' file names, ``not_prefixes`` excepted: a
+    helper such as TBB's allocator is not a runtime; the owning package is the
+    ``site-packages`` folder the file lies in) or ``module`` (a Python module, read only when it is
+    already in ``sys.modules``, never imported by parinfo).
+    Count: ``precedence`` (variables read in order, first valid wins; then those of ``follows``),
+    ``default`` when none is set, ``cap`` on a variable's request (``cap_vars`` steer the cap;
+    ``context`` gathers what only the loaded module can tell the default). ``layer_files`` tell its
+    threading layer from the files loaded beside it; ``layer_var`` chooses that layer.
+    Pushed and read back: through threadpoolctl (``internal_api``), or the module's ``getter`` /
+    ``setter`` functions (``read`` replaces the getter where calling it would change something);
+    ``native_getter`` names the C call that reads it. ``scope`` is "thread"
+    when a set limit holds for the calling thread only (OpenMP's ICVs), "process" otherwise.
+    Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch.
+    """
+
+    name: str
+    label: str
+    kind: str = "native"  # native | framework | python | interpreter | parinfo
+    prefixes: tuple[str, ...] = ()
+    not_prefixes: tuple[str, ...] = ()
+    module: str | None = None
+    user_api: str | None = None
+    internal_api: str | None = None
+    vendor: str | None = None
+    env_prefixes: tuple[str, ...] = ()
+    precedence: tuple[str, ...] = ()
+    follows: str | None = None
+    reads: tuple[str, ...] = ()
+    default: Rule | None = None
+    cap: Cap | None = None
+    cap_vars: tuple[str, ...] = ()
+    context: Callable[[Any, Mapping[str, str]], dict[str, Any]] | None = None
+    read: Callable[[Any], Any] | None = None
+    profile_key: str | None = None
+    profile_var: str | None = None
+    push: str = "threadpoolctl"  # threadpoolctl | setter | environment | runtime | none
+    getter: str | None = None
+    setter: str | None = None
+    native_getter: str | None = None
+    scope: str = "process"
+    layer_files: tuple[tuple[str, str], ...] = ()
+    layer_var: str | None = None
+    listed: str = "always"  # always | loaded: list its unset variables only when the module is loaded
+    note: str = ""
+
+    @property
+    def count_vars(self) -> tuple[str, ...]:
+        """All variables that decide its count, first wins (its own, then those it follows)."""
+        if self.follows is None:
+            return self.precedence
+        return self.precedence + library(self.follows).count_vars
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The variables it reads itself (not those of the library it follows): its own count
+        variables, then the other steering ones."""
+        return tuple(dict.fromkeys(self.precedence + self.reads))
+
+    def read_count(self, module: Any) -> int | None:
+        """The count in force in an imported Python-module library, read without changing it."""
+        try:
+            if self.read is not None:
+                count = self.read(module)
+            else:
+                getter = getattr(module, self.getter or "", None)
+                count = getter() if callable(getter) else getattr(module, "nthreads", None)
+        except Exception:  # a half-initialised module
+            return None
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+    def is_loaded(self) -> bool:
+        """True when its Python module is imported (always False for a native library)."""
+        return self.module is not None and self.module in sys.modules
+
+
+_OMP_STEER = ("OMP_DYNAMIC", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY")
+_KMP_STEER = ("KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_DUPLICATE_LIB_OK")
+
+
+def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], reads: tuple[str, ...]) -> Library:
+    return Library(
+        name, label, prefixes=(name,), not_prefixes=("libomptarget",), user_api="openmp", internal_api="openmp", vendor=vendor,
+        env_prefixes=env_prefixes, precedence=("OMP_NUM_THREADS",), reads=_OMP_STEER + reads,
+        default=affinity_cpus, profile_key="openmp", profile_var="OMP_NUM_THREADS",
+        native_getter="omp_get_max_threads()", scope="thread",
+        note="no cap: a request above the CPUs is taken as it is (libgomp takes 8 on 2 CPUs)")
+
+
+# Registry order matters: it is the order of a variable's readers within each group.
+_RECORDS: tuple[Library, ...] = (
+    _openmp("libgomp", "GNU libgomp", "GNU OpenMP (libgomp)", ("OMP_", "GOMP_"), ("GOMP_CPU_AFFINITY",)),
+    _openmp("libiomp", "Intel libiomp", "Intel OpenMP (libiomp)", ("OMP_", "KMP_"), _KMP_STEER),
+    _openmp("libomp", "LLVM libomp", "LLVM OpenMP (libomp)", ("OMP_", "KMP_"), _KMP_STEER),
+    Library("mkl", "Intel MKL", prefixes=("libmkl_rt",), user_api="blas", internal_api="mkl",
+            env_prefixes=("MKL_",), precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
+            reads=("MKL_DYNAMIC", "MKL_THREADING_LAYER"), default=physical_in_affinity, cap=_mkl_cap,
+            cap_vars=("MKL_DYNAMIC",), profile_key="mkl", profile_var="MKL_NUM_THREADS",
+            native_getter="mkl_get_max_threads()", scope="process",
+            layer_files=(("libmkl_intel_thread", "intel"), ("libmkl_gnu_thread", "gnu"),
+                         ("libmkl_tbb_thread", "tbb"), ("libmkl_sequential", "sequential")),
+            layer_var="MKL_THREADING_LAYER"),
+    Library("openblas", "OpenBLAS", prefixes=("libopenblas", "libscipy_openblas"), user_api="blas",
+            internal_api="openblas", env_prefixes=("OPENBLAS_", "GOTO_"),
+            precedence=("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
+            default=affinity_cpus, cap=_affinity_cap, profile_key="blas", profile_var="OPENBLAS_NUM_THREADS",
+            native_getter="openblas_get_num_threads()", scope="process",
+            note="pthreads builds: one limit for the whole process; OpenMP builds follow the calling "
+                 "thread's OpenMP limit"),
+    Library("blis", "BLIS", prefixes=("libblis",), user_api="blas", internal_api="blis",
+            env_prefixes=("BLIS_",), precedence=("BLIS_NUM_THREADS", "OMP_NUM_THREADS"), default=_one,
+            profile_key="blas", profile_var="BLIS_NUM_THREADS",
+            native_getter="bli_thread_get_num_threads()", scope="process"),
+    Library("flexiblas", "FlexiBLAS", prefixes=("libflexiblas",), user_api="blas", internal_api="flexiblas",
+            default=_backend_decides, profile_key="blas", profile_var="OPENBLAS_NUM_THREADS",
+            native_getter="flexiblas_get_num_threads()", scope="process"),
+    Library("accelerate", "Apple Accelerate", env_prefixes=("VECLIB_",), reads=("VECLIB_MAXIMUM_THREADS",),
+            push="none"),
+    Library("tbb", "oneTBB", prefixes=("libtbb",),
+            not_prefixes=("libtbbmalloc", "libtbbbind"), user_api="tbb", internal_api="tbb", env_prefixes=("TBB_",),
+            default=_tbb_default, push="none", scope="thread",
+            note="count from this_task_arena::max_concurrency() and global_control, read through ctypes"),
+    Library("numexpr", "numexpr", kind="python", module="numexpr", env_prefixes=("NUMEXPR_",),
+            precedence=("NUMEXPR_NUM_THREADS", "OMP_NUM_THREADS"), reads=("NUMEXPR_MAX_THREADS",),
+            default=_numexpr_default, context=_numexpr_context, profile_key="numexpr",
+            profile_var="NUMEXPR_NUM_THREADS", push="setter", getter="get_num_threads",
+            setter="set_num_threads", scope="process",
+            note="caps at NUMEXPR_MAX_THREADS (read at import); 16 when neither it nor OMP_NUM_THREADS is set"),
+    Library("torch", "torch", kind="framework", module="torch",
+            precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"), default=physical_in_affinity, cap=_mkl_cap,
+            cap_vars=("MKL_DYNAMIC",), profile_key="torch", push="setter", getter="get_num_threads",
+            setter="set_num_threads", scope="thread",
+            note="intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "
+                 "(std::thread::hardware_concurrency)"),
+    Library("numba", "numba", kind="python", module="numba",
+            precedence=("NUMBA_NUM_THREADS",), reads=("NUMBA_THREADING_LAYER",), default=_numba_default,
+            context=_numba_context, read=_numba_read, push="setter", getter="get_num_threads",
+            setter="set_num_threads", scope="thread", layer_var="NUMBA_THREADING_LAYER",
+            layer_files=(("tbbpool", "tbb"), ("omppool", "omp"), ("workqueue", "workqueue")),
+            listed="loaded",
+            note="launches NUMBA_NUM_THREADS threads once; set_num_threads masks them for the calling "
+                 "thread only and refuses more than were launched"),
+    Library("python", "Python", kind="interpreter", reads=("PYTHON_CPU_COUNT",), push="none"),
+    Library("parinfo", "parinfo", kind="parinfo", env_prefixes=("PARINFO_",),
+            precedence=("PARINFO_NUM_THREADS",), follows="torch",
+            reads=("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY"),
+            push="runtime", scope="process"),
+)
+
+_BY_NAME: dict[str, Library] = {r.name: r for r in _RECORDS}
+
+# ---------------------------------------------------------------------------------------------
+# Questions other modules ask
+
+
+def records() -> tuple[Library, ...]:
+    """Every library record, in registry order."""
+    return _RECORDS
+
+
+def library(name: str) -> Library:
+    """The record named ``name`` (KeyError when there is none)."""
+    return _BY_NAME[name]
+
+
+def find(name: str) -> Library | None:
+    """The record named ``name``, or None."""
+    return _BY_NAME.get(name)
+
+
+def by_prefix(file_name: str) -> Library | None:
+    """The native library whose shared object ``file_name`` (a base name, lower case) is, or None."""
+    for rec in _RECORDS:
+        if rec.prefixes and file_name.startswith(rec.prefixes):
+            return None if rec.not_prefixes and file_name.startswith(rec.not_prefixes) else rec
+    return None
+
+
+def by_internal_api(internal_api: str | None) -> Library | None:
+    """The first record for a threadpoolctl ``internal_api`` (openblas, mkl, blis, flexiblas, openmp)."""
+    return next((r for r in _RECORDS if internal_api and r.internal_api == internal_api), None)
+
+
+def python_libraries() -> tuple[Library, ...]:
+    """Libraries that are Python modules with their own count (numexpr...), read when imported."""
+    return tuple(r for r in _RECORDS if r.kind == "python")
+
+
+def openmp_runtimes() -> tuple[str, ...]:
+    """Names of the OpenMP runtimes (libgomp, libiomp, libomp)."""
+    return tuple(r.name for r in _RECORDS if r.user_api == "openmp")
+
+
+def profile_keys() -> tuple[str, ...]:
+    """The keys of a profile's ``libraries`` section, in the order the language lists them."""
+    keys = [r.profile_key for r in _RECORDS if r.profile_key]
+    first = ("blas", "openmp", "mkl", "torch")
+    return tuple(dict.fromkeys([k for k in first if k in keys] + keys))
+
+
+def _library_vars() -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for rec in _RECORDS:
+        if rec.profile_key:
+            have = out.get(rec.profile_key, ())
+            add = (rec.profile_var,) if rec.profile_var and rec.profile_var not in have else ()
+            out[rec.profile_key] = have + add
+    return out
+
+
+def _readers() -> dict[str, tuple[str, ...]]:
+    global _READERS
+    if _READERS is None:
+        found: dict[str, list[tuple[int, int, str]]] = {}
+        for i, rec in enumerate(_RECORDS):
+            for var in rec.variables:
+                group = 0 if var.startswith(rec.env_prefixes or ("\0",)) else 1 if rec.kind == "framework" else 2
+                found.setdefault(var, []).append((group, i, rec.name))
+        _READERS = {v: tuple(n for _, _, n in sorted(rows)) for v, rows in found.items()}
+    return _READERS
+
+
+_READERS: dict[str, tuple[str, ...]] | None = None
+
+#: Every thread variable parinfo knows, by name, in report order.
+THREAD_VARS: dict[str, Var] = {v.name: v for v in _VARIABLES}
+
+#: The variables that carry each profile key's count (torch has none of its own).
+LIBRARY_VARS: dict[str, tuple[str, ...]] = _library_vars()
+
+#: Name prefixes of variables that steer some runtime's threads: a set variable with one of these
+#: prefixes is reported even when it is not in THREAD_VARS.
+THREAD_PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(p for r in _RECORDS for p in r.env_prefixes))
+
+
+def listed_unset(name: str) -> bool:
+    """Whether the report lists ``name`` while it is unset: always, unless every reader asks to be
+    listed only when its module is loaded and none of those is."""
+    readers = [_BY_NAME[n] for n in THREAD_VARS[name].readers] if name in THREAD_VARS else []
+    return not readers or any(r.listed == "always" or r.is_loaded() for r in readers)
+
+
+def hook_orders() -> str:
+    """The precedence of each threadpoolctl ``internal_api``, for the start-up hook's instruction
+    variable (the hook imports nothing of parinfo): ``pool.API=VAR,VAR`` fields, space separated."""
+    fields: dict[str, str] = {}
+    for rec in _RECORDS:
+        if rec.internal_api and rec.push == "threadpoolctl" and rec.count_vars:
+            fields.setdefault(rec.internal_api, ",".join(rec.count_vars))
+    return " ".join(f"pool.{api}={order}" for api, order in fields.items())
