@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from parinfo.errors import ProfileError
+from parinfo.profiles.yaml_nodes import shown
 
 
 def shipped_dirs() -> list[Path]:
@@ -29,8 +30,11 @@ def shipped_path(name: str) -> Path | None:
     """The file of shipped profile ``name``, or None."""
     for d in shipped_dirs():
         p = d / f"{name}.yaml"
-        if p.is_file():
-            return p
+        try:
+            if p.is_file():
+                return p
+        except (OSError, ValueError):  # a name too long for a file name is not shipped
+            continue
     return None
 
 
@@ -42,7 +46,7 @@ def find_profile(source: str | os.PathLike, relative_to: Path | None = None) -> 
     """The file that ``source`` names: a path (relative to ``relative_to``) or a shipped name."""
     text = os.fspath(source)
     if "\0" in text:
-        raise ProfileError(f"{text!r} contains a NUL byte", fix="give a path or a shipped profile name")
+        raise ProfileError(f"{shown(repr(text))} contains a NUL byte", fix="give a path or a shipped profile name")
     if not text.strip():
         raise ProfileError("empty profile name", fix=f"give a path or one of: {', '.join(shipped_names())}")
     if isinstance(source, os.PathLike) or _looks_like_path(text):
@@ -53,10 +57,13 @@ def find_profile(source: str | os.PathLike, relative_to: Path | None = None) -> 
     p = shipped_path(text)
     if p is not None:
         return p
-    if Path(text).exists():
-        return Path(text)
+    # Not shipped: a file of that name next to the profile that names it (or in the current
+    # directory for a name given on the command line).
+    local = (relative_to or Path.cwd()) / text
+    if os.path.lexists(local):
+        return local
     names = shipped_names()
     close = difflib.get_close_matches(text, names, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
-    raise ProfileError(f"no shipped profile named {text!r}",
+    raise ProfileError(f"no shipped profile named {shown(repr(text))}",
                        fix=f"{hint}give a path to a .yaml file or one of: {', '.join(names) or 'none found'}")

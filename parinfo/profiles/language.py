@@ -32,7 +32,14 @@ from parinfo.profiles.rules import (
     VERSION,
 )
 from parinfo.profiles.validation import validate_document
-from parinfo.profiles.yaml_nodes import Document, Mark, parse, read_text
+from parinfo.profiles.yaml_nodes import (
+    Document,
+    Mark,
+    file_problem,
+    parse,
+    read_text,
+    shown,
+)
 
 __all__ = ["AFFINITY_WORDS", "DERIVED_VARS", "FACT_NAMES", "INSTANCE_KEYS", "INSTANCE_NAMES", "LIBRARIES",
            "MAX_COUNT", "MAX_EXTENDS", "TOP_KEYS", "VERSION", "Profile", "find_profile", "list_profiles",
@@ -95,8 +102,10 @@ def _extend(doc: Document, chain: tuple[Path, ...], default_name: str, base_dir:
         parent_path = find_profile(target, relative_to=base_dir)
     except ProfileError as exc:
         raise error_at(extends_mark, doc.path, f"extends: {exc.message}", exc.fix) from None
-    if not parent_path.is_file() and not parent_path.is_dir():
-        raise error_at(extends_mark, doc.path, f"extends: no such file {parent_path}",
+    problem = file_problem(parent_path)
+    if problem is not None:
+        what = f"no such file {parent_path}" if problem == "no such file" else f"{shown(str(parent_path))} {problem}"
+        raise error_at(extends_mark, doc.path, f"extends: {what}",
                        "give a path relative to this file, or the name of a shipped profile")
     parent = _load(parent_path, chain, (extends_mark, doc.path))
     merged: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in parent.items()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from parinfo.errors import ProfileError
-from parinfo.profiles.yaml_nodes import KeyPath, Mark
+from parinfo.profiles.yaml_nodes import PATH_LIMIT, KeyPath, Mark, shown
 
 
 class Profile(dict):
@@ -38,16 +38,16 @@ def error_at(mark: Mark | None, source: str, message: str, fix: str | None,
     message = one_line(message)
     fix = one_line(fix) if fix else fix
     if mark is None:
-        return ProfileError(message, path=one_line(source), fix=fix)
+        return ProfileError(message, path=shown(source, PATH_LIMIT), fix=fix)
     column = mark.column
     if column_in_value is not None and mark.inline:
         column += column_in_value - 1
-    return ProfileError(message, path=one_line(mark.path), line=mark.line, column=column, fix=fix)
+    return ProfileError(message, path=shown(mark.path, PATH_LIMIT), line=mark.line, column=column, fix=fix)
 
 
 def one_line(text: str) -> str:
-    """``text`` with line breaks escaped, so that an error stays one line."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
+    """``text`` with control characters escaped, so that an error stays one line and prints safely."""
+    return shown(text, 2000)
 
 
 def type_name(value: Any) -> str:
