@@ -8,6 +8,7 @@ per-variable values, other files, the machine); the rules check those too, and s
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any, Protocol
 
 from parinfo.errors import ProfileError
@@ -15,7 +16,7 @@ from parinfo.machine.cpulist import parse_cpu_list
 from parinfo.process.variables import LIBRARY_VARS
 from parinfo.profiles import expr
 from parinfo.profiles.model import type_name
-from parinfo.profiles.yaml_nodes import KeyPath
+from parinfo.profiles.yaml_nodes import KeyPath, shown
 
 VERSION = 1
 MAX_COUNT = 4096
@@ -73,6 +74,27 @@ def _label(kp: KeyPath) -> str:
     return ".".join(kp)
 
 
+# Characters that steer a terminal or reorder text: C0/C1 controls, DEL and the Unicode format
+# characters (bidi overrides such as U+202E, zero-width characters).
+_FORMAT = r"\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"
+_NAME_CHAR = rf"[^\x00-\x1f\x7f-\x9f{_FORMAT}]"
+_TEXT_CHAR = rf"[^\x00-\x08\x0b-\x1f\x7f-\x9f{_FORMAT}]"  # also tab and line feed
+_C0_NAMES = {0x00: "NUL", 0x07: "BEL", 0x08: "BS", 0x09: "TAB", 0x0A: "LF", 0x0D: "CR", 0x1B: "ESC", 0x7F: "DEL"}
+
+
+def _is_control(ch: str) -> bool:
+    import unicodedata
+
+    return unicodedata.category(ch) in ("Cc", "Cf")
+
+
+def _char_name(ch: str) -> str:
+    import unicodedata
+
+    name = _C0_NAMES.get(ord(ch)) or unicodedata.name(ch, "")
+    return f"U+{ord(ch):04X}" + (f" ({name})" if name else "")
+
+
 class Version(Rule):
     required = True
 
@@ -109,6 +131,11 @@ class Text(Rule):
         text = value.strip()
         if self.empty and (not text or (self.one_line and "\n" in text)):
             raise c.fail(kp, *self.empty)
+        allowed = "" if self.one_line else "\n\t"
+        for i, ch in enumerate(text):
+            if ch not in allowed and _is_control(ch):
+                raise c.fail(kp, f"'{label}' has the control character {_char_name(ch)} at character {i + 1}",
+                             "remove it: profile text is printed to terminals")
         return text
 
     def shape(self) -> dict[str, Any]:
@@ -116,10 +143,13 @@ class Text(Rule):
         if self.empty:
             out["minLength"] = 1
         out["maxLength"] = self.limit
+        # Leading and trailing white space is stripped before the checks.
         if self.one_line:
-            out["pattern"] = r"^[^\n]*\S[^\n]*$"
+            out["pattern"] = rf"^\s*{_NAME_CHAR}*[^\s\x00-\x1f\x7f-\x9f]{_NAME_CHAR}*\s*$"
         elif self.empty:
             out["pattern"] = r"\S"
+        else:
+            out["pattern"] = rf"^\s*{_TEXT_CHAR}*\s*$"
         return out
 
 
@@ -146,7 +176,7 @@ class Count(Rule):
         try:
             expr.check(value, self.names)
         except expr.ExprError as exc:
-            raise c.fail(kp, f"'{label}': bad expression {value!r}: {exc.message} at column {exc.column}",
+            raise c.fail(kp, f"'{label}': bad expression {shown(repr(value), 80)}: {exc.message} at column {exc.column}",
                          exc.fix or "write e.g. physical_cores // 2", column_in_value=exc.column) from None
         return value.strip()
 
@@ -205,7 +235,7 @@ class Env(Rule):
                 allowed = sorted(n for n in THREAD_VARS if n not in DERIVED_VARS)
                 close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
                 fix = f"did you mean {close[0]}?" if close else f"known variables: {', '.join(allowed)}"
-                raise c.fail(vkp, f"unknown thread variable {name!r}", fix, key=True)
+                raise c.fail(vkp, f"unknown thread variable {shown(repr(name), 80)}", fix, key=True)
             if isinstance(raw, bool):
                 text = "TRUE" if raw else "FALSE"
             elif isinstance(raw, (int, str)):
@@ -213,6 +243,10 @@ class Env(Rule):
             else:
                 raise c.fail(vkp, f"env {name} must be text or an integer, not {type_name(raw)}",
                              "put the value in quotes")
+            odd = next((ch for ch in text if not (" " <= ch <= "~")), None)
+            if odd is not None:
+                raise c.fail(vkp, f"env {name}: the value has {_char_name(odd)}; thread variables are read as "
+                             f"printable ASCII", "write the value with ASCII letters, digits and punctuation")
             why = validate(name, text)
             if why:
                 raise c.fail(vkp, f"env {name}: {why}", f"see 'parinfo show' for what {name} accepts")
@@ -235,12 +269,9 @@ class Affinity(Rule):
         if isinstance(value, str) and not any(ch.isdigit() for ch in value):
             close = difflib.get_close_matches(value.strip().lower(), AFFINITY_WORDS, n=1, cutoff=0.5)
             hint = f"did you mean '{close[0]}'? or " if close else ""
-            raise c.fail(kp, f"unknown affinity {value!r}", hint + fix)
+            raise c.fail(kp, f"unknown affinity {shown(repr(value), 60)}", hint + fix)
         if isinstance(value, str):
-            try:
-                return parse_cpu_list(value)
-            except ValueError as exc:
-                raise c.fail(kp, f"affinity: {exc}", fix) from None
+            return _cpu_list(c, value, kp, fix)
         if isinstance(value, int) and not isinstance(value, bool):
             value = [value]
         if not isinstance(value, list):
@@ -253,10 +284,7 @@ class Affinity(Rule):
             ikp = (*kp, str(i))
             if isinstance(item, bool) or not isinstance(item, (int, str)):
                 raise c.fail(ikp, f"affinity entry must be a CPU number or range, not {type_name(item)}", fix)
-            try:
-                cpus.update(parse_cpu_list(str(item)))
-            except ValueError as exc:
-                raise c.fail(ikp, f"affinity: {exc}", fix) from None
+            cpus.update(_cpu_list(c, str(item), ikp, fix))
         return sorted(cpus)
 
     def shape(self) -> dict[str, Any]:
@@ -264,6 +292,18 @@ class Affinity(Rule):
         cpu = {"type": "integer", "minimum": 0}
         return {"anyOf": [{"enum": list(AFFINITY_WORDS)}, cpu_list, cpu,
                           {"type": "array", "minItems": 1, "items": {"anyOf": [cpu, cpu_list]}}]}
+
+
+def _cpu_list(c: Checker, text: str, kp: KeyPath, fix: str) -> list[int]:
+    """A CPU list in ASCII decimal ("0-3,8"); int() alone would also take "٣" and "0_0"."""
+    try:
+        cpus = parse_cpu_list(text)
+    except ValueError as exc:
+        raise c.fail(kp, f"affinity: {exc}", fix) from None
+    if not re.match(_CPU_LIST_PATTERN, text, re.ASCII):
+        raise c.fail(kp, f"affinity: {shown(repr(text), 60)} is not written in ASCII digits 0-9, '-' and ','",
+                     "write CPU numbers as plain ASCII decimal, such as 0-3,8")
+    return cpus
 
 
 class Instances(Rule):
