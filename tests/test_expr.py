@@ -110,3 +110,67 @@ def test_agrees_with_python_arithmetic_on_valid_expressions(text):
         assert evaluate(text, FACTS).value == reference
     except ExprError as exc:
         assert "nested" in exc.message or "tokens" in exc.message or "long" in exc.message
+
+
+def test_check_needs_no_facts_and_refuses_only_what_fails_everywhere():
+    names = ("usable_cpus", "physical_cores", "numa_nodes")
+    expr.check("usable_cpus // (physical_cores - 1)", names)  # zero only where physical_cores is 1
+    expr.check("usable_cpus // (numa_nodes - numa_nodes + 1)", names)
+    with pytest.raises(ExprError, match="division by zero") as info:
+        expr.check("usable_cpus // (3 - 3)", names)  # zero on every machine
+    assert info.value.column == 13
+    with pytest.raises(ExprError, match="unknown name 'cores'") as info:
+        expr.check("usable_cpus // cores", names)
+    assert info.value.column == 16
+
+
+def test_division_by_a_fact_that_is_zero_here_fails_with_its_column():
+    assert evaluate("usable_cpus // (physical_cores - 1)", {"usable_cpus": 8, "physical_cores": 4}).value == 2
+    with pytest.raises(ExprError, match="division by zero") as info:
+        evaluate("usable_cpus // (physical_cores - 1)", {"usable_cpus": 1, "physical_cores": 1})
+    assert info.value.column == 13
+    assert expr.substitute("usable_cpus // (physical_cores - 1)", {"usable_cpus": 1, "physical_cores": 1}) \
+        == "1 // (1 - 1)"
+
+
+fact_values = st.fixed_dictionaries({k: st.integers(1, 64) for k in FACTS})
+
+
+@st.composite
+def _valid_somewhere(draw):
+    """An expression over + - * // min max that some facts make valid (divisors may be zero elsewhere)."""
+    leaf = st.one_of(st.integers(0, 9).map(str), st.sampled_from(sorted(FACTS)))
+    tree = draw(st.recursive(leaf, lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(["+", "-", "*", "//"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(inner, inner).map(lambda t: f"min({t[0]}, {t[1]})"),
+        st.tuples(inner, inner).map(lambda t: f"max({t[0]}, {t[1]})"),
+    ), max_leaves=8))
+    return tree
+
+
+def _python(text: str, facts: dict[str, int]) -> int | None:
+    try:
+        return eval(text, {"__builtins__": {}, "min": min, "max": max}, dict(facts))  # test oracle
+    except ZeroDivisionError:
+        return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(_valid_somewhere(), st.lists(fact_values, min_size=1, max_size=4))
+def test_check_accepts_every_expression_that_some_machine_can_evaluate(text, machines):
+    try:
+        expr.check(text, FACTS)
+    except ExprError as exc:
+        if "nested" in exc.message or "tokens" in exc.message or "long" in exc.message:
+            return
+        # Refused without facts: then it is a division by zero on every one of these machines too.
+        assert exc.message == "division by zero", exc.message
+        assert all(_python(text, facts) is None for facts in machines), text
+        return
+    for facts in machines:
+        reference = _python(text, facts)
+        if reference is None:
+            with pytest.raises(ExprError, match="division by zero"):
+                evaluate(text, facts)
+        else:
+            assert evaluate(text, facts).value == reference

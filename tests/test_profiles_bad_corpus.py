@@ -68,9 +68,9 @@ def test_unreadable_file(tmp_path, monkeypatch):
     p = tmp_path / "secret.yaml"
     p.write_text("version: 1\n")
 
-    def refuse(self, *a, **kw):
+    def refuse(*a, **kw):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(Path, "open", refuse)
+    monkeypatch.setattr("parinfo.profiles.yaml_nodes.os.open", refuse)
     with pytest.raises(ProfileError, match=r"secret\.yaml: permission denied \(make the file readable\)"):
         load_profile(p)

@@ -210,3 +210,18 @@ def test_plan_to_dict_round_trips_to_json():
 def test_resolving_this_machine_needs_no_facts():
     plan = resolve_profile("latency")
     assert plan.intra_op.value >= 1
+
+
+def test_expression_valid_on_some_machines_is_checked_per_machine(tmp_path):
+    # Division by (physical_cores - 1) is fine on 16 cores and zero on one: only the latter fails.
+    p = tmp_path / "per-machine.yaml"
+    p.write_text("version: 1\nintra_op: usable_cpus // (physical_cores - 1)\n")
+    plan = resolve_profile(p, MACHINES["16cores_smt"])
+    assert plan.intra_op.value == 2
+    assert plan.intra_op.why == "usable_cpus // (physical_cores - 1) = 32 // (16 - 1) = 2"
+    with pytest.raises(ProfileError) as info:
+        resolve_profile(p, MACHINES["1cpu"])
+    line = str(info.value)
+    assert line == (f"{p}:2:23: 'intra_op': usable_cpus // (physical_cores - 1) = 1 // (1 - 1) on this machine: "
+                    f"division by zero at column 13 (wrap the divisor in max(1, ...) so that it is at least 1 "
+                    f"on every machine)")

@@ -1,8 +1,12 @@
-"""The published JSON Schema (parinfo/profiles/profile.schema.json) agrees with parinfo's own validator."""
+"""The published JSON Schema (parinfo/profiles/profile.schema.json) is generated from the language's one
+declaration (parinfo.profiles.rules) and agrees with parinfo's own validator."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -11,10 +15,19 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parinfo.process.variables import THREAD_VARS
 from parinfo.errors import ProfileError
-from parinfo.profiles.language import (DERIVED_VARS, INSTANCE_KEYS, LIBRARIES, MAX_COUNT, TOP_KEYS, shipped_names,
-                              shipped_path, validate_profile)
+from parinfo.process.variables import THREAD_VARS
+from parinfo.profiles.language import (
+    DERIVED_VARS,
+    INSTANCE_KEYS,
+    LIBRARIES,
+    MAX_COUNT,
+    TOP_KEYS,
+    shipped_names,
+    shipped_path,
+    validate_profile,
+)
+from parinfo.profiles.schema import build_schema, schema_text
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "parinfo" / "profiles" / "profile.schema.json"
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
@@ -63,8 +76,14 @@ def test_schema_is_valid_draft_2020_12():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
 
 
+def test_committed_schema_is_the_generated_one():
+    # Regenerate with: python -m parinfo.profiles.schema > parinfo/profiles/profile.schema.json
+    assert SCHEMA_PATH.read_text() == schema_text()
+    assert SCHEMA == build_schema()
+
+
 def test_schema_lists_the_same_keys_and_limits_as_the_validator():
-    assert set(SCHEMA["properties"]) == set(TOP_KEYS)
+    assert list(SCHEMA["properties"]) == list(TOP_KEYS)
     assert set(SCHEMA["properties"]["libraries"]["properties"]) == set(LIBRARIES)
     obj = SCHEMA["properties"]["instances"]["anyOf"][1]
     assert set(obj["properties"]) == set(INSTANCE_KEYS)
@@ -73,6 +92,18 @@ def test_schema_lists_the_same_keys_and_limits_as_the_validator():
     assert all(pattern.match(n) for n in THREAD_VARS) and set(DERIVED_VARS) <= set(THREAD_VARS)
     assert not any(f'"{n}"' in json.dumps(SCHEMA) for n in THREAD_VARS)
     assert SCHEMA["$defs"]["count"]["anyOf"][0]["maximum"] == MAX_COUNT
+
+
+def test_schema_names_no_thread_variable():
+    # Variable names live in one module of the package; the schema matches them by pattern.
+    text = SCHEMA_PATH.read_text()
+    assert [n for n in THREAD_VARS if n in text] == []
+
+
+def test_module_regenerates_the_file():
+    proc = subprocess.run([sys.executable, "-m", "parinfo.profiles.schema"], capture_output=True, text=True,
+                          check=True, env={**os.environ, "PYTHONPATH": str(SCHEMA_PATH.parents[2])})
+    assert proc.stdout == SCHEMA_PATH.read_text()
 
 
 @pytest.mark.parametrize("name", shipped_names())

@@ -37,6 +37,7 @@ def apply(profile: Any, *, force: bool = False) -> dict:
     in both cases nothing has been changed.
     """
     plan = _plan_of(profile)
+    _check_plan(plan)
     intra, inter = plan.intra_op.value, plan.inter_op.value
     cpus = plan.affinity
     env = dict(plan.env)
@@ -75,6 +76,25 @@ def apply(profile: Any, *, force: bool = False) -> dict:
 
     not_in_force = _verify(intra, inter, expected_pools, torch_want, cpus, kept)
     return {"plan": plan.to_dict(), "applied": applied, "skipped": skipped, "not_in_force": not_in_force}
+
+
+def _check_plan(plan: Plan) -> None:
+    """Refuse, before anything is changed, a plan this process cannot put in force as a whole
+    (a hand-built Plan can hold what a validated profile cannot)."""
+    from parinfo.errors import ProfileError
+
+    envs = [plan.env, *(i.env for i in plan.instances)]
+    for env in envs:
+        for name, value in env.items():
+            if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+                raise ProfileError(f"profile {plan.name}: {name!r} is not a variable name", fix="fix the plan's env")
+            if not isinstance(value, str) or "\0" in value:
+                raise ProfileError(f"profile {plan.name}: {name}={value!r} is not a value a variable can hold",
+                                   fix="give text without NUL characters")
+    counts = [plan.intra_op.value, plan.inter_op.value, *(s.value for s in plan.libraries.values())]
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
+        raise ProfileError(f"profile {plan.name}: every count must be a whole number of 1 or more",
+                           fix="fix the plan's counts")
 
 
 def _users(name: str) -> bool:

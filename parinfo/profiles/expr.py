@@ -1,7 +1,9 @@
 """The count expression language of profiles: integers and machine facts with + - * // min max ( ).
 
-A small hand-written tokenizer and recursive-descent parser; nothing here ever calls eval or
-compiles Python. Length, token count and nesting depth are bounded so that a hostile profile
+A small hand-written tokenizer and recursive-descent parser into a tree; nothing here ever calls
+eval or compiles Python. :func:`check` checks syntax and names without any machine's numbers (so an
+expression valid on some machine is never refused by validation); :func:`evaluate` computes the tree
+on one machine's facts, where a divisor that is zero there is a fault with its column. Length, token count and nesting depth are bounded so that a hostile profile
 cannot make parinfo slow or crash it.
 
 Grammar::
@@ -13,6 +15,7 @@ Grammar::
 """
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 MAX_LENGTH = 200
@@ -98,14 +101,28 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
+@dataclass(frozen=True)
+class Node:
+    """One node of a parsed expression; ``const`` is its value when it names no fact."""
+
+    kind: str  # int | name | neg | op | call
+    text: str  # the literal, the fact, the operator or the function name
+    start: int  # 0-based offset of the node's token in the expression
+    args: tuple[Node, ...] = ()
+    const: int | None = None
+
+
 class _Parser:
-    def __init__(self, text: str, names: dict[str, int]) -> None:
+    """Builds the tree, checking names and syntax as it goes (left to right, so the first fault in
+    the text is the one reported). A divisor that names no fact and is 0 is refused here: it is zero
+    on every machine. Divisors that name facts are only known on a machine (see :func:`evaluate`)."""
+
+    def __init__(self, text: str, names: Collection[str]) -> None:
         self.text = text
         self.names = names
         self.tokens = tokenize(text)
         self.pos = 0
         self.depth = 0
-        self.used: list[str] = []
 
     def peek(self) -> Token:
         return self.tokens[self.pos]
@@ -127,69 +144,64 @@ class _Parser:
             raise ExprError(f"expression is nested more than {MAX_DEPTH} levels deep", tok.start + 1,
                             "simplify the expression")
 
-    def parse(self) -> int:
+    def parse(self) -> Node:
         if self.peek().kind == "end":
             raise ExprError("empty expression", 1, "write an integer or an expression such as usable_cpus // 2")
-        value = self.expr()
+        node = self.expr()
         tok = self.peek()
         if tok.kind != "end":
             raise ExprError(f"unexpected {_describe(tok)}", tok.start + 1,
                             "join terms with +, -, *, // or write min(a, b)")
-        return value
+        return node
 
-    def expr(self) -> int:
-        value = self.term()
+    def expr(self) -> Node:
+        node = self.term()
         while self.peek().kind == "op" and self.peek().text in ("+", "-"):
-            op = self.take().text
-            rhs = self.term()
-            value = value + rhs if op == "+" else value - rhs
-        return value
+            tok = self.take()
+            node = _binary(tok, node, self.term())
+        return node
 
-    def term(self) -> int:
-        value = self.unary()
+    def term(self) -> Node:
+        node = self.unary()
         while self.peek().kind == "op" and self.peek().text in ("*", "//"):
             tok = self.take()
             rhs = self.unary()
-            if tok.text == "*":
-                value = value * rhs
-            else:
-                if rhs == 0:
-                    raise ExprError("division by zero", tok.start + 1, "divide by a fact or number that is at least 1")
-                value = value // rhs
-        return value
+            if tok.text == "//" and rhs.const == 0:
+                raise ExprError("division by zero", tok.start + 1, "divide by a fact or number that is at least 1")
+            node = _binary(tok, node, rhs)
+        return node
 
-    def unary(self) -> int:
+    def unary(self) -> Node:
         tok = self.peek()
         if tok.kind == "op" and tok.text == "-":
             self.take()
             self.enter(tok)
-            value = -self.unary()
+            child = self.unary()
             self.depth -= 1
-            return value
+            return Node("neg", "-", tok.start, (child,), None if child.const is None else -child.const)
         return self.atom()
 
-    def atom(self) -> int:
+    def atom(self) -> Node:
         tok = self.take()
         if tok.kind == "int":
-            return int(tok.text)
+            return Node("int", tok.text, tok.start, const=int(tok.text))
         if tok.kind == "name":
             if tok.text in FUNCTIONS:
                 return self.call(tok)
             if tok.text not in self.names:
                 raise ExprError(f"unknown name '{tok.text}'", tok.start + 1, _suggest(tok.text, self.names))
-            self.used.append(tok.text)
-            return self.names[tok.text]
+            return Node("name", tok.text, tok.start)
         if tok.kind == "op" and tok.text == "(":
             self.enter(tok)
-            value = self.expr()
+            node = self.expr()
             self.expect(")")
             self.depth -= 1
-            return value
+            return node
         if tok.kind == "end":
             raise ExprError("expression ends too early", tok.start + 1, "complete the expression")
         raise ExprError(f"unexpected {_describe(tok)}", tok.start + 1)
 
-    def call(self, name: Token) -> int:
+    def call(self, name: Token) -> Node:
         nxt = self.peek()
         if nxt.kind != "op" or nxt.text != "(":
             raise ExprError(f"'{name.text}' needs arguments in parentheses", name.start + 1,
@@ -205,7 +217,41 @@ class _Parser:
         if len(args) < 2:
             raise ExprError(f"'{name.text}' needs at least two arguments", name.start + 1,
                             f"write {name.text}(a, b)")
-        return min(args) if name.text == "min" else max(args)
+        consts = [a.const for a in args]
+        const = None if None in consts else _apply(name.text, [c for c in consts if c is not None])
+        return Node("call", name.text, name.start, tuple(args), const)
+
+
+def _apply(op: str, values: list[int]) -> int:
+    if op == "+":
+        return values[0] + values[1]
+    if op == "-":
+        return values[0] - values[1]
+    if op == "*":
+        return values[0] * values[1]
+    if op == "//":
+        return values[0] // values[1]
+    return min(values) if op == "min" else max(values)
+
+
+def _binary(tok: Token, lhs: Node, rhs: Node) -> Node:
+    const = None
+    if lhs.const is not None and rhs.const is not None:
+        const = _apply(tok.text, [lhs.const, rhs.const])
+    return Node("op", tok.text, tok.start, (lhs, rhs), const)
+
+
+def _value(node: Node, names: Mapping[str, int]) -> int:
+    if node.const is not None:
+        return node.const
+    if node.kind == "name":
+        return names[node.text]
+    if node.kind == "neg":
+        return -_value(node.args[0], names)
+    values = [_value(arg, names) for arg in node.args]
+    if node.text == "//" and values[1] == 0:
+        raise ExprError("division by zero", node.start + 1, "divide by a fact or number that is at least 1")
+    return _apply(node.text, values)
 
 
 def _describe(tok: Token) -> str:
@@ -214,7 +260,7 @@ def _describe(tok: Token) -> str:
     return f"'{tok.text}'"
 
 
-def _suggest(name: str, names: dict[str, int]) -> str:
+def _suggest(name: str, names: Collection[str]) -> str:
     import difflib
 
     close = difflib.get_close_matches(name, list(names) + list(FUNCTIONS), n=1)
@@ -224,21 +270,46 @@ def _suggest(name: str, names: dict[str, int]) -> str:
     return f"known names: {known}"
 
 
-def check(text: str, names: dict[str, int] | list[str] | tuple[str, ...]) -> None:
-    """Parse ``text`` against the known names without caring about the numbers (validation time)."""
-    evaluate(text, {k: 1 for k in names})
+def parse(text: str, names: Collection[str]) -> Node:
+    """Parse ``text``, allowing the fact names in ``names``; raise ExprError at the first fault."""
+    return _Parser(text, names).parse()
 
 
-def evaluate(text: str, names: dict[str, int]) -> Result:
+def check(text: str, names: Collection[str]) -> None:
+    """Check syntax and names without any machine's numbers (validation time).
+
+    Only a fault that holds on every machine is refused here; a divisor that is zero for some
+    facts is reported by :func:`evaluate` on the machine where it is zero.
+    """
+    parse(text, names)
+
+
+def evaluate(text: str, names: Mapping[str, int]) -> Result:
     """Evaluate ``text`` with the integer values of ``names``; raise ExprError on any fault."""
     parser = _Parser(text, names)
-    value = parser.parse()
+    value = _value(parser.parse(), names)
+    substituted, used = _substitute(text, parser.tokens, names)
+    return Result(value, substituted, used)
+
+
+def substitute(text: str, names: Mapping[str, int]) -> str:
+    """``text`` with each fact replaced by its number (for messages; ``text`` need not be valid)."""
+    try:
+        tokens = tokenize(text)
+    except ExprError:
+        return text.strip()
+    return _substitute(text, tokens, names)[0]
+
+
+def _substitute(text: str, tokens: list[Token], names: Mapping[str, int]) -> tuple[str, tuple[str, ...]]:
     pieces: list[str] = []
+    used: list[str] = []
     last = 0
-    for tok in parser.tokens:
+    for tok in tokens:
         if tok.kind == "name" and tok.text in names and tok.text not in FUNCTIONS:
             pieces.append(text[last:tok.start])
             pieces.append(str(names[tok.text]))
+            used.append(tok.text)
             last = tok.start + len(tok.text)
     pieces.append(text[last:])
-    return Result(value, "".join(pieces).strip(), tuple(dict.fromkeys(parser.used)))
+    return "".join(pieces).strip(), tuple(dict.fromkeys(used))

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from parinfo.profiles import expr
 from parinfo.errors import UsageError
-from parinfo.profiles.plan import InstancePlan, Plan, Setting
 from parinfo.machine.cpulist import format_cpu_list
-from parinfo.profiles.language import DERIVED_VARS, LIBRARIES, MAX_COUNT, Profile
+from parinfo.profiles import expr
+from parinfo.profiles.model import Profile
+from parinfo.profiles.plan import InstancePlan, Plan, Setting
+from parinfo.profiles.rules import DERIVED_VARS, LIBRARIES, MAX_COUNT
 
 COUNT_FACTOR = 64  # a count above 64 x logical CPUs is a mistake, not a plan
 
@@ -99,8 +100,14 @@ class _Resolver:
             try:
                 res = expr.evaluate(raw, names)
             except expr.ExprError as exc:
-                raise self.prof.error(keypath, f"'{label}': {raw!r}: {exc.message} at column {exc.column}",
-                                      exc.fix or "change the expression", exc.column) from None
+                # Validation checked syntax and names; what is left depends on this machine's numbers.
+                working = expr.substitute(raw, names)
+                shown = f"{raw} = {working}" if working != raw.strip() else raw
+                fix = exc.fix or "change the expression"
+                if exc.message == "division by zero":
+                    fix = "wrap the divisor in max(1, ...) so that it is at least 1 on every machine"
+                raise self.prof.error(keypath, f"'{label}': {shown} on this machine: {exc.message} at column "
+                                      f"{exc.column}", fix, exc.column) from None
             value = res.value
             steps = [raw] + [t for t in (res.substituted, str(value)) if t != raw]
             why = " = ".join(dict.fromkeys(steps)) if len(steps) > 1 else f"{raw} = {value}"

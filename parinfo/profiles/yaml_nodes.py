@@ -7,6 +7,11 @@ aliases and nesting so that an alias bomb or a deeply nested document fails fast
 """
 from __future__ import annotations
 
+import errno
+import os
+import re
+import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +22,7 @@ MAX_FILE_BYTES = 64 * 1024
 MAX_NODES = 5000
 MAX_ALIASES = 64
 MAX_DEPTH = 32
+MAX_INT_DIGITS = 20
 
 KeyPath = tuple[str, ...]
 
@@ -41,33 +47,86 @@ class Document:
     key_marks: dict[KeyPath, Mark]
 
 
+MAX_READ_SECONDS = 2.0
+PATH_LIMIT = 400  # characters of a path shown in a message
+# Pseudo-file systems: their "regular" files can block (/proc/kmsg) or never end; no profile lives there.
+REFUSED_ROOTS = ("/proc", "/sys", "/dev")
+
+
 def _error(message: str, path: str, line: int | None = None, column: int | None = None,
            fix: str | None = None) -> ProfileError:
-    message = message.replace("\r", "\\r").replace("\n", "\\n")
-    return ProfileError(message, path=path, line=line, column=column, fix=fix)
+    return ProfileError(shown(message, 2000), path=shown(path, PATH_LIMIT), line=line, column=column, fix=fix)
+
+
+def shown(text: str, limit: int = 120) -> str:
+    """``text`` for a one-line message: control and format characters escaped, shortened in the middle."""
+    out = "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+    if len(out) > limit:
+        half = (limit - 3) // 2
+        out = f"{out[:half]}...{out[-half:]}"
+    return out
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
+
+
+def file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a profile file (without opening it), or None when it may be one."""
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError) as exc:
+        return f"cannot resolve: {getattr(exc, 'strerror', None) or exc}"
+    for root in REFUSED_ROOTS:
+        if real == root or real.startswith(root + "/"):
+            return f"is under {root}, not a profile file"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        try:
+            os.lstat(path)
+        except OSError:
+            return "no such file"
+        return "is a dangling symbolic link"
+    except PermissionError:
+        return None  # reading says "permission denied"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link loop"
+        return f"cannot read: {exc.strerror or exc}"
+    if not stat.S_ISREG(st.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+        return f"is {kind}, not a profile file"
+    return None
 
 
 def read_text(path: Path) -> str:
-    """Read a profile file as UTF-8 text, turning every file-system fault into a ProfileError."""
-    shown = str(path)
+    """Read a profile file as UTF-8 text, turning every file-system fault into a ProfileError.
+
+    Only small regular files outside /proc, /sys and /dev are read, never blocking (O_NONBLOCK, the
+    type checked again on the open file) and for at most MAX_FILE_BYTES and MAX_READ_SECONDS.
+    """
+    shown_path = str(path)
+    problem = file_problem(path)
+    if problem == "no such file":
+        raise _error(problem, shown_path, fix="check the path, or give the name of a shipped profile")
+    if problem is not None:
+        raise _error(problem, shown_path, fix="give the path of a .yaml file")
     try:
-        if path.is_dir():
-            raise _error("is a directory, not a profile file", shown, fix="give the path of a .yaml file")
-        if path.exists() and not path.is_file():
-            raise _error("is not a regular file", shown, fix="give the path of a .yaml file")
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except ProfileError:
-        raise
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise _error("no such file", shown, fix="check the path, or give the name of a shipped profile") from None
+        raise _error("no such file", shown_path, fix="check the path, or give the name of a shipped profile") from None
     except PermissionError:
-        raise _error("permission denied", shown, fix="make the file readable") from None
+        raise _error("permission denied", shown_path, fix="make the file readable") from None
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
-        raise _error(f"cannot read: {reason}", shown, fix="give a readable .yaml file") from None
+        raise _error(f"cannot read: {reason}", shown_path, fix="give a readable .yaml file") from None
+    try:
+        raw = _read_bounded(fd, shown_path)
+    finally:
+        os.close(fd)
     if len(raw) > MAX_FILE_BYTES:
-        raise _error(f"file is larger than {MAX_FILE_BYTES // 1024} KiB", shown,
+        raise _error(f"file is larger than {MAX_FILE_BYTES // 1024} KiB", shown_path,
                      fix="a profile is a few lines of YAML; check that this is the right file")
     try:
         text = raw.decode("utf-8")
@@ -75,13 +134,44 @@ def read_text(path: Path) -> str:
         before = raw[: exc.start]
         line = before.count(b"\n") + 1
         column = exc.start - (before.rfind(b"\n") + 1) + 1
-        raise _error(f"byte 0x{raw[exc.start]:02x} is not valid UTF-8", shown, line, column,
+        raise _error(f"byte 0x{raw[exc.start]:02x} is not valid UTF-8", shown_path, line, column,
                      fix="save the file as UTF-8") from None
     if text.startswith("\ufeff"):
         text = text[1:]
     if not text.strip():
-        raise _error("empty file", shown, fix="start the profile with 'version: 1'")
+        raise _error("empty file", shown_path, fix="start the profile with 'version: 1'")
     return text
+
+
+def _read_bounded(fd: int, shown_path: str) -> bytes:
+    """Up to MAX_FILE_BYTES + 1 bytes of the open file, checked to be a regular file."""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+            raise _error(f"is {kind}, not a profile file", shown_path, fix="give the path of a .yaml file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise _error(f"file is larger than {MAX_FILE_BYTES // 1024} KiB", shown_path,
+                         fix="a profile is a few lines of YAML; check that this is the right file")
+        chunks: list[bytes] = []
+        size = 0
+        deadline = time.monotonic() + MAX_READ_SECONDS
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if time.monotonic() > deadline:
+                raise _error(f"reading took more than {MAX_READ_SECONDS:g} s", shown_path,
+                             fix="copy the profile to a local file")
+        return b"".join(chunks)
+    except BlockingIOError:
+        raise _error("would block (not a regular file?)", shown_path, fix="give the path of a .yaml file") from None
+    except PermissionError:
+        raise _error("permission denied", shown_path, fix="make the file readable") from None
+    except OSError as exc:
+        raise _error(f"cannot read: {exc.strerror or exc}", shown_path, fix="give a readable .yaml file") from None
 
 
 def _position(text: str, index: int) -> tuple[int, int]:
@@ -186,9 +276,7 @@ class _Builder:
             raise self.fail(node, f"nested more than {MAX_DEPTH} levels deep", "a profile needs only two or three levels")
         self.marks.setdefault(keypath, self.mark(node))
         if isinstance(node, yaml.ScalarNode):
-            if node.tag == "tag:yaml.org,2002:binary":
-                raise self.fail(node, "binary values are not allowed", "write a number or text")
-            return self.loader.construct_object(node, deep=True)
+            return self.scalar(node)
         if isinstance(node, yaml.SequenceNode):
             if node.tag != "tag:yaml.org,2002:seq":
                 raise self.fail(node, f"unsupported tag {_short_tag(node.tag)}", "remove the tag")
@@ -203,7 +291,7 @@ class _Builder:
                                     "use 'extends: OTHER_PROFILE' to build on another profile")
                 if not isinstance(key_node, yaml.ScalarNode):
                     raise self.fail(key_node, "a key must be plain text", "write 'name: value'")
-                key = self.loader.construct_object(key_node, deep=True)
+                key = self.scalar(key_node)
                 if not isinstance(key, str) or isinstance(key, bool):
                     key = str(key_node.value)
                 if key in out:
@@ -214,6 +302,49 @@ class _Builder:
                 out[key] = self.value(value_node, (*keypath, key), depth + 1)
             return out
         raise self.fail(node, "unsupported YAML node", "write plain mappings, lists and scalars")
+
+
+    def scalar(self, node: Any) -> Any:
+        """A scalar's value; YAML 1.1 conversions that raise, or that read digits other than plain
+        ASCII decimal (1:00 is 60, 0x10 is 16, 010 is 8), are one-line errors."""
+        if node.tag == "tag:yaml.org,2002:binary":
+            raise self.fail(node, "binary values are not allowed", "write a number or text")
+        text = str(node.value)
+        if node.tag == "tag:yaml.org,2002:int" and not _DECIMAL.match(text):
+            raise self.fail(node, f"{shown(repr(text))} is not a plain decimal integer ({_int_reason(text)})",
+                            "write integers as ASCII digits 0-9, or quote the value to make it text")
+        if node.tag == "tag:yaml.org,2002:int" and len(text) > MAX_INT_DIGITS:
+            raise self.fail(node, f"integer of {len(text)} digits; profiles need at most {MAX_INT_DIGITS}",
+                            "write a smaller number")
+        try:
+            value = self.loader.construct_object(node, deep=True)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+            why = str(exc) if isinstance(exc, ValueError) else "not in the form that tag reads"
+            if node.tag == "tag:yaml.org,2002:bool":
+                why = "not one of true, false, yes, no, on, off"
+            raise self.fail(node, f"cannot read {shown(repr(text), 60)} as {_short_tag(node.tag)}: {shown(why, 80)}",
+                            "write a valid value, or quote it to make it text") from None
+        if isinstance(value, str):
+            bad = next((ch for ch in value if 0xD800 <= ord(ch) <= 0xDFFF), None)
+            if bad is not None:
+                raise self.fail(node, f"U+{ord(bad):04X} is a lone surrogate, not a character",
+                                "write the character itself, or a pair of \\u escapes")
+        return value
+
+
+_DECIMAL = re.compile(r"^[-+]?(0|[1-9][0-9]*)$", re.ASCII)
+
+
+def _int_reason(text: str) -> str:
+    if ":" in text:
+        return "YAML 1.1 reads it as a base-60 number"
+    if text.lstrip("+-").lower().startswith(("0x", "0o", "0b")):
+        return "YAML 1.1 reads it in another base"
+    if "_" in text:
+        return "YAML 1.1 drops the underscores"
+    if text.lstrip("+-").startswith("0") and len(text.lstrip("+-")) > 1:
+        return "YAML 1.1 reads a leading 0 as octal"
+    return "only ASCII digits are read"
 
 
 def _short_tag(tag: str) -> str:
