@@ -8,12 +8,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from parinfo.tuning.search import Point, Stats
-from parinfo.process.variables import LIBRARY_VARS
 from parinfo.errors import TuneError
+from parinfo.process.variables import LIBRARY_VARS
+from parinfo.tuning.search import Point, Stats
+from parinfo.tuning.workloads import Command, Workload
 
 # Variables a worker gets for its intra-op count; PARINFO_NUM_INTEROP_THREADS gets the inter-op count.
 INTRA_VARS = (*(name for names in LIBRARY_VARS.values() for name in names), "PARINFO_NUM_THREADS")
@@ -53,7 +55,7 @@ class Settings:
 class Measurer:
     """Common part: remembers what each point reported as in force."""
 
-    spec: dict
+    workload: Workload
     settings: Settings
     concurrent: bool  # True: inter = concurrent requests; False: inter = the workload's inter-op pool
     in_force: dict[Point, Any] = field(default_factory=dict)
@@ -64,20 +66,23 @@ class Measurer:
     def __call__(self, p: Point) -> Stats:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def restore(self) -> None:
+        """Put back what measuring changed in this process (nothing, when points run elsewhere)."""
+
 
 class WorkerMeasurer(Measurer):
     """Each point in a fresh ``python -m parinfo.tuning.worker`` process."""
 
     def __call__(self, p: Point) -> Stats:
         s = self.settings
-        job = {"spec": self.spec, "intra": p.intra, "inter": p.inter, "concurrency": self.concurrency(p),
+        job = {"spec": self.workload.to_dict(), "intra": p.intra, "inter": p.inter, "concurrency": self.concurrency(p),
                "warmup": s.warmup, "repeats": s.repeats, "min_time": s.min_time}
         env = {**os.environ, **thread_env(p)}
         with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
             out = os.path.join(tmp, "result.json")
             try:
                 proc = subprocess.run([sys.executable, "-m", "parinfo.tuning.worker", json.dumps(job), out],
-                                      env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
                                       timeout=s.timeout)
             except subprocess.TimeoutExpired:
                 raise TuneError(f"point {p.intra} intra-op x {p.inter} inter-op ran longer than "
@@ -103,6 +108,10 @@ class WorkerMeasurer(Measurer):
 class CommandMeasurer(Measurer):
     """A command timed as a whole process; ``inter`` copies run at once for throughput."""
 
+    def _argv(self) -> list[str]:
+        assert isinstance(self.workload, Command)
+        return list(self.workload.command)
+
     def _run_once(self, p: Point) -> float:
         env = {**os.environ, **thread_env(p)}
         n = self.concurrency(p)
@@ -110,7 +119,7 @@ class CommandMeasurer(Measurer):
             logs = [open(os.path.join(tmp, f"out{i}"), "w+b") for i in range(n)]  # noqa: SIM115
             try:
                 t0 = time.perf_counter()
-                procs = [subprocess.Popen(self.spec["command"], env=env, stdin=subprocess.DEVNULL,
+                procs = [subprocess.Popen(self._argv(), env=env, stdin=subprocess.DEVNULL,
                                           stdout=log, stderr=subprocess.STDOUT) for log in logs]
                 deadline = t0 + self.settings.timeout
                 codes = []
@@ -147,16 +156,16 @@ class CommandMeasurer(Measurer):
 class InProcessMeasurer(Measurer):
     """This process: counts set through the runtime, threadpoolctl and torch's setters."""
 
-    def __init__(self, spec: dict, settings: Settings, concurrent: bool) -> None:
-        super().__init__(spec, settings, concurrent)
-        from parinfo.tuning import workloads as w
+    def __init__(self, workload: Workload, settings: Settings, concurrent: bool) -> None:
+        super().__init__(workload, settings, concurrent)
+        from parinfo.tuning.usercode import UserCodeError, WorkloadUsageError
 
         try:
-            self.fn = w.build(spec)
-        except w.UserCodeError as exc:
+            self.fn = workload.build()
+        except UserCodeError as exc:
             raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
                                  output=exc.text) from None
-        except w.WorkloadUsageError as exc:
+        except WorkloadUsageError as exc:
             raise TuneError(str(exc)) from None
         self._saved: dict[str, int] = {}
         try:
@@ -181,8 +190,9 @@ class InProcessMeasurer(Measurer):
             torch.set_num_threads(self._saved["torch"])
 
     def __call__(self, p: Point) -> Stats:
-        from parinfo.tuning import workloads as w
         from parinfo.process.tpc import threadpoolctl
+        from parinfo.tuning.timing import time_calls
+        from parinfo.tuning.usercode import UserCodeError
 
         set_runtime: Callable[[int], None] | None
         try:
@@ -191,16 +201,16 @@ class InProcessMeasurer(Measurer):
             set_runtime = None
         if set_runtime is not None:
             set_runtime(p.intra)
-        torch = sys.modules.get("torch") if self.spec.get("framework") == "torch" else None
+        torch = sys.modules.get("torch") if self.workload.framework == "torch" else None
         if torch is not None:
             torch.set_num_threads(p.intra)
         controller = threadpoolctl().ThreadpoolController()
         s = self.settings
         with controller.limit(limits=p.intra):
             try:
-                samples, number = w.time_calls(self.fn, concurrency=self.concurrency(p), warmup=s.warmup,
+                samples, number = time_calls(self.fn, concurrency=self.concurrency(p), warmup=s.warmup,
                                                repeats=s.repeats, min_time=s.min_time)
-            except w.UserCodeError as exc:
+            except UserCodeError as exc:
                 raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
                                      output=exc.text) from None
             pools: dict = {}
@@ -210,6 +220,10 @@ class InProcessMeasurer(Measurer):
             pools["torch"] = {"intra_op": torch.get_num_threads()}
         self.in_force[p] = pools
         return Stats(tuple(samples), number)
+
+
+MEASURERS: dict[str, type[Measurer]] = {"subprocess": WorkerMeasurer, "command": CommandMeasurer,
+                                         "in-process": InProcessMeasurer}
 
 
 def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 20.0,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from parinfo.errors import TuneError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parinfo.tuning.sweep import TuneResult
+    from parinfo.tuning.result import TuneResult
 
 PLOT_SUFFIXES = (".svg", ".png")
 MISSING_MATPLOTLIB = "matplotlib is needed for --plot: pip install 'parinfo[plot]'"
@@ -32,7 +32,7 @@ def require_matplotlib() -> None:
         raise TuneError(MISSING_MATPLOTLIB)
 
 
-def text_plot(result: "TuneResult", width: int = 50) -> str:
+def text_plot(result: TuneResult, width: int = 50) -> str:
     """One bar per measured point, length proportional to its median; the chosen point is marked."""
     rows = result.measured
     if not rows:
@@ -47,7 +47,7 @@ def text_plot(result: "TuneResult", width: int = 50) -> str:
     return "\n".join(lines)
 
 
-def save_plot(result: "TuneResult", path: str | os.PathLike) -> None:
+def save_plot(result: TuneResult, path: str | os.PathLike) -> None:
     """Median with its interquartile band against the thread count; one line per inter-op count."""
     check_plot_path(path)
     import matplotlib
@@ -79,7 +79,7 @@ def save_plot(result: "TuneResult", path: str | os.PathLike) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("intra-op threads")
     ax.set_ylabel(f"median ms ({result.unit.split(' ', 1)[1]})")
-    ax.set_title(f"{result.workload}\n{result.objective}, {result.machine['usable_cpus']} usable CPUs",
+    ax.set_title(f"{result.workload}\n{result.objective}, {result.machine.usable_cpus} usable CPUs",
                  fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
