@@ -15,6 +15,7 @@ from typing import Any
 from parinfo.errors import TuneError
 from parinfo.process.variables import LIBRARY_VARS
 from parinfo.tuning.search import Point, Stats
+from parinfo.tuning.tail import OutputTail
 from parinfo.tuning.workloads import Command, Workload
 
 # Variables a worker gets for its intra-op count; PARINFO_NUM_INTEROP_THREADS gets the inter-op count.
@@ -80,13 +81,19 @@ class WorkerMeasurer(Measurer):
         env = {**os.environ, **thread_env(p)}
         with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
             out = os.path.join(tmp, "result.json")
+            proc = subprocess.Popen([sys.executable, "-m", "parinfo.tuning.worker", json.dumps(job), out],
+                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT)
+            assert proc.stdout is not None
+            tail = OutputTail(proc.stdout)
             try:
-                proc = subprocess.run([sys.executable, "-m", "parinfo.tuning.worker", json.dumps(job), out],
-                                      env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
-                                      timeout=s.timeout)
+                proc.wait(timeout=s.timeout)
             except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
                 raise TuneError(f"point {p.intra} intra-op x {p.inter} inter-op ran longer than "
                                 f"{s.timeout:g} s (raise --timeout, or lower --repeats/--min-time)") from None
+            output = tail.text()
             try:
                 with open(out, encoding="utf-8") as fh:
                     result = json.load(fh)
@@ -95,7 +102,7 @@ class WorkerMeasurer(Measurer):
         if result is None:
             raise WorkloadFailed(f"the worker for {p.intra} intra-op x {p.inter} inter-op exited with "
                                  f"code {proc.returncode} before reporting", exit_code=proc.returncode or 1,
-                                 output=proc.stdout + proc.stderr)
+                                 output=output)
         if result.get("error") == "usage":
             raise TuneError(result["text"])
         if result.get("error") == "user":
@@ -115,34 +122,27 @@ class CommandMeasurer(Measurer):
     def _run_once(self, p: Point) -> float:
         env = {**os.environ, **thread_env(p)}
         n = self.concurrency(p)
-        with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
-            logs = [open(os.path.join(tmp, f"out{i}"), "w+b") for i in range(n)]  # noqa: SIM115
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen(self._argv(), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT) for _ in range(n)]
+        tails = [OutputTail(proc.stdout) for proc in procs if proc.stdout is not None]
+        deadline = t0 + self.settings.timeout
+        codes = []
+        for proc in procs:
             try:
-                t0 = time.perf_counter()
-                procs = [subprocess.Popen(self._argv(), env=env, stdin=subprocess.DEVNULL,
-                                          stdout=log, stderr=subprocess.STDOUT) for log in logs]
-                deadline = t0 + self.settings.timeout
-                codes = []
-                for proc in procs:
-                    try:
-                        codes.append(proc.wait(timeout=max(0.0, deadline - time.perf_counter())))
-                    except subprocess.TimeoutExpired:
-                        for q in procs:
-                            q.kill()
-                            q.wait()
-                        raise TuneError(f"the command ran longer than {self.settings.timeout:g} s at "
-                                        f"{p.intra} intra-op x {p.inter} inter-op (raise --timeout)") from None
-                elapsed = time.perf_counter() - t0
-                for code, log in zip(codes, logs):
-                    if code != 0:
-                        log.seek(0)
-                        output = log.read().decode("utf-8", "replace")
-                        raise WorkloadFailed(
-                            f"the command exited with code {code} at {p.intra} intra-op x {p.inter} inter-op; "
-                            f"the sweep stopped (its output is above)", exit_code=code, output=output)
-            finally:
-                for log in logs:
-                    log.close()
+                codes.append(proc.wait(timeout=max(0.0, deadline - time.perf_counter())))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                    q.wait()
+                raise TuneError(f"the command ran longer than {self.settings.timeout:g} s at "
+                                f"{p.intra} intra-op x {p.inter} inter-op (raise --timeout)") from None
+        elapsed = time.perf_counter() - t0
+        for code, tail in zip(codes, tails):
+            if code != 0:
+                raise WorkloadFailed(
+                    f"the command exited with code {code} at {p.intra} intra-op x {p.inter} inter-op; "
+                    f"the sweep stopped (its output is above)", exit_code=code, output=tail.text())
         return elapsed / n
 
     def __call__(self, p: Point) -> Stats:
