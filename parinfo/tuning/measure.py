@@ -167,6 +167,8 @@ class InProcessMeasurer(Measurer):
                                  output=exc.text) from None
         except WorkloadUsageError as exc:
             raise TuneError(str(exc)) from None
+        except MemoryError:
+            raise TuneError(f"{workload.describe()}: out of memory building the workload") from None
         self._saved: dict[str, int] = {}
         try:
             from parinfo.runtime import get_num_threads

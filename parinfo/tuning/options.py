@@ -7,6 +7,7 @@ Every bad value is a UsageError with one line naming the option.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,13 +79,17 @@ def check_int(name: str, value: Any, lo: int = 1) -> int:
     return value
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _settings(o: TuneOptions) -> Settings:
     repeats = check_int("--repeats", o.repeats)
     warmup = check_int("--warmup", o.warmup, 0)
-    if not isinstance(o.min_time, (int, float)) or o.min_time < 0:
-        raise UsageError(f"--min-time must be a number of seconds >= 0, got {o.min_time!r}")
-    if not isinstance(o.timeout, (int, float)) or o.timeout <= 0:
-        raise UsageError(f"--timeout must be a number of seconds > 0, got {o.timeout!r}")
+    if not _finite(o.min_time) or o.min_time < 0:
+        raise UsageError(f"--min-time must be a finite number of seconds >= 0, got {o.min_time!r}")
+    if not _finite(o.timeout) or o.timeout <= 0:
+        raise UsageError(f"--timeout must be a finite number of seconds > 0, got {o.timeout!r}")
     return Settings(warmup=warmup, repeats=repeats, min_time=float(o.min_time), timeout=float(o.timeout))
 
 

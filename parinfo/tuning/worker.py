@@ -56,6 +56,8 @@ def run(job: dict) -> dict:
         return {"error": "user", "text": exc.text}
     except WorkloadUsageError as exc:
         return {"error": "usage", "text": str(exc)}
+    except MemoryError:  # a built-in workload too large for the memory free now (checked before, roughly)
+        return {"error": "usage", "text": f"{workload.describe()}: out of memory building the workload"}
     return {"samples": samples, "number": number, "in_force": counts_in_force(fw)}
 
 

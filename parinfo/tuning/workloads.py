@@ -183,6 +183,19 @@ def _command(argv: Sequence[str], framework: str) -> Command:
     return Command(framework=framework, command=cmd)
 
 
+def _fits_in_memory(size: int) -> int:
+    """``size`` when the matmul's matrices fit in the memory available now; UsageError otherwise."""
+    import psutil
+
+    need = MATMUL_ARRAYS * MATMUL_DTYPE_BYTES * size * size
+    available = psutil.virtual_memory().available
+    if need > available:
+        raise UsageError(f"--size {size}: the matmul needs {need / 2**30:.3g} GiB for its {MATMUL_ARRAYS} "
+                         f"{size}x{size} float32 matrices, and {available / 2**30:.3g} GiB is available; "
+                         f"use a smaller --size")
+    return size
+
+
 def _builtin(name: str, framework: str, size: Any) -> Workload:
     from parinfo.tuning.options import check_int
 
@@ -193,7 +206,7 @@ def _builtin(name: str, framework: str, size: Any) -> Workload:
     if importlib.util.find_spec(need) is None:
         raise UsageError(f"the {name} workload with --framework {framework} needs {need}: pip install {need}")
     if name == "matmul":
-        return Matmul(framework=framework, size=check_int("--size", size))
+        return Matmul(framework=framework, size=_fits_in_memory(check_int("--size", size)))
     if name == "ensemble":
         try:
             from parinfo.runtime import fork, wait  # noqa: F401
