@@ -53,7 +53,9 @@ def tune(
 ) -> None:
     """Measure how a workload's time depends on its thread counts and pick the best counts.
 
-    Exit codes: 0 done; 2 bad input; 1 when the timed statement or function raises (its own traceback is shown); a failing command's own exit code (its output is shown).
+    Exit codes: 0 done; 2 bad input; 1 when the timed statement or function raises or exits (its own
+    traceback is shown); 130 on an interrupt; a failing command's own exit code, 128+N when signal N
+    killed it (the end of its output is shown).
     """
     import os
 
@@ -62,6 +64,7 @@ def tune(
     from parinfo.tuning.options import TuneOptions
     from parinfo.tuning.plot import check_plot_path
     from parinfo.tuning.sweep import run
+    from parinfo.tuning.writers import check_name
 
     args = list(command or [])
     if len(args) == 1 and args[0] in ("matmul", "elementwise", "ensemble"):
@@ -70,6 +73,8 @@ def tune(
         workload, args = args[0], []
     if plot:
         check_plot_path(plot)
+    if name is not None:
+        check_name(name)
     if write and not os.path.isdir(os.path.dirname(os.path.abspath(write))):
         raise UsageError(f"--write {write}: folder {os.path.dirname(os.path.abspath(write))} does not exist")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,7 @@ from parinfo.errors import TuneError
 from parinfo.process.variables import LIBRARY_VARS
 from parinfo.tuning.search import Point, Stats
 from parinfo.tuning.tail import OutputTail
+from parinfo.tuning.usercode import RAISED
 from parinfo.tuning.workloads import Command, Workload
 
 # Variables a worker gets for its intra-op count; PARINFO_NUM_INTEROP_THREADS gets the inter-op count.
@@ -33,6 +35,22 @@ class WorkloadFailed(TuneError):
         super().__init__(message)
         self.exit_code = exit_code
         self.output = output
+
+
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: its code, or 128+N when signal N killed it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def ended(returncode: int) -> str:
+    """How a child ended, in words: "exited with code 3", "was killed by SIGKILL (signal 9)"."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = "an unknown signal"
+    return f"was killed by {name} (signal {-returncode})"
 
 
 def thread_env(point: Point) -> dict[str, str]:
@@ -100,14 +118,13 @@ class WorkerMeasurer(Measurer):
             except (OSError, ValueError):
                 result = None
         if result is None:
-            raise WorkloadFailed(f"the worker for {p.intra} intra-op x {p.inter} inter-op exited with "
-                                 f"code {proc.returncode} before reporting", exit_code=proc.returncode or 1,
-                                 output=output)
+            raise WorkloadFailed(f"the worker for {p.intra} intra-op x {p.inter} inter-op "
+                                 f"{ended(proc.returncode)} before reporting",
+                                 exit_code=exit_status(proc.returncode) or 1, output=output)
         if result.get("error") == "usage":
             raise TuneError(result["text"])
         if result.get("error") == "user":
-            raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
-                                 output=result["text"])
+            raise WorkloadFailed(result.get("summary") or RAISED, exit_code=1, output=result["text"])
         self.in_force[p] = result.get("in_force")
         return Stats(tuple(result["samples"]), result["number"])
 
@@ -123,8 +140,16 @@ class CommandMeasurer(Measurer):
         env = {**os.environ, **thread_env(p)}
         n = self.concurrency(p)
         t0 = time.perf_counter()
-        procs = [subprocess.Popen(self._argv(), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT) for _ in range(n)]
+        procs = []
+        try:
+            for _ in range(n):
+                procs.append(subprocess.Popen(self._argv(), env=env, stdin=subprocess.DEVNULL,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        except OSError as exc:
+            for q in procs:
+                q.kill()
+                q.wait()
+            raise TuneError(f"cannot run {self._argv()[0]!r}: {exc.strerror or exc}") from None
         tails = [OutputTail(proc.stdout) for proc in procs if proc.stdout is not None]
         deadline = t0 + self.settings.timeout
         codes = []
@@ -141,8 +166,8 @@ class CommandMeasurer(Measurer):
         for code, tail in zip(codes, tails):
             if code != 0:
                 raise WorkloadFailed(
-                    f"the command exited with code {code} at {p.intra} intra-op x {p.inter} inter-op; "
-                    f"the sweep stopped (its output is above)", exit_code=code, output=tail.text())
+                    f"the command {ended(code)} at {p.intra} intra-op x {p.inter} inter-op; "
+                    f"the sweep stopped (its output is above)", exit_code=exit_status(code), output=tail.text())
         return elapsed / n
 
     def __call__(self, p: Point) -> Stats:
@@ -163,8 +188,7 @@ class InProcessMeasurer(Measurer):
         try:
             self.fn = workload.build()
         except UserCodeError as exc:
-            raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
-                                 output=exc.text) from None
+            raise WorkloadFailed(exc.summary, exit_code=1, output=exc.text) from None
         except WorkloadUsageError as exc:
             raise TuneError(str(exc)) from None
         except MemoryError:
@@ -213,8 +237,7 @@ class InProcessMeasurer(Measurer):
                 samples, number = time_calls(self.fn, concurrency=self.concurrency(p), warmup=s.warmup,
                                                repeats=s.repeats, min_time=s.min_time)
             except UserCodeError as exc:
-                raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
-                                     output=exc.text) from None
+                raise WorkloadFailed(exc.summary, exit_code=1, output=exc.text) from None
             pools: dict = {}
             for pool in controller.info():
                 pools.setdefault(pool.get("internal_api", "?"), []).append(pool.get("num_threads"))

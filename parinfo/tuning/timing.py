@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from parinfo.tuning.usercode import UserCodeError, user_traceback
+from parinfo.tuning.usercode import user_error
 
 
 def run_calls(fn: Callable[[], Any], calls: int, concurrency: int) -> float:
@@ -46,7 +46,7 @@ def time_calls(fn: Callable[[], Any], *, concurrency: int = 1, warmup: int = 1, 
     """Warm up, pick calls per sample so a sample lasts about ``min_time``, then time ``repeats`` samples.
 
     Returns (seconds per request for each sample, calls per sample per stream). User exceptions
-    come back as UserCodeError carrying the user's traceback.
+    (and SystemExit) come back as UserCodeError carrying the user's traceback.
     """
     try:
         last = 0.0
@@ -54,6 +54,6 @@ def time_calls(fn: Callable[[], Any], *, concurrency: int = 1, warmup: int = 1, 
             last = run_calls(fn, 1, concurrency)
         number = max(1, min(max_number, math.ceil(min_time / max(last, 1e-9))))
         samples = [run_calls(fn, number, concurrency) / (number * concurrency) for _ in range(repeats)]
-    except Exception as exc:  # noqa: BLE001
-        raise UserCodeError(user_traceback(exc)) from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
+        raise user_error(exc) from None
     return samples, number

@@ -15,12 +15,28 @@ from typing import Any
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class UserCodeError(Exception):
-    """The user's statement, setup or function raised; ``text`` is their traceback without parinfo's frames."""
+RAISED = "the workload raised (its traceback is above)"
 
-    def __init__(self, text: str) -> None:
+
+class UserCodeError(Exception):
+    """The user's statement, setup or function raised or exited.
+
+    ``text`` is their traceback without parinfo's frames; ``summary`` the one line said after it.
+    """
+
+    def __init__(self, text: str, summary: str = RAISED) -> None:
         super().__init__(text)
         self.text = text
+        self.summary = summary
+
+
+def user_error(exc: BaseException) -> UserCodeError:
+    """The UserCodeError for an exception the user's code let out (SystemExit included: timed code
+    that exits would end the tune silently, with the exit's own code)."""
+    if isinstance(exc, SystemExit):
+        return UserCodeError(user_traceback(exc), f"the workload called sys.exit({exc.code!r}): timed code "
+                                                  f"must return, not exit the process")
+    return UserCodeError(user_traceback(exc))
 
 
 class WorkloadUsageError(Exception):
@@ -53,8 +69,8 @@ def build_stmt(stmt_src: str, setup_src: str = "pass") -> Callable[[], Any]:
     ns: dict[str, Any] = {"__name__": "__parinfo_tune__"}
     try:
         exec(setup, ns)  # noqa: S102 - the user's own code, run on their request
-    except Exception as exc:  # noqa: BLE001
-        raise UserCodeError(user_traceback(exc)) from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
+        raise user_error(exc) from None
 
     def call() -> None:
         exec(stmt, ns)  # noqa: S102
@@ -76,9 +92,9 @@ def build_module(target: str) -> Callable[[], Any]:
             raise WorkloadUsageError(
                 f"--module {target}: no module named {exc.name!r} (run from the directory that holds it, "
                 f"or put it on PYTHONPATH)") from None
-        raise UserCodeError(user_traceback(exc)) from None
-    except Exception as exc:  # noqa: BLE001
-        raise UserCodeError(user_traceback(exc)) from None
+        raise user_error(exc) from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
+        raise user_error(exc) from None
     func = getattr(mod, func_name, None)
     if func is None:
         raise WorkloadUsageError(f"--module {target}: module {mod_name!r} has no attribute {func_name!r}")

@@ -53,7 +53,7 @@ def run(job: dict) -> dict:
         samples, number = time_calls(fn, concurrency=job["concurrency"], warmup=job["warmup"],
                                        repeats=job["repeats"], min_time=job["min_time"])
     except UserCodeError as exc:
-        return {"error": "user", "text": exc.text}
+        return {"error": "user", "text": exc.text, "summary": exc.summary}
     except WorkloadUsageError as exc:
         return {"error": "usage", "text": str(exc)}
     except MemoryError:  # a built-in workload too large for the memory free now (checked before, roughly)

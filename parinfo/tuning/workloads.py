@@ -8,6 +8,7 @@ Each class checks its own arguments (:meth:`create`) so bad input is one line be
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
 import shutil
 from collections.abc import Callable, Sequence
@@ -177,7 +178,12 @@ def _module(target: str, framework: str) -> Module:
 
 def _command(argv: Sequence[str], framework: str) -> Command:
     cmd = tuple(argv)
+    if not cmd[0]:
+        raise UsageError("the command is empty: give a program after --")
     if shutil.which(cmd[0]) is None:
+        if os.sep in cmd[0] and os.path.exists(cmd[0]):
+            what = "it is a directory" if os.path.isdir(cmd[0]) else "it is not executable"
+            raise UsageError(f"cannot run {cmd[0]!r}: permission denied ({what})")
         hint = f" (built-in workloads: {', '.join(BUILTIN)})" if len(cmd) == 1 else ""
         raise UsageError(f"command not found: {cmd[0]!r}{hint}")
     return Command(framework=framework, command=cmd)

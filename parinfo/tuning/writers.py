@@ -84,9 +84,26 @@ def _description(r: TuneResult) -> str:
             f"{bs.median * 1e3:.4g} ms {r.unit.split(' ', 1)[1]}")
 
 
+def check_name(name: str) -> str:
+    """``name`` when a profile may carry it (the profile language's own rule, so ``apply`` reads the
+    written file); UsageError naming ``--name`` otherwise. Checked before any measuring."""
+    from parinfo.errors import ProfileError
+    from parinfo.profiles.language import validate_profile
+
+    try:
+        validate_profile({"version": 1, "name": name, "intra_op": 1}, "--name")
+    except ProfileError as exc:
+        shown = name if len(name) <= 40 else name[:37] + "..."
+        raise UsageError(f"--name {shown!r}: {exc.message}" + (f" ({exc.fix})" if exc.fix else "")) from None
+    return name
+
+
 def profile_yaml(r: TuneResult, name: str | None = None) -> str:
     """A profile (``version: 1``) with the winning counts, and comments recording how they were found."""
     import yaml
+
+    if name is not None:
+        check_name(name)
 
     body: dict[str, Any] = {"version": 1, "name": name or f"tuned-{r.spec.kind}",
                             "description": _description(r), **r.counts()}
