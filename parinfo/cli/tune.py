@@ -151,8 +151,12 @@ def _table(result: TuneResult) -> Table:
     """The measured points as a table, best in bold."""
     from rich.table import Table
 
-    table = Table(title=f"{result.workload}: {result.objective}, {result.machine.usable_cpus} usable CPUs",
-                  title_justify="left")
+    from rich.text import Text
+
+    from parinfo.tuning.plot import TITLE_CHARS, shorten
+
+    title = f"{shorten(result.workload, TITLE_CHARS)}: {result.objective}, {result.machine.usable_cpus} usable CPUs"
+    table = Table(title=Text(title), title_justify="left")
     table.add_column("inter x intra" if result.pairs else "threads", justify="right")
     table.add_column(f"median ms ({result.unit.split(' ', 1)[1]})", justify="right")
     table.add_column("spread", justify="right")
@@ -193,25 +197,29 @@ def _best_line(result: TuneResult) -> str:
 def _render(result: TuneResult, write: str | None, plot: str | None) -> None:
     """The human report: table, skipped points, text plot, notes, the pick, files written."""
     from rich.console import Console
+    from rich.markup import escape
 
     con = Console(highlight=False)
-    con.print(_table(result))
+    table = _table(result)
+    if not con.is_terminal:  # piped: as wide as the table needs, so no header is cut
+        con = Console(highlight=False, width=max(con.width, Console(width=1000).measure(table).maximum))
+    con.print(table)
     by_reason: dict[str, list] = {}
     for p, r in result.skipped:
         by_reason.setdefault(r, []).append(p)
     if by_reason:
         con.print(f"Skipped {len(result.search.skipped)} of {len(result.search.candidates)} candidates:")
         for reason, pts in by_reason.items():
-            con.print(f"  {', '.join(result.label(p) for p in pts)}: {reason}", soft_wrap=True)
+            con.print(f"  {', '.join(result.label(p) for p in pts)}: {escape(reason)}", soft_wrap=True)
     con.print()
-    con.print(result.text_plot(), soft_wrap=True)
+    con.print(escape(result.text_plot()), soft_wrap=True)
     con.print()
     for note in result.noise:
-        con.print(f"[yellow]noise:[/] {note}", soft_wrap=True)
+        con.print(f"[yellow]noise:[/] {escape(note)}", soft_wrap=True)
     for note in result.notes:
-        con.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+        con.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     con.print(_best_line(result), soft_wrap=True)
     if write:
-        con.print(f"Wrote profile {write} (use: parinfo apply {write})", soft_wrap=True)
+        con.print(escape(f"Wrote profile {write} (use: parinfo apply {write})"), soft_wrap=True)
     if plot:
-        con.print(f"Wrote plot {plot}", soft_wrap=True)
+        con.print(escape(f"Wrote plot {plot}"), soft_wrap=True)
