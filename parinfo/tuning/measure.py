@@ -253,17 +253,10 @@ MEASURERS: dict[str, type[Measurer]] = {"subprocess": WorkerMeasurer, "command":
 
 def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 20.0,
                 limit: int = 5) -> list[str]:
-    """Say what else keeps this machine busy: the load average and processes using much CPU."""
+    """Say what else keeps this machine busy now: CPU use over the last ``interval`` seconds (not the
+    load average, whose minute-long memory reports work that has ended), and the busiest processes."""
     import psutil
 
-    notes: list[str] = []
-    try:
-        load1 = psutil.getloadavg()[0]
-        if load1 > 0.5 * usable_cpus:
-            notes.append(f"load average {load1:.2f} on {usable_cpus} usable CPUs before the sweep: "
-                         f"timings may be disturbed")
-    except (OSError, AttributeError) as exc:
-        notes.append(f"load average unknown ({exc})")
     me = os.getpid()
     procs = []
     for proc in psutil.process_iter(["pid", "name"]):
@@ -274,7 +267,9 @@ def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 
             procs.append(proc)
         except (psutil.Error, OSError):
             continue
+    psutil.cpu_percent(None)  # starts the window the next call measures
     time.sleep(interval)
+    notes = _busy_cpus(psutil.cpu_percent(None), psutil.cpu_count() or usable_cpus, usable_cpus, interval)
     busy = []
     for proc in procs:
         try:
@@ -286,3 +281,12 @@ def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 
     for pct, name, pid in sorted(busy, reverse=True)[:limit]:
         notes.append(f"another process is busy: {name} (pid {pid}) at {pct:.0f}% CPU")
     return notes
+
+
+def _busy_cpus(percent: float, logical: int, usable_cpus: int, interval: float) -> list[str]:
+    """A note when the CPUs in use over the window add up to more than half the usable CPUs."""
+    in_use = percent / 100.0 * logical
+    if in_use <= 0.5 * usable_cpus:
+        return []
+    return [f"{in_use:.1f} CPUs were busy in the {interval:g} s before the sweep ({usable_cpus} usable): "
+            f"timings may be disturbed"]
