@@ -72,7 +72,8 @@ def _comments(r: TuneResult) -> list[str]:
     lines += [f"# Noise: {note}" for note in r.noise]
     lines += [f"# Note: {note}" for note in r.notes]
     if not r.pairs:
-        lines.append("# inter_op was not measured (one request at a time): left to the default.")
+        lines.append("# inter_op 1: requests come one at a time, so a second inter-op thread has "
+                     "nothing to run (not measured).")
     return lines
 
 
