@@ -27,3 +27,13 @@ def test_plot_title_is_cut_with_an_ellipsis():
     assert shorten("a" * 10, 10) == "a" * 10
     assert shorten("a" * 11, 10) == "a" * 9 + "…"
     assert shorten("one\ntwo", 20) == "one two"
+
+
+def test_help_names_the_choices_of_objective_and_framework():
+    from parinfo.tuning.options import OBJECTIVES
+    from parinfo.tuning.workloads import FRAMEWORKS
+
+    proc = run_cli("tune", "--help", env=clean_env(COLUMNS="160"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"[{'|'.join(OBJECTIVES)}]" in proc.stdout and f"[{'|'.join(FRAMEWORKS)}]" in proc.stdout
+    assert "<str>" not in proc.stdout.split("--framework")[1].split("\n")[0]

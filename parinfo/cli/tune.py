@@ -26,9 +26,10 @@ def tune(
     stmt: str | None = typer.Option(None, "--stmt", "-s", help="Python statement to time (timeit-style)."),
     setup: str | None = typer.Option(None, "--setup", help="Run once before timing --stmt."),
     module: str | None = typer.Option(None, "--module", "-m", help="Time pkg.module:function (called with no arguments)."),
-    objective: str = typer.Option("latency", "--objective", "-o",
+    objective: str = typer.Option("latency", "--objective", "-o", metavar="[latency|throughput]",
                                   help="latency: fastest single call; throughput: most requests per second."),
-    framework: str = typer.Option("numpy", "--framework", help="numpy or torch, for the built-in workloads."),
+    framework: str = typer.Option("numpy", "--framework", metavar="[numpy|torch]",
+                                  help="The library the built-in workloads use."),
     size: int = typer.Option(1024, "--size", help="Matrix size of the matmul workload."),
     min_threads: int = typer.Option(1, "--min", help="Fewest intra-op threads to try."),
     max_threads: int | None = typer.Option(None, "--max",
@@ -150,7 +151,6 @@ class _Bar:
 def _table(result: TuneResult) -> Table:
     """The measured points as a table, best in bold."""
     from rich.table import Table
-
     from rich.text import Text
 
     from parinfo.tuning.plot import TITLE_CHARS, shorten
