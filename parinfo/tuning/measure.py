@@ -288,5 +288,5 @@ def _busy_cpus(percent: float, logical: int, usable_cpus: int, interval: float) 
     in_use = percent / 100.0 * logical
     if in_use <= 0.5 * usable_cpus:
         return []
-    return [f"{in_use:.1f} CPUs were busy in the {interval:g} s before the sweep ({usable_cpus} usable): "
-            f"timings may be disturbed"]
+    return [(f"{in_use:.1f} CPUs were busy in the {interval:g} s before the sweep ({usable_cpus} usable): "
+             f"timings may be disturbed")]

@@ -36,8 +36,9 @@ class OutputTail:
         finally:
             self._stream.close()
 
-    def text(self, timeout: float = 5.0) -> str:
-        """The output kept (after the stream ended), with a first line saying how much was left out."""
+    def text(self, timeout: float = 30.0) -> str:
+        """The output kept, with a first line saying how much was left out. Waits up to ``timeout`` s
+        for the stream to end (the child has exited; a process it left behind may hold the pipe)."""
         self._thread.join(timeout)
         kept = bytes(self._buf[-self.limit:])
         cut = self.total - len(kept)
