@@ -57,7 +57,7 @@ def test_latency_picks_the_valley_skips_ruled_out_points_and_writes_profile_and_
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["best"]["intra_op"] == 4
-    assert out["counts"] == {"intra_op": 4}
+    assert out["counts"] == {"intra_op": 4, "inter_op": 1}
     measured = [p["intra_op"] for p in out["points"]]
     assert measured == [1, 2, 3, 4, 5, 6, 8, 16]
     skipped = {s["intra_op"]: s["reason"] for s in out["skipped"]}
@@ -72,7 +72,8 @@ def test_latency_picks_the_valley_skips_ruled_out_points_and_writes_profile_and_
     text = prof.read_text()
     body = yaml.safe_load(text)
     assert body["version"] == 1 and body["intra_op"] == 4 and body["name"] == "tuned-module"
-    assert "inter_op" not in body
+    assert body["inter_op"] == 1  # one request at a time: the profile says so rather than leaving it out
+    assert "# inter_op 1: requests come one at a time" in text
     assert "# Workload: module fakecurve:work" in text
     assert "# Machine: " in text and "usable CPUs" in text
     assert "<- chosen" in text and "# Skipped: 7,9-15" in text

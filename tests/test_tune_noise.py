@@ -36,3 +36,17 @@ def test_wide_spread_and_near_ties_are_reported(tmp_path, monkeypatch):
     assert "within the noise of the best" in text
     assert all(d["noisy"] for d in r.to_dict()["points"])
     assert "# Noise: " in r.to_profile_yaml()
+
+
+def test_busy_note_follows_the_last_moment_not_the_load_average(monkeypatch):
+    import psutil
+
+    # a load average left high by work that has ended says nothing; CPU use in the window does
+    monkeypatch.setattr(psutil, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    monkeypatch.setattr(psutil, "process_iter", lambda *a, **k: iter(()))
+    monkeypatch.setattr(psutil, "cpu_count", lambda *a, **k: 4)
+    monkeypatch.setattr(psutil, "cpu_percent", lambda *a, **k: 1.0)
+    assert noise_check(4, interval=0.01) == []
+    monkeypatch.setattr(psutil, "cpu_percent", lambda *a, **k: 90.0)
+    notes = noise_check(4, interval=0.01)
+    assert len(notes) == 1 and "3.6 CPUs were busy in the 0.01 s before the sweep" in notes[0]

@@ -2,33 +2,40 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
 from parinfo.cli._app import app
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.progress import TaskID
+    from rich.table import Table
+
+    from parinfo.tuning.result import TuneResult
 
 _WORKLOADS = "matmul (default), elementwise, ensemble"
 
 
 @app.command(no_args_is_help=False)
 def tune(
-    command: Optional[List[str]] = typer.Argument(
+    command: list[str] | None = typer.Argument(
         None, metavar="[WORKLOAD | -- COMMAND ...]",
         help=f"A built-in workload ({_WORKLOADS}), or after -- a command timed as a whole process."),
-    workload: Optional[str] = typer.Option(None, "--workload", "-w", help=f"Built-in workload: {_WORKLOADS}."),
-    stmt: Optional[str] = typer.Option(None, "--stmt", "-s", help="Python statement to time (timeit-style)."),
-    setup: Optional[str] = typer.Option(None, "--setup", help="Run once before timing --stmt."),
-    module: Optional[str] = typer.Option(None, "--module", "-m", help="Time pkg.module:function (called with no arguments)."),
-    objective: str = typer.Option("latency", "--objective", "-o",
+    workload: str | None = typer.Option(None, "--workload", "-w", help=f"Built-in workload: {_WORKLOADS}."),
+    stmt: str | None = typer.Option(None, "--stmt", "-s", help="Python statement to time (timeit-style)."),
+    setup: str | None = typer.Option(None, "--setup", help="Run once before timing --stmt."),
+    module: str | None = typer.Option(None, "--module", "-m", help="Time pkg.module:function (called with no arguments)."),
+    objective: str = typer.Option("latency", "--objective", "-o", metavar="[latency|throughput]",
                                   help="latency: fastest single call; throughput: most requests per second."),
-    framework: str = typer.Option("numpy", "--framework", help="numpy or torch, for the built-in workloads."),
+    framework: str = typer.Option("numpy", "--framework", metavar="[numpy|torch]",
+                                  help="The library the built-in workloads use."),
     size: int = typer.Option(1024, "--size", help="Matrix size of the matmul workload."),
     min_threads: int = typer.Option(1, "--min", help="Fewest intra-op threads to try."),
-    max_threads: Optional[int] = typer.Option(None, "--max",
+    max_threads: int | None = typer.Option(None, "--max",
                                               help="Most intra-op threads (throughput: most inter x intra); default the usable CPUs."),
     min_inter: int = typer.Option(1, "--min-inter", help="Fewest inter-op threads / concurrent requests (pairs)."),
-    max_inter: Optional[int] = typer.Option(None, "--max-inter", help="Most inter-op threads / concurrent requests (pairs)."),
+    max_inter: int | None = typer.Option(None, "--max-inter", help="Most inter-op threads / concurrent requests (pairs)."),
     repeats: int = typer.Option(5, "--repeats", "-r", help="Timed samples per point (the median is used)."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed warm-up calls per point."),
     min_time: float = typer.Option(0.05, "--min-time", help="Seconds one sample should last (calls are batched)."),
@@ -38,23 +45,27 @@ def tune(
     exhaustive: bool = typer.Option(False, "--exhaustive", help="Measure every candidate (no adaptive skipping)."),
     confirm: bool = typer.Option(True, "--confirm/--no-confirm",
                                  help="Measure points within the noise of the best once more before picking."),
-    write: Optional[str] = typer.Option(None, "--write", help="Write a profile with the winning counts to this YAML file."),
-    name: Optional[str] = typer.Option(None, "--name", help="Profile name for --write (default tuned-WORKLOAD)."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Save the curve as FILE.svg or FILE.png (needs matplotlib)."),
+    write: str | None = typer.Option(None, "--write", help="Write a profile with the winning counts to this YAML file."),
+    name: str | None = typer.Option(None, "--name", help="Profile name for --write (default tuned-WORKLOAD)."),
+    plot: str | None = typer.Option(None, "--plot", help="Save the curve as FILE.svg or FILE.png (needs matplotlib)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     noise_check: bool = typer.Option(True, "--noise-check/--no-noise-check",
                                      help="Look for other busy processes before measuring."),
 ) -> None:
     """Measure how a workload's time depends on its thread counts and pick the best counts.
 
-    Exit codes: 0 done; 2 bad input; 1 when the timed statement or function raises (its own traceback is shown); a failing command's own exit code (its output is shown).
+    Exit codes: 0 done; 2 bad input; 1 when the timed statement or function raises or exits (its own
+    traceback is shown); 130 on an interrupt; a failing command's own exit code, 128+N when signal N
+    killed it (the end of its output is shown).
     """
     import os
 
-    from parinfo.tuning.measure import WorkloadFailed
-    from parinfo.tuning.plot import check_plot_path
     from parinfo.errors import UsageError
-    from parinfo.tuning.sweep import tune as run_tune
+    from parinfo.tuning.measure import WorkloadFailed
+    from parinfo.tuning.options import TuneOptions
+    from parinfo.tuning.plot import check_plot_path
+    from parinfo.tuning.sweep import run
+    from parinfo.tuning.writers import check_name
 
     args = list(command or [])
     if len(args) == 1 and args[0] in ("matmul", "elementwise", "ensemble"):
@@ -63,18 +74,20 @@ def tune(
         workload, args = args[0], []
     if plot:
         check_plot_path(plot)
+    if name is not None:
+        check_name(name)
     if write and not os.path.isdir(os.path.dirname(os.path.abspath(write))):
         raise UsageError(f"--write {write}: folder {os.path.dirname(os.path.abspath(write))} does not exist")
 
     bar = _Bar() if sys.stderr.isatty() and not as_json else None
     try:
-        result = run_tune(workload, objective=objective, framework=framework, size=size, stmt=stmt,
-                          setup=setup, module=module, command=args or None, min_threads=min_threads,
-                          max_threads=max_threads, min_inter=min_inter, max_inter=max_inter,
-                          repeats=repeats, warmup=warmup, min_time=min_time, timeout=timeout,
-                          in_process=in_process, exhaustive=exhaustive, confirm=confirm,
-                          check_noise=noise_check,
-                          progress=bar)
+        options = TuneOptions(workload=workload, objective=objective, framework=framework, size=size,
+                              stmt=stmt, setup=setup, module=module, command=args or None,
+                              min_threads=min_threads, max_threads=max_threads, min_inter=min_inter,
+                              max_inter=max_inter, repeats=repeats, warmup=warmup, min_time=min_time,
+                              timeout=timeout, in_process=in_process, exhaustive=exhaustive,
+                              confirm=confirm, check_noise=noise_check)
+        result = run(options, progress=bar)
     except WorkloadFailed as exc:
         if bar:
             bar.close()
@@ -104,12 +117,18 @@ class _Bar:
 
     def __init__(self) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+        )
 
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TextColumn("candidates"),
                                  console=Console(stderr=True), transient=True)
-        self.task = None
+        self.task: TaskID | None = None
         self.closed = False
 
     def __call__(self, event: str, info: dict) -> None:
@@ -129,17 +148,16 @@ class _Bar:
             self.progress.stop()
 
 
-def _render(result, write: Optional[str], plot: Optional[str]) -> None:
-    from rich.console import Console
+def _table(result: TuneResult) -> Table:
+    """The measured points as a table, best in bold."""
     from rich.table import Table
+    from rich.text import Text
 
-    from parinfo.tuning.sweep import NOISY_SPREAD
+    from parinfo.tuning.plot import TITLE_CHARS, shorten
 
-    con = Console(highlight=False)
-    pairs = result.pairs
-    table = Table(title=f"{result.workload}: {result.objective}, {result.machine['usable_cpus']} usable CPUs",
-                  title_justify="left")
-    table.add_column("inter x intra" if pairs else "threads", justify="right")
+    title = f"{shorten(result.workload, TITLE_CHARS)}: {result.objective}, {result.machine.usable_cpus} usable CPUs"
+    table = Table(title=Text(title), title_justify="left")
+    table.add_column("inter x intra" if result.pairs else "threads", justify="right")
     table.add_column(f"median ms ({result.unit.split(' ', 1)[1]})", justify="right")
     table.add_column("spread", justify="right")
     table.add_column("min ms", justify="right")
@@ -149,44 +167,59 @@ def _render(result, write: Optional[str], plot: Optional[str]) -> None:
     table.add_column("order", justify="right")
     table.add_column("note")
     for p, s in result.measured:
-        notes = ["best"] if p == result.best else (["noisy"] if s.spread > NOISY_SPREAD else [])
+        notes = ["best"] if p == result.best else (["noisy"] if result.is_noisy(s) else [])
         if p in result.search.confirmed:
             notes.append("measured twice")
-        note = ", ".join(notes)
         row = [result.label(p), f"{s.median * 1e3:.4g}", f"{s.spread:.0%}", f"{s.min * 1e3:.4g}",
                f"{s.max * 1e3:.4g}"]
         if result.concurrent:
             row.append(f"{1 / s.median:.4g}")
-        row += [str(result.search.order.index(p) + 1), note]
+        row += [str(result.search.order.index(p) + 1), ", ".join(notes)]
         table.add_row(*row, style="bold" if p == result.best else None)
-    con.print(table)
+    return table
 
+
+def _plural(k: int, word: str) -> str:
+    return f"{k} {word}" + ("" if k == 1 else "s")
+
+
+def _best_line(result: TuneResult) -> str:
+    b, bs = result.best, result.best_stats
+    intra = _plural(b.intra, "intra-op thread")
+    what = (f"{_plural(b.inter, 'concurrent request' if result.concurrent else 'inter-op thread')} x {intra}"
+            if result.pairs else intra)
+    return (f"[bold]Best:[/] {what}: {bs.median * 1e3:.4g} ms {result.unit.split(' ', 1)[1]}"
+            + (f", {1 / bs.median:.4g} requests/s" if result.concurrent else "")
+            + f" (measured {len(result.search.stats)} of {len(result.search.candidates)} candidates "
+              f"in {result.total_time_s:.1f} s)")
+
+
+def _render(result: TuneResult, write: str | None, plot: str | None) -> None:
+    """The human report: table, skipped points, text plot, notes, the pick, files written."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    con = Console(highlight=False)
+    table = _table(result)
+    if not con.is_terminal:  # piped: as wide as the table needs, so no header is cut
+        con = Console(highlight=False, width=max(con.width, Console(width=1000).measure(table).maximum))
+    con.print(table)
     by_reason: dict[str, list] = {}
-    for p, r in sorted(result.search.skipped.items(), key=lambda kv: (kv[0].inter, kv[0].intra)):
+    for p, r in result.skipped:
         by_reason.setdefault(r, []).append(p)
     if by_reason:
         con.print(f"Skipped {len(result.search.skipped)} of {len(result.search.candidates)} candidates:")
         for reason, pts in by_reason.items():
-            con.print(f"  {', '.join(result.label(p) for p in pts)}: {reason}", soft_wrap=True)
+            con.print(f"  {', '.join(result.label(p) for p in pts)}: {escape(reason)}", soft_wrap=True)
     con.print()
-    con.print(result.text_plot(), soft_wrap=True)
+    con.print(escape(result.text_plot()), soft_wrap=True)
     con.print()
     for note in result.noise:
-        con.print(f"[yellow]noise:[/] {note}", soft_wrap=True)
+        con.print(f"[yellow]noise:[/] {escape(note)}", soft_wrap=True)
     for note in result.notes:
-        con.print(f"[yellow]note:[/] {note}", soft_wrap=True)
-    b, bs = result.best, result.best_stats
-    def n(k: int, word: str) -> str:
-        return f"{k} {word}" + ("" if k == 1 else "s")
-
-    intra = n(b.intra, "intra-op thread")
-    what = (f"{n(b.inter, 'concurrent request' if result.concurrent else 'inter-op thread')} x {intra}"
-            if pairs else intra)
-    con.print(f"[bold]Best:[/] {what}: {bs.median * 1e3:.4g} ms {result.unit.split(' ', 1)[1]}"
-              + (f", {1 / bs.median:.4g} requests/s" if result.concurrent else "")
-              + f" (measured {len(result.search.stats)} of {len(result.search.candidates)} candidates "
-                f"in {result.total_time_s:.1f} s)", soft_wrap=True)
+        con.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    con.print(_best_line(result), soft_wrap=True)
     if write:
-        con.print(f"Wrote profile {write} (use: parinfo apply {write})", soft_wrap=True)
+        con.print(escape(f"Wrote profile {write} (use: parinfo apply {write})"), soft_wrap=True)
     if plot:
-        con.print(f"Wrote plot {plot}", soft_wrap=True)
+        con.print(escape(f"Wrote plot {plot}"), soft_wrap=True)

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from parinfo.tuning.search import Point, Stats
-from parinfo.process.variables import LIBRARY_VARS
 from parinfo.errors import TuneError
+from parinfo.process.variables import LIBRARY_VARS
+from parinfo.tuning.search import Point, Stats
+from parinfo.tuning.tail import OutputTail
+from parinfo.tuning.usercode import RAISED
+from parinfo.tuning.workloads import Command, Workload
 
 # Variables a worker gets for its intra-op count; PARINFO_NUM_INTEROP_THREADS gets the inter-op count.
 INTRA_VARS = (*(name for names in LIBRARY_VARS.values() for name in names), "PARINFO_NUM_THREADS")
@@ -30,6 +35,22 @@ class WorkloadFailed(TuneError):
         super().__init__(message)
         self.exit_code = exit_code
         self.output = output
+
+
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: its code, or 128+N when signal N killed it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def ended(returncode: int) -> str:
+    """How a child ended, in words: "exited with code 3", "was killed by SIGKILL (signal 9)"."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = "an unknown signal"
+    return f"was killed by {name} (signal {-returncode})"
 
 
 def thread_env(point: Point) -> dict[str, str]:
@@ -53,7 +74,7 @@ class Settings:
 class Measurer:
     """Common part: remembers what each point reported as in force."""
 
-    spec: dict
+    workload: Workload
     settings: Settings
     concurrent: bool  # True: inter = concurrent requests; False: inter = the workload's inter-op pool
     in_force: dict[Point, Any] = field(default_factory=dict)
@@ -64,38 +85,46 @@ class Measurer:
     def __call__(self, p: Point) -> Stats:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def restore(self) -> None:
+        """Put back what measuring changed in this process (nothing, when points run elsewhere)."""
+
 
 class WorkerMeasurer(Measurer):
     """Each point in a fresh ``python -m parinfo.tuning.worker`` process."""
 
     def __call__(self, p: Point) -> Stats:
         s = self.settings
-        job = {"spec": self.spec, "intra": p.intra, "inter": p.inter, "concurrency": self.concurrency(p),
+        job = {"spec": self.workload.to_dict(), "intra": p.intra, "inter": p.inter, "concurrency": self.concurrency(p),
                "warmup": s.warmup, "repeats": s.repeats, "min_time": s.min_time}
         env = {**os.environ, **thread_env(p)}
         with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
             out = os.path.join(tmp, "result.json")
+            proc = subprocess.Popen([sys.executable, "-m", "parinfo.tuning.worker", json.dumps(job), out],
+                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT)
+            assert proc.stdout is not None
+            tail = OutputTail(proc.stdout)
             try:
-                proc = subprocess.run([sys.executable, "-m", "parinfo.tuning.worker", json.dumps(job), out],
-                                      env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                      timeout=s.timeout)
+                proc.wait(timeout=s.timeout)
             except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
                 raise TuneError(f"point {p.intra} intra-op x {p.inter} inter-op ran longer than "
                                 f"{s.timeout:g} s (raise --timeout, or lower --repeats/--min-time)") from None
+            output = tail.text()
             try:
                 with open(out, encoding="utf-8") as fh:
                     result = json.load(fh)
             except (OSError, ValueError):
                 result = None
         if result is None:
-            raise WorkloadFailed(f"the worker for {p.intra} intra-op x {p.inter} inter-op exited with "
-                                 f"code {proc.returncode} before reporting", exit_code=proc.returncode or 1,
-                                 output=proc.stdout + proc.stderr)
+            raise WorkloadFailed(f"the worker for {p.intra} intra-op x {p.inter} inter-op "
+                                 f"{ended(proc.returncode)} before reporting",
+                                 exit_code=exit_status(proc.returncode) or 1, output=output)
         if result.get("error") == "usage":
             raise TuneError(result["text"])
         if result.get("error") == "user":
-            raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
-                                 output=result["text"])
+            raise WorkloadFailed(result.get("summary") or RAISED, exit_code=1, output=result["text"])
         self.in_force[p] = result.get("in_force")
         return Stats(tuple(result["samples"]), result["number"])
 
@@ -103,37 +132,42 @@ class WorkerMeasurer(Measurer):
 class CommandMeasurer(Measurer):
     """A command timed as a whole process; ``inter`` copies run at once for throughput."""
 
+    def _argv(self) -> list[str]:
+        assert isinstance(self.workload, Command)
+        return list(self.workload.command)
+
     def _run_once(self, p: Point) -> float:
         env = {**os.environ, **thread_env(p)}
         n = self.concurrency(p)
-        with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
-            logs = [open(os.path.join(tmp, f"out{i}"), "w+b") for i in range(n)]  # noqa: SIM115
+        t0 = time.perf_counter()
+        procs = []
+        try:
+            for _ in range(n):
+                procs.append(subprocess.Popen(self._argv(), env=env, stdin=subprocess.DEVNULL,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        except OSError as exc:
+            for q in procs:
+                q.kill()
+                q.wait()
+            raise TuneError(f"cannot run {self._argv()[0]!r}: {exc.strerror or exc}") from None
+        tails = [OutputTail(proc.stdout) for proc in procs if proc.stdout is not None]
+        deadline = t0 + self.settings.timeout
+        codes = []
+        for proc in procs:
             try:
-                t0 = time.perf_counter()
-                procs = [subprocess.Popen(self.spec["command"], env=env, stdin=subprocess.DEVNULL,
-                                          stdout=log, stderr=subprocess.STDOUT) for log in logs]
-                deadline = t0 + self.settings.timeout
-                codes = []
-                for proc in procs:
-                    try:
-                        codes.append(proc.wait(timeout=max(0.0, deadline - time.perf_counter())))
-                    except subprocess.TimeoutExpired:
-                        for q in procs:
-                            q.kill()
-                            q.wait()
-                        raise TuneError(f"the command ran longer than {self.settings.timeout:g} s at "
-                                        f"{p.intra} intra-op x {p.inter} inter-op (raise --timeout)") from None
-                elapsed = time.perf_counter() - t0
-                for code, log in zip(codes, logs):
-                    if code != 0:
-                        log.seek(0)
-                        output = log.read().decode("utf-8", "replace")
-                        raise WorkloadFailed(
-                            f"the command exited with code {code} at {p.intra} intra-op x {p.inter} inter-op; "
-                            f"the sweep stopped (its output is above)", exit_code=code, output=output)
-            finally:
-                for log in logs:
-                    log.close()
+                codes.append(proc.wait(timeout=max(0.0, deadline - time.perf_counter())))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                    q.wait()
+                raise TuneError(f"the command ran longer than {self.settings.timeout:g} s at "
+                                f"{p.intra} intra-op x {p.inter} inter-op (raise --timeout)") from None
+        elapsed = time.perf_counter() - t0
+        for code, tail in zip(codes, tails):
+            if code != 0:
+                raise WorkloadFailed(
+                    f"the command {ended(code)} at {p.intra} intra-op x {p.inter} inter-op; "
+                    f"the sweep stopped (its output is above)", exit_code=exit_status(code), output=tail.text())
         return elapsed / n
 
     def __call__(self, p: Point) -> Stats:
@@ -147,17 +181,18 @@ class CommandMeasurer(Measurer):
 class InProcessMeasurer(Measurer):
     """This process: counts set through the runtime, threadpoolctl and torch's setters."""
 
-    def __init__(self, spec: dict, settings: Settings, concurrent: bool) -> None:
-        super().__init__(spec, settings, concurrent)
-        from parinfo.tuning import workloads as w
+    def __init__(self, workload: Workload, settings: Settings, concurrent: bool) -> None:
+        super().__init__(workload, settings, concurrent)
+        from parinfo.tuning.usercode import UserCodeError, WorkloadUsageError
 
         try:
-            self.fn = w.build(spec)
-        except w.UserCodeError as exc:
-            raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
-                                 output=exc.text) from None
-        except w.WorkloadUsageError as exc:
+            self.fn = workload.build()
+        except UserCodeError as exc:
+            raise WorkloadFailed(exc.summary, exit_code=1, output=exc.text) from None
+        except WorkloadUsageError as exc:
             raise TuneError(str(exc)) from None
+        except MemoryError:
+            raise TuneError(f"{workload.describe()}: out of memory building the workload") from None
         self._saved: dict[str, int] = {}
         try:
             from parinfo.runtime import get_num_threads
@@ -181,8 +216,9 @@ class InProcessMeasurer(Measurer):
             torch.set_num_threads(self._saved["torch"])
 
     def __call__(self, p: Point) -> Stats:
-        from parinfo.tuning import workloads as w
         from parinfo.process.tpc import threadpoolctl
+        from parinfo.tuning.timing import time_calls
+        from parinfo.tuning.usercode import UserCodeError
 
         set_runtime: Callable[[int], None] | None
         try:
@@ -191,18 +227,17 @@ class InProcessMeasurer(Measurer):
             set_runtime = None
         if set_runtime is not None:
             set_runtime(p.intra)
-        torch = sys.modules.get("torch") if self.spec.get("framework") == "torch" else None
+        torch = sys.modules.get("torch") if self.workload.framework == "torch" else None
         if torch is not None:
             torch.set_num_threads(p.intra)
         controller = threadpoolctl().ThreadpoolController()
         s = self.settings
         with controller.limit(limits=p.intra):
             try:
-                samples, number = w.time_calls(self.fn, concurrency=self.concurrency(p), warmup=s.warmup,
+                samples, number = time_calls(self.fn, concurrency=self.concurrency(p), warmup=s.warmup,
                                                repeats=s.repeats, min_time=s.min_time)
-            except w.UserCodeError as exc:
-                raise WorkloadFailed("the workload raised (its traceback is above)", exit_code=1,
-                                     output=exc.text) from None
+            except UserCodeError as exc:
+                raise WorkloadFailed(exc.summary, exit_code=1, output=exc.text) from None
             pools: dict = {}
             for pool in controller.info():
                 pools.setdefault(pool.get("internal_api", "?"), []).append(pool.get("num_threads"))
@@ -212,19 +247,16 @@ class InProcessMeasurer(Measurer):
         return Stats(tuple(samples), number)
 
 
+MEASURERS: dict[str, type[Measurer]] = {"subprocess": WorkerMeasurer, "command": CommandMeasurer,
+                                         "in-process": InProcessMeasurer}
+
+
 def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 20.0,
                 limit: int = 5) -> list[str]:
-    """Say what else keeps this machine busy: the load average and processes using much CPU."""
+    """Say what else keeps this machine busy now: CPU use over the last ``interval`` seconds (not the
+    load average, whose minute-long memory reports work that has ended), and the busiest processes."""
     import psutil
 
-    notes: list[str] = []
-    try:
-        load1 = psutil.getloadavg()[0]
-        if load1 > 0.5 * usable_cpus:
-            notes.append(f"load average {load1:.2f} on {usable_cpus} usable CPUs before the sweep: "
-                         f"timings may be disturbed")
-    except (OSError, AttributeError) as exc:
-        notes.append(f"load average unknown ({exc})")
     me = os.getpid()
     procs = []
     for proc in psutil.process_iter(["pid", "name"]):
@@ -235,7 +267,9 @@ def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 
             procs.append(proc)
         except (psutil.Error, OSError):
             continue
+    psutil.cpu_percent(None)  # starts the window the next call measures
     time.sleep(interval)
+    notes = _busy_cpus(psutil.cpu_percent(None), psutil.cpu_count() or usable_cpus, usable_cpus, interval)
     busy = []
     for proc in procs:
         try:
@@ -247,3 +281,12 @@ def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 
     for pct, name, pid in sorted(busy, reverse=True)[:limit]:
         notes.append(f"another process is busy: {name} (pid {pid}) at {pct:.0f}% CPU")
     return notes
+
+
+def _busy_cpus(percent: float, logical: int, usable_cpus: int, interval: float) -> list[str]:
+    """A note when the CPUs in use over the window add up to more than half the usable CPUs."""
+    in_use = percent / 100.0 * logical
+    if in_use <= 0.5 * usable_cpus:
+        return []
+    return [(f"{in_use:.1f} CPUs were busy in the {interval:g} s before the sweep ({usable_cpus} usable): "
+             f"timings may be disturbed")]

@@ -7,10 +7,18 @@ from typing import TYPE_CHECKING
 from parinfo.errors import TuneError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parinfo.tuning.sweep import TuneResult
+    from parinfo.tuning.result import TuneResult
 
 PLOT_SUFFIXES = (".svg", ".png")
+TITLE_CHARS = 90  # what fits across the figure at the title's font size
+
 MISSING_MATPLOTLIB = "matplotlib is needed for --plot: pip install 'parinfo[plot]'"
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis when longer."""
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[:limit - 1].rstrip() + "\u2026"
 
 
 def check_plot_path(path: str | os.PathLike) -> None:
@@ -32,14 +40,14 @@ def require_matplotlib() -> None:
         raise TuneError(MISSING_MATPLOTLIB)
 
 
-def text_plot(result: "TuneResult", width: int = 50) -> str:
+def text_plot(result: TuneResult, width: int = 50) -> str:
     """One bar per measured point, length proportional to its median; the chosen point is marked."""
     rows = result.measured
     if not rows:
         return ""
     top = max(s.median for _, s in rows)
     label_w = max(len(result.label(p)) for p, _ in rows)
-    lines = [f"median {result.unit} against {result.axis}"]
+    lines = [f"median ms {result.unit.split(' ', 1)[1]} against {result.axis}"]
     for p, s in rows:
         n = max(1, round(width * s.median / top)) if top > 0 else 1
         mark = "  <- best" if p == result.best else ""
@@ -47,7 +55,7 @@ def text_plot(result: "TuneResult", width: int = 50) -> str:
     return "\n".join(lines)
 
 
-def save_plot(result: "TuneResult", path: str | os.PathLike) -> None:
+def save_plot(result: TuneResult, path: str | os.PathLike) -> None:
     """Median with its interquartile band against the thread count; one line per inter-op count."""
     check_plot_path(path)
     import matplotlib
@@ -79,7 +87,8 @@ def save_plot(result: "TuneResult", path: str | os.PathLike) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("intra-op threads")
     ax.set_ylabel(f"median ms ({result.unit.split(' ', 1)[1]})")
-    ax.set_title(f"{result.workload}\n{result.objective}, {result.machine['usable_cpus']} usable CPUs",
+    ax.set_title(f"{shorten(result.workload, TITLE_CHARS)}\n{result.objective}, "
+                 f"{result.machine.usable_cpus} usable CPUs",
                  fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

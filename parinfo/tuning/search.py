@@ -11,8 +11,8 @@ points that are both slower than the best is ruled out (the curve is taken to ha
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 DEFAULT_MARGIN = 0.03  # smallest relative gap called "clearly" slower
 DEFAULT_TIE = 0.01  # medians this close count as equal; the one using fewer threads wins
@@ -148,6 +148,90 @@ def _ms(s: Stats) -> str:
     return f"{s.median * 1e3:.3g} ms"
 
 
+class _Line:
+    """One axis being searched: its values, and the stats measured so far keyed by value."""
+
+    def __init__(self, vals: list[int], point_of: Callable[[int], Point], get: _Measured) -> None:
+        self.vals = vals
+        self.point_of = point_of
+        self.get = get
+        self.stats: dict[int, Stats] = {}
+
+    def measure(self, v: int) -> Stats:
+        if v not in self.stats:
+            self.stats[v] = self.get(self.point_of(v))
+        return self.stats[v]
+
+    def best(self, tie: float) -> int:
+        p = pick_best({self.point_of(v): s for v, s in self.stats.items()}, tie)
+        return next(v for v in self.stats if self.point_of(v) == p)
+
+    def fastest(self) -> int:
+        return min(self.stats, key=lambda v: (self.stats[v].median, v))
+
+    def coarse(self, margin: float, patience: int) -> int | None:
+        """Ends and powers of two, ascending; stop after ``patience`` clearly slower, still worsening
+        points. Returns the value the direction was stopped at, if it was."""
+        coarse = coarse_values(self.vals)
+        run = 0
+        prev: Stats | None = None
+        for i, v in enumerate(coarse):
+            s = self.measure(v)
+            b = self.fastest()
+            if v != b and clearly_worse(s, self.stats[b], margin) and prev is not None and s.median > prev.median:
+                run += 1
+            else:
+                run = 0
+            prev = s
+            if run >= patience and i < len(coarse) - 1:
+                return v
+        return None
+
+    def refine(self) -> None:
+        """Bisect the unmeasured gaps on both sides of the fastest until its neighbours are measured."""
+        while True:
+            b = self.fastest()
+            measured = sorted(self.stats)
+            lo = max((v for v in measured if v < b), default=None)
+            hi = min((v for v in measured if v > b), default=None)
+            targets = []
+            for a, c in ((lo, b), (b, hi)):
+                if a is None or c is None:
+                    continue
+                gap = [v for v in self.vals if a < v < c]
+                if gap:
+                    mid = (a + c) / 2
+                    targets.append(min(gap, key=lambda v: (abs(v - mid), v)))
+            if not targets:
+                return
+            for t in targets:
+                self.measure(t)
+
+    def reasons(self, stopped_at: int | None, pairs: bool) -> dict[int, str]:
+        """Why each value not measured was left out."""
+        f = self.fastest()
+        fs = self.stats[f]
+        measured = sorted(self.stats)
+
+        def label(v: int) -> str:
+            return self.point_of(v).label(pairs)
+
+        skipped: dict[int, str] = {}
+        for v in self.vals:
+            if v in self.stats:
+                continue
+            if stopped_at is not None and v > stopped_at:
+                skipped[v] = (f"beyond {label(stopped_at)}: the curve was clearly slower than the fastest "
+                              f"({label(f)}, {_ms(fs)}) beyond the noise and still getting slower, "
+                              f"so that direction was stopped")
+                continue
+            a = max(u for u in measured if u < v)
+            c = min(u for u in measured if u > v)
+            skipped[v] = (f"ruled out: between {label(a)} ({_ms(self.stats[a])}) and {label(c)} "
+                          f"({_ms(self.stats[c])}), both slower than the fastest ({label(f)}, {_ms(fs)})")
+        return skipped
+
+
 def search_line(values: Iterable[int], point_of: Callable[[int], Point], get: _Measured, *,
                 margin: float = DEFAULT_MARGIN, tie: float = DEFAULT_TIE,
                 patience: int = DEFAULT_PATIENCE, exhaustive: bool = False,
@@ -156,79 +240,14 @@ def search_line(values: Iterable[int], point_of: Callable[[int], Point], get: _M
     vals = sorted(set(values))
     if not vals:
         raise ValueError("nothing to search")
-    stats_of: dict[int, Stats] = {}
-
-    def m(v: int) -> Stats:
-        if v not in stats_of:
-            stats_of[v] = get(point_of(v))
-        return stats_of[v]
-
-    def best_value() -> int:
-        p = pick_best({point_of(v): s for v, s in stats_of.items()}, tie)
-        return next(v for v in stats_of if point_of(v) == p)
-
-    def fastest_value() -> int:
-        return min(stats_of, key=lambda v: (stats_of[v].median, v))
-
+    line = _Line(vals, point_of, get)
     if exhaustive or len(vals) <= 2:
         for v in vals:
-            m(v)
-        return best_value(), {}
-
-    # Coarse pass, ascending; a direction stops after `patience` clearly slower, still worsening points.
-    coarse = coarse_values(vals)
-    stopped_at: int | None = None
-    run = 0
-    prev: Stats | None = None
-    for i, v in enumerate(coarse):
-        s = m(v)
-        b = fastest_value()
-        if v != b and clearly_worse(s, stats_of[b], margin) and prev is not None and s.median > prev.median:
-            run += 1
-        else:
-            run = 0
-        prev = s
-        if run >= patience and i < len(coarse) - 1:
-            stopped_at = v
-            break
-
-    # Refine: bisect the unmeasured gaps on both sides of the fastest until its neighbours are measured.
-    while True:
-        b = fastest_value()
-        measured = sorted(stats_of)
-        lo = max((v for v in measured if v < b), default=None)
-        hi = min((v for v in measured if v > b), default=None)
-        targets = []
-        for a, c in ((lo, b), (b, hi)):
-            if a is None or c is None:
-                continue
-            gap = [v for v in vals if a < v < c]
-            if gap:
-                mid = (a + c) / 2
-                targets.append(min(gap, key=lambda v: (abs(v - mid), v)))
-        if not targets:
-            break
-        for t in targets:
-            m(t)
-
-    f = fastest_value()
-    fs = stats_of[f]
-    measured = sorted(stats_of)
-    label = lambda v: point_of(v).label(pairs)  # noqa: E731
-    skipped: dict[int, str] = {}
-    for v in vals:
-        if v in stats_of:
-            continue
-        if stopped_at is not None and v > stopped_at:
-            skipped[v] = (f"beyond {label(stopped_at)}: the curve was clearly slower than the fastest "
-                          f"({label(f)}, {_ms(fs)}) beyond the noise and still getting slower, "
-                          f"so that direction was stopped")
-            continue
-        a = max(u for u in measured if u < v)
-        c = min(u for u in measured if u > v)
-        skipped[v] = (f"ruled out: between {label(a)} ({_ms(stats_of[a])}) and {label(c)} "
-                      f"({_ms(stats_of[c])}), both slower than the fastest ({label(f)}, {_ms(fs)})")
-    return best_value(), skipped
+            line.measure(v)
+        return line.best(tie), {}
+    stopped_at = line.coarse(margin, patience)
+    line.refine()
+    return line.best(tie), line.reasons(stopped_at, pairs)
 
 
 def search_counts(counts: Iterable[int], measure: Callable[[Point], Stats], *,
@@ -290,7 +309,7 @@ def search_pairs(max_product: int, measure: Callable[[Point], Stats], *,
     best_e, skipped_e = search_line(inter_vals, full, get, margin=margin, tie=tie, patience=patience,
                                     pairs=True)
     intra_vals = sorted(p.intra for p in cands if p.inter == best_e)
-    best_a, skipped_a = search_line(intra_vals, lambda a: Point(a, best_e), get, margin=margin, tie=tie,
+    _, skipped_a = search_line(intra_vals, lambda a: Point(a, best_e), get, margin=margin, tie=tie,
                                     patience=patience, pairs=True)
     result.best = pick_best(result.stats, tie)
     reasons = {full(e): r for e, r in skipped_e.items()}

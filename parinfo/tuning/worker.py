@@ -37,23 +37,27 @@ def counts_in_force(framework: str) -> dict:
 
 def run(job: dict) -> dict:
     """Build the workload under this process's counts and time it; returns the result dict."""
-    from parinfo.tuning import workloads as w
+    from parinfo.tuning.timing import time_calls
+    from parinfo.tuning.usercode import UserCodeError, WorkloadUsageError
+    from parinfo.tuning.workloads import from_dict
 
-    spec = job["spec"]
-    fw = spec.get("framework", "numpy")
+    workload = from_dict(job["spec"])
+    fw = workload.framework
     if fw == "torch":
         import torch
 
         torch.set_num_threads(job["intra"])
         torch.set_num_interop_threads(job["inter"])
     try:
-        fn = w.build(spec)
-        samples, number = w.time_calls(fn, concurrency=job["concurrency"], warmup=job["warmup"],
+        fn = workload.build()
+        samples, number = time_calls(fn, concurrency=job["concurrency"], warmup=job["warmup"],
                                        repeats=job["repeats"], min_time=job["min_time"])
-    except w.UserCodeError as exc:
-        return {"error": "user", "text": exc.text}
-    except w.WorkloadUsageError as exc:
+    except UserCodeError as exc:
+        return {"error": "user", "text": exc.text, "summary": exc.summary}
+    except WorkloadUsageError as exc:
         return {"error": "usage", "text": str(exc)}
+    except MemoryError:  # a built-in workload too large for the memory free now (checked before, roughly)
+        return {"error": "usage", "text": f"{workload.describe()}: out of memory building the workload"}
     return {"samples": samples, "number": number, "in_force": counts_in_force(fw)}
 
 

@@ -1,302 +1,244 @@
-"""Workloads the tuner can time, and the timing loop itself.
+"""What the tuner times: one typed spec class per kind of workload.
 
-A workload is described by a plain JSON-able dict (a "spec") so the parent can hand it to a fresh
-worker process; :func:`build` turns a spec into a zero-argument callable inside the process that
-times it. Heavy libraries are imported only there.
-
-Spec keys: kind (matmul | elementwise | ensemble | stmt | module | command), framework (numpy |
-torch), size, stmt, setup, module ("pkg.mod:func"), command (argv list).
+A spec is small and JSON-able (:meth:`Workload.to_dict` / :func:`from_dict`) so the parent can hand it
+to a fresh worker process; :meth:`Workload.build` turns it into the zero-argument callable one timed
+call runs, inside the process that times it. Heavy libraries are imported only there (see kernels).
+Each class checks its own arguments (:meth:`create`) so bad input is one line before anything runs.
 """
 from __future__ import annotations
 
-import linecache
-import math
+import importlib.util
 import os
-import sys
-import threading
-import time
-import traceback
-from typing import Any, Callable
+import shlex
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from parinfo.errors import UsageError
+from parinfo.tuning import kernels
+from parinfo.tuning.usercode import build_module, build_stmt, compile_user
 
 BUILTIN = ("matmul", "elementwise", "ensemble")
 FRAMEWORKS = ("numpy", "torch")
-ELEMENTWISE_LEN = 1 << 22  # 4M doubles: large enough that splitting pays, small enough to stay quick
-ENSEMBLE_MODELS = 4
-ENSEMBLE_WIDTH = 384
-ENSEMBLE_BATCH = 64
-ENSEMBLE_LAYERS = 3
-
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MATMUL_DTYPE_BYTES = 4  # float32
+MATMUL_ARRAYS = 3  # a, b and the result
 
 
-class UserCodeError(Exception):
-    """The user's statement, setup or function raised; ``text`` is their traceback without parinfo's frames."""
+@dataclass(frozen=True)
+class Workload:
+    """Common part: the kind's name, the framework, and what the tuner asks of every kind."""
 
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
+    kind: ClassVar[str] = ""
+    uses_interop: ClassVar[bool] = False  # one call itself forks inter-op tasks
+    whole_process: ClassVar[bool] = False  # timed as a launched process, never in-process
 
+    framework: str = "numpy"
 
-class WorkloadUsageError(Exception):
-    """The workload cannot be built as asked (module or function not found): bad input, one line."""
+    def describe(self) -> str:
+        """One line naming the workload, for tables, JSON and profile comments."""
+        raise NotImplementedError
 
+    def build(self) -> Callable[[], Any]:
+        """The zero-argument callable one timed call runs (setup done here, once)."""
+        raise ValueError(f"cannot build workload kind {self.kind!r} in-process")
 
-def describe(spec: dict) -> str:
-    """One line naming the workload, for tables, JSON and profile comments."""
-    kind = spec["kind"]
-    fw = spec.get("framework", "numpy")
-    if kind == "matmul":
-        n = spec.get("size", 1024)
-        return f"matmul {n}x{n} float32 ({'torch.mm' if fw == 'torch' else 'numpy @'})"
-    if kind == "elementwise":
-        how = "torch ops" if fw == "torch" else "numpy ufuncs split by parinfo.parallel_for"
-        return f"elementwise exp/mul/add over {spec.get('length', ELEMENTWISE_LEN)} doubles ({how})"
-    if kind == "ensemble":
-        return (f"ensemble of {ENSEMBLE_MODELS} independent {ENSEMBLE_LAYERS}-layer "
-                f"{ENSEMBLE_WIDTH}-wide models, batch {ENSEMBLE_BATCH}, forked with parinfo.fork/wait ({fw})")
-    if kind == "stmt":
-        setup = spec.get("setup") or "pass"
-        return f"stmt {spec['stmt']!r}" + (f" (setup {setup!r})" if setup != "pass" else "")
-    if kind == "module":
-        return f"module {spec['module']}"
-    if kind == "command":
-        import shlex
-
-        return "command " + shlex.join(spec["command"])
-    return kind
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: ``kind`` first, then the kind's own fields, ``framework`` last."""
+        fields = asdict(self)
+        framework = fields.pop("framework")
+        return {"kind": self.kind, **fields, "framework": framework}
 
 
-def uses_interop(spec: dict) -> bool:
-    """True when one call of the workload itself forks inter-op tasks."""
-    return spec["kind"] == "ensemble"
+@dataclass(frozen=True)
+class Matmul(Workload):
+    """A float32 size x size matrix product (the reference's 1024 sweep)."""
+
+    kind: ClassVar[str] = "matmul"
+    size: int = 1024
+
+    def describe(self) -> str:
+        n = self.size
+        return f"matmul {n}x{n} float32 ({'torch.mm' if self.framework == 'torch' else 'numpy @'})"
+
+    def build(self) -> Callable[[], Any]:
+        make = kernels.torch_matmul if self.framework == "torch" else kernels.numpy_matmul
+        return make(self.size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "framework": self.framework, "size": self.size}
 
 
-# ---------------------------------------------------------------- user code and tracebacks
+@dataclass(frozen=True)
+class Elementwise(Workload):
+    """exp, multiply and add over a long vector, split by the intra-op pool."""
 
-def _register_source(name: str, src: str) -> None:
-    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+    kind: ClassVar[str] = "elementwise"
 
+    def describe(self) -> str:
+        how = "torch ops" if self.framework == "torch" else "numpy ufuncs split by parinfo.parallel_for"
+        return f"elementwise exp/mul/add over {kernels.ELEMENTWISE_LEN} doubles ({how})"
 
-def user_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` starting at the user's first frame (parinfo's own frames dropped)."""
-    tb = exc.__traceback__
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PKG_DIR + os.sep):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
-
-
-def compile_user(src: str, name: str) -> Any:
-    """Compile a --stmt/--setup text; raises SyntaxError for the caller to turn into one line."""
-    return compile(src, name, "exec")
+    def build(self) -> Callable[[], Any]:
+        make = kernels.torch_elementwise if self.framework == "torch" else kernels.numpy_elementwise
+        return make(kernels.ELEMENTWISE_LEN)
 
 
-def _build_stmt(spec: dict) -> Callable[[], Any]:
-    setup_src = spec.get("setup") or "pass"
-    stmt_src = spec["stmt"]
-    _register_source("<setup>", setup_src)
-    _register_source("<stmt>", stmt_src)
-    setup = compile_user(setup_src, "<setup>")
-    stmt = compile_user(stmt_src, "<stmt>")
-    ns: dict[str, Any] = {"__name__": "__parinfo_tune__"}
-    try:
-        exec(setup, ns)  # noqa: S102 - the user's own code, run on their request
-    except Exception as exc:  # noqa: BLE001
-        raise UserCodeError(user_traceback(exc)) from None
+@dataclass(frozen=True)
+class Ensemble(Workload):
+    """Independent small models forked as inter-op tasks: the workload that sweeps pairs."""
 
-    def call() -> None:
-        exec(stmt, ns)  # noqa: S102
+    kind: ClassVar[str] = "ensemble"
+    uses_interop: ClassVar[bool] = True
 
-    return call
+    def describe(self) -> str:
+        return (f"ensemble of {kernels.ENSEMBLE_MODELS} independent {kernels.ENSEMBLE_LAYERS}-layer "
+                f"{kernels.ENSEMBLE_WIDTH}-wide models, batch {kernels.ENSEMBLE_BATCH}, forked with "
+                f"parinfo.fork/wait ({self.framework})")
+
+    def build(self) -> Callable[[], Any]:
+        return kernels.ensemble(self.framework)
 
 
-def _build_module(spec: dict) -> Callable[[], Any]:
-    import importlib
+@dataclass(frozen=True)
+class Stmt(Workload):
+    """A timeit-style statement, run after its setup."""
 
-    target = spec["module"]
-    mod_name, _, func_name = target.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        mod = importlib.import_module(mod_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (mod_name == exc.name or mod_name.startswith(exc.name + ".")):
-            raise WorkloadUsageError(
-                f"--module {target}: no module named {exc.name!r} (run from the directory that holds it, "
-                f"or put it on PYTHONPATH)") from None
-        raise UserCodeError(user_traceback(exc)) from None
-    except Exception as exc:  # noqa: BLE001
-        raise UserCodeError(user_traceback(exc)) from None
-    func = getattr(mod, func_name, None)
-    if func is None:
-        raise WorkloadUsageError(f"--module {target}: module {mod_name!r} has no attribute {func_name!r}")
-    if not callable(func):
-        raise WorkloadUsageError(f"--module {target}: {func_name!r} is not callable")
-    return func
+    kind: ClassVar[str] = "stmt"
+    stmt: str = "pass"
+    setup: str = "pass"
+
+    def describe(self) -> str:
+        return f"stmt {self.stmt!r}" + (f" (setup {self.setup!r})" if self.setup != "pass" else "")
+
+    def build(self) -> Callable[[], Any]:
+        return build_stmt(self.stmt, self.setup)
 
 
-def _numpy_matmul(n: int) -> Callable[[], Any]:
-    import numpy as np
+@dataclass(frozen=True)
+class Module(Workload):
+    """``pkg.module:function``, called with no arguments."""
 
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
-    out = np.empty((n, n), dtype=np.float32)
-    return lambda: np.matmul(a, b, out=out)
+    kind: ClassVar[str] = "module"
+    module: str = ""
 
+    def describe(self) -> str:
+        return f"module {self.module}"
 
-def _torch_matmul(n: int) -> Callable[[], Any]:
-    import torch
-
-    a = torch.randn(n, n)
-    b = torch.randn(n, n)
-    return lambda: torch.mm(a, b)
+    def build(self) -> Callable[[], Any]:
+        return build_module(self.module)
 
 
-def _numpy_elementwise(length: int) -> Callable[[], Any]:
-    import numpy as np
+@dataclass(frozen=True)
+class Command(Workload):
+    """A command timed as a whole process."""
 
-    x = np.random.default_rng(0).random(length)
-    out = np.empty_like(x)
-    grain = 1 << 15
+    kind: ClassVar[str] = "command"
+    whole_process: ClassVar[bool] = True
+    command: tuple[str, ...] = field(default_factory=tuple)
 
-    def chunk(begin: int, end: int) -> None:
-        o = out[begin:end]
-        np.exp(x[begin:end], out=o)
-        np.multiply(o, 2.0, out=o)
-        np.add(o, 1.0, out=o)
+    def describe(self) -> str:
+        return "command " + shlex.join(self.command)
 
-    try:
-        from parinfo.runtime import parallel_for
-    except ImportError:  # the runtime is absent: split across plain threads of the intra-op count
-        parallel_for = _thread_parallel_for
-
-    return lambda: parallel_for(0, length, grain, chunk)
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "command": list(self.command), "framework": self.framework}
 
 
-def _thread_parallel_for(begin: int, end: int, grain: int, fn: Callable[[int, int], None]) -> None:
-    n = int(os.environ.get("PARINFO_NUM_THREADS", "1") or 1)
-    step = max(grain, math.ceil((end - begin) / n))
-    bounds = [(b, min(end, b + step)) for b in range(begin, end, step)]
-    threads = [threading.Thread(target=fn, args=bd) for bd in bounds[1:]]
-    for t in threads:
-        t.start()
-    fn(*bounds[0])
-    for t in threads:
-        t.join()
+KINDS: dict[str, type[Workload]] = {c.kind: c for c in (Matmul, Elementwise, Ensemble, Stmt, Module, Command)}
 
 
-def _torch_elementwise(length: int) -> Callable[[], Any]:
-    import torch
-
-    x = torch.rand(length, dtype=torch.float64)
-    out = torch.empty_like(x)
-    return lambda: torch.add(torch.mul(torch.exp(x, out=out), 2.0, out=out), 1.0, out=out)
-
-
-def _ensemble(framework: str) -> Callable[[], Any]:
-    from parinfo.runtime import fork, wait
-
-    if framework == "torch":
-        import torch
-
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(ENSEMBLE_BATCH, ENSEMBLE_WIDTH, generator=g)
-        models = [[torch.randn(ENSEMBLE_WIDTH, ENSEMBLE_WIDTH, generator=g) / ENSEMBLE_WIDTH ** 0.5
-                   for _ in range(ENSEMBLE_LAYERS)] for _ in range(ENSEMBLE_MODELS)]
-
-        def run(ws: list) -> Any:
-            h = x
-            for w in ws:
-                h = torch.tanh(torch.mm(h, w))
-            return h
-    else:
-        import numpy as np
-
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((ENSEMBLE_BATCH, ENSEMBLE_WIDTH), dtype=np.float32)
-        models = [[rng.standard_normal((ENSEMBLE_WIDTH, ENSEMBLE_WIDTH), dtype=np.float32)
-                   / np.float32(ENSEMBLE_WIDTH ** 0.5) for _ in range(ENSEMBLE_LAYERS)]
-                  for _ in range(ENSEMBLE_MODELS)]
-
-        def run(ws: list) -> Any:
-            h = x
-            for w in ws:
-                h = np.tanh(h @ w)
-            return h
-
-    def call() -> Any:
-        futures = [fork(run, ws) for ws in models]
-        total = wait(futures[0])
-        for f in futures[1:]:
-            total = total + wait(f)
-        return total
-
-    return call
+def from_dict(data: dict[str, Any]) -> Workload:
+    """The spec a :meth:`Workload.to_dict` produced (how a worker process receives its workload)."""
+    cls = KINDS[data["kind"]]
+    kw = {k: v for k, v in data.items() if k != "kind"}
+    if "command" in kw:
+        kw["command"] = tuple(kw["command"])
+    return cls(**kw)
 
 
-def build(spec: dict) -> Callable[[], Any]:
-    """The zero-argument callable that one timed call runs (setup done here, once)."""
-    kind = spec["kind"]
-    fw = spec.get("framework", "numpy")
-    if kind == "matmul":
-        return (_torch_matmul if fw == "torch" else _numpy_matmul)(spec.get("size", 1024))
-    if kind == "elementwise":
-        return (_torch_elementwise if fw == "torch" else _numpy_elementwise)(spec.get("length", ELEMENTWISE_LEN))
-    if kind == "ensemble":
-        return _ensemble(fw)
-    if kind == "stmt":
-        return _build_stmt(spec)
-    if kind == "module":
-        return _build_module(spec)
-    raise ValueError(f"cannot build workload kind {kind!r} in-process")
+# ---------------------------------------------------------------- from the user's arguments
 
-
-# ---------------------------------------------------------------- timing
-
-def _run_calls(fn: Callable[[], Any], calls: int, concurrency: int) -> float:
-    """Wall time of ``concurrency`` threads each making ``calls`` calls (one thread: the caller)."""
-    if concurrency <= 1:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        return time.perf_counter() - t0
-    errors: list[BaseException] = []
-    start = threading.Barrier(concurrency + 1)
-
-    def body() -> None:
-        start.wait()
+def _stmt(stmt: str, setup: str | None, framework: str) -> Stmt:
+    for src, opt in ((setup or "pass", "--setup"), (stmt, "--stmt")):
         try:
-            for _ in range(calls):
-                fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            errors.append(exc)
-
-    threads = [threading.Thread(target=body, name=f"parinfo-tune-request-{i}") for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    return elapsed
+            compile_user(src, f"<{opt[2:]}>")
+        except SyntaxError as exc:
+            raise UsageError(f"{opt}: {exc.msg} at line {exc.lineno}, column {exc.offset}: "
+                             f"{(exc.text or '').strip()!r}") from None
+    return Stmt(framework=framework, stmt=stmt, setup=setup or "pass")
 
 
-def time_calls(fn: Callable[[], Any], *, concurrency: int = 1, warmup: int = 1, repeats: int = 5,
-               min_time: float = 0.05, max_number: int = 10_000) -> tuple[list[float], int]:
-    """Warm up, pick calls per sample so a sample lasts about ``min_time``, then time ``repeats`` samples.
+def _module(target: str, framework: str) -> Module:
+    mod, sep, func = target.partition(":")
+    if not sep or not mod or not func or not all(p.isidentifier() for p in mod.split(".")) \
+            or not func.isidentifier():
+        raise UsageError(f"--module {target!r}: use pkg.module:function")
+    return Module(framework=framework, module=target)
 
-    Returns (seconds per request for each sample, calls per sample per stream). User exceptions
-    come back as UserCodeError carrying the user's traceback.
-    """
-    try:
-        last = 0.0
-        for _ in range(max(1, warmup)):
-            last = _run_calls(fn, 1, concurrency)
-        number = max(1, min(max_number, math.ceil(min_time / max(last, 1e-9))))
-        samples = [_run_calls(fn, number, concurrency) / (number * concurrency) for _ in range(repeats)]
-    except Exception as exc:  # noqa: BLE001
-        raise UserCodeError(user_traceback(exc)) from None
-    return samples, number
+
+def _command(argv: Sequence[str], framework: str) -> Command:
+    cmd = tuple(argv)
+    if not cmd[0]:
+        raise UsageError("the command is empty: give a program after --")
+    if shutil.which(cmd[0]) is None:
+        if os.sep in cmd[0] and os.path.exists(cmd[0]):
+            what = "it is a directory" if os.path.isdir(cmd[0]) else "it is not executable"
+            raise UsageError(f"cannot run {cmd[0]!r}: permission denied ({what})")
+        hint = f" (built-in workloads: {', '.join(BUILTIN)})" if len(cmd) == 1 else ""
+        raise UsageError(f"command not found: {cmd[0]!r}{hint}")
+    return Command(framework=framework, command=cmd)
+
+
+def _fits_in_memory(size: int) -> int:
+    """``size`` when the matmul's matrices fit in the memory available now; UsageError otherwise."""
+    import psutil
+
+    need = MATMUL_ARRAYS * MATMUL_DTYPE_BYTES * size * size
+    available = psutil.virtual_memory().available
+    if need > available:
+        raise UsageError(f"--size {size}: the matmul needs {need / 2**30:.3g} GiB for its {MATMUL_ARRAYS} "
+                         f"{size}x{size} float32 matrices, and {available / 2**30:.3g} GiB is available; "
+                         f"use a smaller --size")
+    return size
+
+
+def _builtin(name: str, framework: str, size: Any) -> Workload:
+    from parinfo.tuning.options import check_int
+
+    if name not in BUILTIN:
+        raise UsageError(f"unknown workload {name!r}: use one of {', '.join(BUILTIN)}, "
+                         f"or --stmt, --module, -- COMMAND")
+    need = "torch" if framework == "torch" else "numpy"
+    if importlib.util.find_spec(need) is None:
+        raise UsageError(f"the {name} workload with --framework {framework} needs {need}: pip install {need}")
+    if name == "matmul":
+        return Matmul(framework=framework, size=_fits_in_memory(check_int("--size", size)))
+    if name == "ensemble":
+        try:
+            from parinfo.runtime import fork, wait  # noqa: F401
+        except ImportError:
+            raise UsageError("the ensemble workload needs parinfo.runtime (fork/wait), which is missing "
+                             "from this installation") from None
+        return Ensemble(framework=framework)
+    return Elementwise(framework=framework)
+
+
+def choose(workload: str | None, framework: str, size: Any, stmt: str | None, setup: str | None,
+           module: str | None, command: Sequence[str] | None) -> Workload:
+    """The one workload the arguments name, checked; UsageError for a conflict or a bad value."""
+    given = [n for n, v in (("--stmt", stmt), ("--module", module), ("a command", command)) if v]
+    if len(given) > 1:
+        raise UsageError(f"give one workload, not {' and '.join(given)}")
+    if framework not in FRAMEWORKS:
+        raise UsageError(f"--framework {framework!r}: use one of {', '.join(FRAMEWORKS)}")
+    if given and workload not in (None, "matmul"):
+        raise UsageError(f"give either a built-in workload ({workload}) or {given[0]}, not both")
+    if setup and not stmt:
+        raise UsageError("--setup needs --stmt")
+    if stmt is not None:
+        return _stmt(stmt, setup, framework)
+    if module is not None:
+        return _module(module, framework)
+    if command:
+        return _command(command, framework)
+    return _builtin(workload or "matmul", framework, size)

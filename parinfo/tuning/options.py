@@ -1,0 +1,144 @@
+"""What a tune is asked to do (:class:`TuneOptions`), checked and resolved on a machine (:class:`Plan`).
+
+``parinfo.tune(...)`` keyword arguments and ``parinfo tune`` options map one to one onto
+:class:`TuneOptions`; :func:`resolve` checks every value against the machine and returns the
+:class:`Plan` the sweep runs: the workload, the ranges searched, and how each point is timed.
+Every bad value is a UsageError with one line naming the option.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from parinfo.errors import UsageError
+from parinfo.tuning import search, workloads
+from parinfo.tuning.measure import Settings
+from parinfo.tuning.workloads import Workload
+
+OBJECTIVES = ("latency", "throughput")
+MAX_COUNT_FACTOR = 64  # counts above 64 x logical CPUs are refused as a typo
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """Everything a tune can be asked; the defaults are ``parinfo tune``'s."""
+
+    workload: str | None = None  # a built-in: matmul (default), elementwise, ensemble
+    objective: str = "latency"
+    framework: str = "numpy"
+    size: int = 1024
+    stmt: str | None = None
+    setup: str | None = None
+    module: str | None = None
+    command: Sequence[str] | None = None
+    min_threads: int = 1
+    max_threads: int | None = None  # default: the usable CPUs
+    min_inter: int = 1
+    max_inter: int | None = None
+    repeats: int = 5
+    warmup: int = 1
+    min_time: float = 0.05
+    timeout: float = 600.0
+    in_process: bool = False
+    exhaustive: bool = False
+    confirm: bool = True
+    margin: float = search.DEFAULT_MARGIN
+    check_noise: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked tune: the workload, the ranges to search, and how each point is timed."""
+
+    options: TuneOptions
+    workload: Workload
+    settings: Settings
+    mode: str  # "subprocess" | "in-process" | "command"
+    pairs: bool  # points are inter x intra pairs (else intra-op counts, one request at a time)
+    concurrent: bool  # inter = concurrent requests (throughput) rather than the workload's inter-op pool
+    intra: tuple[int, int]
+    inter: tuple[int, int]
+    max_product: int  # the most threads one point may use (inter x intra)
+    usable_cpus: int
+
+    def candidate_count(self) -> int:
+        """How many points the search could measure."""
+        if self.pairs:
+            return len(search.pair_candidates(self.max_product, self.intra, self.inter))
+        return self.intra[1] - self.intra[0] + 1
+
+
+def check_int(name: str, value: Any, lo: int = 1) -> int:
+    """``value`` as a count of at least ``lo``; UsageError naming the option otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{name} must be an integer, got {value!r}")
+    if value < lo:
+        raise UsageError(f"{name} must be at least {lo}, got {value}")
+    return value
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _settings(o: TuneOptions) -> Settings:
+    repeats = check_int("--repeats", o.repeats)
+    warmup = check_int("--warmup", o.warmup, 0)
+    if not _finite(o.min_time) or o.min_time < 0:
+        raise UsageError(f"--min-time must be a finite number of seconds >= 0, got {o.min_time!r}")
+    if not _finite(o.timeout) or o.timeout <= 0:
+        raise UsageError(f"--timeout must be a finite number of seconds > 0, got {o.timeout!r}")
+    return Settings(warmup=warmup, repeats=repeats, min_time=float(o.min_time), timeout=float(o.timeout))
+
+
+def _ranges(o: TuneOptions, facts: Any) -> tuple[tuple[int, int], tuple[int, int]]:
+    usable = facts.usable_cpus
+    cap = MAX_COUNT_FACTOR * (facts.logical_cpus or usable)
+    min_threads = check_int("--min", o.min_threads)
+    max_threads = usable if o.max_threads is None else check_int("--max", o.max_threads)
+    if max_threads > cap:
+        raise UsageError(f"--max {max_threads} is more than {MAX_COUNT_FACTOR} x the {facts.logical_cpus} "
+                         f"logical CPUs; use at most {cap}")
+    if min_threads > max_threads:
+        raise UsageError(f"--min {min_threads} is above --max {max_threads}: nothing to measure "
+                         f"(this machine has {usable} usable CPUs)")
+    min_inter = check_int("--min-inter", o.min_inter)
+    max_inter = o.max_inter
+    if max_inter is not None:
+        max_inter = check_int("--max-inter", max_inter)
+        if min_inter > max_inter:
+            raise UsageError(f"--min-inter {min_inter} is above --max-inter {max_inter}: nothing to measure")
+    return (min_threads, max_threads), (min_inter, min(max_inter or max_threads, max_threads))
+
+
+def _mode(o: TuneOptions, w: Workload) -> str:
+    if w.whole_process:
+        if o.in_process:
+            raise UsageError("--in-process cannot time a command: it runs in its own process")
+        return "command"
+    if not o.in_process:
+        return "subprocess"
+    if w.uses_interop:
+        raise UsageError("--in-process cannot sweep the ensemble workload: the inter-op count is set once "
+                         "per process; drop --in-process")
+    if o.framework == "torch" and w.kind in workloads.BUILTIN:
+        import torch  # noqa: F401 - asked for: the in-process torch workload needs it
+    return "in-process"
+
+
+def resolve(o: TuneOptions, facts: Any) -> Plan:
+    """Check ``o`` on the machine ``facts`` describes and return the plan; UsageError when it cannot run."""
+    if o.objective not in OBJECTIVES:
+        raise UsageError(f"--objective {o.objective!r}: use latency or throughput")
+    w = workloads.choose(o.workload, o.framework, o.size, o.stmt, o.setup, o.module, o.command)
+    settings = _settings(o)
+    intra, inter = _ranges(o, facts)
+    pairs = o.objective == "throughput" or w.uses_interop
+    if pairs and intra[0] * inter[0] > intra[1]:
+        raise UsageError(f"--min {intra[0]} x --min-inter {inter[0]} does not fit --max {intra[1]} "
+                         f"(the product of inter-op and intra-op threads must fit)")
+    return Plan(options=o, workload=w, settings=settings, mode=_mode(o, w), pairs=pairs,
+                concurrent=o.objective == "throughput", intra=intra, inter=inter, max_product=intra[1],
+                usable_cpus=facts.usable_cpus)
