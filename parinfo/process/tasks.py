@@ -105,7 +105,7 @@ def thread_stats(pid: int) -> list[ThreadStat]:
     return out
 
 
-_NUMBERED = re.compile(r"[-_.:/# ]*\d+$")
+_NUMBERED = re.compile(r"(?:[-_.:/# ]+\d+)+$")
 
 
 def thread_group(name: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from parinfo.machine.pressure import (
@@ -230,27 +231,24 @@ def _pressure(a: Pressure | str, b: Pressure | str, dt: float) -> float | str:
     return round(min(100.0, 100 * (b.some_total_usec - a.some_total_usec) / 1e6 / dt), 1)
 
 
-def watch(pid: int | None = None, interval: float = 1.0, *, children: bool = False,
-          count: int | None = None):
-    """Yield a :class:`Sample` every ``interval`` seconds for process ``pid`` (default: this one),
-    ``count`` times (None: until the process ends or the caller stops iterating).
-
-    Raises UsageError for a bad interval and ProcessGone for a pid that names no process; when the
-    process ends while watched, the iteration simply stops.
-    """
+def check_interval(interval: float) -> float:
+    """``interval`` as seconds; UsageError unless it is a number from 0.05 to 3600."""
     from parinfo.errors import UsageError
 
-    if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0.05 <= interval <= 3600:
-        raise UsageError(f"interval {interval!r}: give seconds between 0.05 and 3600")
-    if pid is None:
-        pid = os.getpid()
-    sampler = Sampler(pid, children=children)
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.05 <= interval <= 3600:
+        raise UsageError(f"interval {interval!r}: give seconds from 0.05 to 3600")
+    return float(interval)
+
+
+def samples(sampler: Sampler, interval: float, count: int | None = None) -> Iterator[Sample]:
+    """Yield ``count`` samples (None: without end) of ``sampler``, one every ``interval`` seconds;
+    stop when the watched process ends."""
     sampler.sample()
     n = 0
     next_at = time.monotonic() + interval
     while count is None or n < count:
         time.sleep(max(0.0, next_at - time.monotonic()))
-        next_at += interval
+        next_at = max(next_at + interval, time.monotonic())
         try:
             sample = sampler.sample()
         except ProcessGone:
@@ -258,3 +256,17 @@ def watch(pid: int | None = None, interval: float = 1.0, *, children: bool = Fal
         if sample is not None:
             n += 1
             yield sample
+
+
+def watch(pid: int | None = None, interval: float = 1.0, *, children: bool = False,
+          count: int | None = None) -> Iterator[Sample]:
+    """Yield a :class:`Sample` every ``interval`` seconds for process ``pid`` (default: this one;
+    with ``children``, its whole tree), ``count`` times (None: until the process ends or the caller
+    stops iterating). Reads /proc and the cgroup files only; the process is never stopped or traced.
+
+    Raises UsageError for a bad interval and ProcessGone (a UsageError) for a pid that names no
+    process; when the process ends while watched, the iteration simply stops.
+    """
+    interval = check_interval(interval)
+    sampler = Sampler(os.getpid() if pid is None else pid, children=children)
+    yield from samples(sampler, interval, count)
