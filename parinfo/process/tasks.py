@@ -100,8 +100,8 @@ def thread_stats(pid: int) -> list[ThreadStat]:
     except OSError as exc:
         raise no_access(pid, "the threads", exc) from None
     out = [t for t in (_thread(task_dir, tid) for tid in tids) if t is not None]
-    if not out:
-        raise gone(pid)  # every thread ended while we listed: the process is gone (or a zombie)
+    if all(t.state in ("Z", "X") for t in out):
+        raise gone(pid)  # every thread ended (or is a zombie waiting for its parent): the process is gone
     return out
 
 
