@@ -76,4 +76,4 @@ if TYPE_CHECKING:  # pragma: no cover
                                  profile, set_num_interop_threads, set_num_threads, wait)
     from parinfo.machine.topology import MachineFacts, machine_facts
     from parinfo.tuning.sweep import tune
-    from parinfo.watching.sample import Sample, watch
+    from parinfo.watching.sample import Sample, watch  # noqa: F401

@@ -68,13 +68,13 @@ def live_lines(r: Report) -> list[Line]:
         rows.append(("thread stacks" if i == 0 else "", text))
     tree = live.get("tree")
     if tree:
-        rows.append(("wanting a CPU", f"{tree['runnable']:.1f} threads on average over {tree['seconds']:g} s "
-                                      f"({plural(tree['processes'], 'process')}, "
-                                      f"{plural(tree['threads'], 'thread')})"))
+        wanting = (f"{tree['runnable']:.1f} threads on average over {tree['seconds']:g} s "
+                   f"({plural(tree['processes'], 'process')}, {plural(tree['threads'], 'thread')})")
+        rows.append(("wanting a CPU", wanting))
         if tree.get("processes", 1) > 1:
             for m in tree.get("members") or ():
-                rows.append(("", f"pid {m['pid']} {m['name']}: {plural(m['threads'], 'thread')}, "
-                                 f"{m['running_now']} running now"))
+                member = f"pid {m['pid']} {m['name']}: {plural(m['threads'], 'thread')}, {m['running_now']} running now"
+                rows.append(("", member))
     width = max(len(k) for k, _ in rows)
     return [[], _line("Live evidence", "bold"), *(_line(f"  {k.ljust(width)}   {v}") for k, v in rows)]
 

@@ -46,7 +46,7 @@ def show(
         None, "--check", metavar="[=LEVEL]",
         help="Exit 1 when a finding at LEVEL or above exists: warning (the default of a bare --check), "
              "error, or info."),
-    pid: Optional[int] = typer.Option(
+    pid: int | None = typer.Option(
         None, "--pid", metavar="PID",
         help="Report on another process, read from /proc (same user or root): its CPUs, loaded runtimes, "
              "launch environment, threads and throttling."),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -22,10 +22,11 @@ def render_sample(s: Sample, title: str) -> str:
 
     quota = "no quota" if s.quota is None else f"quota {s.quota:g} CPUs"
     rate = s.involuntary / s.interval if s.interval else 0
-    lines = [f"{title}: {s.processes if s.pid is not None else '-'} process(es), {s.threads} threads; "
-             f"usable CPUs {s.usable_cpus}, {quota}; every {s.interval:g} s",
-             f"  CPU use       {s.cpu_percent:.0f}% of one CPU; {s.runnable:.1f} threads wanting a CPU on "
-             f"average, {s.running_now} running now; {rate:.0f} involuntary switches/s"]
+    head = (f"{title}: {s.processes if s.pid is not None else '-'} process(es), {s.threads} threads; "
+            f"usable CPUs {s.usable_cpus}, {quota}; every {s.interval:g} s")
+    use = (f"  CPU use       {s.cpu_percent:.0f}% of one CPU; {s.runnable:.1f} threads wanting a CPU on "
+           f"average, {s.running_now} running now; {rate:.0f} involuntary switches/s")
+    lines = [head, use]
     t = s.throttling
     if t is not None:
         lines.append(f"  throttling    {t.percent_periods:.0f}% of periods ({t.throttled} of {t.periods}), "
@@ -50,7 +51,7 @@ def render_sample(s: Sample, title: str) -> str:
 
 @app.command()
 def watch(
-    pid: Optional[int] = typer.Option(
+    pid: int | None = typer.Option(
         None, "--pid", metavar="PID",
         help="The process to watch (default: the cgroup parinfo runs in, without per-thread groups)."),
     children: bool = typer.Option(False, "--children", help="With --pid: watch its whole process tree."),
