@@ -58,7 +58,7 @@ def watch(
     interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", help="Seconds between samples."),
     once: bool = typer.Option(False, "--once", help="Print one sample (after one interval) and exit."),
     json_out: bool = typer.Option(False, "--json",
-                                  help="One JSON object per interval (the default when not on a terminal)."),
+                                  help="One JSON object per interval (the default when not on a terminal, but for --once)."),
 ) -> None:
     """Watch CPU use per thread group, runnable threads, throttling and CPU pressure, with a verdict."""
     import json
@@ -76,7 +76,7 @@ def watch(
     try:
         for sample in samples(sampler, seconds, 1 if once else None):
             got = True
-            if json_out or not sys.stdout.isatty():
+            if json_out or (not once and not sys.stdout.isatty()):
                 typer.echo(json.dumps(sample.to_dict()))
             elif live:
                 typer.echo("\x1b[H\x1b[2J" + render_sample(sample, title), nl=True)
