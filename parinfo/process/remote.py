@@ -46,8 +46,9 @@ def identity(pid: int) -> dict:
     """pid, name, command line, executable and parent of ``pid`` (the report's process section)."""
     from parinfo.process.tasks import parse_stat
 
-    name, _, _, _ = parse_stat(_read(pid, "stat").decode("utf-8", "replace"))
-    stat_rest = _read(pid, "stat").decode("utf-8", "replace").rsplit(")", 1)[1].split()
+    stat = _read(pid, "stat").decode("utf-8", "replace")
+    name, _, _, _ = parse_stat(stat)
+    stat_rest = stat.rsplit(")", 1)[1].split()
     cmdline = [a.decode("utf-8", "replace") for a in _read(pid, "cmdline").split(b"\0") if a]
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
