@@ -35,6 +35,9 @@ _EXPORTS: dict[str, str] = {
     "resolve_profile": "parinfo.profiles.language",
     "apply": "parinfo.profiles.applying",
     "Plan": "parinfo.profiles.plan",
+    # live evidence
+    "watch": "parinfo.watching.sample",
+    "Sample": "parinfo.watching.sample",
     # tune
     "tune": "parinfo.tuning.sweep",
     # errors
@@ -73,3 +76,4 @@ if TYPE_CHECKING:  # pragma: no cover
                                  profile, set_num_interop_threads, set_num_threads, wait)
     from parinfo.machine.topology import MachineFacts, machine_facts
     from parinfo.tuning.sweep import tune
+    from parinfo.watching.sample import Sample, watch  # noqa: F401

@@ -154,7 +154,15 @@ def _threads(r: Report) -> list[Line]:
     t = r.threads
     names = Counter((th.get("name") or "?") for th in t.get("threads") or ())
     listing = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in names.most_common())
-    return _section("Live OS threads", _aligned([(show_value(t.get("count")), listing)]))
+    lines = _aligned([(show_value(t.get("count")), listing)])
+    if t.get("states"):
+        states = ", ".join(f"{n} {_STATES.get(s, s)}" for s, n in sorted(t["states"].items()))
+        lines.append(_line(f"  now: {states}", "dim"))
+    return _section("Live OS threads", lines)
+
+
+_STATES = {"R": "running or runnable", "S": "sleeping", "D": "in uninterruptible wait", "T": "stopped",
+           "t": "stopped by a tracer", "Z": "zombie", "I": "idle"}
 
 
 def _findings(r: Report) -> list[Line]:
@@ -185,9 +193,17 @@ def _probes(r: Report) -> str:
 
 def render_lines(report: Report) -> list[Line]:
     """The report as lines of styled spans."""
+    from parinfo.cli.render_live import header, live_lines, outside_lines
+
+    if report.process.get("inspected_from") is not None:  # another process, read from /proc
+        lines = [header(report)]
+        for part in (_machine, _cpu, _pools, outside_lines, _environment, _threads, live_lines, _findings):
+            lines.extend(part(report))
+        return lines
     lines = [[("parinfo", "bold"), (f" report for pid {report.process.get('pid')} "
                                       f"(Python {report.process.get('python')}) ", ""), (_probes(report), "dim")]]
-    for part in (_machine, _cpu, _backend, _pools, _frameworks, _settings, _environment, _threads, _findings):
+    for part in (_machine, _cpu, _backend, _pools, _frameworks, _settings, _environment, _threads, live_lines,
+                 _findings):
         lines.extend(part(report))
     return lines
 

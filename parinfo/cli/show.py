@@ -46,6 +46,12 @@ def show(
         None, "--check", metavar="[=LEVEL]",
         help="Exit 1 when a finding at LEVEL or above exists: warning (the default of a bare --check), "
              "error, or info."),
+    pid: int | None = typer.Option(
+        None, "--pid", metavar="PID",
+        help="Report on another process, read from /proc (same user or root): its CPUs, loaded runtimes, "
+             "launch environment, threads and throttling."),
+    children: bool = typer.Option(False, "--children",
+                                  help="With --pid: sum the whole process tree (e.g. gunicorn and its workers)."),
 ) -> None:
     """Show the CPUs, backends, native pools, thread counts with their sources, and what is wrong."""
     from parinfo.diagnostics.report import inspect
@@ -53,7 +59,11 @@ def show(
     level = check_level(check)
     if json_out and fmt is Format.torch:
         raise UsageError("--json and --format torch ask for two formats: pick one")
-    report = inspect(parse_modules(imports), torch=torch)
+    if pid is not None or children:
+        outside_conflicts(pid, children, imports is not None or torch, fmt is Format.torch)
+        report = inspect(pid=pid, children=children)
+    else:
+        report = inspect(parse_modules(imports), torch=torch)
     if json_out or fmt is Format.json:
         import json
 
@@ -70,6 +80,17 @@ def show(
         render(report)
     if level is not None and report.problems(level):
         raise typer.Exit(1)
+
+
+def outside_conflicts(pid: int | None, children: bool, probes: bool, torch_format: bool) -> None:
+    """Refuse option mixes that make no sense for a process read from outside."""
+    if pid is None:
+        raise UsageError("--children needs --pid PID (the process whose tree to sum)")
+    if probes:
+        raise UsageError("--import and --torch load modules into parinfo itself; with --pid the other process "
+                         "is read from outside and nothing is imported into it")
+    if torch_format:
+        raise UsageError("--format torch shows counts in force, which cannot be read from outside: use rich or json")
 
 
 def check_level(value: str | None) -> str | None:

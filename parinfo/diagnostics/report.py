@@ -35,6 +35,7 @@ class Report:
     environment: list[dict[str, Any]]
     threads: dict[str, Any]
     findings: list[Finding] = field(default_factory=list)
+    live: dict[str, Any] = field(default_factory=dict)  # throttling, pressure, stack budget (live.py)
 
     def problems(self, severity: str = "warning") -> list[Finding]:
         """Findings at ``severity`` or above (what ``parinfo show --check`` fails on)."""
@@ -57,6 +58,7 @@ class Report:
             "environment": self.environment,
             "threads": self.threads,
             "findings": [f.to_dict() for f in self.findings],
+            "live": self.live,
         }
 
 
@@ -78,12 +80,19 @@ def _runtime_rows(runtime: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/") -> Report:
-    """Inspect this process. Changes nothing: no variable, no thread count, no thread.
+def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/",
+            pid: int | None = None, children: bool = False) -> Report:
+    """Inspect this process, or process ``pid`` from outside (with ``children``: its whole tree).
+    Changes nothing: no variable, no thread count, no thread.
 
     ``imports`` are modules to import first so their native pools load (None: numpy if installed);
-    ``torch=True`` imports torch when it is not imported yet (it never is otherwise).
+    ``torch=True`` imports torch when it is not imported yet (it never is otherwise). Neither
+    applies to another process, which is read from /proc (parinfo.diagnostics.live.inspect_pid).
     """
+    from parinfo.diagnostics import live
+
+    if not live.pid_is_self(pid) or children:
+        return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.runtime import info as runtime_info
@@ -126,5 +135,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         environment=env_rows,
         threads=threads.live_threads(),
     )
-    report.findings = diagnose(report.to_dict())
+    report.live = live.live_section(None, root)
+    sections = report.to_dict()
+    report.findings = live.with_live(diagnose(sections), sections)
     return report

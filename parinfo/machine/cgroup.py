@@ -230,3 +230,43 @@ def cgroup_facts(root: str, pid: int | None = None) -> CgroupFacts:
         facts.cpuset = tuple(sorted(cpus))
         facts.cpuset_source = ", ".join(src for _, src in cpusets)
     return facts
+
+
+@dataclass(frozen=True)
+class CgroupDir:
+    """Where one controller's files for a process lie: ``leaf`` (its cgroup) and ``top`` (the mount
+    point), both relative to the root; ``levels`` is the leaf and its ancestors up to the top."""
+
+    version: str  # "v1" or "v2"
+    leaf: str
+    top: str
+
+    @property
+    def levels(self) -> list[str]:
+        return _ancestors(self.leaf, self.top)
+
+
+def controller_dir(root: str, controller: str, pid: int | None = None) -> CgroupDir | None:
+    """The cgroup directory of process ``pid`` (default: this one) for ``controller`` ("cpu",
+    "cpuacct", "memory", "pids"): a v1 hierarchy that has it wins, else the v2 hierarchy. None when
+    no cgroup file system is mounted; raise Unreadable when mountinfo or the process's cgroup file
+    cannot be read (a process that is gone: its /proc directory no longer exists)."""
+    mounts = _mounts(read(root, "proc/self/mountinfo"))
+    if not mounts:
+        return None
+    proc_rel = f"proc/{'self' if pid is None else pid}/cgroup"
+    v2_path, v1_paths = _memberships(read(root, proc_rel), proc_rel)
+    notes: list[str] = []
+    for m in mounts:
+        if not m.v2 and controller in m.controllers and controller in v1_paths:
+            return CgroupDir("v1", _leaf(root, m, v1_paths[controller], notes), m.point)
+    for m in mounts:
+        if m.v2 and v2_path is not None:
+            return CgroupDir("v2", _leaf(root, m, v2_path, notes), m.point)
+    return None
+
+
+def unified_dir(root: str, pid: int | None = None) -> CgroupDir | None:
+    """The process's directory in the v2 (unified) hierarchy, where cpu.pressure, memory.max and
+    pids.current live on v2 and hybrid machines; None without one. Raises like controller_dir."""
+    return controller_dir(root, "", pid)

@@ -1,0 +1,94 @@
+"""`parinfo watch`: live evidence of where a process's CPU time goes, one sample per interval."""
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import typer
+
+from parinfo.cli._app import app
+
+if TYPE_CHECKING:
+    from parinfo.watching.sample import Sample
+
+
+def _pct(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:.0f}%"
+
+
+def render_sample(s: Sample, title: str) -> str:
+    """A sample for people: a few aligned lines, thread groups busiest first, the verdict last."""
+    from parinfo.safe_text import escape_controls
+
+    quota = "no quota" if s.quota is None else f"quota {s.quota:g} CPUs"
+    rate = s.involuntary / s.interval if s.interval else 0
+    head = (f"{title}: {s.processes if s.pid is not None else '-'} process(es), {s.threads} threads; "
+            f"usable CPUs {s.usable_cpus}, {quota}; every {s.interval:g} s")
+    use = (f"  CPU use       {s.cpu_percent:.0f}% of one CPU; {s.runnable:.1f} threads wanting a CPU on "
+           f"average, {s.running_now} running now; {rate:.0f} involuntary switches/s")
+    lines = [head, use]
+    t = s.throttling
+    if t is not None:
+        lines.append(f"  throttling    {t.percent_periods:.0f}% of periods ({t.throttled} of {t.periods}), "
+                     f"{t.throttled_usec / 1000:.0f} ms held back ({t.percent_time:.0f}% of the interval) "
+                     f"under {t.quota:g} CPUs at {t.cgroup}")
+    else:
+        lines.append(f"  throttling    {s.throttling_unknown or 'none: no CPU quota applies'}")
+    lines.append(f"  CPU pressure  machine {_pct(s.pressure_some)}, cgroup {_pct(s.pressure_cgroup_some)} "
+                 f"(share of the interval some task waited for a CPU)")
+    if s.groups:
+        width = max(len(g.name) for g in s.groups[:12])
+        lines.append("  thread groups")
+        for g in s.groups[:12]:
+            lines.append(f"    {g.name.ljust(width)}  {g.threads:3d} thread{'s' if g.threads != 1 else ' '}  "
+                         f"{g.cpu_percent:5.0f}% CPU  {g.runnable:4.1f} wanting a CPU  "
+                         f"{g.involuntary} involuntary")
+        if len(s.groups) > 12:
+            lines.append(f"    ... and {len(s.groups) - 12} more groups")
+    lines.append(f"  verdict       {s.verdict}")
+    return "\n".join(escape_controls(line) for line in lines)
+
+
+@app.command()
+def watch(
+    pid: int | None = typer.Option(
+        None, "--pid", metavar="PID",
+        help="The process to watch (default: the cgroup parinfo runs in, without per-thread groups)."),
+    children: bool = typer.Option(False, "--children", help="With --pid: watch its whole process tree."),
+    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", help="Seconds between samples."),
+    once: bool = typer.Option(False, "--once", help="Print one sample (after one interval) and exit."),
+    json_out: bool = typer.Option(False, "--json",
+                                  help="One JSON object per interval (the default when not on a terminal, but for --once)."),
+) -> None:
+    """Watch CPU use per thread group, runnable threads, throttling and CPU pressure, with a verdict."""
+    import json
+
+    from parinfo.errors import UsageError
+    from parinfo.watching.sample import Sampler, check_interval, samples
+
+    if children and pid is None:
+        raise UsageError("--children needs --pid PID (the process whose tree to watch)")
+    seconds = check_interval(interval)
+    sampler = Sampler(pid, children=children)
+    title = "container (parinfo's cgroup)" if pid is None else f"pid {pid}"
+    live = not json_out and sys.stdout.isatty() and not once
+    got = False
+    try:
+        for sample in samples(sampler, seconds, 1 if once else None):
+            got = True
+            if json_out or (not once and not sys.stdout.isatty()):
+                typer.echo(json.dumps(sample.to_dict()))
+            elif live:
+                typer.echo("\x1b[H\x1b[2J" + render_sample(sample, title), nl=True)
+            else:
+                typer.echo(render_sample(sample, title))
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return
+    if pid is None or (once and got):
+        return
+    if not got:  # it ended before a whole interval could be measured
+        from parinfo.process.tasks import gone
+
+        raise gone(pid)
+    typer.echo(f"parinfo: pid {pid} exited; watch ended", err=True)

@@ -1,0 +1,165 @@
+"""The live evidence of a report, and the report of another process read from outside.
+
+:func:`live_section` gathers the cgroup's cumulative throttling, CPU pressure, the memory limits
+and the thread-stack budget (for this process, or another one); :func:`inspect_pid` builds the
+whole report of another process from /proc, without ptrace: what cannot be known from outside (the
+counts in force inside its pools) is said so, never guessed.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from parinfo.diagnostics.live_rules import with_live
+from parinfo.diagnostics.report import Report
+
+__all__ = ["inspect_pid", "live_section", "pid_is_self", "with_live"]
+
+#: How long ``show --pid`` watches the threads to tell how many want a CPU (seconds).
+SAMPLE_SECONDS = 0.3
+
+COUNTS_UNKNOWN = ("the thread counts in force live inside the process and cannot be read from outside: "
+                  "its pools are listed from the files it has loaded, without counts")
+
+
+def _stack_budget(pid: int | None, threads: int | None, memory: dict[str, Any]) -> dict[str, Any]:
+    from parinfo.process.remote import limits
+
+    try:
+        lim = limits(pid)
+    except Exception as exc:  # noqa: BLE001 - a process that ends here has no budget to show
+        return {"unknown": str(exc)}
+    rows = []
+    for name, value in (("RLIMIT_DATA", lim.data), ("RLIMIT_AS", lim.address_space)):
+        if value is not None and threads is not None:
+            rows.append({"name": name, "bytes": value, "threads": threads, "source": "soft limit"})
+    if memory.get("limit") is not None:
+        tasks = memory.get("tasks")
+        cg_threads = max(tasks, threads or 0) if isinstance(tasks, int) else threads
+        if cg_threads is not None:
+            rows.append({"name": "the cgroup memory limit", "bytes": memory["limit"], "threads": cg_threads,
+                         "source": memory.get("limit_source"),
+                         "threads_source": memory.get("tasks_source") if isinstance(tasks, int) else "this process"})
+    return {**lim.to_dict(), "limits": rows}
+
+
+def live_section(pid: int | None = None, root: str = "/", threads: int | None = None) -> dict[str, Any]:
+    """Throttling, pressure, memory limit and stack budget of process ``pid`` (default: this one).
+    ``threads`` is the number of threads to budget for (default: the process's now)."""
+    from parinfo.machine.memlimit import memory_facts
+    from parinfo.machine.pressure import cpu_counters, cpu_pressure
+
+    if threads is None:
+        from parinfo.process.threads import live_threads
+
+        count = live_threads(pid).get("count")
+        threads = count if isinstance(count, int) else None
+    memory = memory_facts(root, pid).to_dict()
+    return {
+        "throttling": cpu_counters(root, pid).to_dict(),
+        "pressure": cpu_pressure(root, pid).to_dict(),
+        "memory": memory,
+        "stack_budget": _stack_budget(pid, threads, memory),
+    }
+
+
+def _tree(pids: list[int], seconds: float) -> tuple[dict[str, Any], dict[int, list]]:
+    """Threads of every process in ``pids``, sampled twice ``seconds`` apart: how many wanted a CPU
+    on average (time on a CPU plus time waiting for one, over the interval)."""
+    from parinfo.process.tasks import NoAccess, ProcessGone, thread_stats
+
+    def read() -> dict[int, list]:
+        out = {}
+        for p in pids:
+            try:
+                out[p] = thread_stats(p)
+            except (ProcessGone, NoAccess):  # a child that ended; the root pid is checked by the caller
+                pass
+        return out
+
+    t0, first = time.monotonic(), read()
+    time.sleep(seconds)
+    t1, second = time.monotonic(), read()
+    before = {(p, t.tid): t for p, ts in first.items() for t in ts}
+    busy = 0
+    for p, ts in second.items():
+        for t in ts:
+            prev = before.get((p, t.tid))
+            if prev is not None:
+                busy += (t.cpu_ns - prev.cpu_ns) + ((t.wait_ns or 0) - (prev.wait_ns or 0))
+    dt = max(t1 - t0, 1e-6)
+    procs = [{"pid": p, "name": ts[0].name if ts else "?", "threads": len(ts),
+              "running_now": sum(t.state == "R" for t in ts)} for p, ts in second.items()]
+    return {"processes": len(second), "threads": sum(len(ts) for ts in second.values()),
+            "runnable": round(busy / 1e9 / dt, 2), "seconds": round(dt, 2), "members": procs}, second
+
+
+def _hint(env: dict[str, str], names: list[str]) -> str:
+    profile = env.get("PARINFO_PROFILE")
+    if profile:
+        return (f"launched by parinfo apply (profile {profile}): the counts it set are in its launch "
+                f"environment below; for the counts in force, call parinfo.inspect() inside it")
+    if any(n.startswith("parinfo-") for n in names):
+        return "it runs parinfo's pools: call parinfo.inspect() (or parinfo.parallel_info()) inside it for the full report"
+    return "for the full report, run parinfo show (or parinfo.inspect()) inside the process"
+
+
+def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
+                sample_seconds: float = SAMPLE_SECONDS) -> Report:
+    """The report of process ``pid`` (with ``children``: of its whole tree), read from /proc.
+
+    Raises ProcessGone for a pid that names no process and NoAccess when its maps or environment
+    cannot be read (another user's process): both one-line usage errors.
+    """
+    from parinfo.diagnostics.rules import diagnose
+    from parinfo.machine.cpuid import cpu_identity
+    from parinfo.machine.topology import machine_facts
+    from parinfo.process import environment as envmod
+    from parinfo.process import pools, remote
+    from parinfo.process import threads as thr
+
+    remote.check_pid(pid)
+    ident = remote.identity(pid)
+    runtimes = remote.loaded_runtimes(pid)
+    env = remote.environment(pid)
+    facts = machine_facts(root, pid)
+    members = [pid, *(remote.children(pid) if children else [])]
+    tree, stats = _tree(members, sample_seconds)
+    if pid not in stats:
+        from parinfo.process.tasks import gone
+
+        raise gone(pid)
+    live = live_section(pid, root, threads=len(stats[pid]))
+    live["tree"] = tree
+    listing = thr.live_threads(pid)
+    states: dict[str, int] = {}
+    for t in stats[pid]:
+        states[t.state] = states.get(t.state, 0) + 1
+    listing["states"] = states
+    names = [t.name for t in stats[pid]]
+    ident["hint"] = _hint(env, names)
+    ident["counts"] = COUNTS_UNKNOWN
+    report = Report(
+        process=ident,
+        probes={"requested": [], "imported": [], "already_imported": [], "failed": {},
+                "environ_changed": {}, "note": "read from outside: nothing was imported into the process"},
+        machine=facts.to_dict(),
+        cpu=cpu_identity(root),
+        runtime={"unknown": COUNTS_UNKNOWN},
+        backend={"runtime": None, "runtime_started": any(n.startswith("parinfo-") for n in names),
+                 **pools.threading_layers(runtimes), "torch": None},
+        pools=runtimes,
+        frameworks={"torch": None},
+        settings=[],
+        environment=envmod.environment_report(env, env),
+        threads=listing,
+        live=live,
+    )
+    sections = report.to_dict()
+    report.findings = with_live(diagnose(sections), sections)
+    return report
+
+
+def pid_is_self(pid: int | None) -> bool:
+    return pid is None or pid == os.getpid()

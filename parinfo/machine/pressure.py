@@ -1,0 +1,193 @@
+"""CPU throttling and pressure counters: the cgroup's ``cpu.stat`` (v1 and v2) and pressure stall
+information (``/proc/pressure/cpu``, the cgroup's ``cpu.pressure``).
+
+The kernel counts CFS bandwidth periods and the periods in which a cgroup ran out of quota, from the
+cgroup's creation on: v2 ``nr_periods``, ``nr_throttled``, ``throttled_usec``; v1 the same counts
+with ``throttled_time`` in nanoseconds. Those counters live in the cgroup whose quota bites, which
+may be an ancestor (a systemd slice, an outer container), so every level with a quota is read.
+
+Everything is read under ``root`` (tests pass fake trees); a file that is missing or unreadable
+gives "unknown (reason)", never an exception. Files are re-read on every call: these are counters.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from parinfo.machine import cgroup as _cgroup
+from parinfo.machine.sysfs import Unreadable, garbage, read, shown
+
+
+@dataclass(frozen=True)
+class Throttling:
+    """The CFS bandwidth counters of one cgroup level that has a CPU quota (cumulative)."""
+
+    cgroup: str  # the directory, as shown on the machine
+    quota: float  # CPUs the quota pays for per period
+    periods: int  # periods in which the cgroup had runnable threads
+    throttled: int  # of those, periods in which it ran out of quota
+    throttled_usec: int  # time its threads were held back
+
+    @property
+    def ratio(self) -> float:
+        """Throttled periods over periods (0 when none has elapsed)."""
+        return self.throttled / self.periods if self.periods else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ratio": round(self.ratio, 4)}
+
+
+@dataclass(frozen=True)
+class CpuCounters:
+    """Throttling of a process's cgroup: one entry per level that has a quota, leaf first.
+
+    ``levels`` is empty when no level sets a quota (nothing can throttle); ``unknown`` holds why the
+    counters could not be read (then ``levels`` is empty too).
+    """
+
+    version: str | None
+    levels: tuple[Throttling, ...] = ()
+    unknown: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def worst(self) -> Throttling | None:
+        """The level that throttled most (by throttled periods), or None."""
+        return max(self.levels, key=lambda t: (t.throttled, -t.quota), default=None)
+
+    def to_dict(self) -> dict:
+        worst = self.worst
+        return {"version": self.version, "levels": [t.to_dict() for t in self.levels],
+                "worst": None if worst is None else worst.to_dict(), "unknown": self.unknown,
+                "notes": list(self.notes)}
+
+
+def _fields(root: str, rel: str) -> dict[str, int]:
+    """``key value`` lines of a flat-keyed cgroup file as integers."""
+    text = read(root, rel)
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2:
+            raise garbage(rel, line)
+        try:
+            out[parts[0]] = int(parts[1])
+        except ValueError:
+            raise garbage(rel, line) from None
+    return out
+
+
+def _quota_at(root: str, d: str, version: str) -> float | None:
+    """The quota set at directory ``d`` (None: no limit there); raise Unreadable when unreadable."""
+    if version == "v2":
+        if not os.path.lexists(os.path.join(root, d, "cpu.max")):
+            return None
+        quota, _ = _cgroup._v2_quota(root, d)
+        return quota
+    if not os.path.lexists(os.path.join(root, d, "cpu.cfs_quota_us")):
+        return None
+    quota, _ = _cgroup._v1_quota(root, d)
+    return quota
+
+
+def _throttling(root: str, d: str, version: str, quota: float) -> Throttling:
+    rel = f"{d}/cpu.stat"
+    stat = _fields(root, rel)
+    if version == "v2":
+        keys = ("nr_periods", "nr_throttled", "throttled_usec")
+    else:
+        keys = ("nr_periods", "nr_throttled", "throttled_time")
+    missing = [k for k in keys if k not in stat]
+    if missing:
+        raise Unreadable(f"no {', '.join(missing)} in {shown(rel)}")
+    usec = stat["throttled_usec"] if version == "v2" else stat["throttled_time"] // 1000
+    return Throttling(shown(d), quota, stat["nr_periods"], stat["nr_throttled"], usec)
+
+
+def cpu_counters(root: str = "/", pid: int | None = None) -> CpuCounters:
+    """The throttling counters of process ``pid``'s cgroup (default: this one) and its ancestors."""
+    root = os.path.abspath(root)
+    try:
+        where = _cgroup.controller_dir(root, "cpu", pid)
+    except Unreadable as exc:
+        return CpuCounters(None, unknown=str(exc))
+    if where is None:
+        return CpuCounters(None)  # no cgroup file system: no quota, nothing throttles
+    levels: list[Throttling] = []
+    problems: list[str] = []
+    for d in where.levels:
+        try:
+            quota = _quota_at(root, d, where.version)
+            if quota is not None:
+                levels.append(_throttling(root, d, where.version, quota))
+        except Unreadable as exc:
+            problems.append(str(exc))
+    if problems and not levels:
+        return CpuCounters(where.version, unknown="; ".join(problems))
+    notes = ("counters may be incomplete: " + "; ".join(problems),) if problems else ()
+    return CpuCounters(where.version, tuple(levels), notes=notes)
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """CPU pressure stall information: the share of time some (or all) runnable tasks waited for
+    a CPU, as 10 s averages (percent) and cumulative totals (microseconds)."""
+
+    source: str
+    some_avg10: float
+    some_total_usec: int
+    full_avg10: float | None = None  # "full" is reported for cgroups (and systems since 5.13)
+    full_total_usec: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def read_pressure(root: str, rel: str) -> Pressure:
+    """Parse a pressure file (``some avg10=.. avg60=.. avg300=.. total=..`` and a ``full`` line)."""
+    text = read(root, rel)
+    found: dict[str, tuple[float, int]] = {}
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        values = dict(item.partition("=")[::2] for item in rest.split())
+        try:
+            found[kind] = (float(values["avg10"]), int(values["total"]))
+        except (KeyError, ValueError):
+            raise garbage(rel, line) from None
+    if "some" not in found:
+        raise garbage(rel, text)
+    full = found.get("full")
+    return Pressure(shown(rel), found["some"][0], found["some"][1],
+                    None if full is None else full[0], None if full is None else full[1])
+
+
+@dataclass(frozen=True)
+class PressureFacts:
+    """The machine's CPU pressure and the process's cgroup's, each a Pressure or "unknown (why)"."""
+
+    system: Pressure | str
+    cgroup: Pressure | str = field(default="unknown (no cgroup v2 hierarchy)")
+
+    def to_dict(self) -> dict:
+        return {k: v if isinstance(v, str) else v.to_dict()
+                for k, v in (("system", self.system), ("cgroup", self.cgroup))}
+
+
+def cpu_pressure(root: str = "/", pid: int | None = None) -> PressureFacts:
+    """CPU pressure of the whole machine (/proc/pressure/cpu) and of process ``pid``'s v2 cgroup."""
+    root = os.path.abspath(root)
+    try:
+        system: Pressure | str = read_pressure(root, "proc/pressure/cpu")
+    except Unreadable as exc:
+        system = f"unknown ({exc}{'; the kernel has no PSI' if 'No such file' in str(exc) else ''})"
+    try:
+        where = _cgroup.unified_dir(root, pid)
+    except Unreadable as exc:
+        return PressureFacts(system, f"unknown ({exc})")
+    if where is None:
+        return PressureFacts(system)
+    try:
+        group: Pressure | str = read_pressure(root, f"{where.leaf}/cpu.pressure")
+    except Unreadable as exc:
+        group = f"unknown ({exc})"
+    return PressureFacts(system, group)

@@ -1,0 +1,169 @@
+"""Facts about another process, read from /proc without ptrace (same user, or root).
+
+What can be known from outside: the runtimes it has loaded (``/proc/PID/maps``), the environment it
+was launched with (``/proc/PID/environ``), its command line, resource limits and children. What
+cannot: the thread counts in force inside its pools (they live in the process's memory); the
+report says so instead of guessing.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+from parinfo.process.tasks import gone, no_access
+
+# glibc's default thread stack when RLIMIT_STACK is unlimited (x86-64 and most 64-bit targets).
+GLIBC_UNLIMITED_STACK = 2 << 20
+
+
+def _read(pid: int, name: str, limit: int = 1 << 24) -> bytes:
+    """The bytes of /proc/PID/name; ProcessGone or NoAccess (one line) when they cannot be read."""
+    from parinfo.machine.sysfs import read_bytes
+
+    try:
+        return read_bytes(f"/proc/{pid}/{name}", limit)
+    except (FileNotFoundError, ProcessLookupError):
+        raise gone(pid) from None
+    except OSError as exc:
+        raise no_access(pid, f"/proc/{pid}/{name}", exc) from None
+
+
+def check_pid(pid: int) -> None:
+    """Raise ProcessGone when ``pid`` names no process (a zombie counts as gone)."""
+    if pid <= 0 or not os.path.isdir(f"/proc/{pid}"):
+        raise gone(pid)
+    from parinfo.process.tasks import parse_stat
+
+    try:
+        _, state, _, _ = parse_stat(_read(pid, "stat").decode("utf-8", "replace"))
+    except (ValueError, IndexError):
+        return
+    if state in ("Z", "X"):
+        raise gone(pid)
+
+
+def identity(pid: int) -> dict:
+    """pid, name, command line, executable and parent of ``pid`` (the report's process section)."""
+    from parinfo.process.tasks import parse_stat
+
+    stat = _read(pid, "stat").decode("utf-8", "replace")
+    name, _, _, _ = parse_stat(stat)
+    stat_rest = stat.rsplit(")", 1)[1].split()
+    cmdline = [a.decode("utf-8", "replace") for a in _read(pid, "cmdline").split(b"\0") if a]
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError as exc:
+        exe = f"unknown (cannot read /proc/{pid}/exe: {exc.strerror or exc})"
+    base = os.path.basename(cmdline[0]) if cmdline else name
+    python = "unknown (read from outside; the interpreter is not asked)"
+    if not (base.startswith("python") or name.startswith("python") or "python" in os.path.basename(exe)):
+        python = "unknown (not a Python interpreter, or one renamed)"
+    return {"pid": pid, "name": name, "ppid": int(stat_rest[1]), "cmdline": cmdline, "executable": exe,
+            "python": python, "inspected_from": os.getpid()}
+
+
+def loaded_runtimes(pid: int) -> list[dict]:
+    """One row per thread runtime file mapped into ``pid`` (the keys of the report's pool rows;
+    ``num_threads`` is None: the count in force cannot be read from outside)."""
+    import re
+
+    from parinfo.process.pools import classify, loaded_objects, owner_of
+
+    objects = loaded_objects(_read(pid, "maps").decode("utf-8", "replace"))
+    rows: list[dict] = []
+    for path in objects:
+        fam = classify(path)
+        if fam is None:
+            continue
+        library, user_api, internal_api = fam
+        rows.append({
+            "library": library, "user_api": user_api, "internal_api": internal_api, "filepath": path,
+            "prefix": re.split(r"[.-]", os.path.basename(path), maxsplit=1)[0], "version": None,
+            "num_threads": None, "threading_layer": None, "architecture": None, "owner": owner_of(path),
+            "seen_by": f"/proc/{pid}/maps", "duplicate_of": None, "copies": 1,
+            "note": "count in force not readable from outside the process",
+        })
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["library"], []).append(row)
+    for group in groups.values():
+        for row in group:
+            row["copies"] = len(group)
+        for row in group[1:]:
+            row["duplicate_of"] = group[0]["filepath"]
+    return rows
+
+
+def environment(pid: int) -> dict[str, str]:
+    """The environment ``pid`` was launched with (its later edits are not visible from outside)."""
+    env: dict[str, str] = {}
+    for item in _read(pid, "environ").decode("utf-8", "surrogateescape").split("\0"):
+        name, sep, value = item.partition("=")
+        if sep and name:
+            env.setdefault(name, value)
+    return env
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The soft resource limits that bound thread stacks, in bytes (None: unlimited)."""
+
+    stack: int | None
+    data: int | None
+    address_space: int | None
+
+    @property
+    def thread_stack(self) -> int:
+        """The stack glibc gives a new thread: RLIMIT_STACK, or 2 MiB when that is unlimited."""
+        return self.stack if self.stack else GLIBC_UNLIMITED_STACK
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "thread_stack": self.thread_stack}
+
+
+def parse_limits(text: str) -> Limits:
+    """Parse /proc/PID/limits (a table: name, soft, hard, unit)."""
+    found: dict[str, int | None] = {}
+    for line in text.splitlines():
+        for key, label in (("stack", "Max stack size"), ("data", "Max data size"),
+                           ("address_space", "Max address space")):
+            if line.startswith(label):
+                soft = line[len(label):].split()[0]
+                found[key] = None if soft == "unlimited" else int(soft)
+    return Limits(found.get("stack"), found.get("data"), found.get("address_space"))
+
+
+def limits(pid: int | None = None) -> Limits:
+    """The soft limits of ``pid`` (default: this process)."""
+    if pid is None:
+        import resource
+
+        def soft(which: int) -> int | None:
+            value = resource.getrlimit(which)[0]
+            return None if value == resource.RLIM_INFINITY else value
+
+        return Limits(soft(resource.RLIMIT_STACK), soft(resource.RLIMIT_DATA), soft(resource.RLIMIT_AS))
+    return parse_limits(_read(pid, "limits").decode("utf-8", "replace"))
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (children, their children...), found by the parent field of each
+    process's stat; processes that end meanwhile are skipped."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                rest = fh.read().rsplit(b")", 1)[1].split()
+            parents.setdefault(int(rest[1]), []).append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in sorted(parents.get(todo.pop(0), ())):
+            if child not in out and child != pid:
+                out.append(child)
+                todo.append(child)
+    return out

@@ -1,0 +1,272 @@
+"""Typed samples of a process's (or a container's) CPU use over one interval, and the sampler that
+makes them from two readings of cumulative counters.
+
+A :class:`Reading` is one instant: every thread's CPU and wait time, the cgroup's throttling
+counters, the pressure totals. A :class:`Sample` is the difference of two readings divided by the
+time between them: what happened during the interval. Reading costs only file reads under /proc
+and the cgroup tree: the watched process is never stopped, traced or signalled.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+from parinfo.machine.pressure import (
+    CpuCounters,
+    Pressure,
+    PressureFacts,
+    cpu_counters,
+    cpu_pressure,
+)
+from parinfo.process.tasks import (
+    ProcessGone,
+    ThreadStat,
+    gone,
+    thread_group,
+    thread_stats,
+)
+
+
+@dataclass(frozen=True)
+class GroupUse:
+    """The threads of one group (same name but for a worker number) over the interval."""
+
+    name: str
+    threads: int
+    cpu_percent: float  # 100 = one CPU busy for the whole interval
+    runnable: float  # threads on a CPU or waiting for one, on average
+    involuntary: int  # context switches the scheduler forced
+
+
+@dataclass(frozen=True)
+class ThrottleUse:
+    """Throttling of the cgroup level that throttled most during the interval."""
+
+    cgroup: str
+    quota: float
+    periods: int
+    throttled: int
+    throttled_usec: int
+    percent_periods: float  # throttled periods / periods, percent
+    percent_time: float  # time held back / interval, percent (can pass 100: it sums over CPUs)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one process tree (or, with ``pid`` None, the container parinfo runs in) did during
+    ``interval`` seconds ending at ``time``. ``throttling`` is None when no quota applies, and the
+    pressure fields hold "unknown (why)" when the kernel or the cgroup gives no figures."""
+
+    time: float
+    interval: float
+    pid: int | None
+    processes: int
+    threads: int
+    usable_cpus: int
+    quota: float | None
+    cpu_percent: float
+    runnable: float
+    running_now: int
+    involuntary: int
+    groups: tuple[GroupUse, ...]
+    throttling: ThrottleUse | None
+    throttling_unknown: str | None
+    pressure_some: float | str  # percent of the interval some task waited for a CPU (the machine)
+    pressure_cgroup_some: float | str
+    verdict: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["groups"] = [asdict(g) for g in self.groups]
+        d["notes"] = list(self.notes)
+        return d
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Cumulative counters at one instant (monotonic ``clock`` in seconds)."""
+
+    clock: float
+    threads: dict[tuple[int, int], ThreadStat]  # (pid, tid) -> stat
+    processes: int
+    counters: CpuCounters
+    pressure: PressureFacts
+    procs_running: int | None  # runnable tasks on the machine now (/proc/stat), for pid None
+
+
+def _procs_running() -> int | None:
+    try:
+        with open("/proc/stat", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"procs_running"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class Sampler:
+    """Takes readings of ``pid`` (and with ``children`` its descendants) and turns two consecutive
+    readings into a :class:`Sample`. ``pid`` None watches the container: the cgroup parinfo runs in
+    and the machine's runnable tasks, without per-thread groups."""
+
+    def __init__(self, pid: int | None, *, children: bool = False, root: str = "/") -> None:
+        from parinfo.machine.topology import machine_facts
+
+        self.pid, self.children, self.root = pid, children, root
+        if pid is not None:
+            from parinfo.process.remote import check_pid
+
+            check_pid(pid)
+        facts = machine_facts(root, pid)
+        self.usable, self.quota = facts.usable_cpus, facts.quota
+        self.last: Reading | None = None
+
+    def read(self) -> Reading:
+        """One reading; ProcessGone when the watched process has ended."""
+        threads: dict[tuple[int, int], ThreadStat] = {}
+        processes = 0
+        if self.pid is not None:
+            pids = [self.pid]
+            if self.children:
+                from parinfo.process.remote import children
+
+                pids += children(self.pid)
+            for i, p in enumerate(pids):
+                try:
+                    stats = thread_stats(p)
+                except ProcessGone:
+                    if i == 0:
+                        raise
+                    continue  # a child that ended meanwhile
+                processes += 1
+                threads.update(((p, t.tid), t) for t in stats)
+        counters = cpu_counters(self.root, self.pid)
+        pressure = cpu_pressure(self.root, self.pid)
+        if self.pid is not None and counters.unknown and not os.path.isdir(f"/proc/{self.pid}"):
+            raise gone(self.pid)
+        return Reading(time.monotonic(), threads, processes, counters, pressure,
+                       _procs_running() if self.pid is None else None)
+
+    def sample(self) -> Sample | None:
+        """A new reading turned into a Sample against the previous one (None on the first call)."""
+        now = self.read()
+        before, self.last = self.last, now
+        return None if before is None else self.between(before, now)
+
+    def between(self, a: Reading, b: Reading) -> Sample:
+        from parinfo.watching.verdict import verdict
+
+        dt = max(b.clock - a.clock, 1e-6)
+        groups: dict[str, list[float]] = {}
+        total_cpu = total_run = 0.0
+        total_inv = running = 0
+        for key, t in b.threads.items():
+            prev = a.threads.get(key)
+            cpu = (t.cpu_ns - prev.cpu_ns) if prev else 0
+            wait = (t.wait_ns - prev.wait_ns) if prev and t.wait_ns is not None and prev.wait_ns is not None else 0
+            inv = (t.involuntary - prev.involuntary) if prev and t.involuntary is not None \
+                and prev.involuntary is not None else 0
+            run = (cpu + wait) / 1e9 / dt
+            name = "main thread" if key[1] == key[0] and key[0] == self.pid else thread_group(t.name)
+            g = groups.setdefault(name, [0, 0.0, 0.0, 0])
+            g[0] += 1
+            g[1] += cpu / 1e9 / dt * 100
+            g[2] += run
+            g[3] += inv
+            total_cpu += cpu / 1e9 / dt * 100
+            total_run += run
+            total_inv += max(0, inv)
+            running += t.state == "R"
+        uses = tuple(sorted((GroupUse(n, int(v[0]), round(v[1], 1), round(v[2], 2), int(v[3]))
+                             for n, v in groups.items()), key=lambda g: (-g.cpu_percent, -g.threads, g.name)))
+        throttle, why = _throttle(a.counters, b.counters, dt)
+        if self.pid is None and b.procs_running is not None:
+            total_run, running = max(0.0, b.procs_running - 1.0), max(0, b.procs_running - 1)
+        sample = Sample(
+            time=time.time(), interval=round(dt, 3), pid=self.pid, processes=b.processes,
+            threads=len(b.threads), usable_cpus=self.usable, quota=self.quota,
+            cpu_percent=round(total_cpu, 1), runnable=round(total_run, 2), running_now=running,
+            involuntary=total_inv, groups=uses, throttling=throttle, throttling_unknown=why,
+            pressure_some=_pressure(a.pressure.system, b.pressure.system, dt),
+            pressure_cgroup_some=_pressure(a.pressure.cgroup, b.pressure.cgroup, dt),
+            notes=b.counters.notes,
+        )
+        return _with_verdict(sample, verdict(sample))
+
+
+def _with_verdict(sample: Sample, text: str) -> Sample:
+    from dataclasses import replace
+
+    return replace(sample, verdict=text)
+
+
+def _throttle(a: CpuCounters, b: CpuCounters, dt: float) -> tuple[ThrottleUse | None, str | None]:
+    if b.unknown:
+        return None, f"unknown ({b.unknown})"
+    before = {t.cgroup: t for t in a.levels}
+    best: ThrottleUse | None = None
+    for t in b.levels:
+        p = before.get(t.cgroup)
+        if p is None:
+            continue
+        periods, throttled = t.periods - p.periods, t.throttled - p.throttled
+        usec = t.throttled_usec - p.throttled_usec
+        use = ThrottleUse(t.cgroup, t.quota, periods, throttled, usec,
+                          round(100 * throttled / periods, 1) if periods > 0 else 0.0,
+                          round(100 * usec / 1e6 / dt, 1))
+        if best is None or (use.throttled, -use.quota) > (best.throttled, -best.quota):
+            best = use
+    return best, None
+
+
+def _pressure(a: Pressure | str, b: Pressure | str, dt: float) -> float | str:
+    if isinstance(b, str):
+        return b
+    if isinstance(a, str):
+        return a
+    return round(min(100.0, 100 * (b.some_total_usec - a.some_total_usec) / 1e6 / dt), 1)
+
+
+def check_interval(interval: float) -> float:
+    """``interval`` as seconds; UsageError unless it is a number from 0.05 to 3600."""
+    from parinfo.errors import UsageError
+
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.05 <= interval <= 3600:
+        raise UsageError(f"interval {interval!r}: give seconds from 0.05 to 3600")
+    return float(interval)
+
+
+def samples(sampler: Sampler, interval: float, count: int | None = None) -> Iterator[Sample]:
+    """Yield ``count`` samples (None: without end) of ``sampler``, one every ``interval`` seconds;
+    stop when the watched process ends."""
+    sampler.sample()
+    n = 0
+    next_at = time.monotonic() + interval
+    while count is None or n < count:
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        next_at = max(next_at + interval, time.monotonic())
+        try:
+            sample = sampler.sample()
+        except ProcessGone:
+            return
+        if sample is not None:
+            n += 1
+            yield sample
+
+
+def watch(pid: int | None = None, interval: float = 1.0, *, children: bool = False,
+          count: int | None = None) -> Iterator[Sample]:
+    """Yield a :class:`Sample` every ``interval`` seconds for process ``pid`` (default: this one;
+    with ``children``, its whole tree), ``count`` times (None: until the process ends or the caller
+    stops iterating). Reads /proc and the cgroup files only; the process is never stopped or traced.
+
+    Raises UsageError for a bad interval and ProcessGone (a UsageError) for a pid that names no
+    process; when the process ends while watched, the iteration simply stops.
+    """
+    interval = check_interval(interval)
+    sampler = Sampler(os.getpid() if pid is None else pid, children=children)
+    yield from samples(sampler, interval, count)

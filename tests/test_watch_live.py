@@ -1,0 +1,250 @@
+"""`parinfo show --pid` and `parinfo watch` on real processes: taskset, a real cgroup with a CPU
+quota (root only), unknown and foreign pids, a process that exits mid-watch."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from conftest import REPO, clean_env, run_cli
+
+BUSY = r"""
+import sys, threading, time
+sys.stdin.readline()          # wait until the test has placed us in the cgroup
+def spin():
+    end = time.time() + 60
+    while time.time() < end:
+        pass
+for i in range(4):
+    threading.Thread(target=spin, name="spin-%d" % i, daemon=True).start()
+print("busy", flush=True)
+time.sleep(60)
+"""
+
+
+def _child(code: str = "import time; time.sleep(60)", prefix: list[str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([*(prefix or []), sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=clean_env())
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def _no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset is not installed")
+def test_show_pid_of_a_child_under_taskset_shows_usable_1():
+    child = _child(prefix=["taskset", "-c", "0"])
+    try:
+        time.sleep(0.3)
+        proc = run_cli("show", "--pid", str(child.pid), "--json")
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["machine"]["usable_cpus"] == 1 and report["machine"]["affinity"] == [0]
+        assert report["process"]["pid"] == child.pid and report["process"]["inspected_from"] != child.pid
+        assert "cannot be read from outside" in report["process"]["counts"]
+        assert report["threads"]["count"] >= 1 and report["live"]["tree"]["processes"] == 1
+        text = run_cli("show", "--pid", str(child.pid))
+        assert text.returncode == 0 and "usable CPUs        1" in text.stdout
+        assert "Thread counts in force" in text.stdout and "unknown:" in text.stdout
+    finally:
+        _stop(child)
+
+
+def test_show_pid_lists_runtimes_from_maps_and_children():
+    pytest.importorskip("numpy")
+    code = ("import numpy, os, sys, time\n"
+            "if os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\n"
+            "time.sleep(60)")
+    parent = _child(code)
+    try:
+        time.sleep(1.0)
+        report = json.loads(run_cli("show", "--pid", str(parent.pid), "--children", "--json").stdout)
+        assert any(p["user_api"] == "blas" for p in report["pools"]), report["pools"]
+        assert all(p["num_threads"] is None and p["seen_by"] == f"/proc/{parent.pid}/maps"
+                   for p in report["pools"])
+        assert report["live"]["tree"]["processes"] == 2
+    finally:
+        _stop(parent)
+
+
+def test_unknown_pid_is_one_line_and_exit_2():
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = dead.stdout.strip()
+    for args in (("show", "--pid", pid), ("watch", "--pid", pid, "--once"), ("show", "--pid", "0"),
+                 ("watch", "--pid", "-5", "--once")):
+        proc = run_cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "no process with pid" in proc.stderr
+        _no_traceback(proc)
+
+
+def test_bad_options_are_one_line():
+    for args in (("watch", "--interval", "0"), ("watch", "--interval", "nan"), ("watch", "--children"),
+                 ("show", "--children"), ("show", "--pid", "1", "--torch"),
+                 ("show", "--pid", "1", "--format", "torch")):
+        proc = run_cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1
+        _no_traceback(proc)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_pid_of_another_user_without_permission_is_one_line():
+    # parinfo runs as nobody and looks at this (root) test process: its maps are not readable.
+    proc = run_cli("show", "--pid", str(os.getpid()),
+                   prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"],
+                   env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
+    if "Permission denied" not in proc.stderr and proc.returncode == 0:
+        pytest.skip("this kernel lets another user read the maps")
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "run parinfo as the process's user" in proc.stderr
+    _no_traceback(proc)
+
+
+def test_process_exiting_mid_watch_ends_the_watch_cleanly():
+    child = _child("import time; time.sleep(1.5)")
+    try:
+        proc = run_cli("watch", "--pid", str(child.pid), "--interval", "0.3", "--json", timeout=30)
+    finally:
+        child.wait(timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines and all(s["pid"] == child.pid for s in lines)
+    assert proc.stderr.strip() == f"parinfo: pid {child.pid} exited; watch ended"
+
+
+def test_api_watch_and_inspect_pid():
+    import parinfo
+
+    samples = list(parinfo.watch(interval=0.1, count=2))
+    assert len(samples) == 2 and all(isinstance(s, parinfo.Sample) for s in samples)
+    assert samples[0].pid == os.getpid() and samples[0].threads >= 1 and samples[0].verdict
+    with pytest.raises(parinfo.UsageError):
+        next(parinfo.watch(interval=-1))
+    child = _child()
+    try:
+        report = parinfo.inspect(pid=child.pid)
+        assert report.process["pid"] == child.pid and "live" in report.to_dict()
+    finally:
+        _stop(child)
+
+
+def test_watch_without_quota_reports_no_throttling():
+    child = _child(BUSY)
+    try:
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "busy"
+        proc = run_cli("watch", "--pid", str(child.pid), "--once", "--json", "--interval", "0.5")
+        assert proc.returncode == 0, proc.stderr
+        sample = json.loads(proc.stdout)
+        if sample["quota"] is not None:
+            pytest.skip("this test runs under a CPU quota")
+        assert sample["throttling"] is None and not sample["verdict"].startswith("throttled")
+        assert sample["threads"] == 5 and sample["cpu_percent"] > 10
+        report = json.loads(run_cli("show", "--pid", str(child.pid), "--json").stdout)
+        assert "throttled" not in {f["id"] for f in report["findings"]}
+    finally:
+        _stop(child)
+
+
+# -- a real cgroup with a 0.5-CPU quota --------------------------------------------------------------
+
+def _cpu_hierarchy() -> tuple[str, str] | None:
+    """("v2" | "v1", mount point) where this machine lets us make a cgroup with a CPU quota."""
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            mounts = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(tail) >= 3 and tail[0] == "cgroup" and "cpu" in tail[2].split(","):
+            return "v1", fields[4]
+    for line in mounts:
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if tail and tail[0] == "cgroup2":
+            try:
+                with open(os.path.join(fields[4], "cgroup.controllers")) as fh:
+                    if "cpu" in fh.read().split():
+                        return "v2", fields[4]
+            except OSError:
+                continue
+    return None
+
+
+@pytest.fixture
+def quota_cgroup():
+    """A fresh cgroup with a 0.5-CPU quota under the mounted hierarchy, removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a cgroup needs root")
+    found = _cpu_hierarchy()
+    if found is None:
+        pytest.skip("no cgroup hierarchy with the cpu controller")
+    version, mount = found
+    path = os.path.join(mount, f"parinfo-test-{uuid.uuid4().hex[:8]}")
+    try:
+        os.mkdir(path)
+        if version == "v2":
+            try:
+                with open(os.path.join(mount, "cgroup.subtree_control"), "w") as fh:
+                    fh.write("+cpu")
+            except OSError:
+                pass
+            with open(os.path.join(path, "cpu.max"), "w") as fh:
+                fh.write("50000 100000")
+        else:
+            with open(os.path.join(path, "cpu.cfs_period_us"), "w") as fh:
+                fh.write("100000")
+            with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as fh:
+                fh.write("50000")
+    except OSError as exc:
+        if os.path.isdir(path):
+            os.rmdir(path)
+        pytest.skip(f"cannot set up a cgroup with a quota here: {exc}")
+    try:
+        yield path
+    finally:
+        for _ in range(50):
+            try:
+                os.rmdir(path)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def test_watch_sees_throttling_in_a_real_quota_cgroup(quota_cgroup):
+    child = _child(BUSY)
+    try:
+        with open(os.path.join(quota_cgroup, "cgroup.procs"), "w") as fh:
+            fh.write(str(child.pid))
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "busy"
+        proc = run_cli("watch", "--pid", str(child.pid), "--once", "--json", timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        sample = json.loads(proc.stdout)
+        assert sample["quota"] == 0.5 and sample["usable_cpus"] == 1
+        t = sample["throttling"]
+        assert t is not None and t["throttled"] > 0 and t["quota"] == 0.5, sample
+        assert t["cgroup"] == quota_cgroup
+        assert "0.5-CPU quota" in sample["verdict"] and sample["verdict"].startswith("throttled in")
+        report = json.loads(run_cli("show", "--pid", str(child.pid), "--json").stdout)
+        assert report["live"]["throttling"]["worst"]["throttled"] > 0
+    finally:
+        _stop(child)
