@@ -16,29 +16,54 @@ import itertools
 import operator
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from parinfo.runtime import native, settings, tracing
+from parinfo.runtime import tracing
+from parinfo.runtime.native import LIMITS
+from parinfo.runtime.settings import COUNTS
+from parinfo.runtime.tracing import RECORDERS
 
-_tl = threading.local()  # region: bool, num: int (chunk index of the running chunk)
+
+class _RegionView(threading.local):
+    """This thread's place in a parallel region."""
+
+    active = False  # running a chunk of a region
+    chunk = 0  # index of the running chunk
+
+
+_REGION = _RegionView()
 
 
 def in_parallel_region() -> bool:
     """True while this thread runs a chunk of a parallel region."""
-    return getattr(_tl, "region", False)
+    return _REGION.active
 
 
 def get_thread_num() -> int:
     """The index of the running chunk in its region (0 outside regions): distinct and below
     ``get_num_threads()`` for chunks that run at the same time."""
-    return getattr(_tl, "num", 0)
+    return _REGION.chunk
 
 
 class _Job:
     """One parallel region: chunks claimed by the caller and by pool workers."""
 
-    __slots__ = ("fn", "begin", "end", "step", "n", "claim", "left", "lock", "done", "error",
-                 "results", "ctx", "name")
+    __slots__ = (
+        "begin",
+        "claim",
+        "ctx",
+        "done",
+        "end",
+        "error",
+        "fn",
+        "left",
+        "lock",
+        "n",
+        "name",
+        "results",
+        "step",
+    )
 
     def __init__(self, fn: Callable, begin: int, end: int, n: int, ctx: Any, reduce: bool) -> None:
         self.fn = fn
@@ -61,17 +86,17 @@ class _Job:
         i = self.claim()
         if i >= self.n:
             return
-        native.lane_enter(queued)
-        prev_region = getattr(_tl, "region", False)
-        prev_num = getattr(_tl, "num", 0)
-        _tl.region = True
+        LIMITS.lane_enter(queued)
+        prev_region = _REGION.active
+        prev_num = _REGION.chunk
+        _REGION.active = True
         try:
             while i < self.n:
                 if self.error is None:
                     a = self.begin + i * self.step
                     b = min(self.end, a + self.step)
-                    _tl.num = i
-                    t0 = tracing.now() if tracing.active else 0
+                    _REGION.chunk = i
+                    t0 = tracing.now() if RECORDERS.active else 0
                     try:
                         r = self.fn(a, b)
                         if self.results is not None:
@@ -81,7 +106,7 @@ class _Job:
                             if self.error is None:
                                 self.error = exc
                     if t0:
-                        tracing.record(self.name, "chunk", t0, tracing.now(), {"begin": a, "end": b})
+                        RECORDERS.record(self.name, "chunk", t0, tracing.now(), {"begin": a, "end": b})
                 with self.lock:
                     self.left -= 1
                     last = self.left == 0
@@ -89,63 +114,80 @@ class _Job:
                     self.done.release()
                 i = self.claim()
         finally:
-            _tl.region = prev_region
-            _tl.num = prev_num
-            native.lane_exit(restore)
+            _REGION.active = prev_region
+            _REGION.chunk = prev_num
+            LIMITS.lane_exit(restore)
 
 
-class _Pool:
+class IntraopPool:
+    """The intra-op workers and their job queue; one instance per process (``POOL``).
+
+    Created empty; ``resize`` starts workers on the first region that needs them, ``shutdown``
+    stops them at exit, after which regions run inline.
+    """
+
     def __init__(self) -> None:
-        self.q: queue.SimpleQueue = queue.SimpleQueue()
-        self.threads: list[threading.Thread] = []
-        self.size = 0
-        self.lock = threading.Lock()
-        self.serial = itertools.count(1)
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.workers: list[threading.Thread] = []
+        self.size = 0  # workers asked to run (the ones told to stop are not counted)
+        self.closing = False
+        self._lock = threading.Lock()
+        self._serial = itertools.count(1)  # worker names
+        self._atexit_registered = False
 
     def resize(self, n: int) -> None:
         """Hold ``n`` workers: start the missing ones, tell surplus ones to stop."""
         if n == self.size:
             return
-        with self.lock:
-            self.threads = [t for t in self.threads if t.is_alive()]
+        with self._lock:
+            if not self._atexit_registered:
+                atexit.register(self.shutdown)
+                self._atexit_registered = True
+            self.workers = [t for t in self.workers if t.is_alive()]
             while self.size < n:
-                t = threading.Thread(target=_worker, args=(self.q,), daemon=True,
-                                     name=f"parinfo-intraop-{next(self.serial)}")
+                t = threading.Thread(target=self._work, daemon=True,
+                                     name=f"parinfo-intraop-{next(self._serial)}")
                 t.start()
-                self.threads.append(t)
+                self.workers.append(t)
                 self.size += 1
             while self.size > n:
-                self.q.put(None)
+                self.jobs.put(None)
                 self.size -= 1
 
+    def _work(self) -> None:
+        get = self.jobs.get
+        while True:
+            job = get()
+            if job is None:
+                return
+            job.ctx.copy().run(job.work, False)
 
-def _worker(q: queue.SimpleQueue) -> None:
-    get = q.get
-    while True:
-        job = get()
-        if job is None:
-            return
-        job.ctx.copy().run(job.work, False)
+    def started(self) -> bool:
+        return self.size > 0
+
+    def alive_threads(self) -> int:
+        return sum(t.is_alive() for t in self.workers)
+
+    def shutdown(self) -> None:
+        """Stop and join the workers (registered with atexit when the pool starts); later regions
+        run inline."""
+        self.closing = True
+        self.resize(0)
+        me = threading.current_thread()
+        for t in list(self.workers):
+            if t is not me:
+                t.join()
+
+    def after_fork_in_child(self) -> None:
+        """A fresh pool in the child: the parent's workers do not exist here."""
+        self.jobs = queue.SimpleQueue()
+        self.workers = []
+        self.size = 0
+        self.closing = False
+        self._lock = threading.Lock()
 
 
-_pool: _Pool | None = None
-_pool_lock = threading.Lock()
-_atexit_registered = False
-_closing = False
-
-
-def _get_pool() -> _Pool:
-    global _pool, _atexit_registered
-    pool = _pool
-    if pool is None:
-        with _pool_lock:
-            if _pool is None:
-                _pool = _Pool()
-                if not _atexit_registered:
-                    atexit.register(shutdown)
-                    _atexit_registered = True
-            pool = _pool
-    return pool
+POOL = IntraopPool()
 
 
 def _check_range(begin: Any, end: Any, grain_size: Any) -> tuple[int, int, int]:
@@ -167,18 +209,17 @@ def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -
     begin, end, grain_size = _check_range(begin, end, grain_size)
     if end <= begin:
         return [] if reduce else None
-    count = settings.intra_now or settings.intra_count()
-    if native._pushed is not None:
-        native.refresh_if_new_modules()
+    count = COUNTS.intra_now or COUNTS.intra_count()
+    if LIMITS.pushed is not None:
+        LIMITS.refresh_if_new_modules()
     n = min(count, (end - begin) // grain_size)
-    if n <= 1 or getattr(_tl, "region", False) or _closing or settings.backend()[0] == "sequential":
+    if n <= 1 or _REGION.active or POOL.closing or COUNTS.sequential():
         return _inline(begin, end, fn, reduce)
     job = _Job(fn, begin, end, n, contextvars.copy_context(), reduce)
-    pool = _pool or _get_pool()
-    if pool.size != count - 1:
-        pool.resize(count - 1)
+    if POOL.size != count - 1:
+        POOL.resize(count - 1)
     for _ in range(job.n - 1):
-        pool.q.put(job)
+        POOL.jobs.put(job)
     job.ctx.run(job.work, True, job.n - 1)
     job.done.acquire()
     if job.error is not None:
@@ -187,18 +228,18 @@ def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -
 
 
 def _inline(begin: int, end: int, fn: Callable, reduce: bool) -> list[Any] | None:
-    prev_region = getattr(_tl, "region", False)
-    prev_num = getattr(_tl, "num", 0)
-    _tl.region = True
-    _tl.num = 0
-    t0 = tracing.now() if tracing.active else 0
+    prev_region = _REGION.active
+    prev_num = _REGION.chunk
+    _REGION.active = True
+    _REGION.chunk = 0
+    t0 = tracing.now() if RECORDERS.active else 0
     try:
         r = fn(begin, end)
     finally:
-        _tl.region = prev_region
-        _tl.num = prev_num
+        _REGION.active = prev_region
+        _REGION.chunk = prev_num
         if t0:
-            tracing.record(tracing.task_name(fn), "chunk", t0, tracing.now(), {"begin": begin, "end": end})
+            RECORDERS.record(tracing.task_name(fn), "chunk", t0, tracing.now(), {"begin": begin, "end": end})
     return [r] if reduce else None
 
 
@@ -219,34 +260,3 @@ def parallel_reduce(begin: int, end: int, grain_size: int, ident: Any,
     are folded left to right with ``combine``, starting from ``ident`` (torch's signature)."""
     parts = _region(begin, end, grain_size, lambda a, b: fn(a, b, ident), True)
     return functools.reduce(combine, parts or (), ident)
-
-
-def alive_threads() -> int:
-    pool = _pool
-    return 0 if pool is None else sum(t.is_alive() for t in pool.threads)
-
-
-def started() -> bool:
-    return _pool is not None and _pool.size > 0
-
-
-def shutdown() -> None:
-    """Stop and join the workers (registered with atexit when the pool starts); later regions
-    run inline."""
-    global _closing
-    _closing = True
-    pool = _pool
-    if pool is None:
-        return
-    pool.resize(0)
-    me = threading.current_thread()
-    for t in list(pool.threads):
-        if t is not me:
-            t.join()
-
-
-def after_fork_in_child() -> None:
-    """A fresh pool in the child: the parent's workers do not exist here."""
-    global _pool, _pool_lock
-    _pool = None
-    _pool_lock = threading.Lock()
