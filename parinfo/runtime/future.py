@@ -8,6 +8,7 @@ of ``Future``: ``claim`` (PENDING -> RUNNING), ``run``, ``fail`` and ``_finish``
 """
 from __future__ import annotations
 
+import collections
 import sys
 import threading
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from parinfo.runtime.native import LIMITS
 from parinfo.runtime.tracing import RECORDERS
 
 PENDING, RUNNING, DONE = 0, 1, 2
+
+_release = type(threading.Lock()).release
 
 
 class Runner(Protocol):
@@ -57,11 +60,13 @@ class Future:
     __slots__ = (
         "__weakref__",
         "_args",
+        "_claimer",
         "_callbacks",
         "_ctx",
         "_exc",
         "_fn",
         "_kwargs",
+        "_queued",
         "_result",
         "_runner",
         "_state",
@@ -76,12 +81,12 @@ class Future:
         self._ctx: Any = ctx
         self._runner = runner
         self._state = PENDING
+        self._queued = False  # counted in LEDGER.unclaimed until claimed
+        self._claimer = 0  # thread id of the thread that claimed it
         self._result: Any = None
         self._exc: BaseException | None = None
         self._waiters: list[Any] | None = None
         self._callbacks: list[Callable[[Future], Any]] | None = None
-        with LEDGER.lock:
-            LEDGER.unclaimed += 1
 
     def __repr__(self) -> str:
         state = ("pending", "running", "done")[self._state]
@@ -131,33 +136,89 @@ class Future:
     # transitions ---------------------------------------------------------------------------
     def claim(self) -> bool:
         """PENDING -> RUNNING for the calling thread; False when another thread claimed it."""
+        me = threading.get_ident()
         with LEDGER.lock:
             if self._state != PENDING:
                 return False
             self._state = RUNNING
-            LEDGER.unclaimed -= 1
+            self._claimer = me
+            if self._queued:
+                LEDGER.unclaimed -= 1
             return True
 
     def run(self, restore: bool, queued: int = 0) -> None:
         """Run the claimed task on this thread and publish its outcome (``queued``: see
-        ``NativeLimits.lane_enter``; ``restore`` for threads that are not parinfo's)."""
-        LIMITS.lane_enter(queued)
-        t0 = tracing.now() if RECORDERS.active else 0
+        ``NativeLimits.lane_enter``; ``restore`` for threads that are not parinfo's).
+
+        Whatever happens, even a KeyboardInterrupt outside the task's own code, the task ends
+        DONE and the budget gets its lane back; an interrupt before the task ran fails it.
+        """
+        depth = LIMITS.thread.depth
+        ran = False
         try:
-            self._result = self._ctx.run(self._fn, *self._args, **self._kwargs)
-        except BaseException as exc:  # noqa: BLE001 - delivered to wait() with its traceback
-            self._exc = exc
-        if t0:
-            RECORDERS.record(tracing.task_name(self._fn), "task", t0, tracing.now())
-        LIMITS.lane_exit(restore)
-        self._finish()
+            LIMITS.lane_enter(queued)
+            t0 = tracing.now() if RECORDERS.active else 0
+            try:
+                self._result = self._ctx.run(self._fn, *self._args, **self._kwargs)
+            except BaseException as exc:  # noqa: BLE001 - delivered to wait() with its traceback
+                self._exc = exc
+            ran = True
+            if t0:
+                RECORDERS.record(tracing.task_name(self._fn), "task", t0, tracing.now())
+        except BaseException as exc:
+            if not ran:
+                self._exc = exc
+            raise
+        finally:
+            # An interrupt is checked for on entry to every Python call, so each step is done
+            # twice: the second call completes the first when the interrupt cut it short, and
+            # does nothing otherwise.
+            try:
+                LIMITS.leave_to(depth, restore)
+            finally:
+                try:
+                    LIMITS.leave_to(depth, restore)
+                finally:
+                    try:
+                        self._finish()
+                    finally:
+                        if self._state != DONE:
+                            self._finish()
+
+    def enqueue(self, tasks: Any) -> None:
+        """Count the task as waiting for a worker and put it on ``tasks`` (the pool's queue)."""
+        with LEDGER.lock:
+            self._queued = True
+            LEDGER.unclaimed += 1
+            tasks.put(self)
+
+    def run_if_unclaimed(self) -> bool:
+        """Claim the task and run it here, through its runner (which accounts the pool's slots)
+        or directly; False when another thread claimed it first. An interrupt anywhere from the
+        claim on that keeps the task from finishing fails it."""
+        try:
+            if not self.claim():
+                return False
+            if self._runner is None:
+                self.run(True)
+            else:
+                self._runner.run_claimed(self)
+            return True
+        except BaseException as exc:
+            self.abandon(exc)
+            raise
+
+    def abandon(self, exc: BaseException) -> None:
+        """Fail a task this thread claimed but was interrupted before running (no-op otherwise)."""
+        if self._state == RUNNING and self._claimer == threading.get_ident():
+            self.fail(exc)
 
     def fail(self, exc: BaseException) -> None:
         """Finish the task with ``exc`` without running it (e.g. it cannot run in this process)."""
         with LEDGER.lock:
             if self._state == DONE:
                 return
-            if self._state == PENDING:
+            if self._state == PENDING and self._queued:
                 LEDGER.unclaimed -= 1
             self._state = RUNNING
         self._exc = exc
@@ -166,24 +227,23 @@ class Future:
     def _finish(self) -> None:
         """RUNNING -> DONE: drop the task, wake its waiters, run its callbacks."""
         self._fn = self._args = self._kwargs = self._ctx = self._runner = None
-        with LEDGER.lock:
-            self._state = DONE
-            waiters, self._waiters = self._waiters, None
-            callbacks, self._callbacks = self._callbacks, None
-        if waiters:
-            for lk in waiters:
-                lk.release()
+        waiters = callbacks = None
+        try:
+            with LEDGER.lock:
+                self._state = DONE
+                waiters, self._waiters = self._waiters, None
+                callbacks, self._callbacks = self._callbacks, None
+        finally:
+            if waiters:
+                # released in one C-level loop: a KeyboardInterrupt cannot land between two
+                # releases and leave a waiter blocked forever
+                collections.deque(map(_release, waiters), maxlen=0)
         if callbacks:
             for fn in callbacks:
                 _call_back(fn, self)
 
     def _wait(self, timeout: float | None) -> None:
-        if timeout is None and self.claim():
-            runner = self._runner
-            if runner is None:
-                self.run(True)
-            else:
-                runner.run_claimed(self)
+        if timeout is None and self.run_if_unclaimed():
             return
         with LEDGER.lock:
             if self._state == DONE:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextvars
 import enum
+import itertools
 import queue
 import threading
 from collections.abc import Callable
@@ -30,6 +31,9 @@ class PoolState(enum.Enum):
 
 class _SlotHolder(threading.local):
     holds_slot = False  # True on workers and on a waiter running a task inline with a slot
+
+    def __init__(self) -> None:
+        self.held: list[int] = []  # the slot a waiter took, until it gives it back
 
 
 class InteropPool:
@@ -78,10 +82,9 @@ class InteropPool:
             self._start()
         fut = Future(fn, args, kwargs, contextvars.copy_context(), self)
         if self.state is not PoolState.RUNNING:
-            if fut.claim():
-                fut.run(True)
+            fut.run_if_unclaimed()
             return fut
-        self.tasks.put(fut)
+        fut.enqueue(self.tasks)
         return fut
 
     def _work(self, index: int) -> None:
@@ -108,17 +111,20 @@ class InteropPool:
         if self.state is not PoolState.RUNNING or self._thread.holds_slot:
             fut.run(True)
             return
+        held = self._thread.held
         try:
-            self.slots.get_nowait()
+            # take a slot and record it in one C call (no KeyboardInterrupt can land between)
+            held.extend(itertools.islice(iter(self.slots.get_nowait, None), 1))
         except queue.Empty:
             fut.run(True)
             return
-        self._thread.holds_slot = True
         try:
+            self._thread.holds_slot = True
             fut.run(True, min(LEDGER.unclaimed, self.size - 1))
         finally:
             self._thread.holds_slot = False
-            self.slots.put(1)
+            if held:
+                self.slots.put(held.pop())
 
     def alive_threads(self) -> int:
         return sum(t.is_alive() for t in self.workers)
@@ -130,6 +136,7 @@ class InteropPool:
         self.state = PoolState.CLOSING
         for _ in self.workers:
             self.tasks.put(_STOP)
+            self.slots.put(1)  # a slot lost to an interrupt must not keep a worker from its stop
         me = threading.current_thread()
         for t in self.workers:
             if t is not me:

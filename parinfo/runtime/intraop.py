@@ -86,11 +86,12 @@ class _Job:
         i = self.claim()
         if i >= self.n:
             return
-        LIMITS.lane_enter(queued)
+        depth = LIMITS.thread.depth
         prev_region = _REGION.active
         prev_num = _REGION.chunk
-        _REGION.active = True
         try:
+            LIMITS.lane_enter(queued)
+            _REGION.active = True
             while i < self.n:
                 if self.error is None:
                     a = self.begin + i * self.step
@@ -116,7 +117,17 @@ class _Job:
         finally:
             _REGION.active = prev_region
             _REGION.chunk = prev_num
-            LIMITS.lane_exit(restore)
+            try:
+                LIMITS.leave_to(depth, restore)
+            finally:
+                LIMITS.leave_to(depth, restore)  # completes the first if an interrupt cut it short
+
+
+    def cancel(self, exc: BaseException) -> None:
+        """Skip the chunks not started yet: the caller was interrupted by ``exc``."""
+        with self.lock:
+            if self.error is None:
+                self.error = exc
 
 
 class IntraopPool:
@@ -220,8 +231,12 @@ def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -
         POOL.resize(count - 1)
     for _ in range(job.n - 1):
         POOL.jobs.put(job)
-    job.ctx.run(job.work, True, job.n - 1)
-    job.done.acquire()
+    try:
+        job.ctx.run(job.work, True, job.n - 1)
+        job.done.acquire()
+    except BaseException as exc:  # interrupted: chunks not started yet are skipped
+        job.cancel(exc)
+        raise
     if job.error is not None:
         raise job.error
     return job.results

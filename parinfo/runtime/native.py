@@ -242,16 +242,19 @@ class NativeLimits:
         the cap is in place before the first of a batch of tasks runs its native calls.
         """
         me = self.thread
-        me.depth += 1
-        if me.depth > 1:  # nested work on a thread that already is a lane
+        if me.depth:  # nested work on a thread that already is a lane
+            me.depth += 1
             return
+        if not self._usable:
+            self._usable = COUNTS.usable_cpus()
         changed = False
         with self.budget_lock:
+            # depth and lanes change together, with no call between them where a
+            # KeyboardInterrupt could land: ``leave_to`` can always undo exactly this
+            me.depth = 1
             self.lanes += 1
             lanes = self.lanes + queued
             if lanes >= 2:
-                if not self._usable:
-                    self._usable = COUNTS.usable_cpus()
                 cap = max(1, self._usable // lanes)
                 if self.cap is None or cap < self.cap:
                     if self.cap is None:
@@ -273,22 +276,34 @@ class NativeLimits:
         """The lane ends; ``restore`` for threads that are not parinfo's (give back their own
         limits)."""
         me = self.thread
-        me.depth -= 1
-        if me.depth:
+        if me.depth > 1:
+            me.depth -= 1
             return
         changed = False
-        with self.budget_lock:
-            self.lanes -= 1
-            if self.lanes == 0 and self.cap is not None:
-                self.cap = None
-                self.version += 1
-                changed = True
-        if changed:
-            with self.lock:
-                self._apply_process()
+        try:
+            with self.budget_lock:
+                me.depth = 0
+                self.lanes -= 1
+                if self.lanes == 0 and self.cap is not None:
+                    self.cap = None
+                    self.version += 1
+                    changed = True
+        finally:  # the limits come back even when an interrupt lands right after the change
+            if changed:
+                with self.lock:
+                    self._apply_process()
         if restore and me.capped:
             with self.lock:
                 self._sync_thread(False)
+
+    def leave_to(self, depth: int, restore: bool) -> None:
+        """End this thread's lanes down to ``depth``, the depth it had before ``lane_enter``.
+
+        Called from ``finally`` blocks, so a KeyboardInterrupt anywhere between entering and
+        leaving (even inside ``lane_enter``) still gives the budget back.
+        """
+        while self.thread.depth > depth:
+            self.lane_exit(restore)
 
     def state(self) -> dict[str, Any]:
         """The budget now: lanes running and the cap per lane (None when not capped)."""
