@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from conftest import clean_env, run_json
 
 pytestmark = [pytest.mark.timeout(180),
@@ -79,6 +78,26 @@ print(json.dumps({"caught": caught, "stuck": stuck, "budget": budget,
                   "after": rt.wait(rt.fork(task, 3)) == task(3)}))
 """
 
+POOL_GROWTH = COMMON + """
+random.seed(RUN_SEED)
+caught = miscounted = 0
+for run in range(RUNS):
+    try:
+        delays.put(random.uniform(0.0005, 0.01))
+        while True:
+            for n in (1 + random.randrange(12), 1 + random.randrange(3)):
+                rt.set_num_threads(n)
+                rt.parallel_for(0, 64, 1, lambda a, b: None)
+    except KeyboardInterrupt:
+        caught += 1
+    rt.set_num_threads(3)
+    rt.parallel_for(0, 3, 1, lambda a, b: None)
+    if not settle(lambda: rt.info()["pool_threads"] == 2 + rt.get_num_interop_threads()):
+        miscounted += 1
+print(json.dumps({"caught": caught, "miscounted": miscounted}), flush=True)
+"""
+
+
 def _runs(script: str, procs: int, runs: int) -> list[dict]:
     out = []
     for seed in range(procs):
@@ -95,3 +114,8 @@ def test_sigint_into_a_fork_wait_loop_leaves_no_future_running_and_the_budget_fr
     assert [r["budget"] for r in results] == [0] * 5
     assert all(r["after"] for r in results)
 
+
+def test_sigint_while_the_intra_op_pool_grows_leaves_no_uncounted_worker_and_exits():
+    results = _runs(POOL_GROWTH, 5, 10)
+    assert sum(r["caught"] for r in results) == 50
+    assert [r["miscounted"] for r in results] == [0] * 5

@@ -60,8 +60,8 @@ class Future:
     __slots__ = (
         "__weakref__",
         "_args",
-        "_claimer",
         "_callbacks",
+        "_claimer",
         "_ctx",
         "_exc",
         "_fn",

@@ -16,6 +16,7 @@ import itertools
 import operator
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -158,12 +159,27 @@ class IntraopPool:
             while self.size < n:
                 t = threading.Thread(target=self._work, daemon=True,
                                      name=f"parinfo-intraop-{next(self._serial)}")
-                t.start()
+                # counted before it starts, so an interrupted start leaves no uncounted worker
                 self.workers.append(t)
                 self.size += 1
+                try:
+                    t.start()
+                except BaseException:
+                    self._settle_interrupted_start(t)
+                    raise
             while self.size > n:
                 self.jobs.put(None)
                 self.size -= 1
+
+    def _settle_interrupted_start(self, t: threading.Thread) -> None:
+        """After an interrupt inside ``t.start()``: keep ``t`` counted if its thread came to
+        life, otherwise forget it (its OS thread was never created)."""
+        for _ in range(400):
+            if t.is_alive() or t.ident is not None:
+                return
+            time.sleep(0.005)
+        self.workers.remove(t)
+        self.size -= 1
 
     def _work(self) -> None:
         get = self.jobs.get
@@ -186,8 +202,10 @@ class IntraopPool:
         self.resize(0)
         me = threading.current_thread()
         for t in list(self.workers):
-            if t is not me:
-                t.join()
+            while t is not me and t.is_alive():
+                t.join(0.1)
+                if t.is_alive():  # a stop token taken by a worker nobody counted: send another
+                    self.jobs.put(None)
 
     def after_fork_in_child(self) -> None:
         """A fresh pool in the child: the parent's workers do not exist here."""
