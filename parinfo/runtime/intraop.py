@@ -56,6 +56,7 @@ class _Job:
         "ctx",
         "done",
         "end",
+        "also_raised",
         "error",
         "fn",
         "left",
@@ -78,6 +79,7 @@ class _Job:
         self.done = threading.Lock()
         self.done.acquire()
         self.error: BaseException | None = None
+        self.also_raised: list[tuple[int, int, BaseException]] = []  # chunks failing after the first
         self.results: list[Any] | None = [None] * n if reduce else None
         self.ctx = ctx
         self.name = tracing.task_name(fn)
@@ -107,6 +109,8 @@ class _Job:
                         with self.lock:
                             if self.error is None:
                                 self.error = exc
+                            else:
+                                self.also_raised.append((a, b, exc))
                     if t0:
                         RECORDERS.record(self.name, "chunk", t0, tracing.now(), {"begin": a, "end": b})
                 with self.lock:
@@ -256,8 +260,34 @@ def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -
         job.cancel(exc)
         raise
     if job.error is not None:
+        _attach_others(job.error, job.also_raised)
         raise job.error
     return job.results
+
+
+_NOTES_LISTED = 10  # other chunk exceptions named one by one in the notes; the rest are counted
+
+
+def _attach_others(error: BaseException, others: list[tuple[int, int, BaseException]]) -> None:
+    """Attach the exceptions of chunks that raised after the first to it: one note each (PEP 678
+    notes, shown under the traceback), and the exceptions themselves as
+    ``error.parinfo_other_errors``."""
+    if not others:
+        return
+    notes = [f"parinfo: {len(others)} more chunk(s) of this parallel region raised too:"]
+    for a, b, exc in others[:_NOTES_LISTED]:
+        notes.append(f"  chunk [{a}, {b}): {type(exc).__name__}: {exc}")
+    if len(others) > _NOTES_LISTED:
+        notes.append(f"  ... and {len(others) - _NOTES_LISTED} more")
+    for note in notes:
+        if hasattr(error, "add_note"):  # Python 3.11+
+            error.add_note(note)
+        else:
+            error.__notes__ = [*getattr(error, "__notes__", []), note]
+    try:
+        error.parinfo_other_errors = [exc for _, _, exc in others]  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__
+        pass
 
 
 def _inline(begin: int, end: int, fn: Callable, reduce: bool) -> list[Any] | None:
