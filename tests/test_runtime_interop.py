@@ -5,7 +5,6 @@ import sys
 import traceback
 
 import pytest
-
 from conftest import clean_env, run_json, run_py
 
 pytestmark = pytest.mark.timeout(60)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import traceback
 
 import pytest
-
 from conftest import clean_env, run_json
 
 pytestmark = pytest.mark.timeout(60)

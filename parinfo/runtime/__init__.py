@@ -96,11 +96,16 @@ def info() -> dict[str, Any]:
     notes = COUNTS.intra_outranked()
     if notes:
         intra_d["not_applied"] = notes
+    inter_d: dict[str, Any] = {"count": inter, "source": inter_src, "locked": COUNTS.inter_locked()}
+    for d in (intra_d, inter_d):
+        if d["count"] > COUNTS.ceiling:  # valid, but the pool runs at most the ceiling
+            d["capped_to"] = COUNTS.ceiling
     return {
         "backend": backend,
         "backend_source": backend_source,
         "intra_op": intra_d,
-        "inter_op": {"count": inter, "source": inter_src, "locked": COUNTS.inter_locked()},
+        "inter_op": inter_d,
+        "pool_ceiling": COUNTS.ceiling,
         "intra_pool_started": _intraop.POOL.started(),
         "inter_pool_started": _interop.POOL.started(),
         "pool_threads": _intraop.POOL.alive_threads() + _interop.POOL.alive_threads(),

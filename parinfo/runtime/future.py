@@ -35,10 +35,12 @@ class TaskLedger:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.unclaimed = 0  # tasks forked to the pool and not yet claimed (guarded by lock)
+        self.running = 0  # tasks claimed and not yet done (guarded by lock)
 
     def after_fork_in_child(self) -> None:
         self.lock = threading.Lock()
         self.unclaimed = 0
+        self.running = 0
 
 
 LEDGER = TaskLedger()
@@ -142,6 +144,7 @@ class Future:
                 return False
             self._state = RUNNING
             self._claimer = me
+            LEDGER.running += 1
             if self._queued:
                 LEDGER.unclaimed -= 1
             return True
@@ -218,8 +221,10 @@ class Future:
         with LEDGER.lock:
             if self._state == DONE:
                 return
-            if self._state == PENDING and self._queued:
-                LEDGER.unclaimed -= 1
+            if self._state == PENDING:
+                if self._queued:
+                    LEDGER.unclaimed -= 1
+                LEDGER.running += 1
             self._state = RUNNING
         self._exc = exc
         self._finish()
@@ -230,6 +235,8 @@ class Future:
         waiters = callbacks = None
         try:
             with LEDGER.lock:
+                if self._state == RUNNING:
+                    LEDGER.running -= 1
                 self._state = DONE
                 waiters, self._waiters = self._waiters, None
                 callbacks, self._callbacks = self._callbacks, None

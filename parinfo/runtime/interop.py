@@ -1,5 +1,8 @@
 """The inter-op pool: one per process (``POOL``), started by the first ``fork``, sized once.
 
+Its size is the inter-op count, capped at the pool ceiling; workers start as tasks in flight need
+them, so a huge count costs only the threads the work needs at once.
+
 Workers take tasks from one C-level queue (``queue.SimpleQueue``) and claim them; a task that a
 waiter claimed first is skipped. Forks made after interpreter shutdown began, or with the
 sequential backend, run inline. At exit queued tasks are finished and the workers joined before
@@ -63,18 +66,27 @@ class InteropPool:
             if COUNTS.sequential():
                 self.state = PoolState.SEQUENTIAL
                 return
+            n = min(n, COUNTS.ceiling)
             for _ in range(n):
                 self.slots.put(1)
             self.size = n
             self.running = [None] * n
-            self.workers = [threading.Thread(target=self._work, args=(i,), daemon=True,
-                                             name=f"parinfo-interop-{i}") for i in range(n)]
-            for t in self.workers:
-                t.start()
             if not self._atexit_registered:
                 atexit.register(self.shutdown)
                 self._atexit_registered = True
             self.state = PoolState.RUNNING
+
+    def _grow(self) -> None:
+        """Start workers up to the tasks in flight now, queued or running (never past ``size``):
+        a huge count costs threads only for work that is there at once."""
+        with self._start_lock:
+            want = min(self.size, LEDGER.unclaimed + LEDGER.running)
+            while len(self.workers) < want and self.state is PoolState.RUNNING:
+                i = len(self.workers)
+                t = threading.Thread(target=self._work, args=(i,), daemon=True,
+                                     name=f"parinfo-interop-{i}")
+                self.workers.append(t)  # listed before it starts: shutdown stops it either way
+                t.start()
 
     def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
         """A Future for ``fn(*args, **kwargs)``, queued for the workers or run inline."""
@@ -85,6 +97,8 @@ class InteropPool:
             fut.run_if_unclaimed()
             return fut
         fut.enqueue(self.tasks)
+        if len(self.workers) < self.size and LEDGER.unclaimed + LEDGER.running > len(self.workers):
+            self._grow()
         return fut
 
     def _work(self, index: int) -> None:
@@ -138,9 +152,12 @@ class InteropPool:
             self.tasks.put(_STOP)
             self.slots.put(1)  # a slot lost to an interrupt must not keep a worker from its stop
         me = threading.current_thread()
-        for t in self.workers:
-            if t is not me:
-                t.join()
+        for t in list(self.workers):
+            while t is not me and t.is_alive():
+                t.join(0.1)
+                if t.is_alive():  # a stop token taken by a worker nobody listed: send another
+                    self.tasks.put(_STOP)
+                    self.slots.put(1)
 
     def after_fork_in_child(self) -> None:
         """Fresh, unstarted pool in the child; tasks the parent's workers were running fail."""

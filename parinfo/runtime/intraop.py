@@ -4,8 +4,8 @@ One pool per process, shared by every caller (application threads and inter-op t
 splits ``[begin, end)`` into at most ``get_num_threads()`` chunks of at least ``grain_size``;
 the calling thread takes part, and chunks no worker has claimed yet are run by the caller, so a
 region finishes even when every worker is busy with other callers' regions. The pool holds at most
-``get_num_threads() - 1`` threads, created on the first region that needs them, whatever the number
-of calling threads. Inside a region, a nested ``parallel_for`` runs inline.
+``get_num_threads() - 1`` threads (and never more than the pool ceiling), created as regions need
+them, whatever the number of calling threads. Inside a region, a nested ``parallel_for`` runs inline.
 """
 from __future__ import annotations
 
@@ -51,12 +51,12 @@ class _Job:
     """One parallel region: chunks claimed by the caller and by pool workers."""
 
     __slots__ = (
+        "also_raised",
         "begin",
         "claim",
         "ctx",
         "done",
         "end",
-        "also_raised",
         "error",
         "fn",
         "left",
@@ -245,12 +245,15 @@ def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -
     count = COUNTS.intra_now or COUNTS.intra_count()
     if LIMITS.pushed is not None:
         LIMITS.refresh_if_new_modules()
+    count = min(count, COUNTS.ceiling)
     n = min(count, (end - begin) // grain_size)
     if n <= 1 or _REGION.active or POOL.closing or COUNTS.sequential():
         return _inline(begin, end, fn, reduce)
     job = _Job(fn, begin, end, n, contextvars.copy_context(), reduce)
-    if POOL.size != count - 1:
+    if POOL.size > count - 1:  # the count went down: retire the surplus
         POOL.resize(count - 1)
+    elif POOL.size < n - 1:  # grow only to the work this region has
+        POOL.resize(n - 1)
     for _ in range(job.n - 1):
         POOL.jobs.put(job)
     try:

@@ -31,6 +31,15 @@ EXPLICIT = "explicit call"
 INTRA_VARS = ("PARINFO_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 INTER_VARS = ("PARINFO_NUM_INTEROP_THREADS",)
 
+# Each pool holds at most this many threads per logical CPU of the machine, whatever the count asks
+# (MKL and OpenBLAS cap their own pools the same way); a larger count is valid but capped.
+CEILING_PER_CPU = 4
+
+
+def pool_ceiling() -> int:
+    """The most threads any parinfo pool runs: CEILING_PER_CPU x the machine's logical CPUs."""
+    return CEILING_PER_CPU * (os.cpu_count() or 1)
+
 
 class InteropState(enum.Enum):
     """Where the set-once inter-op count stands."""
@@ -122,6 +131,7 @@ class Counts:
         self._backend: tuple[str, str] | None = None
         self.interop_state = InteropState.NOT_SET
         self.intra_now: int | None = None
+        self.ceiling = pool_ceiling()
 
     # machine and backend -------------------------------------------------------------------
     def machine(self) -> tuple[int, int]:
