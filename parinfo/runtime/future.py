@@ -211,9 +211,13 @@ class Future:
             self.abandon(exc)
             raise
 
+    def claimed_here(self) -> bool:
+        """True while the task runs on (was claimed by) the calling thread."""
+        return self._state == RUNNING and self._claimer == threading.get_ident()
+
     def abandon(self, exc: BaseException) -> None:
         """Fail a task this thread claimed but was interrupted before running (no-op otherwise)."""
-        if self._state == RUNNING and self._claimer == threading.get_ident():
+        if self.claimed_here():
             self.fail(exc)
 
     def fail(self, exc: BaseException) -> None:

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.future import LEDGER, Future
 from parinfo.runtime.settings import COUNTS
 
@@ -54,6 +55,7 @@ class InteropPool:
         self._start_lock = threading.Lock()
         self._atexit_registered = False
         self._thread = _SlotHolder()
+        self.epoch = 0  # bumped in a forked child: workers inherited from the parent see it
 
     def started(self) -> bool:
         return self.state is not PoolState.IDLE
@@ -106,6 +108,7 @@ class InteropPool:
         slot_get, slot_put = self.slots.get, self.slots.put
         running = self.running
         others = self.size - 1
+        epoch = self.epoch
         self._thread.holds_slot = True  # nested waits inside tasks run inline without a slot
         while True:
             fut = get()
@@ -117,6 +120,8 @@ class InteropPool:
             if fut.claim():
                 running[index] = fut
                 fut.run(False, min(LEDGER.unclaimed, others))
+                if self.epoch != epoch:  # the task called os.fork() and this is the child
+                    exit_forked_child()
                 running[index] = None
             slot_put(1)
 
@@ -161,7 +166,9 @@ class InteropPool:
 
     def after_fork_in_child(self) -> None:
         """Fresh, unstarted pool in the child; tasks the parent's workers were running fail."""
-        orphans = [f for f in self.running if f is not None]
+        # the forking thread's own task (when it is a worker) goes on here; the others cannot
+        orphans = [f for f in self.running if f is not None and not f.claimed_here()]
+        self.epoch += 1
         self.state = PoolState.IDLE
         self.tasks = queue.SimpleQueue()
         self.slots = queue.SimpleQueue()

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from parinfo.runtime import tracing
+from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS
 from parinfo.runtime.tracing import RECORDERS
@@ -150,6 +151,7 @@ class IntraopPool:
         self._lock = threading.Lock()
         self._serial = itertools.count(1)  # worker names
         self._atexit_registered = False
+        self.epoch = 0  # bumped in a forked child: workers inherited from the parent see it
 
     def resize(self, n: int) -> None:
         """Hold ``n`` workers: start the missing ones, tell surplus ones to stop."""
@@ -187,11 +189,14 @@ class IntraopPool:
 
     def _work(self) -> None:
         get = self.jobs.get
+        epoch = self.epoch
         while True:
             job = get()
             if job is None:
                 return
             job.ctx.copy().run(job.work, False)
+            if self.epoch != epoch:  # a chunk called os.fork() and this is the child
+                exit_forked_child()
 
     def started(self) -> bool:
         return self.size > 0
@@ -213,6 +218,7 @@ class IntraopPool:
 
     def after_fork_in_child(self) -> None:
         """A fresh pool in the child: the parent's workers do not exist here."""
+        self.epoch += 1
         self.jobs = queue.SimpleQueue()
         self.workers = []
         self.size = 0
