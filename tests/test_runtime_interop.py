@@ -1,11 +1,11 @@
 """fork/wait: many tasks, nesting, exceptions, contextvars, os.fork children, exit with tasks in flight."""
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 
 import pytest
-
 from conftest import clean_env, run_json, run_py
 
 pytestmark = pytest.mark.timeout(60)
@@ -187,3 +187,43 @@ def test_exit_with_torch_work_in_flight_neither_hangs_nor_aborts():
         "print('leaving', flush=True)\n", timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "leaving" in proc.stdout and "terminate" not in proc.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="os.fork semantics tested on Linux")
+@pytest.mark.parametrize("where", ["task", "chunk"])
+def test_os_fork_on_a_pool_worker_child_exits_normally_when_the_work_returns(where):
+    proc = run_py(
+        "import json, os, sys, threading, time, parinfo.runtime as rt\n"
+        "kids = []\n"
+        "def work(*_):\n"
+        "    name = threading.current_thread().name\n"
+        "    if not name.startswith(('parinfo-interop', 'parinfo-intraop')):\n"
+        "        return\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        print('child ran on', name)\n"  # buffered: must be flushed at the child's exit
+        "        return 'from child'\n"
+        "    kids.append(pid)\n"
+        "if sys.argv[-1] == 'task':\n"
+        "    rt.set_num_interop_threads(1)\n"
+        "    rt.wait(rt.fork(work))\n"
+        "else:\n"
+        "    rt.set_num_threads(2)\n"
+        "    gate = threading.Barrier(2, timeout=10)\n"
+        "    rt.parallel_for(0, 2, 1, lambda a, b: (gate.wait(), work()))\n"
+        "statuses = []\n"
+        "for pid in kids:\n"
+        "    end = time.monotonic() + 20\n"
+        "    while time.monotonic() < end:\n"
+        "        done, status = os.waitpid(pid, os.WNOHANG)\n"
+        "        if done:\n"
+        "            statuses.append(os.waitstatus_to_exitcode(status)); break\n"
+        "        time.sleep(0.01)\n"
+        "    else:\n"
+        "        os.kill(pid, 9); statuses.append('hung')\n"
+        "print(json.dumps({'statuses': statuses, 'after': rt.wait(rt.fork(pow, 2, 5))}))"
+        .replace("sys.argv[-1]", repr(where)), timeout=60)
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["statuses"] == [0]
+    assert out["after"] == 32
+    assert "child ran on parinfo-" in proc.stdout  # the child's buffered output was flushed

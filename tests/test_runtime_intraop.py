@@ -4,7 +4,6 @@ from __future__ import annotations
 import traceback
 
 import pytest
-
 from conftest import clean_env, run_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -176,3 +175,26 @@ def test_numpy_integers_are_accepted_as_bounds_and_counts():
         "rt.parallel_for(np.int64(0), np.int32(10), np.int64(3), lambda a, b: seen.append([a, b]))\n"
         "print(json.dumps({'n': rt.get_num_threads(), 'seen': sorted(seen)}))")
     assert out == {"n": 2, "seen": [[0, 5], [5, 10]]}
+
+
+def test_several_chunks_raising_reraise_the_first_with_the_others_attached():
+    out = run_json(
+        "import json, threading, traceback, parinfo.runtime as rt\n"
+        "rt.set_num_threads(4)\n"
+        "gate = threading.Barrier(4, timeout=10)\n"
+        "def body(a, b):\n"
+        "    gate.wait()  # all four chunks run at once, then all raise\n"
+        "    raise ValueError(f'chunk {a}')\n"
+        "try:\n"
+        "    rt.parallel_for(0, 4, 1, body)\n"
+        "except ValueError as e:\n"
+        "    err = e\n"
+        "text = ''.join(traceback.format_exception(err))\n"
+        "print(json.dumps({'first': str(err), 'notes': getattr(err, '__notes__', []),"
+        " 'others': sorted(str(x) for x in err.parinfo_other_errors), 'shown': 'more chunk' in text}))")
+    assert out["first"].startswith("chunk ")
+    assert out["notes"][0] == "parinfo: 3 more chunk(s) of this parallel region raised too:"
+    assert len(out["notes"]) == 4 and all("ValueError: chunk " in n for n in out["notes"][1:])
+    everything = sorted([out["first"], *out["others"]])
+    assert everything == ["chunk 0", "chunk 1", "chunk 2", "chunk 3"]
+    assert out["shown"] is True

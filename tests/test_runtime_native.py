@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import HAVE_NUMPY, clean_env, run_json
 
 pytestmark = [pytest.mark.timeout(90),

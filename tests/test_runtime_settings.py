@@ -5,7 +5,6 @@ import json
 import shutil
 
 import pytest
-
 from conftest import clean_env, run_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -195,13 +194,21 @@ def test_info_is_json_and_starts_no_pool_nor_imports_torch():
 
 def test_info_counts_the_pool_threads_parinfo_created():
     out = run_json(
-        "import json, parinfo.runtime as rt\n"
+        "import json, threading, parinfo.runtime as rt\n"
         "rt.set_num_threads(3)\n"
         "rt.parallel_for(0, 30, 1, lambda a, b: None)\n"
         "rt.wait(rt.fork(int))\n"
-        "print(json.dumps(rt.info()))", env=clean_env(PARINFO_NUM_INTEROP_THREADS="2"))
+        "one = rt.info()['pool_threads']\n"
+        "gate = threading.Event()\n"
+        "fs = [rt.fork(gate.wait, 10) for _ in range(2)]\n"
+        "two = rt.info()['pool_threads']\n"
+        "gate.set(); [rt.wait(f) for f in fs]\n"
+        "print(json.dumps({**rt.info(), 'one': one, 'two': two}))",
+        env=clean_env(PARINFO_NUM_INTEROP_THREADS="2"))
     assert out["intra_pool_started"] and out["inter_pool_started"]
-    assert out["pool_threads"] == 2 + 2
+    # inter-op workers start as tasks in flight need them, up to the count
+    assert out["one"] == 2 + 1
+    assert out["two"] == out["pool_threads"] == 2 + 2
 
 
 def test_importing_and_reading_the_runtime_changes_no_environment_variable():
@@ -213,3 +220,37 @@ def test_importing_and_reading_the_runtime_changes_no_environment_variable():
         "rt.parallel_for(0, 100, 1, lambda a, b: None); rt.wait(rt.fork(int))\n"
         "print(json.dumps(sorted(set(os.environ.items()) ^ set(before.items()))))")
     assert out == []
+
+
+@pytest.mark.parametrize("env", [
+    {"OMP_NUM_THREADS": "1000"},
+    {"PARINFO_NUM_THREADS": "99999999999999999999"},
+    {"PARINFO_NUM_INTEROP_THREADS": "50000"},
+    {"PARINFO_NUM_INTEROP_THREADS": "99999999999999999999", "OMP_NUM_THREADS": "100000"},
+])
+def test_huge_counts_start_only_the_threads_the_work_needs_and_never_pass_the_ceiling(env):
+    out = run_json(
+        "import json, os, threading, time, parinfo.runtime as rt\n"
+        "def names(p):\n"
+        "    return sum(t.name.startswith(p) for t in threading.enumerate())\n"
+        "t0 = time.monotonic()\n"
+        "rt.parallel_for(0, 2, 1, lambda a, b: None)\n"
+        "small_intra = names('parinfo-intraop')\n"
+        "rt.wait(rt.fork(int))\n"
+        "small_inter = names('parinfo-interop')\n"
+        "rt.parallel_for(0, 10**6, 1, lambda a, b: None)\n"
+        "gate = threading.Event()\n"
+        "fs = [rt.fork(gate.wait, 10) for _ in range(500)]\n"
+        "big = [names('parinfo-intraop'), names('parinfo-interop')]\n"
+        "gate.set(); [rt.wait(f) for f in fs]\n"
+        "print(json.dumps({'small': [small_intra, small_inter], 'big': big, 'info': rt.info(),"
+        " 'cpus': os.cpu_count(), 'secs': time.monotonic() - t0}))",
+        env=clean_env(**env), timeout=60)
+    ceiling = 4 * out["cpus"]
+    assert out["info"]["pool_ceiling"] == ceiling
+    assert out["small"] == [1, 1]  # a 2-chunk loop and one task: one worker each
+    assert out["big"][0] <= ceiling - 1 and out["big"][1] <= ceiling
+    assert out["secs"] < 30
+    for key in ("intra_op", "inter_op"):
+        count = out["info"][key]["count"]
+        assert out["info"][key].get("capped_to") == (ceiling if count > ceiling else None)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import run_json
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,16 +10,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from parinfo.runtime import future as _future
 from parinfo.runtime import interop as _interop
 from parinfo.runtime import intraop as _intraop
-from parinfo.runtime import native as _native
-from parinfo.runtime import settings as _settings
-from parinfo.runtime import tracing as _tracing
-from parinfo.runtime.future import Future
+from parinfo.runtime.future import LEDGER, Future
 from parinfo.runtime.interop import fork, wait
-from parinfo.runtime.intraop import get_thread_num, in_parallel_region, parallel_for, parallel_reduce
-from parinfo.runtime.tracing import Profile, profile
+from parinfo.runtime.intraop import (
+    get_thread_num,
+    in_parallel_region,
+    parallel_for,
+    parallel_reduce,
+)
+from parinfo.runtime.native import LIMITS
+from parinfo.runtime.settings import COUNTS, EXPLICIT, check_count
+from parinfo.runtime.tracing import RECORDERS, Profile, profile
 
 __all__ = [
     "Future", "Profile", "configure", "fork", "get_num_interop_threads", "get_num_threads",
@@ -38,12 +41,12 @@ def set_num_threads(n: int) -> None:
     precedence over a profile. ``n`` must be a positive int (TypeError/ValueError otherwise);
     counts above the usable CPUs are allowed.
     """
-    _set_intra(_settings.check_count(n, "set_num_threads"), _settings.EXPLICIT)
+    _set_intra(check_count(n, "set_num_threads"), EXPLICIT)
 
 
 def get_num_threads() -> int:
     """The intra-op count now in force (resolved from the environment on first use)."""
-    return _settings.intra()[0]
+    return COUNTS.intra()[0]
 
 
 def set_num_interop_threads(n: int) -> None:
@@ -52,12 +55,12 @@ def set_num_interop_threads(n: int) -> None:
     A second call, or a call after parallel work started, raises RuntimeError("Error: cannot set
     number of interop threads after parallel work has started or set_num_interop_threads called").
     """
-    _settings.set_inter(_settings.check_count(n, "set_num_interop_threads"), _settings.EXPLICIT)
+    COUNTS.set_inter(check_count(n, "set_num_interop_threads"), EXPLICIT)
 
 
 def get_num_interop_threads() -> int:
     """The inter-op pool size; reading it never starts the pool."""
-    return _settings.inter()[0]
+    return COUNTS.inter()[0]
 
 
 def configure(*, intra_op: int | None = None, inter_op: int | None = None, source: str) -> None:
@@ -69,52 +72,55 @@ def configure(*, intra_op: int | None = None, inter_op: int | None = None, sourc
     if not isinstance(source, str) or not source.strip():
         raise TypeError("configure() expects source to be a non-empty str")
     if intra_op is not None:
-        _settings.check_count(intra_op, "configure intra_op")
+        check_count(intra_op, "configure intra_op")
     if inter_op is not None:
-        _settings.check_count(inter_op, "configure inter_op")
-        _settings.check_inter_settable()
+        check_count(inter_op, "configure inter_op")
+        COUNTS.check_inter_settable()
     if inter_op is not None:
-        _settings.set_inter(inter_op, source)
+        COUNTS.set_inter(inter_op, source)
     if intra_op is not None:
         _set_intra(intra_op, source)
 
 
 def _set_intra(n: int, source: str) -> None:
-    _settings.set_intra(n, source)
-    count, src = _settings.intra()
-    if src == source:
-        _native.push(count, src)
+    if COUNTS.set_intra(n, source):
+        LIMITS.push(n, source)
 
 
 def info() -> dict[str, Any]:
     """The runtime's state as plain JSON-ready data; starts no pool and imports nothing heavy."""
-    backend, backend_source = _settings.backend()
-    intra, intra_src = _settings.intra()
-    inter, inter_src = _settings.inter()
+    backend, backend_source = COUNTS.backend()
+    intra, intra_src = COUNTS.intra()
+    inter, inter_src = COUNTS.inter()
     intra_d: dict[str, Any] = {"count": intra, "source": intra_src}
-    notes = _settings.intra_overridden()
+    notes = COUNTS.intra_outranked()
     if notes:
         intra_d["not_applied"] = notes
+    inter_d: dict[str, Any] = {"count": inter, "source": inter_src, "locked": COUNTS.inter_locked()}
+    for d in (intra_d, inter_d):
+        if d["count"] > COUNTS.ceiling:  # valid, but the pool runs at most the ceiling
+            d["capped_to"] = COUNTS.ceiling
     return {
         "backend": backend,
         "backend_source": backend_source,
         "intra_op": intra_d,
-        "inter_op": {"count": inter, "source": inter_src, "locked": _settings.inter_locked()},
-        "intra_pool_started": _intraop.started(),
-        "inter_pool_started": _interop.started(),
-        "pool_threads": _intraop.alive_threads() + _interop.alive_threads(),
-        "native_push": _native.push_record(),
-        "budget": _native.state(),
+        "inter_op": inter_d,
+        "pool_ceiling": COUNTS.ceiling,
+        "intra_pool_started": _intraop.POOL.started(),
+        "inter_pool_started": _interop.POOL.started(),
+        "pool_threads": _intraop.POOL.alive_threads() + _interop.POOL.alive_threads(),
+        "native_push": LIMITS.push_record(),
+        "budget": LIMITS.state(),
     }
 
 
 def _after_fork_in_child() -> None:
-    _settings.after_fork_in_child()
-    _future.after_fork_in_child()
-    _native.after_fork_in_child()
-    _interop.after_fork_in_child()
-    _intraop.after_fork_in_child()
-    _tracing.after_fork_in_child()
+    COUNTS.after_fork_in_child()
+    LEDGER.after_fork_in_child()
+    LIMITS.after_fork_in_child()
+    _interop.POOL.after_fork_in_child()
+    _intraop.POOL.after_fork_in_child()
+    RECORDERS.after_fork_in_child()
 
 
 if hasattr(os, "register_at_fork"):

@@ -1,36 +1,90 @@
 """The Future returned by ``fork``: light (no lock or condition per task) and claimable.
 
-A task is PENDING until one thread claims it: a pool worker, or a thread calling ``wait()`` /
-``result()`` on it, which then runs it inline. That claim is what keeps nested fork/wait with one
-inter-op thread free of deadlock. Only a thread that must block on a task another thread runs
-allocates a lock, and only for that wait.
+A task is PENDING until one thread claims it (``Future.claim``): a pool worker, or a thread
+calling ``wait()`` / ``result()`` on it, which then runs it inline. That claim is what keeps
+nested fork/wait with one inter-op thread free of deadlock. Only a thread that must block on a
+task another thread runs allocates a lock, and only for that wait. Every state change is a method
+of ``Future``: ``claim`` (PENDING -> RUNNING), ``run``, ``fail`` and ``_finish`` (-> DONE).
 """
 from __future__ import annotations
 
+import collections
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from parinfo.runtime import native, tracing
+from parinfo.runtime import tracing
+from parinfo.runtime.native import LIMITS
+from parinfo.runtime.tracing import RECORDERS
 
 PENDING, RUNNING, DONE = 0, 1, 2
 
-_mu = threading.Lock()  # guards every Future's state, waiters and callbacks
-pending = 0  # tasks forked to the pool and not yet claimed (guarded by _mu)
+_release = type(threading.Lock()).release
+
+
+class Runner(Protocol):
+    """What runs a task that a waiting thread claimed (the inter-op pool, to account its slots)."""
+
+    def run_claimed(self, fut: Future) -> None: ...
+
+
+class TaskLedger:
+    """The lock that guards every Future's state, and the count of tasks not yet claimed."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.unclaimed = 0  # tasks forked to the pool and not yet claimed (guarded by lock)
+        self.running = 0  # tasks claimed and not yet done (guarded by lock)
+
+    def after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()
+        self.unclaimed = 0
+        self.running = 0
+
+
+LEDGER = TaskLedger()
+
+
+def _call_back(fn: Callable[[Future], Any], fut: Future) -> None:
+    try:
+        fn(fut)
+    except Exception:
+        import traceback
+
+        print("parinfo: exception in a Future done-callback (ignored):", file=sys.stderr)
+        traceback.print_exc()
 
 
 class Future:
     """The result of ``fork(fn, ...)``: ``wait(fut)`` or ``fut.result()`` gives fn's value."""
 
-    __slots__ = ("_fn", "_args", "_kwargs", "_ctx", "_state", "_result", "_exc", "_waiters",
-                 "_callbacks", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_args",
+        "_callbacks",
+        "_claimer",
+        "_ctx",
+        "_exc",
+        "_fn",
+        "_kwargs",
+        "_queued",
+        "_result",
+        "_runner",
+        "_state",
+        "_waiters",
+    )
 
-    def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict, ctx: Any) -> None:
-        self._fn = fn
-        self._args = args
-        self._kwargs = kwargs
-        self._ctx = ctx
+    def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict, ctx: Any,
+                 runner: Runner | None = None) -> None:
+        self._fn: Any = fn  # fn, args, kwargs and ctx are dropped (None) once the task is done
+        self._args: Any = args
+        self._kwargs: Any = kwargs
+        self._ctx: Any = ctx
+        self._runner = runner
         self._state = PENDING
+        self._queued = False  # counted in LEDGER.unclaimed until claimed
+        self._claimer = 0  # thread id of the thread that claimed it
         self._result: Any = None
         self._exc: BaseException | None = None
         self._waiters: list[Any] | None = None
@@ -48,6 +102,10 @@ class Future:
 
     def running(self) -> bool:
         return self._state == RUNNING
+
+    def pending(self) -> bool:
+        """True while no thread has claimed the task."""
+        return self._state == PENDING
 
     def result(self, timeout: float | None = None) -> Any:
         """The task's value, re-raising its exception (with its traceback).
@@ -67,9 +125,9 @@ class Future:
             self._wait(timeout)
         return self._exc
 
-    def add_done_callback(self, fn: Callable[["Future"], Any]) -> None:
+    def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
         """Call ``fn(future)`` when the task is done (at once if it already is)."""
-        with _mu:
+        with LEDGER.lock:
             if self._state != DONE:
                 if self._callbacks is None:
                     self._callbacks = []
@@ -77,11 +135,128 @@ class Future:
                 return
         _call_back(fn, self)
 
+    # transitions ---------------------------------------------------------------------------
+    def claim(self) -> bool:
+        """PENDING -> RUNNING for the calling thread; False when another thread claimed it."""
+        me = threading.get_ident()
+        with LEDGER.lock:
+            if self._state != PENDING:
+                return False
+            self._state = RUNNING
+            self._claimer = me
+            LEDGER.running += 1
+            if self._queued:
+                LEDGER.unclaimed -= 1
+            return True
+
+    def run(self, restore: bool, queued: int = 0) -> None:
+        """Run the claimed task on this thread and publish its outcome (``queued``: see
+        ``NativeLimits.lane_enter``; ``restore`` for threads that are not parinfo's).
+
+        Whatever happens, even a KeyboardInterrupt outside the task's own code, the task ends
+        DONE and the budget gets its lane back; an interrupt before the task ran fails it.
+        """
+        depth = LIMITS.thread.depth
+        ran = False
+        try:
+            LIMITS.lane_enter(queued)
+            t0 = tracing.now() if RECORDERS.active else 0
+            try:
+                self._result = self._ctx.run(self._fn, *self._args, **self._kwargs)
+            except BaseException as exc:  # noqa: BLE001 - delivered to wait() with its traceback
+                self._exc = exc
+            ran = True
+            if t0:
+                RECORDERS.record(tracing.task_name(self._fn), "task", t0, tracing.now())
+        except BaseException as exc:
+            if not ran:
+                self._exc = exc
+            raise
+        finally:
+            # An interrupt is checked for on entry to every Python call, so each step is done
+            # twice: the second call completes the first when the interrupt cut it short, and
+            # does nothing otherwise.
+            try:
+                LIMITS.leave_to(depth, restore)
+            finally:
+                try:
+                    LIMITS.leave_to(depth, restore)
+                finally:
+                    try:
+                        self._finish()
+                    finally:
+                        if self._state != DONE:
+                            self._finish()
+
+    def enqueue(self, tasks: Any) -> None:
+        """Count the task as waiting for a worker and put it on ``tasks`` (the pool's queue)."""
+        with LEDGER.lock:
+            self._queued = True
+            LEDGER.unclaimed += 1
+            tasks.put(self)
+
+    def run_if_unclaimed(self) -> bool:
+        """Claim the task and run it here, through its runner (which accounts the pool's slots)
+        or directly; False when another thread claimed it first. An interrupt anywhere from the
+        claim on that keeps the task from finishing fails it."""
+        try:
+            if not self.claim():
+                return False
+            if self._runner is None:
+                self.run(True)
+            else:
+                self._runner.run_claimed(self)
+            return True
+        except BaseException as exc:
+            self.abandon(exc)
+            raise
+
+    def claimed_here(self) -> bool:
+        """True while the task runs on (was claimed by) the calling thread."""
+        return self._state == RUNNING and self._claimer == threading.get_ident()
+
+    def abandon(self, exc: BaseException) -> None:
+        """Fail a task this thread claimed but was interrupted before running (no-op otherwise)."""
+        if self.claimed_here():
+            self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        """Finish the task with ``exc`` without running it (e.g. it cannot run in this process)."""
+        with LEDGER.lock:
+            if self._state == DONE:
+                return
+            if self._state == PENDING:
+                if self._queued:
+                    LEDGER.unclaimed -= 1
+                LEDGER.running += 1
+            self._state = RUNNING
+        self._exc = exc
+        self._finish()
+
+    def _finish(self) -> None:
+        """RUNNING -> DONE: drop the task, wake its waiters, run its callbacks."""
+        self._fn = self._args = self._kwargs = self._ctx = self._runner = None
+        waiters = callbacks = None
+        try:
+            with LEDGER.lock:
+                if self._state == RUNNING:
+                    LEDGER.running -= 1
+                self._state = DONE
+                waiters, self._waiters = self._waiters, None
+                callbacks, self._callbacks = self._callbacks, None
+        finally:
+            if waiters:
+                # released in one C-level loop: a KeyboardInterrupt cannot land between two
+                # releases and leave a waiter blocked forever
+                collections.deque(map(_release, waiters), maxlen=0)
+        if callbacks:
+            for fn in callbacks:
+                _call_back(fn, self)
+
     def _wait(self, timeout: float | None) -> None:
-        if timeout is None and _claim(self):
-            run_inline(self)
+        if timeout is None and self.run_if_unclaimed():
             return
-        with _mu:
+        with LEDGER.lock:
             if self._state == DONE:
                 return
             lk = threading.Lock()
@@ -89,89 +264,13 @@ class Future:
             if self._waiters is None:
                 self._waiters = []
             self._waiters.append(lk)
-        t0 = tracing.now() if tracing.active else 0
+        t0 = tracing.now() if RECORDERS.active else 0
         ok = lk.acquire() if timeout is None else lk.acquire(timeout=max(0.0, timeout))
         if t0:
-            tracing.record("wait", "wait", t0, tracing.now())
+            RECORDERS.record("wait", "wait", t0, tracing.now())
         if not ok:
-            with _mu:
+            with LEDGER.lock:
                 if self._state != DONE:
                     if self._waiters and lk in self._waiters:
                         self._waiters.remove(lk)
                     raise TimeoutError(f"task not done after {timeout} s")
-
-
-def _claim(fut: Future) -> bool:
-    global pending
-    with _mu:
-        if fut._state != PENDING:
-            return False
-        fut._state = RUNNING
-        pending -= 1
-        return True
-
-
-def queued(fut: Future) -> None:
-    """Count a task handed to the pool (the budget looks ahead at tasks about to start)."""
-    global pending
-    with _mu:
-        pending += 1
-
-
-def _call_back(fn: Callable[[Future], Any], fut: Future) -> None:
-    try:
-        fn(fut)
-    except Exception:
-        import traceback
-
-        print("parinfo: exception in a Future done-callback (ignored):", file=sys.stderr)
-        traceback.print_exc()
-
-
-def run(fut: Future, restore: bool, queued: int = 0) -> None:
-    """Run a claimed task on this thread and publish its outcome (``queued``: see lane_enter)."""
-    native.lane_enter(queued)
-    t0 = tracing.now() if tracing.active else 0
-    try:
-        fut._result = fut._ctx.run(fut._fn, *fut._args, **fut._kwargs)
-    except BaseException as exc:  # noqa: BLE001 - delivered to wait() with its traceback
-        fut._exc = exc
-    if t0:
-        tracing.record(tracing.task_name(fut._fn), "task", t0, tracing.now())
-    native.lane_exit(restore)
-    finish(fut)
-
-
-def finish(fut: Future) -> None:
-    """Mark the task done, wake its waiters, run its callbacks."""
-    fut._fn = fut._args = fut._kwargs = fut._ctx = None
-    with _mu:
-        fut._state = DONE
-        waiters, fut._waiters = fut._waiters, None
-        callbacks, fut._callbacks = fut._callbacks, None
-    if waiters:
-        for lk in waiters:
-            lk.release()
-    if callbacks:
-        for fn in callbacks:
-            _call_back(fn, fut)
-
-
-def _run_here(fut: Future) -> None:
-    run(fut, True)
-
-
-# How a waiter runs a task it claimed; the inter-op pool replaces it to account for its slots.
-run_inline: Callable[[Future], None] = _run_here
-
-
-def fail_orphan(fut: Future, why: str) -> None:
-    """Finish a task that can never run here (it was running in the parent of an os.fork)."""
-    fut._exc = RuntimeError(why)
-    finish(fut)
-
-
-def after_fork_in_child() -> None:
-    global _mu, pending
-    _mu = threading.Lock()
-    pending = 0

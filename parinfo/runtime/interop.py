@@ -1,4 +1,7 @@
-"""The inter-op pool: one per process, started by the first ``fork``, sized once.
+"""The inter-op pool: one per process (``POOL``), started by the first ``fork``, sized once.
+
+Its size is the inter-op count, capped at the pool ceiling; workers start as tasks in flight need
+them, so a huge count costs only the threads the work needs at once.
 
 Workers take tasks from one C-level queue (``queue.SimpleQueue``) and claim them; a task that a
 waiter claimed first is skipped. Forks made after interpreter shutdown began, or with the
@@ -9,99 +12,177 @@ from __future__ import annotations
 
 import atexit
 import contextvars
+import enum
+import itertools
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from parinfo.runtime import future as _fut
-from parinfo.runtime import settings
+from parinfo.runtime.forkexit import exit_forked_child
+from parinfo.runtime.future import LEDGER, Future
+from parinfo.runtime.settings import COUNTS
 
-Future = _fut.Future
-
-_STOP = None
+_STOP = None  # sentinel put on the task queue once per worker at shutdown
 
 
-class _Pool:
-    def __init__(self, n: int) -> None:
-        self.q: queue.SimpleQueue = queue.SimpleQueue()
-        # n slots: a task runs only while holding one, so at most n tasks run at once even when
-        # waiters run tasks inline (a waiter that finds no free slot still runs its task).
+class PoolState(enum.Enum):
+    IDLE = "not started"
+    RUNNING = "running"
+    SEQUENTIAL = "sequential backend: tasks run inline"
+    CLOSING = "closing: tasks run inline"
+
+
+class _SlotHolder(threading.local):
+    holds_slot = False  # True on workers and on a waiter running a task inline with a slot
+
+    def __init__(self) -> None:
+        self.held: list[int] = []  # the slot a waiter took, until it gives it back
+
+
+class InteropPool:
+    """Workers, task queue and run slots of the inter-op pool; one instance per process."""
+
+    def __init__(self) -> None:
+        self.state = PoolState.IDLE
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        # size slots: a task runs only while holding one, so at most size tasks run at once even
+        # when waiters run tasks inline (a waiter that finds no free slot still runs its task).
         self.slots: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(n):
-            self.slots.put(1)
-        self.size = n
-        self.current: list[Any] = [None] * n  # the task each worker runs (for os.fork children)
-        self.threads = [threading.Thread(target=_worker, args=(self, i), daemon=True,
-                                         name=f"parinfo-interop-{i}") for i in range(n)]
-        for t in self.threads:
-            t.start()
+        self.size = 0
+        self.workers: list[threading.Thread] = []
+        self.running: list[Future | None] = []  # the task each worker runs (for os.fork children)
+        self._start_lock = threading.Lock()
+        self._atexit_registered = False
+        self._thread = _SlotHolder()
+        self.epoch = 0  # bumped in a forked child: workers inherited from the parent see it
 
+    def started(self) -> bool:
+        return self.state is not PoolState.IDLE
 
-_pool: _Pool | None = None
-_tl = threading.local()  # slot: True while this thread holds a slot
-_sequential = False
-_closing = False
-_start_lock = threading.Lock()
-_atexit_registered = False
+    def _start(self) -> None:
+        with self._start_lock:
+            if self.state is not PoolState.IDLE:
+                return
+            n = COUNTS.consume_inter()
+            if COUNTS.sequential():
+                self.state = PoolState.SEQUENTIAL
+                return
+            n = min(n, COUNTS.ceiling)
+            for _ in range(n):
+                self.slots.put(1)
+            self.size = n
+            self.running = [None] * n
+            if not self._atexit_registered:
+                atexit.register(self.shutdown)
+                self._atexit_registered = True
+            self.state = PoolState.RUNNING
 
+    def _grow(self) -> None:
+        """Start workers up to the tasks in flight now, queued or running (never past ``size``):
+        a huge count costs threads only for work that is there at once."""
+        with self._start_lock:
+            want = min(self.size, LEDGER.unclaimed + LEDGER.running)
+            while len(self.workers) < want and self.state is PoolState.RUNNING:
+                i = len(self.workers)
+                t = threading.Thread(target=self._work, args=(i,), daemon=True,
+                                     name=f"parinfo-interop-{i}")
+                self.workers.append(t)  # listed before it starts: shutdown stops it either way
+                t.start()
 
-def _worker(pool: _Pool, index: int) -> None:
-    get = pool.q.get
-    slot_get, slot_put = pool.slots.get, pool.slots.put
-    claim = _fut._claim
-    run = _fut.run
-    current = pool.current
-    others = pool.size - 1
-    _tl.slot = True  # nested waits inside tasks run inline without taking another slot
-    while True:
-        fut = get()
-        if fut is _STOP:
+    def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
+        """A Future for ``fn(*args, **kwargs)``, queued for the workers or run inline."""
+        if self.state is PoolState.IDLE:
+            self._start()
+        fut = Future(fn, args, kwargs, contextvars.copy_context(), self)
+        if self.state is not PoolState.RUNNING:
+            fut.run_if_unclaimed()
+            return fut
+        fut.enqueue(self.tasks)
+        if len(self.workers) < self.size and LEDGER.unclaimed + LEDGER.running > len(self.workers):
+            self._grow()
+        return fut
+
+    def _work(self, index: int) -> None:
+        get = self.tasks.get
+        slot_get, slot_put = self.slots.get, self.slots.put
+        running = self.running
+        others = self.size - 1
+        epoch = self.epoch
+        self._thread.holds_slot = True  # nested waits inside tasks run inline without a slot
+        while True:
+            fut = get()
+            if fut is _STOP:
+                return
+            if not fut.pending():  # a waiter ran it already
+                continue
+            slot_get()
+            if fut.claim():
+                running[index] = fut
+                fut.run(False, min(LEDGER.unclaimed, others))
+                if self.epoch != epoch:  # the task called os.fork() and this is the child
+                    exit_forked_child()
+                running[index] = None
+            slot_put(1)
+
+    def run_claimed(self, fut: Future) -> None:
+        """Run a task a waiter claimed, holding a slot when one is free."""
+        if self.state is not PoolState.RUNNING or self._thread.holds_slot:
+            fut.run(True)
             return
-        if fut._state != _fut.PENDING:  # a waiter ran it already
-            continue
-        slot_get()
-        if claim(fut):
-            current[index] = fut
-            run(fut, False, min(_fut.pending, others))
-            current[index] = None
-        slot_put(1)
+        held = self._thread.held
+        try:
+            # take a slot and record it in one C call (no KeyboardInterrupt can land between)
+            held.extend(itertools.islice(iter(self.slots.get_nowait, None), 1))
+        except queue.Empty:
+            fut.run(True)
+            return
+        try:
+            self._thread.holds_slot = True
+            fut.run(True, min(LEDGER.unclaimed, self.size - 1))
+        finally:
+            self._thread.holds_slot = False
+            if held:
+                self.slots.put(held.pop())
+
+    def alive_threads(self) -> int:
+        return sum(t.is_alive() for t in self.workers)
+
+    def shutdown(self) -> None:
+        """Finish queued tasks and join the workers (registered with atexit when the pool starts)."""
+        if self.state is not PoolState.RUNNING:
+            return
+        self.state = PoolState.CLOSING
+        for _ in self.workers:
+            self.tasks.put(_STOP)
+            self.slots.put(1)  # a slot lost to an interrupt must not keep a worker from its stop
+        me = threading.current_thread()
+        for t in list(self.workers):
+            while t is not me and t.is_alive():
+                t.join(0.1)
+                if t.is_alive():  # a stop token taken by a worker nobody listed: send another
+                    self.tasks.put(_STOP)
+                    self.slots.put(1)
+
+    def after_fork_in_child(self) -> None:
+        """Fresh, unstarted pool in the child; tasks the parent's workers were running fail."""
+        # the forking thread's own task (when it is a worker) goes on here; the others cannot
+        orphans = [f for f in self.running if f is not None and not f.claimed_here()]
+        self.epoch += 1
+        self.state = PoolState.IDLE
+        self.tasks = queue.SimpleQueue()
+        self.slots = queue.SimpleQueue()
+        self.size = 0
+        self.workers = []
+        self.running = []
+        self._start_lock = threading.Lock()
+        self._thread.holds_slot = False
+        for fut in orphans:
+            fut.fail(RuntimeError("the task was running in the parent process when os.fork() "
+                                  "was called; it cannot finish in the child"))
 
 
-def _run_inline(fut: Future) -> None:
-    """Run a task a waiter claimed, holding a slot when one is free."""
-    pool = _pool
-    if pool is None or getattr(_tl, "slot", False):
-        _fut.run(fut, True)
-        return
-    try:
-        pool.slots.get_nowait()
-    except queue.Empty:
-        _fut.run(fut, True)
-        return
-    _tl.slot = True
-    try:
-        _fut.run(fut, True, min(_fut.pending, pool.size - 1))
-    finally:
-        _tl.slot = False
-        pool.slots.put(1)
-
-
-_fut.run_inline = _run_inline
-
-
-def _start() -> _Pool | None:
-    global _pool, _sequential, _atexit_registered
-    with _start_lock:
-        if _pool is None and not _sequential:
-            n = settings.mark_inter_started()
-            if settings.backend()[0] == "sequential":
-                _sequential = True
-            else:
-                _pool = _Pool(n)
-                if not _atexit_registered:
-                    atexit.register(shutdown)
-                    _atexit_registered = True
-        return _pool
+POOL = InteropPool()
 
 
 def fork(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
@@ -112,17 +193,7 @@ def fork(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
     """
     if not callable(fn):
         raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
-    fut = Future(fn, args, kwargs, contextvars.copy_context())
-    _fut.queued(fut)
-    pool = _pool
-    if pool is None:
-        pool = _start()
-    if pool is None or _closing:
-        if _fut._claim(fut):
-            _fut.run(fut, True)
-        return fut
-    pool.q.put(fut)
-    return fut
+    return POOL.submit(fn, args, kwargs)
 
 
 def wait(fut: Future) -> Any:
@@ -130,41 +201,3 @@ def wait(fut: Future) -> Any:
     if not isinstance(fut, Future):
         raise TypeError(f"wait() expects a parinfo Future, but got {type(fut).__name__}")
     return fut.result()
-
-
-def started() -> bool:
-    return _pool is not None or _sequential
-
-
-def alive_threads() -> int:
-    pool = _pool
-    return 0 if pool is None else sum(t.is_alive() for t in pool.threads)
-
-
-def shutdown() -> None:
-    """Finish queued tasks and join the workers (registered with atexit when the pool starts)."""
-    global _closing
-    _closing = True
-    pool = _pool
-    if pool is None:
-        return
-    for _ in pool.threads:
-        pool.q.put(_STOP)
-    me = threading.current_thread()
-    for t in pool.threads:
-        if t is not me:
-            t.join()
-
-
-def after_fork_in_child() -> None:
-    """Fresh, unstarted pool in the child; tasks the parent's workers were running fail cleanly."""
-    global _pool, _start_lock, _closing
-    old = _pool
-    _pool = None
-    _closing = False
-    _start_lock = threading.Lock()
-    if old is not None:
-        for fut in old.current:
-            if fut is not None and fut._state == _fut.RUNNING:
-                _fut.fail_orphan(fut, "the task was running in the parent process when os.fork() "
-                                      "was called; it cannot finish in the child")

@@ -4,8 +4,8 @@ One pool per process, shared by every caller (application threads and inter-op t
 splits ``[begin, end)`` into at most ``get_num_threads()`` chunks of at least ``grain_size``;
 the calling thread takes part, and chunks no worker has claimed yet are run by the caller, so a
 region finishes even when every worker is busy with other callers' regions. The pool holds at most
-``get_num_threads() - 1`` threads, created on the first region that needs them, whatever the number
-of calling threads. Inside a region, a nested ``parallel_for`` runs inline.
+``get_num_threads() - 1`` threads (and never more than the pool ceiling), created as regions need
+them, whatever the number of calling threads. Inside a region, a nested ``parallel_for`` runs inline.
 """
 from __future__ import annotations
 
@@ -16,29 +16,57 @@ import itertools
 import operator
 import queue
 import threading
-from typing import Any, Callable
+import time
+from collections.abc import Callable
+from typing import Any
 
-from parinfo.runtime import native, settings, tracing
+from parinfo.runtime import tracing
+from parinfo.runtime.forkexit import exit_forked_child
+from parinfo.runtime.native import LIMITS
+from parinfo.runtime.settings import COUNTS
+from parinfo.runtime.tracing import RECORDERS
 
-_tl = threading.local()  # region: bool, num: int (chunk index of the running chunk)
+
+class _RegionView(threading.local):
+    """This thread's place in a parallel region."""
+
+    active = False  # running a chunk of a region
+    chunk = 0  # index of the running chunk
+
+
+_REGION = _RegionView()
 
 
 def in_parallel_region() -> bool:
     """True while this thread runs a chunk of a parallel region."""
-    return getattr(_tl, "region", False)
+    return _REGION.active
 
 
 def get_thread_num() -> int:
     """The index of the running chunk in its region (0 outside regions): distinct and below
     ``get_num_threads()`` for chunks that run at the same time."""
-    return getattr(_tl, "num", 0)
+    return _REGION.chunk
 
 
 class _Job:
     """One parallel region: chunks claimed by the caller and by pool workers."""
 
-    __slots__ = ("fn", "begin", "end", "step", "n", "claim", "left", "lock", "done", "error",
-                 "results", "ctx", "name")
+    __slots__ = (
+        "also_raised",
+        "begin",
+        "claim",
+        "ctx",
+        "done",
+        "end",
+        "error",
+        "fn",
+        "left",
+        "lock",
+        "n",
+        "name",
+        "results",
+        "step",
+    )
 
     def __init__(self, fn: Callable, begin: int, end: int, n: int, ctx: Any, reduce: bool) -> None:
         self.fn = fn
@@ -52,6 +80,7 @@ class _Job:
         self.done = threading.Lock()
         self.done.acquire()
         self.error: BaseException | None = None
+        self.also_raised: list[tuple[int, int, BaseException]] = []  # chunks failing after the first
         self.results: list[Any] | None = [None] * n if reduce else None
         self.ctx = ctx
         self.name = tracing.task_name(fn)
@@ -61,17 +90,18 @@ class _Job:
         i = self.claim()
         if i >= self.n:
             return
-        native.lane_enter(queued)
-        prev_region = getattr(_tl, "region", False)
-        prev_num = getattr(_tl, "num", 0)
-        _tl.region = True
+        depth = LIMITS.thread.depth
+        prev_region = _REGION.active
+        prev_num = _REGION.chunk
         try:
+            LIMITS.lane_enter(queued)
+            _REGION.active = True
             while i < self.n:
                 if self.error is None:
                     a = self.begin + i * self.step
                     b = min(self.end, a + self.step)
-                    _tl.num = i
-                    t0 = tracing.now() if tracing.active else 0
+                    _REGION.chunk = i
+                    t0 = tracing.now() if RECORDERS.active else 0
                     try:
                         r = self.fn(a, b)
                         if self.results is not None:
@@ -80,8 +110,10 @@ class _Job:
                         with self.lock:
                             if self.error is None:
                                 self.error = exc
+                            else:
+                                self.also_raised.append((a, b, exc))
                     if t0:
-                        tracing.record(self.name, "chunk", t0, tracing.now(), {"begin": a, "end": b})
+                        RECORDERS.record(self.name, "chunk", t0, tracing.now(), {"begin": a, "end": b})
                 with self.lock:
                     self.left -= 1
                     last = self.left == 0
@@ -89,63 +121,112 @@ class _Job:
                     self.done.release()
                 i = self.claim()
         finally:
-            _tl.region = prev_region
-            _tl.num = prev_num
-            native.lane_exit(restore)
+            _REGION.active = prev_region
+            _REGION.chunk = prev_num
+            try:
+                LIMITS.leave_to(depth, restore)
+            finally:
+                LIMITS.leave_to(depth, restore)  # completes the first if an interrupt cut it short
 
 
-class _Pool:
+    def cancel(self, exc: BaseException) -> None:
+        """Skip the chunks not started yet: the caller was interrupted by ``exc``."""
+        with self.lock:
+            if self.error is None:
+                self.error = exc
+
+
+class IntraopPool:
+    """The intra-op workers and their job queue; one instance per process (``POOL``).
+
+    Created empty; ``resize`` starts workers on the first region that needs them, ``shutdown``
+    stops them at exit, after which regions run inline.
+    """
+
     def __init__(self) -> None:
-        self.q: queue.SimpleQueue = queue.SimpleQueue()
-        self.threads: list[threading.Thread] = []
-        self.size = 0
-        self.lock = threading.Lock()
-        self.serial = itertools.count(1)
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.workers: list[threading.Thread] = []
+        self.size = 0  # workers asked to run (the ones told to stop are not counted)
+        self.closing = False
+        self._lock = threading.Lock()
+        self._serial = itertools.count(1)  # worker names
+        self._atexit_registered = False
+        self.epoch = 0  # bumped in a forked child: workers inherited from the parent see it
 
     def resize(self, n: int) -> None:
         """Hold ``n`` workers: start the missing ones, tell surplus ones to stop."""
         if n == self.size:
             return
-        with self.lock:
-            self.threads = [t for t in self.threads if t.is_alive()]
+        with self._lock:
+            if not self._atexit_registered:
+                atexit.register(self.shutdown)
+                self._atexit_registered = True
+            self.workers = [t for t in self.workers if t.is_alive()]
             while self.size < n:
-                t = threading.Thread(target=_worker, args=(self.q,), daemon=True,
-                                     name=f"parinfo-intraop-{next(self.serial)}")
-                t.start()
-                self.threads.append(t)
+                t = threading.Thread(target=self._work, daemon=True,
+                                     name=f"parinfo-intraop-{next(self._serial)}")
+                # counted before it starts, so an interrupted start leaves no uncounted worker
+                self.workers.append(t)
                 self.size += 1
+                try:
+                    t.start()
+                except BaseException:
+                    self._settle_interrupted_start(t)
+                    raise
             while self.size > n:
-                self.q.put(None)
+                self.jobs.put(None)
                 self.size -= 1
 
+    def _settle_interrupted_start(self, t: threading.Thread) -> None:
+        """After an interrupt inside ``t.start()``: keep ``t`` counted if its thread came to
+        life, otherwise forget it (its OS thread was never created)."""
+        for _ in range(400):
+            if t.is_alive() or t.ident is not None:
+                return
+            time.sleep(0.005)
+        self.workers.remove(t)
+        self.size -= 1
 
-def _worker(q: queue.SimpleQueue) -> None:
-    get = q.get
-    while True:
-        job = get()
-        if job is None:
-            return
-        job.ctx.copy().run(job.work, False)
+    def _work(self) -> None:
+        get = self.jobs.get
+        epoch = self.epoch
+        while True:
+            job = get()
+            if job is None:
+                return
+            job.ctx.copy().run(job.work, False)
+            if self.epoch != epoch:  # a chunk called os.fork() and this is the child
+                exit_forked_child()
+
+    def started(self) -> bool:
+        return self.size > 0
+
+    def alive_threads(self) -> int:
+        return sum(t.is_alive() for t in self.workers)
+
+    def shutdown(self) -> None:
+        """Stop and join the workers (registered with atexit when the pool starts); later regions
+        run inline."""
+        self.closing = True
+        self.resize(0)
+        me = threading.current_thread()
+        for t in list(self.workers):
+            while t is not me and t.is_alive():
+                t.join(0.1)
+                if t.is_alive():  # a stop token taken by a worker nobody counted: send another
+                    self.jobs.put(None)
+
+    def after_fork_in_child(self) -> None:
+        """A fresh pool in the child: the parent's workers do not exist here."""
+        self.epoch += 1
+        self.jobs = queue.SimpleQueue()
+        self.workers = []
+        self.size = 0
+        self.closing = False
+        self._lock = threading.Lock()
 
 
-_pool: _Pool | None = None
-_pool_lock = threading.Lock()
-_atexit_registered = False
-_closing = False
-
-
-def _get_pool() -> _Pool:
-    global _pool, _atexit_registered
-    pool = _pool
-    if pool is None:
-        with _pool_lock:
-            if _pool is None:
-                _pool = _Pool()
-                if not _atexit_registered:
-                    atexit.register(shutdown)
-                    _atexit_registered = True
-            pool = _pool
-    return pool
+POOL = IntraopPool()
 
 
 def _check_range(begin: Any, end: Any, grain_size: Any) -> tuple[int, int, int]:
@@ -167,38 +248,70 @@ def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -
     begin, end, grain_size = _check_range(begin, end, grain_size)
     if end <= begin:
         return [] if reduce else None
-    count = settings.intra_now or settings.intra_count()
-    if native._pushed is not None:
-        native.refresh_if_new_modules()
+    count = COUNTS.intra_now or COUNTS.intra_count()
+    if LIMITS.pushed is not None:
+        LIMITS.refresh_if_new_modules()
+    count = min(count, COUNTS.ceiling)
     n = min(count, (end - begin) // grain_size)
-    if n <= 1 or getattr(_tl, "region", False) or _closing or settings.backend()[0] == "sequential":
+    if n <= 1 or _REGION.active or POOL.closing or COUNTS.sequential():
         return _inline(begin, end, fn, reduce)
     job = _Job(fn, begin, end, n, contextvars.copy_context(), reduce)
-    pool = _pool or _get_pool()
-    if pool.size != count - 1:
-        pool.resize(count - 1)
+    if POOL.size > count - 1:  # the count went down: retire the surplus
+        POOL.resize(count - 1)
+    elif POOL.size < n - 1:  # grow only to the work this region has
+        POOL.resize(n - 1)
     for _ in range(job.n - 1):
-        pool.q.put(job)
-    job.ctx.run(job.work, True, job.n - 1)
-    job.done.acquire()
+        POOL.jobs.put(job)
+    try:
+        job.ctx.run(job.work, True, job.n - 1)
+        job.done.acquire()
+    except BaseException as exc:  # interrupted: chunks not started yet are skipped
+        job.cancel(exc)
+        raise
     if job.error is not None:
+        _attach_others(job.error, job.also_raised)
         raise job.error
     return job.results
 
 
+_NOTES_LISTED = 10  # other chunk exceptions named one by one in the notes; the rest are counted
+
+
+def _attach_others(error: BaseException, others: list[tuple[int, int, BaseException]]) -> None:
+    """Attach the exceptions of chunks that raised after the first to it: one note each (PEP 678
+    notes, shown under the traceback), and the exceptions themselves as
+    ``error.parinfo_other_errors``."""
+    if not others:
+        return
+    notes = [f"parinfo: {len(others)} more chunk(s) of this parallel region raised too:"]
+    for a, b, exc in others[:_NOTES_LISTED]:
+        notes.append(f"  chunk [{a}, {b}): {type(exc).__name__}: {exc}")
+    if len(others) > _NOTES_LISTED:
+        notes.append(f"  ... and {len(others) - _NOTES_LISTED} more")
+    for note in notes:
+        if hasattr(error, "add_note"):  # Python 3.11+
+            error.add_note(note)
+        else:
+            error.__notes__ = [*getattr(error, "__notes__", []), note]
+    try:
+        error.parinfo_other_errors = [exc for _, _, exc in others]  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__
+        pass
+
+
 def _inline(begin: int, end: int, fn: Callable, reduce: bool) -> list[Any] | None:
-    prev_region = getattr(_tl, "region", False)
-    prev_num = getattr(_tl, "num", 0)
-    _tl.region = True
-    _tl.num = 0
-    t0 = tracing.now() if tracing.active else 0
+    prev_region = _REGION.active
+    prev_num = _REGION.chunk
+    _REGION.active = True
+    _REGION.chunk = 0
+    t0 = tracing.now() if RECORDERS.active else 0
     try:
         r = fn(begin, end)
     finally:
-        _tl.region = prev_region
-        _tl.num = prev_num
+        _REGION.active = prev_region
+        _REGION.chunk = prev_num
         if t0:
-            tracing.record(tracing.task_name(fn), "chunk", t0, tracing.now(), {"begin": begin, "end": end})
+            RECORDERS.record(tracing.task_name(fn), "chunk", t0, tracing.now(), {"begin": begin, "end": end})
     return [r] if reduce else None
 
 
@@ -219,34 +332,3 @@ def parallel_reduce(begin: int, end: int, grain_size: int, ident: Any,
     are folded left to right with ``combine``, starting from ``ident`` (torch's signature)."""
     parts = _region(begin, end, grain_size, lambda a, b: fn(a, b, ident), True)
     return functools.reduce(combine, parts or (), ident)
-
-
-def alive_threads() -> int:
-    pool = _pool
-    return 0 if pool is None else sum(t.is_alive() for t in pool.threads)
-
-
-def started() -> bool:
-    return _pool is not None and _pool.size > 0
-
-
-def shutdown() -> None:
-    """Stop and join the workers (registered with atexit when the pool starts); later regions
-    run inline."""
-    global _closing
-    _closing = True
-    pool = _pool
-    if pool is None:
-        return
-    pool.resize(0)
-    me = threading.current_thread()
-    for t in list(pool.threads):
-        if t is not me:
-            t.join()
-
-
-def after_fork_in_child() -> None:
-    """A fresh pool in the child: the parent's workers do not exist here."""
-    global _pool, _pool_lock
-    _pool = None
-    _pool_lock = threading.Lock()

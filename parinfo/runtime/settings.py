@@ -1,17 +1,20 @@
 """The process's thread counts, where each came from, and the rules for changing them.
 
-This module is the one place the counting rules are enforced:
+One ``Counts`` object (``COUNTS``) is the one place the counting rules are enforced:
 
 * Intra-op count (parallel_for and native pools): process-wide, changeable any time from any
   thread; a change applies to parallel regions that start after it, regions already running keep
   their count.
-* Inter-op count (fork/wait): set once, before the inter-op pool starts; afterwards the
-  reference's RuntimeError.
+* Inter-op count (fork/wait): an explicit set-once state, as ATen's ParallelNative has:
+  NOT_SET -> SET (``set_num_interop_threads`` or a profile) -> CONSUMED (the pool started, first
+  ``fork``); NOT_SET -> CONSUMED directly when the pool starts on the default. Setting it in SET
+  or CONSUMED raises the reference's RuntimeError.
 * Resolution with provenance: explicit call > applied profile (``configure``) > PARINFO_* variable >
   MKL_NUM_THREADS > OMP_NUM_THREADS (intra only) > default from the machine's usable CPUs.
 """
 from __future__ import annotations
 
+import enum
 import operator
 import os
 import threading
@@ -29,24 +32,22 @@ EXPLICIT = "explicit call"
 INTRA_VARS = library("parinfo").count_vars  # PARINFO_NUM_THREADS, then torch's variables
 INTER_VARS = ("PARINFO_NUM_INTEROP_THREADS",)
 
-_lock = threading.RLock()
+# Each pool holds at most this many threads per logical CPU of the machine, whatever the count asks
+# (MKL and OpenBLAS cap their own pools the same way); a larger count is valid but capped.
+CEILING_PER_CPU = 4
 
-# (count, source) chosen by an explicit call or a profile; None means "resolve the default".
-_intra_set: tuple[int, str] | None = None
-_inter_set: tuple[int, str] | None = None
-_intra_default: tuple[int, str] | None = None
-_inter_default: tuple[int, str] | None = None
-_intra_ignored: list[dict[str, Any]] = []  # invalid variables met while resolving the default
-_intra_overridden: list[str] = []  # profile requests an explicit call outranked
-_inter_set_called = False
-_inter_started = False
-_backend: tuple[str, str] | None = None
-_facts: tuple[int, int] | None = None
 
-# Fast path for hot code: the current intra-op count, or None before the first resolution.
-intra_now: int | None = None
-# Bumped on every change of the intra-op count; pools and the native layer compare it cheaply.
-generation = 0
+def pool_ceiling() -> int:
+    """The most threads any parinfo pool runs: CEILING_PER_CPU x the machine's logical CPUs."""
+    return CEILING_PER_CPU * (os.cpu_count() or 1)
+
+
+class InteropState(enum.Enum):
+    """Where the set-once inter-op count stands."""
+
+    NOT_SET = "not set"
+    SET = "set"
+    CONSUMED = "consumed"
 
 
 def check_count(n: object, what: str) -> int:
@@ -54,7 +55,7 @@ def check_count(n: object, what: str) -> int:
     if isinstance(n, bool):
         raise TypeError(f"{what} expects an int, but got bool ({n!r})")
     try:
-        value = operator.index(n)  # int and integer-like types (numpy integers), never float/str
+        value = operator.index(n)  # type: ignore[arg-type]  # int and integer-like types (numpy integers), never float/str
     except TypeError:
         raise TypeError(f"{what} expects an int, but got {type(n).__name__} ({n!r})") from None
     if value < 1:
@@ -62,28 +63,9 @@ def check_count(n: object, what: str) -> int:
     return value
 
 
-def _machine() -> tuple[int, int]:
-    """(usable physical cores, usable CPUs) from the topology layer, read once."""
-    global _facts
-    if _facts is None:
-        try:
-            from parinfo.machine.topology import machine_facts
-
-            f = machine_facts()
-            _facts = (max(1, int(f.usable_physical_cores)), max(1, int(f.usable_cpus)))
-        except Exception:  # an odd environment must not stop the runtime
-            n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-            _facts = (max(1, n), max(1, n))
-    return _facts
-
-
-def usable_cpus() -> int:
-    """CPUs this process may use (affinity and quota respected)."""
-    return _machine()[1]
-
-
 def _from_env(names: tuple[str, ...], default: int, default_source: str,
               environ: dict[str, str]) -> tuple[int, str, list[dict[str, Any]]]:
+    """(count, source, ignored invalid variables) from the first valid variable in ``names``."""
     ignored: list[dict[str, Any]] = []
     for name in names:
         raw = environ.get(name)
@@ -109,115 +91,143 @@ def _with_ignored(source: str, ignored: list[dict[str, Any]]) -> str:
     return f"{source} (ignored invalid {what})"
 
 
-def _resolve_intra_default() -> tuple[int, str]:
-    global _intra_default, _intra_ignored
-    if _intra_default is None:
-        phys, _ = _machine()
-        n, src, ign = _from_env(INTRA_VARS, phys, "default: usable physical cores", dict(os.environ))
-        _intra_default, _intra_ignored = (n, src), ign
-    return _intra_default
+def _read_machine() -> tuple[int, int]:
+    """(usable physical cores, usable CPUs) from the topology layer."""
+    try:
+        from parinfo.machine.topology import machine_facts
+
+        f = machine_facts()
+        return max(1, int(f.usable_physical_cores)), max(1, int(f.usable_cpus))
+    except Exception:  # an odd environment must not stop the runtime
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(1, n), max(1, n)
 
 
-def _resolve_inter_default() -> tuple[int, str]:
-    global _inter_default
-    if _inter_default is None:
-        _, cpus = _machine()
-        n, src, _ign = _from_env(INTER_VARS, cpus, "default: usable CPUs", dict(os.environ))
-        _inter_default = (n, src)
-    return _inter_default
+def _read_backend() -> tuple[str, str]:
+    """(backend, source) from PARINFO_BACKEND=native|sequential."""
+    raw = os.environ.get("PARINFO_BACKEND")
+    if raw is None:
+        return "native", "default"
+    value = raw.strip().lower()
+    if value in THREAD_VARS["PARINFO_BACKEND"].choices:
+        return value, "env PARINFO_BACKEND"
+    return "native", f"default (ignored invalid PARINFO_BACKEND={raw!r})"
 
 
-def intra() -> tuple[int, str]:
-    """The current intra-op (count, source)."""
-    global intra_now
-    with _lock:
-        cur = _intra_set or _resolve_intra_default()
-        intra_now = cur[0]
-        return cur
+class Counts:
+    """The intra-op and inter-op counts with their sources, the backend and the machine facts.
 
+    Variables and machine facts are read once, at first use. ``intra_now`` is the current
+    intra-op count for hot code (None before the first resolution).
+    """
 
-def inter() -> tuple[int, str]:
-    """The current inter-op (count, source); reading never starts the pool."""
-    with _lock:
-        return _inter_set or _resolve_inter_default()
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._intra_choice: tuple[int, str] | None = None  # set by an explicit call or a profile
+        self._inter_choice: tuple[int, str] | None = None
+        self._intra_default: tuple[int, str] | None = None
+        self._inter_default: tuple[int, str] | None = None
+        self._intra_outranked: list[str] = []  # profile requests an explicit call outranked
+        self._machine: tuple[int, int] | None = None
+        self._backend: tuple[str, str] | None = None
+        self.interop_state = InteropState.NOT_SET
+        self.intra_now: int | None = None
+        self.ceiling = pool_ceiling()
 
+    # machine and backend -------------------------------------------------------------------
+    def machine(self) -> tuple[int, int]:
+        """(usable physical cores, usable CPUs), read once."""
+        if self._machine is None:
+            self._machine = _read_machine()
+        return self._machine
 
-def intra_count() -> int:
-    """The intra-op count, cheap after the first call."""
-    n = intra_now
-    return n if n is not None else intra()[0]
+    def usable_cpus(self) -> int:
+        """CPUs this process may use (affinity and quota respected)."""
+        return self.machine()[1]
 
+    def backend(self) -> tuple[str, str]:
+        """(backend, source): PARINFO_BACKEND=native|sequential, read once at first use."""
+        if self._backend is None:
+            self._backend = _read_backend()
+        return self._backend
 
-def set_intra(n: int, source: str) -> None:
-    """Record a new intra-op count. An explicit call wins over a profile (see docs/runtime.md)."""
-    global _intra_set, intra_now, generation
-    with _lock:
-        if source != EXPLICIT and _intra_set is not None and _intra_set[1] == EXPLICIT:
-            _intra_overridden.append(f"{source} asked {n}; the explicit call ({_intra_set[0]}) "
-                                     "takes precedence")
-            return
-        _intra_set = (n, source)
-        intra_now = n
-        generation += 1
+    def sequential(self) -> bool:
+        return self.backend()[0] == "sequential"
 
-
-def set_inter(n: int, source: str) -> None:
-    """Record the inter-op count, enforcing the set-once rule."""
-    global _inter_set, _inter_set_called
-    with _lock:
-        if _inter_set_called or _inter_started:
-            raise RuntimeError(INTEROP_ERROR)
-        _inter_set = (n, source)
-        _inter_set_called = True
-
-
-def check_inter_settable() -> None:
-    """Raise the set-once RuntimeError if the inter-op count may no longer change."""
-    with _lock:
-        if _inter_set_called or _inter_started:
-            raise RuntimeError(INTEROP_ERROR)
-
-
-def mark_inter_started() -> int:
-    """Called by the inter-op pool when it starts (first fork); returns the count to use."""
-    global _inter_started
-    with _lock:
-        _inter_started = True
-        return (_inter_set or _resolve_inter_default())[0]
-
-
-def inter_started() -> bool:
-    return _inter_started
-
-
-def intra_overridden() -> list[str]:
-    """Profile requests for the intra-op count that an explicit call outranked."""
-    with _lock:
-        return list(_intra_overridden)
-
-
-def backend() -> tuple[str, str]:
-    """(backend, source): PARINFO_BACKEND=native|sequential, read once at first use."""
-    global _backend
-    if _backend is None:
-        raw = os.environ.get("PARINFO_BACKEND")
-        if raw is None:
-            _backend = ("native", "default")
-        else:
-            value = raw.strip().lower()
-            if value in THREAD_VARS["PARINFO_BACKEND"].choices:
-                _backend = (value, "env PARINFO_BACKEND")
+    # intra-op ------------------------------------------------------------------------------
+    def intra(self) -> tuple[int, str]:
+        """The current intra-op (count, source)."""
+        with self._lock:
+            if self._intra_choice is not None:
+                cur = self._intra_choice
             else:
-                _backend = ("native", f"default (ignored invalid PARINFO_BACKEND={raw!r})")
-    return _backend
+                if self._intra_default is None:
+                    n, src, _ = _from_env(INTRA_VARS, self.machine()[0],
+                                          "default: usable physical cores", dict(os.environ))
+                    self._intra_default = (n, src)
+                cur = self._intra_default
+            self.intra_now = cur[0]
+            return cur
+
+    def intra_count(self) -> int:
+        """The intra-op count, cheap after the first call."""
+        n = self.intra_now
+        return n if n is not None else self.intra()[0]
+
+    def set_intra(self, n: int, source: str) -> bool:
+        """Record a new intra-op count; False when an explicit call outranks ``source`` (a profile)."""
+        with self._lock:
+            choice = self._intra_choice
+            if source != EXPLICIT and choice is not None and choice[1] == EXPLICIT:
+                self._intra_outranked.append(f"{source} asked {n}; the explicit call ({choice[0]}) "
+                                             "takes precedence")
+                return False
+            self._intra_choice = (n, source)
+            self.intra_now = n
+            return True
+
+    def intra_outranked(self) -> list[str]:
+        """Profile requests for the intra-op count that an explicit call outranked."""
+        with self._lock:
+            return list(self._intra_outranked)
+
+    # inter-op (set once) -------------------------------------------------------------------
+    def inter(self) -> tuple[int, str]:
+        """The current inter-op (count, source); reading never starts the pool."""
+        with self._lock:
+            if self._inter_choice is not None:
+                return self._inter_choice
+            if self._inter_default is None:
+                n, src, _ = _from_env(INTER_VARS, self.machine()[1], "default: usable CPUs",
+                                      dict(os.environ))
+                self._inter_default = (n, src)
+            return self._inter_default
+
+    def check_inter_settable(self) -> None:
+        """Raise the set-once RuntimeError unless the inter-op count is still NOT_SET."""
+        if self.interop_state is not InteropState.NOT_SET:
+            raise RuntimeError(INTEROP_ERROR)
+
+    def set_inter(self, n: int, source: str) -> None:
+        """NOT_SET -> SET; any other state raises the set-once RuntimeError."""
+        with self._lock:
+            self.check_inter_settable()
+            self._inter_choice = (n, source)
+            self.interop_state = InteropState.SET
+
+    def consume_inter(self) -> int:
+        """-> CONSUMED (the inter-op pool starts); returns the count the pool uses."""
+        with self._lock:
+            self.interop_state = InteropState.CONSUMED
+            return self.inter()[0]
+
+    def inter_locked(self) -> bool:
+        """True once the inter-op count can no longer change."""
+        return self.interop_state is not InteropState.NOT_SET
+
+    def after_fork_in_child(self) -> None:
+        """Fresh lock in a forked child; counts and rules carry over from the parent."""
+        self._lock = threading.RLock()
 
 
-def after_fork_in_child() -> None:
-    """Fresh lock in a forked child; counts and rules carry over from the parent."""
-    global _lock
-    _lock = threading.RLock()
-
-
-def inter_locked() -> bool:
-    """True once the inter-op count can no longer change (set once, or the pool started)."""
-    return _inter_set_called or _inter_started
+COUNTS = Counts()

@@ -1,6 +1,6 @@
 """``profile()``: record fork/wait tasks, blocking waits and parallel_for chunks as a Chrome trace.
 
-When no profile is active the pools pay one global read per task or chunk. Events carry the OS
+When no profile is active the pools pay one attribute read per task or chunk. Events carry the OS
 thread id, start and end, so chrome://tracing or Perfetto show which work overlapped where.
 """
 from __future__ import annotations
@@ -10,20 +10,38 @@ import threading
 import time
 from typing import Any
 
-# The active recorders; the pools test this tuple for truth before timing anything.
-active: tuple["Profile", ...] = ()
-_lock = threading.Lock()
-
 
 def now() -> int:
     return time.perf_counter_ns()
 
 
-def record(name: str, cat: str, t0: int, t1: int, args: dict[str, Any] | None = None) -> None:
-    """Add one finished span to every active profile (called from pool code only when active)."""
-    ev = (name, cat, t0, t1, threading.get_native_id(), threading.current_thread().name, args)
-    for p in active:
-        p._events.append(ev)
+class Recorders:
+    """The active profiles; the pools test ``active`` for truth before timing anything."""
+
+    def __init__(self) -> None:
+        self.active: tuple[Profile, ...] = ()
+        self._lock = threading.Lock()
+
+    def add(self, p: Profile) -> None:
+        with self._lock:
+            self.active = (*self.active, p)
+
+    def remove(self, p: Profile) -> None:
+        with self._lock:
+            self.active = tuple(q for q in self.active if q is not p)
+
+    def record(self, name: str, cat: str, t0: int, t1: int,
+               args: dict[str, Any] | None = None) -> None:
+        """Add one finished span to every active profile (called by pool code only when active)."""
+        ev = (name, cat, t0, t1, threading.get_native_id(), threading.current_thread().name, args)
+        for p in self.active:
+            p._events.append(ev)
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+
+
+RECORDERS = Recorders()
 
 
 class Profile:
@@ -34,18 +52,14 @@ class Profile:
         self._t0 = 0
         self._t1: int | None = None
 
-    def __enter__(self) -> "Profile":
-        global active
+    def __enter__(self) -> Profile:
         self._t0 = now()
-        with _lock:
-            active = (*active, self)
+        RECORDERS.add(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        global active
         self._t1 = now()
-        with _lock:
-            active = tuple(p for p in active if p is not self)
+        RECORDERS.remove(self)
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -91,7 +105,3 @@ def profile() -> Profile:
 def task_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
-
-def after_fork_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()
