@@ -11,7 +11,6 @@ import os
 import sys
 
 import pytest
-
 from conftest import clean_env, run_cli
 from profile_machines import MACHINES, machine
 
@@ -102,6 +101,6 @@ def test_too_many_instances_names_the_number_that_fits():
     n = cores + 1
     proc = run_cli("apply", "latency", "--instances", str(n), "--", "true", env=clean_env())
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        f"parinfo: error: --instances: {n} instances need at least {n} usable physical cores; "
-        f"{cores} are usable here (use --instances {cores} or fewer)"]
+    want = (f"parinfo: error: --instances: {n} instances need at least {n} usable physical cores; "
+            f"{cores} are usable here (use --instances {cores} or fewer)")
+    assert proc.stderr.strip().splitlines() == [want]
