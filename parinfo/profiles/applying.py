@@ -32,7 +32,10 @@ def apply(profile: Any, *, force: bool = False) -> dict:
     """Apply ``profile`` (a shipped name, a path, a dict or a resolved Plan) to this process.
 
     Variables the user set to other values are kept unless ``force``. Returns ``{"plan": ...,
-    "applied": [...], "skipped": [...], "not_in_force": [...]}`` (lists of one-line strings).
+    "applied": [...], "skipped": [...], "not_in_force": [...], "threads": [...]}`` (lists of
+    one-line strings). Limits that hold per thread (OpenMP's, torch's intra-op count) reach the
+    calling thread: ``threads`` says which threads each one reaches and ``not_in_force`` names the
+    threads it does not, with what to do there.
     Raises ProfileError for a bad profile and ApplyError when the runtime says it is too late;
     in both cases nothing has been changed.
     """
@@ -69,13 +72,18 @@ def apply(profile: Any, *, force: bool = False) -> dict:
         else:
             applied.append(f"{name}={value}")
 
-    expected_pools = _limit_pools(plan, kept, applied, skipped)
+    per_thread: list[tuple[Any, str, int]] = []
+    expected_pools = _limit_pools(plan, kept, applied, skipped, per_thread)
     _modules(plan, kept, applied)
     torch_want = _torch(plan, inter, kept, applied, skipped)
     _affinity(cpus, applied, skipped)
 
     not_in_force = _verify(intra, inter, expected_pools, torch_want, cpus, kept)
-    return {"plan": plan.to_dict(), "applied": applied, "skipped": skipped, "not_in_force": not_in_force}
+    from parinfo.profiles.thread_reach import reach
+
+    threads, missing = reach(per_thread, torch_want[0])
+    return {"plan": plan.to_dict(), "applied": applied, "skipped": skipped,
+            "not_in_force": not_in_force + missing, "threads": threads}
 
 
 def _check_plan(plan: Plan) -> None:
@@ -133,9 +141,12 @@ def _pool_name(lib: Any) -> str:
     return f"{lib.internal_api} pool ({where})"
 
 
-def _limit_pools(plan: Plan, kept: dict[str, str], applied: list[str],
-                 skipped: list[str]) -> list[tuple[str, str, int]]:
-    """Set a limit that stays on every loaded native pool; return (filepath, name, count) to check."""
+def _limit_pools(plan: Plan, kept: dict[str, str], applied: list[str], skipped: list[str],
+                 per_thread: list[tuple[Any, str, int]]) -> list[tuple[str, str, int]]:
+    """Set a limit that stays on every loaded native pool; return (filepath, name, count) to check.
+
+    Pools whose limit holds in the calling thread only go to ``per_thread`` as (controller, name, count).
+    """
     from parinfo.process.tpc import threadpoolctl
     from parinfo.process.variables import count_from_env
 
@@ -159,8 +170,11 @@ def _limit_pools(plan: Plan, kept: dict[str, str], applied: list[str],
         except Exception as exc:  # noqa: BLE001 - a library refusing must be reported, not crash apply
             skipped.append(f"{_pool_name(lib)}: could not set {n} threads ({exc})")
             continue
+        scope = " in this thread" if rec.scope == "thread" else ""
         if var not in kept:
-            applied.append(f"{_pool_name(lib)} limited to {n}")
+            applied.append(f"{_pool_name(lib)} limited to {n}{scope}")
+        if scope:
+            per_thread.append((lib, _pool_name(lib), n))
         expected.append((lib.filepath, _pool_name(lib), n))
     return expected
 

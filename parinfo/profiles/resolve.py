@@ -42,6 +42,28 @@ def fact_values(facts: Any) -> tuple[dict[str, int], list[str]]:
     return values, notes
 
 
+def instance_values(facts: Any, block: list[tuple[int, ...]], instances: int) -> dict[str, int]:
+    """The facts an expression sees inside one instance: the instance is its whole machine.
+
+    An instance is pinned to one CPU of each core in ``block``, so its usable CPUs, physical cores
+    and NUMA nodes are those of the block, exactly what a process pinned there would resolve to;
+    ``instances`` and ``cores_per_instance`` describe the job.
+    """
+    node_of = _node_of(facts)
+    cores = max(1, len(block))
+    nodes = max(1, len({node_of.get(core[0], 0) for core in block}))
+    return {
+        "usable_cpus": cores,
+        "usable_physical_cores": cores,
+        "physical_cores": cores,
+        "logical_cpus": max(cores, sum(len(core) for core in block)),
+        "numa_nodes": nodes,
+        "cores_per_numa_node": max(1, cores // nodes),
+        "instances": instances,
+        "cores_per_instance": cores,
+    }
+
+
 def _node_of(facts: Any) -> dict[int, int]:
     return {cpu: i for i, node in enumerate(facts.numa_nodes or ()) for cpu in node}
 
@@ -172,12 +194,20 @@ class _Resolver:
                 n = self.count(kp_count, spec["count"], self.values).value
             if cpi is None:
                 if n > ncores:
+                    fix = (f"use --instances {ncores} or fewer" if overridden
+                           else f"lower the count to at most {ncores}")
                     self._too_many(overridden, f"{where}: {n} instances need at least {n} usable physical cores; "
-                                   f"{ncores} are usable here", "lower the count, or use --instances N")
+                                   f"{ncores} are usable here", fix)
                 cpi = ncores // n
             elif n * cpi > ncores:
+                fits = ncores // cpi
+                if overridden:
+                    fix = (f"use --instances {fits} or fewer, or lower cores_per_instance" if fits
+                           else f"lower cores_per_instance to at most {ncores}")
+                else:
+                    fix = "lower the count or cores_per_instance"
                 self._too_many(overridden, f"{where}: {n} instances x {cpi} cores need {n * cpi} usable physical "
-                               f"cores; {ncores} are usable here", "lower the count or cores_per_instance")
+                               f"cores; {ncores} are usable here", fix)
         else:
             assert cpi is not None
             n = ncores // cpi
@@ -278,13 +308,20 @@ class _Resolver:
             blocks = self.blocks(spec)
             n = len(blocks)
             counts = {}
+            crowded: dict[tuple[str, int, int], list[int]] = {}
             for i, block in enumerate(blocks):
-                names = {**self.values, "instances": n, "cores_per_instance": len(block)}
+                names = instance_values(self.facts, block, n)
                 mine = self.counts(names, "cores_per_instance", quiet=i > 0)
+                for key in ("intra_op", "inter_op"):
+                    if mine[key].value > names["usable_cpus"]:
+                        crowded.setdefault((key, mine[key].value, names["usable_cpus"]), []).append(i)
                 env, _ = self.env(mine)
                 instances.append(InstancePlan(i, tuple(core[0] for core in block), mine["intra_op"].value,
                                               mine["inter_op"].value, env))
                 counts = counts or mine
+            for (key, value, cpus), which in crowded.items():
+                self.notes.append(f"{key} {value} is more than the {cpus} CPU(s) of instance(s) "
+                                  f"{', '.join(map(str, which))}: threads will share CPUs")
             sizes = sorted({len(b) for b in blocks})
             if len(sizes) > 1:
                 self.notes.append(f"instances have {'/'.join(map(str, sizes))} cores: counts are per instance")

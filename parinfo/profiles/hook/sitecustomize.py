@@ -3,7 +3,8 @@
 The launcher puts this file's directory first on PYTHONPATH, so Python's ``site`` imports it at
 interpreter start. It sets the counts that have no environment variable (torch's intra-op and
 inter-op counts) the moment ``import torch`` finishes, before user code can run an op, and checks
-what is in force. It never imports torch itself, never imports parinfo (the child's interpreter may
+what is in force; the program's own first ``torch.set_num_interop_threads`` call then keeps working
+(see _guard_interop). It never imports torch itself, never imports parinfo (the child's interpreter may
 not have it), and then runs any other ``sitecustomize`` that was on the path, as if it were absent.
 
 Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.profiles.launch:
@@ -109,6 +110,62 @@ def _profile():
     return os.environ.get("PARINFO_PROFILE") or "?"
 
 
+# torch's refusal of a second set_num_interop_threads call (and of one after its pool started).
+_INTEROP_REFUSED = "cannot set number of interop threads"
+# The name torch's c10 thread pool gives its threads (the inter-op pool's, and in a build whose
+# intra-op backend is not OpenMP, the intra-op pool's too).
+_POOL_THREAD = "PTThreadPool"
+
+
+def _interop_pool_started(torch):
+    """Whether torch's inter-op pool has started (its threads exist); None when it cannot be told."""
+    try:
+        if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+            return None  # the intra-op pool's threads carry the same name
+        for tid in os.listdir("/proc/self/task"):
+            with open(os.path.join("/proc/self/task", tid, "comm")) as f:
+                if f.read().strip() == _POOL_THREAD:
+                    return True
+        return False
+    except (OSError, RuntimeError, AttributeError, TypeError):
+        return None
+
+
+def _guard_interop(torch, inter):
+    """Keep torch.set_num_interop_threads working for the program after the hook's own call.
+
+    torch accepts one call per process and the hook has made it, so the program's first call would
+    raise where it succeeds without parinfo. That call is answered instead: the profile's count stays
+    in force (torch cannot change it) and one stderr line says so when the program asked for another.
+    A call torch would refuse without parinfo too (a second one, one after the pool started, a bad
+    argument) raises as it would without parinfo.
+    """
+    real = torch.set_num_interop_threads
+    answered = []
+
+    def set_num_interop_threads(nthreads):
+        if answered:
+            return real(nthreads)
+        try:
+            return real(nthreads)
+        except RuntimeError as exc:
+            if _INTEROP_REFUSED not in str(exc) or _interop_pool_started(torch):
+                raise
+        answered.append(nthreads)
+        if nthreads != inter:
+            _say("torch inter-op threads stay " + str(inter) + " (profile " + _profile() + "), not the "
+                 + repr(nthreads) + " this program asked for: the start-up hook set them when torch was "
+                 "imported and torch accepts one set_num_interop_threads call per process; to use the "
+                 "program's count, set inter_op in the profile or run without parinfo apply")
+        return None
+
+    set_num_interop_threads.__name__ = getattr(real, "__name__", "set_num_interop_threads")
+    set_num_interop_threads.__qualname__ = set_num_interop_threads.__name__
+    set_num_interop_threads.__doc__ = getattr(real, "__doc__", None)
+    set_num_interop_threads.__wrapped__ = real
+    torch.set_num_interop_threads = set_num_interop_threads
+
+
 def _set_torch(torch, intra, inter):
     """Set torch's counts and check them; one line on stderr per count not in force."""
     try:
@@ -119,6 +176,8 @@ def _set_torch(torch, intra, inter):
                 _say("not in force: torch inter-op threads = %d, profile %s wants %d (torch: %s)"
                      % (torch.get_num_interop_threads(), _profile(), inter, str(exc).strip()))
                 inter = None
+            else:
+                _guard_interop(torch, inter)
         if intra is not None:
             torch.set_num_threads(intra)
         for what, want, get in (("intra-op", intra, torch.get_num_threads),
