@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.rules import Finding, at_least, diagnose
 
 #: Version of the ``--json`` payload; bumped on any incompatible change (docs/report-schema.md).
@@ -35,6 +36,7 @@ class Report:
     environment: list[dict[str, Any]]
     threads: dict[str, Any]
     findings: list[Finding] = field(default_factory=list)
+    outer: dict[str, Any] = field(default_factory=dict)
 
     def problems(self, severity: str = "warning") -> list[Finding]:
         """Findings at ``severity`` or above (what ``parinfo show --check`` fails on)."""
@@ -56,6 +58,7 @@ class Report:
             "settings": self.settings,
             "environment": self.environment,
             "threads": self.threads,
+            "outer": self.outer,
             "findings": [f.to_dict() for f in self.findings],
         }
 
@@ -78,17 +81,25 @@ def _runtime_rows(runtime: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/") -> Report:
+def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/",
+            outer_threads: int | None = None) -> Report:
     """Inspect this process. Changes nothing: no variable, no thread count, no thread.
 
     ``imports`` are modules to import first so their native pools load (None: numpy if installed);
     ``torch=True`` imports torch when it is not imported yet (it never is otherwise).
+    ``outer_threads`` is how many threads run this process's work at once (detected inside Dask,
+    Ray and loky workers when not given); each may start a full team of every pool.
     """
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.runtime import info as runtime_info
     from parinfo.machine.topology import machine_facts
 
+    if outer_threads is not None and (isinstance(outer_threads, bool) or not isinstance(outer_threads, int)
+                                      or outer_threads < 1):
+        from parinfo.errors import UsageError
+
+        raise UsageError(f"outer_threads must be a positive integer, not {outer_threads!r}")
     wanted = list(imports) if imports is not None else None
     if torch:
         wanted = [*(wanted or []), "torch"] if wanted is not None else None
@@ -126,5 +137,17 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         environment=env_rows,
         threads=threads.live_threads(),
     )
-    report.findings = diagnose(report.to_dict())
+    report.outer = _outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env)
+    sections = report.to_dict()
+    report.findings = fleet_rules.sort_findings(diagnose(sections) + fleet_rules.outer_findings(sections))
     return report
+
+
+def _outer_section(explicit: int | None, usable: int, env_rows: list[dict[str, Any]],
+                   launch_env: Any) -> dict[str, Any]:
+    from parinfo.process import outer
+
+    section = outer.outer_threads(explicit, usable)
+    section["variables_set_by"] = outer.set_by(env_rows, section["framework"],
+                                               launch_env=launch_env if isinstance(launch_env, dict) else None)
+    return section
