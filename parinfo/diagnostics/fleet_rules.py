@@ -93,6 +93,8 @@ def host_summary(host: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "outer_threads": sum((r.get("outer") or {}).get("threads") or 1 for r in rows),
         "threads_at_once": sum(at_once(r) for r in rows),
         "widest_pool": max((widest_pool(r)[1] for r in rows), default=1),
+        "framework": next(((r.get("outer") or {}).get("framework") for r in rows
+                           if (r.get("outer") or {}).get("framework")), None),
     }
 
 
@@ -111,7 +113,7 @@ def host_findings(summary: dict[str, Any]) -> list[Finding]:
         "workers on one host share its CPUs: each worker's pools are sized for the whole host, so "
         "together they ask for several times the CPUs and every op waits for its threads",
         f"limit the pools to {fit} thread{'s' if fit != 1 else ''} in every worker: "
-        "parinfo.fleet.apply(client, 'single-thread'), or fewer workers or task threads per host",
+        f"{_FIX.get(summary.get('framework') or 'user', _FIX['user'])}; or fewer workers or task threads per host",
     )]
 
 

@@ -172,7 +172,7 @@ def set_by(env_rows: list[dict[str, Any]], framework: str | None = None,
         if name is None or value is None:
             continue
         at_launch = row.get("launch_value") == value
-        if parinfo_set.get(name) == value or (at_launch and name in listed):
+        if parinfo_set.get(name) == value or (at_launch and (name in listed or name == PARINFO_SET_VAR)):
             out[name] = PARINFO
         elif at_launch and pre_spawn.get(name) == value:
             out[name] = NANNY_PRE_SPAWN
@@ -183,5 +183,6 @@ def set_by(env_rows: list[dict[str, Any]], framework: str | None = None,
         elif at_launch and name in loky:
             out[name] = LOKY
         else:
-            out[name] = f"{USER} ({'at launch' if at_launch else 'after launch, in this process'})"
+            out[name] = (f"{USER} (at launch)" if at_launch
+                         else "this process, after launch (user code or a library it imported)")
     return out
