@@ -103,6 +103,21 @@ def test_gather_flags_each_worker_and_the_host(client):
     assert "outer-times-inner" in report.table() and "host-oversubscribed" in report.table()
 
 
+def test_cli_show_fails_check_and_prints_json(client):
+    from conftest import clean_env, run_cli
+
+    address = client.scheduler.address
+    proc = run_cli("fleet", "show", "--dask", address, "--check", env=clean_env(), timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "outer-times-inner" in proc.stdout and "host-oversubscribed" in proc.stdout
+    proc = run_cli("fleet", "show", "--dask", address, "--json", env=clean_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    data = json.loads(proc.stdout)
+    assert data["schema_version"] == 1 and len(data["workers"]) == 2
+
+
 def test_a_bad_profile_raises_here_and_leaves_no_plugin(client):
     with pytest.raises(ProfileError):
         parinfo.fleet.apply(client, "no-such-profile")
@@ -132,6 +147,17 @@ def test_apply_reaches_every_executor_thread(client):
     # Registering again replaces the plugin: one copy, under one name.
     parinfo.fleet.apply(client, "single-thread")
     assert fleet_dask.registered(client)["worker"].count(fleet_dask.PLUGIN_NAME) == 1
+
+
+def test_cli_apply_then_show_passes_check(client):
+    from conftest import clean_env, run_cli
+
+    address = client.scheduler.address
+    proc = run_cli("fleet", "apply", "single-thread", "--dask", address, env=clean_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("2 of 2 executor threads reached") == 2, proc.stdout
+    proc = run_cli("fleet", "show", "--dask", address, "--per-thread", "--check", env=clean_env(), timeout=120)
+    assert "outer-times-inner" not in proc.stdout and "host-oversubscribed" not in proc.stdout, proc.stdout
 
 
 def test_apply_survives_restart(client):
