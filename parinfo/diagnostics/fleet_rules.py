@@ -67,7 +67,8 @@ def outer_findings(sections: dict[str, Any]) -> list[Finding]:
     who = _WHO.get(framework, framework)
     plural = "s" if cpus != 1 else ""
     where = {"ray": f"the {cpus} CPU{plural} granted to the task",
-             "loky": f"the {cpus} CPU{plural} left to each loky worker"}.get(framework, f"{cpus} usable CPU{plural}")
+             "loky": f"the {cpus} CPU{plural} left to each loky worker"}.get(
+                 framework, f"{cpus} usable CPU{plural}")
     fit = max(1, cpus // threads)
     return [Finding(
         "outer-times-inner", "warning",
@@ -75,7 +76,8 @@ def outer_findings(sections: dict[str, Any]) -> list[Finding]:
         f"{threads * inner} threads can run at once on {where}",
         "every task thread that calls into the library runs its own team of threads (or queues on one "
         "spinning pool), so the threads take turns on the CPUs: more CPU time per op, less throughput",
-        f"limit {pool} to {fit} thread{'s' if fit != 1 else ''} inside the workers: {_FIX.get(framework, _FIX['user'])}",
+        f"limit {pool} to {fit} thread{'s' if fit != 1 else ''} inside the workers: "
+        f"{_FIX.get(framework, _FIX['user'])}",
     )]
 
 

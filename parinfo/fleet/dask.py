@@ -92,7 +92,8 @@ class EnvironPlugin(NannyPlugin):
 
         plan = probe.resolve_here(self.document, self.source)
         env = {name: str(value) for name, value in plan.env.items()}
-        nanny.pre_spawn_env.update({**env, "PARINFO_PROFILE": plan.name, PARINFO_SET_VAR: ",".join(sorted([*env, "PARINFO_PROFILE"]))})
+        ours = ",".join(sorted([*env, "PARINFO_PROFILE"]))
+        nanny.pre_spawn_env.update({**env, "PARINFO_PROFILE": plan.name, PARINFO_SET_VAR: ours})
 
 
 def apply(client: Any, profile: Any, *, restart: bool = False) -> dict[str, Any]:
