@@ -48,10 +48,15 @@ _EXPORTS: dict[str, str] = {
     "TuneError": "parinfo.errors",
 }
 
+#: Subpackages reached as attributes (``parinfo.fleet.gather``) without importing them up front.
+_SUBPACKAGES = ("fleet",)
+
 __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"parinfo.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'parinfo' has no attribute {name!r}")

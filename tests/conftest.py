@@ -13,13 +13,17 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HAVE_NUMPY = importlib.util.find_spec("numpy") is not None
+HAVE_RAY = importlib.util.find_spec("ray") is not None
 
 
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="torch is not installed")
+    skip_ray = pytest.mark.skip(reason="ray is not installed")
     for item in items:
         if "torch" in item.keywords and not HAVE_TORCH:
             item.add_marker(skip)
+        if "ray" in item.keywords and not HAVE_RAY:
+            item.add_marker(skip_ray)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -37,4 +37,5 @@ from parinfo.cli import show as _show  # noqa: E402,F401
 from parinfo.cli import profiles as _profiles  # noqa: E402,F401
 from parinfo.cli import apply as _apply  # noqa: E402,F401
 from parinfo.cli import tune as _tune  # noqa: E402,F401
-from parinfo.cli import watch as _watch  # noqa: F401
+from parinfo.cli import watch as _watch  # noqa: E402,F401
+from parinfo.cli import fleet as _fleet  # noqa: E402,F401

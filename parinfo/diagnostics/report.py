@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.rules import Finding, at_least, diagnose
 
 #: Version of the ``--json`` payload; bumped on any incompatible change (docs/report-schema.md).
@@ -36,6 +37,7 @@ class Report:
     threads: dict[str, Any]
     findings: list[Finding] = field(default_factory=list)
     live: dict[str, Any] = field(default_factory=dict)  # throttling, pressure, stack budget (live.py)
+    outer: dict[str, Any] = field(default_factory=dict)  # threads outside the pools (process/outer.py)
 
     def problems(self, severity: str = "warning") -> list[Finding]:
         """Findings at ``severity`` or above (what ``parinfo show --check`` fails on)."""
@@ -57,6 +59,7 @@ class Report:
             "settings": self.settings,
             "environment": self.environment,
             "threads": self.threads,
+            "outer": self.outer,
             "findings": [f.to_dict() for f in self.findings],
             "live": self.live,
         }
@@ -81,13 +84,15 @@ def _runtime_rows(runtime: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/",
-            pid: int | None = None, children: bool = False) -> Report:
+            pid: int | None = None, children: bool = False, outer_threads: int | None = None) -> Report:
     """Inspect this process, or process ``pid`` from outside (with ``children``: its whole tree).
     Changes nothing: no variable, no thread count, no thread.
 
     ``imports`` are modules to import first so their native pools load (None: numpy if installed);
     ``torch=True`` imports torch when it is not imported yet (it never is otherwise). Neither
     applies to another process, which is read from /proc (parinfo.diagnostics.live.inspect_pid).
+    ``outer_threads`` is how many threads run this process's work at once (detected inside Dask,
+    Ray and loky workers when not given); each may start a full team of every pool.
     """
     from parinfo.diagnostics import live
 
@@ -98,6 +103,11 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     from parinfo.runtime import info as runtime_info
     from parinfo.machine.topology import machine_facts
 
+    if outer_threads is not None and (isinstance(outer_threads, bool) or not isinstance(outer_threads, int)
+                                      or outer_threads < 1):
+        from parinfo.errors import UsageError
+
+        raise UsageError(f"outer_threads must be a positive integer, not {outer_threads!r}")
     wanted = list(imports) if imports is not None else None
     if torch:
         wanted = [*(wanted or []), "torch"] if wanted is not None else None
@@ -136,6 +146,18 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         threads=threads.live_threads(),
     )
     report.live = live.live_section(None, root)
+    report.outer = _outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env)
     sections = report.to_dict()
-    report.findings = live.with_live(diagnose(sections), sections)
+    found = diagnose(sections) + fleet_rules.outer_findings(sections)
+    report.findings = fleet_rules.sort_findings(live.with_live(found, sections))
     return report
+
+
+def _outer_section(explicit: int | None, usable: int, env_rows: list[dict[str, Any]],
+                   launch_env: Any) -> dict[str, Any]:
+    from parinfo.process import outer
+
+    section = outer.outer_threads(explicit, usable)
+    section["variables_set_by"] = outer.set_by(env_rows, section["framework"],
+                                               launch_env=launch_env if isinstance(launch_env, dict) else None)
+    return section

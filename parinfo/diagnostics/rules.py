@@ -196,9 +196,11 @@ def _set_after_load(s: dict[str, Any]) -> list[Finding]:
         loaded.add("torch")
     # libraries that read a count variable once, when they load
     families = {r.name for r in records() if r.precedence and r.kind != "parinfo"}
+    # parinfo.apply limits the loaded pools itself when it sets a variable (and reports any not in force)
+    by_parinfo = {n for n, who in ((s.get("outer") or {}).get("variables_set_by") or {}).items() if who == "parinfo"}
     out = []
     for row in s.get("environment", []):
-        if not row.get("changed_after_launch"):
+        if not row.get("changed_after_launch") or row["name"] in by_parinfo:
             continue
         hit = sorted(set(row.get("readers") or ()) & loaded & families)
         if hit:

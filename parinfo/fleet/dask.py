@@ -1,0 +1,142 @@
+"""Dask: gather every worker's row, and apply a profile to every worker through one named plugin.
+
+This module imports ``distributed`` (its plugins subclass Dask's), so only :mod:`parinfo.fleet`
+loads it, once a Dask target is given. Workers import it by reference when a plugin reaches them.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
+
+from parinfo.errors import ApplyError, ParinfoError
+from parinfo.fleet import probe
+from parinfo.fleet.report import FleetReport
+
+#: The worker plugin's name: registering again replaces it, never stacks a second copy.
+PLUGIN_NAME = "parinfo-profile"
+#: The nanny plugin's name (``restart=True``): variables in the worker's start-up environment.
+NANNY_PLUGIN_NAME = "parinfo-profile-env"
+
+
+def _executor_and_threads(worker: Any) -> tuple[Any, int]:
+    return worker.executors["default"], int(worker.state.nthreads)
+
+
+def _row_on_worker(per_thread: bool, dask_worker: Any = None) -> dict[str, Any]:
+    threads = None
+    if per_thread:
+        executor, n = _executor_and_threads(dask_worker)
+        threads = [{"thread": name, "pools": pools}
+                   for name, pools in probe.in_each_thread(executor.submit, n, probe.thread_pools)]
+    return probe.worker_row(str(dask_worker.address), threads)
+
+
+def gather(client: Any, *, per_thread: bool = False, timeout: float = 30.0) -> FleetReport:
+    """One row per worker of ``client``'s cluster (and one per host). ``per_thread=True`` also reads
+    the pools' counts in every executor thread, through the task executor (it waits for busy threads)."""
+    start = time.perf_counter()
+    rows = client.run(_row_on_worker, per_thread, wait=True, on_error="return")
+    good, failed = [], {}
+    for address, row in rows.items():
+        if isinstance(row, BaseException):
+            failed[address] = f"{type(row).__name__}: {row}"
+        else:
+            good.append(row)
+    info = {"kind": "dask", "address": str(client.scheduler.address), "failed": failed}
+    return FleetReport.from_rows(info, good, round(time.perf_counter() - start, 3))
+
+
+class ProfilePlugin(WorkerPlugin):
+    """Applies a profile in each worker (resolved on the worker's own machine) and pushes the
+    per-thread limits (OpenMP's) into every executor thread. Runs again on every new or restarted
+    worker, since the scheduler keeps it registered."""
+
+    name = PLUGIN_NAME
+    idempotent = False
+
+    def __init__(self, document: dict[str, Any], source: str) -> None:
+        self.document = document
+        self.source = source
+        self.result: dict[str, Any] = {}
+
+    def setup(self, worker: Any) -> None:
+        from parinfo.profiles.applying import apply
+
+        try:
+            plan = probe.resolve_here(self.document, self.source)
+            done = apply(plan)
+        except ParinfoError as exc:  # one line, in the client as in the worker
+            raise type(exc)(f"worker {worker.address}: {exc}") from None
+        counts = {key: s.value for key, s in plan.libraries.items()}
+        executor, n = _executor_and_threads(worker)
+        pushed = probe.in_each_thread(executor.submit, n, lambda: probe.push_thread_limits(counts))
+        self.result = {"applied": done["applied"], "not_in_force": done["not_in_force"],
+                       "threads_reached": sorted({name for name, _ in pushed}), "threads": n}
+
+
+class EnvironPlugin(NannyPlugin):
+    """Puts the profile's variables (resolved on the nanny's machine) in the nanny's pre-spawn
+    environment, so they are in a restarted worker's environment before anything is imported."""
+
+    name = NANNY_PLUGIN_NAME
+    restart = True
+
+    def __init__(self, document: dict[str, Any], source: str) -> None:
+        self.document = document
+        self.source = source
+
+    def setup(self, nanny: Any) -> None:
+        from parinfo.process.outer import PARINFO_SET_VAR
+
+        plan = probe.resolve_here(self.document, self.source)
+        env = {name: str(value) for name, value in plan.env.items()}
+        ours = ",".join(sorted([*env, "PARINFO_PROFILE"]))
+        nanny.pre_spawn_env.update({**env, "PARINFO_PROFILE": plan.name, PARINFO_SET_VAR: ours})
+
+
+def apply(client: Any, profile: Any, *, restart: bool = False) -> dict[str, Any]:
+    """Apply ``profile`` to every worker of ``client``'s cluster, now and on every worker that
+    starts later. The profile is checked here first; a profile that fails on a worker is
+    unregistered and its one-line error raised here (ProfileError or ApplyError).
+    ``restart=True`` also sets the variables in the nanny's start-up environment and restarts the
+    workers, so the counts are in force before any import. Returns {worker: what was applied}."""
+    document, source = probe.profile_document(profile)
+    try:
+        client.register_plugin(ProfilePlugin(document, source), name=PLUGIN_NAME)
+        if restart:
+            client.register_plugin(EnvironPlugin(document, source), name=NANNY_PLUGIN_NAME)
+    except Exception as exc:
+        _unregister(client, restart)
+        if isinstance(exc, ParinfoError):
+            raise
+        raise ApplyError(f"applying {source} on the workers failed: {type(exc).__name__}: {exc}") from None
+    return client.run(_result_on_worker)
+
+
+def _unregister(client: Any, nanny: bool) -> None:
+    for name, is_nanny in ((PLUGIN_NAME, False), (NANNY_PLUGIN_NAME, True)):
+        if is_nanny and not nanny:
+            continue
+        try:
+            client.unregister_worker_plugin(name, nanny=is_nanny)
+        except Exception:  # not registered on some worker: nothing to remove there
+            pass
+
+
+def _result_on_worker(dask_worker: Any = None) -> dict[str, Any]:
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    return dict(getattr(plugin, "result", {}) or {})
+
+
+def registered(client: Any) -> dict[str, list[str]]:
+    """The names of the worker plugins the scheduler keeps (and will run on new workers)."""
+    return {"worker": sorted(client.run_on_scheduler(_scheduler_plugins))}
+
+
+def _scheduler_plugins(dask_scheduler: Any = None) -> list[str]:
+    return list(dask_scheduler.worker_plugins)
+
+
+__all__ = ["NANNY_PLUGIN_NAME", "PLUGIN_NAME", "apply", "gather", "registered"]

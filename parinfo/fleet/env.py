@@ -1,0 +1,48 @@
+"""Launch-time snippets that put a profile in force in every worker before any import.
+
+Neither Dask nor Ray is imported: the snippets are plain data, resolved on this machine (the
+Ray set-up hook resolves the profile again on each worker's own machine).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from parinfo.fleet import probe
+from parinfo.process.outer import PARINFO_SET_VAR
+
+#: The import path Ray calls in each new worker process (a function, never a lambda: it pickles by name).
+RAY_HOOK = "parinfo.fleet.ray_hook.setup"
+#: The profile document the Ray hook resolves, as JSON.
+PROFILE_DOC_VAR = "_PARINFO_FLEET_PROFILE"
+
+
+def ray_runtime_env(profile: Any) -> dict[str, Any]:
+    """A Ray ``runtime_env``: the profile's variables (resolved here, so they are in every worker's
+    start-up environment, where Ray's own OMP_NUM_THREADS default leaves them alone) and a set-up
+    hook, named by import path, that resolves the profile on the worker's machine and applies it.
+    A bad profile raises ProfileError here, before Ray sees it."""
+    from parinfo.profiles.language import resolve_profile
+
+    document, source = probe.profile_document(profile)
+    plan = resolve_profile(document)
+    env = {name: str(value) for name, value in plan.env.items()}
+    ours = ",".join(sorted([*env, "PARINFO_PROFILE", PROFILE_DOC_VAR]))
+    env.update({"PARINFO_PROFILE": plan.name, PARINFO_SET_VAR: ours,
+                PROFILE_DOC_VAR: json.dumps({"source": source, "document": document}, sort_keys=True)})
+    return {"env_vars": env, "worker_process_setup_hook": RAY_HOOK}
+
+
+def dask_config(profile: Any) -> str:
+    """The Dask configuration (YAML) that puts a profile's variables in every worker's start-up
+    environment (``distributed.nanny.pre-spawn-environ``), resolved on this machine."""
+    from parinfo.profiles.language import resolve_profile
+
+    plan = resolve_profile(probe.profile_document(profile)[0])
+    lines = [f"# parinfo profile {plan.name}, resolved on this machine ({os.cpu_count()} CPUs seen by the OS,",
+             f"# intra_op {plan.intra_op.value}: {plan.intra_op.why}). Put it in ~/.config/dask/distributed.yaml.",
+             "# A variable already set in a nanny's own environment wins over this configuration.",
+             "distributed:", "  nanny:", "    pre-spawn-environ:"]
+    lines += [f'      {name}: "{value}"' for name, value in sorted(plan.env.items())]
+    return "\n".join(lines)

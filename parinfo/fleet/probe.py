@@ -1,0 +1,161 @@
+"""What runs inside one worker: its row of the fleet report, and the per-thread reads and pushes.
+
+Everything here works in any process with parinfo installed and imports neither Dask nor Ray; the
+Dask and Ray modules call it on their workers.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from parinfo.errors import ProfileError
+from parinfo.process import libraries as reg
+
+#: How long a per-thread run waits for every executor thread to be free.
+THREAD_TIMEOUT = 10.0
+
+
+def profile_document(profile: Any) -> tuple[dict[str, Any], str]:
+    """A profile checked here without machine facts, as a plain dict any worker can resolve, and
+    its source for messages. A bad profile raises ProfileError before any worker is touched."""
+    from parinfo.profiles.language import load_profile, validate_profile
+    from parinfo.profiles.model import Profile
+    from parinfo.profiles.plan import Plan
+
+    if isinstance(profile, Plan):
+        raise ProfileError("a resolved Plan belongs to one machine; give the profile itself",
+                           fix="pass its name, path or dict: each worker resolves it on its own CPUs")
+    if isinstance(profile, Profile):
+        prof = profile
+    elif isinstance(profile, (str, os.PathLike)):
+        prof = load_profile(profile)
+    elif isinstance(profile, dict):
+        prof = validate_profile(profile)
+    else:
+        raise ProfileError(f"a profile is a name, a path or a dict, not {type(profile).__name__}",
+                           fix="pass e.g. 'single-thread' or 'my-profile.yaml'")
+    return _plain(dict(prof)), str(getattr(prof, "source", "<profile>"))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def resolve_here(document: dict[str, Any], source: str) -> Any:
+    """Resolve a profile document on this process's machine (its CPUs, cgroup and affinity)."""
+    from parinfo.profiles.language import resolve_profile, validate_profile
+
+    return resolve_profile(validate_profile(document, source))
+
+
+def host_identity(machine: dict[str, Any]) -> dict[str, Any]:
+    """What makes workers share CPUs: one boot of one machine, one cgroup, one set of usable CPUs."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        boot = None
+    cpus = machine.get("usable_cpu_list") or []
+    from parinfo.machine.cpulist import format_cpu_list
+
+    cpu_text = format_cpu_list(cpus) if cpus else "?"
+    name = socket.gethostname()
+    key = f"{name}:{(boot or 'noboot')[:8]}:{machine.get('cgroup_path') or '/'}:{cpu_text}"
+    return {"key": key, "hostname": name, "boot_id": boot, "cgroup": machine.get("cgroup_path"),
+            "cpus": cpu_text}
+
+
+def _pool(p: dict[str, Any]) -> dict[str, Any]:
+    keep = ("library", "user_api", "internal_api", "num_threads", "threading_layer", "owner", "filepath",
+            "duplicate_of", "copies")
+    return {k: p.get(k) for k in keep}
+
+
+def worker_row(worker: str, per_thread: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """This process as one row of a fleet report: host identity, pid, usable CPUs, outer threads,
+    every pool with its count and copy, the thread variables with who set them, and the findings
+    (the single-process rules and ``outer-times-inner``, over per-thread counts when given)."""
+    from parinfo.diagnostics import fleet_rules
+    from parinfo.diagnostics.report import inspect
+
+    report = inspect(imports=[])
+    data = report.to_dict()
+    machine = data["machine"]
+    set_by = report.outer.get("variables_set_by", {})
+    row: dict[str, Any] = {
+        "worker": worker,
+        "host": host_identity(machine),
+        "pid": os.getpid(),
+        "machine": {k: machine.get(k) for k in ("usable_cpus", "usable_cpu_list", "quota", "cpuset",
+                                                  "logical_cpus", "cgroup_path")},
+        "outer": {k: v for k, v in report.outer.items() if k != "variables_set_by"},
+        "pools": [_pool(p) for p in data["pools"]],
+        "frameworks": {"torch": (data["frameworks"] or {}).get("torch")},
+        "per_thread": per_thread,
+        "variables": [{"name": r["name"], "value": r["value"], "launch_value": r["launch_value"],
+                       "set_by": set_by.get(r["name"])}
+                      for r in data["environment"] if r.get("value") is not None or r.get("launch_value")],
+        "findings": [],
+    }
+    found = [f for f in report.findings if f.id != "outer-times-inner"]
+    found += fleet_rules.outer_findings(row)
+    row["findings"] = [f.to_dict() for f in fleet_rules.sort_findings(found)]
+    return row
+
+
+def in_each_thread(submit: Callable[[Callable[[], Any]], Future], threads: int,
+                   fn: Callable[[], Any], timeout: float = THREAD_TIMEOUT) -> list[tuple[str, Any]]:
+    """Run ``fn`` once in each of a pool's ``threads`` threads: (thread name, result) per run.
+
+    Each call waits at a barrier until all ``threads`` calls have started, so no thread takes two.
+    Threads still busy after ``timeout`` break the barrier: the calls that started run ``fn``
+    anyway, and the caller sees fewer distinct threads than it asked for.
+    """
+    barrier = threading.Barrier(threads)
+
+    def one() -> tuple[str, Any]:
+        try:
+            barrier.wait(timeout)
+        except threading.BrokenBarrierError:
+            pass
+        return threading.current_thread().name, fn()
+
+    futures = [submit(one) for _ in range(threads)]
+    out = []
+    for fut in futures:
+        try:
+            out.append(fut.result(timeout + 5))
+        except Exception:  # a busy thread: its call runs later, or never
+            continue
+    return out
+
+
+def thread_pools() -> list[dict[str, Any]]:
+    """The pools' counts as the calling thread sees them (OpenMP's limit is per thread)."""
+    from parinfo.process.pools import native_pools
+
+    return [{"library": p["library"], "user_api": p.get("user_api"), "num_threads": p.get("num_threads")}
+            for p in native_pools() if not p.get("duplicate_of")]
+
+
+def push_thread_limits(counts: dict[str, int]) -> list[str]:
+    """Set, in the calling thread, the limits whose scope is the thread (OpenMP's), from a plan's
+    ``libraries`` counts; the one-line results."""
+    from parinfo.process.tpc import threadpoolctl
+
+    tpc = threadpoolctl()
+    done = []
+    for lib in reg.records():
+        if lib.scope != "thread" or lib.profile_key not in counts or lib.user_api is None:
+            continue
+        tpc.threadpool_limits(limits=counts[lib.profile_key], user_api=lib.user_api)
+        done.append(f"{lib.user_api}={counts[lib.profile_key]}")
+    return sorted(set(done))

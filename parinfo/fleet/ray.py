@@ -1,0 +1,45 @@
+"""Ray: gather one row per worker process of a connected Ray.
+
+Ray has no call that runs a function in every worker, so one probe task per CPU of the cluster is
+sent, each holding its CPU until a shared moment so that they run at once on distinct workers; idle
+workers are reused first, so the probes land on the workers earlier tasks left behind. Each row
+describes its worker as a 1-CPU task finds it (the pools' counts were set by earlier tasks, which
+is what the reused-worker case is about). Rows are deduplicated by process.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from parinfo.fleet import probe
+from parinfo.fleet.report import FleetReport
+
+#: How long each probe holds its CPU, so that the probes spread over distinct workers.
+HOLD_S = 0.3
+
+
+def _row_in_task(until: float) -> dict[str, Any]:
+    import ray
+
+    wait = until - time.time()
+    if wait > 0:
+        time.sleep(wait)
+    ctx = ray.get_runtime_context()
+    return probe.worker_row(f"{ctx.get_node_id()[:8]}/{ctx.get_worker_id()[:8]}")
+
+
+def gather(ray: Any, *, timeout: float = 60.0) -> FleetReport:
+    """One row per Ray worker reached (and one per host). ``ray`` is the connected ``ray`` module."""
+    start = time.perf_counter()
+    if not ray.is_initialized():
+        from parinfo.errors import UsageError
+
+        raise UsageError("Ray is not connected in this process: call ray.init(address=...) first")
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    task = ray.remote(num_cpus=1, max_retries=0)(_row_in_task)
+    until = time.time() + HOLD_S
+    rows = ray.get([task.remote(until) for _ in range(cpus)], timeout=timeout)
+    unique = {(r["host"]["key"], r["pid"]): r for r in rows}
+    address = ray.get_runtime_context().gcs_address
+    info = {"kind": "ray", "address": str(address), "probes": cpus, "failed": {}}
+    return FleetReport.from_rows(info, list(unique.values()), round(time.perf_counter() - start, 3))
