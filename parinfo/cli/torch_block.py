@@ -112,7 +112,10 @@ def torch_block(report: Report) -> str:
     lines.append(f"\tusable CPUs : {m.get('usable_cpus')} = {m.get('usable_rule')}")
     lines.append("Thread counts in force (count : source):")
     for row in r.settings:
-        lines.append(f"\t{row['library']} : {show_value(row.get('count'))} ({row.get('source')})")
+        count = row.get("count")
+        source = row.get("source")
+        shown = f"{count} ({source})" if count is not None else str(source or "unknown")
+        lines.append(f"\t{row['library']} : {shown}")
     others = [row for row in r.environment if row.get("value") is not None
               and row["name"] not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")]
     if torch:  # torch's block above listed OMP/MKL as torch saw them at its start; list all set now

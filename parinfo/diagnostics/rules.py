@@ -218,11 +218,14 @@ def _set_after_load(s: dict[str, Any]) -> list[Finding]:
 def _several_openmp(s: dict[str, Any]) -> list[Finding]:
     libs = _openmp_libs(s)
     if {"libiomp", "libomp"} <= libs:
+        files = [f"{p['library']} [{p.get('owner')}]" for p in s.get("pools", [])
+                 if p["library"] in ("libiomp", "libomp")]
         return [Finding(
             "openmp-intel-llvm", "error",
-            "Intel libiomp and LLVM libomp are both loaded",
+            f"Intel libiomp and LLVM libomp are both loaded ({', '.join(files)})",
             "the two runtimes share symbols: initialising both aborts with OMP Error #15, or hangs at "
-            "exit when KMP_DUPLICATE_LIB_OK is set",
+            "exit when KMP_DUPLICATE_LIB_OK is set; parinfo read no count from any library so as not "
+            "to initialise them",
             "install packages built against one OpenMP runtime (for example all from conda-forge, or "
             "all from PyPI wheels), or import only one of the libraries in this process",
         )]

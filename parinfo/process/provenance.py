@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from parinfo.process import libraries as reg
+from parinfo.process.pools import CONFLICT_NOTE
 from parinfo.process.variables import count_from_env
 
 RUNTIME = "set at run time (API call)"
@@ -93,11 +94,12 @@ def _changes(model: Model, env: Mapping[str, str], launch: Mapping[str, str]) ->
 
 def explain(library: str, count: int | None, model: Model, environ: Mapping[str, str],
             launch_environ: Mapping[str, str] | str, facts, ctx: dict | None = None,
-            runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None) -> dict:
+            runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None,
+            unread: str = "not readable without changing it") -> dict:
     """One provenance row: ``count`` in force for ``library`` and the source that decided it.
 
     ``extra_match`` is (count, kind, phrase): another explanation tried before run time (e.g. torch
-    setting its own OpenMP runtime's count).
+    setting its own OpenMP runtime's count); ``unread`` says why a ``count`` of None was not read.
     """
     launch_known = not isinstance(launch_environ, str)
     launch_pred = predict(model, launch_environ if launch_known else environ, facts, ctx)
@@ -109,7 +111,7 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     expected = launch_pred.count
     if count is None:
         kind, variable = "unknown", launch_pred.variable
-        source = "unknown (not readable without changing it)"
+        source = f"unknown ({unread})"
         if launch_pred.count is not None:
             source += f"; would be {launch_pred.count} by {launch_pred.phrase}"
     elif launch_pred.count is None:  # no model predicts this library's count
@@ -194,8 +196,9 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
                      f"set by torch to its intra-op count ({torch_intra}) when it initialised")
         if library == "mkl" and pool.get("owner") == "torch" and torch_intra:
             extra = (torch_intra, "framework", f"set by torch to its intra-op count ({torch_intra})")
+        unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
         row = explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
-                      extra_match=extra)
+                      extra_match=extra, unread=unread)
         row["owner"] = pool.get("owner")
         row["filepath"] = pool.get("filepath")
         rows.append(row)
