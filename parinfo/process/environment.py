@@ -8,6 +8,7 @@ the process started with.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 from parinfo.machine.unknown import because
@@ -51,6 +52,17 @@ def _psutil_environ(pid: int | None) -> dict[str, str] | str:
 
 
 
+def _set_by(spec, value: str | None, launch_value: str | None, launch_known: bool) -> str | None:
+    if value is None or not launch_known:
+        return None
+    if launch_value == value:
+        return "set at launch"
+    importers = [package for module, package in (spec.set_on_import if spec else ()) if module in sys.modules]
+    if importers:
+        return "set by the import of " + " or ".join(importers)
+    return "set after launch by this process"
+
+
 def environment_report(environ: Mapping[str, str] | None = None,
                        launch_environ: Mapping[str, str] | str | None = None) -> list[dict]:
     """One row per thread-steering variable: every variable of THREAD_VARS (set or not; a variable whose
@@ -73,6 +85,9 @@ def environment_report(environ: Mapping[str, str] | None = None,
     - ``readers``: the runtimes that read it (e.g. ["libgomp", "torch", "openblas"]); [] when unknown.
     - ``summary``: what it controls, in a few words.
     - ``known``: True when the variable is in parinfo's table (envvars.THREAD_VARS).
+    - ``set_by``: who set a set variable: "set at launch", "set by the import of scikit-learn"
+      (a package known to set it on import, and imported), "set after launch by this process", or
+      None (unset, or the launch environment is unknown).
     """
     env = os.environ if environ is None else environ
     launch = launch_environment() if launch_environ is None else launch_environ
@@ -111,5 +126,6 @@ def environment_report(environ: Mapping[str, str] | None = None,
             "readers": list(spec.readers) if spec else [],
             "summary": spec.summary if spec else "not in parinfo's table; its name looks thread-related",
             "known": spec is not None,
+            "set_by": _set_by(spec, value, launch_value if launch_known else None, launch_known),
         })
     return rows

@@ -109,6 +109,7 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     if not launch_known:
         notes.append(f"launch environment {launch_environ}; predicted from the environment now")
     expected = launch_pred.count
+    ignored: list[str] = []
     if count is None:
         kind, variable = "unknown", launch_pred.variable
         source = f"unknown ({unread})"
@@ -118,8 +119,10 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         kind, variable, source = "unknown", None, launch_pred.phrase
     elif count == launch_pred.count:
         kind, variable, source = launch_pred.kind, launch_pred.variable, launch_pred.phrase
-        if changes and now_pred.count != count:
+        if changes and now_pred.count is not None and now_pred.count != count:
             notes.append("changed after launch, after this library read it (ignored): " + "; ".join(changes))
+            ignored = [var for var in model.precedence + model.cap_vars
+                       if environ.get(var) != launch_environ.get(var)]  # type: ignore[union-attr]
     elif count == now_pred.count:
         kind, variable, expected = now_pred.kind, now_pred.variable, now_pred.count
         source = now_pred.phrase + " (set after launch, before this library loaded)"
@@ -138,6 +141,8 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         "expected_from_env": expected,
         "precedence": list(model.precedence),
         "note": "; ".join(notes) or None,
+        "asked_now": now_pred.count,
+        "ignored_changes": ignored,
     }
 
 
@@ -178,6 +183,10 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
     - ``expected_from_env``: the count the environment (and default) predicts, or None.
     - ``precedence``: the variables this library reads, first wins.
     - ``note``: extra remarks (a variable changed after launch and ignored...), or None.
+    - ``asked_now``: the count the environment of now (and the default) asks for, or None.
+    - ``ignored_changes``: the variables changed after launch that this library loaded before: its
+      count is still the launch environment's and differs from ``asked_now`` ([] otherwise). The
+      ``variable-after-load`` finding is made of these rows only, so it and this row always agree.
     """
     if launch_environ is None:
         from parinfo.process.environment import launch_environment
