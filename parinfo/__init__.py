@@ -48,7 +48,13 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["__version__", *_EXPORTS]
 
 
+#: Subpackages reachable as attributes without importing them first (``parinfo.runtime.info()``).
+_SUBPACKAGES = ("machine", "process", "runtime", "diagnostics", "profiles", "tuning", "cli")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"parinfo.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'parinfo' has no attribute {name!r}")

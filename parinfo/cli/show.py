@@ -53,7 +53,10 @@ def show(
     level = check_level(check)
     if json_out and fmt is Format.torch:
         raise UsageError("--json and --format torch ask for two formats: pick one")
-    report = inspect(parse_modules(imports), torch=torch)
+    from parinfo.process.probing import default_modules
+
+    modules = parse_modules(imports)
+    report = inspect(default_modules() if modules is None else modules, torch=torch)
     if json_out or fmt is Format.json:
         import json
 

@@ -79,9 +79,10 @@ def _runtime_rows(runtime: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/") -> Report:
-    """Inspect this process. Changes nothing: no variable, no thread count, no thread.
+    """Inspect this process. Changes nothing: no variable, no thread count, no thread, no import.
 
-    ``imports`` are modules to import first so their native pools load (None: numpy if installed);
+    ``imports`` are modules to import first so their native pools load (None or []: none; an import
+    can start threads, so only what is asked is imported; ``parinfo show`` asks for numpy);
     ``torch=True`` imports torch when it is not imported yet (it never is otherwise).
     """
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
@@ -89,15 +90,10 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     from parinfo.runtime import info as runtime_info
     from parinfo.machine.topology import machine_facts
 
-    wanted = list(imports) if imports is not None else None
-    if torch:
-        wanted = [*(wanted or []), "torch"] if wanted is not None else None
+    wanted = list(imports or [])
+    if torch and "torch" not in wanted:
+        wanted.append("torch")
     probes = probe.import_probes(wanted)
-    if torch and imports is None:
-        extra = probe.import_probes(["torch"])
-        for key in ("requested", "imported", "already_imported"):
-            probes[key] = [*probes.get(key, []), *extra.get(key, [])]
-        probes.setdefault("failed", {}).update(extra.get("failed", {}))
 
     facts = machine_facts(root)
     pool_rows = pools.native_pools()

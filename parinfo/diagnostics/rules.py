@@ -123,14 +123,15 @@ def _oversubscribed_interop(s: dict[str, Any]) -> list[Finding]:
 
 @_rule
 def _oversubscribed_pools(s: dict[str, Any]) -> list[Finding]:
-    """Several multi-threaded native pools that spin while idle can all be busy at once."""
+    """Several multi-threaded native pools that spin while idle can all be busy at once. Every loaded
+    copy of a runtime is a pool of its own (numpy's and scipy's OpenBLAS each start their threads)."""
     usable = _usable(s)
     spinning = [p for p in s.get("pools", [])
-                if isinstance(p.get("num_threads"), int) and p["num_threads"] > 1
-                and not p.get("duplicate_of")]
+                if isinstance(p.get("num_threads"), int) and p["num_threads"] > 1]
     total = sum(p["num_threads"] for p in spinning)
     if len(spinning) > 1 and total > 2 * usable:
-        names = ", ".join(f"{p['library']}={p['num_threads']}" for p in spinning)
+        names = ", ".join(f"{p['library']}" + (f" [{p['owner']}]" if p.get("owner") else "")
+                          + f"={p['num_threads']}" for p in spinning)
         return [Finding(
             "oversubscribed-pools", "info",
             f"{len(spinning)} native pools hold {total} threads for {usable} usable CPUs ({names})",

@@ -52,6 +52,27 @@ def _psutil_environ(pid: int | None) -> dict[str, str] | str:
 
 
 
+def _python_too_old(spec) -> bool:
+    return spec is not None and spec.python is not None and sys.version_info[:2] < spec.python
+
+
+def _readers_here(spec) -> list[str]:
+    """The readers of a variable in this process: Python itself only from the version that reads it."""
+    if spec is None:
+        return []
+    return [r for r in spec.readers if not (r == "python" and _python_too_old(spec))]
+
+
+def _summary_here(spec) -> str:
+    if spec is None:
+        return "not in parinfo's table; its name looks thread-related"
+    if _python_too_old(spec):
+        major, minor = spec.python
+        return (f"{spec.summary}; this Python {sys.version_info[0]}.{sys.version_info[1]} does not read it "
+                f"(Python reads it from {major}.{minor})")
+    return spec.summary
+
+
 def _set_by(spec, value: str | None, launch_value: str | None, launch_known: bool) -> str | None:
     if value is None or not launch_known:
         return None
@@ -123,8 +144,8 @@ def environment_report(environ: Mapping[str, str] | None = None,
             "changed_after_launch": changed,
             "valid": valid,
             "problem": problem,
-            "readers": list(spec.readers) if spec else [],
-            "summary": spec.summary if spec else "not in parinfo's table; its name looks thread-related",
+            "readers": _readers_here(spec),
+            "summary": _summary_here(spec),
             "known": spec is not None,
             "set_by": _set_by(spec, value, launch_value if launch_known else None, launch_known),
         })

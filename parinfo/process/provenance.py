@@ -194,23 +194,42 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
         launch_environ = launch_environment()
     rows = []
     torch_intra = torch.get("intra_op") if torch else None
+    torch_rows = _torch_rows(torch, environ, launch_environ, facts) if torch else []
+    torch_set_at_run_time = bool(torch_rows) and torch_rows[0]["kind"] == "runtime"
     for pool in pools:
         library = pool["library"]
         model = MODELS.get(library)
         if model is None:
             model = Model((), lambda f, c, name=library: (None, f"parinfo has no model for {name}"))
         extra = None
-        if library in reg.openmp_runtimes() and pool.get("owner") == "torch" and torch_intra:
-            extra = (torch_intra, "framework",
-                     f"set by torch to its intra-op count ({torch_intra}) when it initialised")
-        if library == "mkl" and pool.get("owner") == "torch" and torch_intra:
-            extra = (torch_intra, "framework", f"set by torch to its intra-op count ({torch_intra})")
+        if library in reg.openmp_runtimes() + ("mkl",) and pool.get("owner") == "torch" and torch_intra:
+            if torch_set_at_run_time:  # torch.set_num_threads(n) pushes n into its OpenMP and MKL
+                extra = (torch_intra, "runtime",
+                         f"set at run time by torch.set_num_threads({torch_intra}), which sets torch's "
+                         f"{'OpenMP runtime' if library != 'mkl' else 'MKL'} too")
+            elif library == "mkl":
+                extra = (torch_intra, "framework", f"set by torch to its intra-op count ({torch_intra})")
+            else:
+                extra = (torch_intra, "framework",
+                         f"set by torch to its intra-op count ({torch_intra}) when it initialised")
         unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
         row = explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
                       extra_match=extra, unread=unread)
         row["owner"] = pool.get("owner")
         row["filepath"] = pool.get("filepath")
         rows.append(row)
+    rows.extend(torch_rows)
+    for lib in reg.python_libraries():
+        row = _module_row(lib, environ, launch_environ, facts)
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def _torch_rows(torch: dict, environ: Mapping[str, str], launch_environ: Mapping[str, str] | str,
+                facts: Any) -> list[dict]:
+    """torch's intra-op and inter-op provenance rows."""
+    rows = []
     if torch:
         intra_model = MODELS["torch intra-op" if torch.get("mkl_available") else "torch intra-op (no MKL)"]
         row = explain("torch intra-op", torch.get("intra_op"), intra_model, environ, launch_environ, facts,
@@ -223,8 +242,4 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
                       runtime_phrase="set at run time (torch.set_num_interop_threads)")
         row.update(owner="torch", filepath=None)
         rows.append(row)
-    for lib in reg.python_libraries():
-        row = _module_row(lib, environ, launch_environ, facts)
-        if row is not None:
-            rows.append(row)
     return rows
