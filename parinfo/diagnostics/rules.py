@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-
 SEVERITIES = ("info", "warning", "error")
 
 

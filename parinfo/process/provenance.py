@@ -204,9 +204,9 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
         extra = None
         if library in reg.openmp_runtimes() + ("mkl",) and pool.get("owner") == "torch" and torch_intra:
             if torch_set_at_run_time:  # torch.set_num_threads(n) pushes n into its OpenMP and MKL
-                extra = (torch_intra, "runtime",
-                         f"set at run time by torch.set_num_threads({torch_intra}), which sets torch's "
-                         f"{'OpenMP runtime' if library != 'mkl' else 'MKL'} too")
+                what = "OpenMP runtime" if library != "mkl" else "MKL"
+                phrase = f"set at run time by torch.set_num_threads({torch_intra}), which sets torch's {what} too"
+                extra = (torch_intra, "runtime", phrase)
             elif library == "mkl":
                 extra = (torch_intra, "framework", f"set by torch to its intra-op count ({torch_intra})")
             else:
