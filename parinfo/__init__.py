@@ -54,6 +54,10 @@ _SUBPACKAGES = ("fleet",)
 __all__ = ["__version__", *_EXPORTS]
 
 
+#: Subpackages reachable as attributes without importing them first (``parinfo.runtime.info()``).
+_SUBPACKAGES = ("machine", "process", "runtime", "diagnostics", "profiles", "tuning", "cli")
+
+
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
         return importlib.import_module(f"parinfo.{name}")

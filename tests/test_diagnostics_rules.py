@@ -33,13 +33,21 @@ def test_a_healthy_process_has_no_findings():
 
 def test_torch_inter_op_times_intra_op_above_usable_is_oversubscription():
     s = base(2)
-    s["frameworks"]["torch"] = {"intra_op": 2, "inter_op": 2}
+    s["frameworks"]["torch"] = {"intra_op": 2, "inter_op": 2, "interop_started": True}
     found = [f for f in diagnose(s) if f.id == "oversubscribed-interop"]
     assert len(found) == 1 and found[0].severity == "warning"
     assert "torch: 2 inter-op threads x 2 intra-op threads = 4" in found[0].message
-    assert "intra-op 1" in found[0].fix
+    assert "torch.set_num_threads(1)" in found[0].fix
     s["frameworks"]["torch"]["intra_op"] = 1
     assert "oversubscribed-interop" not in ids(s)
+
+
+def test_an_inter_op_pool_that_never_started_may_hurt_only():
+    s = base(2)
+    s["frameworks"]["torch"] = {"intra_op": 2, "inter_op": 2, "interop_started": False}
+    found = [f for f in diagnose(s) if f.id == "oversubscribed-interop"]
+    assert [f.severity for f in found] == ["info"] and "it has not" in found[0].message
+    assert at_least(diagnose(s), "warning") == []
 
 
 def test_parinfo_runtime_defaults_do_not_oversubscribe():
@@ -83,14 +91,15 @@ def test_invalid_variable():
 
 def test_variable_changed_after_its_library_loaded():
     s = base()
-    s["pools"] = [{"library": "openblas", "user_api": "blas", "internal_api": "openblas", "num_threads": 4}]
-    row = {"name": "OPENBLAS_NUM_THREADS", "value": "1", "launch_value": None, "valid": True,
-           "changed_after_launch": True, "readers": ["openblas"]}
-    s["environment"] = [row]
-    assert "variable-after-load" in ids(s)
+    s["environment"] = [{"name": "OPENBLAS_NUM_THREADS", "value": "1", "launch_value": None, "valid": True,
+                         "changed_after_launch": True, "readers": ["openblas"]}]
+    s["settings"] = [{"library": "openblas", "owner": "numpy", "count": 4, "asked_now": 1,
+                      "ignored_changes": ["OPENBLAS_NUM_THREADS"]}]
+    found = [f for f in diagnose(s) if f.id == "variable-after-load"]
+    assert len(found) == 1 and "openblas [numpy] runs 4, not 1" in found[0].message
     s2 = copy.deepcopy(s)
-    s2["pools"] = []
-    assert "variable-after-load" not in ids(s2)  # nothing loaded yet: the change will be seen
+    s2["settings"][0].update(count=1, ignored_changes=[])  # loaded after the change: it took it
+    assert "variable-after-load" not in ids(s2)
 
 
 def test_intel_and_llvm_openmp_together_is_an_error():
@@ -119,15 +128,27 @@ def test_openblas_pthreads_beside_openmp():
          "threading_layer": "pthreads", "num_threads": 4},
         {"library": "libgomp", "user_api": "openmp", "internal_api": "openmp", "num_threads": 4},
     ]
-    assert "openblas-pthreads-with-openmp" in ids(s)
+    assert {f.id: f.severity for f in diagnose(s)}["openblas-pthreads-with-openmp"] == "info"
+    s["environment"] = [{"name": "OMP_WAIT_POLICY", "value": "ACTIVE", "valid": True, "readers": []}]
+    assert {f.id: f.severity for f in diagnose(s)}["openblas-pthreads-with-openmp"] == "warning"
     s["pools"][0]["threading_layer"] = "openmp"
     assert "openblas-pthreads-with-openmp" not in ids(s)
 
 
-def test_kmp_duplicate_lib_ok_set():
+@pytest.mark.parametrize("set_by, pair, severity, words", [
+    ("set by the import of scikit-learn", False, "info", "nothing to do"),
+    ("set at launch", False, "info", "unset it if"),
+    ("set by the import of scikit-learn", True, "error", "single OpenMP runtime"),
+    ("set at launch", True, "error", "unset KMP_DUPLICATE_LIB_OK"),
+])
+def test_kmp_duplicate_lib_ok_says_who_and_is_an_error_only_with_the_pair(set_by, pair, severity, words):
     s = base()
-    s["environment"] = [{"name": "KMP_DUPLICATE_LIB_OK", "value": "TRUE", "valid": True, "readers": []}]
-    assert "kmp-duplicate-lib-ok" in ids(s)
+    s["environment"] = [{"name": "KMP_DUPLICATE_LIB_OK", "value": "True", "valid": True, "readers": [],
+                         "set_by": set_by}]
+    if pair:
+        s["pools"] = [{"library": "libiomp", "user_api": "openmp"}, {"library": "libomp", "user_api": "openmp"}]
+    found = next(f for f in diagnose(s) if f.id == "kmp-duplicate-lib-ok")
+    assert found.severity == severity and set_by in found.message and words in found.fix
 
 
 def test_duplicate_copies_are_info():

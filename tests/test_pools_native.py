@@ -222,7 +222,23 @@ def test_a_threadpoolctl_failure_still_lists_the_loaded_runtimes(monkeypatch):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(pools, "_tpc_rows", broken)
-    rows = pools.native_pools(FAKE_MAPS)
-    assert {r["library"] for r in rows} == {"libgomp", "tbb", "libiomp", "libomp", "mkl"}
+    maps = "".join(line + "\n" for line in FAKE_MAPS.splitlines() if "libomp.so" not in line)
+    rows = pools.native_pools(maps)  # without the Intel+LLVM pair, which skips threadpoolctl
+    assert {r["library"] for r in rows} == {"libgomp", "tbb", "libiomp", "mkl"}
     assert all(r["num_threads"] is None for r in rows)
     assert "threadpoolctl failed (RuntimeError: boom)" in rows[0]["note"]
+
+
+def test_the_intel_llvm_pair_asks_no_library(monkeypatch):
+    import parinfo.process.pools as pools
+
+    def called():
+        raise AssertionError("threadpoolctl must not be asked with the pair loaded")
+
+    monkeypatch.setattr(pools, "_tpc_rows", called)
+    rows = pools.native_pools(FAKE_MAPS)
+    assert {r["library"] for r in rows} == {"libgomp", "tbb", "libiomp", "libomp", "mkl"}
+    assert all(r["num_threads"] is None and r["note"] == pools.CONFLICT_NOTE for r in rows
+               if r["seen_by"] == "loaded objects" and r["library"] != "mkl")
+    assert [p.rsplit("/", 1)[1] for p in pools.openmp_conflict(loaded_objects(FAKE_MAPS))] == [
+        "libiomp5.so", "libomp.so"]

@@ -7,6 +7,7 @@ and in a log file alike.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Iterable
 
@@ -125,7 +126,9 @@ def _frameworks(r: Report) -> list[Line]:
 
 
 def _settings(r: Report) -> list[Line]:
-    rows = [(row["library"], show_value(row.get("count")), str(row.get("source"))) for row in r.settings]
+    libs = Counter(row["library"] for row in r.settings)
+    rows = [(row["library"] + (f" [{row['owner']}]" if libs[row["library"]] > 1 and row.get("owner") else ""),
+             show_value(row.get("count")), str(row.get("source"))) for row in r.settings]
     return _section("Thread counts in force", _aligned([("who", "count", "decided by"), *rows]))
 
 
@@ -141,7 +144,9 @@ def _environment(r: Report) -> list[Line]:
                                           f"INVALID: {row.get('problem')}" if row.get("valid") is False else "")
         if row.get("changed_after_launch"):
             state += f"; changed after launch (was {row.get('launch_value')!r})"
-        rows.append((f"{row['name']}={shown}", state.strip("; "), "read by " + ", ".join(row.get("readers") or ())))
+        readers = row.get("readers") or ()
+        who = "read by " + ", ".join(readers) if readers else "read by nothing here: " + str(row.get("summary"))
+        rows.append((f"{row['name']}={shown}", state.strip("; "), who))
     lines = [[(text, "yellow" if "INVALID" in text or "changed after" in text else style)
               for text, style in line] for line in _aligned(rows)]
     lines = lines or [_line("  no thread variable is set", "dim")]
@@ -150,9 +155,15 @@ def _environment(r: Report) -> list[Line]:
     return _section("Thread variables", lines)
 
 
+def thread_group(name: str) -> str:
+    """The group a thread name belongs to: numbered pool workers (parinfo-intra-3, pool-7) share one
+    group with a * for the number; other names are their own group."""
+    return re.sub(r"([-_])\d+$", r"\1*", name)
+
+
 def _threads(r: Report) -> list[Line]:
     t = r.threads
-    names = Counter((th.get("name") or "?") for th in t.get("threads") or ())
+    names = Counter(thread_group(th.get("name") or "?") for th in t.get("threads") or ())
     listing = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in names.most_common())
     lines = _aligned([(show_value(t.get("count")), listing)])
     if t.get("states"):

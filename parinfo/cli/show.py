@@ -63,7 +63,10 @@ def show(
         outside_conflicts(pid, children, imports is not None or torch, fmt is Format.torch)
         report = inspect(pid=pid, children=children)
     else:
-        report = inspect(parse_modules(imports), torch=torch)
+        from parinfo.process.probing import default_modules
+
+        modules = parse_modules(imports)
+        report = inspect(default_modules() if modules is None else modules, torch=torch)
     if json_out or fmt is Format.json:
         import json
 

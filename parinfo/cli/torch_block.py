@@ -111,8 +111,13 @@ def torch_block(report: Report) -> str:
     lines.append(f"\tcgroup CPU quota : {quota_text(m)}")
     lines.append(f"\tusable CPUs : {m.get('usable_cpus')} = {m.get('usable_rule')}")
     lines.append("Thread counts in force (count : source):")
+    copies = [row["library"] for row in r.settings]
     for row in r.settings:
-        lines.append(f"\t{row['library']} : {show_value(row.get('count'))} ({row.get('source')})")
+        owner = f" [{row['owner']}]" if copies.count(row["library"]) > 1 and row.get("owner") else ""
+        count = row.get("count")
+        source = row.get("source")
+        shown = f"{count} ({source})" if count is not None else str(source or "unknown")
+        lines.append(f"\t{row['library']}{owner} : {shown}")
     others = [row for row in r.environment if row.get("value") is not None
               and row["name"] not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")]
     if torch:  # torch's block above listed OMP/MKL as torch saw them at its start; list all set now

@@ -86,9 +86,10 @@ def _runtime_rows(runtime: dict[str, Any]) -> list[dict[str, Any]]:
 def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/",
             pid: int | None = None, children: bool = False, outer_threads: int | None = None) -> Report:
     """Inspect this process, or process ``pid`` from outside (with ``children``: its whole tree).
-    Changes nothing: no variable, no thread count, no thread.
+    Changes nothing: no variable, no thread count, no thread, no import.
 
-    ``imports`` are modules to import first so their native pools load (None: numpy if installed);
+    ``imports`` are modules to import first so their native pools load (None or []: none; an import
+    can start threads, so only what is asked is imported; ``parinfo show`` asks for numpy);
     ``torch=True`` imports torch when it is not imported yet (it never is otherwise). Neither
     applies to another process, which is read from /proc (parinfo.diagnostics.live.inspect_pid).
     ``outer_threads`` is how many threads run this process's work at once (detected inside Dask,
@@ -108,15 +109,10 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         from parinfo.errors import UsageError
 
         raise UsageError(f"outer_threads must be a positive integer, not {outer_threads!r}")
-    wanted = list(imports) if imports is not None else None
-    if torch:
-        wanted = [*(wanted or []), "torch"] if wanted is not None else None
+    wanted = list(imports or [])
+    if torch and "torch" not in wanted:
+        wanted.append("torch")
     probes = probe.import_probes(wanted)
-    if torch and imports is None:
-        extra = probe.import_probes(["torch"])
-        for key in ("requested", "imported", "already_imported"):
-            probes[key] = [*probes.get(key, []), *extra.get(key, [])]
-        probes.setdefault("failed", {}).update(extra.get("failed", {}))
 
     facts = machine_facts(root)
     pool_rows = pools.native_pools()

@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from parinfo.process.libraries import records
-
 SEVERITIES = ("info", "warning", "error")
 
 
@@ -89,34 +87,50 @@ def _inter_intra_pairs(s: dict[str, Any]) -> list[tuple[str, int, int]]:
 
 # -- rules -------------------------------------------------------------------------------------
 
+def interop_fix(inter: int, usable: int) -> tuple[int, int]:
+    """(inter-op, intra-op) counts whose product fits ``usable`` CPUs, keeping inter-op when it fits."""
+    inter = max(1, min(inter, usable))
+    return inter, max(1, usable // inter)
+
+
 @_rule
 def _oversubscribed_interop(s: dict[str, Any]) -> list[Finding]:
+    """torch's inter-op x intra-op above the usable CPUs: a warning once its inter-op pool runs, info
+    before (it starts with the first inter-op task, and many programs never start it)."""
     usable = _usable(s)
     out = []
+    torch = (s.get("frameworks") or {}).get("torch") or {}
     for who, inter, intra in _inter_intra_pairs(s):
         if inter > 1 and intra > 1 and inter * intra > usable:
+            fix_inter, fix_intra = interop_fix(inter, usable)
+            started = torch.get("interop_started") is True
+            message = (f"{who}: {inter} inter-op threads x {intra} intra-op threads = {inter * intra} "
+                       f"threads can run at once on {usable} usable CPUs")
+            if not started:
+                message += " once its inter-op pool starts (it has not)"
             out.append(Finding(
-                "oversubscribed-interop", "warning",
-                f"{who}: {inter} inter-op threads x {intra} intra-op threads = {inter * intra} "
-                f"threads can run at once on {usable} usable CPUs",
+                "oversubscribed-interop", "warning" if started else "info", message,
                 "every inter-op task that runs a parallel op opens its own team, so concurrent tasks "
                 "multiply the intra-op count and the threads fight for the CPUs",
-                f"keep inter-op x intra-op <= {usable}: e.g. intra-op {max(1, usable // inter)} with "
-                f"{inter} inter-op threads (parinfo apply throughput), or inter-op 1 (parinfo apply latency)",
+                f"keep inter-op x intra-op <= {usable}: torch.set_num_interop_threads({fix_inter}) and "
+                f"torch.set_num_threads({fix_intra}) at start-up ({fix_inter} x {fix_intra} = "
+                f"{fix_inter * fix_intra}), or torch.set_num_interop_threads(1) when you run no "
+                "inter-op tasks",
             ))
     return out
 
 
 @_rule
 def _oversubscribed_pools(s: dict[str, Any]) -> list[Finding]:
-    """Several multi-threaded native pools that spin while idle can all be busy at once."""
+    """Several multi-threaded native pools that spin while idle can all be busy at once. Every loaded
+    copy of a runtime is a pool of its own (numpy's and scipy's OpenBLAS each start their threads)."""
     usable = _usable(s)
     spinning = [p for p in s.get("pools", [])
-                if isinstance(p.get("num_threads"), int) and p["num_threads"] > 1
-                and not p.get("duplicate_of")]
+                if isinstance(p.get("num_threads"), int) and p["num_threads"] > 1]
     total = sum(p["num_threads"] for p in spinning)
     if len(spinning) > 1 and total > 2 * usable:
-        names = ", ".join(f"{p['library']}={p['num_threads']}" for p in spinning)
+        names = ", ".join(f"{p['library']}" + (f" [{p['owner']}]" if p.get("owner") else "")
+                          + f"={p['num_threads']}" for p in spinning)
         return [Finding(
             "oversubscribed-pools", "info",
             f"{len(spinning)} native pools hold {total} threads for {usable} usable CPUs ({names})",
@@ -128,28 +142,54 @@ def _oversubscribed_pools(s: dict[str, Any]) -> list[Finding]:
     return []
 
 
+def _count_fix(row: dict[str, Any], env: dict[str, str], usable: int, profile: str | None) -> str:
+    """How to bring ``row``'s count to ``usable`` so that it works as printed: name the variable that
+    decides it (``parinfo apply`` keeps a variable the user set unless ``--force``)."""
+    var = row.get("variable") or next((v for v in row.get("precedence") or () if v in env), None)
+    if var:
+        text = f"set {var}={usable}"
+        if profile:
+            text += f", or run under `parinfo apply {profile} --force` (without --force it keeps your {var})"
+        return text
+    if row.get("kind") == "runtime":
+        return f"lower the count your program sets at run time to {usable}"
+    first = (row.get("precedence") or [None])[0]
+    if first:
+        return f"set {first}={usable} before the program starts" + (
+            f", or run under `parinfo apply {profile}`" if profile else "")
+    return f"set {row['library']} to at most {usable} thread{'s' if usable > 1 else ''}"
+
+
+def _env_values(s: dict[str, Any]) -> dict[str, str]:
+    return {r["name"]: r["value"] for r in s.get("environment", []) if r.get("value") is not None}
+
+
 @_rule
 def _above_quota_or_affinity(s: dict[str, Any]) -> list[Finding]:
     m = s["machine"]
     quota = m.get("quota")
     affinity = len(m.get("affinity") or ()) or None
     usable = _usable(s)
+    env = _env_values(s)
     out = []
-    for who, count in _counts(s):
-        if quota is not None and count > usable:
+    for row in s.get("settings", []):
+        who, count = row["library"], row.get("count")
+        if not isinstance(count, int) or count <= usable:
+            continue
+        if quota is not None:
             out.append(Finding(
                 "count-above-quota", "warning",
                 f"{who} uses {count} threads but the cgroup CPU quota allows {quota:g} CPUs",
                 "threads beyond the quota are throttled by the kernel: the whole process stalls until the "
                 "next CFS period, which makes parallel code slower than with fewer threads",
-                f"set {who} to at most {usable} thread{'s' if usable > 1 else ''} (parinfo apply container)",
+                f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
             ))
-        elif affinity is not None and count > usable:
+        elif affinity is not None:
             out.append(Finding(
                 "count-above-usable", "warning",
                 f"{who} uses {count} threads but only {usable} CPUs are usable (affinity/cpuset)",
                 "extra threads share the allowed CPUs and wait for each other at every barrier",
-                f"set {who} to at most {usable} thread{'s' if usable > 1 else ''}",
+                f"use at most {usable}: " + _count_fix(row, env, usable, None),
             ))
     return out
 
@@ -190,29 +230,28 @@ def _invalid_variables(s: dict[str, Any]) -> list[Finding]:
 
 @_rule
 def _set_after_load(s: dict[str, Any]) -> list[Finding]:
-    loaded = {p["library"] for p in s.get("pools", [])}
-    torch = (s.get("frameworks") or {}).get("torch")
-    if torch:
-        loaded.add("torch")
-    # libraries that read a count variable once, when they load
-    families = {r.name for r in records() if r.precedence and r.kind != "parinfo"}
-    # parinfo.apply limits the loaded pools itself when it sets a variable (and reports any not in force)
-    by_parinfo = {n for n, who in ((s.get("outer") or {}).get("variables_set_by") or {}).items() if who == "parinfo"}
+    """A variable changed after launch that a library loaded earlier ignores: its count is still the
+    launch environment's and differs from what the variable asks now. Made of the settings rows'
+    ``ignored_changes``, the rows whose provenance note says "ignored", so the two always agree."""
+    env_rows = {r["name"]: r for r in s.get("environment", [])}
+    hits: dict[str, list[str]] = {}
+    for row in s.get("settings", []):
+        for var in row.get("ignored_changes") or ():
+            owner = f" [{row['owner']}]" if row.get("owner") else ""
+            hits.setdefault(var, []).append(
+                f"{row['library']}{owner} runs {row.get('count')}, not {row.get('asked_now')}")
     out = []
-    for row in s.get("environment", []):
-        if not row.get("changed_after_launch") or row["name"] in by_parinfo:
-            continue
-        hit = sorted(set(row.get("readers") or ()) & loaded & families)
-        if hit:
-            out.append(Finding(
-                "variable-after-load", "warning",
-                f"{row['name']} changed after launch ({row.get('launch_value')!r} -> {row.get('value')!r}) "
-                f"while {', '.join(hit)} already loaded",
-                "native libraries read their variables once, when they load: a later change is ignored "
-                "by them but seen by libraries that load afterwards (the import-order trap)",
-                f"set {row['name']} before starting Python (or before the first import), or use "
-                "parinfo.apply() / threadpoolctl to change loaded pools",
-            ))
+    for var, libs in hits.items():
+        env_row = env_rows.get(var, {})
+        out.append(Finding(
+            "variable-after-load", "warning",
+            f"{var} changed after launch ({env_row.get('launch_value')!r} -> {env_row.get('value')!r}) "
+            f"after libraries that ignore it loaded: {'; '.join(libs)}",
+            "native libraries read their variables once, when they load: a later change is ignored "
+            "by them but seen by libraries that load afterwards (the import-order trap)",
+            f"set {var} before starting Python (or before the first import), or use "
+            "parinfo.apply() / threadpoolctl to change loaded pools",
+        ))
     return out
 
 
@@ -220,11 +259,14 @@ def _set_after_load(s: dict[str, Any]) -> list[Finding]:
 def _several_openmp(s: dict[str, Any]) -> list[Finding]:
     libs = _openmp_libs(s)
     if {"libiomp", "libomp"} <= libs:
+        files = [f"{p['library']} [{p.get('owner')}]" for p in s.get("pools", [])
+                 if p["library"] in ("libiomp", "libomp")]
         return [Finding(
             "openmp-intel-llvm", "error",
-            "Intel libiomp and LLVM libomp are both loaded",
+            f"Intel libiomp and LLVM libomp are both loaded ({', '.join(files)})",
             "the two runtimes share symbols: initialising both aborts with OMP Error #15, or hangs at "
-            "exit when KMP_DUPLICATE_LIB_OK is set",
+            "exit when KMP_DUPLICATE_LIB_OK is set; parinfo read no count from any library so as not "
+            "to initialise them",
             "install packages built against one OpenMP runtime (for example all from conda-forge, or "
             "all from PyPI wheels), or import only one of the libraries in this process",
         )]
@@ -256,35 +298,62 @@ def _openmp_and_tbb(s: dict[str, Any]) -> list[Finding]:
 
 @_rule
 def _openblas_pthreads_with_openmp(s: dict[str, Any]) -> list[Finding]:
+    """OpenBLAS-pthreads beside a multi-threaded OpenMP runtime. Their idle threads spin a short while
+    after each call: that may hurt work that alternates the two (info). With OMP_WAIT_POLICY=active the
+    OpenMP threads spin until their next region: BLAS calls between regions find the CPUs busy (warning)."""
     pthreads = [p for p in _blas_pools(s)
                 if p.get("internal_api") == "openblas" and p.get("threading_layer") == "pthreads"
                 and isinstance(p.get("num_threads"), int) and p["num_threads"] > 1]
     omp = [p for p in s.get("pools", []) if p.get("user_api") == "openmp"
            and isinstance(p.get("num_threads"), int) and p["num_threads"] > 1]
-    if pthreads and omp:
+    if not (pthreads and omp):
+        return []
+    active = (_env_values(s).get("OMP_WAIT_POLICY") or "").strip().lower() == "active"
+    message = (f"OpenBLAS with pthreads ({pthreads[0]['num_threads']} threads) is loaded beside an OpenMP "
+               f"runtime ({omp[0]['num_threads']} threads)")
+    if active:
         return [Finding(
-            "openblas-pthreads-with-openmp", "warning",
-            f"OpenBLAS with pthreads ({pthreads[0]['num_threads']} threads) is loaded beside an OpenMP "
-            f"runtime ({omp[0]['num_threads']} threads)",
-            "both keep their worker threads spinning after each call, so alternating BLAS and OpenMP work "
-            "makes them steal CPU time from each other",
-            "limit one of them to 1 thread while the other works, or set OMP_WAIT_POLICY=passive",
+            "openblas-pthreads-with-openmp", "warning", message + " with OMP_WAIT_POLICY=active",
+            "OMP_WAIT_POLICY=active keeps the OpenMP threads spinning between regions, so BLAS calls "
+            "made between OpenMP regions find the CPUs busy",
+            "unset OMP_WAIT_POLICY (or set OMP_WAIT_POLICY=passive)",
         )]
-    return []
+    return [Finding(
+        "openblas-pthreads-with-openmp", "info", message,
+        "both keep their idle threads spinning briefly after each call: BLAS and OpenMP work that "
+        "alternate in quick succession steal CPU time from each other; work that uses one at a time "
+        "is not affected",
+        "only where BLAS and OpenMP work alternate in a hot loop: limit one of them to 1 thread there "
+        "(threadpoolctl.threadpool_limits), or set OMP_WAIT_POLICY=passive",
+    )]
 
 
 @_rule
 def _kmp_duplicate(s: dict[str, Any]) -> list[Finding]:
-    for row in s.get("environment", []):
-        if row["name"] == "KMP_DUPLICATE_LIB_OK" and row.get("value") is not None:
-            return [Finding(
-                "kmp-duplicate-lib-ok", "warning",
-                f"KMP_DUPLICATE_LIB_OK={row['value']} is set",
-                "it silences Intel OpenMP's check for a second OpenMP runtime; the conflict stays and "
-                "may turn into wrong results, or a hang at exit",
-                "unset it and load a single OpenMP runtime",
-            )]
-    return []
+    """KMP_DUPLICATE_LIB_OK says who set it; it is dangerous only while Intel libiomp and LLVM libomp
+    are both loaded (error then, info otherwise)."""
+    row = next((r for r in s.get("environment", []) if r["name"] == "KMP_DUPLICATE_LIB_OK"
+                and r.get("value") is not None), None)
+    if row is None:
+        return []
+    who = row.get("set_by") or "set by an unknown party"
+    by_import = who.startswith("set by the import of")
+    what = f"KMP_DUPLICATE_LIB_OK={row['value']} is set ({who})"
+    if {"libiomp", "libomp"} <= _openmp_libs(s):
+        return [Finding(
+            "kmp-duplicate-lib-ok", "error", what + " while Intel libiomp and LLVM libomp are both loaded",
+            "it lets the second OpenMP runtime start instead of stopping with OMP Error #15; the two "
+            "runtimes then share state: wrong results, crashes, or a hang at exit",
+            "load a single OpenMP runtime (packages built against one); "
+            + ("the variable then does no harm" if by_import else "then unset KMP_DUPLICATE_LIB_OK"),
+        )]
+    return [Finding(
+        "kmp-duplicate-lib-ok", "info", what,
+        "it silences Intel OpenMP's check for a second OpenMP runtime; Intel libiomp and LLVM libomp "
+        "are not loaded together here, so it hides nothing now",
+        "nothing to do" + (" (that import sets it in every process)" if by_import
+                           else "; unset it if it was set to silence an OMP Error #15"),
+    )]
 
 
 @_rule

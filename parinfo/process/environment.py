@@ -8,6 +8,7 @@ the process started with.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 from parinfo.machine.unknown import because
@@ -51,6 +52,38 @@ def _psutil_environ(pid: int | None) -> dict[str, str] | str:
 
 
 
+def _python_too_old(spec) -> bool:
+    return spec is not None and spec.python is not None and sys.version_info[:2] < spec.python
+
+
+def _readers_here(spec) -> list[str]:
+    """The readers of a variable in this process: Python itself only from the version that reads it."""
+    if spec is None:
+        return []
+    return [r for r in spec.readers if not (r == "python" and _python_too_old(spec))]
+
+
+def _summary_here(spec) -> str:
+    if spec is None:
+        return "not in parinfo's table; its name looks thread-related"
+    if _python_too_old(spec):
+        major, minor = spec.python
+        return (f"{spec.summary}; this Python {sys.version_info[0]}.{sys.version_info[1]} does not read it "
+                f"(Python reads it from {major}.{minor})")
+    return spec.summary
+
+
+def _set_by(spec, value: str | None, launch_value: str | None, launch_known: bool) -> str | None:
+    if value is None or not launch_known:
+        return None
+    if launch_value == value:
+        return "set at launch"
+    importers = [package for module, package in (spec.set_on_import if spec else ()) if module in sys.modules]
+    if importers:
+        return "set by the import of " + " or ".join(importers)
+    return "set after launch by this process"
+
+
 def environment_report(environ: Mapping[str, str] | None = None,
                        launch_environ: Mapping[str, str] | str | None = None) -> list[dict]:
     """One row per thread-steering variable: every variable of THREAD_VARS (set or not; a variable whose
@@ -73,6 +106,9 @@ def environment_report(environ: Mapping[str, str] | None = None,
     - ``readers``: the runtimes that read it (e.g. ["libgomp", "torch", "openblas"]); [] when unknown.
     - ``summary``: what it controls, in a few words.
     - ``known``: True when the variable is in parinfo's table (envvars.THREAD_VARS).
+    - ``set_by``: who set a set variable: "set at launch", "set by the import of scikit-learn"
+      (a package known to set it on import, and imported), "set after launch by this process", or
+      None (unset, or the launch environment is unknown).
     """
     env = os.environ if environ is None else environ
     launch = launch_environment() if launch_environ is None else launch_environ
@@ -108,8 +144,9 @@ def environment_report(environ: Mapping[str, str] | None = None,
             "changed_after_launch": changed,
             "valid": valid,
             "problem": problem,
-            "readers": list(spec.readers) if spec else [],
-            "summary": spec.summary if spec else "not in parinfo's table; its name looks thread-related",
+            "readers": _readers_here(spec),
+            "summary": _summary_here(spec),
             "known": spec is not None,
+            "set_by": _set_by(spec, value, launch_value if launch_known else None, launch_known),
         })
     return rows

@@ -95,6 +95,8 @@ def torch_info(import_if_missing: bool = False) -> dict | None:
       native backend the intra-op pool uses the same name, so only zero threads is conclusive.
     - ``env``: the variables parallel_info() lists, as it prints them.
     - ``parallel_info_text``: torch.__config__.parallel_info(), verbatim.
+    - ``not_read``: why the counts were not read (Intel libiomp and LLVM libomp both loaded: every
+      getter would call into an OpenMP runtime), or None.
     """
     torch = sys.modules.get("torch")
     if torch is None:
@@ -102,6 +104,10 @@ def torch_info(import_if_missing: bool = False) -> dict | None:
             return None
         import torch  # noqa: PLC0415 - asked for explicitly
 
+    from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
+
+    if openmp_conflict():  # torch's getters call omp_get_max_threads(): never with the pair loaded
+        return _torch_unread(torch, CONFLICT_NOTE)
     text = torch.__config__.parallel_info()
     parsed = parse_parallel_info(text)
     pool_threads = torch_pool_threads()
@@ -143,4 +149,15 @@ def torch_info(import_if_missing: bool = False) -> dict | None:
         "interop_started": started,
         "env": parsed["env"],
         "parallel_info_text": text,
+        "not_read": None,
     }
+
+
+def _torch_unread(torch, why: str) -> dict:
+    """torch_info's keys with only the version filled in: the counts are not read, and why."""
+    keys = ("intra_op", "inter_op", "aten_backend", "openmp", "omp_max_threads", "mkl_max_threads",
+            "mkl_available", "mkl_version", "mkl_line", "mkldnn_available", "mkldnn_version",
+            "hardware_concurrency", "pool_threads", "interop_started", "parallel_info_text")
+    out: dict = dict.fromkeys(keys)
+    out.update(version=str(torch.__version__), env={}, not_read=why)
+    return out

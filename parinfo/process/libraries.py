@@ -29,8 +29,9 @@ class Var:
 
     ``kind`` is count | count_list | bool | enum | text | blocktime | cpu_count; ``choices`` the
     words of an enum; ``enum_list`` an enum that takes a comma-separated list (OMP_PROC_BIND);
-    ``python`` the first Python version that reads it, when Python itself is the reader. Who reads
-    a variable is not written here: :attr:`readers` asks the library records.
+    ``python`` the first Python version that reads it, when Python itself is the reader;
+    ``set_on_import`` the (module, package) pairs whose import sets it (``os.environ.setdefault``).
+    Who reads a variable is not written here: :attr:`readers` asks the library records.
     """
 
     name: str
@@ -39,6 +40,7 @@ class Var:
     choices: tuple[str, ...] = ()
     enum_list: bool = False
     python: tuple[int, int] | None = None
+    set_on_import: tuple[tuple[str, str], ...] = ()
 
     @property
     def readers(self) -> tuple[str, ...]:
@@ -67,7 +69,8 @@ _VARIABLES: tuple[Var, ...] = (
     Var("KMP_AFFINITY", "text", "Intel/LLVM OpenMP affinity"),
     Var("KMP_BLOCKTIME", "blocktime", "ms an Intel/LLVM OpenMP thread spins before sleeping"),
     Var("GOMP_CPU_AFFINITY", "text", "GNU OpenMP CPU binding list"),
-    Var("KMP_DUPLICATE_LIB_OK", "bool", "allow two OpenMP runtimes in one process (hides a real conflict)"),
+    Var("KMP_DUPLICATE_LIB_OK", "bool", "allow two OpenMP runtimes in one process (hides a real conflict)",
+        set_on_import=(("sklearn", "scikit-learn"), ("threadpoolctl", "threadpoolctl"))),
     Var("MKL_THREADING_LAYER", "enum", "MKL threading layer for mkl_rt", ("intel", "sequential", "gnu", "tbb", "pgi")),
     Var("NUMBA_NUM_THREADS", "count", "numba's parallel thread count (threads launched; read at import)"),
     Var("NUMBA_THREADING_LAYER", "enum", "numba's threading layer (or a safety class that picks one)",

@@ -66,6 +66,32 @@ def owner_of(path: str) -> str:
     return "unknown"
 
 
+#: The OpenMP runtimes that cannot share a process: both register as "the" Intel-style runtime, so the
+#: second one to initialise aborts (OMP Error #15) or, with KMP_DUPLICATE_LIB_OK, hangs at exit.
+CONFLICTING_OPENMP = ("libiomp", "libomp")
+
+
+def openmp_conflict(objects: list[str] | None = None) -> list[str]:
+    """The loaded files of Intel libiomp and LLVM libomp when both are loaded, else [].
+
+    Read from the loaded objects only (``objects``, default /proc/self/maps): no OpenMP call is made,
+    because the first call into the second runtime is what aborts or hangs the process.
+    """
+    objects = loaded_objects() if objects is None else objects
+    found: dict[str, list[str]] = {name: [] for name in CONFLICTING_OPENMP}
+    for path in objects:
+        fam = classify(path)
+        if fam is not None and fam[0] in found:
+            found[fam[0]].append(path)
+    if all(found.values()):
+        return [path for name in CONFLICTING_OPENMP for path in found[name]]
+    return []
+
+
+CONFLICT_NOTE = ("count not read: Intel libiomp and LLVM libomp are both loaded, and a call into either "
+                 "runtime can abort the process (OMP Error #15) or hang it at exit")
+
+
 def _tpc_rows() -> list[dict]:
     from parinfo.process.tpc import threadpoolctl
 
@@ -210,6 +236,8 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
 
     Rows from threadpoolctl's ``threadpool_info()`` come first (in load order), then runtimes seen only
     among the loaded objects, then MKL inside torch. ``maps_text`` replaces /proc/self/maps (tests).
+    When Intel libiomp and LLVM libomp are both loaded (:func:`openmp_conflict`), nothing is asked of
+    any library: every row comes from the loaded objects, with its count unknown.
     Keys of each row:
 
     - ``library``: openblas, mkl, blis, flexiblas, libgomp, libiomp, libomp or tbb.
@@ -229,12 +257,16 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
       copy; None for the first.  ``copies``: how many copies of this library are loaded.
     - ``note``: a remark on how the row was found, or None.
     """
-    try:
-        rows = _tpc_rows()
-        tpc_error = None
-    except Exception as exc:  # a library threadpoolctl cannot handle must not break inspection
-        rows, tpc_error = [], describe(exc)
     objects = loaded_objects(maps_text)
+    conflict = bool(openmp_conflict(objects))
+    tpc_error: str | None = None
+    if conflict:  # threadpoolctl would call omp_get_max_threads() in both runtimes
+        rows: list[dict] = []
+    else:
+        try:
+            rows = _tpc_rows()
+        except Exception as exc:  # a library threadpoolctl cannot handle must not break inspection
+            rows, tpc_error = [], describe(exc)
     known = {os.path.realpath(r["filepath"]) for r in rows if r["filepath"]}
     known |= {r["filepath"] for r in rows if r["filepath"]}
     mkl_layer = _mkl_layer(objects)
@@ -249,8 +281,10 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
             note = "loaded, but threadpoolctl has no controller for it; count not readable"
         if tpc_error is not None:
             note = f"threadpoolctl failed ({tpc_error}); count not read"
+        if conflict:
+            note = CONFLICT_NOTE
         row = _object_row(path, library, user_api, internal_api, note)
-        if library == "tbb" and maps_text is None:
+        if library == "tbb" and maps_text is None and not conflict:
             row["version"], row["num_threads"] = _tbb_facts(path)
             if row["num_threads"] is not None:
                 row["note"] = ("TBB is not visible to threadpoolctl; count from "
@@ -266,7 +300,7 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
                               "MKL linked without mkl_rt: threadpoolctl has no controller for it")
             row["threading_layer"] = mkl_layer
             rows.append(row)
-    torch_row = _torch_mkl_row(objects, rows)
+    torch_row = None if conflict else _torch_mkl_row(objects, rows)
     if torch_row is not None:
         rows.append(torch_row)
     _mark_duplicates(rows)

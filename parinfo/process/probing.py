@@ -31,15 +31,15 @@ def import_probes(modules: list[str] | None = None) -> dict:
     """Import ``modules`` (None: :func:`default_modules`) so their native pools load.
 
     A module that fails to import is reported, never raised. Imports may touch the environment
-    (threadpoolctl's import sets KMP_DUPLICATE_LIB_OK): that one variable is removed again unless it
-    was set before, so probing cannot create the problem the report warns about. Keys:
+    (scikit-learn's and threadpoolctl's imports set KMP_DUPLICATE_LIB_OK): what they set stays, as it
+    would in a program that imports them, and is listed in ``environ_changed``. Keys:
 
     - ``requested``: the module names asked for, cleaned (stripped, de-duplicated, in order).
     - ``imported``: those this call imported.
     - ``already_imported``: those that were in sys.modules already.
     - ``failed``: {module: "ExceptionType: message"} for those that could not be imported.
     - ``environ_changed``: {variable: value or None} for thread variables an import set, changed or
-      removed (after undoing KMP_DUPLICATE_LIB_OK).
+      removed.
     """
     requested: list[str] = []
     for name in default_modules() if modules is None else modules:
@@ -67,8 +67,6 @@ def import_probes(modules: list[str] | None = None) -> dict:
         else:
             imported.append(name)
 
-    if "KMP_DUPLICATE_LIB_OK" not in before:
-        os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
     from parinfo.process.variables import looks_thread_related
 
     changed = {}

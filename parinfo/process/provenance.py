@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from parinfo.process import libraries as reg
+from parinfo.process.pools import CONFLICT_NOTE
 from parinfo.process.variables import count_from_env
 
 RUNTIME = "set at run time (API call)"
@@ -93,11 +94,12 @@ def _changes(model: Model, env: Mapping[str, str], launch: Mapping[str, str]) ->
 
 def explain(library: str, count: int | None, model: Model, environ: Mapping[str, str],
             launch_environ: Mapping[str, str] | str, facts, ctx: dict | None = None,
-            runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None) -> dict:
+            runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None,
+            unread: str = "not readable without changing it") -> dict:
     """One provenance row: ``count`` in force for ``library`` and the source that decided it.
 
     ``extra_match`` is (count, kind, phrase): another explanation tried before run time (e.g. torch
-    setting its own OpenMP runtime's count).
+    setting its own OpenMP runtime's count); ``unread`` says why a ``count`` of None was not read.
     """
     launch_known = not isinstance(launch_environ, str)
     launch_pred = predict(model, launch_environ if launch_known else environ, facts, ctx)
@@ -107,17 +109,20 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     if not launch_known:
         notes.append(f"launch environment {launch_environ}; predicted from the environment now")
     expected = launch_pred.count
+    ignored: list[str] = []
     if count is None:
         kind, variable = "unknown", launch_pred.variable
-        source = "unknown (not readable without changing it)"
+        source = f"unknown ({unread})"
         if launch_pred.count is not None:
             source += f"; would be {launch_pred.count} by {launch_pred.phrase}"
     elif launch_pred.count is None:  # no model predicts this library's count
         kind, variable, source = "unknown", None, launch_pred.phrase
     elif count == launch_pred.count:
         kind, variable, source = launch_pred.kind, launch_pred.variable, launch_pred.phrase
-        if changes and now_pred.count != count:
+        if changes and now_pred.count is not None and now_pred.count != count:
             notes.append("changed after launch, after this library read it (ignored): " + "; ".join(changes))
+            ignored = [var for var in model.precedence + model.cap_vars
+                       if environ.get(var) != launch_environ.get(var)]  # type: ignore[union-attr]
     elif count == now_pred.count:
         kind, variable, expected = now_pred.kind, now_pred.variable, now_pred.count
         source = now_pred.phrase + " (set after launch, before this library loaded)"
@@ -136,6 +141,8 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         "expected_from_env": expected,
         "precedence": list(model.precedence),
         "note": "; ".join(notes) or None,
+        "asked_now": now_pred.count,
+        "ignored_changes": ignored,
     }
 
 
@@ -176,6 +183,10 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
     - ``expected_from_env``: the count the environment (and default) predicts, or None.
     - ``precedence``: the variables this library reads, first wins.
     - ``note``: extra remarks (a variable changed after launch and ignored...), or None.
+    - ``asked_now``: the count the environment of now (and the default) asks for, or None.
+    - ``ignored_changes``: the variables changed after launch that this library loaded before: its
+      count is still the launch environment's and differs from ``asked_now`` ([] otherwise). The
+      ``variable-after-load`` finding is made of these rows only, so it and this row always agree.
     """
     if launch_environ is None:
         from parinfo.process.environment import launch_environment
@@ -183,22 +194,42 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
         launch_environ = launch_environment()
     rows = []
     torch_intra = torch.get("intra_op") if torch else None
+    torch_rows = _torch_rows(torch, environ, launch_environ, facts) if torch else []
+    torch_set_at_run_time = bool(torch_rows) and torch_rows[0]["kind"] == "runtime"
     for pool in pools:
         library = pool["library"]
         model = MODELS.get(library)
         if model is None:
             model = Model((), lambda f, c, name=library: (None, f"parinfo has no model for {name}"))
         extra = None
-        if library in reg.openmp_runtimes() and pool.get("owner") == "torch" and torch_intra:
-            extra = (torch_intra, "framework",
-                     f"set by torch to its intra-op count ({torch_intra}) when it initialised")
-        if library == "mkl" and pool.get("owner") == "torch" and torch_intra:
-            extra = (torch_intra, "framework", f"set by torch to its intra-op count ({torch_intra})")
+        if library in reg.openmp_runtimes() + ("mkl",) and pool.get("owner") == "torch" and torch_intra:
+            if torch_set_at_run_time:  # torch.set_num_threads(n) pushes n into its OpenMP and MKL
+                what = "OpenMP runtime" if library != "mkl" else "MKL"
+                phrase = f"set at run time by torch.set_num_threads({torch_intra}), which sets torch's {what} too"
+                extra = (torch_intra, "runtime", phrase)
+            elif library == "mkl":
+                extra = (torch_intra, "framework", f"set by torch to its intra-op count ({torch_intra})")
+            else:
+                extra = (torch_intra, "framework",
+                         f"set by torch to its intra-op count ({torch_intra}) when it initialised")
+        unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
         row = explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
-                      extra_match=extra)
+                      extra_match=extra, unread=unread)
         row["owner"] = pool.get("owner")
         row["filepath"] = pool.get("filepath")
         rows.append(row)
+    rows.extend(torch_rows)
+    for lib in reg.python_libraries():
+        row = _module_row(lib, environ, launch_environ, facts)
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def _torch_rows(torch: dict, environ: Mapping[str, str], launch_environ: Mapping[str, str] | str,
+                facts: Any) -> list[dict]:
+    """torch's intra-op and inter-op provenance rows."""
+    rows = []
     if torch:
         intra_model = MODELS["torch intra-op" if torch.get("mkl_available") else "torch intra-op (no MKL)"]
         row = explain("torch intra-op", torch.get("intra_op"), intra_model, environ, launch_environ, facts,
@@ -211,8 +242,4 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
                       runtime_phrase="set at run time (torch.set_num_interop_threads)")
         row.update(owner="torch", filepath=None)
         rows.append(row)
-    for lib in reg.python_libraries():
-        row = _module_row(lib, environ, launch_environ, facts)
-        if row is not None:
-            rows.append(row)
     return rows

@@ -23,8 +23,9 @@ OPENMP = openmp_runtimes()
 
 _BOOL = ("true", "false", "1", "0", "yes", "no", "on", "off")
 
-_INT = re.compile(r"^\s*\+?(\d+)\s*$")
-_BLOCKTIME = re.compile(r"^\s*(\d+)\s*(ms|us|s)?\s*$", re.IGNORECASE)
+# re.ASCII: libraries parse with strtol/atoi, which take ASCII digits only ("٣" is no count).
+_INT = re.compile(r"^\s*\+?(\d+)\s*$", re.ASCII)
+_BLOCKTIME = re.compile(r"^\s*(\d+)\s*(ms|us|s)?\s*$", re.IGNORECASE | re.ASCII)
 
 
 def parse_count(value: str, *, allow_list: bool = False) -> int:

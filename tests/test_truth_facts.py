@@ -1,0 +1,122 @@
+"""Facts in the report agree with ground truth read in the same real process (threadpoolctl, torch's
+getters, os.cpu_count(), /proc)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from conftest import HAVE_NUMPY, HAVE_TORCH, clean_env, run_cli, run_json
+from parinfo.cli.render_text import thread_group
+from parinfo.diagnostics.rules import diagnose
+from parinfo.process.variables import parse_count, validate
+
+HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
+
+
+@pytest.mark.parametrize("value", ["٣", "３", "1٣", "٣,2"])
+def test_non_ascii_digits_are_not_counts(value):
+    with pytest.raises(ValueError):
+        parse_count(value, allow_list=True)
+    assert validate("OMP_NUM_THREADS", value) is not None
+
+
+def test_non_ascii_omp_num_threads_is_invalid_in_the_report():
+    report = json.loads(run_cli("show", "--json", "-i", "none", env=clean_env(OMP_NUM_THREADS="٣")).stdout)
+    row = next(r for r in report["environment"] if r["name"] == "OMP_NUM_THREADS")
+    assert row["valid"] is False
+    assert "invalid-variable" in {f["id"] for f in report["findings"]}
+
+
+def test_python_cpu_count_is_read_by_python_only_from_3_13():
+    out = run_json("""
+import json, os, parinfo
+r = parinfo.inspect()
+row = next(x for x in r.environment if x["name"] == "PYTHON_CPU_COUNT")
+print(json.dumps({"readers": row["readers"], "cpu_count": os.cpu_count(), "summary": row["summary"]}))
+""", env=clean_env(PYTHON_CPU_COUNT="1"))
+    python_reads = out["cpu_count"] == 1  # ground truth: did os.cpu_count() follow the variable?
+    assert ("python" in out["readers"]) == python_reads
+    assert python_reads == (sys.version_info >= (3, 13))
+    if not python_reads:
+        assert "does not read it" in out["summary"]
+
+
+def test_inspect_in_process_imports_nothing_and_starts_no_thread():
+    out = run_json("""
+import json, os, sys
+import parinfo
+tasks = len(os.listdir("/proc/self/task"))
+r = parinfo.inspect()
+print(json.dumps({"numpy": "numpy" in sys.modules, "same_tasks": len(os.listdir("/proc/self/task")) == tasks,
+                  "probes": r.probes["imported"]}))
+""")
+    assert out == {"numpy": False, "same_tasks": True, "probes": []}
+
+
+@pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
+def test_the_cli_names_its_probe_imports():
+    first = run_cli("show").stdout.splitlines()[0]
+    assert "imported to probe: numpy" in first
+
+
+def test_runtime_subpackage_is_an_attribute_without_importing_it():
+    out = run_json("import json, parinfo; print(json.dumps(parinfo.runtime.info()['backend']))")
+    assert out in ("native", "sequential")
+
+
+@pytest.mark.skipif(not (HAVE_NUMPY and HAVE_SCIPY), reason="numpy and scipy are needed")
+def test_every_copy_is_a_pool_and_rows_name_their_owner():
+    out = run_json("""
+import json, numpy, scipy.linalg, threadpoolctl, parinfo
+r = parinfo.inspect()
+print(json.dumps({"truth": sorted(p["filepath"] for p in threadpoolctl.threadpool_info()),
+                  "pools": sorted(p["filepath"] for p in r.pools),
+                  "owners": sorted(s["owner"] for s in r.settings if s["library"] == "openblas")}))
+""")
+    assert out["pools"] == out["truth"]
+    if len(out["owners"]) > 1:
+        assert out["owners"] == ["numpy", "scipy"]
+        text = run_cli("show", "-i", "numpy,scipy.linalg").stdout
+        assert "openblas [numpy]" in text and "openblas [scipy]" in text
+
+
+def test_pool_totals_count_every_copy():
+    s = {"machine": {"usable_cpus": 2, "affinity": [0, 1]}, "frameworks": {}, "settings": [], "environment": [],
+         "pools": [{"library": "openblas", "owner": "numpy", "num_threads": 2, "user_api": "blas"},
+                   {"library": "openblas", "owner": "scipy", "num_threads": 2, "user_api": "blas",
+                    "duplicate_of": "/a"},
+                   {"library": "libgomp", "owner": "scikit-learn", "num_threads": 2, "user_api": "openmp"}]}
+    found = next(f for f in diagnose(s) if f.id == "oversubscribed-pools")
+    assert found.message.startswith("3 native pools hold 6 threads")
+    assert "openblas [scipy]=2" in found.message
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_torch_set_num_threads_is_a_run_time_setting_of_its_openmp():
+    out = run_json("""
+import json, torch, threadpoolctl, parinfo
+torch.set_num_threads(1)
+r = parinfo.inspect()
+truth = [p["num_threads"] for p in threadpoolctl.threadpool_info()
+         if p["user_api"] == "openmp" and "torch" in p["filepath"]]
+rows = [(s["count"], s["source"]) for s in r.settings if s["library"] in ("libgomp", "libiomp", "libomp")
+        and s.get("owner") == "torch"]
+print(json.dumps({"truth": truth, "rows": rows, "torch": torch.get_num_threads()}))
+""", timeout=120)
+    if not out["rows"]:
+        pytest.skip("this torch build has no OpenMP runtime of its own")
+    count, source = out["rows"][0]
+    assert count == out["truth"][0] == out["torch"] == 1
+    assert "set at run time by torch.set_num_threads(1)" in source
+
+
+@pytest.mark.parametrize("name, group", [("parinfo-intra-3", "parinfo-intra-*"),
+                                         ("parinfo-interop-12", "parinfo-interop-*"),
+                                         ("python", "python"), ("PTThreadPool", "PTThreadPool"),
+                                         ("pool_7", "pool_*")])
+def test_thread_names_group_numbered_workers(name, group):
+    assert thread_group(name) == group
