@@ -48,14 +48,12 @@ _EXPORTS: dict[str, str] = {
     "TuneError": "parinfo.errors",
 }
 
-#: Subpackages reached as attributes (``parinfo.fleet.gather``) without importing them up front.
-_SUBPACKAGES = ("fleet",)
-
 __all__ = ["__version__", *_EXPORTS]
 
 
-#: Subpackages reachable as attributes without importing them first (``parinfo.runtime.info()``).
-_SUBPACKAGES = ("machine", "process", "runtime", "diagnostics", "profiles", "tuning", "cli")
+#: Subpackages reachable as attributes without importing them first (``parinfo.runtime.info()``,
+#: ``parinfo.fleet.gather(client)``).
+_SUBPACKAGES = ("machine", "process", "runtime", "diagnostics", "profiles", "tuning", "fleet", "watching", "cli")
 
 
 def __getattr__(name: str) -> Any:

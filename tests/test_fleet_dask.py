@@ -132,7 +132,13 @@ def test_a_bad_profile_raises_here_and_leaves_no_plugin(client):
 
 def test_apply_reaches_every_executor_thread(client):
     done = parinfo.fleet.apply(client, "single-thread")
-    assert len(done) == 2 and all(d["not_in_force"] == [] and len(d["threads_reached"]) == 2 for d in done.values())
+    assert len(done) == 2 and all(len(d["threads_reached"]) == 2 for d in done.values())
+    # What stays out of reach is said: threads a worker starts later (secede) begin at the count the
+    # runtime read at load. The executor threads are not among the threads said to keep another count.
+    for d in done.values():
+        for line in d["not_in_force"]:
+            assert "threads started from now on" in line, line
+            assert "Dask-Default-Threads" not in line.split("keep theirs")[0].split("from now on")[1], line
     seen = _per_thread_counts(client)
     assert len(seen) == 4, seen  # 2 workers x 2 executor threads
     for counts in seen.values():

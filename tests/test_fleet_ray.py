@@ -83,7 +83,8 @@ def _look(imports: list[str]) -> dict:
     import parinfo
 
     report = parinfo.inspect(imports=imports)
-    return {"pid": os.getpid(), "outer": report.outer, "findings": [f.id for f in report.findings],
+    # Problems: warnings and errors (an info, such as who set KMP_DUPLICATE_LIB_OK, asks nothing).
+    return {"pid": os.getpid(), "outer": report.outer, "findings": [f.id for f in report.problems()],
             "omp": os.environ.get(OMP_VAR)}
 
 

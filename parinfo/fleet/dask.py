@@ -5,6 +5,7 @@ loads it, once a Dask target is given. Workers import it by reference when a plu
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -66,12 +67,21 @@ class ProfilePlugin(WorkerPlugin):
 
         try:
             plan = probe.resolve_here(self.document, self.source)
-            done = apply(plan)
         except ParinfoError as exc:  # one line, in the client as in the worker
             raise type(exc)(f"worker {worker.address}: {exc}") from None
         counts = {key: s.value for key, s in plan.libraries.items()}
         executor, n = _executor_and_threads(worker)
-        pushed = probe.in_each_thread(executor.submit, n, lambda: probe.push_thread_limits(counts))
+
+        def push() -> int:
+            probe.push_thread_limits(counts)
+            return threading.get_native_id()
+
+        # Per-thread limits first, in every executor thread, so apply() reports them as reached.
+        pushed = probe.in_each_thread(executor.submit, n, push)
+        try:
+            done = apply(plan, reached_threads={tid for _, tid in pushed})
+        except ParinfoError as exc:
+            raise type(exc)(f"worker {worker.address}: {exc}") from None
         self.result = {"applied": done["applied"], "not_in_force": done["not_in_force"],
                        "threads_reached": sorted({name for name, _ in pushed}), "threads": n}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Collection
 from typing import Any
 
 from parinfo.errors import ApplyError
@@ -28,14 +29,16 @@ def _plan_of(profile: Any) -> Plan:
     return resolve_profile(profile)
 
 
-def apply(profile: Any, *, force: bool = False) -> dict:
+def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int] = ()) -> dict:
     """Apply ``profile`` (a shipped name, a path, a dict or a resolved Plan) to this process.
 
     Variables the user set to other values are kept unless ``force``. Returns ``{"plan": ...,
     "applied": [...], "skipped": [...], "not_in_force": [...], "threads": [...]}`` (lists of
     one-line strings). Limits that hold per thread (OpenMP's, torch's intra-op count) reach the
     calling thread: ``threads`` says which threads each one reaches and ``not_in_force`` names the
-    threads it does not, with what to do there.
+    threads it does not, with what to do there. ``reached_threads`` are native ids of threads where
+    the caller has put the same per-thread limits in force itself (parinfo.fleet does so in each
+    executor thread of a Dask worker): they are reported as reached.
     Raises ProfileError for a bad profile and ApplyError when the runtime says it is too late;
     in both cases nothing has been changed.
     """
@@ -81,7 +84,7 @@ def apply(profile: Any, *, force: bool = False) -> dict:
     not_in_force = _verify(intra, inter, expected_pools, torch_want, cpus, kept)
     from parinfo.profiles.thread_reach import reach
 
-    threads, missing = reach(per_thread, torch_want[0])
+    threads, missing = reach(per_thread, torch_want[0], reached=frozenset(reached_threads))
     return {"plan": plan.to_dict(), "applied": applied, "skipped": skipped,
             "not_in_force": not_in_force + missing, "threads": threads}
 

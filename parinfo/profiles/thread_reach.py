@@ -58,16 +58,22 @@ def _torch_is_per_thread() -> bool:
         return False
 
 
-def reach(per_thread: list[tuple[Any, str, int]], torch_intra: int | None) -> tuple[list[str], list[str]]:
+def reach(per_thread: list[tuple[Any, str, int]], torch_intra: int | None,
+          reached: frozenset[int] = frozenset()) -> tuple[list[str], list[str]]:
     """For each (controller, name, count) limited in this thread: (reach lines, not-in-force lines).
 
-    ``torch_intra`` is the intra-op count given to torch (None when torch was not set).
+    ``torch_intra`` is the intra-op count given to torch (None when torch was not set); ``reached``
+    are native ids of threads the caller limited the same way itself.
     """
     from parinfo.process.pools import owner_of
 
     me = threading.current_thread()
     here = f"this thread ({me.name}, tid {threading.get_native_id()})"
-    others = [t for t in threading.enumerate() if t is not me and t.is_alive()]
+    alive = [t for t in threading.enumerate() if t is not me and t.is_alive()]
+    others = [t for t in alive if t.native_id not in reached]
+    also = [t for t in alive if t.native_id in reached]
+    if also:
+        here += f" and the {_describe(also)} the caller limited"
     ours = [t for t in others if t.name.startswith("parinfo-")]
     lines: list[str] = []
     missing: list[str] = []
