@@ -27,6 +27,7 @@ class _Prediction(NamedTuple):
     kind: str  # env | default | unknown
     variable: str | None
     phrase: str
+    refused: dict | None = None  # a request the library refused: variable, asked, cap, why, runs
 
 
 class Model(NamedTuple):
@@ -35,14 +36,15 @@ class Model(NamedTuple):
 
     precedence: tuple[str, ...]
     default: Callable[[Any, Mapping[str, Any]], tuple[int | None, str]]
-    cap: Callable[[Any, Mapping[str, str]], tuple[int | None, str]] | None = None
+    cap: Callable[[Any, Mapping[str, str], Mapping[str, Any]], tuple[int | None, str]] | None = None
     cap_vars: tuple[str, ...] = ()
+    refused: int | None = None  # the count kept when a request above the cap is refused (numexpr)
 
 
 def model_of(lib: reg.Library) -> Model:
     """The count model of a library record."""
     default = lib.default or (lambda f, c: (None, f"parinfo has no model for {lib.name}"))
-    return Model(lib.count_vars, default, lib.cap, lib.cap_vars)
+    return Model(lib.count_vars, default, lib.cap, lib.cap_vars, lib.refused)
 
 
 def _torch_models() -> dict[str, Model]:
@@ -74,7 +76,11 @@ def predict(model: Model, env: Mapping[str, str], facts, ctx: dict | None = None
             continue
         phrase = f"env {var}={env[var]}"
         if model.cap is not None:
-            cap, why = model.cap(facts, env)
+            cap, why = model.cap(facts, env, ctx)
+            if cap is not None and n > cap and model.refused is not None:
+                refused = {"variable": var, "asked": n, "cap": cap, "why": why, "runs": model.refused}
+                return _Prediction(model.refused, "env", var,
+                                   f"{phrase} refused: above {why}, so {model.refused} runs instead", refused)
             if cap is not None and n > cap:
                 n, phrase = cap, f"{phrase}, capped at {why}"
         return _Prediction(n, "env", var, phrase)
@@ -110,6 +116,7 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         notes.append(f"launch environment {launch_environ}; predicted from the environment now")
     expected = launch_pred.count
     ignored: list[str] = []
+    refused: dict | None = None
     if count is None:
         kind, variable = "unknown", launch_pred.variable
         source = f"unknown ({unread})"
@@ -119,6 +126,7 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         kind, variable, source = "unknown", None, launch_pred.phrase
     elif count == launch_pred.count:
         kind, variable, source = launch_pred.kind, launch_pred.variable, launch_pred.phrase
+        refused = launch_pred.refused
         if changes and now_pred.count is not None and now_pred.count != count:
             notes.append("changed after launch, after this library read it (ignored): " + "; ".join(changes))
             ignored = [var for var in model.precedence + model.cap_vars
@@ -126,6 +134,7 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     elif count == now_pred.count:
         kind, variable, expected = now_pred.kind, now_pred.variable, now_pred.count
         source = now_pred.phrase + " (set after launch, before this library loaded)"
+        refused = now_pred.refused
     elif extra_match is not None and extra_match[0] == count:
         kind, variable, source = extra_match[1], None, extra_match[2]
     else:
@@ -140,9 +149,11 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         "variable": variable,
         "expected_from_env": expected,
         "precedence": list(model.precedence),
+        "cap_vars": list(model.cap_vars),
         "note": "; ".join(notes) or None,
         "asked_now": now_pred.count,
         "ignored_changes": ignored,
+        "refused": refused,
     }
 
 
@@ -182,11 +193,14 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
     - ``variable``: the variable that decided it, or None.
     - ``expected_from_env``: the count the environment (and default) predicts, or None.
     - ``precedence``: the variables this library reads, first wins.
+    - ``cap_vars``: the variables that steer its cap on a request (MKL_DYNAMIC, NUMEXPR_MAX_THREADS).
     - ``note``: extra remarks (a variable changed after launch and ignored...), or None.
     - ``asked_now``: the count the environment of now (and the default) asks for, or None.
     - ``ignored_changes``: the variables changed after launch that this library loaded before: its
       count is still the launch environment's and differs from ``asked_now`` ([] otherwise). The
       ``variable-after-load`` finding is made of these rows only, so it and this row always agree.
+    - ``refused``: a request above the library's cap that it refused rather than cut (numexpr keeps
+      1 thread): {variable, asked, cap, why, runs}; None otherwise. The ``count-refused`` finding.
     """
     if launch_environ is None:
         from parinfo.process.environment import launch_environment
