@@ -155,3 +155,32 @@ def test_numexpr_count_matches_its_getter(env):
     row = out["row"]
     assert row["count"] == out["truth"] and row["kind"] in ("env", "default"), row
     assert row["refused"] is None and "count-refused" not in out["findings"]
+
+
+@pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
+def test_a_count_pushed_by_parinfo_is_said_to_be_set_by_it():
+    out = run_json("""
+import json, os, numpy, threadpoolctl, parinfo
+def openblas():
+    r = parinfo.inspect()
+    row = next(x for x in r.settings if x["library"] == "openblas")
+    truth = next(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["filepath"] == row["filepath"])
+    return {"count": row["count"], "truth": truth, "source": row["source"], "kind": row["kind"],
+            "findings": sorted(f.id for f in r.findings)}
+default = openblas()
+parinfo.apply("single-thread")
+applied = openblas()
+parinfo.set_num_threads(default["count"])
+explicit = openblas()
+print(json.dumps({"default": default, "applied": applied, "explicit": explicit}))
+""")
+    if out["default"]["count"] == 1:
+        pytest.skip("one CPU: the profile's count cannot be told from the default")
+    applied, explicit = out["applied"], out["explicit"]
+    assert applied["count"] == applied["truth"] == 1
+    assert applied["source"] == "set at run time by parinfo.apply (profile single-thread)"
+    assert applied["kind"] == "runtime" and "variable-after-load" not in applied["findings"]
+    n = out["default"]["count"]
+    assert explicit["count"] == explicit["truth"] == n
+    assert explicit["source"] == f"set at run time by parinfo.set_num_threads({n})"
+    assert "variable-after-load" not in explicit["findings"]

@@ -101,11 +101,15 @@ def _changes(model: Model, env: Mapping[str, str], launch: Mapping[str, str]) ->
 def explain(library: str, count: int | None, model: Model, environ: Mapping[str, str],
             launch_environ: Mapping[str, str] | str, facts, ctx: dict | None = None,
             runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None,
-            unread: str = "not readable without changing it") -> dict:
+            unread: str = "not readable without changing it",
+            pushed: tuple[int, str] | None = None) -> dict:
     """One provenance row: ``count`` in force for ``library`` and the source that decided it.
 
     ``extra_match`` is (count, kind, phrase): another explanation tried before run time (e.g. torch
-    setting its own OpenMP runtime's count); ``unread`` says why a ``count`` of None was not read.
+    setting its own OpenMP runtime's count); ``pushed`` is (count, phrase) when parinfo's runtime
+    pushed a count into this very library: it wrote last, so it is tried before the environment
+    (``parinfo.apply`` also sets the variables, after the library read them); ``unread`` says why a ``count`` of None
+    was not read.
     """
     launch_known = not isinstance(launch_environ, str)
     launch_pred = predict(model, launch_environ if launch_known else environ, facts, ctx)
@@ -122,6 +126,8 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         source = f"unknown ({unread})"
         if launch_pred.count is not None:
             source += f"; would be {launch_pred.count} by {launch_pred.phrase}"
+    elif pushed is not None and count == pushed[0]:  # parinfo's runtime set it last
+        kind, variable, source = "runtime", None, pushed[1]
     elif launch_pred.count is None:  # no model predicts this library's count
         kind, variable, source = "unknown", None, launch_pred.phrase
     elif count == launch_pred.count:
@@ -172,15 +178,41 @@ def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: Ma
     return row
 
 
+def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, str]]:
+    """Library path -> (count, phrase) for the pools parinfo's runtime pushed a count into.
+
+    ``push`` is the runtime's record of its last push (``parinfo.runtime.info()["native_push"]``):
+    its source is "profile NAME" for ``parinfo.apply`` and "explicit call" for
+    ``parinfo.set_num_threads``.
+    """
+    if not push:
+        return {}
+    source = str(push.get("source") or "")
+    if source.startswith("profile "):
+        who = f"parinfo.apply ({source})"
+    elif source == "explicit call":
+        who = f"parinfo.set_num_threads({push.get('count')})"
+    else:
+        who = f"parinfo's runtime ({source})"
+    out = {}
+    for pool in push.get("pools") or ():
+        if pool.get("filepath") and isinstance(pool.get("num_threads"), int):
+            out[pool["filepath"]] = (pool["num_threads"], f"set at run time by {who}")
+    return out
+
+
 def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str, str],
-                     launch_environ: Mapping[str, str] | str | None, facts) -> list[dict]:
+                     launch_environ: Mapping[str, str] | str | None, facts,
+                     runtime_push: Mapping[str, Any] | None = None) -> list[dict]:
     """For each library in force, the count and the source that decided it.
 
     ``pools``: :func:`parinfo.process.pools.native_pools`; ``torch``: :func:`parinfo.process.frameworks.torch_info`
     or None; ``environ``: the environment now; ``launch_environ``: the launch environment
     (:func:`parinfo.process.environment.launch_environment`), "unknown (reason)", or None to read it here; ``facts``: a
-    :class:`parinfo.machine.topology.MachineFacts`. One row per pool row, then torch's intra-op and inter-op
-    rows when torch is given, then each Python-module library (numexpr...) that is imported. Keys:
+    :class:`parinfo.machine.topology.MachineFacts`; ``runtime_push``: the runtime's last push
+    (``parinfo.runtime.info()["native_push"]``), which explains the pools it set. One row per pool
+    row, then torch's intra-op and inter-op rows when torch is given, then each Python-module
+    library (numexpr...) that is imported. Keys:
 
     - ``library``: the pool's library (openblas, libgomp, mkl, tbb...), "torch intra-op",
       "torch inter-op", or a Python-module library's name (numexpr...).
@@ -207,6 +239,7 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
 
         launch_environ = launch_environment()
     rows = []
+    pushed = pushed_counts(runtime_push)
     torch_intra = torch.get("intra_op") if torch else None
     torch_rows = _torch_rows(torch, environ, launch_environ, facts) if torch else []
     torch_set_at_run_time = bool(torch_rows) and torch_rows[0]["kind"] == "runtime"
@@ -228,7 +261,7 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
                          f"set by torch to its intra-op count ({torch_intra}) when it initialised")
         unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
         row = explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
-                      extra_match=extra, unread=unread)
+                      extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""))
         row["owner"] = pool.get("owner")
         row["filepath"] = pool.get("filepath")
         rows.append(row)
