@@ -85,6 +85,22 @@ def test_exit_code_and_not_found(profile):
     assert missing.returncode == 127 and missing.stderr.strip().endswith("command not found: parinfo-no-such-command")
 
 
+@pytest.mark.parametrize("instances", [[], ["--instances", "2"]])
+def test_a_command_that_cannot_run_names_the_reason_as_tune_does(profile, tmp_path, instances):
+    path = profile("version: 1\nname: e2e\nintra_op: 1\ninter_op: 1\n")
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\necho ran\n")
+    script.chmod(0o644)
+    for target, what in ((tmp_path, "it is a directory"), (script, "it is not executable")):
+        proc = via("apply", path, *instances, "--", str(target))
+        assert proc.returncode == 126 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1
+        tune = run_cli("tune", "--", str(target), env=clean_env())
+        assert tune.returncode == 2
+        for err in (proc.stderr, tune.stderr):  # long paths are shortened by apply, not by tune
+            assert err.startswith("parinfo: error: cannot run '")
+            assert err.strip().endswith(f"': permission denied ({what})")
+
+
 def test_bad_profile_runs_nothing_and_exits_2_in_one_line(profile):
     path = profile("version: 1\nname: e2e\nintra_op: 0\ninter_op: 1\n")
     proc = via("apply", path, "--", sys.executable, "-c", "print('ran')")

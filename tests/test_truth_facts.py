@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import HAVE_NUMPY, HAVE_TORCH, clean_env, run_cli, run_json
+from conftest import HAVE_NUMPY, HAVE_TORCH, clean_env, run_cli, run_json, run_py
 from parinfo.cli.render_text import thread_group
 from parinfo.diagnostics.rules import diagnose
 from parinfo.process.variables import parse_count, validate
@@ -120,3 +120,67 @@ print(json.dumps({"truth": truth, "rows": rows, "torch": torch.get_num_threads()
                                          ("pool_7", "pool_*")])
 def test_thread_names_group_numbered_workers(name, group):
     assert thread_group(name) == group
+
+
+HAVE_NUMEXPR = importlib.util.find_spec("numexpr") is not None
+_NUMEXPR_TRUTH = """
+import json, numexpr, parinfo
+r = parinfo.inspect()
+row = next(x for x in r.settings if x["library"] == "numexpr")
+print(json.dumps({"truth": numexpr.get_num_threads(), "pool": numexpr.MAX_THREADS, "row": row,
+                  "findings": {f.id: f.to_dict() for f in r.findings}}))
+"""
+
+
+@pytest.mark.skipif(not HAVE_NUMEXPR, reason="numexpr is not installed")
+def test_numexpr_count_above_its_pool_is_refused_and_said():
+    proc = run_py(_NUMEXPR_TRUTH, env=clean_env(NUMEXPR_NUM_THREADS="8", NUMEXPR_MAX_THREADS="4"))
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "NUMEXPR_MAX_THREADS" in proc.stderr  # numexpr's own complaint
+    row = out["row"]
+    assert out["pool"] == 4 and row["count"] == out["truth"] == 1  # refused, not capped at 4
+    assert row["kind"] == "env" and row["variable"] == "NUMEXPR_NUM_THREADS"
+    assert row["source"] == ("env NUMEXPR_NUM_THREADS=8 refused: above its pool of NUMEXPR_MAX_THREADS=4, "
+                             "so 1 runs instead")
+    finding = out["findings"]["count-refused"]
+    assert finding["severity"] == "warning" and "runs 1 thread, not 8" in finding["message"]
+    assert "NUMEXPR_NUM_THREADS to at most 4" in finding["fix"] and "NUMEXPR_MAX_THREADS to 8" in finding["fix"]
+
+
+@pytest.mark.skipif(not HAVE_NUMEXPR, reason="numexpr is not installed")
+@pytest.mark.parametrize("env", [{"NUMEXPR_MAX_THREADS": "3"}, {"NUMEXPR_NUM_THREADS": "3"},
+                                 {"OMP_NUM_THREADS": "3", "NUMEXPR_MAX_THREADS": "5"}, {}])
+def test_numexpr_count_matches_its_getter(env):
+    out = run_json(_NUMEXPR_TRUTH, env=clean_env(**env))
+    row = out["row"]
+    assert row["count"] == out["truth"] and row["kind"] in ("env", "default"), row
+    assert row["refused"] is None and "count-refused" not in out["findings"]
+
+
+@pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
+def test_a_count_pushed_by_parinfo_is_said_to_be_set_by_it():
+    out = run_json("""
+import json, os, numpy, threadpoolctl, parinfo
+def openblas():
+    r = parinfo.inspect()
+    row = next(x for x in r.settings if x["library"] == "openblas")
+    truth = next(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["filepath"] == row["filepath"])
+    return {"count": row["count"], "truth": truth, "source": row["source"], "kind": row["kind"],
+            "findings": sorted(f.id for f in r.findings)}
+default = openblas()
+parinfo.apply("single-thread")
+applied = openblas()
+parinfo.set_num_threads(default["count"])
+explicit = openblas()
+print(json.dumps({"default": default, "applied": applied, "explicit": explicit}))
+""")
+    if out["default"]["count"] == 1:
+        pytest.skip("one CPU: the profile's count cannot be told from the default")
+    applied, explicit = out["applied"], out["explicit"]
+    assert applied["count"] == applied["truth"] == 1
+    assert applied["source"] == "set at run time by parinfo.apply (profile single-thread)"
+    assert applied["kind"] == "runtime" and "variable-after-load" not in applied["findings"]
+    n = out["default"]["count"]
+    assert explicit["count"] == explicit["truth"] == n
+    assert explicit["source"] == f"set at run time by parinfo.set_num_threads({n})"
+    assert "variable-after-load" not in explicit["findings"]

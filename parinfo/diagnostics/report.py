@@ -121,7 +121,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     env_rows = environment.environment_report(os.environ, launch_env)
     rt = runtime_info()
     settings = _runtime_rows(rt) + provenance.library_settings(
-        pool_rows, torch_info, os.environ, launch_env, facts)
+        pool_rows, torch_info, os.environ, launch_env, facts, rt.get("native_push"))
 
     report = Report(
         process={"pid": os.getpid(), "python": platform.python_version(),

@@ -229,6 +229,29 @@ def _invalid_variables(s: dict[str, Any]) -> list[Finding]:
 
 
 @_rule
+def _refused_counts(s: dict[str, Any]) -> list[Finding]:
+    """A count a library refused because it is above its cap (numexpr above NUMEXPR_MAX_THREADS): the
+    library runs a fallback count, far from the one asked, and says so only on stderr."""
+    out = []
+    for row in s.get("settings", []):
+        refused = row.get("refused")
+        if not refused:
+            continue
+        var, asked, cap = refused["variable"], refused["asked"], refused["cap"]
+        cap_var = next((v for v in row.get("cap_vars") or () if v != var), None)
+        raise_cap = f", or raise {cap_var} to {asked}" if cap_var else ""
+        out.append(Finding(
+            "count-refused", "warning",
+            f"{row['library']} runs {refused['runs']} thread{'s' if refused['runs'] != 1 else ''}, not {asked}: "
+            f"{var}={asked} is above {refused['why']}",
+            f"{row['library']} refuses a count above its cap instead of cutting it to the cap: it prints an "
+            f"error on stderr and keeps {refused['runs']}",
+            f"set {var} to at most {cap}{raise_cap}, before {row['library']} is imported",
+        ))
+    return out
+
+
+@_rule
 def _set_after_load(s: dict[str, Any]) -> list[Finding]:
     """A variable changed after launch that a library loaded earlier ignores: its count is still the
     launch environment's and differs from what the variable asks now. Made of the settings rows'

@@ -87,7 +87,7 @@ _VARIABLES: tuple[Var, ...] = (
 # only the library itself can tell, e.g. numexpr's detected cores)
 
 Rule = Callable[[Any, Mapping[str, Any]], "tuple[int | None, str]"]
-Cap = Callable[[Any, Mapping[str, str]], "tuple[int | None, str]"]
+Cap = Callable[[Any, Mapping[str, str], Mapping[str, Any]], "tuple[int | None, str]"]
 
 
 def affinity_cpus(facts: Any, ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
@@ -130,13 +130,15 @@ def hardware_concurrency(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
 
 
 def _numexpr_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
+    """numexpr 2.8.5+ with no count asked: its whole pool when NUMEXPR_MAX_THREADS is set, else the
+    online CPUs it detects (affinity ignored), at most 16."""
+    pool = ctx.get("max_threads")
+    if ctx.get("max_set") and isinstance(pool, int):
+        return pool, f"{pool} (NUMEXPR_MAX_THREADS: numexpr runs its whole pool when no count is asked)"
     ncores = ctx.get("ncores") or facts.logical_cpus or 1
-    limit = ctx.get("max_threads") or ncores
-    n = min(ncores, limit)
-    phrase = f"{n} (cores detected by numexpr: {ncores}, NUMEXPR_MAX_THREADS limit: {limit})"
-    if ctx.get("safe_limit") and n > 16:
-        n, phrase = 16, f"16 (numexpr's safe limit; {ncores} cores detected)"
-    return n, phrase
+    if ncores > 16:
+        return 16, f"16 (numexpr's safe limit; {ncores} cores detected)"
+    return ncores, f"{ncores} (online CPUs detected by numexpr; affinity ignored)"
 
 
 def _numba_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
@@ -159,7 +161,7 @@ def _numba_read(module: Any) -> Any:
     return getattr(getattr(module, "config", None), "NUMBA_NUM_THREADS", None)
 
 
-def _affinity_cap(facts: Any, env: Mapping[str, str]) -> tuple[int, str]:
+def _affinity_cap(facts: Any, env: Mapping[str, str], ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
     return affinity_cpus(facts)
 
 
@@ -168,16 +170,27 @@ def is_false(value: str | None) -> bool:
     return value is not None and value.strip().lower() in ("false", "0", "no", "off")
 
 
-def _mkl_cap(facts: Any, env: Mapping[str, str]) -> tuple[int | None, str]:
+def _mkl_cap(facts: Any, env: Mapping[str, str], ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
     if is_false(env.get("MKL_DYNAMIC")):
         return None, ""
     n = facts.physical_cores
     return n, f"{n} physical core{'s' if n != 1 else ''} (MKL_DYNAMIC is not FALSE)"
 
 
+def _numexpr_pool(facts: Any, env: Mapping[str, str], ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+    """numexpr's pool size (MAX_THREADS: NUMEXPR_MAX_THREADS at import, else 64): a request above
+    it is refused."""
+    pool = (ctx or {}).get("max_threads")
+    if not isinstance(pool, int):
+        return None, ""
+    if (ctx or {}).get("max_set"):
+        return pool, f"its pool of NUMEXPR_MAX_THREADS={pool}"
+    return pool, f"its pool of {pool} (NUMEXPR_MAX_THREADS unset)"
+
+
 def _numexpr_context(module: Any, env: Mapping[str, str]) -> dict[str, Any]:
     return {"ncores": getattr(module, "ncores", None), "max_threads": getattr(module, "MAX_THREADS", None),
-            "safe_limit": not env.get("NUMEXPR_MAX_THREADS") and not env.get("OMP_NUM_THREADS")}
+            "max_set": bool(env.get("NUMEXPR_MAX_THREADS"))}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,8 +207,10 @@ class Library:
     already in ``sys.modules``, never imported by parinfo).
     Count: ``precedence`` (variables read in order, first valid wins; then those of ``follows``),
     ``default`` when none is set, ``cap`` on a variable's request (``cap_vars`` steer the cap;
-    ``context`` gathers what only the loaded module can tell the default). ``layer_files`` tell its
-    threading layer from the files loaded beside it; ``layer_var`` chooses that layer.
+    ``refused`` is the count kept when a request above the cap is refused rather than cut to the
+    cap, as numexpr does; ``context`` gathers what only the loaded module can tell the default and
+    the cap). ``layer_files`` tell its threading layer from the files loaded beside it;
+    ``layer_var`` chooses that layer.
     Pushed and read back: through threadpoolctl (``internal_api``), or the module's ``getter`` /
     ``setter`` functions (``read`` replaces the getter where calling it would change something);
     ``native_getter`` names the C call that reads it. ``scope`` is "thread"
@@ -219,6 +234,7 @@ class Library:
     default: Rule | None = None
     cap: Cap | None = None
     cap_vars: tuple[str, ...] = ()
+    refused: int | None = None
     context: Callable[[Any, Mapping[str, str]], dict[str, Any]] | None = None
     read: Callable[[Any], Any] | None = None
     profile_key: str | None = None
@@ -311,10 +327,13 @@ _RECORDS: tuple[Library, ...] = (
             note="count from this_task_arena::max_concurrency() and global_control, read through ctypes"),
     Library("numexpr", "numexpr", kind="python", module="numexpr", env_prefixes=("NUMEXPR_",),
             precedence=("NUMEXPR_NUM_THREADS", "OMP_NUM_THREADS"), reads=("NUMEXPR_MAX_THREADS",),
-            default=_numexpr_default, context=_numexpr_context, profile_key="numexpr",
+            default=_numexpr_default, cap=_numexpr_pool, cap_vars=("NUMEXPR_MAX_THREADS",), refused=1,
+            context=_numexpr_context, profile_key="numexpr",
             profile_var="NUMEXPR_NUM_THREADS", push="setter", getter="get_num_threads",
             setter="set_num_threads", scope="process",
-            note="caps at NUMEXPR_MAX_THREADS (read at import); 16 when neither it nor OMP_NUM_THREADS is set"),
+            note="pool of NUMEXPR_MAX_THREADS (read at import, 64 unset); a count above it is refused with "
+                 "an 'Error.' line on stderr and 1 thread runs; 16 at most when neither it nor "
+                 "OMP_NUM_THREADS is set"),
     Library("torch", "torch", kind="framework", module="torch",
             precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"), default=physical_in_affinity, cap=_mkl_cap,
             cap_vars=("MKL_DYNAMIC",), profile_key="torch", push="setter", getter="get_num_threads",

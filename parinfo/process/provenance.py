@@ -27,6 +27,7 @@ class _Prediction(NamedTuple):
     kind: str  # env | default | unknown
     variable: str | None
     phrase: str
+    refused: dict | None = None  # a request the library refused: variable, asked, cap, why, runs
 
 
 class Model(NamedTuple):
@@ -35,14 +36,15 @@ class Model(NamedTuple):
 
     precedence: tuple[str, ...]
     default: Callable[[Any, Mapping[str, Any]], tuple[int | None, str]]
-    cap: Callable[[Any, Mapping[str, str]], tuple[int | None, str]] | None = None
+    cap: Callable[[Any, Mapping[str, str], Mapping[str, Any]], tuple[int | None, str]] | None = None
     cap_vars: tuple[str, ...] = ()
+    refused: int | None = None  # the count kept when a request above the cap is refused (numexpr)
 
 
 def model_of(lib: reg.Library) -> Model:
     """The count model of a library record."""
     default = lib.default or (lambda f, c: (None, f"parinfo has no model for {lib.name}"))
-    return Model(lib.count_vars, default, lib.cap, lib.cap_vars)
+    return Model(lib.count_vars, default, lib.cap, lib.cap_vars, lib.refused)
 
 
 def _torch_models() -> dict[str, Model]:
@@ -74,7 +76,11 @@ def predict(model: Model, env: Mapping[str, str], facts, ctx: dict | None = None
             continue
         phrase = f"env {var}={env[var]}"
         if model.cap is not None:
-            cap, why = model.cap(facts, env)
+            cap, why = model.cap(facts, env, ctx)
+            if cap is not None and n > cap and model.refused is not None:
+                refused = {"variable": var, "asked": n, "cap": cap, "why": why, "runs": model.refused}
+                return _Prediction(model.refused, "env", var,
+                                   f"{phrase} refused: above {why}, so {model.refused} runs instead", refused)
             if cap is not None and n > cap:
                 n, phrase = cap, f"{phrase}, capped at {why}"
         return _Prediction(n, "env", var, phrase)
@@ -95,11 +101,15 @@ def _changes(model: Model, env: Mapping[str, str], launch: Mapping[str, str]) ->
 def explain(library: str, count: int | None, model: Model, environ: Mapping[str, str],
             launch_environ: Mapping[str, str] | str, facts, ctx: dict | None = None,
             runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None,
-            unread: str = "not readable without changing it") -> dict:
+            unread: str = "not readable without changing it",
+            pushed: tuple[int, str] | None = None) -> dict:
     """One provenance row: ``count`` in force for ``library`` and the source that decided it.
 
     ``extra_match`` is (count, kind, phrase): another explanation tried before run time (e.g. torch
-    setting its own OpenMP runtime's count); ``unread`` says why a ``count`` of None was not read.
+    setting its own OpenMP runtime's count); ``pushed`` is (count, phrase) when parinfo's runtime
+    pushed a count into this very library: it wrote last, so it is tried before the environment
+    (``parinfo.apply`` also sets the variables, after the library read them); ``unread`` says why a ``count`` of None
+    was not read.
     """
     launch_known = not isinstance(launch_environ, str)
     launch_pred = predict(model, launch_environ if launch_known else environ, facts, ctx)
@@ -110,15 +120,19 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         notes.append(f"launch environment {launch_environ}; predicted from the environment now")
     expected = launch_pred.count
     ignored: list[str] = []
+    refused: dict | None = None
     if count is None:
         kind, variable = "unknown", launch_pred.variable
         source = f"unknown ({unread})"
         if launch_pred.count is not None:
             source += f"; would be {launch_pred.count} by {launch_pred.phrase}"
+    elif pushed is not None and count == pushed[0]:  # parinfo's runtime set it last
+        kind, variable, source = "runtime", None, pushed[1]
     elif launch_pred.count is None:  # no model predicts this library's count
         kind, variable, source = "unknown", None, launch_pred.phrase
     elif count == launch_pred.count:
         kind, variable, source = launch_pred.kind, launch_pred.variable, launch_pred.phrase
+        refused = launch_pred.refused
         if changes and now_pred.count is not None and now_pred.count != count:
             notes.append("changed after launch, after this library read it (ignored): " + "; ".join(changes))
             ignored = [var for var in model.precedence + model.cap_vars
@@ -126,6 +140,7 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     elif count == now_pred.count:
         kind, variable, expected = now_pred.kind, now_pred.variable, now_pred.count
         source = now_pred.phrase + " (set after launch, before this library loaded)"
+        refused = now_pred.refused
     elif extra_match is not None and extra_match[0] == count:
         kind, variable, source = extra_match[1], None, extra_match[2]
     else:
@@ -140,9 +155,11 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         "variable": variable,
         "expected_from_env": expected,
         "precedence": list(model.precedence),
+        "cap_vars": list(model.cap_vars),
         "note": "; ".join(notes) or None,
         "asked_now": now_pred.count,
         "ignored_changes": ignored,
+        "refused": refused,
     }
 
 
@@ -161,15 +178,41 @@ def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: Ma
     return row
 
 
+def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, str]]:
+    """Library path -> (count, phrase) for the pools parinfo's runtime pushed a count into.
+
+    ``push`` is the runtime's record of its last push (``parinfo.runtime.info()["native_push"]``):
+    its source is "profile NAME" for ``parinfo.apply`` and "explicit call" for
+    ``parinfo.set_num_threads``.
+    """
+    if not push:
+        return {}
+    source = str(push.get("source") or "")
+    if source.startswith("profile "):
+        who = f"parinfo.apply ({source})"
+    elif source == "explicit call":
+        who = f"parinfo.set_num_threads({push.get('count')})"
+    else:
+        who = f"parinfo's runtime ({source})"
+    out = {}
+    for pool in push.get("pools") or ():
+        if pool.get("filepath") and isinstance(pool.get("num_threads"), int):
+            out[pool["filepath"]] = (pool["num_threads"], f"set at run time by {who}")
+    return out
+
+
 def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str, str],
-                     launch_environ: Mapping[str, str] | str | None, facts) -> list[dict]:
+                     launch_environ: Mapping[str, str] | str | None, facts,
+                     runtime_push: Mapping[str, Any] | None = None) -> list[dict]:
     """For each library in force, the count and the source that decided it.
 
     ``pools``: :func:`parinfo.process.pools.native_pools`; ``torch``: :func:`parinfo.process.frameworks.torch_info`
     or None; ``environ``: the environment now; ``launch_environ``: the launch environment
     (:func:`parinfo.process.environment.launch_environment`), "unknown (reason)", or None to read it here; ``facts``: a
-    :class:`parinfo.machine.topology.MachineFacts`. One row per pool row, then torch's intra-op and inter-op
-    rows when torch is given, then each Python-module library (numexpr...) that is imported. Keys:
+    :class:`parinfo.machine.topology.MachineFacts`; ``runtime_push``: the runtime's last push
+    (``parinfo.runtime.info()["native_push"]``), which explains the pools it set. One row per pool
+    row, then torch's intra-op and inter-op rows when torch is given, then each Python-module
+    library (numexpr...) that is imported. Keys:
 
     - ``library``: the pool's library (openblas, libgomp, mkl, tbb...), "torch intra-op",
       "torch inter-op", or a Python-module library's name (numexpr...).
@@ -182,17 +225,21 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
     - ``variable``: the variable that decided it, or None.
     - ``expected_from_env``: the count the environment (and default) predicts, or None.
     - ``precedence``: the variables this library reads, first wins.
+    - ``cap_vars``: the variables that steer its cap on a request (MKL_DYNAMIC, NUMEXPR_MAX_THREADS).
     - ``note``: extra remarks (a variable changed after launch and ignored...), or None.
     - ``asked_now``: the count the environment of now (and the default) asks for, or None.
     - ``ignored_changes``: the variables changed after launch that this library loaded before: its
       count is still the launch environment's and differs from ``asked_now`` ([] otherwise). The
       ``variable-after-load`` finding is made of these rows only, so it and this row always agree.
+    - ``refused``: a request above the library's cap that it refused rather than cut (numexpr keeps
+      1 thread): {variable, asked, cap, why, runs}; None otherwise. The ``count-refused`` finding.
     """
     if launch_environ is None:
         from parinfo.process.environment import launch_environment
 
         launch_environ = launch_environment()
     rows = []
+    pushed = pushed_counts(runtime_push)
     torch_intra = torch.get("intra_op") if torch else None
     torch_rows = _torch_rows(torch, environ, launch_environ, facts) if torch else []
     torch_set_at_run_time = bool(torch_rows) and torch_rows[0]["kind"] == "runtime"
@@ -214,7 +261,7 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
                          f"set by torch to its intra-op count ({torch_intra}) when it initialised")
         unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
         row = explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
-                      extra_match=extra, unread=unread)
+                      extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""))
         row["owner"] = pool.get("owner")
         row["filepath"] = pool.get("filepath")
         rows.append(row)

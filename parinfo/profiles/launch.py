@@ -149,10 +149,19 @@ def exit_status(returncode: int) -> int:
 
 
 def not_started(command: Sequence[str], exc: OSError) -> int:
+    """Say in one line why ``command`` could not start (naming the reason as ``parinfo tune`` does)
+    and return the shell's code for it: 127 not found, 126 found but not runnable."""
     if isinstance(exc, FileNotFoundError):
         print(f"parinfo: error: command not found: {shorten(command[0])}", file=sys.stderr)
         return EXIT_NOT_FOUND
-    print(f"parinfo: error: cannot run {shorten(command[0])}: {exc.strerror or exc}", file=sys.stderr)
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, PermissionError):
+        path = command[0] if os.sep in command[0] else None
+        what = ("it is a directory" if path and os.path.isdir(path)
+                else "it is not executable" if path and os.path.exists(path) and not os.access(path, os.X_OK)
+                else None)
+        reason = "permission denied" + (f" ({what})" if what else "")
+    print(f"parinfo: error: cannot run '{shorten(command[0])}': {reason}", file=sys.stderr)
     return EXIT_NOT_EXECUTABLE
 
 
