@@ -93,6 +93,40 @@ SCENARIOS: list[tuple[str, str, dict[str, str], tuple[str, ...]]] = [
     ("`parinfo.runtime.info()` right after `import parinfo`",
      "import json, parinfo\nclaim = parinfo.runtime.info()['backend']\n"
      "from parinfo import runtime\ntruth = runtime.info()['backend']\nagree = claim == truth", {}, ()),
+    ("NUMEXPR_NUM_THREADS=8 above NUMEXPR_MAX_THREADS=4",
+     "import json, numexpr, parinfo\nr = parinfo.inspect()\n"
+     "row = [s for s in r.settings if s['library'] == 'numexpr'][0]\n"
+     "claim = (row['count'], 'count-refused' in [f.id for f in r.findings])\n"
+     "truth = numexpr.get_num_threads()\nagree = claim == (truth, True)",
+     {"NUMEXPR_NUM_THREADS": "8", "NUMEXPR_MAX_THREADS": "4"}, ("numexpr",)),
+    ("parinfo.apply('single-thread') from another thread, libgomp loaded",
+     "import json, threading, sklearn, threadpoolctl, parinfo\nout = {}\n"
+     "t = threading.Thread(target=lambda: out.update(parinfo.apply('single-thread')))\nt.start(); t.join()\n"
+     "gap = [line for line in out['not_in_force'] if 'openmp' in line.lower()]\n"
+     "claim = 'main thread said not reached' if any('MainThread' in g for g in gap) else gap\n"
+     "truth = [p['num_threads'] for p in threadpoolctl.threadpool_info() if p['user_api'] == 'openmp']\n"
+     "agree = claim == 'main thread said not reached' and any(n != 1 for n in truth)",
+     {}, ("sklearn",)),
+    ("parinfo apply latency --instances 2: each instance's counts",
+     "import json, subprocess, sys\n"
+     "probe = \"import os; print(len(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'], "
+     "os.environ['PARINFO_NUM_THREADS'])\"\n"
+     "p = subprocess.run([sys.executable, '-m', 'parinfo', 'apply', 'latency', '--instances', '2', '--', "
+     "sys.executable, '-c', probe], capture_output=True, text=True)\n"
+     "rows = sorted(line.split()[1:] for line in p.stdout.splitlines())\n"
+     "claim = [f'omp {r[1]}, intra {r[2]}' for r in rows]\ntruth = [f'{r[0]} CPU(s)' for r in rows]\n"
+     "agree = len(rows) == 2 and all(int(r[1]) <= int(r[0]) and int(r[2]) <= int(r[0]) for r in rows)",
+     {}, ()),
+    ("program sets its own torch inter-op count under parinfo apply latency",
+     "import json, subprocess, sys\n"
+     "prog = \"import os, torch; torch.set_num_interop_threads(2); print(torch.get_num_interop_threads(), "
+     "flush=True); os._exit(0)\"\n"
+     "p = subprocess.run([sys.executable, '-m', 'parinfo', 'apply', 'latency', '--', sys.executable, '-c', prog], "
+     "capture_output=True, text=True)\n"
+     "claim = [line for line in p.stderr.splitlines() if 'inter-op' in line][:1]\n"
+     "truth = f'exit {p.returncode}, torch.get_num_interop_threads() = {p.stdout.strip()}'\n"
+     "agree = p.returncode == 0 and bool(claim) and claim[0].split('stay ')[1].split()[0] == p.stdout.strip()",
+     {}, ("torch",)),
 ]
 
 
