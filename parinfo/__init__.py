@@ -72,15 +72,26 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parinfo.profiles.applying import apply
-    from parinfo.errors import ApplyError, ParinfoError, ProfileError, TuneError, UsageError
-    from parinfo.profiles.plan import Plan
-    from parinfo.profiles.language import load_profile, resolve_profile
     from parinfo.cli.torch_block import parallel_info
     from parinfo.diagnostics.report import Report, inspect
-    from parinfo.runtime import (Future, fork, get_num_interop_threads, get_num_threads,
-                                 get_thread_num, in_parallel_region, parallel_for, parallel_reduce,
-                                 profile, set_num_interop_threads, set_num_threads, wait)
+    from parinfo.errors import ApplyError, ParinfoError, ProfileError, TuneError, UsageError
     from parinfo.machine.topology import MachineFacts, machine_facts
+    from parinfo.profiles.applying import apply
+    from parinfo.profiles.language import load_profile, resolve_profile
+    from parinfo.profiles.plan import Plan
+    from parinfo.runtime import (
+        Future,
+        fork,
+        get_num_interop_threads,
+        get_num_threads,
+        get_thread_num,
+        in_parallel_region,
+        parallel_for,
+        parallel_reduce,
+        profile,
+        set_num_interop_threads,
+        set_num_threads,
+        wait,
+    )
     from parinfo.tuning.sweep import tune
     from parinfo.watching.sample import Sample, watch  # noqa: F401

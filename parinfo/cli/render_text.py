@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from parinfo.machine.cpulist import format_cpu_list
 from parinfo.cli.torch_block import human_bytes, plural, pool_title, quota_text, show_value
+from parinfo.machine.cpulist import format_cpu_list
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -28,7 +28,7 @@ def _stack_budget(pid: int | None, threads: int | None, memory: dict[str, Any]) 
 
     try:
         lim = limits(pid)
-    except Exception as exc:  # noqa: BLE001 - a process that ends here has no budget to show
+    except Exception as exc:  # a process that ends here has no budget to show
         return {"unknown": str(exc)}
     rows = []
     for name, value in (("RLIMIT_DATA", lim.data), ("RLIMIT_AS", lim.address_space)):

@@ -99,10 +99,11 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
 
     if not live.pid_is_self(pid) or children:
         return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
-    from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
     from parinfo.machine.cpuid import cpu_identity
-    from parinfo.runtime import info as runtime_info
     from parinfo.machine.topology import machine_facts
+    from parinfo.process import environment, frameworks, pools, provenance, threads
+    from parinfo.process import probing as probe
+    from parinfo.runtime import info as runtime_info
 
     if outer_threads is not None and (isinstance(outer_threads, bool) or not isinstance(outer_threads, int)
                                       or outer_threads < 1):

@@ -5,8 +5,9 @@ hand-made dictionaries and never touch the process themselves.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 SEVERITIES = ("info", "warning", "error")
 

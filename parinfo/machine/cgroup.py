@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from parinfo.machine.sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
 

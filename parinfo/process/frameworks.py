@@ -102,7 +102,7 @@ def torch_info(import_if_missing: bool = False) -> dict | None:
     if torch is None:
         if not import_if_missing:
             return None
-        import torch  # noqa: PLC0415 - asked for explicitly
+        import torch  # asked for explicitly
 
     from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 

@@ -17,7 +17,7 @@ def threadpoolctl() -> ModuleType:
     if mod is not None:
         return mod
     had = "KMP_DUPLICATE_LIB_OK" in os.environ
-    import threadpoolctl as mod  # noqa: PLC0415
+    import threadpoolctl as mod
 
     if not had:
         os.environ.pop("KMP_DUPLICATE_LIB_OK", None)

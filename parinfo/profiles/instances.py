@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from parinfo.profiles.launch import Relay, check_cpus, child_environ, exit_status, not_started, spawn
 
@@ -207,7 +208,6 @@ class _Prefixed:
 def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
     """Relay prefixed output until every instance has exited; the first failure's status."""
     import selectors
-
     import time
 
     sel = selectors.DefaultSelector()

@@ -188,7 +188,7 @@ def parse(text: str, path: str) -> Document:
         aliases = 0
         depth = 0
 
-        def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML hook
+        def compose_node(self, parent, index):  # PyYAML hook
             if self.depth >= MAX_DEPTH:
                 mark = self.peek_event().start_mark
                 raise _error(f"nested more than {MAX_DEPTH} levels deep", path, mark.line + 1, mark.column + 1,

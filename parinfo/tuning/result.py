@@ -46,7 +46,7 @@ def cpu_model() -> str:
 
     try:
         ident = cpu_identity()
-    except Exception as exc:  # noqa: BLE001 - a description, never a failure
+    except Exception as exc:  # a description, never a failure
         return f"unknown ({exc})"
     brand = ident.get("brand") or f"unknown ({ident.get('unknown', {}).get('brand', 'no brand')})"
     extra = [x for x in (ident.get("arch"), " ".join(ident.get("isa") or [])) if x]
