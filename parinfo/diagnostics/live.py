@@ -11,10 +11,9 @@ import os
 import time
 from typing import Any
 
-from parinfo.diagnostics.live_rules import with_live
 from parinfo.diagnostics.report import Report
 
-__all__ = ["inspect_pid", "live_section", "pid_is_self", "with_live"]
+__all__ = ["inspect_pid", "live_section", "pid_is_self"]
 
 #: How long ``show --pid`` watches the threads to tell how many want a CPU (seconds).
 SAMPLE_SECONDS = 0.3
@@ -101,7 +100,8 @@ def _hint(env: dict[str, str], names: list[str]) -> str:
         return (f"launched by parinfo apply (profile {profile}): the counts it set are in its launch "
                 f"environment below; for the counts in force, call parinfo.inspect() inside it")
     if any(n.startswith("parinfo-") for n in names):
-        return "it runs parinfo's pools: call parinfo.inspect() (or parinfo.parallel_info()) inside it for the full report"
+        return ("it runs parinfo's pools: call parinfo.inspect() (or parinfo.parallel_info()) inside it "
+                "for the full report")
     return "for the full report, run parinfo show (or parinfo.inspect()) inside the process"
 
 
@@ -156,8 +156,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         threads=listing,
         live=live,
     )
-    sections = report.to_dict()
-    report.findings = with_live(diagnose(sections), sections)
+    report.findings = diagnose(report.to_dict())
     return report
 
 
