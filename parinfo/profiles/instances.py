@@ -220,12 +220,12 @@ def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
             assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
             relays.append(_Prefixed(prefix, out, owners))
-            sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1]))
+            sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1], pipe))
         pidfd = _pidfd(proc.pid)
         if pidfd is None:
             exact = False
         else:
-            sel.register(pidfd, selectors.EVENT_READ, ("exit", proc))
+            sel.register(pidfd, selectors.EVENT_READ, ("exit", proc, None))
     first_failure = 0
     running = {proc.pid for _, proc in procs}
 
@@ -239,7 +239,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
 
     while sel.get_map():
         for key, _ in sel.select(_timeout(relays, time.monotonic(), None if exact else 0.05)):
-            kind, target = key.data
+            kind, target, pipe = key.data
             if kind == "exit":
                 sel.unregister(key.fd)
                 os.close(key.fd)
@@ -255,7 +255,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
             else:
                 sel.unregister(key.fileobj)
                 target.close()
-                key.fileobj.close()
+                pipe.close()
         now = time.monotonic()
         for relay in relays:
             due = relay.due()

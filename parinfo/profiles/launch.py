@@ -226,7 +226,7 @@ class Relay:
 
     def __init__(self, send) -> None:
         self.send = send
-        self.saved: dict[int, object] = {}
+        self.saved: dict[int, Any] = {}  # what signal.signal returned: a handler, SIG_DFL or None
 
     def __enter__(self) -> Relay:
         for name in FORWARDED_SIGNALS:

@@ -294,12 +294,13 @@ class _Builder:
                 key = self.scalar(key_node)
                 if not isinstance(key, str) or isinstance(key, bool):
                     key = str(key_node.value)
+                path = (*keypath, key)
                 if key in out:
-                    first = self.key_marks.get((*keypath, key))
+                    first = self.key_marks.get(path)
                     where = f" (first at line {first.line})" if first else ""
                     raise self.fail(key_node, f"duplicate key {key!r}{where}", "keep only one of them")
-                self.key_marks[(*keypath, key)] = self.mark(key_node)
-                out[key] = self.value(value_node, (*keypath, key), depth + 1)
+                self.key_marks[path] = self.mark(key_node)
+                out[key] = self.value(value_node, path, depth + 1)
             return out
         raise self.fail(node, "unsupported YAML node", "write plain mappings, lists and scalars")
 
