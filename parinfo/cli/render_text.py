@@ -107,7 +107,7 @@ def _pools(r: Report) -> list[Line]:
     rows = [(pool_title(p), f"{show_value(p.get('num_threads'))} threads", f"seen by {p.get('seen_by')}")
             for p in r.pools]
     lines = []
-    for line, p in zip(_aligned(rows), r.pools):
+    for line, p in zip(_aligned(rows), r.pools, strict=True):
         lines.append(line)
         if p.get("filepath"):
             lines.append(_line(f"      {p['filepath']}", "dim"))

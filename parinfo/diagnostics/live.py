@@ -115,9 +115,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     from parinfo.diagnostics.rules import diagnose
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.topology import machine_facts
-    from parinfo.process import environment as envmod
-    from parinfo.process import pools, remote
-    from parinfo.process import threads as thr
+    from parinfo.process import environment as envmod, pools, remote, threads as thr
 
     remote.check_pid(pid)
     ident = remote.identity(pid)

@@ -101,8 +101,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.topology import machine_facts
-    from parinfo.process import environment, frameworks, pools, provenance, threads
-    from parinfo.process import probing as probe
+    from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
     from parinfo.runtime import info as runtime_info
 
     if outer_threads is not None and (isinstance(outer_threads, bool) or not isinstance(outer_threads, int)

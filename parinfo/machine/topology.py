@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from parinfo.errors import UsageError
-from parinfo.machine import cgroup as _cgroup
-from parinfo.machine import sysfs as _sysfs
+from parinfo.machine import cgroup as _cgroup, sysfs as _sysfs
 from parinfo.machine.cpulist import parse_cpu_list
 
 USABLE_RULE = "min(affinity CPUs, cpuset CPUs, floor(cgroup quota)), at least 1"

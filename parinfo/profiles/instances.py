@@ -41,7 +41,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) ->
     n = len(plan.instances)
     children = [child_environ(plan, os.environ, force=force, instance=inst, instances=n)
                 for inst in plan.instances]
-    for inst, child in zip(plan.instances, children):
+    for inst, child in zip(plan.instances, children, strict=True):
         if child.cpus is not None:
             check_cpus(child.cpus, f"instance {inst.index} of profile {plan.name}")
     seen: set[str] = set()
@@ -57,7 +57,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) ->
     die_with_us = _parent_death_hook(os.getpid())
     with Relay(send), _JobControl(send):
         try:
-            for inst, child in zip(plan.instances, children):
+            for inst, child in zip(plan.instances, children, strict=True):
                 try:
                     proc = spawn(command, child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_us)

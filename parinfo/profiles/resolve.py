@@ -360,7 +360,8 @@ class _Resolver:
 
     def library_notes(self, counts: dict[str, Setting], env: dict[str, str]) -> None:
         mkl = counts["mkl"].value
-        if mkl > self.values["usable_physical_cores"] and env.get("MKL_DYNAMIC", "").upper() not in ("FALSE", "0", "NO", "OFF"):
+        dynamic_off = env.get("MKL_DYNAMIC", "").upper() in ("FALSE", "0", "NO", "OFF")
+        if mkl > self.values["usable_physical_cores"] and not dynamic_off:
             self.notes.append(f"MKL uses at most the physical cores ({self.values['usable_physical_cores']} usable) "
                               f"unless MKL_DYNAMIC=FALSE; libraries.mkl asks for {mkl}")
         torch = counts["torch"].value

@@ -273,7 +273,8 @@ class _Builder:
             raise self.fail(node, f"the document expands to more than {MAX_NODES} values (alias bomb?)",
                             "write the values out instead of nesting aliases")
         if depth > MAX_DEPTH:
-            raise self.fail(node, f"nested more than {MAX_DEPTH} levels deep", "a profile needs only two or three levels")
+            raise self.fail(node, f"nested more than {MAX_DEPTH} levels deep",
+                            "a profile needs only two or three levels")
         self.marks.setdefault(keypath, self.mark(node))
         if isinstance(node, yaml.ScalarNode):
             return self.scalar(node)
