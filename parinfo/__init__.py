@@ -72,15 +72,33 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parinfo.profiles.applying import apply
-    from parinfo.errors import ApplyError, ParinfoError, ProfileError, TuneError, UsageError
-    from parinfo.profiles.plan import Plan
-    from parinfo.profiles.language import load_profile, resolve_profile
-    from parinfo.cli.torch_block import parallel_info
-    from parinfo.diagnostics.report import Report, inspect
-    from parinfo.runtime import (Future, fork, get_num_interop_threads, get_num_threads,
-                                 get_thread_num, in_parallel_region, parallel_for, parallel_reduce,
-                                 profile, set_num_interop_threads, set_num_threads, wait)
-    from parinfo.machine.topology import MachineFacts, machine_facts
-    from parinfo.tuning.sweep import tune
-    from parinfo.watching.sample import Sample, watch  # noqa: F401
+    # The lazy exports above, for type checkers (``X as X``: re-exported).
+    from parinfo.cli.torch_block import parallel_info as parallel_info
+    from parinfo.diagnostics.report import Report as Report, inspect as inspect
+    from parinfo.errors import (
+        ApplyError as ApplyError,
+        ParinfoError as ParinfoError,
+        ProfileError as ProfileError,
+        TuneError as TuneError,
+        UsageError as UsageError,
+    )
+    from parinfo.machine.topology import MachineFacts as MachineFacts, machine_facts as machine_facts
+    from parinfo.profiles.applying import apply as apply
+    from parinfo.profiles.language import load_profile as load_profile, resolve_profile as resolve_profile
+    from parinfo.profiles.plan import Plan as Plan
+    from parinfo.runtime import (
+        Future as Future,
+        fork as fork,
+        get_num_interop_threads as get_num_interop_threads,
+        get_num_threads as get_num_threads,
+        get_thread_num as get_thread_num,
+        in_parallel_region as in_parallel_region,
+        parallel_for as parallel_for,
+        parallel_reduce as parallel_reduce,
+        profile as profile,
+        set_num_interop_threads as set_num_interop_threads,
+        set_num_threads as set_num_threads,
+        wait as wait,
+    )
+    from parinfo.tuning.sweep import tune as tune
+    from parinfo.watching.sample import Sample as Sample, watch as watch

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from fake_trees import FakeMachine
 
-from parinfo.diagnostics.live_rules import runnable_above_usable, thread_stack_budget, throttled, with_live
+from parinfo.diagnostics.live_rules import runnable_above_usable, thread_stack_budget, throttled
+from parinfo.diagnostics.rules import diagnose
 from parinfo.machine.memlimit import memory_facts
 from parinfo.machine.pressure import cpu_counters, cpu_pressure, read_pressure
 from parinfo.process.remote import parse_limits
@@ -172,13 +173,12 @@ def test_thread_stack_budget_against_the_cgroup_limit():
     assert thread_stack_budget(s) == []
 
 
-def test_runnable_above_usable_and_with_live_adds_once():
+def test_runnable_above_usable_and_diagnose_runs_it_once():
     s = {"machine": {"usable_cpus": 2}, "live": {"tree": {"runnable": 6.0, "processes": 3, "seconds": 0.3}}}
     (f,) = runnable_above_usable(s)
     assert "6.0 threads wanted a CPU" in f.message and "3 processes" in f.message
     assert runnable_above_usable({"machine": {"usable_cpus": 2}, "live": {"tree": {"runnable": 2.2}}}) == []
-    both = with_live(with_live([], s), s)
-    assert [x.id for x in both] == ["runnable-above-usable"]
+    assert [x.id for x in diagnose(s)] == ["runnable-above-usable"]
 
 
 def _sample(**kw):

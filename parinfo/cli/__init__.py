@@ -12,13 +12,13 @@ typer; every other form (help, other options, mistakes) goes to the typer app in
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def launch(profile: str, command: list[str], *, force: bool = False, instances: int | None = None) -> int:
     """Resolve ``profile`` on this machine and run ``command`` under it; the exit code to return."""
-    from parinfo.profiles.launch import run_plan
     from parinfo.profiles.language import resolve_profile
+    from parinfo.profiles.launch import run_plan
 
     return run_plan(resolve_profile(profile, instances=instances), command, force=force)
 

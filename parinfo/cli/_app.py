@@ -32,10 +32,12 @@ def _main(version: bool = typer.Option(False, "--version", help="Print parinfo's
     """Show, explain and set how a process uses its CPU threads."""
 
 
-# Registration order is the order in --help.
+# Registration order is the order in --help, so the imports are not sorted.
+# isort: off
 from parinfo.cli import show as _show  # noqa: E402,F401
 from parinfo.cli import profiles as _profiles  # noqa: E402,F401
 from parinfo.cli import apply as _apply  # noqa: E402,F401
 from parinfo.cli import tune as _tune  # noqa: E402,F401
 from parinfo.cli import watch as _watch  # noqa: E402,F401
 from parinfo.cli import fleet as _fleet  # noqa: E402,F401
+# isort: on

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from parinfo.machine.cpulist import format_cpu_list
 from parinfo.cli.torch_block import human_bytes, plural, pool_title, quota_text, show_value
+from parinfo.machine.cpulist import format_cpu_list
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -106,7 +107,7 @@ def _pools(r: Report) -> list[Line]:
     rows = [(pool_title(p), f"{show_value(p.get('num_threads'))} threads", f"seen by {p.get('seen_by')}")
             for p in r.pools]
     lines = []
-    for line, p in zip(_aligned(rows), r.pools):
+    for line, p in zip(_aligned(rows), r.pools, strict=True):
         lines.append(line)
         if p.get("filepath"):
             lines.append(_line(f"      {p['filepath']}", "dim"))

@@ -98,7 +98,7 @@ def outside_conflicts(pid: int | None, children: bool, probes: bool, torch_forma
 
 def check_level(value: str | None) -> str | None:
     """The severity ``--check`` fails on; a bare ``--check`` arrives as "warning" (see normalise_check)."""
-    from parinfo.diagnostics.rules import SEVERITIES
+    from parinfo.diagnostics.findings import SEVERITIES
 
     if value is None:
         return None

@@ -44,10 +44,7 @@ def quota_text(m: dict[str, Any]) -> str:
     """The cgroup CPU quota and the file that decided it, or why it is unknown."""
     quota = m.get("quota")
     unknown = (m.get("unknown") or {}).get("quota")
-    if quota is None:
-        text = f"unknown ({unknown})" if unknown else "none"
-    else:
-        text = f"{quota:g} CPUs"
+    text = f"{quota:g} CPUs" if quota is not None else f"unknown ({unknown})" if unknown else "none"
     source = m.get("quota_source")
     if source and source != "none":
         text += f" ({source})"

@@ -57,8 +57,8 @@ def watch(
     children: bool = typer.Option(False, "--children", help="With --pid: watch its whole process tree."),
     interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", help="Seconds between samples."),
     once: bool = typer.Option(False, "--once", help="Print one sample (after one interval) and exit."),
-    json_out: bool = typer.Option(False, "--json",
-                                  help="One JSON object per interval (the default when not on a terminal, but for --once)."),
+    json_out: bool = typer.Option(
+        False, "--json", help="One JSON object per interval (the default when not on a terminal, but for --once)."),
 ) -> None:
     """Watch CPU use per thread group, runnable threads, throttling and CPU pressure, with a verdict."""
     import json

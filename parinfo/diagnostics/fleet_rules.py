@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from parinfo.diagnostics.rules import SEVERITIES, Finding
+from parinfo.diagnostics.findings import Finding
 
 _WHO = {"dask": "dask worker", "ray": "ray worker", "loky": "loky worker", "user": "this process"}
 
@@ -118,7 +118,3 @@ def host_findings(summary: dict[str, Any]) -> list[Finding]:
         f"{_FIX.get(summary.get('framework') or 'user', _FIX['user'])}; or fewer workers or task threads per host",
     )]
 
-
-def sort_findings(found: list[Finding]) -> list[Finding]:
-    """Errors first, then warnings, then infos (the order of every report)."""
-    return sorted(found, key=lambda f: -SEVERITIES.index(f.severity))

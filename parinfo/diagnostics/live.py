@@ -11,10 +11,9 @@ import os
 import time
 from typing import Any
 
-from parinfo.diagnostics.live_rules import with_live
 from parinfo.diagnostics.report import Report
 
-__all__ = ["inspect_pid", "live_section", "pid_is_self", "with_live"]
+__all__ = ["inspect_pid", "live_section", "pid_is_self"]
 
 #: How long ``show --pid`` watches the threads to tell how many want a CPU (seconds).
 SAMPLE_SECONDS = 0.3
@@ -28,7 +27,7 @@ def _stack_budget(pid: int | None, threads: int | None, memory: dict[str, Any]) 
 
     try:
         lim = limits(pid)
-    except Exception as exc:  # noqa: BLE001 - a process that ends here has no budget to show
+    except Exception as exc:  # a process that ends here has no budget to show
         return {"unknown": str(exc)}
     rows = []
     for name, value in (("RLIMIT_DATA", lim.data), ("RLIMIT_AS", lim.address_space)):
@@ -101,7 +100,8 @@ def _hint(env: dict[str, str], names: list[str]) -> str:
         return (f"launched by parinfo apply (profile {profile}): the counts it set are in its launch "
                 f"environment below; for the counts in force, call parinfo.inspect() inside it")
     if any(n.startswith("parinfo-") for n in names):
-        return "it runs parinfo's pools: call parinfo.inspect() (or parinfo.parallel_info()) inside it for the full report"
+        return ("it runs parinfo's pools: call parinfo.inspect() (or parinfo.parallel_info()) inside it "
+                "for the full report")
     return "for the full report, run parinfo show (or parinfo.inspect()) inside the process"
 
 
@@ -115,9 +115,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     from parinfo.diagnostics.rules import diagnose
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.topology import machine_facts
-    from parinfo.process import environment as envmod
-    from parinfo.process import pools, remote
-    from parinfo.process import threads as thr
+    from parinfo.process import environment as envmod, pools, remote, threads as thr
 
     remote.check_pid(pid)
     ident = remote.identity(pid)
@@ -156,8 +154,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         threads=listing,
         live=live,
     )
-    sections = report.to_dict()
-    report.findings = with_live(diagnose(sections), sections)
+    report.findings = diagnose(report.to_dict())
     return report
 
 

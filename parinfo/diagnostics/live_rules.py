@@ -3,16 +3,14 @@ cgroup was created, the thread-stack budget against memory limits, and, for a pr
 from outside, runnable threads against usable CPUs.
 
 Like the other rules they read plain dictionaries (the ``--json`` payload) and return Findings;
-:data:`LIVE_RULES` lists them so they can join the main rule list. :func:`with_live` adds their
-findings to a list once (a rule already run is not run twice).
+:data:`parinfo.diagnostics.rules.RULES` lists them with every other rule.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
-from parinfo.diagnostics.rules import SEVERITIES, Finding
+from parinfo.diagnostics.findings import Finding
 
 #: A cumulative ratio below this, or fewer throttled periods than MIN_THROTTLED, is not evidence.
 THROTTLED_RATIO = 0.2
@@ -96,13 +94,3 @@ def runnable_above_usable(s: dict[str, Any]) -> list[Finding]:
         f"parinfo apply PROFILE --instances N to split the CPUs between processes)",
     )]
 
-
-LiveRule = Callable[[dict[str, Any]], "list[Finding]"]
-LIVE_RULES: tuple[LiveRule, ...] = (throttled, thread_stack_budget, runnable_above_usable)
-
-
-def with_live(findings: list[Finding], sections: dict[str, Any]) -> list[Finding]:
-    """``findings`` plus those of the live rules not already among them, errors first."""
-    have = {f.id for f in findings}
-    extra = [f for rule in LIVE_RULES for f in rule(sections) if f.id not in have]
-    return sorted([*findings, *extra], key=lambda f: -SEVERITIES.index(f.severity))

@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from parinfo.diagnostics import fleet_rules
-from parinfo.diagnostics.rules import Finding, at_least, diagnose
+from parinfo.diagnostics.findings import Finding, at_least
+from parinfo.diagnostics.rules import diagnose
 
 #: Version of the ``--json`` payload; bumped on any incompatible change (docs/report-schema.md).
 SCHEMA_VERSION = 1
@@ -99,10 +99,10 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
 
     if not live.pid_is_self(pid) or children:
         return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
-    from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
     from parinfo.machine.cpuid import cpu_identity
-    from parinfo.runtime import info as runtime_info
     from parinfo.machine.topology import machine_facts
+    from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
+    from parinfo.runtime import info as runtime_info
 
     if outer_threads is not None and (isinstance(outer_threads, bool) or not isinstance(outer_threads, int)
                                       or outer_threads < 1):
@@ -143,9 +143,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     )
     report.live = live.live_section(None, root)
     report.outer = _outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env)
-    sections = report.to_dict()
-    found = diagnose(sections) + fleet_rules.outer_findings(sections)
-    report.findings = fleet_rules.sort_findings(live.with_live(found, sections))
+    report.findings = diagnose(report.to_dict())
     return report
 
 

@@ -1,51 +1,27 @@
 """Diagnostics: rules over the facts of a report, each with a stable id, a severity, one line, why, and the fix.
 
 Rules read the plain-dict sections of a report (the ``--json`` payload), so they can be tested on
-hand-made dictionaries and never touch the process themselves.
+hand-made dictionaries and never touch the process themselves. :data:`RULES` is the one list of
+them, with those of :mod:`parinfo.diagnostics.fleet_rules` (outer threads) and
+:mod:`parinfo.diagnostics.live_rules` (live evidence); :func:`diagnose` runs it.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-SEVERITIES = ("info", "warning", "error")
+from parinfo.diagnostics import fleet_rules, live_rules
+from parinfo.diagnostics.findings import SEVERITIES, Finding, at_least, sort_findings
 
+__all__ = ["RULES", "SEVERITIES", "Finding", "Rule", "at_least", "diagnose", "interop_fix"]
 
-@dataclass(frozen=True)
-class Finding:
-    """One thing wrong (or worth knowing) about the process's parallelism."""
-
-    id: str
-    severity: str
-    message: str
-    why: str
-    fix: str
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-
-def at_least(findings: list[Finding], severity: str) -> list[Finding]:
-    """The findings at ``severity`` or above."""
-    floor = SEVERITIES.index(severity)
-    return [f for f in findings if SEVERITIES.index(f.severity) >= floor]
-
-
-Rule = Callable[[dict[str, Any]], "list[Finding]"]
-_RULES: list[Rule] = []
-
-
-def _rule(fn: Rule) -> Rule:
-    _RULES.append(fn)
-    return fn
+Rule = Callable[[dict[str, Any]], list[Finding]]
 
 
 def diagnose(sections: dict[str, Any]) -> list[Finding]:
-    """Run every rule over the report sections; errors first, then warnings, then infos."""
-    found: list[Finding] = []
-    for rule in _RULES:
-        found.extend(rule(sections))
-    return sorted(found, key=lambda f: -SEVERITIES.index(f.severity))
+    """Run every rule of :data:`RULES` over the report sections; errors first, then warnings, then
+    infos (within one severity, in the order of the rules)."""
+    return sort_findings([f for rule in RULES for f in rule(sections)])
 
 
 # -- helpers over the sections ---------------------------------------------------------------
@@ -93,7 +69,6 @@ def interop_fix(inter: int, usable: int) -> tuple[int, int]:
     return inter, max(1, usable // inter)
 
 
-@_rule
 def _oversubscribed_interop(s: dict[str, Any]) -> list[Finding]:
     """torch's inter-op x intra-op above the usable CPUs: a warning once its inter-op pool runs, info
     before (it starts with the first inter-op task, and many programs never start it)."""
@@ -120,7 +95,6 @@ def _oversubscribed_interop(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
-@_rule
 def _oversubscribed_pools(s: dict[str, Any]) -> list[Finding]:
     """Several multi-threaded native pools that spin while idle can all be busy at once. Every loaded
     copy of a runtime is a pool of its own (numpy's and scipy's OpenBLAS each start their threads)."""
@@ -164,7 +138,6 @@ def _env_values(s: dict[str, Any]) -> dict[str, str]:
     return {r["name"]: r["value"] for r in s.get("environment", []) if r.get("value") is not None}
 
 
-@_rule
 def _above_quota_or_affinity(s: dict[str, Any]) -> list[Finding]:
     m = s["machine"]
     quota = m.get("quota")
@@ -194,7 +167,6 @@ def _above_quota_or_affinity(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
-@_rule
 def _above_physical(s: dict[str, Any]) -> list[Finding]:
     m = s["machine"]
     phys = m.get("usable_physical_cores")
@@ -212,7 +184,6 @@ def _above_physical(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
-@_rule
 def _invalid_variables(s: dict[str, Any]) -> list[Finding]:
     out = []
     for row in s.get("environment", []):
@@ -228,7 +199,6 @@ def _invalid_variables(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
-@_rule
 def _refused_counts(s: dict[str, Any]) -> list[Finding]:
     """A count a library refused because it is above its cap (numexpr above NUMEXPR_MAX_THREADS): the
     library runs a fallback count, far from the one asked, and says so only on stderr."""
@@ -251,7 +221,6 @@ def _refused_counts(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
-@_rule
 def _set_after_load(s: dict[str, Any]) -> list[Finding]:
     """A variable changed after launch that a library loaded earlier ignores: its count is still the
     launch environment's and differs from what the variable asks now. Made of the settings rows'
@@ -278,7 +247,6 @@ def _set_after_load(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
-@_rule
 def _several_openmp(s: dict[str, Any]) -> list[Finding]:
     libs = _openmp_libs(s)
     if {"libiomp", "libomp"} <= libs:
@@ -304,7 +272,6 @@ def _several_openmp(s: dict[str, Any]) -> list[Finding]:
     return []
 
 
-@_rule
 def _openmp_and_tbb(s: dict[str, Any]) -> list[Finding]:
     has_tbb = any(p.get("library") == "tbb" for p in s.get("pools", []))
     if has_tbb and _openmp_libs(s):
@@ -319,7 +286,6 @@ def _openmp_and_tbb(s: dict[str, Any]) -> list[Finding]:
     return []
 
 
-@_rule
 def _openblas_pthreads_with_openmp(s: dict[str, Any]) -> list[Finding]:
     """OpenBLAS-pthreads beside a multi-threaded OpenMP runtime. Their idle threads spin a short while
     after each call: that may hurt work that alternates the two (info). With OMP_WAIT_POLICY=active the
@@ -351,7 +317,6 @@ def _openblas_pthreads_with_openmp(s: dict[str, Any]) -> list[Finding]:
     )]
 
 
-@_rule
 def _kmp_duplicate(s: dict[str, Any]) -> list[Finding]:
     """KMP_DUPLICATE_LIB_OK says who set it; it is dangerous only while Intel libiomp and LLVM libomp
     are both loaded (error then, info otherwise)."""
@@ -379,7 +344,6 @@ def _kmp_duplicate(s: dict[str, Any]) -> list[Finding]:
     )]
 
 
-@_rule
 def _duplicate_copies(s: dict[str, Any]) -> list[Finding]:
     dups = [p for p in s.get("pools", []) if p.get("duplicate_of")]
     if not dups:
@@ -392,3 +356,14 @@ def _duplicate_copies(s: dict[str, Any]) -> list[Finding]:
         "limit pools through threadpoolctl or parinfo (they reach every copy), not through one "
         "library's own setter",
     )]
+
+
+#: Every rule a report runs, in order: those over the process's facts (above), the outer threads
+#: times the pools (fleet_rules), then the live evidence (live_rules). The one list of rules.
+RULES: tuple[Rule, ...] = (
+    _oversubscribed_interop, _oversubscribed_pools, _above_quota_or_affinity, _above_physical,
+    _invalid_variables, _refused_counts, _set_after_load, _several_openmp, _openmp_and_tbb, _openblas_pthreads_with_openmp,
+    _kmp_duplicate, _duplicate_copies,
+    fleet_rules.outer_findings,
+    live_rules.throttled, live_rules.thread_stack_budget, live_rules.runnable_above_usable,
+)

@@ -84,6 +84,7 @@ def worker_row(worker: str, per_thread: list[dict[str, Any]] | None = None) -> d
     every pool with its count and copy, the thread variables with who set them, and the findings
     (the single-process rules and ``outer-times-inner``, over per-thread counts when given)."""
     from parinfo.diagnostics import fleet_rules
+    from parinfo.diagnostics.findings import sort_findings
     from parinfo.diagnostics.report import inspect
 
     report = inspect(imports=[])
@@ -107,7 +108,7 @@ def worker_row(worker: str, per_thread: list[dict[str, Any]] | None = None) -> d
     }
     found = [f for f in report.findings if f.id != "outer-times-inner"]
     found += fleet_rules.outer_findings(row)
-    row["findings"] = [f.to_dict() for f in fleet_rules.sort_findings(found)]
+    row["findings"] = [f.to_dict() for f in sort_findings(found)]
     return row
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parinfo.diagnostics import fleet_rules
-from parinfo.diagnostics.rules import Finding, at_least
+from parinfo.diagnostics.findings import Finding, at_least
 
 #: Version of :meth:`FleetReport.to_dict`; bumped on any incompatible change (docs/fleet.md).
 SCHEMA_VERSION = 1

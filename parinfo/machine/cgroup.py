@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from parinfo.machine.sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
 
@@ -161,10 +161,14 @@ _V1_CPUSET = ("cpuset.effective_cpus", "cpuset.cpus")
 _V2_CPUSET = ("cpuset.cpus.effective",)
 
 
-def _jobs(mounts: list[_Mount], v2_path: str | None, v1_paths: dict[str, str]) -> list[tuple]:
+#: One hierarchy to read: its mount, the cgroup path in it, (quota file, its reader) or None, cpuset file names.
+_Job = tuple[_Mount, str, "tuple[str, Callable] | None", tuple[str, ...]]
+
+
+def _jobs(mounts: list[_Mount], v2_path: str | None, v1_paths: dict[str, str]) -> list[_Job]:
     """(mount, cgroup path, quota file and reader or None, cpuset file names) for each hierarchy
     that can limit CPUs; the first mount of a hierarchy wins (later ones are bind mounts)."""
-    jobs: list[tuple] = []
+    jobs: list[_Job] = []
     seen: set[str] = set()
     for m in mounts:
         if m.v2:
@@ -172,7 +176,9 @@ def _jobs(mounts: list[_Mount], v2_path: str | None, v1_paths: dict[str, str]) -
                 seen.add("v2")
                 jobs.append((m, v2_path, ("cpu.max", _v2_quota), _V2_CPUSET))
             continue
-        for ctrl, quota, names in (("cpu", ("cpu.cfs_quota_us", _v1_quota), ()), ("cpuset", None, _V1_CPUSET)):
+        v1: tuple[tuple[str, tuple[str, Callable] | None, tuple[str, ...]], ...] = (
+            ("cpu", ("cpu.cfs_quota_us", _v1_quota), ()), ("cpuset", None, _V1_CPUSET))
+        for ctrl, quota, names in v1:
             if ctrl in m.controllers and ctrl in v1_paths and ctrl not in seen:
                 seen.add(ctrl)
                 jobs.append((m, v1_paths[ctrl], quota, names))

@@ -221,7 +221,7 @@ def _call_py_cpuinfo() -> dict[str, Any]:
         import cpuinfo
 
         raw = cpuinfo.get_cpu_info()
-    except Exception as exc:  # noqa: BLE001 - any failure of py-cpuinfo is an "unknown", not a crash
+    except Exception as exc:  # any failure of py-cpuinfo is an "unknown", not a crash
         return {"format": CACHE_FORMAT, "error": f"py-cpuinfo failed: {exc}"}
     data = {k: raw.get(k) for k in _SLOW_KEYS}
     data["format"] = CACHE_FORMAT

@@ -1,7 +1,7 @@
 """The kernel's CPU list syntax ("0-3,8"), read and written in one place."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 MAX_CPU_ID = 65535  # far above any kernel's NR_CPUS; guards against "0-999999999"
 

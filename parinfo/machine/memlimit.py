@@ -60,9 +60,10 @@ def memory_facts(root: str = "/", pid: int | None = None) -> MemoryFacts:
         facts.unknown["limit"] = facts.unknown["tasks"] = str(exc)
         return facts
     limit, source, problems = None, "none", []
-    for d in (mem.levels if mem is not None else ()):
+    levels = [(d, mem.version) for d in mem.levels] if mem is not None else []
+    for d, version in levels:
         try:
-            found = _limit_at(root, d, mem.version)  # type: ignore[union-attr]
+            found = _limit_at(root, d, version)
         except Unreadable as exc:
             problems.append(str(exc))
             continue

@@ -13,7 +13,6 @@ from functools import lru_cache
 
 from parinfo.machine.cpulist import parse_cpu_list
 
-
 _CPU = "sys/devices/system/cpu"
 
 

@@ -14,9 +14,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from parinfo.errors import UsageError
 from parinfo.machine import cgroup as _cgroup, sysfs as _sysfs
 from parinfo.machine.cpulist import parse_cpu_list
-from parinfo.errors import UsageError
 
 USABLE_RULE = "min(affinity CPUs, cpuset CPUs, floor(cgroup quota)), at least 1"
 
@@ -138,7 +138,7 @@ def _psutil_cores(notes: list[str]) -> int | None:
         import psutil
 
         n = psutil.cpu_count(logical=False)
-    except Exception:  # noqa: BLE001 - psutil failing here must not break the report
+    except Exception:  # psutil failing here must not break the report
         return None
     if n:
         notes.append("physical cores from psutil (sysfs has no core topology)")

@@ -34,7 +34,7 @@ def launch_environment(pid: int | None = None) -> dict[str, str] | str:
         return _psutil_environ(pid)
     except OSError as exc:
         return because(exc)
-    env = {}
+    env: dict[str, str] = {}
     for item in raw.decode("utf-8", "surrogateescape").split("\0"):
         name, sep, value = item.partition("=")
         if sep and name:
@@ -113,12 +113,12 @@ def environment_report(environ: Mapping[str, str] | None = None,
     env = os.environ if environ is None else environ
     launch = launch_environment() if launch_environ is None else launch_environ
     launch_known = not isinstance(launch, str)
+    at_launch: Mapping[str, str] = {} if isinstance(launch, str) else launch
 
-    names = [n for n in THREAD_VARS
-             if listed_unset(n) or n in env or (launch_known and n in launch)]
+    names = [n for n in THREAD_VARS if listed_unset(n) or n in env or n in at_launch]
     extra = sorted(n for n in env if n not in THREAD_VARS and looks_thread_related(n))
     if launch_known:
-        extra_launch = {n for n in launch if n not in THREAD_VARS and looks_thread_related(n)}
+        extra_launch = {n for n in at_launch if n not in THREAD_VARS and looks_thread_related(n)}
         extra = sorted(set(extra) | extra_launch)
     names.extend(extra)
 
@@ -126,17 +126,14 @@ def environment_report(environ: Mapping[str, str] | None = None,
     for name in names:
         value = env.get(name)
         spec = THREAD_VARS.get(name)
-        if launch_known:
+        if isinstance(launch, str):  # "unknown (reason)"
+            launch_value: str | None = launch
+            changed: bool | None = None
+        else:
             launch_value = launch.get(name)
-            changed: bool | None = launch_value != value
-        else:
-            launch_value = launch
-            changed = None
+            changed = launch_value != value
         problem = validate(name, value) if value is not None else None
-        if value is None or spec is None:
-            valid = None
-        else:
-            valid = problem is None
+        valid = None if value is None or spec is None else problem is None
         rows.append({
             "name": name,
             "value": value,

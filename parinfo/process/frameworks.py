@@ -5,6 +5,7 @@ seconds and starts its runtime, which a report must never do behind the user's b
 """
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 
@@ -102,7 +103,7 @@ def torch_info(import_if_missing: bool = False) -> dict | None:
     if torch is None:
         if not import_if_missing:
             return None
-        import torch  # noqa: PLC0415 - asked for explicitly
+        torch = importlib.import_module("torch")  # asked for explicitly
 
     from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 

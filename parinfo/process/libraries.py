@@ -5,19 +5,24 @@ carry its count and in what order, its default and its cap, the profile key that
 count is pushed and read back, and whether its limit holds per calling thread or for the whole
 process. Every other module asks it (:func:`library`, :func:`records`, :data:`THREAD_VARS`...).
 
-Importing this module is cheap (no import beyond the standard library's ``dataclasses``): the
-launcher runs it on the start-up path of ``parinfo apply P -- CMD``.
+Importing this module is cheap (the standard library and :mod:`parinfo.process.defaults`, the
+default rules over the machine's facts alone): the launcher runs it on the start-up path of
+``parinfo apply P -- CMD``.
 
 Adding a library: append one :class:`Library` to ``_RECORDS`` (and its variables to ``_VARIABLES``
 when it brings its own). Nothing else needs editing; docs/process.md says more.
 """
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from parinfo.process import defaults
+
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
 
 # ---------------------------------------------------------------------------------------------
 # Thread variables
@@ -83,53 +88,11 @@ _VARIABLES: tuple[Var, ...] = (
 )
 
 # ---------------------------------------------------------------------------------------------
-# Default rules and caps (``facts`` is a parinfo.machine.topology.MachineFacts; ``ctx`` holds what
-# only the library itself can tell, e.g. numexpr's detected cores)
-
-Rule = Callable[[Any, Mapping[str, Any]], "tuple[int | None, str]"]
-Cap = Callable[[Any, Mapping[str, str], Mapping[str, Any]], "tuple[int | None, str]"]
+# Default rules and caps that read a variable or ask the loaded module (parinfo.process.defaults
+# holds those over the machine's facts alone and says what a rule takes and returns)
 
 
-def affinity_cpus(facts: Any, ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
-    """The CPUs in this process's affinity mask."""
-    n = len(facts.affinity) or facts.logical_cpus or 1
-    return n, f"{n} CPU{'s' if n != 1 else ''} in affinity"
-
-
-def physical_in_affinity(facts: Any, ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
-    """The physical cores with at least one CPU in the affinity mask."""
-    aff = set(facts.affinity)
-    if facts.core_siblings:
-        n = max(1, sum(1 for core in facts.core_siblings if aff & set(core)))
-    elif facts.physical_cores and facts.logical_cpus:
-        per_core = max(1, facts.logical_cpus // facts.physical_cores)
-        n = max(1, min(facts.physical_cores, math.ceil(len(aff) / per_core)))
-    else:
-        n, _ = affinity_cpus(facts)
-        return n, f"{n} CPUs in affinity (physical cores unknown)"
-    return n, f"{n} physical core{'s' if n != 1 else ''} in affinity"
-
-
-def _one(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
-    return 1, "1 (BLIS runs single-threaded unless asked)"
-
-
-def _backend_decides(facts: Any, ctx: Mapping[str, Any]) -> tuple[None, str]:
-    return None, "decided by FlexiBLAS's backend"
-
-
-def _tbb_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
-    n, why = affinity_cpus(facts)
-    return n, why + " (TBB reads no count variable)"
-
-
-def hardware_concurrency(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
-    """torch's inter-op default: std::thread::hardware_concurrency (ignores affinity and quota)."""
-    n = ctx.get("hardware_concurrency") or facts.logical_cpus
-    return n, f"{n} logical CPUs (std::thread::hardware_concurrency; ignores affinity and quota)"
-
-
-def _numexpr_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
+def _numexpr_default(facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int, str]:
     """numexpr 2.8.5+ with no count asked: its whole pool when NUMEXPR_MAX_THREADS is set, else the
     online CPUs it detects (affinity ignored), at most 16."""
     pool = ctx.get("max_threads")
@@ -141,10 +104,10 @@ def _numexpr_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
     return ncores, f"{ncores} (online CPUs detected by numexpr; affinity ignored)"
 
 
-def _numba_default(facts: Any, ctx: Mapping[str, Any]) -> tuple[int, str]:
+def _numba_default(facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int, str]:
     n = ctx.get("default")
     if not isinstance(n, int) or n < 1:
-        return affinity_cpus(facts)
+        return defaults.affinity_cpus(facts)
     return n, f"{n} (numba.config.NUMBA_DEFAULT_NUM_THREADS: CPUs in affinity)"
 
 
@@ -161,23 +124,19 @@ def _numba_read(module: Any) -> Any:
     return getattr(getattr(module, "config", None), "NUMBA_NUM_THREADS", None)
 
 
-def _affinity_cap(facts: Any, env: Mapping[str, str], ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
-    return affinity_cpus(facts)
-
-
 def is_false(value: str | None) -> bool:
     """True when a boolean variable's value means off (FALSE, 0, no, off)."""
     return value is not None and value.strip().lower() in ("false", "0", "no", "off")
 
 
-def _mkl_cap(facts: Any, env: Mapping[str, str], ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+def _mkl_cap(facts: MachineFacts, env: Mapping[str, str], ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
     if is_false(env.get("MKL_DYNAMIC")):
         return None, ""
     n = facts.physical_cores
     return n, f"{n} physical core{'s' if n != 1 else ''} (MKL_DYNAMIC is not FALSE)"
 
 
-def _numexpr_pool(facts: Any, env: Mapping[str, str], ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+def _numexpr_pool(facts: MachineFacts, env: Mapping[str, str], ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
     """numexpr's pool size (MAX_THREADS: NUMEXPR_MAX_THREADS at import, else 64): a request above
     it is refused."""
     pool = (ctx or {}).get("max_threads")
@@ -231,8 +190,8 @@ class Library:
     precedence: tuple[str, ...] = ()
     follows: str | None = None
     reads: tuple[str, ...] = ()
-    default: Rule | None = None
-    cap: Cap | None = None
+    default: defaults.Rule | None = None
+    cap: defaults.Cap | None = None
     cap_vars: tuple[str, ...] = ()
     refused: int | None = None
     context: Callable[[Any, Mapping[str, str]], dict[str, Any]] | None = None
@@ -285,9 +244,9 @@ _KMP_STEER = ("KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_DUPLICATE_LIB_OK")
 
 def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], reads: tuple[str, ...]) -> Library:
     return Library(
-        name, label, prefixes=(name,), not_prefixes=("libomptarget",), user_api="openmp", internal_api="openmp", vendor=vendor,
-        env_prefixes=env_prefixes, precedence=("OMP_NUM_THREADS",), reads=_OMP_STEER + reads,
-        default=affinity_cpus, profile_key="openmp", profile_var="OMP_NUM_THREADS",
+        name, label, prefixes=(name,), not_prefixes=("libomptarget",), user_api="openmp", internal_api="openmp",
+        vendor=vendor, env_prefixes=env_prefixes, precedence=("OMP_NUM_THREADS",), reads=_OMP_STEER + reads,
+        default=defaults.affinity_cpus, profile_key="openmp", profile_var="OMP_NUM_THREADS",
         native_getter="omp_get_max_threads()", scope="thread",
         note="no cap: a request above the CPUs is taken as it is (libgomp takes 8 on 2 CPUs)")
 
@@ -299,7 +258,7 @@ _RECORDS: tuple[Library, ...] = (
     _openmp("libomp", "LLVM libomp", "LLVM OpenMP (libomp)", ("OMP_", "KMP_"), _KMP_STEER),
     Library("mkl", "Intel MKL", prefixes=("libmkl_rt",), user_api="blas", internal_api="mkl",
             env_prefixes=("MKL_",), precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
-            reads=("MKL_DYNAMIC", "MKL_THREADING_LAYER"), default=physical_in_affinity, cap=_mkl_cap,
+            reads=("MKL_DYNAMIC", "MKL_THREADING_LAYER"), default=defaults.physical_in_affinity, cap=_mkl_cap,
             cap_vars=("MKL_DYNAMIC",), profile_key="mkl", profile_var="MKL_NUM_THREADS",
             native_getter="mkl_get_max_threads()", scope="process",
             layer_files=(("libmkl_intel_thread", "intel"), ("libmkl_gnu_thread", "gnu"),
@@ -308,22 +267,22 @@ _RECORDS: tuple[Library, ...] = (
     Library("openblas", "OpenBLAS", prefixes=("libopenblas", "libscipy_openblas"), user_api="blas",
             internal_api="openblas", env_prefixes=("OPENBLAS_", "GOTO_"),
             precedence=("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
-            default=affinity_cpus, cap=_affinity_cap, profile_key="blas", profile_var="OPENBLAS_NUM_THREADS",
-            native_getter="openblas_get_num_threads()", scope="process",
+            default=defaults.affinity_cpus, cap=defaults.affinity_cap, profile_key="blas",
+            profile_var="OPENBLAS_NUM_THREADS", native_getter="openblas_get_num_threads()", scope="process",
             note="pthreads builds: one limit for the whole process; OpenMP builds follow the calling "
                  "thread's OpenMP limit"),
     Library("blis", "BLIS", prefixes=("libblis",), user_api="blas", internal_api="blis",
-            env_prefixes=("BLIS_",), precedence=("BLIS_NUM_THREADS", "OMP_NUM_THREADS"), default=_one,
+            env_prefixes=("BLIS_",), precedence=("BLIS_NUM_THREADS", "OMP_NUM_THREADS"), default=defaults.single_thread,
             profile_key="blas", profile_var="BLIS_NUM_THREADS",
             native_getter="bli_thread_get_num_threads()", scope="process"),
     Library("flexiblas", "FlexiBLAS", prefixes=("libflexiblas",), user_api="blas", internal_api="flexiblas",
-            default=_backend_decides, profile_key="blas", profile_var="OPENBLAS_NUM_THREADS",
+            default=defaults.backend_decides, profile_key="blas", profile_var="OPENBLAS_NUM_THREADS",
             native_getter="flexiblas_get_num_threads()", scope="process"),
     Library("accelerate", "Apple Accelerate", env_prefixes=("VECLIB_",), reads=("VECLIB_MAXIMUM_THREADS",),
             push="none"),
     Library("tbb", "oneTBB", prefixes=("libtbb",),
             not_prefixes=("libtbbmalloc", "libtbbbind"), user_api="tbb", internal_api="tbb", env_prefixes=("TBB_",),
-            default=_tbb_default, push="none", scope="thread",
+            default=defaults.affinity_no_variable, push="none", scope="thread",
             note="count from this_task_arena::max_concurrency() and global_control, read through ctypes"),
     Library("numexpr", "numexpr", kind="python", module="numexpr", env_prefixes=("NUMEXPR_",),
             precedence=("NUMEXPR_NUM_THREADS", "OMP_NUM_THREADS"), reads=("NUMEXPR_MAX_THREADS",),
@@ -335,7 +294,7 @@ _RECORDS: tuple[Library, ...] = (
                  "an 'Error.' line on stderr and 1 thread runs; 16 at most when neither it nor "
                  "OMP_NUM_THREADS is set"),
     Library("torch", "torch", kind="framework", module="torch",
-            precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"), default=physical_in_affinity, cap=_mkl_cap,
+            precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"), default=defaults.physical_in_affinity, cap=_mkl_cap,
             cap_vars=("MKL_DYNAMIC",), profile_key="torch", push="setter", getter="get_num_threads",
             setter="set_num_threads", scope="thread",
             note="intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "

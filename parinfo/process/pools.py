@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from parinfo.machine.unknown import describe
 from parinfo.process import libraries as reg
@@ -17,8 +19,53 @@ from parinfo.process import libraries as reg
 # Wheel folders that are not the distribution's import name.
 _OWNER_ALIASES = {"sklearn": "scikit-learn", "scikit_learn": "scikit-learn", "torch_cpu": "torch"}
 
-ROW_KEYS = ("library", "user_api", "internal_api", "filepath", "prefix", "version", "num_threads",
-            "threading_layer", "architecture", "owner", "seen_by", "duplicate_of", "copies", "note")
+
+@dataclass
+class PoolRow:
+    """One loaded copy of a thread runtime: a row of the report's ``pools`` section (``to_dict``).
+
+    - ``library``: openblas, mkl, blis, flexiblas, libgomp, libiomp, libomp or tbb.
+    - ``user_api``: blas, openmp or tbb.  ``internal_api``: threadpoolctl's name (openblas, mkl, blis,
+      flexiblas, openmp) or tbb.
+    - ``filepath``: the library file (for MKL inside torch: libtorch_cpu.so).  ``prefix``: the start
+      of its file name (e.g. libscipy_openblas, libgomp).
+    - ``version``: the library's version, or None when unknown.
+    - ``num_threads``: the count in force (int), or None when it cannot be read without changing
+      anything (TBB, runtimes without a threadpoolctl controller, another process's pools).
+    - ``threading_layer``: BLAS only: pthreads, openmp, intel, gnu, tbb, sequential..., or None.
+    - ``architecture``: BLAS kernel architecture (e.g. Haswell), or None.
+    - ``owner``: the package the file ships in (numpy, scipy, torch, scikit-learn...), "system",
+      "environment PREFIX", or "unknown".
+    - ``seen_by``: "threadpoolctl", "loaded objects", or "/proc/PID/maps".
+    - ``duplicate_of``: for the second and later copies of one library, the filepath of the first
+      copy; None for the first.  ``copies``: how many copies of this library are loaded.
+    - ``note``: a remark on how the row was found, or None.
+    """
+
+    library: str
+    user_api: str | None
+    internal_api: str | None
+    filepath: str | None
+    prefix: str
+    version: str | None = None
+    num_threads: int | None = None
+    threading_layer: str | None = None
+    architecture: str | None = None
+    owner: str = "unknown"
+    seen_by: str = "loaded objects"
+    duplicate_of: str | None = None
+    copies: int = 1
+    note: str | None = None
+
+    @classmethod
+    def of_file(cls, path: str, family: tuple[str, str, str], *, seen_by: str, note: str | None) -> PoolRow:
+        """The row of runtime file ``path`` of ``family`` (:func:`classify`), before any count is read."""
+        library, user_api, internal_api = family
+        return cls(library, user_api, internal_api, path, re.split(r"[.-]", os.path.basename(path), maxsplit=1)[0],
+                   owner=owner_of(path), seen_by=seen_by, note=note)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def loaded_objects(maps_text: str | None = None) -> list[str]:
@@ -101,43 +148,16 @@ def _tpc_rows() -> list[dict]:
         fam = classify(info.get("filepath") or "") or classify(prefix)
         library = fam[0] if fam else (info.get("internal_api") or prefix)
         path = info.get("filepath")
-        rows.append({
-            "library": library,
-            "user_api": info.get("user_api"),
-            "internal_api": info.get("internal_api"),
-            "filepath": path,
-            "prefix": prefix,
-            "version": info.get("version"),
-            "num_threads": info.get("num_threads"),
-            "threading_layer": info.get("threading_layer"),
-            "architecture": info.get("architecture"),
-            "owner": owner_of(path or ""),
-            "seen_by": "threadpoolctl",
-            "duplicate_of": None,
-            "copies": 1,
-            "note": None,
-        })
+        rows.append(PoolRow(
+            library, info.get("user_api"), info.get("internal_api"), path, prefix,
+            version=info.get("version"), num_threads=info.get("num_threads"),
+            threading_layer=info.get("threading_layer"), architecture=info.get("architecture"),
+            owner=owner_of(path or ""), seen_by="threadpoolctl").to_dict())
     return rows
 
 
 def _object_row(path: str, library: str, user_api: str, internal_api: str, note: str) -> dict:
-    base = os.path.basename(path)
-    return {
-        "library": library,
-        "user_api": user_api,
-        "internal_api": internal_api,
-        "filepath": path,
-        "prefix": re.split(r"[.-]", base, maxsplit=1)[0],
-        "version": None,
-        "num_threads": None,
-        "threading_layer": None,
-        "architecture": None,
-        "owner": owner_of(path),
-        "seen_by": "loaded objects",
-        "duplicate_of": None,
-        "copies": 1,
-        "note": note,
-    }
+    return PoolRow.of_file(path, (library, user_api, internal_api), seen_by="loaded objects", note=note).to_dict()
 
 
 def _mkl_layer(objects: list[str]) -> str | None:
@@ -220,7 +240,8 @@ def _tbb_facts(path: str) -> tuple[str | None, int | None]:
     return version, count
 
 
-def _mark_duplicates(rows: list[dict]) -> None:
+def mark_duplicates(rows: list[dict]) -> None:
+    """Fill ``copies`` and ``duplicate_of`` of pool rows: the copies of one library, first seen first."""
     groups: dict[str, list[dict]] = {}
     for row in rows:
         groups.setdefault(row["library"], []).append(row)
@@ -238,24 +259,7 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
     among the loaded objects, then MKL inside torch. ``maps_text`` replaces /proc/self/maps (tests).
     When Intel libiomp and LLVM libomp are both loaded (:func:`openmp_conflict`), nothing is asked of
     any library: every row comes from the loaded objects, with its count unknown.
-    Keys of each row:
-
-    - ``library``: openblas, mkl, blis, flexiblas, libgomp, libiomp, libomp or tbb.
-    - ``user_api``: blas, openmp or tbb.  ``internal_api``: threadpoolctl's name (openblas, mkl, blis,
-      flexiblas, openmp) or tbb.
-    - ``filepath``: the library file (for MKL inside torch: libtorch_cpu.so).  ``prefix``: the start
-      of its file name (e.g. libscipy_openblas, libgomp).
-    - ``version``: the library's version, or None when unknown.
-    - ``num_threads``: the count in force (int), or None when it cannot be read without changing
-      anything (TBB, runtimes without a threadpoolctl controller).
-    - ``threading_layer``: BLAS only: pthreads, openmp, intel, gnu, tbb, sequential..., or None.
-    - ``architecture``: BLAS kernel architecture (e.g. Haswell), or None.
-    - ``owner``: the package the file ships in (numpy, scipy, torch, scikit-learn...), "system",
-      "environment PREFIX", or "unknown".
-    - ``seen_by``: "threadpoolctl" or "loaded objects".
-    - ``duplicate_of``: for the second and later copies of one library, the filepath of the first
-      copy; None for the first.  ``copies``: how many copies of this library are loaded.
-    - ``note``: a remark on how the row was found, or None.
+    Each row is a :class:`PoolRow` as a dict.
     """
     objects = loaded_objects(maps_text)
     conflict = bool(openmp_conflict(objects))
@@ -303,7 +307,7 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
     torch_row = None if conflict else _torch_mkl_row(objects, rows)
     if torch_row is not None:
         rows.append(torch_row)
-    _mark_duplicates(rows)
+    mark_duplicates(rows)
     return rows
 
 

@@ -60,7 +60,7 @@ def import_probes(modules: list[str] | None = None) -> dict:
             continue
         try:
             importlib.import_module(name)
-        except BaseException as exc:  # noqa: BLE001 - a probe must survive SystemExit from a bad module
+        except BaseException as exc:  # a probe must survive SystemExit from a bad module
             if isinstance(exc, KeyboardInterrupt):
                 raise
             failed[name] = describe(exc)

@@ -12,17 +12,26 @@ the library loaded. A count that no prediction explains was set at run time by a
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from parinfo.process import libraries as reg
+from parinfo.process.defaults import Cap, Rule, hardware_concurrency
 from parinfo.process.pools import CONFLICT_NOTE
 from parinfo.process.variables import count_from_env
 
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
+
 RUNTIME = "set at run time (API call)"
 
+#: The launch environment: a dict, or "unknown (reason)" when it cannot be read.
+LaunchEnviron = Mapping[str, str] | str
 
-class _Prediction(NamedTuple):
+
+@dataclass(frozen=True)
+class _Prediction:
     count: int | None
     kind: str  # env | default | unknown
     variable: str | None
@@ -35,15 +44,24 @@ class Model(NamedTuple):
     and the variables that steer the cap."""
 
     precedence: tuple[str, ...]
-    default: Callable[[Any, Mapping[str, Any]], tuple[int | None, str]]
-    cap: Callable[[Any, Mapping[str, str], Mapping[str, Any]], tuple[int | None, str]] | None = None
+    default: Rule
+    cap: Cap | None = None
     cap_vars: tuple[str, ...] = ()
     refused: int | None = None  # the count kept when a request above the cap is refused (numexpr)
 
 
+def _no_model(name: str) -> Model:
+    """The model of a library parinfo knows no rule for: its count is unknown."""
+
+    def unknown(facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+        return None, f"parinfo has no model for {name}"
+
+    return Model((), unknown)
+
+
 def model_of(lib: reg.Library) -> Model:
     """The count model of a library record."""
-    default = lib.default or (lambda f, c: (None, f"parinfo has no model for {lib.name}"))
+    default = lib.default or _no_model(lib.name).default
     return Model(lib.count_vars, default, lib.cap, lib.cap_vars, lib.refused)
 
 
@@ -54,7 +72,7 @@ def _torch_models() -> dict[str, Model]:
         "torch intra-op": torch,
         "torch intra-op (no MKL)": Model(tuple(v for v in torch.precedence if not v.startswith(mkl_own)),
                                          torch.default),
-        "torch inter-op": Model((), reg.hardware_concurrency),
+        "torch inter-op": Model((), hardware_concurrency),
     }
 
 
@@ -64,14 +82,15 @@ MODELS: dict[str, Model] = {
 }
 
 
-def predict(model: Model, env: Mapping[str, str], facts, ctx: dict | None = None) -> _Prediction:
+def predict(model: Model, env: Mapping[str, str], facts: MachineFacts,
+            ctx: Mapping[str, Any] | None = None) -> _Prediction:
     """The count ``model`` takes from environment ``env`` on a machine with ``facts``.
 
     Invalid values are skipped, as the libraries skip them.
     """
     ctx = ctx or {}
     for var in model.precedence:
-        n = count_from_env(var, env)  # type: ignore[arg-type]
+        n = count_from_env(var, env)
         if n is None:
             continue
         phrase = f"env {var}={env[var]}"
@@ -99,10 +118,10 @@ def _changes(model: Model, env: Mapping[str, str], launch: Mapping[str, str]) ->
 
 
 def explain(library: str, count: int | None, model: Model, environ: Mapping[str, str],
-            launch_environ: Mapping[str, str] | str, facts, ctx: dict | None = None,
+            launch_environ: LaunchEnviron, facts: MachineFacts, ctx: Mapping[str, Any] | None = None,
             runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None,
             unread: str = "not readable without changing it",
-            pushed: tuple[int, str] | None = None) -> dict:
+            pushed: tuple[int, str] | None = None) -> dict[str, Any]:
     """One provenance row: ``count`` in force for ``library`` and the source that decided it.
 
     ``extra_match`` is (count, kind, phrase): another explanation tried before run time (e.g. torch
@@ -111,12 +130,12 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     (``parinfo.apply`` also sets the variables, after the library read them); ``unread`` says why a ``count`` of None
     was not read.
     """
-    launch_known = not isinstance(launch_environ, str)
-    launch_pred = predict(model, launch_environ if launch_known else environ, facts, ctx)
+    launch = None if isinstance(launch_environ, str) else launch_environ
+    launch_pred = predict(model, environ if launch is None else launch, facts, ctx)
     now_pred = predict(model, environ, facts, ctx)
-    changes = _changes(model, environ, launch_environ) if launch_known else []
+    changes = [] if launch is None else _changes(model, environ, launch)
     notes = []
-    if not launch_known:
+    if launch is None:
         notes.append(f"launch environment {launch_environ}; predicted from the environment now")
     expected = launch_pred.count
     ignored: list[str] = []
@@ -136,7 +155,7 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         if changes and now_pred.count is not None and now_pred.count != count:
             notes.append("changed after launch, after this library read it (ignored): " + "; ".join(changes))
             ignored = [var for var in model.precedence + model.cap_vars
-                       if environ.get(var) != launch_environ.get(var)]  # type: ignore[union-attr]
+                       if launch is not None and environ.get(var) != launch.get(var)]
     elif count == now_pred.count:
         kind, variable, expected = now_pred.kind, now_pred.variable, now_pred.count
         source = now_pred.phrase + " (set after launch, before this library loaded)"
@@ -163,8 +182,8 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     }
 
 
-def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: Mapping[str, str] | str,
-                facts: Any) -> dict | None:
+def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: LaunchEnviron,
+                facts: MachineFacts) -> dict[str, Any] | None:
     """The row of a library that is a Python module (numexpr...), read only when it is imported."""
     module = sys.modules.get(lib.module or "")
     if module is None:
@@ -194,16 +213,16 @@ def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, str]]:
         who = f"parinfo.set_num_threads({push.get('count')})"
     else:
         who = f"parinfo's runtime ({source})"
-    out = {}
+    out: dict[str, tuple[int, str]] = {}
     for pool in push.get("pools") or ():
         if pool.get("filepath") and isinstance(pool.get("num_threads"), int):
             out[pool["filepath"]] = (pool["num_threads"], f"set at run time by {who}")
     return out
 
 
-def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str, str],
-                     launch_environ: Mapping[str, str] | str | None, facts,
-                     runtime_push: Mapping[str, Any] | None = None) -> list[dict]:
+def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, environ: Mapping[str, str],
+                     launch_environ: LaunchEnviron | None, facts: MachineFacts,
+                     runtime_push: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """For each library in force, the count and the source that decided it.
 
     ``pools``: :func:`parinfo.process.pools.native_pools`; ``torch``: :func:`parinfo.process.frameworks.torch_info`
@@ -245,20 +264,10 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
     torch_set_at_run_time = bool(torch_rows) and torch_rows[0]["kind"] == "runtime"
     for pool in pools:
         library = pool["library"]
-        model = MODELS.get(library)
-        if model is None:
-            model = Model((), lambda f, c, name=library: (None, f"parinfo has no model for {name}"))
+        model = MODELS.get(library) or _no_model(library)
         extra = None
-        if library in reg.openmp_runtimes() + ("mkl",) and pool.get("owner") == "torch" and torch_intra:
-            if torch_set_at_run_time:  # torch.set_num_threads(n) pushes n into its OpenMP and MKL
-                what = "OpenMP runtime" if library != "mkl" else "MKL"
-                phrase = f"set at run time by torch.set_num_threads({torch_intra}), which sets torch's {what} too"
-                extra = (torch_intra, "runtime", phrase)
-            elif library == "mkl":
-                extra = (torch_intra, "framework", f"set by torch to its intra-op count ({torch_intra})")
-            else:
-                extra = (torch_intra, "framework",
-                         f"set by torch to its intra-op count ({torch_intra}) when it initialised")
+        if pool.get("owner") == "torch" and torch_intra:
+            extra = _set_by_torch(library, torch_intra, torch_set_at_run_time)
         unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
         row = explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
                       extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""))
@@ -267,14 +276,27 @@ def library_settings(pools: list[dict], torch: dict | None, environ: Mapping[str
         rows.append(row)
     rows.extend(torch_rows)
     for lib in reg.python_libraries():
-        row = _module_row(lib, environ, launch_environ, facts)
-        if row is not None:
-            rows.append(row)
+        module_row = _module_row(lib, environ, launch_environ, facts)
+        if module_row is not None:
+            rows.append(module_row)
     return rows
 
 
-def _torch_rows(torch: dict, environ: Mapping[str, str], launch_environ: Mapping[str, str] | str,
-                facts: Any) -> list[dict]:
+def _set_by_torch(library: str, intra: int, set_at_run_time: bool) -> tuple[int | None, str, str] | None:
+    """How torch, with intra-op count ``intra``, set the count of its own OpenMP runtime or MKL
+    (``library``): (count, kind, phrase) for :func:`explain`'s ``extra_match``; None for other libraries."""
+    if library not in (*reg.openmp_runtimes(), "mkl"):
+        return None
+    if set_at_run_time:  # torch.set_num_threads(n) pushes n into its OpenMP and MKL
+        what = "OpenMP runtime" if library != "mkl" else "MKL"
+        return intra, "runtime", f"set at run time by torch.set_num_threads({intra}), which sets torch's {what} too"
+    if library == "mkl":
+        return intra, "framework", f"set by torch to its intra-op count ({intra})"
+    return intra, "framework", f"set by torch to its intra-op count ({intra}) when it initialised"
+
+
+def _torch_rows(torch: dict[str, Any], environ: Mapping[str, str], launch_environ: LaunchEnviron,
+                facts: MachineFacts) -> list[dict[str, Any]]:
     """torch's intra-op and inter-op provenance rows."""
     rows = []
     if torch:

@@ -65,32 +65,15 @@ def identity(pid: int) -> dict:
 def loaded_runtimes(pid: int) -> list[dict]:
     """One row per thread runtime file mapped into ``pid`` (the keys of the report's pool rows;
     ``num_threads`` is None: the count in force cannot be read from outside)."""
-    import re
+    from parinfo.process.pools import PoolRow, classify, loaded_objects, mark_duplicates
 
-    from parinfo.process.pools import classify, loaded_objects, owner_of
-
-    objects = loaded_objects(_read(pid, "maps").decode("utf-8", "replace"))
     rows: list[dict] = []
-    for path in objects:
+    for path in loaded_objects(_read(pid, "maps").decode("utf-8", "replace")):
         fam = classify(path)
-        if fam is None:
-            continue
-        library, user_api, internal_api = fam
-        rows.append({
-            "library": library, "user_api": user_api, "internal_api": internal_api, "filepath": path,
-            "prefix": re.split(r"[.-]", os.path.basename(path), maxsplit=1)[0], "version": None,
-            "num_threads": None, "threading_layer": None, "architecture": None, "owner": owner_of(path),
-            "seen_by": f"/proc/{pid}/maps", "duplicate_of": None, "copies": 1,
-            "note": "count in force not readable from outside the process",
-        })
-    groups: dict[str, list[dict]] = {}
-    for row in rows:
-        groups.setdefault(row["library"], []).append(row)
-    for group in groups.values():
-        for row in group:
-            row["copies"] = len(group)
-        for row in group[1:]:
-            row["duplicate_of"] = group[0]["filepath"]
+        if fam is not None:
+            rows.append(PoolRow.of_file(path, fam, seen_by=f"/proc/{pid}/maps",
+                                        note="count in force not readable from outside the process").to_dict())
+    mark_duplicates(rows)
     return rows
 
 

@@ -6,7 +6,6 @@ import os
 from parinfo.machine.unknown import because
 
 
-
 def live_threads(pid: int | None = None) -> dict:
     """The OS threads of process ``pid`` (default: this one).
 

@@ -13,12 +13,12 @@ from types import ModuleType
 
 def threadpoolctl() -> ModuleType:
     """Import threadpoolctl without leaving KMP_DUPLICATE_LIB_OK behind."""
-    mod = sys.modules.get("threadpoolctl")
-    if mod is not None:
-        return mod
+    loaded = sys.modules.get("threadpoolctl")
+    if loaded is not None:
+        return loaded
     had = "KMP_DUPLICATE_LIB_OK" in os.environ
-    import threadpoolctl as mod  # noqa: PLC0415
+    import threadpoolctl as module
 
     if not had:
         os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
-    return mod
+    return module

@@ -6,6 +6,7 @@ The variables themselves (their syntax, who reads them) are declared with the li
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from parinfo.process.libraries import (
     LIBRARY_VARS,
@@ -72,15 +73,14 @@ def validate(name: str, value: str) -> str | None:
         elif kind == "cpu_count":
             if value.strip().lower() != "default":
                 parse_count(value)
-        elif kind == "text":
-            if not value.strip():
-                return "empty value"
+        elif kind == "text" and not value.strip():
+            return "empty value"
     except ValueError as exc:
         return str(exc)
     return None
 
 
-def count_from_env(name: str, environ: dict[str, str]) -> int | None:
+def count_from_env(name: str, environ: Mapping[str, str]) -> int | None:
     """The count a variable asks for, or None when it is unset or invalid (libraries then ignore it)."""
     value = environ.get(name)
     if value is None:

@@ -3,8 +3,8 @@
 A small hand-written tokenizer and recursive-descent parser into a tree; nothing here ever calls
 eval or compiles Python. :func:`check` checks syntax and names without any machine's numbers (so an
 expression valid on some machine is never refused by validation); :func:`evaluate` computes the tree
-on one machine's facts, where a divisor that is zero there is a fault with its column. Length, token count and nesting depth are bounded so that a hostile profile
-cannot make parinfo slow or crash it.
+on one machine's facts, where a divisor that is zero there is a fault with its column. Length, token
+count and nesting depth are bounded so that a hostile profile cannot make parinfo slow or crash it.
 
 Grammar::
 

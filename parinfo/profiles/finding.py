@@ -54,9 +54,9 @@ def find_profile(source: str | os.PathLike, relative_to: Path | None = None) -> 
         if relative_to is not None and not p.is_absolute():
             p = relative_to / p
         return p
-    p = shipped_path(text)
-    if p is not None:
-        return p
+    shipped = shipped_path(text)
+    if shipped is not None:
+        return shipped
     # Not shipped: a file of that name next to the profile that names it (or in the current
     # directory for a name given on the command line).
     local = (relative_to or Path.cwd()) / text

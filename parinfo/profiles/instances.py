@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from parinfo.profiles.launch import Relay, check_cpus, child_environ, exit_status, not_started, spawn
 
@@ -40,7 +41,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) ->
     n = len(plan.instances)
     children = [child_environ(plan, os.environ, force=force, instance=inst, instances=n)
                 for inst in plan.instances]
-    for inst, child in zip(plan.instances, children):
+    for inst, child in zip(plan.instances, children, strict=True):
         if child.cpus is not None:
             check_cpus(child.cpus, f"instance {inst.index} of profile {plan.name}")
     seen: set[str] = set()
@@ -56,7 +57,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) ->
     die_with_us = _parent_death_hook(os.getpid())
     with Relay(send), _JobControl(send):
         try:
-            for inst, child in zip(plan.instances, children):
+            for inst, child in zip(plan.instances, children, strict=True):
                 try:
                     proc = spawn(command, child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_us)
@@ -207,7 +208,6 @@ class _Prefixed:
 def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
     """Relay prefixed output until every instance has exited; the first failure's status."""
     import selectors
-
     import time
 
     sel = selectors.DefaultSelector()
@@ -220,12 +220,12 @@ def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
             assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
             relays.append(_Prefixed(prefix, out, owners))
-            sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1]))
+            sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1], pipe))
         pidfd = _pidfd(proc.pid)
         if pidfd is None:
             exact = False
         else:
-            sel.register(pidfd, selectors.EVENT_READ, ("exit", proc))
+            sel.register(pidfd, selectors.EVENT_READ, ("exit", proc, None))
     first_failure = 0
     running = {proc.pid for _, proc in procs}
 
@@ -239,7 +239,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
 
     while sel.get_map():
         for key, _ in sel.select(_timeout(relays, time.monotonic(), None if exact else 0.05)):
-            kind, target = key.data
+            kind, target, pipe = key.data
             if kind == "exit":
                 sel.unregister(key.fd)
                 os.close(key.fd)
@@ -255,7 +255,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
             else:
                 sel.unregister(key.fileobj)
                 target.close()
-                key.fileobj.close()
+                pipe.close()
         now = time.monotonic()
         for relay in relays:
             due = relay.due()

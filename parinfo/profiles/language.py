@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import ProfileError
 from parinfo.profiles.finding import (
@@ -41,6 +41,9 @@ from parinfo.profiles.yaml_nodes import (
     shown,
 )
 
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
+
 __all__ = ["AFFINITY_WORDS", "DERIVED_VARS", "FACT_NAMES", "INSTANCE_KEYS", "INSTANCE_NAMES", "LIBRARIES",
            "MAX_COUNT", "MAX_EXTENDS", "TOP_KEYS", "VERSION", "Profile", "find_profile", "list_profiles",
            "load_profile", "resolve_profile", "shipped_dirs", "shipped_names", "shipped_path",
@@ -54,6 +57,8 @@ def list_profiles() -> list[dict[str, str]]:
     out = []
     for name in shipped_names():
         path = shipped_path(name)
+        if path is None:  # removed since the listing
+            continue
         prof = load_profile(path)
         out.append({"name": name, "description": prof.get("description", ""), "path": str(path)})
     return out
@@ -134,7 +139,7 @@ def validate_profile(data: Any, source: str = "<profile>") -> Profile:
 # Resolution
 
 
-def resolve_profile(profile: Any, facts: Any = None, *, instances: int | None = None):
+def resolve_profile(profile: Any, facts: MachineFacts | None = None, *, instances: int | None = None):
     """Resolve ``profile`` (a name, path, loaded Profile or plain dict) on ``facts`` (default: this
     machine) into a :class:`parinfo.profiles.plan.Plan`. ``instances`` overrides the profile's count."""
     from parinfo.profiles.resolve import resolve

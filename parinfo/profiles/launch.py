@@ -16,11 +16,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from parinfo.machine.cpulist import format_cpu_list
 from parinfo.errors import ApplyError, UsageError
+from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process import libraries as reg
 from parinfo.safe_text import shorten
 
@@ -234,7 +235,7 @@ class Relay:
 
     def __init__(self, send) -> None:
         self.send = send
-        self.saved: dict[int, object] = {}
+        self.saved: dict[int, Any] = {}  # what signal.signal returned: a handler, SIG_DFL or None
 
     def __enter__(self) -> Relay:
         for name in FORWARDED_SIGNALS:

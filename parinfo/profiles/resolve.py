@@ -6,7 +6,7 @@ machine are an error, and instances and affinity become explicit CPU lists.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import UsageError
 from parinfo.machine.cpulist import format_cpu_list
@@ -15,10 +15,13 @@ from parinfo.profiles.model import Profile
 from parinfo.profiles.plan import InstancePlan, Plan, Setting
 from parinfo.profiles.rules import DERIVED_VARS, LIBRARIES, MAX_COUNT
 
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
+
 COUNT_FACTOR = 64  # a count above 64 x logical CPUs is a mistake, not a plan
 
 
-def fact_values(facts: Any) -> tuple[dict[str, int], list[str]]:
+def fact_values(facts: MachineFacts) -> tuple[dict[str, int], list[str]]:
     """The machine facts that count expressions may name, and notes on any that were unknown."""
     notes: list[str] = []
     affinity = tuple(getattr(facts, "affinity", ()) or ())
@@ -42,7 +45,7 @@ def fact_values(facts: Any) -> tuple[dict[str, int], list[str]]:
     return values, notes
 
 
-def instance_values(facts: Any, block: list[tuple[int, ...]], instances: int) -> dict[str, int]:
+def instance_values(facts: MachineFacts, block: list[tuple[int, ...]], instances: int) -> dict[str, int]:
     """The facts an expression sees inside one instance: the instance is its whole machine.
 
     An instance is pinned to one CPU of each core in ``block``, so its usable CPUs, physical cores
@@ -64,11 +67,11 @@ def instance_values(facts: Any, block: list[tuple[int, ...]], instances: int) ->
     }
 
 
-def _node_of(facts: Any) -> dict[int, int]:
+def _node_of(facts: MachineFacts) -> dict[int, int]:
     return {cpu: i for i, node in enumerate(facts.numa_nodes or ()) for cpu in node}
 
 
-def usable_cores(facts: Any, restrict: set[int] | None = None) -> list[tuple[int, ...]]:
+def usable_cores(facts: MachineFacts, restrict: set[int] | None = None) -> list[tuple[int, ...]]:
     """The usable physical cores (each a tuple of its usable CPUs), NUMA node by node.
 
     A CPU quota smaller than the cores keeps only as many cores as it pays for.
@@ -99,7 +102,7 @@ def _by_node(cores: list[tuple[int, ...]], node_of: dict[int, int]) -> list[list
 
 
 class _Resolver:
-    def __init__(self, prof: Profile, facts: Any, instances: int | None) -> None:
+    def __init__(self, prof: Profile, facts: MachineFacts, instances: int | None) -> None:
         self.prof = prof
         self.facts = facts
         self.override = instances
@@ -113,6 +116,8 @@ class _Resolver:
               default: str | None = None, quiet: bool = False) -> Setting:
         label = ".".join(keypath)
         if raw is None:
+            if default is None:  # validation gives every count without a default a value
+                raise ValueError(f"{label}: no value and no default")
             res = expr.evaluate(default, names)
             value = max(1, res.value)
             return Setting(label, value, f"{default} = {value} (default: the profile does not set {label})")
@@ -164,7 +169,7 @@ class _Resolver:
         """Split the usable cores into one block of whole cores per instance."""
         explicit = self.prof.get("affinity")
         restrict = set(explicit) if isinstance(explicit, list) else None
-        if restrict is not None:
+        if isinstance(explicit, list):
             self.check_allowed(explicit)
         cores = usable_cores(self.facts, restrict)
         ncores = len(cores)
@@ -355,7 +360,8 @@ class _Resolver:
 
     def library_notes(self, counts: dict[str, Setting], env: dict[str, str]) -> None:
         mkl = counts["mkl"].value
-        if mkl > self.values["usable_physical_cores"] and env.get("MKL_DYNAMIC", "").upper() not in ("FALSE", "0", "NO", "OFF"):
+        dynamic_off = env.get("MKL_DYNAMIC", "").upper() in ("FALSE", "0", "NO", "OFF")
+        if mkl > self.values["usable_physical_cores"] and not dynamic_off:
             self.notes.append(f"MKL uses at most the physical cores ({self.values['usable_physical_cores']} usable) "
                               f"unless MKL_DYNAMIC=FALSE; libraries.mkl asks for {mkl}")
         torch = counts["torch"].value
@@ -364,6 +370,6 @@ class _Resolver:
                               f"by the start-up hook or parinfo.apply()")
 
 
-def resolve(prof: Profile, facts: Any, *, instances: int | None = None) -> Plan:
+def resolve(prof: Profile, facts: MachineFacts, *, instances: int | None = None) -> Plan:
     """Resolve a validated profile on ``facts``; raise ProfileError (or UsageError for --instances)."""
     return _Resolver(prof, facts, instances).plan()

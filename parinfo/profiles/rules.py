@@ -176,7 +176,8 @@ class Count(Rule):
         try:
             expr.check(value, self.names)
         except expr.ExprError as exc:
-            raise c.fail(kp, f"'{label}': bad expression {shown(repr(value), 80)}: {exc.message} at column {exc.column}",
+            raise c.fail(kp, f"'{label}': bad expression {shown(repr(value), 80)}: {exc.message} "
+                             f"at column {exc.column}",
                          exc.fix or "write e.g. physical_cores // 2", column_in_value=exc.column) from None
         return value.strip()
 

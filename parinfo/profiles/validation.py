@@ -57,7 +57,8 @@ def _check_keys_are_text(c: DocumentChecker, data: dict) -> None:
     while stack:
         value, keypath, depth = stack.pop()
         if depth > MAX_DEPTH:
-            raise c.fail(keypath, f"nested more than {MAX_DEPTH} levels deep", "a profile needs only two or three levels")
+            raise c.fail(keypath, f"nested more than {MAX_DEPTH} levels deep",
+                         "a profile needs only two or three levels")
         items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
         for k, v in items:
             if isinstance(value, dict) and not isinstance(k, str):

@@ -188,7 +188,7 @@ def parse(text: str, path: str) -> Document:
         aliases = 0
         depth = 0
 
-        def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML hook
+        def compose_node(self, parent, index):  # PyYAML hook
             if self.depth >= MAX_DEPTH:
                 mark = self.peek_event().start_mark
                 raise _error(f"nested more than {MAX_DEPTH} levels deep", path, mark.line + 1, mark.column + 1,
@@ -273,7 +273,8 @@ class _Builder:
             raise self.fail(node, f"the document expands to more than {MAX_NODES} values (alias bomb?)",
                             "write the values out instead of nesting aliases")
         if depth > MAX_DEPTH:
-            raise self.fail(node, f"nested more than {MAX_DEPTH} levels deep", "a profile needs only two or three levels")
+            raise self.fail(node, f"nested more than {MAX_DEPTH} levels deep",
+                            "a profile needs only two or three levels")
         self.marks.setdefault(keypath, self.mark(node))
         if isinstance(node, yaml.ScalarNode):
             return self.scalar(node)
@@ -294,12 +295,13 @@ class _Builder:
                 key = self.scalar(key_node)
                 if not isinstance(key, str) or isinstance(key, bool):
                     key = str(key_node.value)
+                path = (*keypath, key)
                 if key in out:
-                    first = self.key_marks.get((*keypath, key))
+                    first = self.key_marks.get(path)
                     where = f" (first at line {first.line})" if first else ""
                     raise self.fail(key_node, f"duplicate key {key!r}{where}", "keep only one of them")
-                self.key_marks[(*keypath, key)] = self.mark(key_node)
-                out[key] = self.value(value_node, (*keypath, key), depth + 1)
+                self.key_marks[path] = self.mark(key_node)
+                out[key] = self.value(value_node, path, depth + 1)
             return out
         raise self.fail(node, "unsupported YAML node", "write plain mappings, lists and scalars")
 

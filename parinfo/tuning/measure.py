@@ -163,7 +163,7 @@ class CommandMeasurer(Measurer):
                 raise TuneError(f"the command ran longer than {self.settings.timeout:g} s at "
                                 f"{p.intra} intra-op x {p.inter} inter-op (raise --timeout)") from None
         elapsed = time.perf_counter() - t0
-        for code, tail in zip(codes, tails):
+        for code, tail in zip(codes, tails, strict=False):
             if code != 0:
                 raise WorkloadFailed(
                     f"the command {ended(code)} at {p.intra} intra-op x {p.inter} inter-op; "

@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import UsageError
 from parinfo.tuning import search, workloads
 from parinfo.tuning.measure import Settings
 from parinfo.tuning.workloads import Workload
+
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
 
 OBJECTIVES = ("latency", "throughput")
 MAX_COUNT_FACTOR = 64  # counts above 64 x logical CPUs are refused as a typo
@@ -93,7 +96,7 @@ def _settings(o: TuneOptions) -> Settings:
     return Settings(warmup=warmup, repeats=repeats, min_time=float(o.min_time), timeout=float(o.timeout))
 
 
-def _ranges(o: TuneOptions, facts: Any) -> tuple[tuple[int, int], tuple[int, int]]:
+def _ranges(o: TuneOptions, facts: MachineFacts) -> tuple[tuple[int, int], tuple[int, int]]:
     usable = facts.usable_cpus
     cap = MAX_COUNT_FACTOR * (facts.logical_cpus or usable)
     min_threads = check_int("--min", o.min_threads)
@@ -128,7 +131,7 @@ def _mode(o: TuneOptions, w: Workload) -> str:
     return "in-process"
 
 
-def resolve(o: TuneOptions, facts: Any) -> Plan:
+def resolve(o: TuneOptions, facts: MachineFacts) -> Plan:
     """Check ``o`` on the machine ``facts`` describes and return the plan; UsageError when it cannot run."""
     if o.objective not in OBJECTIVES:
         raise UsageError(f"--objective {o.objective!r}: use latency or throughput")

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.tuning.measure import Settings
 from parinfo.tuning.search import Point, SearchResult, Stats
 from parinfo.tuning.workloads import Workload
+
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
 
 NOISY_SPREAD = 0.10  # a point whose relative spread exceeds this is called noisy
 
@@ -22,14 +25,14 @@ class MachineSummary:
     """The machine a tune ran on, as recorded in its JSON and profile comments."""
 
     cpu_model: str
-    logical_cpus: int
-    physical_cores: int
+    logical_cpus: int | None  # None: unknown (MachineFacts.unknown says why)
+    physical_cores: int | None
     usable_cpus: int
     usable_physical_cores: int
     affinity: str
 
     @classmethod
-    def of(cls, facts: Any) -> MachineSummary:
+    def of(cls, facts: MachineFacts) -> MachineSummary:
         """Summarise a ``MachineFacts``."""
         return cls(cpu_model=cpu_model(), logical_cpus=facts.logical_cpus,
                    physical_cores=facts.physical_cores, usable_cpus=facts.usable_cpus,
@@ -46,7 +49,7 @@ def cpu_model() -> str:
 
     try:
         ident = cpu_identity()
-    except Exception as exc:  # noqa: BLE001 - a description, never a failure
+    except Exception as exc:  # a description, never a failure
         return f"unknown ({exc})"
     brand = ident.get("brand") or f"unknown ({ident.get('unknown', {}).get('brand', 'no brand')})"
     extra = [x for x in (ident.get("arch"), " ".join(ident.get("isa") or [])) if x]

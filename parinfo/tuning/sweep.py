@@ -12,13 +12,16 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.tuning import search
 from parinfo.tuning.measure import MEASURERS, Measurer, WorkloadFailed, noise_check
 from parinfo.tuning.options import OBJECTIVES, Plan, TuneOptions, resolve
 from parinfo.tuning.result import NOISY_SPREAD, MachineSummary, TuneResult
 from parinfo.tuning.search import Point, SearchResult, Stats
+
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
 
 __all__ = ["NOISY_SPREAD", "OBJECTIVES", "TuneOptions", "TuneResult", "WorkloadFailed", "run", "tune"]
 
@@ -32,7 +35,7 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
          min_time: float = 0.05, timeout: float = 600.0, in_process: bool = False,
          exhaustive: bool = False, confirm: bool = True, margin: float = search.DEFAULT_MARGIN,
          check_noise: bool = True,
-         progress: Progress | None = None, facts: Any = None) -> TuneResult:
+         progress: Progress | None = None, facts: MachineFacts | None = None) -> TuneResult:
     """Measure the workload at several thread counts and return the curve and the winner.
 
     ``workload`` is a built-in (matmul, elementwise, ensemble) unless ``stmt`` (with ``setup``),
@@ -52,7 +55,7 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
     return run(options, progress=progress, facts=facts)
 
 
-def run(options: TuneOptions, *, progress: Progress | None = None, facts: Any = None) -> TuneResult:
+def run(options: TuneOptions, *, progress: Progress | None = None, facts: MachineFacts | None = None) -> TuneResult:
     """:func:`tune` with its arguments as one :class:`TuneOptions`."""
     t_start = time.perf_counter()
     if facts is None:

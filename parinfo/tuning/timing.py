@@ -25,7 +25,7 @@ def run_calls(fn: Callable[[], Any], calls: int, concurrency: int) -> float:
         try:
             for _ in range(calls):
                 fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+        except BaseException as exc:  # re-raised in the caller
             errors.append(exc)
 
     threads = [threading.Thread(target=body, name=f"parinfo-tune-request-{i}") for i in range(concurrency)]
@@ -54,6 +54,6 @@ def time_calls(fn: Callable[[], Any], *, concurrency: int = 1, warmup: int = 1, 
             last = run_calls(fn, 1, concurrency)
         number = max(1, min(max_number, math.ceil(min_time / max(last, 1e-9))))
         samples = [run_calls(fn, number, concurrency) / (number * concurrency) for _ in range(repeats)]
-    except (Exception, SystemExit) as exc:  # noqa: BLE001
+    except (Exception, SystemExit) as exc:
         raise user_error(exc) from None
     return samples, number

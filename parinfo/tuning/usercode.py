@@ -68,12 +68,12 @@ def build_stmt(stmt_src: str, setup_src: str = "pass") -> Callable[[], Any]:
     stmt = compile_user(stmt_src, "<stmt>")
     ns: dict[str, Any] = {"__name__": "__parinfo_tune__"}
     try:
-        exec(setup, ns)  # noqa: S102 - the user's own code, run on their request
-    except (Exception, SystemExit) as exc:  # noqa: BLE001
+        exec(setup, ns)  # the user's own code, run on their request
+    except (Exception, SystemExit) as exc:
         raise user_error(exc) from None
 
     def call() -> None:
-        exec(stmt, ns)  # noqa: S102
+        exec(stmt, ns)
 
     return call
 
@@ -93,7 +93,7 @@ def build_module(target: str) -> Callable[[], Any]:
                 f"--module {target}: no module named {exc.name!r} (run from the directory that holds it, "
                 f"or put it on PYTHONPATH)") from None
         raise user_error(exc) from None
-    except (Exception, SystemExit) as exc:  # noqa: BLE001
+    except (Exception, SystemExit) as exc:
         raise user_error(exc) from None
     func = getattr(mod, func_name, None)
     if func is None:

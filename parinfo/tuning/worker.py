@@ -21,13 +21,13 @@ def counts_in_force(framework: str) -> dict:
 
         for pool in threadpoolctl().threadpool_info():
             seen.setdefault(pool.get("internal_api", "?"), []).append(pool.get("num_threads"))
-    except Exception as exc:  # noqa: BLE001 - a report, never a failure
+    except Exception as exc:  # a report, never a failure
         seen["native"] = f"unknown ({exc})"
     if "parinfo.runtime" in sys.modules:
         try:
             info = sys.modules["parinfo.runtime"].info()
             seen["parinfo"] = {"intra_op": info["intra_op"]["count"], "inter_op": info["inter_op"]["count"]}
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             seen["parinfo"] = f"unknown ({exc})"
     if framework == "torch" and "torch" in sys.modules:
         torch = sys.modules["torch"]

@@ -1,0 +1,36 @@
+"""A finding (one thing wrong, or worth knowing, with why and the fix), its severities and their order.
+
+Every rule module builds :class:`Finding` objects; :func:`parinfo.diagnostics.rules.diagnose` runs
+them all and orders the result with :func:`sort_findings`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+SEVERITIES = ("info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong (or worth knowing) about the process's parallelism."""
+
+    id: str
+    severity: str
+    message: str
+    why: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def at_least(findings: list[Finding], severity: str) -> list[Finding]:
+    """The findings at ``severity`` or above."""
+    floor = SEVERITIES.index(severity)
+    return [f for f in findings if SEVERITIES.index(f.severity) >= floor]
+
+
+def sort_findings(found: list[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then infos (the order of every report); a stable sort, so the
+    findings of one severity keep the order of the rules that made them."""
+    return sorted(found, key=lambda f: -SEVERITIES.index(f.severity))
