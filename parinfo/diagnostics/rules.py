@@ -362,7 +362,8 @@ def _duplicate_copies(s: dict[str, Any]) -> list[Finding]:
 #: times the pools (fleet_rules), then the live evidence (live_rules). The one list of rules.
 RULES: tuple[Rule, ...] = (
     _oversubscribed_interop, _oversubscribed_pools, _above_quota_or_affinity, _above_physical,
-    _invalid_variables, _refused_counts, _set_after_load, _several_openmp, _openmp_and_tbb, _openblas_pthreads_with_openmp,
+    _invalid_variables, _refused_counts, _set_after_load, _several_openmp, _openmp_and_tbb,
+    _openblas_pthreads_with_openmp,
     _kmp_duplicate, _duplicate_copies,
     fleet_rules.outer_findings,
     live_rules.throttled, live_rules.thread_stack_budget, live_rules.runnable_above_usable,

@@ -129,14 +129,16 @@ def is_false(value: str | None) -> bool:
     return value is not None and value.strip().lower() in ("false", "0", "no", "off")
 
 
-def _mkl_cap(facts: MachineFacts, env: Mapping[str, str], ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+def _mkl_cap(facts: MachineFacts, env: Mapping[str, str],
+             ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
     if is_false(env.get("MKL_DYNAMIC")):
         return None, ""
     n = facts.physical_cores
     return n, f"{n} physical core{'s' if n != 1 else ''} (MKL_DYNAMIC is not FALSE)"
 
 
-def _numexpr_pool(facts: MachineFacts, env: Mapping[str, str], ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+def _numexpr_pool(facts: MachineFacts, env: Mapping[str, str],
+                  ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
     """numexpr's pool size (MAX_THREADS: NUMEXPR_MAX_THREADS at import, else 64): a request above
     it is refused."""
     pool = (ctx or {}).get("max_threads")
