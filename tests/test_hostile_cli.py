@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 
@@ -149,3 +150,19 @@ def test_check_takes_a_level():
 def test_json_and_torch_format_conflict():
     proc = run_cli("show", "--json", "--format", "torch")
     assert proc.returncode == 2 and "pick one" in proc.stderr
+
+
+def test_a_huge_count_is_shown_valid_but_capped_with_what_runs():
+    import json
+
+    huge = "99999999999999999999"
+    proc = run_cli("show", "-i", "none", env=clean_env(PARINFO_NUM_THREADS=huge))
+    assert proc.returncode == 0, proc.stderr
+    assert f"PARINFO_NUM_THREADS={huge}" in proc.stdout and "valid, capped:" in proc.stdout
+    report = json.loads(run_cli("show", "--json", "-i", "none", env=clean_env(PARINFO_NUM_THREADS=huge)).stdout)
+    ceiling = report["runtime"]["pool_ceiling"]
+    row = next(r for r in report["settings"] if r["library"] == "parinfo intra-op")
+    assert row["capped_to"] == ceiling == 4 * os.cpu_count()
+    found = {f["id"]: f for f in report["findings"]}
+    assert f"at most {ceiling} threads run" in found["count-above-ceiling"]["message"]
+    assert f"uses {ceiling} threads" in found["count-above-usable"]["message"]

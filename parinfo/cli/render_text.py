@@ -129,7 +129,8 @@ def _frameworks(r: Report) -> list[Line]:
 def _settings(r: Report) -> list[Line]:
     libs = Counter(row["library"] for row in r.settings)
     rows = [(row["library"] + (f" [{row['owner']}]" if libs[row["library"]] > 1 and row.get("owner") else ""),
-             show_value(row.get("count")), str(row.get("source"))) for row in r.settings]
+             show_value(row.get("count")) + (f" ({row['capped_to']} run)" if row.get("capped_to") else ""),
+             str(row.get("source"))) for row in r.settings]
     return _section("Thread counts in force", _aligned([("who", "count", "decided by"), *rows]))
 
 
@@ -143,6 +144,8 @@ def _environment(r: Report) -> list[Line]:
         shown = "(unset now)" if value is None else repr(value) if value.strip() != value or not value else value
         state = "" if value is None else ("valid" if row.get("valid") else
                                           f"INVALID: {row.get('problem')}" if row.get("valid") is False else "")
+        if row.get("capped_to") is not None:
+            state += f", capped: {plural(row['capped_to'], 'thread')} run"
         if row.get("changed_after_launch"):
             state += f"; changed after launch (was {row.get('launch_value')!r})"
         readers = row.get("readers") or ()

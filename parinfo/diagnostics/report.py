@@ -78,9 +78,23 @@ def _runtime_rows(runtime: dict[str, Any]) -> list[dict[str, Any]]:
     for key, label, variables in (("intra_op", "parinfo intra-op", INTRA_VARS),
                                   ("inter_op", "parinfo inter-op", INTER_VARS)):
         entry = runtime.get(key) or {}
-        rows.append({"library": label, "count": entry.get("count"), "source": entry.get("source"),
-                     "precedence": [EXPLICIT, "profile", *variables, "default"]})
+        row = {"library": label, "count": entry.get("count"), "source": entry.get("source"),
+               "precedence": [EXPLICIT, "profile", *variables, "default"]}
+        if entry.get("capped_to") is not None:
+            row["capped_to"] = entry["capped_to"]
+        rows.append(row)
     return rows
+
+
+def _mark_capped(env_rows: list[dict[str, Any]], runtime: dict[str, Any]) -> None:
+    """A valid variable whose count parinfo's runtime caps at its pool ceiling says what runs."""
+    for key in ("intra_op", "inter_op"):
+        entry = runtime.get(key) or {}
+        if entry.get("capped_to") is None:
+            continue
+        for row in env_rows:
+            if entry.get("source") == f"env {row['name']}":
+                row["capped_to"] = entry["capped_to"]
 
 
 def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/",
@@ -120,6 +134,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     launch_env = environment.launch_environment()
     env_rows = environment.environment_report(os.environ, launch_env)
     rt = runtime_info()
+    _mark_capped(env_rows, rt)
     settings = _runtime_rows(rt) + provenance.library_settings(
         pool_rows, torch_info, os.environ, launch_env, facts, rt.get("native_push"))
 

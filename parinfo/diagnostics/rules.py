@@ -147,6 +147,8 @@ def _above_quota_or_affinity(s: dict[str, Any]) -> list[Finding]:
     out = []
     for row in s.get("settings", []):
         who, count = row["library"], row.get("count")
+        if isinstance(row.get("capped_to"), int):
+            count = min(count, row["capped_to"])  # what runs, not what was asked (count-above-ceiling)
         if not isinstance(count, int) or count <= usable:
             continue
         if quota is not None:
@@ -217,6 +219,24 @@ def _refused_counts(s: dict[str, Any]) -> list[Finding]:
             f"{row['library']} refuses a count above its cap instead of cutting it to the cap: it prints an "
             f"error on stderr and keeps {refused['runs']}",
             f"set {var} to at most {cap}{raise_cap}, before {row['library']} is imported",
+        ))
+    return out
+
+
+def _above_ceiling(s: dict[str, Any]) -> list[Finding]:
+    """A valid count above parinfo's pool ceiling: the runtime runs the ceiling, not the count."""
+    out = []
+    for row in s.get("settings", []):
+        cap = row.get("capped_to")
+        if cap is None:
+            continue
+        out.append(Finding(
+            "count-above-ceiling", "info",
+            f"{row['library']} count {row['count']} ({row['source']}) is above parinfo's pool ceiling: "
+            f"at most {cap} threads run",
+            "a pool never holds more than 4 x the logical CPUs (as MKL and OpenBLAS cap theirs): more "
+            "threads than that only add switching and memory",
+            f"ask for at most {cap} (or leave the count to its default)",
         ))
     return out
 
@@ -362,7 +382,7 @@ def _duplicate_copies(s: dict[str, Any]) -> list[Finding]:
 #: times the pools (fleet_rules), then the live evidence (live_rules). The one list of rules.
 RULES: tuple[Rule, ...] = (
     _oversubscribed_interop, _oversubscribed_pools, _above_quota_or_affinity, _above_physical,
-    _invalid_variables, _refused_counts, _set_after_load, _several_openmp, _openmp_and_tbb,
+    _invalid_variables, _refused_counts, _above_ceiling, _set_after_load, _several_openmp, _openmp_and_tbb,
     _openblas_pthreads_with_openmp,
     _kmp_duplicate, _duplicate_copies,
     fleet_rules.outer_findings,
