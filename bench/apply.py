@@ -17,10 +17,13 @@ import subprocess
 import sys
 import time
 
+from _machine import report_machine  # bench/ is on sys.path when run as a script
+
 LAUNCHER = r"""
 import sys
 from parinfo.profiles.plan import Plan, Setting
 from parinfo.profiles.launch import run_plan
+
 env = {"PARINFO_NUM_THREADS": "1", "PARINFO_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1",
        "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 plan = Plan("bench", "", "bench", Setting("intra_op", 1, ""), Setting("inter_op", 1, ""), {}, env)
@@ -65,6 +68,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--profile", default="latency")
     args = parser.parse_args()
+    report_machine()
 
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OMP_", "MKL_", "OPENBLAS_", "PARINFO_")) and k != "PYTHONDONTWRITEBYTECODE"}

@@ -18,6 +18,8 @@ import os
 import statistics
 import time
 
+from _machine import report_machine  # bench/ is on sys.path when run as a script
+
 
 def matmuls(size: int, count: int) -> tuple[float, float]:
     """``count`` matmuls of two size x size matrices in this task: (wall seconds, process CPU seconds)."""
@@ -64,6 +66,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--gather", default="2,4,8", help="worker counts to time gather for")
     args = parser.parse_args()
+    report_machine()
 
     import distributed  # noqa: F401  (loads dask's configuration)
 

@@ -15,6 +15,8 @@ import os
 import statistics
 import time
 
+from _machine import report_machine  # bench/ is on sys.path when run as a script
+
 
 def per_call(fn, number: int, repeats: int) -> float:
     """Median over ``repeats`` of the mean seconds per call over ``number`` calls."""
@@ -31,6 +33,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
+    report_machine()
 
     import cpuinfo
     import psutil

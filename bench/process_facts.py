@@ -16,6 +16,8 @@ import statistics
 import subprocess
 import sys
 
+from _machine import report_machine  # bench/ is on sys.path when run as a script
+
 PARTS = ("import_probes", "native_pools", "threading_layers", "launch_environment", "environment_report",
          "torch_info", "live_threads", "library_settings")
 TOTAL = "all process facts"
@@ -52,6 +54,7 @@ print(json.dumps(out))
 THREADPOOLCTL = r"""
 import json, time
 import numpy
+
 if {torch!r}:
     import torch
 ts = []
@@ -78,6 +81,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--torch", action="store_true", help="import torch too (its rows are then measured)")
     args = ap.parse_args()
+    report_machine()
     first: dict[str, list[float]] = {}
     later: dict[str, list[float]] = {}
     for code in (PARINFO, THREADPOOLCTL):  # warm the page and byte-code caches

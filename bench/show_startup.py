@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from _machine import report_machine  # bench/ is on sys.path when run as a script
+
 
 def wall(cmd: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
@@ -26,6 +28,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
+    report_machine()
     env = dict(os.environ, NO_COLOR="1", COLUMNS="160")
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure with cached bytecode, as users run it
     commands = {

@@ -19,13 +19,15 @@ import argparse
 import statistics
 import sys
 
+from _machine import report_machine  # bench/ is on sys.path when run as a script
+
 GOAL = 1.05
 
 
 def main(argv: list[str] | None = None) -> int:
     import parinfo
-    from parinfo.tuning.measure import noise_check
     from parinfo.machine.topology import machine_facts
+    from parinfo.tuning.measure import noise_check
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -34,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
+    report_machine()
 
     facts = machine_facts()
     cap = args.max or max(4, 2 * facts.usable_cpus)

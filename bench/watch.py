@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+from _machine import report_machine  # bench/ is on sys.path when run as a script
+
 TARGET = r"""
 import sys, threading, time
 def spin():
@@ -28,6 +30,7 @@ time.sleep(3600)
 
 ANCHOR = r"""
 import sys, time
+
 pid, interval = int(sys.argv[1]), float(sys.argv[2])
 print("ready", flush=True)
 while True:
@@ -67,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=4, help="busy threads in the watched process")
     ap.add_argument("--interval", type=float, default=1.0)
     args = ap.parse_args(argv)
+    report_machine()
 
     facts = machine_facts()
     print(f"machine: {facts.usable_cpus} usable CPUs ({facts.usable_physical_cores} physical cores); "
