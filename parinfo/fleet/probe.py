@@ -22,22 +22,13 @@ THREAD_TIMEOUT = 10.0
 def profile_document(profile: Any) -> tuple[dict[str, Any], str]:
     """A profile checked here without machine facts, as a plain dict any worker can resolve, and
     its source for messages. A bad profile raises ProfileError before any worker is touched."""
-    from parinfo.profiles.language import load_profile, validate_profile
-    from parinfo.profiles.model import Profile
+    from parinfo.profiles.language import as_profile
     from parinfo.profiles.plan import Plan
 
     if isinstance(profile, Plan):
         raise ProfileError("a resolved Plan belongs to one machine; give the profile itself",
                            fix="pass its name, path or dict: each worker resolves it on its own CPUs")
-    if isinstance(profile, Profile):
-        prof = profile
-    elif isinstance(profile, (str, os.PathLike)):
-        prof = load_profile(profile)
-    elif isinstance(profile, dict):
-        prof = validate_profile(profile)
-    else:
-        raise ProfileError(f"a profile is a name, a path or a dict, not {type(profile).__name__}",
-                           fix="pass e.g. 'single-thread' or 'my-profile.yaml'")
+    prof = as_profile(profile)
     return _plain(dict(prof)), str(getattr(prof, "source", "<profile>"))
 
 

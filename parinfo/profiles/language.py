@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
 
 __all__ = ["AFFINITY_WORDS", "DERIVED_VARS", "FACT_NAMES", "INSTANCE_KEYS", "INSTANCE_NAMES", "LIBRARIES",
-           "MAX_COUNT", "MAX_EXTENDS", "TOP_KEYS", "VERSION", "Profile", "find_profile", "list_profiles",
+           "MAX_COUNT", "MAX_EXTENDS", "TOP_KEYS", "VERSION", "Profile", "as_profile", "find_profile", "list_profiles",
            "load_profile", "resolve_profile", "shipped_dirs", "shipped_names", "shipped_path",
            "validate_profile"]
 
@@ -139,20 +139,24 @@ def validate_profile(data: Any, source: str = "<profile>") -> Profile:
 # Resolution
 
 
+def as_profile(profile: Any) -> Profile:
+    """``profile`` (a name, path, loaded Profile or plain dict) loaded and validated."""
+    if isinstance(profile, Profile):
+        return profile
+    if isinstance(profile, (str, os.PathLike)):
+        return load_profile(profile)
+    if isinstance(profile, dict):
+        return validate_profile(profile)
+    raise ProfileError(f"a profile is a name, a path or a dict, not {type_name(profile)}",
+                       fix="pass e.g. 'latency' or 'my-profile.yaml'")
+
+
 def resolve_profile(profile: Any, facts: MachineFacts | None = None, *, instances: int | None = None):
     """Resolve ``profile`` (a name, path, loaded Profile or plain dict) on ``facts`` (default: this
     machine) into a :class:`parinfo.profiles.plan.Plan`. ``instances`` overrides the profile's count."""
     from parinfo.profiles.resolve import resolve
 
-    if isinstance(profile, Profile):
-        prof = profile
-    elif isinstance(profile, (str, os.PathLike)):
-        prof = load_profile(profile)
-    elif isinstance(profile, dict):
-        prof = validate_profile(profile)
-    else:
-        raise ProfileError(f"a profile is a name, a path or a dict, not {type_name(profile)}",
-                           fix="pass e.g. 'latency' or 'my-profile.yaml'")
+    prof = as_profile(profile)
     if facts is None:
         from parinfo.machine.topology import machine_facts
 
