@@ -197,7 +197,7 @@ def test_os_fork_on_a_pool_worker_child_exits_normally_when_the_work_returns(whe
         "kids = []\n"
         "def work(*_):\n"
         "    name = threading.current_thread().name\n"
-        "    if not name.startswith(('parinfo-interop', 'parinfo-intraop')):\n"
+        "    if not name.startswith(('parinfo-interop', 'parinfo-intra')):\n"
         "        return\n"
         "    pid = os.fork()\n"
         "    if pid == 0:\n"

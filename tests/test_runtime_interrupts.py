@@ -92,7 +92,7 @@ for run in range(RUNS):
         caught += 1
     rt.set_num_threads(3)
     rt.parallel_for(0, 3, 1, lambda a, b: None)
-    if not settle(lambda: sum(t.name.startswith("parinfo-intraop") for t in threading.enumerate()) == 2):
+    if not settle(lambda: sum(t.name.startswith("parinfo-intra") for t in threading.enumerate()) == 2):
         miscounted += 1
 print(json.dumps({"caught": caught, "miscounted": miscounted}), flush=True)
 """

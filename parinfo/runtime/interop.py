@@ -22,6 +22,7 @@ from typing import Any
 from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.future import LEDGER, Future
 from parinfo.runtime.settings import COUNTS
+from parinfo.runtime.threadname import set_os_name
 
 _STOP = None  # sentinel put on the task queue once per worker at shutdown
 
@@ -104,6 +105,7 @@ class InteropPool:
         return fut
 
     def _work(self, index: int) -> None:
+        set_os_name(threading.current_thread().name)
         get = self.tasks.get
         slot_get, slot_put = self.slots.get, self.slots.put
         running = self.running

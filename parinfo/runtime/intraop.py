@@ -24,6 +24,7 @@ from parinfo.runtime import tracing
 from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS
+from parinfo.runtime.threadname import set_os_name
 from parinfo.runtime.tracing import RECORDERS
 
 
@@ -164,7 +165,7 @@ class IntraopPool:
             self.workers = [t for t in self.workers if t.is_alive()]
             while self.size < n:
                 t = threading.Thread(target=self._work, daemon=True,
-                                     name=f"parinfo-intraop-{next(self._serial)}")
+                                     name=f"parinfo-intra-{next(self._serial)}")
                 # counted before it starts, so an interrupted start leaves no uncounted worker
                 self.workers.append(t)
                 self.size += 1
@@ -188,6 +189,7 @@ class IntraopPool:
         self.size -= 1
 
     def _work(self) -> None:
+        set_os_name(threading.current_thread().name)
         get = self.jobs.get
         epoch = self.epoch
         while True:
