@@ -23,6 +23,7 @@ from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.future import LEDGER, Future
 from parinfo.runtime.settings import COUNTS
 from parinfo.runtime.threadname import set_os_name
+from parinfo.runtime.workers import SETUP, SyncToken
 
 _STOP = None  # sentinel put on the task queue once per worker at shutdown
 
@@ -112,10 +113,15 @@ class InteropPool:
         others = self.size - 1
         epoch = self.epoch
         self._thread.holds_slot = True  # nested waits inside tasks run inline without a slot
+        setup, seen = SETUP, SETUP.seen
+        setup.catch_up()  # functions stored by on_every_worker run before the first task
         while True:
             fut = get()
             if fut is _STOP:
                 return
+            if type(fut) is SyncToken:
+                fut.run()
+                continue
             if not fut.pending():  # a waiter ran it already
                 continue
             slot_get()
@@ -126,6 +132,13 @@ class InteropPool:
                     exit_forked_child()
                 running[index] = None
             slot_put(1)
+            if seen.version != setup.version:
+                setup.catch_up()
+
+    def post(self, token: SyncToken) -> None:
+        """Queue an ``on_every_worker`` token for one worker."""
+        if self.state is PoolState.RUNNING:
+            self.tasks.put(token)
 
     def run_claimed(self, fut: Future) -> None:
         """Run a task a waiter claimed, holding a slot when one is free."""

@@ -26,6 +26,7 @@ from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS
 from parinfo.runtime.threadname import set_os_name
 from parinfo.runtime.tracing import RECORDERS
+from parinfo.runtime.workers import SETUP, SyncToken
 
 
 class _RegionView(threading.local):
@@ -192,13 +193,24 @@ class IntraopPool:
         set_os_name(threading.current_thread().name)
         get = self.jobs.get
         epoch = self.epoch
+        setup, seen = SETUP, SETUP.seen
+        setup.catch_up()  # functions stored by on_every_worker run before the first job
         while True:
             job = get()
             if job is None:
                 return
+            if type(job) is SyncToken:
+                job.run()
+                continue
             job.ctx.copy().run(job.work, False)
             if self.epoch != epoch:  # a chunk called os.fork() and this is the child
                 exit_forked_child()
+            if seen.version != setup.version:
+                setup.catch_up()
+
+    def post(self, token: SyncToken) -> None:
+        """Queue an ``on_every_worker`` token for one worker."""
+        self.jobs.put(token)
 
     def started(self) -> bool:
         return self.size > 0

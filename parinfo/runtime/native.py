@@ -167,6 +167,21 @@ class NativeLimits:
             self.version += 1  # other threads sync torch at their next task or region
         self.thread.synced_version = self.version
 
+    def sync_worker(self) -> None:
+        """On an idle pool worker (run there by ``on_every_worker``): bring its per-thread pools
+        (OpenMP runtimes, torch) to the pushed count, which a push from another thread cannot do."""
+        if self.pushed is None or self.thread.depth:
+            return
+        with self.lock:
+            if self._libs()[0] or _torch() is not None:
+                self._sync_thread(False)
+
+    def note_workers(self, reach: dict[str, Any]) -> None:
+        """Record which pool workers took the last push (``on_every_worker``'s answer)."""
+        with self.lock:
+            if self._push_record is not None:
+                self._push_record["workers"] = {"ran": list(reach["ran"]), "pending": list(reach["pending"])}
+
     def push_record(self) -> dict[str, Any] | None:
         """What the last push did (for ``info()``), or None when nothing was pushed."""
         with self.lock:
