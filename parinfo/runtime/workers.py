@@ -67,7 +67,7 @@ class WorkerSetup:
             me.ran[k] = v
             try:
                 fn()
-            except Exception as exc:  # noqa: BLE001 - reported to the caller, the worker goes on
+            except Exception as exc:  # reported to the caller; the worker goes on
                 with self.cond:
                     self.errors.setdefault((k, v), {})[name] = f"{type(exc).__name__}: {exc}"
             with self.cond:
