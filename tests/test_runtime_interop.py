@@ -206,7 +206,7 @@ def test_os_fork_on_a_pool_worker_child_exits_normally_when_the_work_returns(whe
         "    kids.append(pid)\n"
         "if sys.argv[-1] == 'task':\n"
         "    rt.set_num_interop_threads(1)\n"
-        "    rt.wait(rt.fork(work))\n"
+        "    rt.fork(work).result(timeout=30)\n"  # only waits: the worker runs it
         "else:\n"
         "    rt.set_num_threads(2)\n"
         "    gate = threading.Barrier(2, timeout=10)\n"

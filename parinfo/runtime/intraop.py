@@ -18,9 +18,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any
 
 from parinfo.runtime import tracing
+from parinfo.runtime.adaptive import ADAPT
 from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS
@@ -51,7 +53,12 @@ def get_thread_num() -> int:
 
 
 class _Job:
-    """One parallel region: chunks claimed by the caller and by pool workers."""
+    """One parallel region: chunks claimed by the caller and by pool workers.
+
+    The caller holds the region's lanes of the budget for all its chunks, so the lanes (and any
+    native cap) end exactly when the region returns; workers only bring their per-thread pools to
+    the cap (``native``: the call site runs long enough for native limits to matter).
+    """
 
     __slots__ = (
         "also_raised",
@@ -61,23 +68,24 @@ class _Job:
         "done",
         "end",
         "error",
+        "finished",
         "fn",
-        "left",
         "lock",
         "n",
-        "name",
+        "native",
         "results",
         "step",
     )
 
-    def __init__(self, fn: Callable, begin: int, end: int, n: int, ctx: Any, reduce: bool) -> None:
+    def __init__(self, fn: Callable, begin: int, end: int, n: int, ctx: Any, reduce: bool,
+                 native: bool) -> None:
         self.fn = fn
         self.begin = begin
         self.end = end
         self.step = -(-(end - begin) // n)
         self.n = n = -(-(end - begin) // self.step)  # no empty trailing chunk
         self.claim = itertools.count().__next__
-        self.left = n
+        self.finished = itertools.count(1).__next__  # atomic under the GIL: no lock per chunk
         self.lock = threading.Lock()
         self.done = threading.Lock()
         self.done.acquire()
@@ -85,19 +93,23 @@ class _Job:
         self.also_raised: list[tuple[int, int, BaseException]] = []  # chunks failing after the first
         self.results: list[Any] | None = [None] * n if reduce else None
         self.ctx = ctx
-        self.name = tracing.task_name(fn)
+        self.native = native
 
-    def work(self, restore: bool, queued: int = 0) -> None:
-        """Claim and run chunks until none is left (this thread is one lane of the budget)."""
+    def help(self) -> None:
+        """A pool worker's share: claim and run chunks until none is left."""
+        if self.native:
+            LIMITS.sync_lane()
+        self.work()
+
+    def work(self) -> None:
+        """Claim and run chunks until none is left."""
         i = self.claim()
         if i >= self.n:
             return
-        depth = LIMITS.thread.depth
         prev_region = _REGION.active
         prev_num = _REGION.chunk
+        _REGION.active = True
         try:
-            LIMITS.lane_enter(queued)
-            _REGION.active = True
             while i < self.n:
                 if self.error is None:
                     a = self.begin + i * self.step
@@ -105,31 +117,24 @@ class _Job:
                     _REGION.chunk = i
                     t0 = tracing.now() if RECORDERS.active else 0
                     try:
-                        r = self.fn(a, b)
+                        r = self.ctx.copy().run(self.fn, a, b)  # each chunk sees the caller's context
                         if self.results is not None:
                             self.results[i] = r
-                    except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                    except BaseException as exc:  # re-raised in the caller
                         with self.lock:
                             if self.error is None:
                                 self.error = exc
                             else:
                                 self.also_raised.append((a, b, exc))
                     if t0:
-                        RECORDERS.record(self.name, "chunk", t0, tracing.now(), {"begin": a, "end": b})
-                with self.lock:
-                    self.left -= 1
-                    last = self.left == 0
-                if last:
+                        RECORDERS.record(tracing.task_name(self.fn), "chunk", t0, tracing.now(),
+                                         {"begin": a, "end": b})
+                if self.finished() == self.n:
                     self.done.release()
                 i = self.claim()
         finally:
             _REGION.active = prev_region
             _REGION.chunk = prev_num
-            try:
-                LIMITS.leave_to(depth, restore)
-            finally:
-                LIMITS.leave_to(depth, restore)  # completes the first if an interrupt cut it short
-
 
     def cancel(self, exc: BaseException) -> None:
         """Skip the chunks not started yet: the caller was interrupted by ``exc``."""
@@ -202,7 +207,7 @@ class IntraopPool:
             if type(job) is SyncToken:
                 job.run()
                 continue
-            job.ctx.copy().run(job.work, False)
+            job.help()
             if self.epoch != epoch:  # a chunk called os.fork() and this is the child
                 exit_forked_child()
             if seen.version != setup.version:
@@ -257,31 +262,58 @@ def _check_range(begin: Any, end: Any, grain_size: Any) -> tuple[int, int, int]:
     return out[0], out[1], out[2]
 
 
-def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -> list[Any] | None:
-    """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order."""
-    begin, end, grain_size = _check_range(begin, end, grain_size)
-    if end <= begin:
+def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool,
+            site_fn: Callable | None = None) -> list[Any] | None:
+    """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order.
+    ``site_fn`` is what identifies the call site for the adaptive decisions (default ``fn``)."""
+    if not (type(begin) is int and type(end) is int and type(grain_size) is int and grain_size > 0):
+        begin, end, grain_size = _check_range(begin, end, grain_size)
+    size = end - begin
+    if size <= 0:
         return [] if reduce else None
     count = COUNTS.intra_now or COUNTS.intra_count()
     if LIMITS.pushed is not None:
         LIMITS.refresh_if_new_modules()
-    count = min(count, COUNTS.ceiling)
-    n = min(count, (end - begin) // grain_size)
+    n = min(count, COUNTS.ceiling, size // grain_size)
     if n <= 1 or _REGION.active or POOL.closing or COUNTS.sequential():
         return _inline(begin, end, fn, reduce)
-    job = _Job(fn, begin, end, n, contextvars.copy_context(), reduce)
     if POOL.size > count - 1:  # the count went down: retire the surplus
         POOL.resize(count - 1)
-    elif POOL.size < n - 1:  # grow only to the work this region has
-        POOL.resize(n - 1)
-    for _ in range(job.n - 1):
-        POOL.jobs.put(job)
+    site = ADAPT.region_site(site_fn or fn, size, n) if ADAPT.enabled else None
+    if site is None:
+        return _split(begin, end, n, fn, reduce, True)
+    n = site.choose()
+    t0 = perf_counter_ns()
     try:
-        job.ctx.run(job.work, True, job.n - 1)
+        if n == 1:
+            return _inline(begin, end, fn, reduce)
+        return _split(begin, end, n, fn, reduce, site.long)
+    finally:
+        site.record_region(n, perf_counter_ns() - t0, size)
+
+
+def _split(begin: int, end: int, n: int, fn: Callable, reduce: bool, native: bool) -> list[Any] | None:
+    """Run a region as ``n`` chunks on the caller and the pool's workers."""
+    job = _Job(fn, begin, end, n, contextvars.copy_context(), reduce, native)
+    if POOL.size < n - 1:  # grow only to the work this region has
+        POOL.resize(n - 1)
+    put = POOL.jobs.put
+    for _ in range(job.n - 1):
+        put(job)
+    depth = LIMITS.thread.depth
+    try:
+        # the caller holds a lane for every chunk (one fewer when it already is a lane)
+        LIMITS.lane_enter(0, job.n - (depth > 0), native)
+        job.work()
         job.done.acquire()
     except BaseException as exc:  # interrupted: chunks not started yet are skipped
         job.cancel(exc)
         raise
+    finally:
+        try:
+            LIMITS.leave_to(depth, True)
+        finally:
+            LIMITS.leave_to(depth, True)  # completes the first if an interrupt cut it short
     if job.error is not None:
         _attach_others(job.error, job.also_raised)
         raise job.error
@@ -344,5 +376,5 @@ def parallel_reduce(begin: int, end: int, grain_size: int, ident: Any,
                     fn: Callable[[int, int, Any], Any], combine: Callable[[Any, Any], Any]) -> Any:
     """Reduce ``[begin, end)``: each chunk computes ``fn(start, stop, ident)``; the partial results
     are folded left to right with ``combine``, starting from ``ident`` (torch's signature)."""
-    parts = _region(begin, end, grain_size, lambda a, b: fn(a, b, ident), True)
+    parts = _region(begin, end, grain_size, lambda a, b: fn(a, b, ident), True, fn)
     return functools.reduce(combine, parts or (), ident)
