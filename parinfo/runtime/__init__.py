@@ -12,6 +12,7 @@ from typing import Any
 
 from parinfo.runtime import interop as _interop
 from parinfo.runtime import intraop as _intraop
+from parinfo.runtime.adaptive import ADAPT
 from parinfo.runtime.future import LEDGER, Future
 from parinfo.runtime.interop import fork, wait
 from parinfo.runtime.intraop import (
@@ -120,6 +121,7 @@ def info() -> dict[str, Any]:
         "pool_threads": _intraop.POOL.alive_threads() + _interop.POOL.alive_threads(),
         "native_push": LIMITS.push_record(),
         "budget": LIMITS.state(),
+        "adaptive": ADAPT.state(),
     }
 
 
@@ -131,6 +133,7 @@ def _after_fork_in_child() -> None:
     _intraop.POOL.after_fork_in_child()
     RECORDERS.after_fork_in_child()
     SETUP.after_fork_in_child()
+    ADAPT.after_fork_in_child()
 
 
 if hasattr(os, "register_at_fork"):

@@ -3,8 +3,8 @@
 ``parallel_for``: whether a region is split at all, and into how many chunks. A call site is the
 chunk function's code object, the size of the range (by powers of two) and the most chunks the
 count allows. Each site tries its candidates (inline, 2, 4, ... chunks up to the most allowed),
-``EXPLORE`` times each, interleaved, then uses the one with the lowest time per element. Every
-``period`` calls it re-checks (each candidate sampled afresh); the period doubles while the choice
+``EXPLORE`` times each, interleaved, then uses the one with the lowest median time per element.
+Every ``period`` calls it re-checks (each candidate sampled afresh); the period doubles while the choice
 holds, up to ``RECHECK_MAX``, and falls back to ``RECHECK_FIRST`` when it changes. This replaces a
 guessed grain (ATen's 32768 elements) with a measured break-even.
 
@@ -28,7 +28,7 @@ import os
 import threading
 from typing import Any
 
-EXPLORE = 2  # samples per candidate before the first choice
+EXPLORE = 3  # samples per candidate in each round (the median decides)
 RECHECK_FIRST = 32  # calls between re-checks after the choice changed
 RECHECK_MAX = 2048  # the longest period between re-checks
 NATIVE_MIN_NS = 200_000  # work shorter than this at its call site touches no native limit
@@ -99,16 +99,19 @@ def site_code(fn: Any) -> Any:
 
 
 class _Chooser:
-    """Explore each candidate, exploit the best, re-check now and then (see the module doc)."""
+    """Explore each candidate, exploit the best, re-check now and then (see the module doc).
 
-    __slots__ = ("best", "cands", "left", "period", "pick", "plan", "step")
+    A candidate's cost is the median of its samples in the current round, so one slow sample
+    (a worker starting, a preemption) or one lucky one does not decide."""
+
+    __slots__ = ("cands", "left", "period", "pick", "plan", "samples", "step")
 
     def __init__(self, cands: list[Any], first: Any) -> None:
         self.cands = cands
         self.pick = first
         self.period = RECHECK_FIRST
         self.left = 0  # exploiting calls left before the next re-check
-        self.best: dict[Any, float] = {}
+        self.samples: dict[Any, list[float]] = {}
         self.plan: list[Any] = cands * EXPLORE
         self.step = 0
 
@@ -119,8 +122,8 @@ class _Chooser:
         if self.left > 0:
             self.left -= 1
             return self.pick
-        self.best = {}  # re-check: fresh samples of every candidate
-        self.plan = self.cands + self.cands
+        self.samples = {}  # re-check: fresh samples of every candidate
+        self.plan = self.cands * EXPLORE
         self.step = 0
         return self.plan[0]
 
@@ -128,15 +131,19 @@ class _Chooser:
         """Use ``cand`` from now on, with no re-check (benchmarks and tests measure one path)."""
         self.plan, self.step, self.pick, self.left = [], 0, cand, 1 << 62
 
+    def cost(self, cand: Any) -> float:
+        """The median of ``cand``'s samples in this round (infinite when it has none)."""
+        xs = sorted(self.samples.get(cand, ()))
+        return xs[len(xs) // 2] if xs else _INF
+
     def record(self, cand: Any, cost: float) -> None:
-        if cost < self.best.get(cand, _INF):
-            self.best[cand] = cost
         plan = self.plan
         step = self.step
         if step < len(plan) and plan[step] == cand:
+            self.samples.setdefault(cand, []).append(cost)
             self.step = step = step + 1
             if step == len(plan):
-                pick = min(self.cands, key=lambda c: self.best.get(c, _INF))
+                pick = min(self.cands, key=self.cost)
                 self.period = min(self.period * 2, RECHECK_MAX) if pick == self.pick else RECHECK_FIRST
                 self.pick = pick
                 self.left = self.period

@@ -15,10 +15,14 @@ import contextvars
 import enum
 import itertools
 import queue
+import sys
 import threading
+import time
 from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any
 
+from parinfo.runtime.adaptive import ADAPT, INLINE
 from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.future import LEDGER, Future
 from parinfo.runtime.settings import COUNTS
@@ -100,6 +104,13 @@ class InteropPool:
         if self.state is not PoolState.RUNNING:
             fut.run_if_unclaimed()
             return fut
+        site = ADAPT.fork_site(fn) if ADAPT.enabled else None
+        if site is not None:
+            now = perf_counter_ns()
+            fut._native = site.long
+            if site.begin(now) == INLINE:  # left to its waiter; a worker takes it only when late
+                fut._due = now + site.grace_ns(site.inflight - 1)
+            fut._site = site
         fut.enqueue(self.tasks)
         if len(self.workers) < self.size and LEDGER.unclaimed + LEDGER.running > len(self.workers):
             self._grow()
@@ -123,6 +134,8 @@ class InteropPool:
                 fut.run()
                 continue
             if not fut.pending():  # a waiter ran it already
+                continue
+            if fut._due and not _late(fut):
                 continue
             slot_get()
             if fut.claim():
@@ -200,6 +213,49 @@ class InteropPool:
 POOL = InteropPool()
 
 
+def _late(fut: Future) -> bool:
+    """Wait while an inline-mode task may still be taken by its waiter; True when it is late
+    (still unclaimed at its due time): a worker then runs it, so nothing waits on it forever."""
+    while fut.pending():
+        left = fut._due - perf_counter_ns()
+        if left <= 0:
+            return True
+        time.sleep(min(left, 2_000_000) / 1e9)
+    return False
+
+
+def _torch_script_types() -> tuple[type, ...]:
+    """TorchScript callables (torch is imported): they run on torch's own inter-op pool."""
+    global _SCRIPT_TYPES
+    if _SCRIPT_TYPES is None:
+        torch = sys.modules["torch"]
+        try:
+            _SCRIPT_TYPES = (torch.jit.ScriptModule, torch.jit.ScriptFunction)
+        except AttributeError:  # a torch without TorchScript
+            _SCRIPT_TYPES = ()
+    return _SCRIPT_TYPES
+
+
+_SCRIPT_TYPES: tuple[type, ...] | None = None
+_torch_sized = False
+
+
+def _torch_fork(fn: Any, args: tuple, kwargs: dict) -> Any:
+    """Fork a TorchScript callable through torch.jit.fork (no GIL while it runs), on torch's
+    inter-op pool sized once by parinfo's inter-op count."""
+    global _torch_sized
+    torch = sys.modules["torch"]
+    if not _torch_sized:
+        _torch_sized = True
+        n = min(COUNTS.consume_inter(), COUNTS.ceiling)
+        try:
+            if torch.get_num_interop_threads() != n:
+                torch.set_num_interop_threads(n)
+        except RuntimeError:  # torch's pool already started or was sized by the program: keep it
+            pass
+    return torch.jit.fork(fn, *args, **kwargs)
+
+
 def fork(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
     """Run ``fn(*args, **kwargs)`` as an inter-op task; ``wait()`` the returned Future for its value.
 
@@ -208,11 +264,16 @@ def fork(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
     """
     if not callable(fn):
         raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
+    if "torch" in sys.modules and isinstance(fn, _torch_script_types()) and not COUNTS.sequential():
+        return _torch_fork(fn, args, kwargs)
     return POOL.submit(fn, args, kwargs)
 
 
 def wait(fut: Future) -> Any:
     """The task's value; re-raises its exception. An unstarted task runs on this thread."""
-    if not isinstance(fut, Future):
-        raise TypeError(f"wait() expects a parinfo Future, but got {type(fut).__name__}")
-    return fut.result()
+    if isinstance(fut, Future):
+        return fut.result()
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(fut, torch._C.Future):  # from fork of a TorchScript callable
+        return torch.jit.wait(fut)
+    raise TypeError(f"wait() expects a parinfo Future (or a torch.jit.Future), but got {type(fut).__name__}")

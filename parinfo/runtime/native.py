@@ -291,9 +291,10 @@ class NativeLimits:
         changed = False
         with self.budget_lock:
             # the weight and the lanes change together, with no call between them where a
-            # KeyboardInterrupt could land: ``leave_to`` can always undo exactly this
-            me.weights.append(weight)
+            # KeyboardInterrupt could land (a C method call is such a place: no append here):
+            # ``leave_to`` can always undo exactly this
             self.lanes += weight
+            me.weights += (weight,)
             lanes = self.lanes + queued
             if lanes >= 2:
                 cap = max(1, self._usable // lanes)
@@ -325,7 +326,8 @@ class NativeLimits:
         uncap = False
         try:
             with self.budget_lock:
-                self.lanes -= me.weights.pop()
+                self.lanes -= me.weights[-1]  # no call between the two (see lane_enter)
+                del me.weights[-1]
                 if self.lanes == 0 and self.cap is not None:
                     self.cap = None
                     self.version += 1
