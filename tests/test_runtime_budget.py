@@ -47,4 +47,5 @@ def test_no_pool_is_left_capped_after_10000_regions(adaptive):
 def test_short_regions_touch_no_native_limit():
     out = run_json(REGIONS.replace("a @ a", "pass"), env=clean_env(PARINFO_NUM_THREADS="2"), timeout=300)
     assert out["capped_after"] == 0
-    assert out["changes"] <= 2  # the first region only, before its call site was measured short
+    # only the first splits, before the call site was measured short (the first starts the worker)
+    assert out["changes"] <= 4

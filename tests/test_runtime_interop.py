@@ -19,7 +19,7 @@ def test_100k_tiny_tasks_all_complete_in_order_of_their_futures():
         "each = sum(rt.wait(rt.fork(pow, i, 2)) for i in range(20000))\n"
         "print(json.dumps({'ok': vals == [i * i for i in range(100000)], 'each': each,"
         " 'done': all(f.done() for f in fs), 'threads': rt.info()['pool_threads']}))",
-        env=clean_env(PARINFO_NUM_INTEROP_THREADS="2"))
+        env=clean_env(PARINFO_NUM_INTEROP_THREADS="2", PARINFO_ADAPTIVE="0"))  # every task to the pool
     assert out == {"ok": True, "each": sum(i * i for i in range(20000)), "done": True, "threads": 2}
 
 

@@ -1,8 +1,10 @@
 """Adaptive decisions per call site, learned from the process's own timings.
 
 ``parallel_for``: whether a region is split at all, and into how many chunks. A call site is the
-chunk function's code object, the size of the range (by powers of two) and the most chunks the
-count allows. Each site tries its candidates (inline, 2, 4, ... chunks up to the most allowed),
+chunk function's code object, the size of the range (by powers of two) and the threads the count
+allows. Each site tries its candidates (inline, 2, 4, ... chunks up to one per thread, and 2x and 4x
+that where the grain allows: the caller and the workers claim chunks as they go, so finer chunks
+make up for a worker that wakes late),
 ``EXPLORE`` times each, interleaved, then uses the one with the lowest median time per element.
 Every ``period`` calls it re-checks (each candidate sampled afresh); the period doubles while the choice
 holds, up to ``RECHECK_MAX``, and falls back to ``RECHECK_FIRST`` when it changes. This replaces a
@@ -14,9 +16,11 @@ is then left to the thread that waits for it; a worker still runs it when nobody
 within twice the site's task time, so no program can deadlock on it). The measure is throughput:
 the time from the first task of a batch (tasks in flight at once) to the last, per task.
 
-Work that takes less than ``NATIVE_MIN_NS`` at its call site touches no native limit: the budget
-only counts its lanes (a cap costs two library calls, more than such work can lose to a moment
-of oversubscription).
+Work that takes less than ``NATIVE_MIN_NS`` (1 ms) at its call site touches no native limit: the
+budget only counts its lanes. Capping and restoring a native pool costs tens of microseconds (the
+library calls and the per-thread sync), several percent of such work, more than it can lose to a
+moment of oversubscription; above 1 ms the cap costs at most a few percent and pays for itself
+whenever the work calls a threaded library.
 
 Switch it off with PARINFO_ADAPTIVE=0 in the environment (read at first use) or
 ``parinfo.runtime.adaptive.set_enabled(False)``: regions then always split into
@@ -31,7 +35,7 @@ from typing import Any
 EXPLORE = 3  # samples per candidate in each round (the median decides)
 RECHECK_FIRST = 32  # calls between re-checks after the choice changed
 RECHECK_MAX = 2048  # the longest period between re-checks
-NATIVE_MIN_NS = 200_000  # work shorter than this at its call site touches no native limit
+NATIVE_MIN_NS = 1_000_000  # work shorter than this at its call site touches no native limit
 MAX_SITES = 4096  # sites remembered; further ones use the defaults
 _INF = float("inf")
 _OFF_VALUES = ("0", "off", "false", "no")
@@ -57,13 +61,15 @@ class Adaptive:
             raise TypeError(f"set_enabled() expects a bool, but got {type(on).__name__}")
         self._enabled = on
 
-    def region_site(self, fn: Any, size: int, most: int) -> RegionSite | None:
+    def region_site(self, fn: Any, size: int, most: int, finest: int | None = None) -> RegionSite | None:
+        """The site of a region over ``size`` elements that may use ``most`` threads and be cut
+        into at most ``finest`` chunks (of at least the grain)."""
         key = (site_code(fn), size.bit_length(), most)
         site = self.regions.get(key)
         if site is None:
             if len(self.regions) >= MAX_SITES:
                 return None
-            site = self.regions.setdefault(key, RegionSite(most))
+            site = self.regions.setdefault(key, RegionSite(most, finest))
         return site
 
     def fork_site(self, fn: Any) -> ForkSite | None:
@@ -154,18 +160,23 @@ class RegionSite(_Chooser):
 
     __slots__ = ("long",)
 
-    def __init__(self, most: int) -> None:
-        cands = [1]
+    def __init__(self, most: int, finest: int | None = None) -> None:
+        finest = max(most, finest or most)
+        cands = {1, most}
         c = 2
         while c < most:
-            cands.append(c)
+            cands.add(c)
             c *= 2
-        cands.append(most)
-        super().__init__(cands[::-1], most)  # the split first: a site used once splits as asked
+        for k in (2, 4):  # finer than one chunk per thread: a slow-waking worker delays less
+            if most * k <= finest:
+                cands.add(most * k)
+        order = [most, *sorted(cands - {most}, reverse=True)]  # a site used once splits as asked
+        super().__init__(order, most)
         self.long = True  # touches native limits until measured short
 
     def record_region(self, n: int, ns: int, size: int) -> None:
-        self.long = ns >= NATIVE_MIN_NS
+        if n > 1:  # only split regions run lanes at once: only they can cap native pools
+            self.long = ns >= NATIVE_MIN_NS
         self.record(n, ns / size)
 
 

@@ -11,6 +11,7 @@ finalisation.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextvars
 import enum
 import itertools
@@ -30,6 +31,16 @@ from parinfo.runtime.threadname import set_os_name
 from parinfo.runtime.workers import SETUP, SyncToken
 
 _STOP = None  # sentinel put on the task queue once per worker at shutdown
+_WATCH = object()  # token: a worker starts watching the inline-mode tasks
+
+
+class _Sink:
+    """``put`` for ``Future.enqueue`` that appends to a deque (inline-mode tasks wake no worker)."""
+
+    __slots__ = ("put",)
+
+    def __init__(self, target: collections.deque) -> None:
+        self.put = target.append
 
 
 class PoolState(enum.Enum):
@@ -61,6 +72,9 @@ class InteropPool:
         self._start_lock = threading.Lock()
         self._atexit_registered = False
         self._thread = _SlotHolder()
+        self.deferred: collections.deque[Future] = collections.deque()  # inline-mode tasks
+        self.deferred_sink = _Sink(self.deferred)
+        self.watching = False  # a worker watches ``deferred`` (or a _WATCH token is queued)
         self.epoch = 0  # bumped in a forked child: workers inherited from the parent see it
 
     def started(self) -> bool:
@@ -108,9 +122,12 @@ class InteropPool:
         if site is not None:
             now = perf_counter_ns()
             fut._native = site.long
-            if site.begin(now) == INLINE:  # left to its waiter; a worker takes it only when late
-                fut._due = now + site.grace_ns(site.inflight - 1)
+            inline = site.begin(now) == INLINE
             fut._site = site
+            if inline:  # left to its waiter; a worker takes it only when late
+                fut._due = now + site.grace_ns(site.inflight - 1)
+                self._defer(fut)
+                return fut
         fut.enqueue(self.tasks)
         if len(self.workers) < self.size and LEDGER.unclaimed + LEDGER.running > len(self.workers):
             self._grow()
@@ -133,20 +150,52 @@ class InteropPool:
             if type(fut) is SyncToken:
                 fut.run()
                 continue
-            if not fut.pending():  # a waiter ran it already
-                continue
-            if fut._due and not _late(fut):
+            if fut is _WATCH:
+                fut = self._watch()
+                if fut is None:
+                    continue
+            elif not fut.pending():  # a waiter ran it already
                 continue
             slot_get()
             if fut.claim():
                 running[index] = fut
-                fut.run(False, min(LEDGER.unclaimed, others))
+                fut.run(False, 0 if fut._due else min(LEDGER.unclaimed, others))
                 if self.epoch != epoch:  # the task called os.fork() and this is the child
                     exit_forked_child()
                 running[index] = None
             slot_put(1)
             if seen.version != setup.version:
                 setup.catch_up()
+
+    def _watch(self) -> Future | None:
+        """Watch the tasks left to their waiters (inline mode) on this worker: the first that is
+        still unclaimed at its due time is returned to be run here; None once none is left.
+        One worker watches at a time, so forking such tasks wakes no thread."""
+        deferred = self.deferred
+        while True:
+            while deferred:
+                fut = deferred[0]
+                if not fut.pending():
+                    deferred.popleft()
+                    continue
+                left = fut._due - perf_counter_ns()
+                if left <= 0:
+                    deferred.popleft()
+                    return fut
+                time.sleep(min(left, 2_000_000) / 1e9)
+            self.watching = False
+            if not deferred:  # a task deferred after the check saw watching still set: go on
+                return None
+            self.watching = True
+
+    def _defer(self, fut: Future) -> None:
+        """Leave an inline-mode task to its waiter, with a worker watching for it to be late."""
+        fut.enqueue(self.deferred_sink)
+        if not self.watching:
+            self.watching = True
+            self.tasks.put(_WATCH)
+        if not self.workers:
+            self._grow()
 
     def post(self, token: SyncToken) -> None:
         """Queue an ``on_every_worker`` token for one worker."""
@@ -167,7 +216,7 @@ class InteropPool:
             return
         try:
             self._thread.holds_slot = True
-            fut.run(True, min(LEDGER.unclaimed, self.size - 1))
+            fut.run(True, 0 if fut._due else min(LEDGER.unclaimed, self.size - 1))
         finally:
             self._thread.holds_slot = False
             if held:
@@ -205,23 +254,16 @@ class InteropPool:
         self.running = []
         self._start_lock = threading.Lock()
         self._thread.holds_slot = False
+        # tasks left to their waiters can still be waited on here (they then run), like queued ones
+        self.deferred = collections.deque()
+        self.deferred_sink = _Sink(self.deferred)
+        self.watching = False
         for fut in orphans:
             fut.fail(RuntimeError("the task was running in the parent process when os.fork() "
                                   "was called; it cannot finish in the child"))
 
 
 POOL = InteropPool()
-
-
-def _late(fut: Future) -> bool:
-    """Wait while an inline-mode task may still be taken by its waiter; True when it is late
-    (still unclaimed at its due time): a worker then runs it, so nothing waits on it forever."""
-    while fut.pending():
-        left = fut._due - perf_counter_ns()
-        if left <= 0:
-            return True
-        time.sleep(min(left, 2_000_000) / 1e9)
-    return False
 
 
 def _torch_script_types() -> tuple[type, ...]:

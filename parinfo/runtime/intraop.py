@@ -48,7 +48,8 @@ def in_parallel_region() -> bool:
 
 def get_thread_num() -> int:
     """The index of the running chunk in its region (0 outside regions): distinct and below
-    ``get_num_threads()`` for chunks that run at the same time."""
+    ``get_num_threads()`` for chunks that run at the same time. When the runtime cuts a region
+    finer than one chunk per thread, it numbers the threads of the region instead (the caller 0)."""
     return _REGION.chunk
 
 
@@ -63,6 +64,7 @@ class _Job:
     __slots__ = (
         "also_raised",
         "begin",
+        "by_thread",
         "claim",
         "ctx",
         "done",
@@ -70,6 +72,7 @@ class _Job:
         "error",
         "finished",
         "fn",
+        "joined",
         "lock",
         "n",
         "native",
@@ -94,15 +97,17 @@ class _Job:
         self.results: list[Any] | None = [None] * n if reduce else None
         self.ctx = ctx
         self.native = native
+        self.by_thread = False  # more chunks than threads: get_thread_num() numbers the threads
+        self.joined = itertools.count(1).__next__  # thread numbers of the workers that help
 
     def help(self) -> None:
         """A pool worker's share: claim and run chunks until none is left."""
         if self.native:
             LIMITS.sync_lane()
-        self.work()
+        self.work(self.joined())
 
-    def work(self) -> None:
-        """Claim and run chunks until none is left."""
+    def work(self, me: int = 0) -> None:
+        """Claim and run chunks until none is left (``me``: this thread's number in the region)."""
         i = self.claim()
         if i >= self.n:
             return
@@ -114,7 +119,7 @@ class _Job:
                 if self.error is None:
                     a = self.begin + i * self.step
                     b = min(self.end, a + self.step)
-                    _REGION.chunk = i
+                    _REGION.chunk = me if self.by_thread else i
                     t0 = tracing.now() if RECORDERS.active else 0
                     try:
                         r = self.ctx.copy().run(self.fn, a, b)  # each chunk sees the caller's context
@@ -274,36 +279,41 @@ def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool,
     count = COUNTS.intra_now or COUNTS.intra_count()
     if LIMITS.pushed is not None:
         LIMITS.refresh_if_new_modules()
-    n = min(count, COUNTS.ceiling, size // grain_size)
+    most = min(count, COUNTS.ceiling)
+    n = min(most, size // grain_size)
     if n <= 1 or _REGION.active or POOL.closing or COUNTS.sequential():
         return _inline(begin, end, fn, reduce)
     if POOL.size > count - 1:  # the count went down: retire the surplus
         POOL.resize(count - 1)
-    site = ADAPT.region_site(site_fn or fn, size, n) if ADAPT.enabled else None
+    site = (ADAPT.region_site(site_fn or fn, size, n, min(4 * n, size // grain_size))
+            if ADAPT.enabled else None)
     if site is None:
-        return _split(begin, end, n, fn, reduce, True)
-    n = site.choose()
+        return _split(begin, end, n, n, fn, reduce, True)
+    chunks = site.choose()
     t0 = perf_counter_ns()
     try:
-        if n == 1:
+        if chunks == 1:
             return _inline(begin, end, fn, reduce)
-        return _split(begin, end, n, fn, reduce, site.long)
+        return _split(begin, end, chunks, min(chunks, n), fn, reduce, site.long)
     finally:
-        site.record_region(n, perf_counter_ns() - t0, size)
+        site.record_region(chunks, perf_counter_ns() - t0, size)
 
 
-def _split(begin: int, end: int, n: int, fn: Callable, reduce: bool, native: bool) -> list[Any] | None:
-    """Run a region as ``n`` chunks on the caller and the pool's workers."""
-    job = _Job(fn, begin, end, n, contextvars.copy_context(), reduce, native)
-    if POOL.size < n - 1:  # grow only to the work this region has
-        POOL.resize(n - 1)
+def _split(begin: int, end: int, chunks: int, threads: int, fn: Callable, reduce: bool,
+           native: bool) -> list[Any] | None:
+    """Run a region as ``chunks`` chunks on the caller and ``threads - 1`` of the pool's workers."""
+    job = _Job(fn, begin, end, chunks, contextvars.copy_context(), reduce, native)
+    threads = min(threads, job.n)
+    job.by_thread = job.n > threads
+    if POOL.size < threads - 1:  # grow only to the work this region has
+        POOL.resize(threads - 1)
     put = POOL.jobs.put
-    for _ in range(job.n - 1):
+    for _ in range(threads - 1):
         put(job)
     depth = LIMITS.thread.depth
     try:
-        # the caller holds a lane for every chunk (one fewer when it already is a lane)
-        LIMITS.lane_enter(0, job.n - (depth > 0), native)
+        # the caller holds a lane for every thread of the region (one fewer when it already is one)
+        LIMITS.lane_enter(0, threads - (depth > 0), native)
         job.work()
         job.done.acquire()
     except BaseException as exc:  # interrupted: chunks not started yet are skipped
