@@ -86,14 +86,14 @@ def interleaved(fns: dict, repeats: int, inner: int = 1, settle: float = 0.0) ->
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def warm(call, site_of, limit_s: float = 4.0) -> str:
-    """Call ``call()`` until its adaptive call site has settled (re-checks 512 calls apart or
-    more) or ``limit_s`` passed: the timings then show the steady state, not the exploration.
+def warm(call, site_of, limit_s: float = 4.0, period: int = 512) -> str:
+    """Call ``call()`` until its adaptive call site has settled (re-checks ``period`` calls apart
+    or more) or ``limit_s`` passed: the timings then show the steady state, not the exploration.
     Returns what the site chose."""
     end = time.perf_counter() + limit_s
     call()
     site = site_of()
-    while time.perf_counter() < end and site is not None and site.period < 512:
+    while time.perf_counter() < end and site is not None and site.period < period:
         call()
     return "adaptive off" if site is None else f"chose {site.pick}"
 
@@ -241,7 +241,11 @@ def child_lstm(mode: str, repeats: str) -> dict:
     def serial():
         return sum(m(x) for m in eager)
 
-    def parinfo_fork():
+    def parinfo_fork():  # the tutorial's models as they are (eager) through parinfo.fork
+        fs = [rt.fork(m, x) for m in eager]
+        return sum(rt.wait(f) for f in fs)
+
+    def parinfo_scripted():  # scripted models through parinfo.fork (torch.jit.fork)
         fs = [rt.fork(m, x) for m in scripted]
         return sum(rt.wait(f) for f in fs)
 
@@ -249,10 +253,14 @@ def child_lstm(mode: str, repeats: str) -> dict:
         fs = [torch.jit.fork(m, x) for m in scripted]
         return sum(torch.jit.wait(f) for f in fs)
 
-    fn = {"serial": serial, "parinfo": parinfo_fork}.get(mode, jit_fork)
+    fn = {"serial": serial, "parinfo": parinfo_fork, "parinfo_scripted": parinfo_scripted}.get(mode, jit_fork)
     with torch.no_grad():
         for _ in range(3):
             fn()
+        if mode == "parinfo":  # the fork site explores, then settles on its choice
+            from parinfo.runtime.adaptive import ADAPT
+
+            warm(fn, lambda: ADAPT.fork_site(eager[0]) if ADAPT.enabled else None, 8.0, 64)
         times = []
         for _ in range(int(repeats)):
             t0 = time.perf_counter()
@@ -269,7 +277,7 @@ def bench_lstm(repeats: int) -> None:
     if importlib.util.find_spec("torch") is None:
         print("LSTM ensemble: skipped (torch is not installed)")
         return
-    modes = ("serial", "parinfo", "jit_fork", "jit_fork_intra1")
+    modes = ("serial", "parinfo", "parinfo_scripted", "jit_fork", "jit_fork_intra1")
     res: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(3):  # fresh processes, interleaved
         for m in modes:

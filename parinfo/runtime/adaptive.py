@@ -5,7 +5,7 @@ chunk function's code object, the size of the range (by powers of two) and the t
 allows. Each site tries its candidates (inline, 2, 4, ... chunks up to one per thread, and 2x and 4x
 that where the grain allows: the caller and the workers claim chunks as they go, so finer chunks
 make up for a worker that wakes late),
-``EXPLORE`` times each, interleaved, then uses the one with the lowest median time per element.
+``EXPLORE`` times each in a row, then uses the one with the lowest median time per element.
 Every ``period`` calls it re-checks (each candidate sampled afresh); the period doubles while the choice
 holds, up to ``RECHECK_MAX``, and falls back to ``RECHECK_FIRST`` when it changes. This replaces a
 guessed grain (ATen's 32768 elements) with a measured break-even.
@@ -33,6 +33,7 @@ import threading
 from typing import Any
 
 EXPLORE = 3  # samples per candidate in each round (the median decides)
+WARMUP = 2  # a site's first calls run the first candidate unrecorded (threads start, caches fill)
 RECHECK_FIRST = 32  # calls between re-checks after the choice changed
 RECHECK_MAX = 2048  # the longest period between re-checks
 NATIVE_MIN_NS = 1_000_000  # work shorter than this at its call site touches no native limit
@@ -104,13 +105,20 @@ def site_code(fn: Any) -> Any:
     return code
 
 
+def _grouped(cands: list[Any]) -> list[Any]:
+    """Each candidate EXPLORE times in a row: only a group's first sample follows another
+    candidate (whose after-effects, such as spinning BLAS threads, it may pay), and the median
+    leaves it out."""
+    return [c for c in cands for _ in range(EXPLORE)]
+
+
 class _Chooser:
     """Explore each candidate, exploit the best, re-check now and then (see the module doc).
 
     A candidate's cost is the median of its samples in the current round, so one slow sample
     (a worker starting, a preemption) or one lucky one does not decide."""
 
-    __slots__ = ("cands", "left", "period", "pick", "plan", "samples", "step")
+    __slots__ = ("cands", "left", "period", "pick", "plan", "samples", "step", "warmup")
 
     def __init__(self, cands: list[Any], first: Any) -> None:
         self.cands = cands
@@ -118,8 +126,9 @@ class _Chooser:
         self.period = RECHECK_FIRST
         self.left = 0  # exploiting calls left before the next re-check
         self.samples: dict[Any, list[float]] = {}
-        self.plan: list[Any] = cands * EXPLORE
+        self.plan: list[Any] = _grouped(cands)
         self.step = 0
+        self.warmup = WARMUP  # first calls, not recorded: they start threads and build caches
 
     def choose(self) -> Any:
         plan, step = self.plan, self.step
@@ -129,7 +138,7 @@ class _Chooser:
             self.left -= 1
             return self.pick
         self.samples = {}  # re-check: fresh samples of every candidate
-        self.plan = self.cands * EXPLORE
+        self.plan = _grouped(self.cands)
         self.step = 0
         return self.plan[0]
 
@@ -143,6 +152,9 @@ class _Chooser:
         return xs[len(xs) // 2] if xs else _INF
 
     def record(self, cand: Any, cost: float) -> None:
+        if self.warmup > 0:
+            self.warmup -= 1
+            return
         plan = self.plan
         step = self.step
         if step < len(plan) and plan[step] == cand:
