@@ -130,7 +130,8 @@ def bench_pfor(repeats: int) -> None:
 
         inner = max(1, 2_000_000 // n)
         most = min(rt.get_num_threads(), n // 1024)
-        chose = warm(pfor, lambda body=body, n=n, most=most: ADAPT.region_site(body, n, most) if ADAPT.enabled else None)
+        chose = warm(pfor, lambda body=body, n=n, most=most:
+                     ADAPT.region_site(body, n, most) if ADAPT.enabled else None)
         med = interleaved({"serial": serial, "pfor": pfor}, max(repeats, 9), inner)
         pfor()
         assert np.array_equal(y, np.sin(x))
