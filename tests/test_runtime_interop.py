@@ -19,7 +19,7 @@ def test_100k_tiny_tasks_all_complete_in_order_of_their_futures():
         "each = sum(rt.wait(rt.fork(pow, i, 2)) for i in range(20000))\n"
         "print(json.dumps({'ok': vals == [i * i for i in range(100000)], 'each': each,"
         " 'done': all(f.done() for f in fs), 'threads': rt.info()['pool_threads']}))",
-        env=clean_env(PARINFO_NUM_INTEROP_THREADS="2"))
+        env=clean_env(PARINFO_NUM_INTEROP_THREADS="2", PARINFO_ADAPTIVE="0"))  # every task to the pool
     assert out == {"ok": True, "each": sum(i * i for i in range(20000)), "done": True, "threads": 2}
 
 
@@ -197,7 +197,7 @@ def test_os_fork_on_a_pool_worker_child_exits_normally_when_the_work_returns(whe
         "kids = []\n"
         "def work(*_):\n"
         "    name = threading.current_thread().name\n"
-        "    if not name.startswith(('parinfo-interop', 'parinfo-intraop')):\n"
+        "    if not name.startswith(('parinfo-interop', 'parinfo-intra')):\n"
         "        return\n"
         "    pid = os.fork()\n"
         "    if pid == 0:\n"
@@ -206,7 +206,7 @@ def test_os_fork_on_a_pool_worker_child_exits_normally_when_the_work_returns(whe
         "    kids.append(pid)\n"
         "if sys.argv[-1] == 'task':\n"
         "    rt.set_num_interop_threads(1)\n"
-        "    rt.wait(rt.fork(work))\n"
+        "    rt.fork(work).result(timeout=30)\n"  # only waits: the worker runs it
         "else:\n"
         "    rt.set_num_threads(2)\n"
         "    gate = threading.Barrier(2, timeout=10)\n"

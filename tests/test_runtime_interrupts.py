@@ -92,7 +92,7 @@ for run in range(RUNS):
         caught += 1
     rt.set_num_threads(3)
     rt.parallel_for(0, 3, 1, lambda a, b: None)
-    if not settle(lambda: sum(t.name.startswith("parinfo-intraop") for t in threading.enumerate()) == 2):
+    if not settle(lambda: sum(t.name.startswith("parinfo-intra") for t in threading.enumerate()) == 2):
         miscounted += 1
 print(json.dumps({"caught": caught, "miscounted": miscounted}), flush=True)
 """
@@ -102,7 +102,8 @@ def _runs(script: str, procs: int, runs: int) -> list[dict]:
     out = []
     for seed in range(procs):
         code = script.replace("RUN_SEED", str(seed)).replace("RUNS", str(runs))
-        env = clean_env(PARINFO_NUM_INTEROP_THREADS="2", PARINFO_NUM_THREADS="2")
+        # regions split as asked (no adaptive inlining): the pool's growth is what is tested
+        env = clean_env(PARINFO_NUM_INTEROP_THREADS="2", PARINFO_NUM_THREADS="2", PARINFO_ADAPTIVE="0")
         out.append(run_json(code, env=env, timeout=60))  # a hang at exit fails here
     return out
 

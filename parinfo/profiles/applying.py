@@ -84,7 +84,9 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     not_in_force = _verify(intra, inter, expected_pools, torch_want, cpus, kept)
     from parinfo.profiles.thread_reach import reach
 
-    threads, missing = reach(per_thread, torch_want[0], reached=frozenset(reached_threads))
+    pool_reached = _limit_pool_workers(per_thread)
+    threads, missing = reach(per_thread, torch_want[0], reached=frozenset(reached_threads),
+                             pool_reached=pool_reached)
     return {"plan": plan.to_dict(), "applied": applied, "skipped": skipped,
             "not_in_force": not_in_force + missing, "threads": threads}
 
@@ -137,6 +139,25 @@ def _configure(plan: Plan, intra: int, inter: int, kept: dict[str, str], applied
     except RuntimeError as exc:
         raise ApplyError(f"cannot apply profile {plan.name}: {exc}") from None
     applied += [f"runtime {k.replace('_', '-')} count {v}" for k, v in kwargs.items()]
+
+
+def _limit_pool_workers(per_thread: list[tuple[Any, str, int]]) -> frozenset[int]:
+    """Put the per-thread limits into every worker of parinfo's pools, each in its own thread (and
+    into workers started later); the native ids of the workers that did so now."""
+    if not per_thread:
+        return frozenset()
+    import threading
+
+    from parinfo import runtime
+
+    limits = [(lib, n) for lib, _, n in per_thread]
+
+    def limit_this_thread() -> None:
+        for lib, n in limits:
+            lib.set_num_threads(n)
+
+    ran = set(runtime.on_every_worker("parinfo.apply", limit_this_thread)["ran"])
+    return frozenset(t.native_id for t in threading.enumerate() if t.name in ran and t.native_id is not None)
 
 
 def _pool_name(lib: Any) -> str:

@@ -58,23 +58,34 @@ def _torch_is_per_thread() -> bool:
         return False
 
 
+def is_pool_worker(t: threading.Thread) -> bool:
+    """Whether ``t`` is a worker of parinfo's intra-op or inter-op pool."""
+    return t.name.startswith(("parinfo-intra-", "parinfo-interop-"))
+
+
 def reach(per_thread: list[tuple[Any, str, int]], torch_intra: int | None,
-          reached: frozenset[int] = frozenset()) -> tuple[list[str], list[str]]:
+          reached: frozenset[int] = frozenset(),
+          pool_reached: frozenset[int] = frozenset()) -> tuple[list[str], list[str]]:
     """For each (controller, name, count) limited in this thread: (reach lines, not-in-force lines).
 
     ``torch_intra`` is the intra-op count given to torch (None when torch was not set); ``reached``
-    are native ids of threads the caller limited the same way itself.
+    are native ids of threads the caller limited the same way itself; ``pool_reached`` those of
+    parinfo's pool workers that set the limits in their own thread (``on_every_worker``).
     """
     from parinfo.process.pools import owner_of
 
     me = threading.current_thread()
     here = f"this thread ({me.name}, tid {threading.get_native_id()})"
     alive = [t for t in threading.enumerate() if t is not me and t.is_alive()]
-    others = [t for t in alive if t.native_id not in reached]
-    also = [t for t in alive if t.native_id in reached]
+    pool = [t for t in alive if t.native_id in pool_reached and is_pool_worker(t)]
+    others = [t for t in alive if t.native_id not in reached and t not in pool]
+    also = [t for t in alive if t.native_id in reached and t not in pool]
+    if pool:
+        names = ", ".join(t.name for t in pool)
+        here += f" and parinfo's own pool threads ({names}), each set in its own thread"
     if also:
         here += f" and the {_describe(also)} the caller limited"
-    ours = [t for t in others if t.name.startswith("parinfo-")]
+    ours = [t for t in others if is_pool_worker(t)]
     lines: list[str] = []
     missing: list[str] = []
     torch_copy = [(lib, name, n) for lib, name, n in per_thread
@@ -94,7 +105,8 @@ def reach(per_thread: list[tuple[Any, str, int]], torch_intra: int | None,
                 gap += f", and the {_describe(others)} keep theirs ({start} unless they set one)"
             gap += "; " + _FIX_OPENMP.format(n=n)
             if ours:
-                gap += f"; parinfo's own pool threads ({', '.join(t.name for t in ours)}) are not reached"
+                gap += (f"; parinfo's own pool threads ({', '.join(t.name for t in ours)}) were busy: each "
+                        f"sets the limit in its own thread before its next job")
             missing.append(gap)
     if torch_copy or (torch_intra is not None and _torch_is_per_thread()):
         line = (f"torch intra-op {torch_intra}: {here}, and every thread at its first parallel torch op from "

@@ -12,6 +12,7 @@ from typing import Any
 
 from parinfo.runtime import interop as _interop
 from parinfo.runtime import intraop as _intraop
+from parinfo.runtime.adaptive import ADAPT
 from parinfo.runtime.future import LEDGER, Future
 from parinfo.runtime.interop import fork, wait
 from parinfo.runtime.intraop import (
@@ -23,10 +24,11 @@ from parinfo.runtime.intraop import (
 from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS, EXPLICIT, check_count
 from parinfo.runtime.tracing import RECORDERS, Profile, profile
+from parinfo.runtime.workers import SETUP, on_every_worker
 
 __all__ = [
     "Future", "Profile", "configure", "fork", "get_num_interop_threads", "get_num_threads",
-    "get_thread_num", "in_parallel_region", "info", "parallel_for", "parallel_reduce", "profile",
+    "get_thread_num", "in_parallel_region", "info", "on_every_worker", "parallel_for", "parallel_reduce", "profile",
     "set_num_interop_threads", "set_num_threads", "wait",
 ]
 
@@ -82,9 +84,17 @@ def configure(*, intra_op: int | None = None, inter_op: int | None = None, sourc
         _set_intra(intra_op, source)
 
 
+# How long a push waits for busy pool workers; they take the count before their next job anyway.
+PUSH_WAIT_S = 2.0
+
+
 def _set_intra(n: int, source: str) -> None:
     if COUNTS.set_intra(n, source):
         LIMITS.push(n, source)
+        # OpenMP limits (and torch's, in its OpenMP build) hold per thread: each worker sets its own
+        reach = on_every_worker("parinfo.intra_op", LIMITS.sync_worker, timeout=PUSH_WAIT_S)
+        if reach["ran"] or reach["pending"]:
+            LIMITS.note_workers(reach)
 
 
 def info() -> dict[str, Any]:
@@ -111,6 +121,7 @@ def info() -> dict[str, Any]:
         "pool_threads": _intraop.POOL.alive_threads() + _interop.POOL.alive_threads(),
         "native_push": LIMITS.push_record(),
         "budget": LIMITS.state(),
+        "adaptive": ADAPT.state(),
     }
 
 
@@ -121,6 +132,8 @@ def _after_fork_in_child() -> None:
     _interop.POOL.after_fork_in_child()
     _intraop.POOL.after_fork_in_child()
     RECORDERS.after_fork_in_child()
+    SETUP.after_fork_in_child()
+    ADAPT.after_fork_in_child()
 
 
 if hasattr(os, "register_at_fork"):

@@ -12,6 +12,7 @@ import collections
 import sys
 import threading
 from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any, Protocol
 
 from parinfo.runtime import tracing
@@ -65,12 +66,16 @@ class Future:
         "_callbacks",
         "_claimer",
         "_ctx",
+        "_due",
         "_exc",
         "_fn",
         "_kwargs",
+        "_native",
         "_queued",
+        "_ran_ns",
         "_result",
         "_runner",
+        "_site",
         "_state",
         "_waiters",
     )
@@ -89,6 +94,10 @@ class Future:
         self._exc: BaseException | None = None
         self._waiters: list[Any] | None = None
         self._callbacks: list[Callable[[Future], Any]] | None = None
+        self._site: Any = None  # the adaptive fork site that times this task (None: not timed)
+        self._native = True  # the task may touch native limits (its site is not measured short)
+        self._due = 0  # inline-mode task: perf_counter_ns after which a worker may run it
+        self._ran_ns = 0
 
     def __repr__(self) -> str:
         state = ("pending", "running", "done")[self._state]
@@ -159,12 +168,15 @@ class Future:
         depth = LIMITS.thread.depth
         ran = False
         try:
-            LIMITS.lane_enter(queued)
+            LIMITS.lane_enter(queued, 1, self._native)
             t0 = tracing.now() if RECORDERS.active else 0
+            start = perf_counter_ns() if self._site is not None else 0
             try:
                 self._result = self._ctx.run(self._fn, *self._args, **self._kwargs)
-            except BaseException as exc:  # noqa: BLE001 - delivered to wait() with its traceback
+            except BaseException as exc:  # delivered to wait() with its traceback
                 self._exc = exc
+            if start:
+                self._ran_ns = perf_counter_ns() - start
             ran = True
             if t0:
                 RECORDERS.record(tracing.task_name(self._fn), "task", t0, tracing.now())
@@ -236,6 +248,9 @@ class Future:
     def _finish(self) -> None:
         """RUNNING -> DONE: drop the task, wake its waiters, run its callbacks."""
         self._fn = self._args = self._kwargs = self._ctx = self._runner = None
+        site, self._site = self._site, None
+        if site is not None:
+            site.end(perf_counter_ns(), self._ran_ns)
         waiters = callbacks = None
         try:
             with LEDGER.lock:

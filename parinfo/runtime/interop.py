@@ -11,19 +11,36 @@ finalisation.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextvars
 import enum
 import itertools
 import queue
+import sys
 import threading
+import time
 from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any
 
+from parinfo.runtime.adaptive import ADAPT, INLINE
 from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.future import LEDGER, Future
 from parinfo.runtime.settings import COUNTS
+from parinfo.runtime.threadname import set_os_name
+from parinfo.runtime.workers import SETUP, SyncToken
 
 _STOP = None  # sentinel put on the task queue once per worker at shutdown
+_WATCH = object()  # token: a worker starts watching the inline-mode tasks
+
+
+class _Sink:
+    """``put`` for ``Future.enqueue`` that appends to a deque (inline-mode tasks wake no worker)."""
+
+    __slots__ = ("put",)
+
+    def __init__(self, target: collections.deque) -> None:
+        self.put = target.append
 
 
 class PoolState(enum.Enum):
@@ -55,6 +72,9 @@ class InteropPool:
         self._start_lock = threading.Lock()
         self._atexit_registered = False
         self._thread = _SlotHolder()
+        self.deferred: collections.deque[Future] = collections.deque()  # inline-mode tasks
+        self.deferred_sink = _Sink(self.deferred)
+        self.watching = False  # a worker watches ``deferred`` (or a _WATCH token is queued)
         self.epoch = 0  # bumped in a forked child: workers inherited from the parent see it
 
     def started(self) -> bool:
@@ -98,32 +118,89 @@ class InteropPool:
         if self.state is not PoolState.RUNNING:
             fut.run_if_unclaimed()
             return fut
+        site = ADAPT.fork_site(fn) if ADAPT.enabled else None
+        if site is not None:
+            now = perf_counter_ns()
+            fut._native = site.long
+            inline = site.begin(now) == INLINE
+            fut._site = site
+            if inline:  # left to its waiter; a worker takes it only when late
+                fut._due = now + site.grace_ns(site.inflight - 1)
+                self._defer(fut)
+                return fut
         fut.enqueue(self.tasks)
         if len(self.workers) < self.size and LEDGER.unclaimed + LEDGER.running > len(self.workers):
             self._grow()
         return fut
 
     def _work(self, index: int) -> None:
+        set_os_name(threading.current_thread().name)
         get = self.tasks.get
         slot_get, slot_put = self.slots.get, self.slots.put
         running = self.running
         others = self.size - 1
         epoch = self.epoch
         self._thread.holds_slot = True  # nested waits inside tasks run inline without a slot
+        setup, seen = SETUP, SETUP.seen
+        setup.catch_up()  # functions stored by on_every_worker run before the first task
         while True:
             fut = get()
             if fut is _STOP:
                 return
-            if not fut.pending():  # a waiter ran it already
+            if type(fut) is SyncToken:
+                fut.run()
+                continue
+            if fut is _WATCH:
+                fut = self._watch()
+                if fut is None:
+                    continue
+            elif not fut.pending():  # a waiter ran it already
                 continue
             slot_get()
             if fut.claim():
                 running[index] = fut
-                fut.run(False, min(LEDGER.unclaimed, others))
+                fut.run(False, 0 if fut._due else min(LEDGER.unclaimed, others))
                 if self.epoch != epoch:  # the task called os.fork() and this is the child
                     exit_forked_child()
                 running[index] = None
             slot_put(1)
+            if seen.version != setup.version:
+                setup.catch_up()
+
+    def _watch(self) -> Future | None:
+        """Watch the tasks left to their waiters (inline mode) on this worker: the first that is
+        still unclaimed at its due time is returned to be run here; None once none is left.
+        One worker watches at a time, so forking such tasks wakes no thread."""
+        deferred = self.deferred
+        while True:
+            while deferred:
+                fut = deferred[0]
+                if not fut.pending():
+                    deferred.popleft()
+                    continue
+                left = fut._due - perf_counter_ns()
+                if left <= 0:
+                    deferred.popleft()
+                    return fut
+                time.sleep(min(left, 2_000_000) / 1e9)
+            self.watching = False
+            if not deferred:  # a task deferred after the check saw watching still set: go on
+                return None
+            self.watching = True
+
+    def _defer(self, fut: Future) -> None:
+        """Leave an inline-mode task to its waiter, with a worker watching for it to be late."""
+        fut.enqueue(self.deferred_sink)
+        if not self.watching:
+            self.watching = True
+            self.tasks.put(_WATCH)
+        if not self.workers:
+            self._grow()
+
+    def post(self, token: SyncToken) -> None:
+        """Queue an ``on_every_worker`` token for one worker."""
+        if self.state is PoolState.RUNNING:
+            self.tasks.put(token)
 
     def run_claimed(self, fut: Future) -> None:
         """Run a task a waiter claimed, holding a slot when one is free."""
@@ -139,7 +216,7 @@ class InteropPool:
             return
         try:
             self._thread.holds_slot = True
-            fut.run(True, min(LEDGER.unclaimed, self.size - 1))
+            fut.run(True, 0 if fut._due else min(LEDGER.unclaimed, self.size - 1))
         finally:
             self._thread.holds_slot = False
             if held:
@@ -177,12 +254,48 @@ class InteropPool:
         self.running = []
         self._start_lock = threading.Lock()
         self._thread.holds_slot = False
+        # tasks left to their waiters can still be waited on here (they then run), like queued ones
+        self.deferred = collections.deque()
+        self.deferred_sink = _Sink(self.deferred)
+        self.watching = False
         for fut in orphans:
             fut.fail(RuntimeError("the task was running in the parent process when os.fork() "
                                   "was called; it cannot finish in the child"))
 
 
 POOL = InteropPool()
+
+
+def _torch_script_types() -> tuple[type, ...]:
+    """TorchScript callables (torch is imported): they run on torch's own inter-op pool."""
+    global _SCRIPT_TYPES
+    if _SCRIPT_TYPES is None:
+        torch = sys.modules["torch"]
+        try:
+            _SCRIPT_TYPES = (torch.jit.ScriptModule, torch.jit.ScriptFunction)
+        except AttributeError:  # a torch without TorchScript
+            _SCRIPT_TYPES = ()
+    return _SCRIPT_TYPES
+
+
+_SCRIPT_TYPES: tuple[type, ...] | None = None
+_torch_sized = False
+
+
+def _torch_fork(fn: Any, args: tuple, kwargs: dict) -> Any:
+    """Fork a TorchScript callable through torch.jit.fork (no GIL while it runs), on torch's
+    inter-op pool sized once by parinfo's inter-op count."""
+    global _torch_sized
+    torch = sys.modules["torch"]
+    if not _torch_sized:
+        _torch_sized = True
+        n = min(COUNTS.consume_inter(), COUNTS.ceiling)
+        try:
+            if torch.get_num_interop_threads() != n:
+                torch.set_num_interop_threads(n)
+        except RuntimeError:  # torch's pool already started or was sized by the program: keep it
+            pass
+    return torch.jit.fork(fn, *args, **kwargs)
 
 
 def fork(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
@@ -193,11 +306,16 @@ def fork(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
     """
     if not callable(fn):
         raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
+    if "torch" in sys.modules and isinstance(fn, _torch_script_types()) and not COUNTS.sequential():
+        return _torch_fork(fn, args, kwargs)
     return POOL.submit(fn, args, kwargs)
 
 
 def wait(fut: Future) -> Any:
     """The task's value; re-raises its exception. An unstarted task runs on this thread."""
-    if not isinstance(fut, Future):
-        raise TypeError(f"wait() expects a parinfo Future, but got {type(fut).__name__}")
-    return fut.result()
+    if isinstance(fut, Future):
+        return fut.result()
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(fut, torch._C.Future):  # from fork of a TorchScript callable
+        return torch.jit.wait(fut)
+    raise TypeError(f"wait() expects a parinfo Future (or a torch.jit.Future), but got {type(fut).__name__}")

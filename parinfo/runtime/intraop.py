@@ -18,13 +18,17 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any
 
 from parinfo.runtime import tracing
+from parinfo.runtime.adaptive import ADAPT
 from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS
+from parinfo.runtime.threadname import set_os_name
 from parinfo.runtime.tracing import RECORDERS
+from parinfo.runtime.workers import SETUP, SyncToken
 
 
 class _RegionView(threading.local):
@@ -44,38 +48,47 @@ def in_parallel_region() -> bool:
 
 def get_thread_num() -> int:
     """The index of the running chunk in its region (0 outside regions): distinct and below
-    ``get_num_threads()`` for chunks that run at the same time."""
+    ``get_num_threads()`` for chunks that run at the same time. When the runtime cuts a region
+    finer than one chunk per thread, it numbers the threads of the region instead (the caller 0)."""
     return _REGION.chunk
 
 
 class _Job:
-    """One parallel region: chunks claimed by the caller and by pool workers."""
+    """One parallel region: chunks claimed by the caller and by pool workers.
+
+    The caller holds the region's lanes of the budget for all its chunks, so the lanes (and any
+    native cap) end exactly when the region returns; workers only bring their per-thread pools to
+    the cap (``native``: the call site runs long enough for native limits to matter).
+    """
 
     __slots__ = (
         "also_raised",
         "begin",
+        "by_thread",
         "claim",
         "ctx",
         "done",
         "end",
         "error",
+        "finished",
         "fn",
-        "left",
+        "joined",
         "lock",
         "n",
-        "name",
+        "native",
         "results",
         "step",
     )
 
-    def __init__(self, fn: Callable, begin: int, end: int, n: int, ctx: Any, reduce: bool) -> None:
+    def __init__(self, fn: Callable, begin: int, end: int, n: int, ctx: Any, reduce: bool,
+                 native: bool) -> None:
         self.fn = fn
         self.begin = begin
         self.end = end
         self.step = -(-(end - begin) // n)
         self.n = n = -(-(end - begin) // self.step)  # no empty trailing chunk
         self.claim = itertools.count().__next__
-        self.left = n
+        self.finished = itertools.count(1).__next__  # atomic under the GIL: no lock per chunk
         self.lock = threading.Lock()
         self.done = threading.Lock()
         self.done.acquire()
@@ -83,51 +96,50 @@ class _Job:
         self.also_raised: list[tuple[int, int, BaseException]] = []  # chunks failing after the first
         self.results: list[Any] | None = [None] * n if reduce else None
         self.ctx = ctx
-        self.name = tracing.task_name(fn)
+        self.native = native
+        self.by_thread = False  # more chunks than threads: get_thread_num() numbers the threads
+        self.joined = itertools.count(1).__next__  # thread numbers of the workers that help
 
-    def work(self, restore: bool, queued: int = 0) -> None:
-        """Claim and run chunks until none is left (this thread is one lane of the budget)."""
+    def help(self) -> None:
+        """A pool worker's share: claim and run chunks until none is left."""
+        if self.native:
+            LIMITS.sync_lane()
+        self.work(self.joined())
+
+    def work(self, me: int = 0) -> None:
+        """Claim and run chunks until none is left (``me``: this thread's number in the region)."""
         i = self.claim()
         if i >= self.n:
             return
-        depth = LIMITS.thread.depth
         prev_region = _REGION.active
         prev_num = _REGION.chunk
+        _REGION.active = True
         try:
-            LIMITS.lane_enter(queued)
-            _REGION.active = True
             while i < self.n:
                 if self.error is None:
                     a = self.begin + i * self.step
                     b = min(self.end, a + self.step)
-                    _REGION.chunk = i
+                    _REGION.chunk = me if self.by_thread else i
                     t0 = tracing.now() if RECORDERS.active else 0
                     try:
-                        r = self.fn(a, b)
+                        r = self.ctx.copy().run(self.fn, a, b)  # each chunk sees the caller's context
                         if self.results is not None:
                             self.results[i] = r
-                    except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                    except BaseException as exc:  # re-raised in the caller
                         with self.lock:
                             if self.error is None:
                                 self.error = exc
                             else:
                                 self.also_raised.append((a, b, exc))
                     if t0:
-                        RECORDERS.record(self.name, "chunk", t0, tracing.now(), {"begin": a, "end": b})
-                with self.lock:
-                    self.left -= 1
-                    last = self.left == 0
-                if last:
+                        RECORDERS.record(tracing.task_name(self.fn), "chunk", t0, tracing.now(),
+                                         {"begin": a, "end": b})
+                if self.finished() == self.n:
                     self.done.release()
                 i = self.claim()
         finally:
             _REGION.active = prev_region
             _REGION.chunk = prev_num
-            try:
-                LIMITS.leave_to(depth, restore)
-            finally:
-                LIMITS.leave_to(depth, restore)  # completes the first if an interrupt cut it short
-
 
     def cancel(self, exc: BaseException) -> None:
         """Skip the chunks not started yet: the caller was interrupted by ``exc``."""
@@ -164,7 +176,7 @@ class IntraopPool:
             self.workers = [t for t in self.workers if t.is_alive()]
             while self.size < n:
                 t = threading.Thread(target=self._work, daemon=True,
-                                     name=f"parinfo-intraop-{next(self._serial)}")
+                                     name=f"parinfo-intra-{next(self._serial)}")
                 # counted before it starts, so an interrupted start leaves no uncounted worker
                 self.workers.append(t)
                 self.size += 1
@@ -188,15 +200,27 @@ class IntraopPool:
         self.size -= 1
 
     def _work(self) -> None:
+        set_os_name(threading.current_thread().name)
         get = self.jobs.get
         epoch = self.epoch
+        setup, seen = SETUP, SETUP.seen
+        setup.catch_up()  # functions stored by on_every_worker run before the first job
         while True:
             job = get()
             if job is None:
                 return
-            job.ctx.copy().run(job.work, False)
+            if type(job) is SyncToken:
+                job.run()
+                continue
+            job.help()
             if self.epoch != epoch:  # a chunk called os.fork() and this is the child
                 exit_forked_child()
+            if seen.version != setup.version:
+                setup.catch_up()
+
+    def post(self, token: SyncToken) -> None:
+        """Queue an ``on_every_worker`` token for one worker."""
+        self.jobs.put(token)
 
     def started(self) -> bool:
         return self.size > 0
@@ -243,31 +267,63 @@ def _check_range(begin: Any, end: Any, grain_size: Any) -> tuple[int, int, int]:
     return out[0], out[1], out[2]
 
 
-def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool) -> list[Any] | None:
-    """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order."""
-    begin, end, grain_size = _check_range(begin, end, grain_size)
-    if end <= begin:
+def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool,
+            site_fn: Callable | None = None) -> list[Any] | None:
+    """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order.
+    ``site_fn`` is what identifies the call site for the adaptive decisions (default ``fn``)."""
+    if not (type(begin) is int and type(end) is int and type(grain_size) is int and grain_size > 0):
+        begin, end, grain_size = _check_range(begin, end, grain_size)
+    size = end - begin
+    if size <= 0:
         return [] if reduce else None
     count = COUNTS.intra_now or COUNTS.intra_count()
     if LIMITS.pushed is not None:
         LIMITS.refresh_if_new_modules()
-    count = min(count, COUNTS.ceiling)
-    n = min(count, (end - begin) // grain_size)
+    most = min(count, COUNTS.ceiling)
+    n = min(most, size // grain_size)
     if n <= 1 or _REGION.active or POOL.closing or COUNTS.sequential():
         return _inline(begin, end, fn, reduce)
-    job = _Job(fn, begin, end, n, contextvars.copy_context(), reduce)
     if POOL.size > count - 1:  # the count went down: retire the surplus
         POOL.resize(count - 1)
-    elif POOL.size < n - 1:  # grow only to the work this region has
-        POOL.resize(n - 1)
-    for _ in range(job.n - 1):
-        POOL.jobs.put(job)
+    site = (ADAPT.region_site(site_fn or fn, size, n, min(4 * n, size // grain_size))
+            if ADAPT.enabled else None)
+    if site is None:
+        return _split(begin, end, n, n, fn, reduce, True)
+    chunks = site.choose()
+    t0 = perf_counter_ns()
     try:
-        job.ctx.run(job.work, True, job.n - 1)
+        if chunks == 1:
+            return _inline(begin, end, fn, reduce)
+        return _split(begin, end, chunks, min(chunks, n), fn, reduce, site.long)
+    finally:
+        site.record_region(chunks, perf_counter_ns() - t0, size)
+
+
+def _split(begin: int, end: int, chunks: int, threads: int, fn: Callable, reduce: bool,
+           native: bool) -> list[Any] | None:
+    """Run a region as ``chunks`` chunks on the caller and ``threads - 1`` of the pool's workers."""
+    job = _Job(fn, begin, end, chunks, contextvars.copy_context(), reduce, native)
+    threads = min(threads, job.n)
+    job.by_thread = job.n > threads
+    if POOL.size < threads - 1:  # grow only to the work this region has
+        POOL.resize(threads - 1)
+    put = POOL.jobs.put
+    for _ in range(threads - 1):
+        put(job)
+    depth = LIMITS.thread.depth
+    try:
+        # the caller holds a lane for every thread of the region (one fewer when it already is one)
+        LIMITS.lane_enter(0, threads - (depth > 0), native)
+        job.work()
         job.done.acquire()
     except BaseException as exc:  # interrupted: chunks not started yet are skipped
         job.cancel(exc)
         raise
+    finally:
+        try:
+            LIMITS.leave_to(depth, True)
+        finally:
+            LIMITS.leave_to(depth, True)  # completes the first if an interrupt cut it short
     if job.error is not None:
         _attach_others(job.error, job.also_raised)
         raise job.error
@@ -330,5 +386,5 @@ def parallel_reduce(begin: int, end: int, grain_size: int, ident: Any,
                     fn: Callable[[int, int, Any], Any], combine: Callable[[Any, Any], Any]) -> Any:
     """Reduce ``[begin, end)``: each chunk computes ``fn(start, stop, ident)``; the partial results
     are folded left to right with ``combine``, starting from ``ident`` (torch's signature)."""
-    parts = _region(begin, end, grain_size, lambda a, b: fn(a, b, ident), True)
+    parts = _region(begin, end, grain_size, lambda a, b: fn(a, b, ident), True, fn)
     return functools.reduce(combine, parts or (), ident)

@@ -67,12 +67,19 @@ def _torch_set(n: int) -> None:
 
 
 class _ThreadView(threading.local):
-    """What one thread knows: its lane depth, the limits version it synced, its own saved counts."""
+    """What one thread knows: its lanes (a stack of weights), what its per-thread pools were last
+    set to, its own saved counts."""
 
-    depth = 0
-    synced_version = -1  # LIMITS.version when this thread's per-thread pools were last synced
+    applied: tuple | None = None  # (pushed, cap, controller) its per-thread pools were set for
     capped = False  # its per-thread pools carry a budget cap now
     saved: dict[str, int] | None = None  # its per-thread counts before the first cap
+
+    def __init__(self) -> None:
+        self.weights: list[int] = []  # lanes this thread entered, innermost last
+
+    @property
+    def depth(self) -> int:
+        return len(self.weights)
 
 
 class NativeLimits:
@@ -99,6 +106,9 @@ class NativeLimits:
         self._process_base: dict[str, int] = {}  # library path -> count before the cap began
         self._process_applied: dict[str, int] = {}  # library path -> count parinfo set under the cap
         self._torch_base: int | None = None  # torch's count when the current cap began
+        self._process_capped = False  # process-wide pools carry the cap now
+        self._torch_capped = False  # torch's process-wide default carries the cap now
+        self.changes = 0  # native limit changes made by the budget and the pushes (for benchmarks)
 
     # threadpoolctl view --------------------------------------------------------------------
     def _libs(self) -> tuple[list[Any], list[Any]]:
@@ -165,7 +175,22 @@ class NativeLimits:
             _torch_set(count)
             record["torch"] = f"torch.set_num_threads({count})"
             self.version += 1  # other threads sync torch at their next task or region
-        self.thread.synced_version = self.version
+        self.thread.applied = (count, None, self._controller)
+
+    def sync_worker(self) -> None:
+        """On an idle pool worker (run there by ``on_every_worker``): bring its per-thread pools
+        (OpenMP runtimes, torch) to the pushed count, which a push from another thread cannot do."""
+        if self.pushed is None or self.thread.depth:
+            return
+        with self.lock:
+            if self._libs()[0] or _torch() is not None:
+                self._sync_thread(False)
+
+    def note_workers(self, reach: dict[str, Any]) -> None:
+        """Record which pool workers took the last push (``on_every_worker``'s answer)."""
+        with self.lock:
+            if self._push_record is not None:
+                self._push_record["workers"] = {"ran": list(reach["ran"]), "pending": list(reach["pending"])}
 
     def push_record(self) -> dict[str, Any] | None:
         """What the last push did (for ``info()``), or None when nothing was pushed."""
@@ -186,6 +211,8 @@ class NativeLimits:
         """Give process-wide pools ``min(base, cap)``; base is the count the pool had when the cap
         began (the pushed count, or what a profile or the user set since), given back when it
         ends. Call with ``lock``."""
+        if self.cap is not None and not self._process_capped:
+            self._capture_torch_base()
         for lib in self._libs()[1]:
             k = lib.filepath
             if k not in self._process_base:
@@ -195,22 +222,29 @@ class NativeLimits:
             if self._process_applied.get(k) != want:
                 _set(lib, want)
                 self._process_applied[k] = want
+                self.changes += 1
+        self._process_capped = self.cap is not None
         if self.cap is None:  # the user may change the pools until the next cap: forget them
             self._process_base.clear()
             self._process_applied.clear()
             # torch keeps a process-wide default that new threads copy on their first op
             torch_base = self.pushed if self.pushed is not None else self._torch_base
-            if torch_base is not None and _torch() is not None:
+            if torch_base is not None and _torch() is not None and self._torch_capped:
                 _torch_set(torch_base)
+                self.changes += 1
+            self._torch_capped = False
 
     def _capture_torch_base(self) -> None:
-        """torch's count before a cap, read on a thread parinfo has not capped (budget_lock held)."""
+        """torch's count before a cap, read on a thread parinfo has not capped."""
         torch = _torch()
         if torch is not None and not self.thread.capped:
             try:
                 self._torch_base = torch.get_num_threads()
             except Exception:
                 pass
+
+    def _want(self) -> tuple:
+        return (self.pushed, self.cap, self._controller)
 
     def _sync_thread(self, in_lane: bool) -> None:
         """Bring this thread's per-thread pools (OpenMP runtimes, torch) to the count and cap."""
@@ -220,6 +254,8 @@ class NativeLimits:
         if me.saved is None:
             me.saved = {}
         if cap is not None:  # the thread's own counts before the cap, read before changing any
+            if not self._torch_capped and not self._process_capped:
+                self._capture_torch_base()
             for lib in per_thread:
                 if lib.filepath not in me.saved:
                     me.saved[lib.filepath] = lib.get_num_threads() or 1
@@ -227,72 +263,80 @@ class NativeLimits:
             base = self.pushed if self.pushed is not None else me.saved.get(lib.filepath)
             if base is not None:
                 _set(lib, base if cap is None else max(1, min(base, cap)))
+                self.changes += 1
         base = self.pushed if self.pushed is not None else self._torch_base
         if base is not None and _torch() is not None:
             _torch_set(base if cap is None else max(1, min(base, cap)))
-        me.synced_version = self.version if in_lane else -1
+            self.changes += 1
+            if cap is not None:
+                self._torch_capped = True
+        me.applied = self._want() if in_lane else None
         me.capped = cap is not None
         if cap is None:
             me.saved = None
 
-    def lane_enter(self, queued: int = 0) -> None:
-        """A thread starts an inter-op task or its share of a parallel region.
+    def lane_enter(self, queued: int = 0, weight: int = 1, native: bool = True) -> None:
+        """This thread starts ``weight`` lanes: an inter-op task (1), or a parallel region whose
+        caller accounts for all of its chunks (the workers helping it enter no lane, so the lanes
+        end exactly when the caller's region returns).
 
         ``queued`` is how many more lanes are about to start (tasks waiting for idle workers), so
-        the cap is in place before the first of a batch of tasks runs its native calls.
+        the cap is in place before the first of a batch of tasks runs its native calls. With
+        ``native`` False (work measured too short for native pools to matter) only the count of
+        lanes changes: no native limit is touched.
         """
         me = self.thread
-        if me.depth:  # nested work on a thread that already is a lane
-            me.depth += 1
-            return
         if not self._usable:
             self._usable = COUNTS.usable_cpus()
         changed = False
         with self.budget_lock:
-            # depth and lanes change together, with no call between them where a
-            # KeyboardInterrupt could land: ``leave_to`` can always undo exactly this
-            me.depth = 1
-            self.lanes += 1
+            # the weight and the lanes change together, with no call between them where a
+            # KeyboardInterrupt could land (a C method call is such a place: no append here):
+            # ``leave_to`` can always undo exactly this
+            self.lanes += weight
+            me.weights += (weight,)
             lanes = self.lanes + queued
             if lanes >= 2:
                 cap = max(1, self._usable // lanes)
                 if self.cap is None or cap < self.cap:
-                    if self.cap is None:
-                        self._capture_torch_base()
                     self.cap = cap
                     self.version += 1
                     changed = True
-        if changed:
+        if not native:
+            return
+        if changed or (self.cap is not None and not self._process_capped):
             with self.lock:
                 self._apply_process()
+        self.sync_lane()
+
+    def sync_lane(self) -> None:
+        """Bring the calling thread's per-thread pools to the pushed count and the cap, when they
+        are not there already (a worker helping a region calls it before its chunks)."""
         if self.pushed is not None:
             self.refresh_if_new_modules()
-        if me.synced_version != self.version and (
-                self.pushed is not None or self.cap is not None or me.capped):
+        me = self.thread
+        if (self.pushed is not None or self.cap is not None or me.capped) and me.applied != self._want():
             with self.lock:
                 self._sync_thread(True)
 
     def lane_exit(self, restore: bool) -> None:
-        """The lane ends; ``restore`` for threads that are not parinfo's (give back their own
-        limits)."""
+        """The innermost lanes of this thread end; ``restore`` for threads that are not parinfo's
+        (give back their own limits)."""
         me = self.thread
-        if me.depth > 1:
-            me.depth -= 1
-            return
-        changed = False
+        uncap = False
         try:
             with self.budget_lock:
-                me.depth = 0
-                self.lanes -= 1
+                self.lanes -= me.weights[-1]  # no call between the two (see lane_enter)
+                del me.weights[-1]
                 if self.lanes == 0 and self.cap is not None:
                     self.cap = None
                     self.version += 1
-                    changed = True
+                    uncap = self._process_capped or self._torch_capped
         finally:  # the limits come back even when an interrupt lands right after the change
-            if changed:
+            if uncap:
                 with self.lock:
                     self._apply_process()
-        if restore and me.capped:
+        if restore and me.capped and not me.weights:
             with self.lock:
                 self._sync_thread(False)
 
@@ -307,14 +351,16 @@ class NativeLimits:
 
     def state(self) -> dict[str, Any]:
         """The budget now: lanes running and the cap per lane (None when not capped)."""
-        return {"lanes": self.lanes, "cap_per_lane": self.cap, "usable_cpus": self._usable or None}
+        return {"lanes": self.lanes, "cap_per_lane": self.cap, "usable_cpus": self._usable or None,
+                "native_changes": self.changes}
 
     def after_fork_in_child(self) -> None:
         """Fresh locks and budget; the forking thread may be inside a task (then one lane runs)."""
         self.lock = threading.RLock()
         self.budget_lock = threading.Lock()
-        self.lanes = 1 if self.thread.depth else 0
+        self.lanes = sum(self.thread.weights)
         self.cap = None
+        self._process_capped = self._torch_capped = False
         self.version += 1
 
 
