@@ -85,6 +85,7 @@ _VARIABLES: tuple[Var, ...] = (
     Var("PARINFO_NUM_INTEROP_THREADS", "count", "parinfo inter-op count"),
     Var("PARINFO_BACKEND", "enum", "parinfo runtime backend", ("native", "sequential")),
     Var("PARINFO_VERIFY", "enum", "what a program launched by `parinfo apply` checks at exit", ("auto", "full", "off")),
+    Var("PARINFO_ADAPTIVE", "bool", "parinfo runtime's per-call-site choices (0 turns them off)"),
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -312,7 +313,7 @@ _RECORDS: tuple[Library, ...] = (
     Library("python", "Python", kind="interpreter", reads=("PYTHON_CPU_COUNT",), push="none"),
     Library("parinfo", "parinfo", kind="parinfo", env_prefixes=("PARINFO_",),
             precedence=("PARINFO_NUM_THREADS",), follows="torch",
-            reads=("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY"),
+            reads=("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY", "PARINFO_ADAPTIVE"),
             push="runtime", scope="process"),
 )
 

@@ -183,15 +183,16 @@ def _limit_pools(plan: Plan, kept: dict[str, str], applied: list[str], skipped: 
         n = plan.libraries[key].value
         if var in kept:
             # The runtime's push may have changed this pool: give it back the user's count.
-            n = count_from_env(var, kept)
-            if n is None:
+            users = count_from_env(var, kept)
+            if users is None:
                 skipped.append(f"{_pool_name(lib)}: left at {lib.num_threads} ({var}={kept[var]!r} set by "
                                f"the user is not a valid count)")
                 continue
+            n = users
             skipped.append(f"{_pool_name(lib)}: kept at {n} from {var} set by the user")
         try:
             lib.set_num_threads(n)
-        except Exception as exc:  # noqa: BLE001 - a library refusing must be reported, not crash apply
+        except Exception as exc:
             skipped.append(f"{_pool_name(lib)}: could not set {n} threads ({exc})")
             continue
         scope = " in this thread" if rec.scope == "thread" else ""
@@ -214,7 +215,7 @@ def _modules(plan: Plan, kept: dict[str, str], applied: list[str]) -> None:
         try:
             getattr(module, rec.setter)(n)
             applied.append(f"{rec.module}.{rec.setter}({n})")
-        except Exception:  # noqa: BLE001 - reported by the verification
+        except Exception:
             pass
 
 
@@ -226,7 +227,7 @@ def _torch(plan: Plan, inter: int, kept: dict[str, str], applied: list[str],
         skipped.append("torch not imported: at import its intra-op count follows MKL_NUM_THREADS; "
                        "its inter-op count is left to torch (import torch before apply() to set it)")
         return None, None
-    want_intra = plan.libraries["torch"].value
+    want_intra: int | None = plan.libraries["torch"].value
     how = f"torch.set_num_threads({want_intra})"
     first = reg.library("torch").precedence[0]  # torch's intra-op default reads it first
     if first in kept:

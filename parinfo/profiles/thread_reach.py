@@ -41,7 +41,7 @@ def probe_new_thread(libs: list[Any]) -> list[int | None] | None:
         for lib in libs:
             try:
                 out.append(int(lib.get_num_threads()))
-            except Exception:  # noqa: BLE001 - a library that cannot answer is reported as unknown
+            except Exception:
                 out.append(None)
 
     probe = threading.Thread(target=read, name="parinfo-probe", daemon=True)
@@ -54,7 +54,7 @@ def _torch_is_per_thread() -> bool:
     torch = sys.modules.get("torch")
     try:
         return torch is not None and "parallel backend: OpenMP" in torch.__config__.parallel_info()
-    except Exception:  # noqa: BLE001 - a half-imported torch: no claim about it
+    except Exception:
         return False
 
 
@@ -92,7 +92,7 @@ def reach(per_thread: list[tuple[Any, str, int]], torch_intra: int | None,
                   if owner_of(getattr(lib, "filepath", "") or "") == "torch" and torch_intra is not None]
     plain = [entry for entry in per_thread if entry not in torch_copy]
     fresh = probe_new_thread([lib for lib, _, _ in plain]) if plain else []
-    for (_lib, name, n), m in zip(plain, fresh or [None] * len(plain)):
+    for (_lib, name, n), m in zip(plain, fresh or [None] * len(plain), strict=False):
         start = "an unknown count" if m is None else str(m)
         line = (f"{name}: {n} in {here} only (OpenMP limits are per thread); threads started from now on "
                 f"start at {start}")

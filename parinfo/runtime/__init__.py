@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from parinfo.runtime import interop as _interop
-from parinfo.runtime import intraop as _intraop
+from parinfo.runtime import interop as _interop, intraop as _intraop
 from parinfo.runtime.adaptive import ADAPT
 from parinfo.runtime.future import LEDGER, Future
 from parinfo.runtime.interop import fork, wait

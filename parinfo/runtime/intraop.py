@@ -348,7 +348,7 @@ def _attach_others(error: BaseException, others: list[tuple[int, int, BaseExcept
         if hasattr(error, "add_note"):  # Python 3.11+
             error.add_note(note)
         else:
-            error.__notes__ = [*getattr(error, "__notes__", []), note]
+            setattr(error, "__notes__", [*getattr(error, "__notes__", []), note])  # noqa: B010 - 3.10 has no add_note
     try:
         error.parinfo_other_errors = [exc for _, _, exc in others]  # type: ignore[attr-defined]
     except AttributeError:  # an exception type with __slots__

@@ -76,10 +76,7 @@ def _from_env(names: tuple[str, ...], default: int, default_source: str,
             ignored.append({"variable": name, "value": raw, "why": "invalid"})
             continue
         profile = environ.get("PARINFO_PROFILE")
-        if name.startswith("PARINFO_") and profile:
-            source = f"profile {profile} ({name})"
-        else:
-            source = f"env {name}"
+        source = f"profile {profile} ({name})" if name.startswith("PARINFO_") and profile else f"env {name}"
         return n, _with_ignored(source, ignored), ignored
     return default, _with_ignored(default_source, ignored), ignored
 
