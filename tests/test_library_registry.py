@@ -46,7 +46,7 @@ def set_num_threads(n):
 
 @pytest.mark.parametrize("name", ["OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"])
 def test_a_variable_name_is_spelled_in_one_file_of_the_package(name):
-    out = subprocess.run(["grep", "-rl", name, str(PACKAGE)], capture_output=True, text=True, check=False)
+    out = subprocess.run(["grep", "-rl", "--exclude-dir=__pycache__", name, str(PACKAGE)], capture_output=True, text=True, check=False)
     files = [Path(p).relative_to(PACKAGE).as_posix() for p in out.stdout.split()]
     assert files == ["process/libraries.py"]
 
