@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from parinfo.process import libraries as reg
@@ -30,13 +29,18 @@ RUNTIME = "set at run time (API call)"
 LaunchEnviron = Mapping[str, str] | str
 
 
-@dataclass(frozen=True)
 class _Prediction:
-    count: int | None
-    kind: str  # env | default | unknown
-    variable: str | None
-    phrase: str
-    refused: dict | None = None  # a request the library refused: variable, asked, cap, why, runs
+    """What a library's rule predicts (a plain class: a dataclass costs ``parinfo show`` start-up)."""
+
+    __slots__ = ("count", "kind", "phrase", "refused", "variable")
+
+    def __init__(self, count: int | None, kind: str, variable: str | None, phrase: str,
+                 refused: dict[str, Any] | None = None) -> None:
+        self.count = count
+        self.kind = kind  # env | default | unknown
+        self.variable = variable
+        self.phrase = phrase
+        self.refused = refused  # a request the library refused: variable, asked, cap, why, runs
 
 
 class Model(NamedTuple):

@@ -8,12 +8,19 @@ report says so instead of guessing.
 from __future__ import annotations
 
 import os
+import types
 from dataclasses import asdict, dataclass
-
-from parinfo.process.tasks import gone, no_access
 
 # glibc's default thread stack when RLIMIT_STACK is unlimited (x86-64 and most 64-bit targets).
 GLIBC_UNLIMITED_STACK = 2 << 20
+
+
+
+def _tasks() -> types.ModuleType:
+    """parinfo.process.tasks, loaded only to raise its errors: ``parinfo show`` never needs it."""
+    from parinfo.process import tasks
+
+    return tasks
 
 
 def _read(pid: int, name: str, limit: int = 1 << 24) -> bytes:
@@ -23,15 +30,15 @@ def _read(pid: int, name: str, limit: int = 1 << 24) -> bytes:
     try:
         return read_bytes(f"/proc/{pid}/{name}", limit)
     except (FileNotFoundError, ProcessLookupError):
-        raise gone(pid) from None
+        raise _tasks().gone(pid) from None
     except OSError as exc:
-        raise no_access(pid, f"/proc/{pid}/{name}", exc) from None
+        raise _tasks().no_access(pid, f"/proc/{pid}/{name}", exc) from None
 
 
 def check_pid(pid: int) -> None:
     """Raise ProcessGone when ``pid`` names no process (a zombie counts as gone)."""
     if pid <= 0 or not os.path.isdir(f"/proc/{pid}"):
-        raise gone(pid)
+        raise _tasks().gone(pid)
     from parinfo.process.tasks import parse_stat
 
     try:
@@ -39,7 +46,7 @@ def check_pid(pid: int) -> None:
     except (ValueError, IndexError):
         return
     if state in ("Z", "X"):
-        raise gone(pid)
+        raise _tasks().gone(pid)
 
 
 def identity(pid: int) -> dict:
