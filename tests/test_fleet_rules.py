@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import clean_env, run_cli, run_json
@@ -148,3 +149,13 @@ except SystemExit:
 print(json.dumps(sorted(m for m in ("dask", "distributed", "ray") if m in sys.modules)))
 """
     assert run_json(code, env=clean_env()) == []
+
+
+def test_outer_threads_are_shown_in_the_text_report():
+    from parinfo.cli.render_text import render_lines
+    from parinfo.diagnostics.report import inspect
+
+    text = "\n".join("".join(s for s, _ in line) for line in render_lines(inspect(outer_threads=3)))
+    assert re.search(r"outer threads +3 \(given: outer_threads=3\)", text)
+    plain = "\n".join("".join(s for s, _ in line) for line in render_lines(inspect()))
+    assert "outer threads" not in plain

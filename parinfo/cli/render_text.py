@@ -98,6 +98,9 @@ def _backend(r: Report) -> list[Line]:
         if isinstance(value, (list, tuple)):
             value = ", ".join(str(v) for v in value)
         rows.append((label, show_value(value)))
+    outer = r.outer or {}
+    if outer.get("threads") is not None:  # a Dask, Ray or loky worker, or inspect(outer_threads=N)
+        rows.append(("outer threads", f"{outer['threads']} ({outer.get('source')})"))
     return _section("Backend", _aligned(rows))
 
 
