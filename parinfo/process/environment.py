@@ -105,7 +105,7 @@ def environment_report(environ: Mapping[str, str] | None = None,
     - ``problem``: why the value is invalid (one line), else None.
     - ``readers``: the runtimes that read it (e.g. ["libgomp", "torch", "openblas"]); [] when unknown.
     - ``summary``: what it controls, in a few words.
-    - ``known``: True when the variable is in parinfo's table (envvars.THREAD_VARS).
+    - ``known``: True when the variable is in parinfo's table (the library registry's THREAD_VARS).
     - ``set_by``: who set a set variable: "set at launch", "set by the import of scikit-learn"
       (a package known to set it on import, and imported), "set after launch by this process", or
       None (unset, or the launch environment is unknown).
