@@ -6,13 +6,13 @@ run as the instance.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import pytest
 from conftest import clean_env, run_cli
 from profile_machines import MACHINES, machine
+from test_launch_instances import by_instance
 
 from parinfo.profiles.language import resolve_profile, shipped_names
 
@@ -30,20 +30,12 @@ INSIDE = ("import json, os; from parinfo.profiles.language import resolve_profil
           "'want_omp': int(p.env['OMP_NUM_THREADS'])}))")
 
 
-def _rows(stdout: str) -> dict[str, dict]:
-    rows = {}
-    for line in stdout.splitlines():
-        prefix, _, rest = line.partition(" ")
-        rows[prefix] = json.loads(rest)
-    return rows
-
-
 @needs_two
 @pytest.mark.parametrize("name", shipped_names())
 def test_each_instance_runs_what_the_profile_means_on_its_own_cpus(name):
     proc = run_cli("apply", name, "--instances", "2", "--", sys.executable, "-c", INSIDE, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    rows = _rows(proc.stdout)
+    rows = by_instance(proc.stdout)
     assert set(rows) == {"[0]", "[1]"}
     for row in rows.values():
         assert len(row["cpus"]) == 1

@@ -10,18 +10,15 @@ from pathlib import Path
 
 import pytest
 from conftest import clean_env, run_cli
+from test_profiles_cli import _one_line_error
 
 TIMEOUT = 20
 
 
 def _one_line(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("parinfo: error: ")
-    assert "\x1b" not in lines[0] and "\x07" not in lines[0] and "\u202e" not in lines[0]
-    return lines[0][len("parinfo: error: "):]
+    message = _one_line_error(proc)
+    assert "\x1b" not in message and "\x07" not in message and "\u202e" not in message
+    return message
 
 
 def _apply(path: Path | str) -> str:

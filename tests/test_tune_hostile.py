@@ -2,19 +2,10 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import clean_env, run_cli
+from test_tune_errors import one_line_exit_2
 
 FAST = ("--repeats", "1", "--min-time", "0", "--warmup", "0", "--no-noise-check", "--max", "1")
-
-
-def one_line_exit_2(proc, *needles):
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 @pytest.mark.timeout(60)
