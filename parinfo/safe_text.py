@@ -5,8 +5,6 @@ or newlines; printed raw they repaint the terminal, hide text, or break out of a
 """
 from __future__ import annotations
 
-import unicodedata
-
 # Categories never shown raw: controls (C0, DEL, C1), format characters (bidi overrides, zero
 # width), line and paragraph separators, surrogates and unassigned code points.
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
@@ -35,7 +33,11 @@ def shorten(text: str, limit: int = 60) -> str:
 
 
 def _unsafe(ch: str) -> bool:
-    return not (" " <= ch <= "~") and unicodedata.category(ch) in _UNSAFE_CATEGORIES
+    if " " <= ch <= "~":
+        return False
+    import unicodedata  # only text beyond printable ASCII pays for it (``parinfo show`` rarely does)
+
+    return unicodedata.category(ch) in _UNSAFE_CATEGORIES
 
 
 def _escape_char(ch: str) -> str:

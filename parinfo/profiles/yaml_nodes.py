@@ -60,7 +60,9 @@ def _error(message: str, path: str, line: int | None = None, column: int | None 
 
 def shown(text: str, limit: int = 120) -> str:
     """``text`` for a one-line message: control and format characters escaped, shortened in the middle."""
-    out = "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+    from parinfo.safe_text import escape_controls
+
+    out = escape_controls(text)
     if len(out) > limit:
         half = (limit - 3) // 2
         out = f"{out[:half]}...{out[-half:]}"
