@@ -10,14 +10,6 @@ from __future__ import annotations
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
 
 
-def unsafe_char(text: str) -> str | None:
-    """The first character of ``text`` that must not reach a terminal raw, escaped, or None."""
-    for ch in text:
-        if _unsafe(ch):
-            return _escape_char(ch)
-    return None
-
-
 def escape_controls(text: str, keep: str = "") -> str:
     """``text`` with every unsafe character but those in ``keep`` written as an escape (\\n, \\x1b,
     \\u202e)."""
