@@ -1,6 +1,6 @@
 """Adaptive decisions per call site: parallel_for inlines below a measured break-even and splits
 above it; fork runs a site's tasks in lanes or inline, whichever was faster; PARINFO_ADAPTIVE=0
-switches it off; TorchScript callables fork through torch's own pool."""
+switches it off; TorchScript callables fork through torch's own pool (tests/test_runtime_torchfork.py)."""
 from __future__ import annotations
 
 import os

@@ -28,6 +28,7 @@ from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.future import LEDGER, Future
 from parinfo.runtime.settings import COUNTS
 from parinfo.runtime.threadname import set_os_name
+from parinfo.runtime.torchfork import FORKS
 from parinfo.runtime.workers import SETUP, SyncToken
 
 _STOP = None  # sentinel put on the task queue once per worker at shutdown
@@ -266,48 +267,19 @@ class InteropPool:
 POOL = InteropPool()
 
 
-def _torch_script_types() -> tuple[type, ...]:
-    """TorchScript callables (torch is imported): they run on torch's own inter-op pool."""
-    global _SCRIPT_TYPES
-    if _SCRIPT_TYPES is None:
-        torch = sys.modules["torch"]
-        try:
-            _SCRIPT_TYPES = (torch.jit.ScriptModule, torch.jit.ScriptFunction)
-        except AttributeError:  # a torch without TorchScript
-            _SCRIPT_TYPES = ()
-    return _SCRIPT_TYPES
-
-
-_SCRIPT_TYPES: tuple[type, ...] | None = None
-_torch_sized = False
-
-
-def _torch_fork(fn: Any, args: tuple, kwargs: dict) -> Any:
-    """Fork a TorchScript callable through torch.jit.fork (no GIL while it runs), on torch's
-    inter-op pool sized once by parinfo's inter-op count."""
-    global _torch_sized
-    torch = sys.modules["torch"]
-    if not _torch_sized:
-        _torch_sized = True
-        n = min(COUNTS.consume_inter(), COUNTS.ceiling)
-        try:
-            if torch.get_num_interop_threads() != n:
-                torch.set_num_interop_threads(n)
-        except RuntimeError:  # torch's pool already started or was sized by the program: keep it
-            pass
-    return torch.jit.fork(fn, *args, **kwargs)
-
-
 def fork(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
     """Run ``fn(*args, **kwargs)`` as an inter-op task; ``wait()`` the returned Future for its value.
 
     The task sees a copy of the caller's contextvars. With PARINFO_BACKEND=sequential, or once
-    the interpreter is exiting, the task runs inline before fork returns.
+    the interpreter is exiting, the task runs inline before fork returns. A TorchScript callable
+    runs on torch's own inter-op pool instead, and the result is torch's future.
     """
     if not callable(fn):
         raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
-    if "torch" in sys.modules and isinstance(fn, _torch_script_types()) and not COUNTS.sequential():
-        return _torch_fork(fn, args, kwargs)
+    if "torch" in sys.modules and FORKS.accepts(fn) and not COUNTS.sequential():
+        fut = FORKS.fork(fn, args, kwargs)
+        if fut is not None:
+            return fut
     return POOL.submit(fn, args, kwargs)
 
 
@@ -317,5 +289,5 @@ def wait(fut: Future) -> Any:
         return fut.result()
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(fut, torch._C.Future):  # from fork of a TorchScript callable
-        return torch.jit.wait(fut)
+        return fut.wait()  # torch.jit.wait here can wait forever under no_grad (torch 2.13)
     raise TypeError(f"wait() expects a parinfo Future (or a torch.jit.Future), but got {type(fut).__name__}")
