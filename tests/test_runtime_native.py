@@ -144,3 +144,25 @@ def test_budget_gives_back_a_pool_count_set_after_the_push():
         "during = [rt.wait(f) for f in [rt.fork(task) for _ in range(2)]]\n"
         "print(json.dumps({'during': during, 'after': blas()}))")
     assert out == {"during": [[1], [1]], "after": [3]}
+
+
+@pytest.mark.torch
+def test_idle_workers_leave_no_openmp_team_behind():
+    # libgomp counts idle team threads of every thread against the CPUs and throttles every
+    # team's spin once they outnumber them: a team left on an idle worker slowed torch on the
+    # main thread 1.7x for the rest of the process. Its threads inherit the worker's name.
+    out = run_json(
+        "import json, os, time, torch, parinfo\n"
+        "from parinfo.runtime.native import LIMITS\n"
+        "def names():\n"
+        "    return sorted(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
+        "x = torch.rand(512, 512)\n"
+        "torch.mm(x, x)\n"
+        "f = parinfo.fork(torch.mm, x, x)\n"
+        "time.sleep(0.2)  # a worker takes it and runs it with torch's 2 threads\n"
+        "parinfo.wait(f)\n"
+        "time.sleep(0.2)\n"
+        "print(json.dumps({'names': names(), 'released': LIMITS.teams_released,\n"
+        "                  'torch': torch.get_num_threads()}))", env=clean_env(PARINFO_NUM_THREADS="2"))
+    assert out["torch"] == 2
+    assert out["names"].count("parinfo-inter-0") == 1 and out["released"] >= 1

@@ -26,6 +26,7 @@ from typing import Any
 from parinfo.runtime.adaptive import ADAPT, INLINE
 from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.future import LEDGER, Future
+from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS
 from parinfo.runtime.threadname import set_os_name
 from parinfo.runtime.torchfork import FORKS
@@ -136,7 +137,7 @@ class InteropPool:
 
     def _work(self, index: int) -> None:
         set_os_name(threading.current_thread().name)
-        get = self.tasks.get
+        get, tasks_empty = self.tasks.get, self.tasks.empty
         slot_get, slot_put = self.slots.get, self.slots.put
         running = self.running
         others = self.size - 1
@@ -167,6 +168,8 @@ class InteropPool:
             slot_put(1)
             if seen.version != setup.version:
                 setup.catch_up()
+            if tasks_empty():  # going idle: free any OpenMP team its tasks made
+                LIMITS.release_teams()
 
     def _watch(self) -> Future | None:
         """Watch the tasks left to their waiters (inline mode) on this worker: the first that is

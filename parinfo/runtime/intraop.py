@@ -201,7 +201,7 @@ class IntraopPool:
 
     def _work(self) -> None:
         set_os_name(threading.current_thread().name)
-        get = self.jobs.get
+        get, jobs_empty = self.jobs.get, self.jobs.empty
         epoch = self.epoch
         setup, seen = SETUP, SETUP.seen
         setup.catch_up()  # functions stored by on_every_worker run before the first job
@@ -217,6 +217,8 @@ class IntraopPool:
                 exit_forked_child()
             if seen.version != setup.version:
                 setup.catch_up()
+            if jobs_empty():  # going idle: free any OpenMP team its chunks made
+                LIMITS.release_teams()
 
     def post(self, token: SyncToken) -> None:
         """Queue an ``on_every_worker`` token for one worker."""
