@@ -3,6 +3,7 @@ made from Python with torch.jit.fork runs at once), and parinfo.wait takes torch
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,7 @@ from conftest import clean_env
 pytestmark = pytest.mark.torch
 
 PRELUDE = """
-import json, os, faulthandler
+import json, os, time, faulthandler
 from typing import Optional, Tuple
 import torch
 import parinfo
@@ -117,3 +118,46 @@ def test_sequential_backend_runs_scripted_tasks_inline(tmp_path: Path) -> None:
         print(json.dumps({"kind": type(f).__module__, "done": f.done(), "pt": pt_threads()}))
     """, PARINFO_BACKEND="sequential")
     assert out == {"kind": "parinfo.runtime.future", "done": True, "pt": 0}
+
+
+needs_two = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
+
+
+@needs_two
+def test_pool_threads_get_the_budgets_native_threads_per_lane(tmp_path: Path) -> None:
+    # 2 pool threads x 2 OpenMP threads on 2 CPUs: each pool thread gets 1, and keeps no OpenMP
+    # team (a team's threads inherit its creator's name, so they would show as PTThreadPool);
+    # a thread that waits for a pending task frees its own idle team, which would spin meanwhile
+    out = _run(tmp_path, """
+        def plain_threads():
+            return sum(open(f"/proc/self/task/{t}/comm").read().strip() == "python"
+                       for t in os.listdir("/proc/self/task"))
+        h = torch.jit.script(heavy)
+        a = torch.rand(256, 256) / 256
+        alone = plain_threads()  # printed for the record
+        for _ in range(3):
+            h(a, 3)  # the main thread's own team, which spins a while after each region
+            with_team = plain_threads()
+            futs = [parinfo.fork(h, a, 40) for _ in range(4)]
+            outs = [parinfo.wait(f) for f in futs]
+            time.sleep(0.05)  # freed team threads exit on their own
+            waited = plain_threads()  # the waiting thread gave its team up
+        print(json.dumps({"pool": FORKS.pool, "pt": pt_threads(), "main": torch.get_num_threads(),
+                          "threads": [alone, with_team, waited],
+                          "same": all(torch.allclose(o, h(a, 40)) for o in outs)}))
+    """, PARINFO_NUM_THREADS="2", PARINFO_NUM_INTEROP_THREADS="2")
+    assert out["pool"] == {"threads": 2, "native_per_lane": 1, "source": "parinfo", "pinned": 2}
+    assert out["pt"] == 2 and out["main"] == 2 and out["same"]
+    _alone, with_team, waited = out["threads"]
+    assert with_team > waited
+
+
+def test_a_pool_the_program_sized_is_left_alone(tmp_path: Path) -> None:
+    out = _run(tmp_path, """
+        torch.set_num_interop_threads(3)
+        h = torch.jit.script(heavy)
+        f = parinfo.fork(h, torch.rand(8, 8), 2)
+        parinfo.wait(f)
+        print(json.dumps({"pool": FORKS.pool, "torch": torch.get_num_interop_threads()}))
+    """)
+    assert out["torch"] == 3 and out["pool"]["threads"] == 3 and out["pool"]["native_per_lane"] is None

@@ -22,6 +22,7 @@ from parinfo.runtime.intraop import (
 )
 from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS, EXPLICIT, check_count
+from parinfo.runtime.torchfork import FORKS
 from parinfo.runtime.tracing import RECORDERS, Profile, profile
 from parinfo.runtime.workers import SETUP, on_every_worker
 
@@ -121,6 +122,7 @@ def info() -> dict[str, Any]:
         "native_push": LIMITS.push_record(),
         "budget": LIMITS.state(),
         "adaptive": ADAPT.state(),
+        "torch_pool": FORKS.pool,  # torch's inter-op pool as parinfo's first scripted fork found it
     }
 
 

@@ -292,5 +292,7 @@ def wait(fut: Future) -> Any:
         return fut.result()
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(fut, torch._C.Future):  # from fork of a TorchScript callable
+        if not fut.done():  # this thread blocks: its idle OpenMP team must not spin on the task's CPUs
+            LIMITS.release_teams()
         return fut.wait()  # torch.jit.wait here can wait forever under no_grad (torch 2.13)
     raise TypeError(f"wait() expects a parinfo Future (or a torch.jit.Future), but got {type(fut).__name__}")

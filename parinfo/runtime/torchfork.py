@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import Any
 
+from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS
 
 _CACHE_SIZE = 256  # launchers kept (each holds its target alive): the least recently used go first
@@ -93,6 +94,7 @@ class TorchForks:
         self._sized = False
         self._types: tuple[type, ...] | None = None
         self._holder: type | None = None  # the ScriptModule class that launcher modules are made of
+        self.pool: dict[str, Any] | None = None  # torch's inter-op pool as the first fork found it
         # id(callable) -> (callable, launcher or None when its signature cannot be launched)
         self._launchers: collections.OrderedDict[int, tuple[Any, _Launcher | None]] = collections.OrderedDict()
 
@@ -115,6 +117,10 @@ class TorchForks:
         return launcher.call(*args, **kwargs)
 
     def _size_pool(self) -> None:
+        """Size torch's inter-op pool to parinfo's inter-op count and give each of its threads the
+        budget's native threads per lane, ``usable_cpus // threads``: the tasks of a fork/wait run
+        at once, and 2 pool threads x 2 OpenMP threads on 2 CPUs made the tutorial's ensemble
+        slower than 1 thread each. A pool the program started or sized itself is left alone."""
         torch = sys.modules["torch"]
         with self._lock:
             if self._sized:
@@ -122,10 +128,54 @@ class TorchForks:
             self._sized = True
             n = min(COUNTS.consume_inter(), COUNTS.ceiling)
             try:
-                if torch.get_num_interop_threads() != n:
-                    torch.set_num_interop_threads(n)
+                torch.set_num_interop_threads(n)
             except RuntimeError:  # torch's pool already started or was sized by the program: keep it
-                pass
+                self.pool = {"threads": torch.get_num_interop_threads(), "native_per_lane": None,
+                             "source": "torch (started or sized before parinfo's first fork)"}
+                return
+            base = torch.get_num_threads()
+            per_lane = max(1, min(base, COUNTS.usable_cpus() // n))
+            self.pool = {"threads": n, "native_per_lane": per_lane, "source": "parinfo"}
+            if per_lane < base:
+                self.pool["pinned"] = self._pin_threads(torch, n, per_lane, base)
+
+    @staticmethod
+    def _pin_threads(torch: Any, n: int, per_lane: int, base: int) -> int:
+        """Give each of the pool's n threads ``per_lane`` native threads; returns how many took it.
+
+        A pool thread copies torch's intra-op count at its first op and keeps its own from then
+        on; parinfo cannot call into it except through a future's callback, which runs on the
+        thread that finished the task. So short tasks are forked until each thread has run one
+        and, in the callback, set its count and freed its OpenMP team.
+        """
+        unit = torch.jit.CompilationUnit()
+        unit.define("def busy(a: Tensor) -> Tensor:\n"
+                    "    for _ in range(6):\n"
+                    "        a = torch.tanh(a @ a)\n"
+                    "    return a\n"
+                    "def start(a: Tensor) -> Future[Tensor]:\n"
+                    "    return torch.jit.fork(busy, a)\n", rcb={"torch": torch}.get)
+        caller = threading.get_ident()
+        done: set[int] = set()
+
+        def pin(_fut: Any) -> None:
+            me = threading.get_ident()
+            if me != caller and me not in done:
+                torch.set_num_threads(per_lane)
+                LIMITS.release_teams()
+                done.add(me)
+
+        a = torch.rand(192, 192) / 192
+        try:
+            for _ in range(20):
+                futs = [unit.start(a) for _ in range(n)]
+                for f in [f.then(pin) for f in futs]:  # done once its callback has run
+                    f.wait()
+                if len(done) >= n:
+                    break
+        finally:
+            torch.set_num_threads(base)  # the caller's count, and the default new threads copy
+        return len(done)
 
     def _launcher(self, fn: Any) -> _Launcher | None:
         key = id(fn)
