@@ -173,3 +173,25 @@ def test_eight_callers_change_native_limits_at_most_once_per_hundred_tasks():
     """)
     assert out["lanes"] == 0
     assert out["changes"] / out["tasks"] <= 0.01
+
+
+def test_every_late_inline_task_is_rescued_not_only_the_first():
+    # a worker watches the tasks left to their waiters; after running the first late one it
+    # must go on watching (it once stopped for good: later tasks waited for their waiters, and
+    # the list of finished tasks it prunes grew without bound)
+    out = _run("""
+        import json, threading, parinfo
+        from parinfo.runtime.adaptive import ADAPT, INLINE
+        from parinfo.runtime.interop import POOL
+        def mark(ev):
+            ev.set()
+        ADAPT.fork_site(mark).pin(INLINE)
+        ran = []
+        for _ in range(5):
+            ev = threading.Event()
+            f = parinfo.fork(mark, ev)
+            ran.append(ev.wait(10))  # the forker does not wait for f: a worker must run it
+            parinfo.wait(f)
+        print(json.dumps({"ran": ran, "left": len(POOL.deferred)}))
+    """)
+    assert out["ran"] == [True] * 5 and out["left"] <= 1

@@ -185,6 +185,7 @@ class InteropPool:
                 left = fut._due - perf_counter_ns()
                 if left <= 0:
                     deferred.popleft()
+                    self.tasks.put(_WATCH)  # the watch goes on (here or on another worker) meanwhile
                     return fut
                 time.sleep(min(left, 2_000_000) / 1e9)
             self.watching = False
