@@ -198,3 +198,50 @@ def test_several_chunks_raising_reraise_the_first_with_the_others_attached():
     everything = sorted([out["first"], *out["others"]])
     assert everything == ["chunk 0", "chunk 1", "chunk 2", "chunk 3"]
     assert out["shown"] is True
+
+
+def test_the_callers_chunk_leads_by_what_it_runs_while_a_worker_wakes():
+    # one chunk per thread: workers start about POOL.wake_ns after the caller, so the caller's
+    # first chunk is that much work longer and both finish together; chunks still tile the range
+    import contextvars
+
+    from parinfo.runtime.intraop import _Job
+
+    def chunks(size: int, n: int, lead: int) -> list[tuple[int, int]]:
+        got: list[tuple[int, int]] = []
+        job = _Job(lambda a, b: got.append((a, b)), 10, 10 + size, n, contextvars.copy_context(),
+                   False, False, lead)
+        job.work()  # the caller alone runs every chunk, in order
+        return got
+
+    assert chunks(100, 2, 20) == [(10, 70), (70, 110)]
+    assert chunks(100, 3, 10) == [(10, 50), (50, 80), (80, 110)]
+    assert chunks(100, 2, 0) == [(10, 60), (60, 110)]
+    assert chunks(5, 2, 5) == [(10, 13), (13, 15)]  # no room for a lead: an even split
+    for size, n, lead in [(1001, 2, 37), (7, 3, 2), (1 << 20, 4, 999)]:
+        got = chunks(size, n, lead)
+        assert got[0][0] == 10 and got[-1][1] == 10 + size and len(got) == n
+        assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+
+
+def test_a_measured_site_gives_the_caller_a_lead():
+    out = run_json(
+        "import json, threading, time, parinfo\n"
+        "from parinfo.runtime.adaptive import ADAPT\n"
+        "from parinfo.runtime.intraop import POOL\n"
+        "firsts = []\n"
+        "def body(a, b):\n"
+        "    if a == 0:\n"
+        "        firsts.append(b)\n"
+        "    time.sleep((b - a) * 2e-6)  # releases the GIL, like numpy\n"
+        "for _ in range(60):\n"
+        "    parinfo.parallel_for(0, 1000, 1, body)\n"
+        "site = ADAPT.region_site(body, 1000, 2, 1000)\n"
+        "site.pin(2)\n"
+        "firsts.clear()\n"
+        "for _ in range(20):\n"
+        "    parinfo.parallel_for(0, 1000, 1, body)\n"
+        "print(json.dumps({'firsts': firsts, 'wake_ns': POOL.wake_ns, 'per_item': site.per_item}))",
+        env=clean_env(PARINFO_NUM_THREADS="2"))
+    assert out["wake_ns"] > 0 and out["per_item"] > 0
+    assert len(out["firsts"]) == 20 and all(500 < f <= 750 for f in out["firsts"])

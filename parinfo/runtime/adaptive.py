@@ -170,7 +170,7 @@ class _Chooser:
 class RegionSite(_Chooser):
     """One ``parallel_for`` call site: chunk counts tried and chosen, and whether it is long."""
 
-    __slots__ = ("long",)
+    __slots__ = ("long", "per_item")
 
     def __init__(self, most: int, finest: int | None = None) -> None:
         finest = max(most, finest or most)
@@ -185,10 +185,13 @@ class RegionSite(_Chooser):
         order = [most, *sorted(cands - {most}, reverse=True)]  # a site used once splits as asked
         super().__init__(order, most)
         self.long = True  # touches native limits until measured short
+        self.per_item = 0.0  # ns per element when run inline (the last inline region), 0: not yet
 
     def record_region(self, n: int, ns: int, size: int) -> None:
         if n > 1:  # only split regions run lanes at once: only they can cap native pools
             self.long = ns >= NATIVE_MIN_NS
+        else:
+            self.per_item = ns / size
         self.record(n, ns / size)
 
 

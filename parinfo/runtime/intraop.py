@@ -71,22 +71,32 @@ class _Job:
         "end",
         "error",
         "finished",
+        "first",
         "fn",
         "joined",
         "lock",
         "n",
         "native",
+        "posted",
         "results",
         "step",
     )
 
     def __init__(self, fn: Callable, begin: int, end: int, n: int, ctx: Any, reduce: bool,
-                 native: bool) -> None:
+                 native: bool, lead: int = 0) -> None:
         self.fn = fn
         self.begin = begin
         self.end = end
-        self.step = -(-(end - begin) // n)
-        self.n = n = -(-(end - begin) // self.step)  # no empty trailing chunk
+        if lead > 0 and (end - begin - lead) // n > 0:
+            # the first chunk (the caller's) is ``lead`` longer: workers start that much later
+            self.step = (end - begin - lead) // n
+            self.first = end - (n - 1) * self.step
+        else:
+            self.step = -(-(end - begin) // n)
+            n = -(-(end - begin) // self.step)  # no empty trailing chunk
+            self.first = begin + self.step
+        self.n = n
+        self.posted = 0  # perf_counter_ns when the job was posted to the workers
         self.claim = itertools.count().__next__
         self.finished = itertools.count(1).__next__  # atomic under the GIL: no lock per chunk
         self.lock = threading.Lock()
@@ -102,6 +112,8 @@ class _Job:
 
     def help(self) -> None:
         """A pool worker's share: claim and run chunks until none is left."""
+        if self.posted:
+            POOL.note_wake(perf_counter_ns() - self.posted)
         if self.native:
             LIMITS.sync_lane()
         self.work(self.joined())
@@ -117,8 +129,11 @@ class _Job:
         try:
             while i < self.n:
                 if self.error is None:
-                    a = self.begin + i * self.step
-                    b = min(self.end, a + self.step)
+                    if i:
+                        a = self.first + (i - 1) * self.step
+                        b = min(self.end, a + self.step)
+                    else:
+                        a, b = self.begin, self.first
                     _REGION.chunk = me if self.by_thread else i
                     t0 = tracing.now() if RECORDERS.active else 0
                     try:
@@ -164,6 +179,11 @@ class IntraopPool:
         self._serial = itertools.count(1)  # worker names
         self._atexit_registered = False
         self.epoch = 0  # bumped in a forked child: workers inherited from the parent see it
+        self.wake_ns = 0  # how long a posted region waits for a worker to start (moving average)
+
+    def note_wake(self, ns: int) -> None:
+        """A worker started on a region ``ns`` after it was posted."""
+        self.wake_ns += (ns - self.wake_ns) >> 3 if self.wake_ns else ns
 
     def resize(self, n: int) -> None:
         """Hold ``n`` workers: start the missing ones, tell surplus ones to stop."""
@@ -296,20 +316,26 @@ def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool,
     try:
         if chunks == 1:
             return _inline(begin, end, fn, reduce)
-        return _split(begin, end, chunks, min(chunks, n), fn, reduce, site.long)
+        threads = min(chunks, n)
+        lead = 0
+        if chunks == threads and POOL.wake_ns and site.per_item:  # one chunk per thread
+            lead = min(size // 4, int(POOL.wake_ns / site.per_item))  # what the caller does meanwhile
+        return _split(begin, end, chunks, threads, fn, reduce, site.long, lead)
     finally:
         site.record_region(chunks, perf_counter_ns() - t0, size)
 
 
 def _split(begin: int, end: int, chunks: int, threads: int, fn: Callable, reduce: bool,
-           native: bool) -> list[Any] | None:
-    """Run a region as ``chunks`` chunks on the caller and ``threads - 1`` of the pool's workers."""
-    job = _Job(fn, begin, end, chunks, contextvars.copy_context(), reduce, native)
+           native: bool, lead: int = 0) -> list[Any] | None:
+    """Run a region as ``chunks`` chunks on the caller and ``threads - 1`` of the pool's workers;
+    the first chunk, which the caller takes, is ``lead`` elements longer than the others."""
+    job = _Job(fn, begin, end, chunks, contextvars.copy_context(), reduce, native, lead)
     threads = min(threads, job.n)
     job.by_thread = job.n > threads
     if POOL.size < threads - 1:  # grow only to the work this region has
         POOL.resize(threads - 1)
     put = POOL.jobs.put
+    job.posted = perf_counter_ns()
     for _ in range(threads - 1):
         put(job)
     depth = LIMITS.thread.depth
