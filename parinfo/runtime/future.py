@@ -201,11 +201,18 @@ class Future:
                             self._finish()
 
     def enqueue(self, tasks: Any) -> None:
-        """Count the task as waiting for a worker and put it on ``tasks`` (the pool's queue)."""
+        """Put the task on ``tasks`` (the pool's queue) and count it as waiting for a worker,
+        unless one claimed it already.
+
+        No call runs while ``LEDGER.lock`` is held, here or anywhere: a thread can lose the GIL
+        only at a call, and one that loses it holding the lock stalls every forking and waiting
+        thread, which then stay in step (a lock convoy: 20-45 us per task with 8 threads forking,
+        7 us without)."""
+        tasks.put(self)
         with LEDGER.lock:
-            self._queued = True
-            LEDGER.unclaimed += 1
-            tasks.put(self)
+            if self._state == PENDING:
+                self._queued = True
+                LEDGER.unclaimed += 1
 
     def run_if_unclaimed(self) -> bool:
         """Claim the task and run it here, through its runner (which accounts the pool's slots)
@@ -271,14 +278,15 @@ class Future:
     def _wait(self, timeout: float | None) -> None:
         if timeout is None and self.run_if_unclaimed():
             return
+        lk = threading.Lock()
+        lk.acquire()
         with LEDGER.lock:
             if self._state == DONE:
                 return
-            lk = threading.Lock()
-            lk.acquire()
             if self._waiters is None:
-                self._waiters = []
-            self._waiters.append(lk)
+                self._waiters = [lk]
+            else:
+                self._waiters += (lk,)
         t0 = tracing.now() if RECORDERS.active else 0
         ok = lk.acquire() if timeout is None else lk.acquire(timeout=max(0.0, timeout))
         if t0:

@@ -325,7 +325,7 @@ class NativeLimits:
             me.weights += (weight,)
             lanes = self.lanes + queued
             if lanes >= 2:
-                cap = max(1, self._usable // lanes)
+                cap = self._usable // lanes or 1  # no call while the lock is held (see Future.enqueue)
                 if self.cap is None or cap < self.cap:
                     self.cap = cap
                     self.version += 1
