@@ -201,12 +201,13 @@ POOL, INLINE = "pool", "inline"
 class ForkSite(_Chooser):
     """One ``fork`` call site: batches of tasks in flight, timed per task."""
 
-    __slots__ = ("batch_mode", "done", "inflight", "lock", "start", "task_ns")
+    __slots__ = ("batch_mode", "done", "inflight", "lock", "long", "start", "task_ns")
 
     def __init__(self) -> None:
         super().__init__([POOL, INLINE], POOL)
         self.lock = threading.Lock()
         self.task_ns = 0  # the last task's run time
+        self.long = True  # its tasks may touch native limits: not measured under 1 ms
         self.reset_batch()
 
     def reset_batch(self) -> None:
@@ -234,6 +235,7 @@ class ForkSite(_Chooser):
     def end(self, now: int, ran_ns: int) -> None:
         """A task of this site finished; a batch ends when none is in flight (or after 64)."""
         self.task_ns = ran_ns
+        self.long = ran_ns == 0 or ran_ns >= NATIVE_MIN_NS
         with self.lock:
             self.inflight -= 1
             self.done += 1
@@ -251,9 +253,6 @@ class ForkSite(_Chooser):
         """A long batch (tasks always in flight) takes the next mode for the tasks forked next."""
         self.batch_mode = self.choose()
 
-    @property
-    def long(self) -> bool:
-        return self.task_ns == 0 or self.task_ns >= NATIVE_MIN_NS
 
     def grace_ns(self, ahead: int) -> int:
         """How long an inline-mode task waits for its waiter before a worker may run it."""

@@ -92,7 +92,7 @@ class Future:
         self._claimer = 0  # thread id of the thread that claimed it
         self._result: Any = None
         self._exc: BaseException | None = None
-        self._waiters: list[Any] | None = None
+        self._waiters: dict[Any, None] | None = None  # locks of blocked waiters (a dict: no call to drop one)
         self._callbacks: list[Callable[[Future], Any]] | None = None
         self._site: Any = None  # the adaptive fork site that times this task (None: not timed)
         self._native = True  # the task may touch native limits (its site is not measured short)
@@ -136,11 +136,12 @@ class Future:
 
     def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
         """Call ``fn(future)`` when the task is done (at once if it already is)."""
-        with LEDGER.lock:
+        with LEDGER.lock:  # no call inside (see ``enqueue``)
             if self._state != DONE:
                 if self._callbacks is None:
-                    self._callbacks = []
-                self._callbacks.append(fn)
+                    self._callbacks = [fn]
+                else:
+                    self._callbacks += (fn,)
                 return
         _call_back(fn, self)
 
@@ -165,7 +166,7 @@ class Future:
         Whatever happens, even a KeyboardInterrupt outside the task's own code, the task ends
         DONE and the budget gets its lane back; an interrupt before the task ran fails it.
         """
-        depth = LIMITS.thread.depth
+        depth = len(LIMITS.thread.weights)
         ran = False
         try:
             LIMITS.lane_enter(queued, 1, self._native)
@@ -284,16 +285,17 @@ class Future:
             if self._state == DONE:
                 return
             if self._waiters is None:
-                self._waiters = [lk]
+                self._waiters = {lk: None}
             else:
-                self._waiters += (lk,)
+                self._waiters[lk] = None
         t0 = tracing.now() if RECORDERS.active else 0
         ok = lk.acquire() if timeout is None else lk.acquire(timeout=max(0.0, timeout))
         if t0:
             RECORDERS.record("wait", "wait", t0, tracing.now())
         if not ok:
             with LEDGER.lock:
-                if self._state != DONE:
-                    if self._waiters and lk in self._waiters:
-                        self._waiters.remove(lk)
-                    raise TimeoutError(f"task not done after {timeout} s")
+                late = self._state != DONE
+                if late and self._waiters and lk in self._waiters:
+                    del self._waiters[lk]
+            if late:
+                raise TimeoutError(f"task not done after {timeout} s")

@@ -338,7 +338,7 @@ def _split(begin: int, end: int, chunks: int, threads: int, fn: Callable, reduce
     job.posted = perf_counter_ns()
     for _ in range(threads - 1):
         put(job)
-    depth = LIMITS.thread.depth
+    depth = len(LIMITS.thread.weights)
     try:
         # the caller holds a lane for every thread of the region (one fewer when it already is one)
         LIMITS.lane_enter(0, threads - (depth > 0), native)

@@ -374,7 +374,8 @@ class NativeLimits:
         Called from ``finally`` blocks, so a KeyboardInterrupt anywhere between entering and
         leaving (even inside ``lane_enter``) still gives the budget back.
         """
-        while self.thread.depth > depth:
+        weights = self.thread.weights
+        while len(weights) > depth:
             self.lane_exit(restore)
 
     def state(self) -> dict[str, Any]:
