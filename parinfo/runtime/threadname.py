@@ -15,7 +15,20 @@ from typing import Any
 COMM_MAX = 15  # TASK_COMM_LEN - 1
 _PR_SET_NAME = 15
 _NUMBER = re.compile(r"^(.*?)(-\d+)$")
-_prctl: Any = None
+
+
+class _Prctl:
+    """libc's prctl, looked up on first use."""
+
+    fn: Any = None
+
+    def __call__(self, *args: Any) -> int:
+        if self.fn is None:
+            self.fn = ctypes.CDLL(None, use_errno=True).prctl
+        return int(self.fn(*args))
+
+
+_PRCTL = _Prctl()
 
 
 def os_name(name: str) -> str:
@@ -31,12 +44,9 @@ def os_name(name: str) -> str:
 def set_os_name(name: str) -> bool:
     """Give the calling thread ``os_name(name)`` at OS level (prctl PR_SET_NAME); False where the
     platform has no prctl (the Python name still holds)."""
-    global _prctl
     if not sys.platform.startswith("linux"):
         return False
     try:
-        if _prctl is None:
-            _prctl = ctypes.CDLL(None, use_errno=True).prctl
-        return _prctl(_PR_SET_NAME, ctypes.c_char_p(os_name(name).encode("ascii", "replace")), 0, 0, 0) == 0
+        return _PRCTL(_PR_SET_NAME, ctypes.c_char_p(os_name(name).encode("ascii", "replace")), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
