@@ -207,7 +207,7 @@ class ForkSite(_Chooser):
         super().__init__([POOL, INLINE], POOL)
         self.lock = threading.Lock()
         self.task_ns = 0  # the last task's run time
-        self.long = True  # its tasks may touch native limits: not measured under 1 ms
+        self.long = True  # its tasks may touch native limits (a field, not a property: read on every fork)
         self.reset_batch()
 
     def reset_batch(self) -> None:

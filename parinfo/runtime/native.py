@@ -111,7 +111,7 @@ class NativeLimits:
         self.changes = 0  # native limit changes made by the budget and the pushes (for benchmarks)
         self._pauses_of: Any = None  # the controller ``_pauses`` was found in
         self._pauses: list[Any] = []  # libgomp's omp_pause_resource_all, one per loaded libgomp
-        self.teams_released = 0  # idle pool workers that released their OpenMP teams
+        self.teams_released = 0  # omp_pause_resource_all calls made by going-idle workers (with a team or not)
 
     # threadpoolctl view --------------------------------------------------------------------
     def _libs(self) -> tuple[list[Any], list[Any]]:

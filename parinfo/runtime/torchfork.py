@@ -19,7 +19,7 @@ from typing import Any
 from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS
 
-_CACHE_SIZE = 256  # launchers kept (each holds its target alive): the least recently used go first
+_CACHE_SIZE = 256  # launchers kept (each holds its target alive): the first compiled go first
 
 
 class _Param:
