@@ -14,7 +14,7 @@ import pytest
 
 from conftest import HAVE_NUMPY, clean_env
 from parinfo.profiles.launch import HOOK_DIR, HOOK_VAR
-from parinfo.process.libraries import hook_orders
+from parinfo.process.libraries import hook_facts
 
 FAKE_TORCH = """
 import sys
@@ -55,7 +55,7 @@ def fake_torch(tmp_path):
 def hooked_env(*paths: str, intra: str = "1", inter: str = "3", watch: str = "", **extra: str) -> dict:
     env = clean_env(**extra)
     env["PYTHONPATH"] = os.pathsep.join([HOOK_DIR, *paths])
-    env[HOOK_VAR] = f"1 intra={intra} inter={inter} watch={watch} {hook_orders()}"
+    env[HOOK_VAR] = f"1 intra={intra} inter={inter} watch={watch} {hook_facts()}"
     env["PARINFO_PROFILE"] = "hooktest"
     return env
 

@@ -73,7 +73,7 @@ def test_facts_from_the_records():
     assert THREAD_VARS["PYTHON_CPU_COUNT"].python == (3, 13)
     assert THREAD_VARS["OMP_NUM_THREADS"].readers[:4] == ("libgomp", "libiomp", "libomp", "torch")
     assert THREAD_VARS["MKL_NUM_THREADS"].readers == ("mkl", "torch")
-    fields = dict(f.split("=", 1) for f in reg.hook_orders().split())
+    fields = dict(f.split("=", 1) for f in reg.hook_facts().split())
     assert fields["pool.openblas"].split(",")[-1] == "OMP_NUM_THREADS"
 
 

@@ -145,7 +145,7 @@ def test_in_process_tune_puts_the_counts_back():
             "parinfo.set_num_threads(1)\n"
             "r = parinfo.tune('matmul', size=64, max_threads=2, in_process=True, repeats=1, min_time=0,"
             " check_noise=False)\n"
-            "from parinfo.process.tpc import threadpoolctl\n"
+            "from parinfo.process.setter import import_threadpoolctl as threadpoolctl\n"
             "blas = [p['num_threads'] for p in threadpoolctl().threadpool_info() if p['user_api'] == 'blas']\n"
             "print(json.dumps([parinfo.get_num_threads(), blas, sorted(p.intra for p in r.search.stats)]))")
     count, blas, measured = run_json(code)

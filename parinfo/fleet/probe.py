@@ -13,7 +13,6 @@ from concurrent.futures import Future
 from typing import Any
 
 from parinfo.errors import ProfileError
-from parinfo.process import libraries as reg
 
 #: How long a per-thread run waits for every executor thread to be free.
 THREAD_TIMEOUT = 10.0
@@ -140,14 +139,8 @@ def thread_pools() -> list[dict[str, Any]]:
 
 def push_thread_limits(counts: dict[str, int]) -> list[str]:
     """Set, in the calling thread, the limits whose scope is the thread (OpenMP's), from a plan's
-    ``libraries`` counts; the one-line results."""
-    from parinfo.process.tpc import threadpoolctl
+    ``libraries`` counts; the one-line results (``library=count``, a refusal named)."""
+    from parinfo.process import setter
 
-    tpc = threadpoolctl()
-    done = []
-    for lib in reg.records():
-        if lib.scope != "thread" or lib.profile_key not in counts or lib.user_api is None:
-            continue
-        tpc.threadpool_limits(limits=counts[lib.profile_key], user_api=lib.user_api)
-        done.append(f"{lib.user_api}={counts[lib.profile_key]}")
-    return sorted(set(done))
+    done = setter.set_counts(counts, scope="thread", torch=False)
+    return sorted({f"{o.library}={o.asked}" + (f" (refused: {o.error})" if o.error else "") for o in done})

@@ -173,10 +173,14 @@ class Library:
     cap, as numexpr does; ``context`` gathers what only the loaded module can tell the default and
     the cap). ``layer_files`` tell its threading layer from the files loaded beside it;
     ``layer_var`` chooses that layer.
-    Pushed and read back: through threadpoolctl (``internal_api``), or the module's ``getter`` /
-    ``setter`` functions (``read`` replaces the getter where calling it would change something);
-    ``native_getter`` names the C call that reads it. ``scope`` is "thread"
-    when a set limit holds for the calling thread only (OpenMP's ICVs), "process" otherwise.
+    Set and read back (by :mod:`parinfo.process.setter`, the one module that sets counts): ``push``
+    says how, "threadpoolctl" (its controller for ``internal_api``), "setter" (the module's
+    ``getter`` / ``setter`` functions, and ``interop_getter`` / ``interop_setter`` for a framework's
+    inter-op pool; ``read`` replaces the getter where calling it would change something),
+    "runtime" (parinfo's own) or "none" (parinfo cannot set it). ``native_getter`` names the C call
+    that reads it; ``team_release`` the C call that frees the calling thread's idle team. ``scope``
+    is "thread" when a set limit holds for the calling thread only (OpenMP's ICVs), "process"
+    otherwise (:meth:`scope_of` adds the threading layer).
     Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch.
     """
 
@@ -204,12 +208,23 @@ class Library:
     push: str = "threadpoolctl"  # threadpoolctl | setter | environment | runtime | none
     getter: str | None = None
     setter: str | None = None
+    interop_getter: str | None = None
+    interop_setter: str | None = None
     native_getter: str | None = None
+    team_release: str | None = None
     scope: str = "process"
     layer_files: tuple[tuple[str, str], ...] = ()
     layer_var: str | None = None
     listed: str = "always"  # always | loaded: list its unset variables only when the module is loaded
+    roles: tuple[tuple[str, str], ...] = ()  # (role, variable): variables other modules ask for by role
     note: str = ""
+
+    def var(self, role: str) -> str:
+        """The variable that plays ``role`` for this library (KeyError when none does)."""
+        for name, var in self.roles:
+            if name == role:
+                return var
+        raise KeyError(f"{self.name} has no variable for {role!r}")
 
     @property
     def count_vars(self) -> tuple[str, ...]:
@@ -236,6 +251,11 @@ class Library:
             return None
         return count if isinstance(count, int) and not isinstance(count, bool) else None
 
+    def scope_of(self, threading_layer: str | None) -> str:
+        """Whose limit a set count is for a loaded copy with this threading layer: a library built
+        on an OpenMP runtime follows the calling thread's OpenMP limit."""
+        return "thread" if self.scope == "thread" or threading_layer == "openmp" else "process"
+
     def is_loaded(self) -> bool:
         """True when its Python module is imported (always False for a native library)."""
         return self.module is not None and self.module in sys.modules
@@ -245,18 +265,21 @@ _OMP_STEER = ("OMP_DYNAMIC", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY")
 _KMP_STEER = ("KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_DUPLICATE_LIB_OK")
 
 
-def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], reads: tuple[str, ...]) -> Library:
+def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], reads: tuple[str, ...],
+            team_release: str | None = None) -> Library:
     return Library(
         name, label, prefixes=(name,), not_prefixes=("libomptarget",), user_api="openmp", internal_api="openmp",
         vendor=vendor, env_prefixes=env_prefixes, precedence=("OMP_NUM_THREADS",), reads=_OMP_STEER + reads,
         default=defaults.affinity_cpus, profile_key="openmp", profile_var="OMP_NUM_THREADS",
-        native_getter="omp_get_max_threads()", scope="thread",
+        native_getter="omp_get_max_threads()", team_release=team_release, scope="thread",
         note="no cap: a request above the CPUs is taken as it is (libgomp takes 8 on 2 CPUs)")
 
 
 # Registry order matters: it is the order of a variable's readers within each group.
 _RECORDS: tuple[Library, ...] = (
-    _openmp("libgomp", "GNU libgomp", "GNU OpenMP (libgomp)", ("OMP_", "GOMP_"), ("GOMP_CPU_AFFINITY",)),
+    # libgomp frees one thread's team; LLVM/Intel OpenMP's pause acts on the whole process
+    _openmp("libgomp", "GNU libgomp", "GNU OpenMP (libgomp)", ("OMP_", "GOMP_"), ("GOMP_CPU_AFFINITY",),
+            team_release="omp_pause_resource_all"),
     _openmp("libiomp", "Intel libiomp", "Intel OpenMP (libiomp)", ("OMP_", "KMP_"), _KMP_STEER),
     _openmp("libomp", "LLVM libomp", "LLVM OpenMP (libomp)", ("OMP_", "KMP_"), _KMP_STEER),
     Library("mkl", "Intel MKL", prefixes=("libmkl_rt",), user_api="blas", internal_api="mkl",
@@ -299,7 +322,8 @@ _RECORDS: tuple[Library, ...] = (
     Library("torch", "torch", kind="framework", module="torch",
             precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"), default=defaults.physical_in_affinity, cap=_mkl_cap,
             cap_vars=("MKL_DYNAMIC",), profile_key="torch", push="setter", getter="get_num_threads",
-            setter="set_num_threads", scope="thread",
+            setter="set_num_threads", interop_getter="get_num_interop_threads",
+            interop_setter="set_num_interop_threads", scope="thread",
             note="intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "
                  "(std::thread::hardware_concurrency)"),
     Library("numba", "numba", kind="python", module="numba",
@@ -314,6 +338,8 @@ _RECORDS: tuple[Library, ...] = (
     Library("parinfo", "parinfo", kind="parinfo", env_prefixes=("PARINFO_",),
             precedence=("PARINFO_NUM_THREADS",), follows="torch",
             reads=("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY", "PARINFO_ADAPTIVE"),
+            roles=(("inter_op", "PARINFO_NUM_INTEROP_THREADS"), ("backend", "PARINFO_BACKEND"),
+                   ("verify", "PARINFO_VERIFY"), ("adaptive", "PARINFO_ADAPTIVE")),
             push="runtime", scope="process"),
 )
 
@@ -395,6 +421,9 @@ _READERS: dict[str, tuple[str, ...]] | None = None
 #: Every thread variable parinfo knows, by name, in report order.
 THREAD_VARS: dict[str, Var] = {v.name: v for v in _VARIABLES}
 
+#: parinfo's runtime counts: (intra-op variable, inter-op variable).
+RUNTIME_VARS: tuple[str, str] = (library("parinfo").precedence[0], library("parinfo").var("inter_op"))
+
 #: The variables that carry each profile key's count (torch has none of its own).
 LIBRARY_VARS: dict[str, tuple[str, ...]] = _library_vars()
 
@@ -410,11 +439,26 @@ def listed_unset(name: str) -> bool:
     return not readers or any(r.listed == "always" or r.is_loaded() for r in readers)
 
 
-def hook_orders() -> str:
-    """The precedence of each threadpoolctl ``internal_api``, for the start-up hook's instruction
-    variable (the hook imports nothing of parinfo): ``pool.API=VAR,VAR`` fields, space separated."""
+def set_on_import(module: str) -> tuple[str, ...]:
+    """The variables whose value importing ``module`` sets (``os.environ.setdefault``)."""
+    return tuple(v.name for v in _VARIABLES if any(m == module for m, _ in v.set_on_import))
+
+
+def hook_facts() -> str:
+    """The registry's facts the start-up hook needs (it imports nothing of parinfo), for its
+    instruction variable, as space-separated fields: ``pool.API=VAR,VAR`` the precedence of each
+    threadpoolctl ``internal_api``; ``runtime=INTRA,INTER`` parinfo's runtime variables;
+    ``verify=VAR`` the variable that says what the hook checks; ``undo=VAR,...`` the variables
+    threadpoolctl's import sets; ``torch=SET,GET,SET_INTEROP,GET_INTEROP`` torch's setters."""
     fields: dict[str, str] = {}
     for rec in _RECORDS:
         if rec.internal_api and rec.push == "threadpoolctl" and rec.count_vars:
-            fields.setdefault(rec.internal_api, ",".join(rec.count_vars))
-    return " ".join(f"pool.{api}={order}" for api, order in fields.items())
+            fields.setdefault(f"pool.{rec.internal_api}", ",".join(rec.count_vars))
+    torch = library("torch")
+    fields.update({
+        "runtime": ",".join(RUNTIME_VARS),
+        "verify": library("parinfo").var("verify"),
+        "undo": ",".join(set_on_import("threadpoolctl")),
+        "torch": ",".join(str(f) for f in (torch.setter, torch.getter, torch.interop_setter, torch.interop_getter)),
+    })
+    return " ".join(f"{k}={v}" for k, v in fields.items())

@@ -140,10 +140,10 @@ CONFLICT_NOTE = ("count not read: Intel libiomp and LLVM libomp are both loaded,
 
 
 def _tpc_rows() -> list[dict]:
-    from parinfo.process.tpc import threadpoolctl
+    from parinfo.process.setter import import_threadpoolctl
 
     rows = []
-    for info in threadpoolctl().threadpool_info():
+    for info in import_threadpoolctl().threadpool_info():
         prefix = info.get("prefix") or ""
         fam = classify(info.get("filepath") or "") or classify(prefix)
         library = fam[0] if fam else (info.get("internal_api") or prefix)

@@ -14,7 +14,8 @@ from collections.abc import Collection
 from typing import Any
 
 from parinfo.errors import ApplyError
-from parinfo.process import libraries as reg
+from parinfo.process import libraries as reg, setter
+from parinfo.process.setter import NativePool
 from parinfo.profiles.plan import Plan
 
 # Variables this module set, so that a second apply() does not mistake them for the user's.
@@ -59,7 +60,8 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
 
     kept = {name: os.environ[name] for name, value in env.items()
             if not force and _users(name) and os.environ[name] != value}
-    _configure(plan, intra, inter, kept, applied, skipped)
+    counts = _library_counts(plan, kept)
+    _configure(plan, intra, inter, counts, kept, applied, skipped)
 
     for name, value in env.items():
         if name in kept:
@@ -75,18 +77,17 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
         else:
             applied.append(f"{name}={value}")
 
-    per_thread: list[tuple[Any, str, int]] = []
-    expected_pools = _limit_pools(plan, kept, applied, skipped, per_thread)
-    _modules(plan, kept, applied)
-    torch_want = _torch(plan, inter, kept, applied, skipped)
+    per_thread: list[tuple[NativePool, str, int]] = []
+    expected_pools = _pool_lines(kept, applied, skipped, per_thread)
+    _modules(counts, applied)
+    torch_want = _torch(counts, inter, kept, applied, skipped)
     _affinity(cpus, applied, skipped)
 
     not_in_force = _verify(intra, inter, expected_pools, torch_want, cpus, kept)
     from parinfo.profiles.thread_reach import reach
 
-    pool_reached = _limit_pool_workers(per_thread)
     threads, missing = reach(per_thread, torch_want[0], reached=frozenset(reached_threads),
-                             pool_reached=pool_reached)
+                             pool_reached=_workers_reached())
     return {"plan": plan.to_dict(), "applied": applied, "skipped": skipped,
             "not_in_force": not_in_force + missing, "threads": threads}
 
@@ -116,146 +117,134 @@ def _users(name: str) -> bool:
     return current is not None and _ours.get(name) != current
 
 
-def _configure(plan: Plan, intra: int, inter: int, kept: dict[str, str], applied: list[str],
-               skipped: list[str]) -> None:
+def _count_var(rec: reg.Library) -> str | None:
+    """The variable whose value, set by the user, a profile keeps for ``rec``'s count."""
+    return rec.profile_var or (rec.precedence[0] if rec.precedence else None)
+
+
+def _library_counts(plan: Plan, kept: dict[str, str]) -> dict[str, int | None]:
+    """Record name -> the count the profile puts in force for each library it has a key for: the
+    user's count where the user's variable is kept, None where that value is no valid count (the
+    library is then left as it is)."""
+    from parinfo.process.variables import count_from_env
+
+    out: dict[str, int | None] = {}
+    for rec in reg.records():
+        if rec.profile_key is None or rec.profile_key not in plan.libraries:
+            continue
+        var = _count_var(rec)
+        out[rec.name] = count_from_env(var, kept) if var in kept else plan.libraries[rec.profile_key].value
+    return out
+
+
+def _configure(plan: Plan, intra: int, inter: int, counts: dict[str, int | None], kept: dict[str, str],
+               applied: list[str], skipped: list[str]) -> None:
+    """The runtime's counts, and the push of each library's count into its loaded pools (once)."""
     from parinfo import runtime
 
+    intra_var, inter_var = reg.RUNTIME_VARS
     kwargs: dict[str, int] = {}
-    if "PARINFO_NUM_THREADS" in kept:
-        skipped.append("runtime intra-op: PARINFO_NUM_THREADS set by the user stays in force")
+    if intra_var in kept:
+        skipped.append(f"runtime intra-op: {intra_var} set by the user stays in force")
     else:
         kwargs["intra_op"] = intra
     state = runtime.info()["inter_op"]
-    if "PARINFO_NUM_INTEROP_THREADS" in kept:
-        skipped.append("runtime inter-op: PARINFO_NUM_INTEROP_THREADS set by the user stays in force")
+    if inter_var in kept:
+        skipped.append(f"runtime inter-op: {inter_var} set by the user stays in force")
     elif state.get("locked") and state.get("count") == inter:
         applied.append(f"runtime inter-op count {inter} (already in force, from {state.get('source')})")
     else:
         kwargs["inter_op"] = inter
-    if not kwargs:
-        return
     try:
-        runtime.configure(**kwargs, source=f"profile {plan.name}")
+        runtime.configure(**kwargs, libraries=counts, source=f"profile {plan.name}")
     except RuntimeError as exc:
         raise ApplyError(f"cannot apply profile {plan.name}: {exc}") from None
     applied += [f"runtime {k.replace('_', '-')} count {v}" for k, v in kwargs.items()]
 
 
-def _limit_pool_workers(per_thread: list[tuple[Any, str, int]]) -> frozenset[int]:
-    """Put the per-thread limits into every worker of parinfo's pools, each in its own thread (and
-    into workers started later); the native ids of the workers that did so now."""
-    if not per_thread:
-        return frozenset()
+def _workers_reached() -> frozenset[int]:
+    """Native ids of parinfo's pool workers that took the push's per-thread limits in their own
+    thread (the push asks each one; workers started later take them before their first job)."""
     import threading
 
     from parinfo import runtime
 
-    limits = [(lib, n) for lib, _, n in per_thread]
-
-    def limit_this_thread() -> None:
-        for lib, n in limits:
-            lib.set_num_threads(n)
-
-    ran = set(runtime.on_every_worker("parinfo.apply", limit_this_thread)["ran"])
+    push = runtime.info()["native_push"] or {}
+    ran = set((push.get("workers") or {}).get("ran") or ())
     return frozenset(t.native_id for t in threading.enumerate() if t.name in ran and t.native_id is not None)
 
 
-def _pool_name(lib: Any) -> str:
-    where = os.path.basename(getattr(lib, "filepath", "") or "") or "?"
-    return f"{lib.internal_api} pool ({where})"
+def _pool_lines(kept: dict[str, str], applied: list[str], skipped: list[str],
+                per_thread: list[tuple[NativePool, str, int]]) -> list[tuple[str, str, int]]:
+    """Say what the push did to each loaded native pool; return (filepath, name, count) to check.
 
-
-def _limit_pools(plan: Plan, kept: dict[str, str], applied: list[str], skipped: list[str],
-                 per_thread: list[tuple[Any, str, int]]) -> list[tuple[str, str, int]]:
-    """Set a limit that stays on every loaded native pool; return (filepath, name, count) to check.
-
-    Pools whose limit holds in the calling thread only go to ``per_thread`` as (controller, name, count).
+    Pools whose limit holds in the calling thread only go to ``per_thread`` as (pool, name, count).
     """
-    from parinfo.process.tpc import threadpoolctl
-    from parinfo.process.variables import count_from_env
+    from parinfo import runtime
 
+    push = runtime.info()["native_push"] or {}
+    pushed = {row.get("filepath"): row for row in push.get("pools") or ()}
     expected: list[tuple[str, str, int]] = []
-    for lib in threadpoolctl().ThreadpoolController().lib_controllers:
-        rec = reg.by_internal_api(lib.internal_api)
-        if rec is None or rec.profile_key is None or rec.profile_var is None:
+    for pool in setter.native_pools():
+        rec, row = pool.record, pushed.get(pool.path)
+        var = _count_var(rec)
+        if rec.profile_key is None:
             continue
-        key, var = rec.profile_key, rec.profile_var
-        n = plan.libraries[key].value
-        if var in kept:
-            # The runtime's push may have changed this pool: give it back the user's count.
-            users = count_from_env(var, kept)
-            if users is None:
-                skipped.append(f"{_pool_name(lib)}: left at {lib.num_threads} ({var}={kept[var]!r} set by "
+        if row is None:
+            if var in kept:
+                skipped.append(f"{pool.name}: left at {pool.get()} ({var}={kept[var]!r} set by "
                                f"the user is not a valid count)")
-                continue
-            n = users
-            skipped.append(f"{_pool_name(lib)}: kept at {n} from {var} set by the user")
-        try:
-            lib.set_num_threads(n)
-        except Exception as exc:
-            skipped.append(f"{_pool_name(lib)}: could not set {n} threads ({exc})")
             continue
-        scope = " in this thread" if rec.scope == "thread" else ""
-        if var not in kept:
-            applied.append(f"{_pool_name(lib)} limited to {n}{scope}")
+        n = row["num_threads"]
+        if row.get("error"):
+            skipped.append(f"{pool.name}: could not set {n} threads ({row['error']})")
+            continue
+        scope = " in this thread" if pool.per_thread else ""
+        if var in kept:
+            skipped.append(f"{pool.name}: kept at {n} from {var} set by the user")
+        else:
+            applied.append(f"{pool.name} limited to {n}{scope}")
         if scope:
-            per_thread.append((lib, _pool_name(lib), n))
-        expected.append((lib.filepath, _pool_name(lib), n))
+            per_thread.append((pool, pool.name, n))
+        expected.append((pool.path, pool.name, n))
     return expected
 
 
-def _modules(plan: Plan, kept: dict[str, str], applied: list[str]) -> None:
+def _modules(counts: dict[str, int | None], applied: list[str]) -> None:
     """Set the count of each imported Python-module library (numexpr...) that has a profile key."""
     for rec in reg.python_libraries():
-        module = sys.modules.get(rec.module or "")
-        if (module is None or rec.profile_key not in plan.libraries or rec.profile_var in kept
-                or not rec.setter):
+        n = counts.get(rec.name)
+        if n is None:
             continue
-        n = plan.libraries[rec.profile_key].value
-        try:
-            getattr(module, rec.setter)(n)
+        done = setter.set_module(rec, n)
+        if done is not None and not done.error:
             applied.append(f"{rec.module}.{rec.setter}({n})")
-        except Exception:
-            pass
 
 
-def _torch(plan: Plan, inter: int, kept: dict[str, str], applied: list[str],
+def _torch(counts: dict[str, int | None], inter: int, kept: dict[str, str], applied: list[str],
            skipped: list[str]) -> tuple[int | None, int | None]:
-    """Set torch's counts when torch is imported; return the counts to verify."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        skipped.append("torch not imported: at import its intra-op count follows MKL_NUM_THREADS; "
+    """Say what the push gave torch's intra-op count and set its inter-op count, when torch is
+    imported; return the counts to verify."""
+    rec = reg.library("torch")
+    if sys.modules.get("torch") is None:
+        skipped.append(f"torch not imported: at import its intra-op count follows {rec.precedence[0]}; "
                        "its inter-op count is left to torch (import torch before apply() to set it)")
         return None, None
-    want_intra: int | None = plan.libraries["torch"].value
-    how = f"torch.set_num_threads({want_intra})"
-    first = reg.library("torch").precedence[0]  # torch's intra-op default reads it first
-    if first in kept:
-        # the user's value stays in force.
-        from parinfo.process.variables import count_from_env
-
-        user = count_from_env(first, kept)
-        if user is None:
-            skipped.append(f"torch intra-op: {first}={kept[first]!r} set by the user is "
-                           f"not a valid count; torch's count left as it is")
-            want_intra = None
-        else:
-            want_intra = user
-            how = f"torch.set_num_threads({user}) from {first} set by the user"
-    if want_intra is not None:
-        try:
-            torch.set_num_threads(want_intra)
-            (skipped if first in kept else applied).append(how)
-        except RuntimeError as exc:
-            skipped.append(f"torch.set_num_threads({want_intra}) failed: {exc}")
-    want_inter: int | None = inter
-    try:
-        if torch.get_num_interop_threads() != inter:
-            torch.set_num_interop_threads(inter)
-        applied.append(f"torch.set_num_interop_threads({inter})")
-    except RuntimeError as exc:
-        skipped.append(f"torch inter-op stays {torch.get_num_interop_threads()}: {str(exc).strip()}")
-    return want_intra, want_inter
+    first = _count_var(rec)  # torch's intra-op default reads it first
+    want_intra = counts.get(rec.name)
+    if want_intra is None:
+        skipped.append(f"torch intra-op: {first}={kept.get(first or '')!r} set by the user is "
+                       f"not a valid count; torch's count left as it is")
+    elif first in kept:
+        skipped.append(f"{setter.torch_call(want_intra)} from {first} set by the user")
+    else:
+        applied.append(setter.torch_call(want_intra))
+    sized = setter.set_torch(inter=inter)[0]
+    if sized.error:
+        skipped.append(f"torch inter-op stays {sized.now}: {sized.error}")
+    else:
+        applied.append(f"torch.{rec.interop_setter}({inter})")
+    return want_intra, inter
 
 
 def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[str]) -> None:
@@ -288,26 +277,22 @@ def _verify(intra: int, inter: int, pools: list[tuple[str, str, int]], torch_wan
 
     bad: list[str] = []
     state = runtime.info()
-    for key, want, var in (("intra_op", intra, "PARINFO_NUM_THREADS"),
-                           ("inter_op", inter, "PARINFO_NUM_INTEROP_THREADS")):
+    for key, want, var in zip(("intra_op", "inter_op"), (intra, inter), reg.RUNTIME_VARS, strict=True):
         got = state[key]
         if var not in kept and got["count"] != want:
             bad.append(f"runtime {key.replace('_', '-')} count is {got['count']} (from {got['source']}), not {want}")
     if pools:
-        from parinfo.process.tpc import threadpoolctl
-
-        now = {p.get("filepath"): p.get("num_threads") for p in threadpoolctl().threadpool_info()}
+        now = {pool.path: pool.get() for pool in setter.native_pools()}
         for path, name, want in pools:
             if path in now and now[path] != want:
                 bad.append(f"{name} runs {now[path]} threads, not {want}")
-    torch = sys.modules.get("torch")
     want_intra, want_inter = torch_want
-    if torch is not None:
-        if want_intra is not None and torch.get_num_threads() != want_intra:
-            bad.append(f"torch intra-op count is {torch.get_num_threads()}, not {want_intra}")
-        if want_inter is not None and torch.get_num_interop_threads() != want_inter:
-            bad.append(f"torch inter-op count is {torch.get_num_interop_threads()}, not {want_inter} "
-                       f"(set once, before torch's inter-op pool starts)")
+    now_intra, now_inter = setter.torch_counts()
+    if want_intra is not None and now_intra != want_intra:
+        bad.append(f"torch intra-op count is {now_intra}, not {want_intra}")
+    if want_inter is not None and now_inter != want_inter:
+        bad.append(f"torch inter-op count is {now_inter}, not {want_inter} "
+                   f"(set once, before torch's inter-op pool starts)")
     if cpus:
         mine = tuple(sorted(os.sched_getaffinity(0)))
         if mine != tuple(sorted(cpus)):

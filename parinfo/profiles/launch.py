@@ -117,7 +117,7 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
     users_own = {n for n, _, _ in kept} | {n for n in TORCH_INTRA_VARS
                                             if n in base and n not in wanted and n not in from_parinfo}
     torch_intra = None if users_own.intersection(TORCH_INTRA_VARS) else intra
-    env[HOOK_VAR] = f"1 intra={torch_intra or '-'} inter={inter} watch={','.join(watch)} {reg.hook_orders()}"
+    env[HOOK_VAR] = f"1 intra={torch_intra or '-'} inter={inter} watch={','.join(watch)} {reg.hook_facts()}"
     user_path = base.get("PYTHONPATH", "")
     paths = [p for p in user_path.split(os.pathsep) if p != HOOK_DIR] if user_path else []  # "" means cwd
     env["PYTHONPATH"] = os.pathsep.join([HOOK_DIR, *paths])

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+
+from parinfo.process.setter import NativePool
 
 PROBE_TIMEOUT_S = 5.0
 # What a user does for the threads a per-thread limit does not reach.
@@ -32,22 +33,18 @@ def _describe(threads: list[threading.Thread]) -> str:
     return f"{len(names)} other live thread(s) ({shown})"
 
 
-def probe_new_thread(libs: list[Any]) -> list[int | None] | None:
-    """Each lib's count as a thread started now sees it (get_num_threads in a fresh thread);
-    None when the probe thread did not answer in time."""
+def probe_new_thread(pools: list[NativePool]) -> list[int | None] | None:
+    """Each pool's count as a thread started now sees it (read in a fresh thread); None when the
+    probe thread did not answer in time."""
     out: list[int | None] = []
 
     def read() -> None:
-        for lib in libs:
-            try:
-                out.append(int(lib.get_num_threads()))
-            except Exception:
-                out.append(None)
+        out.extend(pool.get() for pool in pools)
 
     probe = threading.Thread(target=read, name="parinfo-probe", daemon=True)
     probe.start()
     probe.join(PROBE_TIMEOUT_S)
-    return out if not probe.is_alive() and len(out) == len(libs) else None
+    return out if not probe.is_alive() and len(out) == len(pools) else None
 
 
 def _torch_is_per_thread() -> bool:
@@ -63,10 +60,10 @@ def is_pool_worker(t: threading.Thread) -> bool:
     return t.name.startswith(("parinfo-intra-", "parinfo-interop-"))
 
 
-def reach(per_thread: list[tuple[Any, str, int]], torch_intra: int | None,
+def reach(per_thread: list[tuple[NativePool, str, int]], torch_intra: int | None,
           reached: frozenset[int] = frozenset(),
           pool_reached: frozenset[int] = frozenset()) -> tuple[list[str], list[str]]:
-    """For each (controller, name, count) limited in this thread: (reach lines, not-in-force lines).
+    """For each (pool, name, count) limited in this thread: (reach lines, not-in-force lines).
 
     ``torch_intra`` is the intra-op count given to torch (None when torch was not set); ``reached``
     are native ids of threads the caller limited the same way itself; ``pool_reached`` those of
@@ -88,10 +85,10 @@ def reach(per_thread: list[tuple[Any, str, int]], torch_intra: int | None,
     ours = [t for t in others if is_pool_worker(t)]
     lines: list[str] = []
     missing: list[str] = []
-    torch_copy = [(lib, name, n) for lib, name, n in per_thread
-                  if owner_of(getattr(lib, "filepath", "") or "") == "torch" and torch_intra is not None]
+    torch_copy = [(pool, name, n) for pool, name, n in per_thread
+                  if owner_of(pool.path) == "torch" and torch_intra is not None]
     plain = [entry for entry in per_thread if entry not in torch_copy]
-    fresh = probe_new_thread([lib for lib, _, _ in plain]) if plain else []
+    fresh = probe_new_thread([pool for pool, _, _ in plain]) if plain else []
     for (_lib, name, n), m in zip(plain, fresh or [None] * len(plain), strict=False):
         start = "an unknown count" if m is None else str(m)
         line = (f"{name}: {n} in {here} only (OpenMP limits are per thread); threads started from now on "

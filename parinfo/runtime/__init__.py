@@ -65,11 +65,15 @@ def get_num_interop_threads() -> int:
     return COUNTS.inter()[0]
 
 
-def configure(*, intra_op: int | None = None, inter_op: int | None = None, source: str) -> None:
+def configure(*, intra_op: int | None = None, inter_op: int | None = None,
+              libraries: dict[str, int | None] | None = None, source: str) -> None:
     """Set counts on behalf of ``source`` (e.g. "profile latency"), with the setters' rules.
 
     Both values are checked before either is applied. The inter-op count follows the set-once
     rule; an intra-op count from a profile does not replace one set by an explicit call.
+    ``libraries`` (record name -> count, from a profile's ``libraries``; None leaves that library
+    alone) go into the native pools and torch with the push, each pool once, in place of the
+    intra-op count.
     """
     if not isinstance(source, str) or not source.strip():
         raise TypeError("configure() expects source to be a non-empty str")
@@ -80,17 +84,20 @@ def configure(*, intra_op: int | None = None, inter_op: int | None = None, sourc
         COUNTS.check_inter_settable()
     if inter_op is not None:
         COUNTS.set_inter(inter_op, source)
-    if intra_op is not None:
-        _set_intra(intra_op, source)
+    if intra_op is not None or libraries:
+        _set_intra(intra_op, source, libraries)
 
 
 # How long a push waits for busy pool workers; they take the count before their next job anyway.
 PUSH_WAIT_S = 2.0
 
 
-def _set_intra(n: int, source: str) -> None:
-    if COUNTS.set_intra(n, source):
-        LIMITS.push(n, source)
+def _set_intra(n: int | None, source: str, libraries: dict[str, int | None] | None = None) -> None:
+    """Record ``n`` (None: keep the count) and push it, with ``libraries`` over it per library.
+    An intra-op count an explicit call outranks is not taken, but the libraries' counts still are."""
+    taken = n is not None and COUNTS.set_intra(n, source)
+    if taken or libraries:
+        LIMITS.push(n if taken and n is not None else COUNTS.intra()[0], source, libraries)
         # OpenMP limits (and torch's, in its OpenMP build) hold per thread: each worker sets its own
         reach = on_every_worker("parinfo.intra_op", LIMITS.sync_worker, timeout=PUSH_WAIT_S)
         if reach["ran"] or reach["pending"]:

@@ -23,6 +23,8 @@ import sys
 import threading
 from typing import Any
 
+from parinfo.process import setter
+from parinfo.process.setter import NativePool
 from parinfo.runtime.settings import COUNTS
 
 
@@ -30,47 +32,20 @@ def _torch() -> Any:
     return sys.modules.get("torch")
 
 
-def _describe(lib: Any, n: int) -> dict[str, Any]:
-    return {"user_api": lib.user_api, "internal_api": lib.internal_api, "prefix": lib.prefix,
-            "filepath": lib.filepath, "num_threads": n}
-
-
-def _set(lib: Any, n: int) -> None:
-    # threadpoolctl lets only one "controlling" thread change a process-wide OpenBLAS pool. parinfo
-    # serialises its own changes under the limits lock, so it calls the library's setter directly
-    # where threadpoolctl has one, and otherwise takes control for the call and hands it back.
-    try:
-        real = getattr(lib, "_real_set_num_threads", None)
-        if real is not None:
-            real(n)
-            return
-        clear = getattr(lib, "clear_controlling_thread", None)
-        if clear is None:
-            lib.set_num_threads(n)
-            return
-        clear(force=True)
-        try:
-            lib.set_num_threads(n)
-        finally:
-            clear()
-    except Exception:  # a library that refuses must not break the caller's work
-        pass
-
-
-def _torch_set(n: int) -> None:
-    torch = _torch()
-    if torch is not None:
-        try:
-            torch.set_num_threads(n)
-        except Exception:
-            pass
+def _describe(pool: NativePool, done: setter.Outcome) -> dict[str, Any]:
+    lib = pool.controller
+    row = {"user_api": lib.user_api, "internal_api": lib.internal_api, "prefix": lib.prefix,
+           "filepath": lib.filepath, "library": pool.record.name, "num_threads": done.asked}
+    if done.error:
+        row["error"] = done.error
+    return row
 
 
 class _ThreadView(threading.local):
     """What one thread knows: its lanes (a stack of weights), what its per-thread pools were last
     set to, its own saved counts."""
 
-    applied: tuple | None = None  # (pushed, cap, controller) its per-thread pools were set for
+    applied: tuple | None = None  # (pushed, cap, controller, pushes) its per-thread pools were set for
     capped = False  # its per-thread pools carry a budget cap now
     saved: dict[str, int] | None = None  # its per-thread counts before the first cap
 
@@ -92,9 +67,12 @@ class NativeLimits:
         self._controller: Any = None
         self._controller_modules = -1  # len(sys.modules) when the controller was built
         self._split_of: Any = None  # the controller ``_split`` was computed from
-        self._split: tuple[list[Any], list[Any]] = ([], [])
+        self._split: tuple[list[NativePool], list[NativePool]] = ([], [])
         # the push
         self.pushed: int | None = None  # the intra-op count pushed by set_num_threads/configure
+        # a profile's per-library counts over it (record name -> count; None: leave that library alone)
+        self.by_library: dict[str, int | None] = {}
+        self._pushes = 0  # pushes made: a thread whose pools took an earlier one syncs again
         self._push_record: dict[str, Any] | None = None
         self._pushed_to: set[str] = set()  # library paths (and "torch") that have the pushed count
         self._push_controller: Any = None  # the controller the last push went through
@@ -110,32 +88,25 @@ class NativeLimits:
         self._torch_capped = False  # torch's process-wide default carries the cap now
         self.changes = 0  # native limit changes made by the budget and the pushes (for benchmarks)
         self._pauses_of: Any = None  # the controller ``_pauses`` was found in
-        self._pauses: list[Any] = []  # libgomp's omp_pause_resource_all, one per loaded libgomp
+        self._pauses: list[NativePool] = []  # the per-thread pools whose record can free a team
         self.teams_released = 0  # omp_pause_resource_all calls made by going-idle workers (with a team or not)
 
     # threadpoolctl view --------------------------------------------------------------------
-    def _libs(self) -> tuple[list[Any], list[Any]]:
-        """(per-thread libraries, process-wide libraries) of the cached controller, rebuilt when
-        new modules were imported."""
+    def _libs(self) -> tuple[list[NativePool], list[NativePool]]:
+        """(per-thread pools, process-wide pools) of the cached controller, rebuilt when new
+        modules were imported."""
         try:
             n = len(sys.modules)
             if self._controller is None or n != self._controller_modules:
-                from parinfo.process.tpc import threadpoolctl
-
-                self._controller = threadpoolctl().ThreadpoolController()
+                self._controller = setter.import_threadpoolctl().ThreadpoolController()
                 self._controller_modules = n
         except Exception:  # no threadpoolctl view of this process: nothing to steer
             return [], []
         ctrl = self._controller
         if self._split_of is not ctrl:
-            per_thread, process = [], []
-            for lib in ctrl.lib_controllers:
-                layer = getattr(lib, "threading_layer", None)
-                if lib.user_api == "openmp" or layer == "openmp":
-                    per_thread.append(lib)
-                else:
-                    process.append(lib)
-            self._split_of, self._split = ctrl, (per_thread, process)
+            pools = setter.native_pools(ctrl)
+            self._split_of = ctrl
+            self._split = ([p for p in pools if p.per_thread], [p for p in pools if not p.per_thread])
         return self._split
 
     # idle workers -------------------------------------------------------------------------
@@ -152,58 +123,73 @@ class NativeLimits:
             return  # nothing asked for a native view yet (pure-Python tasks pay nothing)
         per_thread = self._libs()[0]  # cached; rebuilt only after imports
         if self._pauses_of is not self._controller:
-            pauses = []
-            for lib in per_thread:
-                if lib.internal_api == "openmp" and lib.prefix == "libgomp":
-                    fn = getattr(getattr(lib, "dynlib", None), "omp_pause_resource_all", None)
-                    if fn is not None:
-                        pauses.append(fn)
-            self._pauses_of, self._pauses = self._controller, pauses
-        for fn in self._pauses:
-            if fn(1) == 0:  # omp_pause_soft; -1 inside a parallel region
+            self._pauses_of = self._controller
+            self._pauses = [p for p in per_thread if p.record.team_release]
+        for pool in self._pauses:
+            if pool.release_team():
                 self.teams_released += 1
 
     # the push ------------------------------------------------------------------------------
-    def push(self, count: int, source: str) -> None:
-        """Put ``count`` into every loaded native pool and into torch (when imported)."""
+    def push(self, count: int, source: str, by_library: dict[str, int | None] | None = None) -> None:
+        """Put ``count`` into every loaded native pool and into torch (when imported); a library
+        named in ``by_library`` (record name -> count, a profile's ``libraries``) gets its own count
+        instead, or is left alone where that is None."""
         with self.lock:
             self.pushed = count
+            self.by_library = dict(by_library or {})
+            self._pushes += 1
             self.version += 1
             self._pushed_to = set()
             self._push_record = {"count": count, "source": source, "pools": [], "torch": None}
             self._push_new()
 
+    def _base(self, pool: NativePool) -> int | None:
+        """The count pushed for ``pool`` (None when nothing was pushed, or it is left alone)."""
+        if self.pushed is None:
+            return None
+        return self.by_library.get(pool.record.name, self.pushed)
+
+    def _torch_pushed(self) -> int | None:
+        if self.pushed is None:
+            return None
+        return self.by_library.get(setter.TORCH, self.pushed)
+
     def _push_new(self) -> None:
         """Give the pushed count to the pools and torch that have not had it yet (call with lock)."""
-        count, record = self.pushed, self._push_record
-        if count is None or record is None:
+        record = self._push_record
+        if self.pushed is None or record is None:
             return
         per_thread, process = self._libs()
         self._push_controller = self._controller
-        for lib in process:
-            if lib.filepath in self._pushed_to:
+        for pool in process:
+            if pool.path in self._pushed_to:
                 continue
-            self._pushed_to.add(lib.filepath)
-            want = count
+            self._pushed_to.add(pool.path)
+            base = self._base(pool)
+            if base is None:
+                continue
+            want = base
             if self.cap is not None:  # capped now: the count is what the pool gets back afterwards
-                self._process_base[lib.filepath] = count
-                want = max(1, min(count, self.cap))
-                self._process_applied[lib.filepath] = want
-            _set(lib, want)
-            record["pools"].append(_describe(lib, want))
-        for lib in per_thread:
-            if lib.filepath in self._pushed_to:
+                self._process_base[pool.path] = base
+                want = max(1, min(base, self.cap))
+                self._process_applied[pool.path] = want
+            record["pools"].append(_describe(pool, pool.set_checked(want)))
+        for pool in per_thread:
+            if pool.path in self._pushed_to:
                 continue
-            self._pushed_to.add(lib.filepath)
-            _set(lib, count)
-            record["pools"].append({**_describe(lib, count),
-                                    "scope": "calling thread; pools sync their threads"})
-        if _torch() is not None and "torch" not in self._pushed_to:
-            self._pushed_to.add("torch")
-            _torch_set(count)
-            record["torch"] = f"torch.set_num_threads({count})"
+            self._pushed_to.add(pool.path)
+            base = self._base(pool)
+            if base is not None:
+                record["pools"].append({**_describe(pool, pool.set_checked(base)),
+                                        "scope": "calling thread; pools sync their threads"})
+        if _torch() is not None and setter.TORCH not in self._pushed_to:
+            self._pushed_to.add(setter.TORCH)
+            n = self._torch_pushed()
+            if n is not None:
+                setter.torch_intra(n)
+                record["torch"] = setter.torch_call(n)
             self.version += 1  # other threads sync torch at their next task or region
-        self.thread.applied = (count, None, self._controller)
+        self.thread.applied = (self.pushed, None, self._controller, self._pushes)
 
     def sync_worker(self) -> None:
         """On an idle pool worker (run there by ``on_every_worker``): bring its per-thread pools
@@ -241,14 +227,14 @@ class NativeLimits:
         ends. Call with ``lock``."""
         if self.cap is not None and not self._process_capped:
             self._capture_torch_base()
-        for lib in self._libs()[1]:
-            k = lib.filepath
+        for pool in self._libs()[1]:
+            k = pool.path
             if k not in self._process_base:
-                self._process_base[k] = lib.num_threads or 1
+                self._process_base[k] = pool.get() or 1
             base = self._process_base[k]
             want = base if self.cap is None else max(1, min(base, self.cap))
             if self._process_applied.get(k) != want:
-                _set(lib, want)
+                pool.set(want)
                 self._process_applied[k] = want
                 self.changes += 1
         self._process_capped = self.cap is not None
@@ -256,23 +242,21 @@ class NativeLimits:
             self._process_base.clear()
             self._process_applied.clear()
             # torch keeps a process-wide default that new threads copy on their first op
-            torch_base = self.pushed if self.pushed is not None else self._torch_base
+            torch_base = self._torch_pushed() if self.pushed is not None else self._torch_base
             if torch_base is not None and _torch() is not None and self._torch_capped:
-                _torch_set(torch_base)
+                setter.torch_intra(torch_base)
                 self.changes += 1
             self._torch_capped = False
 
     def _capture_torch_base(self) -> None:
         """torch's count before a cap, read on a thread parinfo has not capped."""
-        torch = _torch()
-        if torch is not None and not self.thread.capped:
-            try:
-                self._torch_base = torch.get_num_threads()
-            except Exception:
-                pass
+        if _torch() is not None and not self.thread.capped:
+            now = setter.torch_intra_now()
+            if now is not None:
+                self._torch_base = now
 
     def _want(self) -> tuple:
-        return (self.pushed, self.cap, self._controller)
+        return (self.pushed, self.cap, self._controller, self._pushes)
 
     def _sync_thread(self, in_lane: bool) -> None:
         """Bring this thread's per-thread pools (OpenMP runtimes, torch) to the count and cap."""
@@ -284,17 +268,17 @@ class NativeLimits:
         if cap is not None:  # the thread's own counts before the cap, read before changing any
             if not self._torch_capped and not self._process_capped:
                 self._capture_torch_base()
-            for lib in per_thread:
-                if lib.filepath not in me.saved:
-                    me.saved[lib.filepath] = lib.get_num_threads() or 1
-        for lib in per_thread:
-            base = self.pushed if self.pushed is not None else me.saved.get(lib.filepath)
+            for pool in per_thread:
+                if pool.path not in me.saved:
+                    me.saved[pool.path] = pool.get() or 1
+        for pool in per_thread:
+            base = self._base(pool) if self.pushed is not None else me.saved.get(pool.path)
             if base is not None:
-                _set(lib, base if cap is None else max(1, min(base, cap)))
+                pool.set(base if cap is None else max(1, min(base, cap)))
                 self.changes += 1
-        base = self.pushed if self.pushed is not None else self._torch_base
+        base = self._torch_pushed() if self.pushed is not None else self._torch_base
         if base is not None and _torch() is not None:
-            _torch_set(base if cap is None else max(1, min(base, cap)))
+            setter.torch_intra(base if cap is None else max(1, min(base, cap)))
             self.changes += 1
             if cap is not None:
                 self._torch_capped = True

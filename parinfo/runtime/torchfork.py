@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import Any
 
+from parinfo.process import setter
 from parinfo.runtime.native import LIMITS
 from parinfo.runtime.settings import COUNTS
 
@@ -127,13 +128,12 @@ class TorchForks:
                 return
             self._sized = True
             n = min(COUNTS.consume_inter(), COUNTS.ceiling)
-            try:
-                torch.set_num_interop_threads(n)
-            except RuntimeError:  # torch's pool already started or was sized by the program: keep it
-                self.pool = {"threads": torch.get_num_interop_threads(), "native_per_lane": None,
+            sized = setter.set_torch(inter=n, torch=torch, inter_if_changed=False)[0]
+            if sized.error:  # torch's pool already started or was sized by the program: keep it
+                self.pool = {"threads": sized.now, "native_per_lane": None,
                              "source": "torch (started or sized before parinfo's first fork)"}
                 return
-            base = torch.get_num_threads()
+            base = setter.torch_intra_now() or 1
             per_lane = max(1, min(base, COUNTS.usable_cpus() // n))
             self.pool = {"threads": n, "native_per_lane": per_lane, "source": "parinfo"}
             if per_lane < base:
@@ -161,7 +161,7 @@ class TorchForks:
         def pin(_fut: Any) -> None:
             me = threading.get_ident()
             if me != caller and me not in done:
-                torch.set_num_threads(per_lane)
+                setter.torch_intra(per_lane)
                 LIMITS.release_teams()
                 done.add(me)
 
@@ -174,7 +174,7 @@ class TorchForks:
                 if len(done) >= n:
                     break
         finally:
-            torch.set_num_threads(base)  # the caller's count, and the default new threads copy
+            setter.torch_intra(base)  # the caller's count, and the default new threads copy
         return len(done)
 
     def _launcher(self, fn: Any) -> _Launcher | None:

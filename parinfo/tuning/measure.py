@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parinfo.errors import TuneError
+from parinfo.process import setter
+from parinfo.process.libraries import RUNTIME_VARS
 from parinfo.process.variables import LIBRARY_VARS
 from parinfo.tuning.search import Point, Stats
 from parinfo.tuning.tail import OutputTail
 from parinfo.tuning.usercode import RAISED
 from parinfo.tuning.workloads import Command, Workload
 
-# Variables a worker gets for its intra-op count; PARINFO_NUM_INTEROP_THREADS gets the inter-op count.
-INTRA_VARS = (*(name for names in LIBRARY_VARS.values() for name in names), "PARINFO_NUM_THREADS")
+# Variables a worker gets for its intra-op count; parinfo's inter-op variable gets the inter-op count.
+INTRA_VARS = (*(name for names in LIBRARY_VARS.values() for name in names), RUNTIME_VARS[0])
 
 
 class WorkloadFailed(TuneError):
@@ -56,7 +58,7 @@ def ended(returncode: int) -> str:
 def thread_env(point: Point) -> dict[str, str]:
     """The environment entries that put ``point`` in force in a process started with them."""
     env = {name: str(point.intra) for name in INTRA_VARS}
-    env["PARINFO_NUM_INTEROP_THREADS"] = str(point.inter)
+    env[RUNTIME_VARS[1]] = str(point.inter)
     return env
 
 
@@ -193,30 +195,26 @@ class InProcessMeasurer(Measurer):
             raise TuneError(str(exc)) from None
         except MemoryError:
             raise TuneError(f"{workload.describe()}: out of memory building the workload") from None
-        self._saved: dict[str, int] = {}
+        self._saved_runtime: int | None = None
         try:
             from parinfo.runtime import get_num_threads
         except ImportError:
             pass
         else:
-            self._saved["runtime"] = get_num_threads()
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            self._saved["torch"] = torch.get_num_threads()
+            self._saved_runtime = get_num_threads()
+        self._saved_torch = setter.torch_intra_now()
 
     def restore(self) -> None:
         """Put back the intra-op counts this process had before the tune."""
-        if "runtime" in self._saved:
+        if self._saved_runtime is not None:
             from parinfo.runtime import get_num_threads, set_num_threads
 
-            if get_num_threads() != self._saved["runtime"]:
-                set_num_threads(self._saved["runtime"])
-        torch = sys.modules.get("torch")
-        if torch is not None and "torch" in self._saved:
-            torch.set_num_threads(self._saved["torch"])
+            if get_num_threads() != self._saved_runtime:
+                set_num_threads(self._saved_runtime)
+        if self._saved_torch is not None:
+            setter.torch_intra(self._saved_torch)
 
     def __call__(self, p: Point) -> Stats:
-        from parinfo.process.tpc import threadpoolctl
         from parinfo.tuning.timing import time_calls
         from parinfo.tuning.usercode import UserCodeError
 
@@ -227,23 +225,23 @@ class InProcessMeasurer(Measurer):
             set_runtime = None
         if set_runtime is not None:
             set_runtime(p.intra)
-        torch = sys.modules.get("torch") if self.workload.framework == "torch" else None
-        if torch is not None:
-            torch.set_num_threads(p.intra)
-        controller = threadpoolctl().ThreadpoolController()
+        torch = self.workload.framework == "torch"
+        pools = setter.native_pools()
+        done = setter.set_counts(p.intra, torch=torch, pools=pools)
         s = self.settings
-        with controller.limit(limits=p.intra):
-            try:
-                samples, number = time_calls(self.fn, concurrency=self.concurrency(p), warmup=s.warmup,
-                                               repeats=s.repeats, min_time=s.min_time)
-            except UserCodeError as exc:
-                raise WorkloadFailed(exc.summary, exit_code=1, output=exc.text) from None
-            pools: dict = {}
-            for pool in controller.info():
-                pools.setdefault(pool.get("internal_api", "?"), []).append(pool.get("num_threads"))
-        if torch is not None:
-            pools["torch"] = {"intra_op": torch.get_num_threads()}
-        self.in_force[p] = pools
+        try:
+            samples, number = time_calls(self.fn, concurrency=self.concurrency(p), warmup=s.warmup,
+                                           repeats=s.repeats, min_time=s.min_time)
+        except UserCodeError as exc:
+            raise WorkloadFailed(exc.summary, exit_code=1, output=exc.text) from None
+        finally:
+            in_force: dict = {}
+            for pool in pools:
+                in_force.setdefault(pool.internal_api or "?", []).append(pool.get())
+            setter.restore([o for o in done if o.target != "intra-op"], pools)
+        if torch and setter.torch_intra_now() is not None:
+            in_force["torch"] = {"intra_op": setter.torch_intra_now()}
+        self.in_force[p] = in_force
         return Stats(tuple(samples), number)
 
 

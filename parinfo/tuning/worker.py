@@ -15,12 +15,12 @@ import sys
 
 def counts_in_force(framework: str) -> dict:
     """The counts the loaded libraries report now (read-only: nothing is probed by setting)."""
+    from parinfo.process import setter
+
     seen: dict = {}
     try:
-        from parinfo.process.tpc import threadpoolctl
-
-        for pool in threadpoolctl().threadpool_info():
-            seen.setdefault(pool.get("internal_api", "?"), []).append(pool.get("num_threads"))
+        for pool in setter.native_pools():
+            seen.setdefault(pool.internal_api or "?", []).append(pool.get())
     except Exception as exc:  # a report, never a failure
         seen["native"] = f"unknown ({exc})"
     if "parinfo.runtime" in sys.modules:
@@ -29,9 +29,9 @@ def counts_in_force(framework: str) -> dict:
             seen["parinfo"] = {"intra_op": info["intra_op"]["count"], "inter_op": info["inter_op"]["count"]}
         except Exception as exc:
             seen["parinfo"] = f"unknown ({exc})"
-    if framework == "torch" and "torch" in sys.modules:
-        torch = sys.modules["torch"]
-        seen["torch"] = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+    intra, inter = setter.torch_counts()
+    if framework == "torch" and intra is not None:
+        seen["torch"] = {"intra_op": intra, "inter_op": inter}
     return seen
 
 
@@ -46,8 +46,9 @@ def run(job: dict) -> dict:
     if fw == "torch":
         import torch
 
-        torch.set_num_threads(job["intra"])
-        torch.set_num_interop_threads(job["inter"])
+        from parinfo.process import setter
+
+        setter.set_torch(intra=job["intra"], inter=job["inter"], torch=torch, inter_if_changed=False)
     try:
         fn = workload.build()
         samples, number = time_calls(fn, concurrency=job["concurrency"], warmup=job["warmup"],

@@ -8,15 +8,18 @@ what is in force; the program's own first ``torch.set_num_interop_threads`` call
 not have it), and then runs any other ``sitecustomize`` that was on the path, as if it were absent.
 
 Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.profiles.launch:
-``1 intra=N|- inter=N|- watch=NAME,NAME pool.API=VAR,VAR ...``, where each ``pool.`` field gives
-the variables a threadpoolctl ``internal_api`` reads, first wins (from parinfo's library registry, so
-this file keeps no table of its own). Without that variable the hook only chains.
+``1 intra=N|- inter=N|- watch=NAME,NAME`` then the library registry's facts the hook needs
+(``parinfo.process.libraries.hook_facts``: each pool's variables, parinfo's runtime variables, the
+verify variable, torch's setters), so this file keeps no table of its own. Without that variable
+the hook only chains. torch's counts are set through parinfo's one setting module
+(parinfo/process/setter.py), loaded by path: it imports the standard library only.
 Checks: right after torch's import (torch's counts), and at exit (a watched variable the program
-changed, parinfo's runtime counts when it was used); ``PARINFO_VERIFY=full`` adds the native pools
-(threadpoolctl) at exit, ``PARINFO_VERIFY=off`` turns checking off.
+changed, parinfo's runtime counts when it was used); the verify variable set to ``full`` adds the
+native pools (threadpoolctl) at exit, ``off`` turns checking off.
 """
 import os
 import sys
+from types import SimpleNamespace
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SPEC_VAR = "_PARINFO_HOOK"
@@ -31,8 +34,8 @@ def _say(text):
 
 
 def _parse(spec):
-    """``1 intra=2 inter=1 watch=A,B pool.X=V,W`` -> (intra, inter, watch, {X: (V, W)}); None when
-    not understood."""
+    """``1 intra=2 inter=1 watch=A,B pool.X=V,W runtime=... verify=... undo=... torch=...`` -> the
+    instructions as a namespace; None when not understood."""
     parts = spec.split()
     if not parts or parts[0] != "1":
         return None
@@ -42,10 +45,37 @@ def _parse(spec):
         value = fields.get(key, "-")
         return int(value) if value.isdigit() and int(value) > 0 else None
 
-    watch = [n for n in fields.get("watch", "").split(",") if n]
-    orders = {k[len("pool."):]: tuple(n for n in v.split(",") if n)
-              for k, v in fields.items() if k.startswith("pool.")}
-    return count("intra"), count("inter"), watch, orders
+    def names(key):
+        return tuple(n for n in fields.get(key, "").split(",") if n)
+
+    torch = names("torch")
+    if len(torch) != 4 or len(names("runtime")) != 2:
+        return None
+    return SimpleNamespace(
+        intra=count("intra"), inter=count("inter"), watch=list(names("watch")),
+        orders={k[len("pool."):]: names(k) for k in fields if k.startswith("pool.")},
+        runtime_vars=names("runtime"), verify_var=fields.get("verify", ""), undo=names("undo"),
+        torch=SimpleNamespace(name="torch", setter=torch[0], getter=torch[1], interop_setter=torch[2],
+                              interop_getter=torch[3], scope="thread"))
+
+
+def _setter():
+    """parinfo's one module that sets counts, loaded by path (this interpreter may not have parinfo)."""
+    loaded = sys.modules.get("_parinfo_setter")
+    if loaded is not None:
+        return loaded
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "process", "setter.py")
+    spec = importlib.util.spec_from_file_location("_parinfo_setter", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_parinfo_setter"] = module  # dataclasses look their module up while it runs
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["_parinfo_setter"]
+        raise
+    return module
 
 
 class _AfterExec:
@@ -131,7 +161,7 @@ def _interop_pool_started(torch):
         return None
 
 
-def _guard_interop(torch, inter):
+def _guard_interop(torch, inter, rec):
     """Keep torch.set_num_interop_threads working for the program after the hook's own call.
 
     torch accepts one call per process and the hook has made it, so the program's first call would
@@ -140,10 +170,10 @@ def _guard_interop(torch, inter):
     A call torch would refuse without parinfo too (a second one, one after the pool started, a bad
     argument) raises as it would without parinfo.
     """
-    real = torch.set_num_interop_threads
+    real = getattr(torch, rec.interop_setter)
     answered = []
 
-    def set_num_interop_threads(nthreads):
+    def guarded(nthreads):
         if answered:
             return real(nthreads)
         try:
@@ -155,36 +185,34 @@ def _guard_interop(torch, inter):
         if nthreads != inter:
             _say("torch inter-op threads stay " + str(inter) + " (profile " + _profile() + "), not the "
                  + repr(nthreads) + " this program asked for: the start-up hook set them when torch was "
-                 "imported and torch accepts one set_num_interop_threads call per process; to use the "
+                 "imported and torch accepts one " + rec.interop_setter + " call per process; to use the "
                  "program's count, set inter_op in the profile or run without parinfo apply")
         return None
 
-    set_num_interop_threads.__name__ = getattr(real, "__name__", "set_num_interop_threads")
-    set_num_interop_threads.__qualname__ = set_num_interop_threads.__name__
-    set_num_interop_threads.__doc__ = getattr(real, "__doc__", None)
-    set_num_interop_threads.__wrapped__ = real
-    torch.set_num_interop_threads = set_num_interop_threads
+    guarded.__name__ = getattr(real, "__name__", rec.interop_setter)
+    guarded.__qualname__ = guarded.__name__
+    guarded.__doc__ = getattr(real, "__doc__", None)
+    guarded.__wrapped__ = real
+    setattr(torch, rec.interop_setter, guarded)
 
 
-def _set_torch(torch, intra, inter):
+def _set_torch(torch, intra, inter, rec):
     """Set torch's counts and check them; one line on stderr per count not in force."""
     try:
+        setter = _setter()
         if inter is not None:
-            try:
-                torch.set_num_interop_threads(inter)
-            except RuntimeError as exc:
-                _say("not in force: torch inter-op threads = %d, profile %s wants %d (torch: %s)"
-                     % (torch.get_num_interop_threads(), _profile(), inter, str(exc).strip()))
+            sized = setter.set_torch(inter=inter, record=rec, torch=torch, inter_if_changed=False)[0]
+            if sized.error:
+                _say("not in force: torch inter-op threads = %s, profile %s wants %d (torch: %s)"
+                     % (sized.now, _profile(), inter, sized.error))
                 inter = None
             else:
-                _guard_interop(torch, inter)
+                _guard_interop(torch, inter, rec)
         if intra is not None:
-            torch.set_num_threads(intra)
-        for what, want, get in (("intra-op", intra, torch.get_num_threads),
-                                ("inter-op", inter, torch.get_num_interop_threads)):
-            if want is not None and get() != want:
-                _say("not in force: torch %s threads = %d, profile %s wants %d"
-                     % (what, get(), _profile(), want))
+            setter.set_torch(intra=intra, record=rec, torch=torch)
+        for what, want, got in zip(("intra-op", "inter-op"), (intra, inter), setter.torch_counts(rec)):
+            if want is not None and got != want:
+                _say("not in force: torch %s threads = %s, profile %s wants %d" % (what, got, _profile(), want))
     except Exception as exc:  # never break the user's import of torch
         _say("could not set torch's thread counts (%s: %s)" % (type(exc).__name__, exc))
 
@@ -202,13 +230,11 @@ def _expected_pool_count(order, env):
 class _ExitCheck:
     """Checks at exit what the program may have undone; cheap unless PARINFO_VERIFY=full."""
 
-    _RUNTIME_VARS = ("PARINFO_NUM_THREADS", "PARINFO_NUM_INTEROP_THREADS")
-
-    def __init__(self, watch, full, orders):
-        self.start = {n: os.environ.get(n) for n in watch}
-        names = [n for order in orders.values() for n in order] + list(self._RUNTIME_VARS)
+    def __init__(self, facts, full):
+        self.start = {n: os.environ.get(n) for n in facts.watch}
+        names = [n for order in facts.orders.values() for n in order] + list(facts.runtime_vars)
         self.launch = {n: os.environ.get(n) for n in names}
-        self.orders = orders
+        self.facts = facts
         self.full = full
 
     def __call__(self):
@@ -233,7 +259,7 @@ class _ExitCheck:
         if info is None:
             return
         data = info()
-        for key, var in (("intra_op", "PARINFO_NUM_THREADS"), ("inter_op", "PARINFO_NUM_INTEROP_THREADS")):
+        for key, var in zip(("intra_op", "inter_op"), self.facts.runtime_vars):
             want = self.launch.get(var)
             row = data.get(key) or {}
             got, source = row.get("count"), str(row.get("source", ""))
@@ -242,18 +268,14 @@ class _ExitCheck:
                      % (key.replace("_", "-"), got, source, _profile(), want))
 
     def _pools(self):
-        had = "KMP_DUPLICATE_LIB_OK" in os.environ
         try:
-            import threadpoolctl
+            threadpoolctl = _setter().import_threadpoolctl(self.facts.undo)
         except ImportError:
             _say("native pools not verified: unknown (threadpoolctl is not installed here)")
             return
-        finally:
-            if not had:
-                os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
         env = {n: v for n, v in self.launch.items() if v is not None}
         for pool in threadpoolctl.threadpool_info():
-            expected = _expected_pool_count(self.orders.get(pool.get("internal_api"), ()), env)
+            expected = _expected_pool_count(self.facts.orders.get(pool.get("internal_api"), ()), env)
             if expected is not None and pool.get("num_threads") != expected[1]:
                 _say("not in force: %s (%s) uses %s threads, %s=%d (profile %s)"
                      % (pool.get("internal_api"), pool.get("filepath"), pool.get("num_threads"),
@@ -261,22 +283,21 @@ class _ExitCheck:
 
 
 def _install(spec):
-    parsed = _parse(spec)
-    if parsed is None:
+    facts = _parse(spec)
+    if facts is None:
         _say("ignoring %s=%r: not understood by this start-up hook" % (_SPEC_VAR, spec))
         return
-    intra, inter, watch, orders = parsed
-    verify = os.environ.get("PARINFO_VERIFY", "").strip().lower()
-    if intra is not None or inter is not None:
+    verify = os.environ.get(facts.verify_var, "").strip().lower() if facts.verify_var else ""
+    if facts.intra is not None or facts.inter is not None:
         torch = sys.modules.get("torch")
-        if torch is not None and hasattr(torch, "set_num_threads"):
-            _set_torch(torch, intra, inter)
+        if torch is not None and hasattr(torch, facts.torch.setter):
+            _set_torch(torch, facts.intra, facts.inter, facts.torch)
         else:
-            sys.meta_path.insert(0, _TorchWatcher(lambda mod: _set_torch(mod, intra, inter)))
+            sys.meta_path.insert(0, _TorchWatcher(lambda mod: _set_torch(mod, facts.intra, facts.inter, facts.torch)))
     if verify not in ("off", "0", "no", "false"):
         import atexit
 
-        atexit.register(_ExitCheck(watch, full=verify == "full", orders=orders))
+        atexit.register(_ExitCheck(facts, full=verify == "full"))
 
 
 def _chain():

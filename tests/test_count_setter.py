@@ -1,0 +1,105 @@
+"""The one module that sets counts (parinfo/process/setter.py): it reaches what its Outcome says,
+checked against threadpoolctl and torch's getters in real processes, and no other module sets one."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import HAVE_NUMPY, HAVE_TORCH, clean_env, run_json
+
+PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
+
+needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
+
+# Calls that change a library's count; only the setter module may make them.
+SETTING_CALLS = {"set_num_threads", "set_num_interop_threads", "threadpool_limits", "limit",
+                 "omp_set_num_threads", "_real_set_num_threads"}
+
+
+def test_no_module_but_the_setter_sets_a_library_count():
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel == "process/setter.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            # parinfo's own runtime setters are called by name (its count, not a library's)
+            if isinstance(func, ast.Attribute) and name in SETTING_CALLS or name == "threadpool_limits":
+                found.append(f"{rel}:{node.lineno} {name}")
+    assert found == []
+
+
+@needs_numpy
+def test_set_counts_reaches_every_pool_and_restore_gives_them_back():
+    out = run_json(
+        "import json, numpy, threadpoolctl\n"
+        "from parinfo.process import setter\n"
+        "before = [p['num_threads'] for p in threadpoolctl.threadpool_info()]\n"
+        "done = setter.set_counts(1)\n"
+        "during = [p['num_threads'] for p in threadpoolctl.threadpool_info()]\n"
+        "setter.restore(done)\n"
+        "after = [p['num_threads'] for p in threadpoolctl.threadpool_info()]\n"
+        "print(json.dumps({'before': before, 'during': during, 'after': after,\n"
+        "  'done': [[o.library, o.asked, o.now, o.before, o.reached] for o in done]}))")
+    assert out["during"] and set(out["during"]) == {1}
+    assert out["after"] == out["before"]
+    assert all(reached and now == 1 for _, _, now, _, reached in out["done"])
+    assert {lib for lib, *_ in out["done"]} >= {"openblas"}
+
+
+@needs_numpy
+def test_thread_scope_sets_only_per_thread_limits():
+    pytest.importorskip("sklearn")
+    out = run_json(
+        "import json, threading, numpy, sklearn.utils._openmp_helpers, threadpoolctl\n"
+        "from parinfo.process import setter\n"
+        "def counts():\n"
+        "    return {p['internal_api']: p['num_threads'] for p in threadpoolctl.threadpool_info()}\n"
+        "before = counts()\n"
+        "done = setter.set_counts({'openmp': 1, 'blas': 1}, scope='thread')\n"
+        "seen = []\n"
+        "t = threading.Thread(target=lambda: seen.append(counts())); t.start(); t.join()\n"
+        "print(json.dumps({'done': [[o.library, o.scope, o.now] for o in done], 'before': before,\n"
+        "  'here': counts(), 'other': seen[0]}))")
+    assert out["done"] and all(lib == "libgomp" and scope == "thread" and now == 1
+                               for lib, scope, now in out["done"])
+    assert out["here"]["openmp"] == 1
+    assert out["here"]["openblas"] == out["before"]["openblas"]  # process-wide: not touched
+    assert out["other"]["openmp"] == out["before"]["openmp"]  # another thread keeps its own limit
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_torch_outcomes_match_torch_getters_and_a_refusal_is_named():
+    out = run_json(
+        "import json, torch\n"
+        "from parinfo.process import setter\n"
+        "a = setter.set_torch(intra=1, inter=1)\n"
+        "b = setter.set_torch(inter=2)\n"
+        "print(json.dumps({'a': [[o.target, o.now, o.error] for o in a], 'b': [[o.now, o.error] for o in b],\n"
+        "  'torch': [torch.get_num_threads(), torch.get_num_interop_threads()]}))")
+    assert out["a"] == [["inter-op", 1, ""], ["intra-op", 1, ""]]
+    assert out["torch"] == [1, 1]
+    now, error = out["b"][0]
+    assert now == 1 and "cannot set number of interop threads" in error
+
+
+def test_the_hook_loads_the_setter_without_parinfo_on_the_path(tmp_path):
+    """The start-up hook runs in interpreters that may not have parinfo: the setter module loads
+    by path with the standard library alone."""
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('_s', {str(PACKAGE / 'process' / 'setter.py')!r})\n"
+            "m = importlib.util.module_from_spec(spec); sys.modules['_s'] = m; spec.loader.exec_module(m)\n"
+            "assert 'parinfo' not in sys.modules, sorted(k for k in sys.modules if 'parinfo' in k)\n"
+            "print(m.Outcome('x', 't', 2, 2, 1, 'process').reached)")
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
