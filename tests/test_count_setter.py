@@ -103,3 +103,23 @@ def test_the_hook_loads_the_setter_without_parinfo_on_the_path(tmp_path):
                           timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True"
+
+
+@needs_numpy
+def test_apply_sets_each_pool_once():
+    out = run_json(
+        "import collections, json, numpy, parinfo, threadpoolctl\n"
+        "from parinfo.process.setter import NativePool\n"
+        "calls = collections.Counter()\n"
+        "real_set, real_checked = NativePool.set, NativePool.set_checked\n"
+        "def counted(name, real):\n"
+        "    def call(self, n):\n"
+        "        calls[self.path] += 1\n"
+        "        return real(self, n)\n"
+        "    return call\n"
+        "NativePool.set, NativePool.set_checked = counted('set', real_set), counted('checked', real_checked)\n"
+        "r = parinfo.apply({'version': 1, 'name': 'one', 'intra_op': 1, 'libraries': {'blas': 1}})\n"
+        "print(json.dumps({'calls': list(calls.values()), 'bad': r['not_in_force'],\n"
+        "  'blas': [p['num_threads'] for p in threadpoolctl.threadpool_info() if p['user_api'] == 'blas']}))")
+    assert out["calls"] and set(out["calls"]) == {1}
+    assert out["blas"] and set(out["blas"]) == {1} and out["bad"] == []
