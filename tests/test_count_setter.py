@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HAVE_NUMPY, HAVE_TORCH, clean_env, run_json
+from conftest import HAVE_NUMPY, HAVE_TORCH, run_json
 
 PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
 
@@ -31,7 +31,7 @@ def test_no_module_but_the_setter_sets_a_library_count():
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
             # parinfo's own runtime setters are called by name (its count, not a library's)
-            if isinstance(func, ast.Attribute) and name in SETTING_CALLS or name == "threadpool_limits":
+            if (isinstance(func, ast.Attribute) and name in SETTING_CALLS) or name == "threadpool_limits":
                 found.append(f"{rel}:{node.lineno} {name}")
     assert found == []
 

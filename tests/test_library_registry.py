@@ -5,8 +5,9 @@ pick it up without any other module naming it.
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
-import subprocess
+import re
 from pathlib import Path
 
 import pytest
@@ -44,11 +45,48 @@ def set_num_threads(n):
 """
 
 
-@pytest.mark.parametrize("name", ["OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"])
-def test_a_variable_name_is_spelled_in_one_file_of_the_package(name):
-    out = subprocess.run(["grep", "-rl", "--exclude-dir=__pycache__", name, str(PACKAGE)], capture_output=True, text=True, check=False)
-    files = [Path(p).relative_to(PACKAGE).as_posix() for p in out.stdout.split()]
-    assert files == ["process/libraries.py"]
+def _library_facts() -> set[str]:
+    """Every variable and file name prefix the registry knows."""
+    facts = set(THREAD_VARS)
+    for rec in reg.records():
+        facts |= set(rec.variables) | set(rec.count_vars) | set(rec.prefixes) | set(rec.not_prefixes)
+        facts |= set(rec.static_prefixes) | {f for f, _ in rec.layer_files} | {f for f, _ in rec.linked_into}
+        facts |= {var for _, var in rec.roles}
+    return facts
+
+
+def _code_strings(path: Path) -> list[ast.Constant]:
+    """The string constants of a module that are code, not docstrings (f-string parts included)."""
+    tree = ast.parse(path.read_text())
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    return [n for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_no_string_in_code_outside_the_registry_names_a_library_fact():
+    facts = _library_facts()
+    assert {"OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "KMP_DUPLICATE_LIB_OK", "libgomp", "libtorch_cpu",
+            "libmkl_core", "PARINFO_BACKEND"} <= facts
+    pattern = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted(map(re.escape, facts), key=len, reverse=True)) + ")")
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel == "process/libraries.py":
+            continue
+        for node in _code_strings(path):
+            found += [f"{rel}:{node.lineno} {m.group(1)}" for m in pattern.finditer(node.value)]
+    assert found == []
+
+
+def test_the_scan_sees_a_fact_written_in_code(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text('"""Docs may say OMP_NUM_THREADS."""\nX = f"set {1} OMP_NUM_THREADS"\n')
+    assert [n.value for n in _code_strings(planted)] == ["set ", " OMP_NUM_THREADS"]
 
 
 def test_every_record_is_consistent():

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.cpulist import format_cpu_list
-from parinfo.process.libraries import by_internal_api, find
+from parinfo.process.libraries import by_internal_api, find, library
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.report import Report
@@ -76,6 +76,7 @@ def torch_block(report: Report) -> str:
     r = report
     m = r.machine
     lines: list[str] = []
+    torch_vars = library("torch").count_vars  # the variables torch's own block lists
     torch = (r.frameworks or {}).get("torch")
     if torch and torch.get("parallel_info_text"):
         lines.extend(torch["parallel_info_text"].rstrip("\n").splitlines())
@@ -94,7 +95,7 @@ def torch_block(report: Report) -> str:
         lines.append(f"std::thread::hardware_concurrency() : {show_value(m.get('logical_cpus'))}")
         lines.append("Environment variables:")
         for row in r.environment:
-            if row["name"] in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            if row["name"] in torch_vars:
                 lines.append(f"\t{row['name']} : {row['value'] if row['value'] is not None else '[not set]'}")
     started = "started" if r.backend.get("runtime_started") else "not started"
     lines.append(f"parinfo parallel backend: {rt.get('backend')} (pools {started})")
@@ -116,7 +117,7 @@ def torch_block(report: Report) -> str:
         shown = f"{count} ({source})" if count is not None else str(source or "unknown")
         lines.append(f"\t{row['library']}{owner} : {shown}")
     others = [row for row in r.environment if row.get("value") is not None
-              and row["name"] not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")]
+              and row["name"] not in torch_vars]
     if torch:  # torch's block above listed OMP/MKL as torch saw them at its start; list all set now
         others = [row for row in r.environment if row.get("value") is not None]
     if others:

@@ -12,6 +12,7 @@ from typing import Any
 
 from parinfo.diagnostics import fleet_rules, live_rules
 from parinfo.diagnostics.findings import SEVERITIES, Finding, at_least, sort_findings
+from parinfo.process import libraries as reg
 
 __all__ = ["RULES", "SEVERITIES", "Finding", "Rule", "at_least", "diagnose", "interop_fix"]
 
@@ -194,8 +195,8 @@ def _invalid_variables(s: dict[str, Any]) -> list[Finding]:
             out.append(Finding(
                 "invalid-variable", "warning",
                 f"{row['name']}={row['value']!r} is invalid: {row.get('problem')}",
-                f"{readers} ignore an invalid value silently (libgomp alone prints a warning) and fall "
-                "back to their defaults",
+                f"{readers} ignore an invalid value silently ({' and '.join(reg.warns_invalid())} alone "
+                "prints a warning) and fall back to their defaults",
                 f"unset {row['name']} or give it a valid value",
             ))
     return out
@@ -267,16 +268,21 @@ def _set_after_load(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
+def _both(pair: tuple[reg.Library, reg.Library]) -> str:
+    return " and ".join(r.vendor or r.name for r in pair)
+
+
 def _several_openmp(s: dict[str, Any]) -> list[Finding]:
     libs = _openmp_libs(s)
-    if {"libiomp", "libomp"} <= libs:
+    pair = reg.conflicting_openmp()
+    if {r.name for r in pair} <= libs:
         files = [f"{p['library']} [{p.get('owner')}]" for p in s.get("pools", [])
-                 if p["library"] in ("libiomp", "libomp")]
+                 if p["library"] in {r.name for r in pair}]
         return [Finding(
             "openmp-intel-llvm", "error",
-            f"Intel libiomp and LLVM libomp are both loaded ({', '.join(files)})",
+            f"{_both(pair)} are both loaded ({', '.join(files)})",
             "the two runtimes share symbols: initialising both aborts with OMP Error #15, or hangs at "
-            "exit when KMP_DUPLICATE_LIB_OK is set; parinfo read no count from any library so as not "
+            f"exit when {reg.role_var('duplicate_ok')} is set; parinfo read no count from any library so as not "
             "to initialise them",
             "install packages built against one OpenMP runtime (for example all from conda-forge, or "
             "all from PyPI wheels), or import only one of the libraries in this process",
@@ -300,7 +306,7 @@ def _openmp_and_tbb(s: dict[str, Any]) -> list[Finding]:
             "OpenMP and TBB are both loaded",
             "the two schedulers do not know each other's threads; PyTorch's threading note strongly "
             "recommends not mixing OpenMP and TBB within one build",
-            "use builds of your libraries that share one threading layer (e.g. MKL_THREADING_LAYER "
+            f"use builds of your libraries that share one threading layer (e.g. {reg.library('mkl').layer_var} "
             "matching the rest)",
         )]
     return []
@@ -317,15 +323,16 @@ def _openblas_pthreads_with_openmp(s: dict[str, Any]) -> list[Finding]:
            and isinstance(p.get("num_threads"), int) and p["num_threads"] > 1]
     if not (pthreads and omp):
         return []
-    active = (_env_values(s).get("OMP_WAIT_POLICY") or "").strip().lower() == "active"
+    wait = reg.role_var("wait_policy")
+    active = (_env_values(s).get(wait) or "").strip().lower() == "active"
     message = (f"OpenBLAS with pthreads ({pthreads[0]['num_threads']} threads) is loaded beside an OpenMP "
                f"runtime ({omp[0]['num_threads']} threads)")
     if active:
         return [Finding(
-            "openblas-pthreads-with-openmp", "warning", message + " with OMP_WAIT_POLICY=active",
-            "OMP_WAIT_POLICY=active keeps the OpenMP threads spinning between regions, so BLAS calls "
+            "openblas-pthreads-with-openmp", "warning", message + f" with {wait}=active",
+            f"{wait}=active keeps the OpenMP threads spinning between regions, so BLAS calls "
             "made between OpenMP regions find the CPUs busy",
-            "unset OMP_WAIT_POLICY (or set OMP_WAIT_POLICY=passive)",
+            f"unset {wait} (or set {wait}=passive)",
         )]
     return [Finding(
         "openblas-pthreads-with-openmp", "info", message,
@@ -333,31 +340,32 @@ def _openblas_pthreads_with_openmp(s: dict[str, Any]) -> list[Finding]:
         "alternate in quick succession steal CPU time from each other; work that uses one at a time "
         "is not affected",
         "only where BLAS and OpenMP work alternate in a hot loop: limit one of them to 1 thread there "
-        "(threadpoolctl.threadpool_limits), or set OMP_WAIT_POLICY=passive",
+        f"(threadpoolctl.threadpool_limits), or set {wait}=passive",
     )]
 
 
 def _kmp_duplicate(s: dict[str, Any]) -> list[Finding]:
     """KMP_DUPLICATE_LIB_OK says who set it; it is dangerous only while Intel libiomp and LLVM libomp
     are both loaded (error then, info otherwise)."""
-    row = next((r for r in s.get("environment", []) if r["name"] == "KMP_DUPLICATE_LIB_OK"
-                and r.get("value") is not None), None)
+    var = reg.role_var("duplicate_ok")
+    row = next((r for r in s.get("environment", []) if r["name"] == var and r.get("value") is not None), None)
     if row is None:
         return []
     who = row.get("set_by") or "set by an unknown party"
     by_import = who.startswith("set by the import of")
-    what = f"KMP_DUPLICATE_LIB_OK={row['value']} is set ({who})"
-    if {"libiomp", "libomp"} <= _openmp_libs(s):
+    what = f"{var}={row['value']} is set ({who})"
+    pair = reg.conflicting_openmp()
+    if {r.name for r in pair} <= _openmp_libs(s):
         return [Finding(
-            "kmp-duplicate-lib-ok", "error", what + " while Intel libiomp and LLVM libomp are both loaded",
+            "kmp-duplicate-lib-ok", "error", what + f" while {_both(pair)} are both loaded",
             "it lets the second OpenMP runtime start instead of stopping with OMP Error #15; the two "
             "runtimes then share state: wrong results, crashes, or a hang at exit",
             "load a single OpenMP runtime (packages built against one); "
-            + ("the variable then does no harm" if by_import else "then unset KMP_DUPLICATE_LIB_OK"),
+            + ("the variable then does no harm" if by_import else f"then unset {var}"),
         )]
     return [Finding(
         "kmp-duplicate-lib-ok", "info", what,
-        "it silences Intel OpenMP's check for a second OpenMP runtime; Intel libiomp and LLVM libomp "
+        f"it silences Intel OpenMP's check for a second OpenMP runtime; {_both(pair)} "
         "are not loaded together here, so it hides nothing now",
         "nothing to do" + (" (that import sets it in every process)" if by_import
                            else "; unset it if it was set to silence an OMP Error #15"),

@@ -132,7 +132,7 @@ def is_false(value: str | None) -> bool:
 
 def _mkl_cap(facts: MachineFacts, env: Mapping[str, str],
              ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
-    if is_false(env.get("MKL_DYNAMIC")):
+    if is_false(env.get(role_var("dynamic"))):
         return None, ""
     n = facts.physical_cores
     return n, f"{n} physical core{'s' if n != 1 else ''} (MKL_DYNAMIC is not FALSE)"
@@ -217,6 +217,11 @@ class Library:
     layer_var: str | None = None
     listed: str = "always"  # always | loaded: list its unset variables only when the module is loaded
     roles: tuple[tuple[str, str], ...] = ()  # (role, variable): variables other modules ask for by role
+    conflicts: tuple[str, ...] = ()  # runtimes it cannot share a process with (both initialised: abort)
+    warns_invalid: bool = False  # prints a warning for an invalid count variable (the others are silent)
+    static_prefixes: tuple[str, ...] = ()  # files that hold it without a controller threadpoolctl knows
+    linked_into: tuple[tuple[str, str], ...] = ()  # (file prefix, framework): a copy linked inside it
+    layer_from_openmp: tuple[tuple[str, str], ...] = ()  # (OpenMP runtime, layer) when no layer file says
     note: str = ""
 
     def var(self, role: str) -> str:
@@ -225,6 +230,21 @@ class Library:
             if name == role:
                 return var
         raise KeyError(f"{self.name} has no variable for {role!r}")
+
+    def layer_in(self, objects: list[str]) -> str | None:
+        """Its threading layer, from the files loaded beside it (``layer_files``), or None."""
+        for path in objects:
+            base = path.rsplit("/", 1)[-1].lower()
+            for prefix, layer in self.layer_files:
+                if base.startswith(prefix):
+                    return layer
+        return None
+
+    def layer_given_openmp(self, runtimes: set[str]) -> str | None:
+        """Its threading layer inferred from the one OpenMP runtime its owner loaded, or None."""
+        if len(runtimes) != 1:
+            return None
+        return dict(self.layer_from_openmp).get(next(iter(runtimes)))
 
     @property
     def count_vars(self) -> tuple[str, ...]:
@@ -266,12 +286,14 @@ _KMP_STEER = ("KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_DUPLICATE_LIB_OK")
 
 
 def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], reads: tuple[str, ...],
-            team_release: str | None = None) -> Library:
+            team_release: str | None = None, conflicts: tuple[str, ...] = (), warns_invalid: bool = False) -> Library:
+    kmp = (("duplicate_ok", "KMP_DUPLICATE_LIB_OK"),) if "KMP_DUPLICATE_LIB_OK" in reads else ()
     return Library(
         name, label, prefixes=(name,), not_prefixes=("libomptarget",), user_api="openmp", internal_api="openmp",
         vendor=vendor, env_prefixes=env_prefixes, precedence=("OMP_NUM_THREADS",), reads=_OMP_STEER + reads,
         default=defaults.affinity_cpus, profile_key="openmp", profile_var="OMP_NUM_THREADS",
         native_getter="omp_get_max_threads()", team_release=team_release, scope="thread",
+        roles=(("wait_policy", "OMP_WAIT_POLICY"), *kmp), conflicts=conflicts, warns_invalid=warns_invalid,
         note="no cap: a request above the CPUs is taken as it is (libgomp takes 8 on 2 CPUs)")
 
 
@@ -279,9 +301,10 @@ def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], r
 _RECORDS: tuple[Library, ...] = (
     # libgomp frees one thread's team; LLVM/Intel OpenMP's pause acts on the whole process
     _openmp("libgomp", "GNU libgomp", "GNU OpenMP (libgomp)", ("OMP_", "GOMP_"), ("GOMP_CPU_AFFINITY",),
-            team_release="omp_pause_resource_all"),
-    _openmp("libiomp", "Intel libiomp", "Intel OpenMP (libiomp)", ("OMP_", "KMP_"), _KMP_STEER),
-    _openmp("libomp", "LLVM libomp", "LLVM OpenMP (libomp)", ("OMP_", "KMP_"), _KMP_STEER),
+            team_release="omp_pause_resource_all", warns_invalid=True),
+    # both register as "the" Intel-style runtime: the second to initialise aborts (OMP Error #15)
+    _openmp("libiomp", "Intel libiomp", "Intel OpenMP (libiomp)", ("OMP_", "KMP_"), _KMP_STEER, conflicts=("libomp",)),
+    _openmp("libomp", "LLVM libomp", "LLVM OpenMP (libomp)", ("OMP_", "KMP_"), _KMP_STEER, conflicts=("libiomp",)),
     Library("mkl", "Intel MKL", prefixes=("libmkl_rt",), user_api="blas", internal_api="mkl",
             env_prefixes=("MKL_",), precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
             reads=("MKL_DYNAMIC", "MKL_THREADING_LAYER"), default=defaults.physical_in_affinity, cap=_mkl_cap,
@@ -289,7 +312,9 @@ _RECORDS: tuple[Library, ...] = (
             native_getter="mkl_get_max_threads()", scope="process",
             layer_files=(("libmkl_intel_thread", "intel"), ("libmkl_gnu_thread", "gnu"),
                          ("libmkl_tbb_thread", "tbb"), ("libmkl_sequential", "sequential")),
-            layer_var="MKL_THREADING_LAYER"),
+            layer_var="MKL_THREADING_LAYER", roles=(("dynamic", "MKL_DYNAMIC"),),
+            static_prefixes=("libmkl_core",), linked_into=(("libtorch_cpu", "torch"),),
+            layer_from_openmp=(("libgomp", "gnu"), ("libiomp", "intel"))),
     Library("openblas", "OpenBLAS", prefixes=("libopenblas", "libscipy_openblas"), user_api="blas",
             internal_api="openblas", env_prefixes=("OPENBLAS_", "GOTO_"),
             precedence=("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
@@ -437,6 +462,27 @@ def listed_unset(name: str) -> bool:
     listed only when its module is loaded and none of those is."""
     readers = [_BY_NAME[n] for n in THREAD_VARS[name].readers] if name in THREAD_VARS else []
     return not readers or any(r.listed == "always" or r.is_loaded() for r in readers)
+
+
+def role_var(role: str) -> str:
+    """The variable that plays ``role`` (wait_policy, duplicate_ok, dynamic, inter_op, backend,
+    verify, adaptive) for the first library that has one."""
+    for rec in _RECORDS:
+        for name, var in rec.roles:
+            if name == role:
+                return var
+    raise KeyError(f"no library has a variable for {role!r}")
+
+
+def conflicting_openmp() -> tuple[Library, Library]:
+    """The two OpenMP runtimes that cannot share a process (Intel libiomp, LLVM libomp)."""
+    first = next(r for r in _RECORDS if r.conflicts)
+    return first, library(first.conflicts[0])
+
+
+def warns_invalid() -> tuple[str, ...]:
+    """The libraries that print a warning for an invalid count variable (the others are silent)."""
+    return tuple(r.name for r in _RECORDS if r.warns_invalid)
 
 
 def set_on_import(module: str) -> tuple[str, ...]:

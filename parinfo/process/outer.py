@@ -164,7 +164,7 @@ def set_by(env_rows: list[dict[str, Any]], framework: str | None = None,
     listed = set(launch.get(PARINFO_SET_VAR, "").split(",")) - {""}
     pre_spawn = _dask_config("distributed.nanny.pre-spawn-environ") if framework == "dask" else {}
     after = _dask_config("distributed.nanny.environ") if framework == "dask" else {}
-    omp = reg.library("libgomp").profile_var
+    omp = reg.LIBRARY_VARS["openmp"][0]
     loky = _loky_vars() if framework == "loky" else ()
     out: dict[str, str] = {}
     for row in env_rows:

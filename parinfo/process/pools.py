@@ -113,9 +113,8 @@ def owner_of(path: str) -> str:
     return "unknown"
 
 
-#: The OpenMP runtimes that cannot share a process: both register as "the" Intel-style runtime, so the
-#: second one to initialise aborts (OMP Error #15) or, with KMP_DUPLICATE_LIB_OK, hangs at exit.
-CONFLICTING_OPENMP = ("libiomp", "libomp")
+#: The OpenMP runtimes that cannot share a process (the registry's ``conflicts``).
+CONFLICTING_OPENMP = tuple(r.name for r in reg.conflicting_openmp())
 
 
 def openmp_conflict(objects: list[str] | None = None) -> list[str]:
@@ -135,8 +134,8 @@ def openmp_conflict(objects: list[str] | None = None) -> list[str]:
     return []
 
 
-CONFLICT_NOTE = ("count not read: Intel libiomp and LLVM libomp are both loaded, and a call into either "
-                 "runtime can abort the process (OMP Error #15) or hang it at exit")
+CONFLICT_NOTE = (f"count not read: {' and '.join(r.vendor or r.name for r in reg.conflicting_openmp())} are both "
+                 "loaded, and a call into either runtime can abort the process (OMP Error #15) or hang it at exit")
 
 
 def _tpc_rows() -> list[dict]:
@@ -160,18 +159,13 @@ def _object_row(path: str, library: str, user_api: str, internal_api: str, note:
     return PoolRow.of_file(path, (library, user_api, internal_api), seen_by="loaded objects", note=note).to_dict()
 
 
-def _mkl_layer(objects: list[str]) -> str | None:
-    for path in objects:
-        base = os.path.basename(path).lower()
-        for prefix, layer in reg.library("mkl").layer_files:
-            if base.startswith(prefix):
-                return layer
-    return None
 
 
 def _torch_mkl_row(objects: list[str], rows: list[dict]) -> dict | None:
-    """A row for MKL linked inside libtorch_cpu, when torch is imported and reports MKL."""
-    torch = sys.modules.get("torch")
+    """A row for MKL linked inside torch's library, when torch is imported and reports MKL."""
+    mkl = reg.library("mkl")
+    (prefix, owner), = mkl.linked_into
+    torch = sys.modules.get(owner)
     if torch is None:
         return None
     try:
@@ -179,30 +173,27 @@ def _torch_mkl_row(objects: list[str], rows: list[dict]) -> dict | None:
             return None
     except Exception:  # a torch without backends.mkl, or one still importing
         return None
-    if any(r["library"] == "mkl" and r["owner"] == "torch" for r in rows):
-        return None  # a torch build with a separate libmkl_rt: threadpoolctl already shows it
-    lib = next((p for p in objects if os.path.basename(p).startswith("libtorch_cpu")), None)
+    if any(r["library"] == mkl.name and r["owner"] == owner for r in rows):
+        return None  # a torch build with a separate MKL runtime file: threadpoolctl already shows it
+    lib = next((p for p in objects if os.path.basename(p).startswith(prefix)), None)
     if lib is None:
         return None
     from parinfo.process.frameworks import parallel_info_text, parse_parallel_info
 
     parsed = parse_parallel_info(parallel_info_text() or "")
-    row = _object_row(lib, "mkl", "blas", "mkl",
-                      "MKL linked into libtorch_cpu; count is mkl_get_max_threads() from "
+    row = _object_row(lib, mkl.name, str(mkl.user_api), str(mkl.internal_api),
+                      f"MKL linked into {prefix}; count is {mkl.native_getter} from "
                       "torch.__config__.parallel_info(), which changes nothing")
-    row["prefix"] = "libtorch_cpu"
-    row["owner"] = "torch"
+    row["prefix"] = prefix
+    row["owner"] = owner
     row["version"] = parsed["mkl_version"]
     row["num_threads"] = parsed["mkl_max_threads"]
-    layer = _mkl_layer(objects)
+    layer = mkl.layer_in(objects)
     if layer is None and (parsed["aten_backend"] or "").lower() == "openmp":
-        vendors = {r["library"] for r in rows if r["user_api"] == "openmp" and r["owner"] == "torch"}
-        if vendors == {"libgomp"}:
-            layer = "gnu"
-            row["note"] += "; layer inferred from torch's OpenMP runtime (GNU libgomp)"
-        elif vendors == {"libiomp"}:
-            layer = "intel"
-            row["note"] += "; layer inferred from torch's OpenMP runtime (Intel libiomp)"
+        runtimes = {r["library"] for r in rows if r["user_api"] == "openmp" and r["owner"] == owner}
+        layer = mkl.layer_given_openmp(runtimes)
+        if layer is not None:
+            row["note"] += f"; layer inferred from torch's OpenMP runtime ({reg.library(runtimes.pop()).vendor})"
     row["threading_layer"] = layer
     return row
 
@@ -273,7 +264,7 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
             rows, tpc_error = [], describe(exc)
     known = {os.path.realpath(r["filepath"]) for r in rows if r["filepath"]}
     known |= {r["filepath"] for r in rows if r["filepath"]}
-    mkl_layer = _mkl_layer(objects)
+    mkl_layer = reg.library("mkl").layer_in(objects)
     for path in objects:
         fam = classify(path)
         if fam is None or path in known:
@@ -298,7 +289,7 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
         rows.append(row)
         known.add(path)
     if not any(r["library"] == "mkl" for r in rows):
-        core = next((p for p in objects if os.path.basename(p).startswith("libmkl_core")), None)
+        core = next((p for p in objects if os.path.basename(p).startswith(reg.library("mkl").static_prefixes)), None)
         if core is not None:
             row = _object_row(core, "mkl", "blas", "mkl",
                               "MKL linked without mkl_rt: threadpoolctl has no controller for it")

@@ -91,8 +91,8 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
     wanted = dict(plan.env)
     if instance is not None:
         # The instance's own fields decide parinfo's counts unless its env says otherwise.
-        wanted["PARINFO_NUM_THREADS"] = str(instance.intra_op)
-        wanted["PARINFO_NUM_INTEROP_THREADS"] = str(instance.inter_op)
+        wanted[reg.RUNTIME_VARS[0]] = str(instance.intra_op)
+        wanted[reg.RUNTIME_VARS[1]] = str(instance.inter_op)
         wanted.update(instance.env)
     env = dict(base)
     from_parinfo = _set_by_outer_launch(base)

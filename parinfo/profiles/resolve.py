@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import UsageError
 from parinfo.machine.cpulist import format_cpu_list
+from parinfo.process import libraries as reg
 from parinfo.profiles import expr
 from parinfo.profiles.model import Profile
 from parinfo.profiles.plan import InstancePlan, Plan, Setting
@@ -360,14 +361,14 @@ class _Resolver:
 
     def library_notes(self, counts: dict[str, Setting], env: dict[str, str]) -> None:
         mkl = counts["mkl"].value
-        dynamic_off = env.get("MKL_DYNAMIC", "").upper() in ("FALSE", "0", "NO", "OFF")
-        if mkl > self.values["usable_physical_cores"] and not dynamic_off:
+        dynamic = reg.role_var("dynamic")
+        if mkl > self.values["usable_physical_cores"] and not reg.is_false(env.get(dynamic)):
             self.notes.append(f"MKL uses at most the physical cores ({self.values['usable_physical_cores']} usable) "
-                              f"unless MKL_DYNAMIC=FALSE; libraries.mkl asks for {mkl}")
+                              f"unless {dynamic}=FALSE; libraries.mkl asks for {mkl}")
         torch = counts["torch"].value
         if torch != mkl:
-            self.notes.append(f"torch reads MKL_NUM_THREADS ({mkl}) at import; its intra-op count {torch} is set "
-                              f"by the start-up hook or parinfo.apply()")
+            self.notes.append(f"torch reads {reg.library('torch').precedence[0]} ({mkl}) at import; its intra-op "
+                              f"count {torch} is set by the start-up hook or parinfo.apply()")
 
 
 def resolve(prof: Profile, facts: MachineFacts, *, instances: int | None = None) -> Plan:

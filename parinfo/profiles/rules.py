@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from parinfo.errors import ProfileError
 from parinfo.machine.cpulist import parse_cpu_list
-from parinfo.process.libraries import LIBRARY_VARS, profile_keys
+from parinfo.process.libraries import LIBRARY_VARS, RUNTIME_VARS, profile_keys, role_var
 from parinfo.profiles import expr
 from parinfo.profiles.model import type_name
 from parinfo.profiles.yaml_nodes import KeyPath, shown
@@ -33,8 +33,8 @@ INSTANCE_NAMES = ("instances", "cores_per_instance")
 
 # Variables that the plan derives from the counts; the profile sets them through the count keys.
 DERIVED_VARS: dict[str, str] = {
-    "PARINFO_NUM_THREADS": "intra_op",
-    "PARINFO_NUM_INTEROP_THREADS": "inter_op",
+    RUNTIME_VARS[0]: "intra_op",
+    RUNTIME_VARS[1]: "inter_op",
     **{var: f"libraries.{lib}" for lib, names in LIBRARY_VARS.items() for var in names},
 }
 
@@ -224,7 +224,7 @@ class Env(Rule):
 
         if not isinstance(value, dict):
             raise c.fail(kp, f"'env' must be a mapping of variable names to values, not {type_name(value)}",
-                         "write e.g. 'env: {OMP_WAIT_POLICY: passive}'")
+                         f"write e.g. 'env: {{{role_var('wait_policy')}: passive}}'")
         out: dict[str, str] = {}
         for name, raw in value.items():
             vkp = (*kp, name)

@@ -17,14 +17,15 @@ from __future__ import annotations
 import sys
 import threading
 
+from parinfo.process.libraries import LIBRARY_VARS
 from parinfo.process.setter import NativePool
 
 PROBE_TIMEOUT_S = 5.0
 # What a user does for the threads a per-thread limit does not reach.
 _FIX_OPENMP = ("call parinfo.apply() or threadpoolctl.threadpool_limits({n}, user_api='openmp') at the "
                "start of each thread that runs OpenMP work (e.g. as a thread pool's initializer), or set "
-               "OMP_NUM_THREADS before the process starts (parinfo apply PROFILE -- COMMAND): every thread "
-               "reads it")
+               f"{LIBRARY_VARS['openmp'][0]} before the process starts (parinfo apply PROFILE -- COMMAND): "
+               "every thread reads it")
 
 
 def _describe(threads: list[threading.Thread]) -> str:

@@ -32,6 +32,8 @@ import os
 import threading
 from typing import Any
 
+from parinfo.process.libraries import library
+
 EXPLORE = 3  # samples per candidate in each round (the median decides)
 WARMUP = 2  # a site's first calls run the first candidate unrecorded (threads start, caches fill)
 RECHECK_FIRST = 32  # calls between re-checks after the choice changed
@@ -54,7 +56,8 @@ class Adaptive:
     def enabled(self) -> bool:
         on = self._enabled
         if on is None:
-            on = self._enabled = os.environ.get("PARINFO_ADAPTIVE", "1").strip().lower() not in _OFF_VALUES
+            raw = os.environ.get(library("parinfo").var("adaptive"), "1")
+            on = self._enabled = raw.strip().lower() not in _OFF_VALUES
         return on
 
     def set_enabled(self, on: bool) -> None:

@@ -30,7 +30,8 @@ EXPLICIT = "explicit call"
 
 # The variables each count reads, first wins (after an explicit call and a profile).
 INTRA_VARS = library("parinfo").count_vars  # PARINFO_NUM_THREADS, then torch's variables
-INTER_VARS = ("PARINFO_NUM_INTEROP_THREADS",)
+INTER_VARS = (library("parinfo").var("inter_op"),)
+BACKEND_VAR = library("parinfo").var("backend")
 
 # Each pool holds at most this many threads per logical CPU of the machine, whatever the count asks
 # (MKL and OpenBLAS cap their own pools the same way); a larger count is valid but capped.
@@ -102,13 +103,13 @@ def _read_machine() -> tuple[int, int]:
 
 def _read_backend() -> tuple[str, str]:
     """(backend, source) from PARINFO_BACKEND=native|sequential."""
-    raw = os.environ.get("PARINFO_BACKEND")
+    raw = os.environ.get(BACKEND_VAR)
     if raw is None:
         return "native", "default"
     value = raw.strip().lower()
-    if value in THREAD_VARS["PARINFO_BACKEND"].choices:
-        return value, "env PARINFO_BACKEND"
-    return "native", f"default (ignored invalid PARINFO_BACKEND={raw!r})"
+    if value in THREAD_VARS[BACKEND_VAR].choices:
+        return value, f"env {BACKEND_VAR}"
+    return "native", f"default (ignored invalid {BACKEND_VAR}={raw!r})"
 
 
 class Counts:
