@@ -43,6 +43,7 @@ from parinfo.profiles.yaml_nodes import (
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
+    from parinfo.profiles.plan import Plan
 
 __all__ = ["AFFINITY_WORDS", "DERIVED_VARS", "FACT_NAMES", "INSTANCE_KEYS", "INSTANCE_NAMES", "LIBRARIES",
            "MAX_COUNT", "MAX_EXTENDS", "TOP_KEYS", "VERSION", "Profile", "as_profile", "find_profile", "list_profiles",
@@ -151,7 +152,7 @@ def as_profile(profile: Any) -> Profile:
                        fix="pass e.g. 'latency' or 'my-profile.yaml'")
 
 
-def resolve_profile(profile: Any, facts: MachineFacts | None = None, *, instances: int | None = None):
+def resolve_profile(profile: Any, facts: MachineFacts | None = None, *, instances: int | None = None) -> Plan:
     """Resolve ``profile`` (a name, path, loaded Profile or plain dict) on ``facts`` (default: this
     machine) into a :class:`parinfo.profiles.plan.Plan`. ``instances`` overrides the profile's count."""
     from parinfo.profiles.resolve import resolve

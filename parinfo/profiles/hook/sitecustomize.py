@@ -68,6 +68,8 @@ def _setter():
 
     path = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "process", "setter.py")
     spec = importlib.util.spec_from_file_location("_parinfo_setter", path)
+    if spec is None or spec.loader is None:
+        raise ImportError("parinfo's setter module is missing beside this hook: " + path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["_parinfo_setter"] = module  # dataclasses look their module up while it runs
     try:
@@ -171,7 +173,7 @@ def _guard_interop(torch, inter, rec):
     argument) raises as it would without parinfo.
     """
     real = getattr(torch, rec.interop_setter)
-    answered = []
+    answered = []  # type: list[int]
 
     def guarded(nthreads):
         if answered:
@@ -192,7 +194,7 @@ def _guard_interop(torch, inter, rec):
     guarded.__name__ = getattr(real, "__name__", rec.interop_setter)
     guarded.__qualname__ = guarded.__name__
     guarded.__doc__ = getattr(real, "__doc__", None)
-    guarded.__wrapped__ = real
+    guarded.__wrapped__ = real  # type: ignore[attr-defined]
     setattr(torch, rec.interop_setter, guarded)
 
 
