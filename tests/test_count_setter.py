@@ -123,3 +123,21 @@ def test_apply_sets_each_pool_once():
         "  'blas': [p['num_threads'] for p in threadpoolctl.threadpool_info() if p['user_api'] == 'blas']}))")
     assert out["calls"] and set(out["calls"]) == {1}
     assert out["blas"] and set(out["blas"]) == {1} and out["bad"] == []
+
+
+@needs_numpy
+def test_each_openmp_runtime_gets_its_own_record():
+    """libgomp, libiomp and libomp share threadpoolctl's internal_api: the file decides the record
+    (only libgomp's frees a thread's team; LLVM/Intel OpenMP's pause acts on the whole process)."""
+    pytest.importorskip("sklearn")
+    out = run_json(
+        "import ctypes, glob, json, numpy, sklearn.utils._openmp_helpers\n"
+        "for path in sorted(glob.glob('/usr/lib/llvm-*/lib/libomp.so*'))[-1:]:\n"
+        "    ctypes.CDLL(path)  # LLVM libomp beside libgomp, where the machine has it\n"
+        "from parinfo.process import setter\n"
+        "print(json.dumps([[p.record.name, p.path, bool(p.record.team_release)] for p in setter.native_pools()]))")
+    assert "libgomp" in [name for name, _, _ in out]
+    for name, path, frees in out:
+        base = path.rsplit("/", 1)[-1]
+        assert base.startswith(name if name != "openblas" else ("libopenblas", "libscipy_openblas")), (name, path)
+        assert frees == (name == "libgomp")

@@ -162,13 +162,15 @@ def native_pools(controller: Any = None) -> list[NativePool]:
 
     ``controller`` is a ``ThreadpoolController`` (a fresh one when not given: it reads the loaded
     objects, 0.5-10 ms)."""
-    from parinfo.process.libraries import by_internal_api
+    from parinfo.process.libraries import by_internal_api, by_prefix
 
     if controller is None:
         controller = import_threadpoolctl().ThreadpoolController()
     pools = []
     for lib in controller.lib_controllers:
-        record = by_internal_api(getattr(lib, "internal_api", None))
+        # the file tells the runtime (libgomp, libiomp and libomp share the internal_api "openmp")
+        name = os.path.basename(str(getattr(lib, "filepath", "") or getattr(lib, "prefix", "") or "")).lower()
+        record = by_prefix(name) or by_internal_api(getattr(lib, "internal_api", None))
         if record is not None and record.push == "threadpoolctl":
             pools.append(NativePool(lib, record))
     return pools
