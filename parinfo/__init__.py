@@ -31,8 +31,8 @@ _EXPORTS: dict[str, str] = {
     "get_thread_num": "parinfo.runtime",
     "profile": "parinfo.runtime",
     # profiles and apply
-    "load_profile": "parinfo.profiles.language",
-    "resolve_profile": "parinfo.profiles.language",
+    "load_profile": "parinfo.profiles.loading",
+    "resolve_profile": "parinfo.profiles.loading",
     "apply": "parinfo.profiles.applying",
     "Plan": "parinfo.profiles.plan",
     # live evidence
@@ -84,7 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from parinfo.machine.topology import MachineFacts as MachineFacts, machine_facts as machine_facts
     from parinfo.profiles.applying import apply as apply
-    from parinfo.profiles.language import load_profile as load_profile, resolve_profile as resolve_profile
+    from parinfo.profiles.loading import load_profile as load_profile, resolve_profile as resolve_profile
     from parinfo.profiles.plan import Plan as Plan
     from parinfo.runtime import (
         Future as Future,

@@ -14,13 +14,13 @@ from conftest import clean_env, run_cli
 from profile_machines import MACHINES, machine
 from test_launch_instances import by_instance
 
-from parinfo.profiles.language import resolve_profile, shipped_names
+from parinfo.profiles.loading import resolve_profile, shipped_names
 
 CPUS = sorted(os.sched_getaffinity(0))
 needs_two = pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs")
 
 # Inside one instance: what it runs with, and what the profile means where it runs.
-INSIDE = ("import json, os; from parinfo.profiles.language import resolve_profile; "
+INSIDE = ("import json, os; from parinfo.profiles.loading import resolve_profile; "
           "p = resolve_profile(os.environ['PARINFO_PROFILE']); "
           "print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), "
           "'intra': int(os.environ['PARINFO_NUM_THREADS']), "

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from parinfo.diagnostics.rules import SEVERITIES, at_least, diagnose
+from parinfo.diagnostics.process_rules import SEVERITIES, at_least, diagnose
 
 
 def base(usable: int = 4, **machine) -> dict:

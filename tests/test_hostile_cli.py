@@ -61,7 +61,7 @@ def test_an_empty_command_name_is_a_usage_error(command):
 
 def test_a_nul_in_the_command_is_refused_in_process():
     from parinfo.errors import UsageError
-    from parinfo.profiles.language import resolve_profile
+    from parinfo.profiles.loading import resolve_profile
     from parinfo.profiles.launch import run_plan
 
     with pytest.raises(UsageError, match="NUL"):

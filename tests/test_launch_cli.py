@@ -10,7 +10,7 @@ import pytest
 
 from conftest import HAVE_NUMPY, clean_env, run_cli
 
-pytest.importorskip("parinfo.profiles.language")
+pytest.importorskip("parinfo.profiles.loading")
 
 REPORT = """
 import json, os, sys

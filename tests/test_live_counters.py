@@ -6,7 +6,7 @@ import pytest
 from fake_trees import FakeMachine
 
 from parinfo.diagnostics.live_rules import runnable_above_usable, thread_stack_budget, throttled
-from parinfo.diagnostics.rules import diagnose
+from parinfo.diagnostics.process_rules import diagnose
 from parinfo.machine.memlimit import memory_facts
 from parinfo.machine.pressure import cpu_counters, cpu_pressure, read_pressure
 from parinfo.process.remote import parse_limits

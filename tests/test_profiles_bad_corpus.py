@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from parinfo.errors import ProfileError
-from parinfo.profiles.language import load_profile, resolve_profile
+from parinfo.profiles.loading import load_profile, resolve_profile
 from profile_machines import CORPUS_MACHINE
 
 CORPUS = Path(__file__).resolve().parent / "profiles_bad"

@@ -44,7 +44,7 @@ def test_apply_prints_every_setting_with_its_why():
 
 
 def test_apply_json_is_the_plan():
-    from parinfo.profiles.language import resolve_profile
+    from parinfo.profiles.loading import resolve_profile
 
     proc = run_cli("apply", "latency", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from parinfo.errors import ProfileError
 from parinfo.profiles.plan import Plan
-from parinfo.profiles.language import LIBRARIES, TOP_KEYS, resolve_profile
+from parinfo.profiles.loading import LIBRARIES, TOP_KEYS, resolve_profile
 from profile_machines import MACHINES
 
 _DIR = Path(tempfile.mkdtemp(prefix="parinfo-fuzz-"))

@@ -8,7 +8,7 @@ import pytest
 
 from parinfo.errors import ProfileError, UsageError
 from parinfo.profiles.plan import Plan
-from parinfo.profiles.language import load_profile, resolve_profile
+from parinfo.profiles.loading import load_profile, resolve_profile
 from profile_machines import MACHINES, machine
 
 

@@ -1,5 +1,5 @@
 """The published JSON Schema (parinfo/profiles/profile.schema.json) is generated from the language's one
-declaration (parinfo.profiles.rules) and agrees with parinfo's own validator."""
+declaration (parinfo.profiles.grammar) and agrees with parinfo's own validator."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from parinfo.errors import ProfileError
 from parinfo.process.variables import THREAD_VARS
-from parinfo.profiles.language import (
+from parinfo.profiles.loading import (
     DERIVED_VARS,
     INSTANCE_KEYS,
     LIBRARIES,

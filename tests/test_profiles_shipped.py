@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from parinfo.profiles.language import list_profiles, load_profile, resolve_profile, shipped_names
+from parinfo.profiles.loading import list_profiles, load_profile, resolve_profile, shipped_names
 from profile_machines import MACHINES
 
 SHIPPED = ["balanced", "container", "latency", "multi-instance", "single-thread", "throughput"]
@@ -18,7 +18,7 @@ def test_the_six_profiles_are_shipped_with_descriptions():
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_profiles_teach_with_comments(name):
-    from parinfo.profiles.language import shipped_path
+    from parinfo.profiles.loading import shipped_path
 
     text = shipped_path(name).read_text()
     comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]

@@ -25,7 +25,7 @@ def test_readme_has_exactly_the_two_setup_commands():
 
 
 def test_readme_profile_example_is_valid_on_this_machine():
-    from parinfo.profiles.language import resolve_profile
+    from parinfo.profiles.loading import resolve_profile
 
     (doc,) = [b for b in blocks("yaml") if b.startswith("version: 1")]
     plan = resolve_profile(yaml.safe_load(doc))
@@ -102,7 +102,7 @@ def test_profiles_block_shows_the_real_profiles_folder():
 def _finding_ids() -> dict[str, set[str]]:
     """Every finding id the in-process rules can emit, with the severities written beside it."""
     out: dict[str, set[str]] = {}
-    for name in ("rules.py", "live_rules.py"):
+    for name in ("process_rules.py", "live_rules.py"):
         text = (REPO / "parinfo" / "diagnostics" / name).read_text()
         for fid, sev in re.findall(r'Finding\(\s*"([a-z0-9-]+)",\s*("(?:info|warning|error)"|\w+)', text):
             out.setdefault(fid, set()).add(sev.strip('"') if sev.startswith('"') else "info or warning")

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from parinfo.diagnostics.rules import diagnose
+from parinfo.diagnostics.process_rules import diagnose
 
 SHAPES = [(usable, quota) for usable in (1, 2, 3, 4, 6, 8, 12, 16, 24, 64, 96)
           for quota in (None, usable + 0.5)]

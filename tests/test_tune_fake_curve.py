@@ -84,7 +84,7 @@ def test_latency_picks_the_valley_skips_ruled_out_points_and_writes_profile_and_
 
 @pytest.mark.timeout(180)
 def test_written_profile_loads_and_resolves(fake_env, tmp_path):
-    profiles = pytest.importorskip("parinfo.profiles.language")
+    profiles = pytest.importorskip("parinfo.profiles.loading")
     prof = tmp_path / "tuned.yaml"
     proc = run_cli("tune", "--module", "fakecurve:work", "--min", "3", "--max", "6", *FAST,
                    "--write", str(prof), "--name", "my-tuned", env=fake_env, timeout=170)
@@ -117,7 +117,7 @@ def test_throughput_sweeps_pairs_that_fit_and_picks_two_by_two(fake_env, tmp_pat
     assert best["per_second"] == pytest.approx(100, rel=0.3)
     body = yaml.safe_load(prof.read_text())
     assert (body["intra_op"], body["inter_op"]) == (2, 2)
-    profiles = pytest.importorskip("parinfo.profiles.language")
+    profiles = pytest.importorskip("parinfo.profiles.loading")
     plan = profiles.resolve_profile(profiles.load_profile(str(prof)))
     assert (plan.intra_op.value, plan.inter_op.value) == (2, 2)
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 def launch(profile: str, command: list[str], *, force: bool = False, instances: int | None = None) -> int:
     """Resolve ``profile`` on this machine and run ``command`` under it; the exit code to return."""
-    from parinfo.profiles.language import resolve_profile
     from parinfo.profiles.launch import run_plan
+    from parinfo.profiles.loading import resolve_profile
 
     return run_plan(resolve_profile(profile, instances=instances), command, force=force)
 

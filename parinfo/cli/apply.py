@@ -27,7 +27,7 @@ def apply_cmd(
 ) -> None:
     """Show what PROFILE means on this machine (every setting, its value and why), or run COMMAND under it."""
     from parinfo.errors import UsageError
-    from parinfo.profiles.language import resolve_profile
+    from parinfo.profiles.loading import resolve_profile
 
     if json_out and export:
         raise UsageError("--json and --export cannot be used together (pick one output format)")

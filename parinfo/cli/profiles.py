@@ -11,7 +11,7 @@ def profiles(
     json_out: bool = typer.Option(False, "--json", help="Print the list as JSON."),
 ) -> None:
     """List the shipped profiles with their descriptions (use them by name with `parinfo apply`)."""
-    from parinfo.profiles.language import list_profiles
+    from parinfo.profiles.loading import list_profiles
 
     items = list_profiles()
     if json_out:

@@ -1,6 +1,6 @@
 """A finding (one thing wrong, or worth knowing, with why and the fix), its severities and their order.
 
-Every rule module builds :class:`Finding` objects; :func:`parinfo.diagnostics.rules.diagnose` runs
+Every rule module builds :class:`Finding` objects; :func:`parinfo.diagnostics.process_rules.diagnose` runs
 them all and orders the result with :func:`sort_findings`.
 """
 from __future__ import annotations

@@ -112,7 +112,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     Raises ProcessGone for a pid that names no process and NoAccess when its maps or environment
     cannot be read (another user's process): both one-line usage errors.
     """
-    from parinfo.diagnostics.rules import diagnose
+    from parinfo.diagnostics.process_rules import diagnose
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment as envmod, pools, remote, threads as thr

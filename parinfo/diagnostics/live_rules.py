@@ -3,7 +3,7 @@ cgroup was created, the thread-stack budget against memory limits, and, for a pr
 from outside, runnable threads against usable CPUs.
 
 Like the other rules they read plain dictionaries (the ``--json`` payload) and return Findings;
-:data:`parinfo.diagnostics.rules.RULES` lists them with every other rule.
+:data:`parinfo.diagnostics.process_rules.RULES` lists them with every other rule.
 """
 from __future__ import annotations
 

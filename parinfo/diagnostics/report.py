@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parinfo.diagnostics.findings import Finding, at_least
-from parinfo.diagnostics.rules import diagnose
+from parinfo.diagnostics.process_rules import diagnose
 
 #: Version of the ``--json`` payload; bumped on any incompatible change (docs/report-schema.md).
 SCHEMA_VERSION = 1

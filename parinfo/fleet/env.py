@@ -23,7 +23,7 @@ def ray_runtime_env(profile: Any) -> dict[str, Any]:
     start-up environment, where Ray's own OMP_NUM_THREADS default leaves them alone) and a set-up
     hook, named by import path, that resolves the profile on the worker's machine and applies it.
     A bad profile raises ProfileError here, before Ray sees it."""
-    from parinfo.profiles.language import resolve_profile
+    from parinfo.profiles.loading import resolve_profile
 
     document, source = probe.profile_document(profile)
     plan = resolve_profile(document)
@@ -37,7 +37,7 @@ def ray_runtime_env(profile: Any) -> dict[str, Any]:
 def dask_config(profile: Any) -> str:
     """The Dask configuration (YAML) that puts a profile's variables in every worker's start-up
     environment (``distributed.nanny.pre-spawn-environ``), resolved on this machine."""
-    from parinfo.profiles.language import resolve_profile
+    from parinfo.profiles.loading import resolve_profile
 
     plan = resolve_profile(probe.profile_document(profile)[0])
     lines = [f"# parinfo profile {plan.name}, resolved on this machine ({os.cpu_count()} CPUs seen by the OS,",

@@ -21,7 +21,7 @@ THREAD_TIMEOUT = 10.0
 def profile_document(profile: Any) -> tuple[dict[str, Any], str]:
     """A profile checked here without machine facts, as a plain dict any worker can resolve, and
     its source for messages. A bad profile raises ProfileError before any worker is touched."""
-    from parinfo.profiles.language import as_profile
+    from parinfo.profiles.loading import as_profile
     from parinfo.profiles.plan import Plan
 
     if isinstance(profile, Plan):
@@ -41,7 +41,7 @@ def _plain(value: Any) -> Any:
 
 def resolve_here(document: dict[str, Any], source: str) -> Any:
     """Resolve a profile document on this process's machine (its CPUs, cgroup and affinity)."""
-    from parinfo.profiles.language import resolve_profile, validate_profile
+    from parinfo.profiles.loading import resolve_profile, validate_profile
 
     return resolve_profile(validate_profile(document, source))
 

@@ -159,7 +159,7 @@ def set_by(env_rows: list[dict[str, Any]], framework: str | None = None,
     """
     if parinfo_set is None:
         applying = sys.modules.get("parinfo.profiles.applying")
-        parinfo_set = dict(getattr(applying, "_ours", {}) or {})
+        parinfo_set = dict(getattr(applying, "_set_by_apply", {}) or {})
     launch = launch_env or {}
     listed = set(launch.get(PARINFO_SET_VAR, "").split(",")) - {""}
     pre_spawn = _dask_config("distributed.nanny.pre-spawn-environ") if framework == "dask" else {}

@@ -19,13 +19,13 @@ from parinfo.process.setter import NativePool
 from parinfo.profiles.plan import Plan
 
 # Variables this module set, so that a second apply() does not mistake them for the user's.
-_ours: dict[str, str] = {}
+_set_by_apply: dict[str, str] = {}
 
 
 def _plan_of(profile: Any) -> Plan:
     if isinstance(profile, Plan):
         return profile
-    from parinfo.profiles.language import resolve_profile
+    from parinfo.profiles.loading import resolve_profile
 
     return resolve_profile(profile)
 
@@ -71,7 +71,7 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
         before = os.environ.get(name)
         overrides = before is not None and before != value and _users(name)
         os.environ[name] = value
-        _ours[name] = value
+        _set_by_apply[name] = value
         if overrides:
             applied.append(f"{name}={value} (overrode the user's {before!r}, force=True)")
         else:
@@ -114,7 +114,7 @@ def _check_plan(plan: Plan) -> None:
 def _users(name: str) -> bool:
     """Whether variable ``name`` is set, by the user rather than by an earlier apply()."""
     current = os.environ.get(name)
-    return current is not None and _ours.get(name) != current
+    return current is not None and _set_by_apply.get(name) != current
 
 
 def _count_var(rec: reg.Library) -> str | None:

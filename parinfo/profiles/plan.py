@@ -1,6 +1,6 @@
 """A resolved profile: every setting with its value and why, ready to be put in force.
 
-The profile loader (parinfo.profiles.language) produces a Plan for one machine; parinfo.profiles.applying puts it in
+The profile loader (parinfo.profiles.loading) produces a Plan for one machine; parinfo.profiles.applying puts it in
 force in this process, in a launched program, or across pinned instances.
 """
 from __future__ import annotations

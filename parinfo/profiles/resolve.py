@@ -12,9 +12,9 @@ from parinfo.errors import UsageError
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process import libraries as reg
 from parinfo.profiles import expr
+from parinfo.profiles.grammar import DERIVED_VARS, LIBRARIES, MAX_COUNT
 from parinfo.profiles.model import Profile
 from parinfo.profiles.plan import InstancePlan, Plan, Setting
-from parinfo.profiles.rules import DERIVED_VARS, LIBRARIES, MAX_COUNT
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts

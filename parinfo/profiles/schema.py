@@ -1,4 +1,4 @@
-"""The JSON Schema of the profile language, generated from :data:`parinfo.profiles.rules.LANGUAGE`.
+"""The JSON Schema of the profile language, generated from :data:`parinfo.profiles.grammar.LANGUAGE`.
 
 The published file parinfo/profiles/profile.schema.json is this module's output (a test checks it);
 regenerate it with ``python -m parinfo.profiles.schema > parinfo/profiles/profile.schema.json``.
@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from parinfo.profiles.rules import FACT_NAMES, INSTANCE_NAMES, LANGUAGE, VERSION, Count
+from parinfo.profiles.grammar import FACT_NAMES, INSTANCE_NAMES, LANGUAGE, VERSION, Count
 
 
 def build_schema() -> dict[str, Any]:

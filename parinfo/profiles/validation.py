@@ -1,4 +1,4 @@
-"""Validate one parsed profile document against the language declared in :mod:`parinfo.profiles.rules`.
+"""Validate one parsed profile document against the language declared in :mod:`parinfo.profiles.grammar`.
 
 The first fault raises a one-line ProfileError at the file:line:column of the key or value.
 """
@@ -8,8 +8,8 @@ import difflib
 from typing import Any
 
 from parinfo.errors import ProfileError
+from parinfo.profiles.grammar import LANGUAGE, TOP_KEYS, VERSION
 from parinfo.profiles.model import error_at, type_name
-from parinfo.profiles.rules import LANGUAGE, TOP_KEYS, VERSION
 from parinfo.profiles.yaml_nodes import MAX_DEPTH, Document, KeyPath, shown
 
 

@@ -255,7 +255,7 @@ class NativeLimits:
             if now is not None:
                 self._torch_base = now
 
-    def _want(self) -> tuple:
+    def _wanted_state(self) -> tuple:
         return (self.pushed, self.cap, self._controller, self._pushes)
 
     def _sync_thread(self, in_lane: bool) -> None:
@@ -282,7 +282,7 @@ class NativeLimits:
             self.changes += 1
             if cap is not None:
                 self._torch_capped = True
-        me.applied = self._want() if in_lane else None
+        me.applied = self._wanted_state() if in_lane else None
         me.capped = cap is not None
         if cap is None:
             me.saved = None
@@ -327,7 +327,7 @@ class NativeLimits:
         if self.pushed is not None:
             self.refresh_if_new_modules()
         me = self.thread
-        if (self.pushed is not None or self.cap is not None or me.capped) and me.applied != self._want():
+        if (self.pushed is not None or self.cap is not None or me.capped) and me.applied != self._wanted_state():
             with self.lock:
                 self._sync_thread(True)
 

@@ -1,6 +1,6 @@
 """The process's thread counts, where each came from, and the rules for changing them.
 
-One ``Counts`` object (``COUNTS``) is the one place the counting rules are enforced:
+One ``RuntimeSettings`` object (``COUNTS``) is the one place the counting rules are enforced:
 
 * Intra-op count (parallel_for and native pools): process-wide, changeable any time from any
   thread; a change applies to parallel regions that start after it, regions already running keep
@@ -112,7 +112,7 @@ def _read_backend() -> tuple[str, str]:
     return "native", f"default (ignored invalid {BACKEND_VAR}={raw!r})"
 
 
-class Counts:
+class RuntimeSettings:
     """The intra-op and inter-op counts with their sources, the backend and the machine facts.
 
     Variables and machine facts are read once, at first use. ``intra_now`` is the current
@@ -228,4 +228,4 @@ class Counts:
         self._lock = threading.RLock()
 
 
-COUNTS = Counts()
+COUNTS = RuntimeSettings()

@@ -89,7 +89,7 @@ def check_name(name: str) -> str:
     """``name`` when a profile may carry it (the profile language's own rule, so ``apply`` reads the
     written file); UsageError naming ``--name`` otherwise. Checked before any measuring."""
     from parinfo.errors import ProfileError
-    from parinfo.profiles.language import validate_profile
+    from parinfo.profiles.loading import validate_profile
 
     try:
         validate_profile({"version": 1, "name": name, "intra_op": 1}, "--name")

@@ -1,7 +1,7 @@
 """Profiles: YAML files that say what the thread counts should be, in terms of machine facts.
 
 :func:`load_profile` reads a file (or a shipped profile by name), validates it against the
-version-1 language (:mod:`parinfo.profiles.rules`, checked by :mod:`parinfo.profiles.validation`)
+version-1 language (:mod:`parinfo.profiles.grammar`, checked by :mod:`parinfo.profiles.validation`)
 and follows ``extends``; :func:`resolve_profile` turns it into a :class:`parinfo.profiles.plan.Plan`
 for one machine. Every fault raises :class:`parinfo.errors.ProfileError` naming file:line:column
 and the fix; nothing is applied by this module.
@@ -19,8 +19,7 @@ from parinfo.profiles.finding import (
     shipped_names,
     shipped_path,
 )
-from parinfo.profiles.model import Profile, error_at, type_name
-from parinfo.profiles.rules import (
+from parinfo.profiles.grammar import (
     AFFINITY_WORDS,
     DERIVED_VARS,
     FACT_NAMES,
@@ -31,6 +30,7 @@ from parinfo.profiles.rules import (
     TOP_KEYS,
     VERSION,
 )
+from parinfo.profiles.model import Profile, error_at, type_name
 from parinfo.profiles.validation import validate_document
 from parinfo.profiles.yaml_nodes import (
     Document,
