@@ -78,12 +78,13 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
             applied.append(f"{name}={value}")
 
     per_thread: list[tuple[NativePool, str, int]] = []
-    expected_pools = _pool_lines(kept, applied, skipped, per_thread)
+    pools = setter.native_pools()  # read once: the lines below and the check at the end use it
+    expected_pools = _pool_lines(pools, kept, applied, skipped, per_thread)
     _modules(counts, applied)
     torch_want = _torch(counts, inter, kept, applied, skipped)
     _affinity(cpus, applied, skipped)
 
-    not_in_force = _verify(intra, inter, expected_pools, torch_want, cpus, kept)
+    not_in_force = _verify(intra, inter, pools, expected_pools, torch_want, cpus, kept)
     from parinfo.profiles.thread_reach import reach
 
     threads, missing = reach(per_thread, torch_want[0], reached=frozenset(reached_threads),
@@ -174,7 +175,7 @@ def _workers_reached() -> frozenset[int]:
     return frozenset(t.native_id for t in threading.enumerate() if t.name in ran and t.native_id is not None)
 
 
-def _pool_lines(kept: dict[str, str], applied: list[str], skipped: list[str],
+def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str], skipped: list[str],
                 per_thread: list[tuple[NativePool, str, int]]) -> list[tuple[str, str, int]]:
     """Say what the push did to each loaded native pool; return (filepath, name, count) to check.
 
@@ -185,7 +186,7 @@ def _pool_lines(kept: dict[str, str], applied: list[str], skipped: list[str],
     push = runtime.info()["native_push"] or {}
     pushed = {row.get("filepath"): row for row in push.get("pools") or ()}
     expected: list[tuple[str, str, int]] = []
-    for pool in setter.native_pools():
+    for pool in pools:
         rec, row = pool.record, pushed.get(pool.path)
         var = _count_var(rec)
         if rec.profile_key is None:
@@ -270,8 +271,8 @@ def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[st
         applied.append(f"affinity {format_cpu_list(cpus)} for {len(tids) - len(failed)} thread(s)")
 
 
-def _verify(intra: int, inter: int, pools: list[tuple[str, str, int]], torch_want: tuple[int | None, int | None],
-            cpus: tuple[int, ...] | None, kept: dict[str, str]) -> list[str]:
+def _verify(intra: int, inter: int, loaded: list[NativePool], pools: list[tuple[str, str, int]],
+            torch_want: tuple[int | None, int | None], cpus: tuple[int, ...] | None, kept: dict[str, str]) -> list[str]:
     """Read every count back; one line for each that is not what the plan asked for."""
     from parinfo import runtime
 
@@ -282,7 +283,7 @@ def _verify(intra: int, inter: int, pools: list[tuple[str, str, int]], torch_wan
         if var not in kept and got["count"] != want:
             bad.append(f"runtime {key.replace('_', '-')} count is {got['count']} (from {got['source']}), not {want}")
     if pools:
-        now = {pool.path: pool.get() for pool in setter.native_pools()}
+        now = {pool.path: pool.get() for pool in loaded}
         for path, name, want in pools:
             if path in now and now[path] != want:
                 bad.append(f"{name} runs {now[path]} threads, not {want}")

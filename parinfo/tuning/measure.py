@@ -239,8 +239,9 @@ class InProcessMeasurer(Measurer):
             for pool in pools:
                 in_force.setdefault(pool.internal_api or "?", []).append(pool.get())
             setter.restore([o for o in done if o.target != "intra-op"], pools)
-        if torch and setter.torch_intra_now() is not None:
-            in_force["torch"] = {"intra_op": setter.torch_intra_now()}
+        torch_now = setter.torch_intra_now() if torch else None
+        if torch_now is not None:
+            in_force["torch"] = {"intra_op": torch_now}
         self.in_force[p] = in_force
         return Stats(tuple(samples), number)
 
