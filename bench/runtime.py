@@ -112,7 +112,7 @@ def bench_pfor(repeats: int) -> None:
     import numpy as np
 
     import parinfo.runtime as rt
-    from parinfo.runtime.adaptive import ADAPT
+    from parinfo.runtime import RUNTIME
 
     print(f"parallel_for np.sin vs serial ({rt.get_num_threads()} intra-op threads, grain 1024)")
     for n, target in ((10_000, 0.95), (200_000, 1.7), (8_000_000, 1.9)):
@@ -131,7 +131,7 @@ def bench_pfor(repeats: int) -> None:
         inner = max(1, 2_000_000 // n)
         most = min(rt.get_num_threads(), n // 1024)
         chose = warm(pfor, lambda body=body, n=n, most=most:
-                     ADAPT.region_site(body, n, most) if ADAPT.enabled else None)
+                     RUNTIME.adaptive.region_site(body, n, most) if RUNTIME.adaptive.enabled else None)
         med = interleaved({"serial": serial, "pfor": pfor}, max(repeats, 9), inner)
         pfor()
         assert np.array_equal(y, np.sin(x))
@@ -144,7 +144,7 @@ def bench_matmul(repeats: int) -> None:
     import numpy as np
 
     import parinfo.runtime as rt
-    from parinfo.runtime.adaptive import ADAPT
+    from parinfo.runtime import RUNTIME
 
     n = 512  # 262k elements in the product
     rng = np.random.default_rng(0)
@@ -161,7 +161,7 @@ def bench_matmul(repeats: int) -> None:
         rt.parallel_for(0, n, 16, rows)
 
     most = min(rt.get_num_threads(), n // 16)
-    chose = warm(pfor, lambda: ADAPT.region_site(rows, n, most) if ADAPT.enabled else None)
+    chose = warm(pfor, lambda: RUNTIME.adaptive.region_site(rows, n, most) if RUNTIME.adaptive.enabled else None)
     med = interleaved({"numpy": numpy_own, "pfor": pfor}, max(repeats, 9), 5, settle=SETTLE_S)
     print("parallel_for of matmul row blocks (512x512 @ 512x512) vs numpy's own BLAS threads")
     goal("parallel_for matmul row blocks vs numpy's BLAS", med["numpy"] / med["pfor"], ">=", 0.95,
@@ -175,7 +175,7 @@ def child_region(with_torch: str) -> dict:
     if with_torch == "1":
         import torch
     import parinfo.runtime as rt
-    from parinfo.runtime.adaptive import ADAPT
+    from parinfo.runtime import RUNTIME
 
     rt.set_num_threads(2)
 
@@ -189,7 +189,7 @@ def child_region(with_torch: str) -> dict:
     for _ in range(2000):
         rt.parallel_for(0, 2, 1, noop)
         rt.parallel_for(0, 2, 1, noop2)
-    ADAPT.region_site(noop2, 2, 2).pin(2)  # the split path, for information
+    RUNTIME.adaptive.region_site(noop2, 2, 2).pin(2)  # the split path, for information
     out = {}
     with ThreadPoolExecutor(2) as ex:
         def tpe() -> None:
@@ -269,9 +269,9 @@ def child_lstm(mode: str, repeats: str) -> dict:
         for _ in range(3):
             fn()
         if mode == "parinfo_eager":  # the fork site explores, then settles on its choice
-            from parinfo.runtime.adaptive import ADAPT
+            from parinfo.runtime import RUNTIME
 
-            warm(fn, lambda: ADAPT.fork_site(eager[0]) if ADAPT.enabled else None, 8.0, 64)
+            warm(fn, lambda: RUNTIME.adaptive.fork_site(eager[0]) if RUNTIME.adaptive.enabled else None, 8.0, 64)
         times = []
         for _ in range(int(repeats)):
             t0 = time.perf_counter()
@@ -310,7 +310,7 @@ def bench_ensemble(repeats: int) -> None:
     import numpy as np
 
     import parinfo.runtime as rt
-    from parinfo.runtime.adaptive import ADAPT
+    from parinfo.runtime import RUNTIME
 
     rng = np.random.default_rng(0)
     models = [[rng.standard_normal((384, 384)) / 20 for _ in range(3)] for _ in range(4)]
@@ -337,7 +337,7 @@ def bench_ensemble(repeats: int) -> None:
             return serial()
 
     assert np.allclose(forked(), serial())
-    chose = warm(forked, lambda: ADAPT.fork_site(model) if ADAPT.enabled else None, 6.0)
+    chose = warm(forked, lambda: RUNTIME.adaptive.fork_site(model) if RUNTIME.adaptive.enabled else None, 6.0)
     med = interleaved({"serial": serial, "parinfo": forked, "one_thread": one_thread}, max(repeats, 9),
                       settle=SETTLE_S)
     usable = max(1, len(os.sched_getaffinity(0)))
@@ -438,7 +438,7 @@ def bench_capped(repeats: int) -> None:
     from threadpoolctl import ThreadpoolController
 
     import parinfo.runtime as rt
-    from parinfo.runtime.adaptive import ADAPT
+    from parinfo.runtime import RUNTIME
 
     blas = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"]
     if not blas:
@@ -451,11 +451,11 @@ def bench_capped(repeats: int) -> None:
         a @ a
 
     bad = 0
-    ADAPT.set_enabled(False)  # every region splits and caps the pool: the hardest case
+    RUNTIME.set_adaptive(False)  # every region splits and caps the pool: the hardest case
     for _ in range(10_000):
         rt.parallel_for(0, 2, 1, chunk)
         bad += [c.num_threads for c in blas] != before
-    ADAPT.set_enabled(True)
+    RUNTIME.set_adaptive(True)
     print(f"OpenBLAS count read after each of 10^4 regions (count before: {before})")
     goal("capped-after-return reads in 10^4 regions", bad, "<=", 0)
 

@@ -19,7 +19,7 @@ def _run(code: str, **env: str) -> dict:
 SITES = """
 import json, threading, time
 import parinfo
-from parinfo.runtime.adaptive import ADAPT
+from parinfo.runtime import RUNTIME
 main = threading.get_ident()
 where = {"tiny": set(), "slow": set()}
 def tiny(a, b):
@@ -36,7 +36,7 @@ where["tiny"] = set()
 for _ in range(20):
     parinfo.parallel_for(0, 2, 1, tiny)
     parinfo.parallel_for(0, 2, 1, slow)
-picks = {fn.__name__: ADAPT.region_site(fn, 2, 2).pick for fn in (tiny, slow)}
+picks = {fn.__name__: RUNTIME.adaptive.region_site(fn, 2, 2).pick for fn in (tiny, slow)}
 print(json.dumps({"picks": picks, "tiny_on_main_only": where["tiny"] == {True},
                   "slow_on_workers": False in where["slow"], "info": parinfo.runtime.info()["adaptive"]}))
 """
@@ -64,7 +64,7 @@ print(json.dumps(parinfo.runtime.info()["adaptive"]))
 @needs_two
 def test_the_off_switch_splits_every_region():
     assert _run(OFF.replace("SWITCH", ""), PARINFO_ADAPTIVE="0")["enabled"] is False
-    out = _run(OFF.replace("SWITCH", "adaptive.set_enabled(False)"), PARINFO_ADAPTIVE="1")
+    out = _run(OFF.replace("SWITCH", "parinfo.runtime.set_adaptive(False)"), PARINFO_ADAPTIVE="1")
     assert out["enabled"] is False and out["region_sites"] == 0
 
 
@@ -97,7 +97,7 @@ def test_the_chooser_explores_exploits_and_rechecks():
 def test_fork_sites_choose_inline_or_lanes():
     out = _run("""
         import json, threading, time, parinfo
-        from parinfo.runtime.adaptive import ADAPT
+        from parinfo.runtime import RUNTIME
         def slow_on_workers(k):  # fast on the waiting thread, slow on a pool worker
             on_worker = threading.current_thread().name.startswith("parinfo-interop")
             time.sleep(0.02 if on_worker else 0.002)
@@ -109,7 +109,7 @@ def test_fork_sites_choose_inline_or_lanes():
             assert [parinfo.wait(f) for f in [parinfo.fork(slow_on_workers, k) for k in range(2)]] == [0, 1]
         for _ in range(30):
             assert [parinfo.wait(f) for f in [parinfo.fork(sleepy, k) for k in range(4)]] == [0, 1, 2, 3]
-        print(json.dumps({"inline": ADAPT.fork_site(slow_on_workers).pick, "lanes": ADAPT.fork_site(sleepy).pick}))
+        print(json.dumps({"inline": RUNTIME.adaptive.fork_site(slow_on_workers).pick, "lanes": RUNTIME.adaptive.fork_site(sleepy).pick}))
     """, PARINFO_NUM_INTEROP_THREADS="2")
     assert out == {"inline": "inline", "lanes": "pool"}
 
@@ -117,15 +117,16 @@ def test_fork_sites_choose_inline_or_lanes():
 def test_an_inline_site_never_deadlocks_a_task_that_waits_for_its_forker():
     out = _run("""
         import json, threading, time, parinfo
-        from parinfo.runtime.adaptive import ADAPT, INLINE
+        from parinfo.runtime import RUNTIME
+        from parinfo.runtime.adaptive import INLINE
         go = threading.Event()
         def waits():
             return go.wait(30)
-        ADAPT.fork_site(waits).pin(INLINE)
+        RUNTIME.adaptive.fork_site(waits).pin(INLINE)
         f = parinfo.fork(waits)
         time.sleep(0.05)
         go.set()
-        print(json.dumps({"ran": f.result(timeout=30), "site": ADAPT.fork_site(waits).pick}))
+        print(json.dumps({"ran": f.result(timeout=30), "site": RUNTIME.adaptive.fork_site(waits).pick}))
     """)
     assert out == {"ran": True, "site": "inline"}
 
@@ -181,17 +182,17 @@ def test_every_late_inline_task_is_rescued_not_only_the_first():
     # the list of finished tasks it prunes grew without bound)
     out = _run("""
         import json, threading, parinfo
-        from parinfo.runtime.adaptive import ADAPT, INLINE
-        from parinfo.runtime.interop import POOL
+        from parinfo.runtime import RUNTIME
+        from parinfo.runtime.adaptive import INLINE
         def mark(ev):
             ev.set()
-        ADAPT.fork_site(mark).pin(INLINE)
+        RUNTIME.adaptive.fork_site(mark).pin(INLINE)
         ran = []
         for _ in range(5):
             ev = threading.Event()
             f = parinfo.fork(mark, ev)
             ran.append(ev.wait(10))  # the forker does not wait for f: a worker must run it
             parinfo.wait(f)
-        print(json.dumps({"ran": ran, "left": len(POOL.deferred)}))
+        print(json.dumps({"ran": ran, "left": len(RUNTIME.inter.deferred)}))
     """)
     assert out["ran"] == [True] * 5 and out["left"] <= 1

@@ -205,11 +205,12 @@ def test_the_callers_chunk_leads_by_what_it_runs_while_a_worker_wakes():
     # first chunk is that much work longer and both finish together; chunks still tile the range
     import contextvars
 
+    from parinfo.runtime import RUNTIME
     from parinfo.runtime.intraop import _Job
 
     def chunks(size: int, n: int, lead: int) -> list[tuple[int, int]]:
         got: list[tuple[int, int]] = []
-        job = _Job(lambda a, b: got.append((a, b)), 10, 10 + size, n, contextvars.copy_context(),
+        job = _Job(RUNTIME.intra, lambda a, b: got.append((a, b)), 10, 10 + size, n, contextvars.copy_context(),
                    False, False, lead)
         job.work()  # the caller alone runs every chunk, in order
         return got
@@ -227,8 +228,8 @@ def test_the_callers_chunk_leads_by_what_it_runs_while_a_worker_wakes():
 def test_a_measured_site_gives_the_caller_a_lead():
     out = run_json(
         "import json, threading, time, parinfo\n"
-        "from parinfo.runtime.adaptive import ADAPT\n"
-        "from parinfo.runtime.intraop import POOL\n"
+        "from parinfo.runtime import RUNTIME\n"
+        "ADAPT, POOL = RUNTIME.adaptive, RUNTIME.intra\n"
         "firsts = []\n"
         "def body(a, b):\n"
         "    if a == 0:\n"

@@ -15,7 +15,7 @@ RUNTIME = Path(__file__).resolve().parent.parent / "parinfo" / "runtime"
 
 # (module, class or None for the whole module, the lock expression)
 HOT_LOCKS = [
-    ("future.py", None, "LEDGER.lock"),
+    ("future.py", None, "ledger.lock"),
     ("native.py", "NativeLimits", "self.budget_lock"),
     ("adaptive.py", "ForkSite", "self.lock"),
 ]

@@ -153,7 +153,7 @@ def test_idle_workers_leave_no_openmp_team_behind():
     # main thread 1.7x for the rest of the process. Its threads inherit the worker's name.
     out = run_json(
         "import json, os, time, torch, parinfo\n"
-        "from parinfo.runtime.native import LIMITS\n"
+        "from parinfo.runtime import RUNTIME\n"
         "def names():\n"
         "    return sorted(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
         "x = torch.rand(512, 512)\n"
@@ -162,7 +162,7 @@ def test_idle_workers_leave_no_openmp_team_behind():
         "time.sleep(0.2)  # a worker takes it and runs it with torch's 2 threads\n"
         "parinfo.wait(f)\n"
         "time.sleep(0.2)\n"
-        "print(json.dumps({'names': names(), 'released': LIMITS.teams_released,\n"
+        "print(json.dumps({'names': names(), 'released': RUNTIME.limits.teams_released,\n"
         "                  'torch': torch.get_num_threads()}))", env=clean_env(PARINFO_NUM_THREADS="2"))
     assert out["torch"] == 2
     assert out["names"].count("parinfo-inter-0") == 1 and out["released"] >= 1

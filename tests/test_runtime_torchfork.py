@@ -19,7 +19,7 @@ import json, os, time, faulthandler
 from typing import Optional, Tuple
 import torch
 import parinfo
-from parinfo.runtime.torchfork import FORKS
+from parinfo.runtime import RUNTIME
 faulthandler.dump_traceback_later(100, exit=True)
 
 class Member(torch.nn.Module):
@@ -70,7 +70,7 @@ def test_scripted_tasks_run_on_torchs_pool_while_the_caller_goes_on(tmp_path: Pa
         print(json.dumps({"before": before, "after": pt_threads(), "pending": pending,
                           "same": all(torch.allclose(o, h(a, 400)) for o in outs),
                           "kinds": sorted({type(f).__name__ for f in futs}),
-                          "launched": [launcher is not None for _, launcher in FORKS._launchers.values()]}))
+                          "launched": [launcher is not None for _, launcher in RUNTIME.torch_forks._launchers.values()]}))
     """, PARINFO_NUM_INTEROP_THREADS="2")
     assert out["before"] == 0 and out["after"] == 2
     assert out["pending"] == [True, True] and out["same"]
@@ -142,7 +142,7 @@ def test_pool_threads_get_the_budgets_native_threads_per_lane(tmp_path: Path) ->
             outs = [parinfo.wait(f) for f in futs]
             time.sleep(0.05)  # freed team threads exit on their own
             waited = plain_threads()  # the waiting thread gave its team up
-        print(json.dumps({"pool": FORKS.pool, "pt": pt_threads(), "main": torch.get_num_threads(),
+        print(json.dumps({"pool": RUNTIME.torch_forks.pool, "pt": pt_threads(), "main": torch.get_num_threads(),
                           "threads": [alone, with_team, waited],
                           "same": all(torch.allclose(o, h(a, 40)) for o in outs)}))
     """, PARINFO_NUM_THREADS="2", PARINFO_NUM_INTEROP_THREADS="2")
@@ -158,6 +158,6 @@ def test_a_pool_the_program_sized_is_left_alone(tmp_path: Path) -> None:
         h = torch.jit.script(heavy)
         f = parinfo.fork(h, torch.rand(8, 8), 2)
         parinfo.wait(f)
-        print(json.dumps({"pool": FORKS.pool, "torch": torch.get_num_interop_threads()}))
+        print(json.dumps({"pool": RUNTIME.torch_forks.pool, "torch": torch.get_num_interop_threads()}))
     """)
     assert out["torch"] == 3 and out["pool"]["threads"] == 3 and out["pool"]["native_per_lane"] is None

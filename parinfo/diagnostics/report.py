@@ -167,6 +167,8 @@ def _outer_section(explicit: int | None, usable: int, env_rows: list[dict[str, A
     from parinfo.process import outer
 
     section = outer.outer_threads(explicit, usable)
-    section["variables_set_by"] = outer.set_by(env_rows, section["framework"],
+    from parinfo.runtime.state import RUNTIME
+
+    section["variables_set_by"] = outer.set_by(env_rows, section["framework"], parinfo_set=RUNTIME.env_set(),
                                                launch_env=launch_env if isinstance(launch_env, dict) else None)
     return section

@@ -14,6 +14,7 @@ when it brings its own). Nothing else needs editing; docs/process.md says more.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -429,19 +430,15 @@ def _library_vars() -> dict[str, tuple[str, ...]]:
     return out
 
 
+@functools.cache
 def _readers() -> dict[str, tuple[str, ...]]:
-    global _READERS
-    if _READERS is None:
-        found: dict[str, list[tuple[int, int, str]]] = {}
-        for i, rec in enumerate(_RECORDS):
-            for var in rec.variables:
-                group = 0 if var.startswith(rec.env_prefixes or ("\0",)) else 1 if rec.kind == "framework" else 2
-                found.setdefault(var, []).append((group, i, rec.name))
-        _READERS = {v: tuple(n for _, _, n in sorted(rows)) for v, rows in found.items()}
-    return _READERS
-
-
-_READERS: dict[str, tuple[str, ...]] | None = None
+    """Variable -> the records that read it: its own library first, then frameworks, then others."""
+    found: dict[str, list[tuple[int, int, str]]] = {}
+    for i, rec in enumerate(_RECORDS):
+        for var in rec.variables:
+            group = 0 if var.startswith(rec.env_prefixes or ("\0",)) else 1 if rec.kind == "framework" else 2
+            found.setdefault(var, []).append((group, i, rec.name))
+    return {v: tuple(n for _, _, n in sorted(rows)) for v, rows in found.items()}
 
 #: Every thread variable parinfo knows, by name, in report order.
 THREAD_VARS: dict[str, Var] = {v.name: v for v in _VARIABLES}

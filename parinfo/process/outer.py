@@ -155,11 +155,9 @@ def set_by(env_rows: list[dict[str, Any]], framework: str | None = None,
     fleet launch listed it in PARINFO_SET_VAR); the Dask nanny (the worker's config asks for this
     value, before start-up or after it); Ray (OMP count equal to the task's CPUs, unset at launch);
     loky (in a loky worker, one of joblib's variables present at start-up); else the user, at launch
-    or after it.
+    or after it. ``parinfo_set``: what ``parinfo.apply`` set in this process (``Runtime.env_set()``).
     """
-    if parinfo_set is None:
-        applying = sys.modules.get("parinfo.profiles.applying")
-        parinfo_set = dict(getattr(applying, "_set_by_apply", {}) or {})
+    parinfo_set = parinfo_set or {}
     launch = launch_env or {}
     listed = set(launch.get(PARINFO_SET_VAR, "").split(",")) - {""}
     pre_spawn = _dask_config("distributed.nanny.pre-spawn-environ") if framework == "dask" else {}

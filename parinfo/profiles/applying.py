@@ -17,9 +17,7 @@ from parinfo.errors import ApplyError
 from parinfo.process import libraries as reg, setter
 from parinfo.process.setter import NativePool
 from parinfo.profiles.plan import Plan
-
-# Variables this module set, so that a second apply() does not mistake them for the user's.
-_set_by_apply: dict[str, str] = {}
+from parinfo.runtime.state import RUNTIME
 
 
 def _plan_of(profile: Any) -> Plan:
@@ -71,7 +69,7 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
         before = os.environ.get(name)
         overrides = before is not None and before != value and _users(name)
         os.environ[name] = value
-        _set_by_apply[name] = value
+        RUNTIME.note_env_set(name, value)  # a second apply() must not take it for the user's
         if overrides:
             applied.append(f"{name}={value} (overrode the user's {before!r}, force=True)")
         else:
@@ -115,7 +113,7 @@ def _check_plan(plan: Plan) -> None:
 def _users(name: str) -> bool:
     """Whether variable ``name`` is set, by the user rather than by an earlier apply()."""
     current = os.environ.get(name)
-    return current is not None and _set_by_apply.get(name) != current
+    return current is not None and RUNTIME.env_set().get(name) != current
 
 
 def _count_var(rec: reg.Library) -> str | None:

@@ -23,7 +23,7 @@ moment of oversubscription; above 1 ms the cap costs at most a few percent and p
 whenever the work calls a threaded library.
 
 Switch it off with PARINFO_ADAPTIVE=0 in the environment (read at first use) or
-``parinfo.runtime.adaptive.set_enabled(False)``: regions then always split into
+``parinfo.runtime.set_adaptive(False)``: regions then always split into
 ``min(get_num_threads(), range // grain_size)`` chunks and every fork goes to the pool.
 """
 from __future__ import annotations
@@ -48,22 +48,22 @@ class Adaptive:
     """The switch and the table of call sites."""
 
     def __init__(self) -> None:
-        self._enabled: bool | None = None
+        self.on: bool | None = None  # None until first read (hot code reads it, then ``enabled``)
         self.regions: dict[Any, RegionSite] = {}
         self.forks: dict[Any, ForkSite] = {}
 
     @property
     def enabled(self) -> bool:
-        on = self._enabled
+        on = self.on
         if on is None:
             raw = os.environ.get(library("parinfo").var("adaptive"), "1")
-            on = self._enabled = raw.strip().lower() not in _OFF_VALUES
+            on = self.on = raw.strip().lower() not in _OFF_VALUES
         return on
 
     def set_enabled(self, on: bool) -> None:
         if not isinstance(on, bool):
-            raise TypeError(f"set_enabled() expects a bool, but got {type(on).__name__}")
-        self._enabled = on
+            raise TypeError(f"set_adaptive() expects a bool, but got {type(on).__name__}")
+        self.on = on
 
     def region_site(self, fn: Any, size: int, most: int, finest: int | None = None) -> RegionSite | None:
         """The site of a region over ``size`` elements that may use ``most`` threads and be cut
@@ -220,8 +220,10 @@ class ForkSite(_Chooser):
         self.start = 0
         self.batch_mode = POOL
 
-    def begin(self, now: int) -> str:
-        """A task is forked at this site: the mode it runs in (the batch's).
+    def begin(self, now: int) -> int:
+        """A task is forked at this site and runs in its batch's mode: 0 for the pool, else (inline
+        mode) the perf_counter_ns after which a worker may run it when its waiter has not: twice the
+        site's task time for each task in flight, plus 1 ms.
 
         No Python function runs while ``lock`` is held (here or in ``end``): a thread that
         loses the GIL at a call inside it stalls every other thread forking at the site, and
@@ -233,7 +235,10 @@ class ForkSite(_Chooser):
                 self.start = now
                 self.done = 0
             self.inflight += 1
-            return self.batch_mode
+            if self.batch_mode == POOL:
+                return 0
+            ahead = self.inflight
+        return now + 2 * max(self.task_ns, 50_000) * ahead + 1_000_000
 
     def end(self, now: int, ran_ns: int) -> None:
         """A task of this site finished; a batch ends when none is in flight (or after 64)."""
@@ -255,16 +260,3 @@ class ForkSite(_Chooser):
     def inflight_switch(self) -> None:
         """A long batch (tasks always in flight) takes the next mode for the tasks forked next."""
         self.batch_mode = self.choose()
-
-
-    def grace_ns(self, ahead: int) -> int:
-        """How long an inline-mode task waits for its waiter before a worker may run it."""
-        return 2 * max(self.task_ns, 50_000) * (ahead + 1) + 1_000_000
-
-
-ADAPT = Adaptive()
-
-
-def set_enabled(on: bool) -> None:
-    """Switch adaptive decisions on or off for this process (PARINFO_ADAPTIVE=0 starts it off)."""
-    ADAPT.set_enabled(on)

@@ -16,18 +16,12 @@ from time import perf_counter_ns
 from typing import Any, Protocol
 
 from parinfo.runtime import tracing
-from parinfo.runtime.native import LIMITS
-from parinfo.runtime.tracing import RECORDERS
+from parinfo.runtime.native import NativeLimits
+from parinfo.runtime.tracing import Recorders
 
 PENDING, RUNNING, DONE = 0, 1, 2
 
 _release = type(threading.Lock()).release
-
-
-class Runner(Protocol):
-    """What runs a task that a waiting thread claimed (the inter-op pool, to account its slots)."""
-
-    def run_claimed(self, fut: Future) -> None: ...
 
 
 class TaskLedger:
@@ -44,7 +38,15 @@ class TaskLedger:
         self.running = 0
 
 
-LEDGER = TaskLedger()
+class Runner(Protocol):
+    """The pool a task belongs to (the inter-op pool): its ledger, the budget and recorders the
+    task reports to, and how it runs a task a waiting thread claimed (accounting its slots)."""
+
+    ledger: TaskLedger
+    limits: NativeLimits
+    recorders: Recorders
+
+    def run_claimed(self, fut: Future) -> None: ...
 
 
 def _call_back(fn: Callable[[Future], Any], fut: Future) -> None:
@@ -80,15 +82,14 @@ class Future:
         "_waiters",
     )
 
-    def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict, ctx: Any,
-                 runner: Runner | None = None) -> None:
+    def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict, ctx: Any, runner: Runner) -> None:
         self._fn: Any = fn  # fn, args, kwargs and ctx are dropped (None) once the task is done
         self._args: Any = args
         self._kwargs: Any = kwargs
         self._ctx: Any = ctx
         self._runner = runner
         self._state = PENDING
-        self._queued = False  # counted in LEDGER.unclaimed until claimed
+        self._queued = False  # counted in the ledger's ``unclaimed`` until claimed
         self._claimer = 0  # thread id of the thread that claimed it
         self._result: Any = None
         self._exc: BaseException | None = None
@@ -122,7 +123,8 @@ class Future:
         With no timeout a task no thread has started runs here, inline. With a timeout the call
         only waits, and raises TimeoutError when the task is not done in time.
         """
-        if self._state != DONE:
+        if self._state != DONE and (timeout is not None or self._state != PENDING
+                                    or not self.run_if_unclaimed()):
             self._wait(timeout)
         if self._exc is not None:
             raise self._exc
@@ -130,13 +132,15 @@ class Future:
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The exception the task raised, or None; waits like ``result``."""
-        if self._state != DONE:
+        if self._state != DONE and (timeout is not None or self._state != PENDING
+                                    or not self.run_if_unclaimed()):
             self._wait(timeout)
         return self._exc
 
     def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
         """Call ``fn(future)`` when the task is done (at once if it already is)."""
-        with LEDGER.lock:  # no call inside (see ``enqueue``)
+        ledger = self._runner.ledger
+        with ledger.lock:  # no call inside (see ``enqueue``)
             if self._state != DONE:
                 if self._callbacks is None:
                     self._callbacks = [fn]
@@ -149,14 +153,15 @@ class Future:
     def claim(self) -> bool:
         """PENDING -> RUNNING for the calling thread; False when another thread claimed it."""
         me = threading.get_ident()
-        with LEDGER.lock:
+        ledger = self._runner.ledger
+        with ledger.lock:
             if self._state != PENDING:
                 return False
             self._state = RUNNING
             self._claimer = me
-            LEDGER.running += 1
+            ledger.running += 1
             if self._queued:
-                LEDGER.unclaimed -= 1
+                ledger.unclaimed -= 1
             return True
 
     def run(self, restore: bool, queued: int = 0) -> None:
@@ -166,11 +171,15 @@ class Future:
         Whatever happens, even a KeyboardInterrupt outside the task's own code, the task ends
         DONE and the budget gets its lane back; an interrupt before the task ran fails it.
         """
-        depth = len(LIMITS.thread.weights)
+        runner = self._runner
+        limits = runner.limits
+        weights = limits.thread.weights
+        depth = len(weights)
         ran = False
         try:
-            LIMITS.lane_enter(queued, 1, self._native)
-            t0 = tracing.now() if RECORDERS.active else 0
+            limits.lane_enter(queued, 1, self._native)
+            recorders = runner.recorders
+            t0 = tracing.now() if recorders.active else 0
             start = perf_counter_ns() if self._site is not None else 0
             try:
                 self._result = self._ctx.run(self._fn, *self._args, **self._kwargs)
@@ -180,20 +189,21 @@ class Future:
                 self._ran_ns = perf_counter_ns() - start
             ran = True
             if t0:
-                RECORDERS.record(tracing.task_name(self._fn), "task", t0, tracing.now())
+                recorders.record(tracing.task_name(self._fn), "task", t0, tracing.now())
         except BaseException as exc:
             if not ran:
                 self._exc = exc
             raise
         finally:
             # An interrupt is checked for on entry to every Python call, so each step is done
-            # twice: the second call completes the first when the interrupt cut it short, and
-            # does nothing otherwise.
+            # twice: the second completes the first when the interrupt cut it short.
             try:
-                LIMITS.leave_to(depth, restore)
+                if len(weights) > depth:
+                    limits.leave_to(depth, restore)
             finally:
                 try:
-                    LIMITS.leave_to(depth, restore)
+                    if len(weights) > depth:
+                        limits.leave_to(depth, restore)
                 finally:
                     try:
                         self._finish()
@@ -205,15 +215,16 @@ class Future:
         """Put the task on ``tasks`` (the pool's queue) and count it as waiting for a worker,
         unless one claimed it already.
 
-        No call runs while ``LEDGER.lock`` is held, here or anywhere: a thread can lose the GIL
+        No call runs while the ledger's lock is held, here or anywhere: a thread can lose the GIL
         only at a call, and one that loses it holding the lock stalls every forking and waiting
         thread, which then stay in step (a lock convoy: 20-45 us per task with 8 threads forking,
         7 us without)."""
         tasks.put(self)
-        with LEDGER.lock:
+        ledger = self._runner.ledger
+        with ledger.lock:
             if self._state == PENDING:
                 self._queued = True
-                LEDGER.unclaimed += 1
+                ledger.unclaimed += 1
 
     def run_if_unclaimed(self) -> bool:
         """Claim the task and run it here, through its runner (which accounts the pool's slots)
@@ -222,10 +233,7 @@ class Future:
         try:
             if not self.claim():
                 return False
-            if self._runner is None:
-                self.run(True)
-            else:
-                self._runner.run_claimed(self)
+            self._runner.run_claimed(self)
             return True
         except BaseException as exc:
             self.abandon(exc)
@@ -242,28 +250,30 @@ class Future:
 
     def fail(self, exc: BaseException) -> None:
         """Finish the task with ``exc`` without running it (e.g. it cannot run in this process)."""
-        with LEDGER.lock:
+        ledger = self._runner.ledger
+        with ledger.lock:
             if self._state == DONE:
                 return
             if self._state == PENDING:
                 if self._queued:
-                    LEDGER.unclaimed -= 1
-                LEDGER.running += 1
+                    ledger.unclaimed -= 1
+                ledger.running += 1
             self._state = RUNNING
         self._exc = exc
         self._finish()
 
     def _finish(self) -> None:
         """RUNNING -> DONE: drop the task, wake its waiters, run its callbacks."""
-        self._fn = self._args = self._kwargs = self._ctx = self._runner = None
+        self._fn = self._args = self._kwargs = self._ctx = None
         site, self._site = self._site, None
         if site is not None:
             site.end(perf_counter_ns(), self._ran_ns)
+        ledger = self._runner.ledger
         waiters = callbacks = None
         try:
-            with LEDGER.lock:
+            with ledger.lock:
                 if self._state == RUNNING:
-                    LEDGER.running -= 1
+                    ledger.running -= 1
                 self._state = DONE
                 waiters, self._waiters = self._waiters, None
                 callbacks, self._callbacks = self._callbacks, None
@@ -277,23 +287,24 @@ class Future:
                 _call_back(fn, self)
 
     def _wait(self, timeout: float | None) -> None:
-        if timeout is None and self.run_if_unclaimed():
-            return
+        """Block until another thread finishes the task (or ``timeout`` passes)."""
         lk = threading.Lock()
         lk.acquire()
-        with LEDGER.lock:
+        ledger = self._runner.ledger
+        with ledger.lock:
             if self._state == DONE:
                 return
             if self._waiters is None:
                 self._waiters = {lk: None}
             else:
                 self._waiters[lk] = None
-        t0 = tracing.now() if RECORDERS.active else 0
+        recorders = self._runner.recorders
+        t0 = tracing.now() if recorders.active else 0
         ok = lk.acquire() if timeout is None else lk.acquire(timeout=max(0.0, timeout))
         if t0:
-            RECORDERS.record("wait", "wait", t0, tracing.now())
+            recorders.record("wait", "wait", t0, tracing.now())
         if not ok:
-            with LEDGER.lock:
+            with ledger.lock:
                 late = self._state != DONE
                 if late and self._waiters and lk in self._waiters:
                     del self._waiters[lk]

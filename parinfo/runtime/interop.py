@@ -1,4 +1,4 @@
-"""The inter-op pool: one per process (``POOL``), started by the first ``fork``, sized once.
+"""The inter-op pool: one per process (``Runtime.inter``), started by the first ``fork``, sized once.
 
 Its size is the inter-op count, capped at the pool ceiling; workers start as tasks in flight need
 them, so a huge count costs only the threads the work needs at once.
@@ -12,25 +12,24 @@ from __future__ import annotations
 
 import atexit
 import collections
-import contextvars
 import enum
 import itertools
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable
+from contextvars import copy_context
 from time import perf_counter_ns
 from typing import Any
 
-from parinfo.runtime.adaptive import ADAPT, INLINE
+from parinfo.runtime.adaptive import Adaptive
 from parinfo.runtime.forkexit import exit_forked_child
-from parinfo.runtime.future import LEDGER, Future
-from parinfo.runtime.native import LIMITS
-from parinfo.runtime.settings import COUNTS
+from parinfo.runtime.future import Future, TaskLedger
+from parinfo.runtime.native import NativeLimits
+from parinfo.runtime.settings import RuntimeSettings
 from parinfo.runtime.threadname import set_os_name
-from parinfo.runtime.torchfork import FORKS
-from parinfo.runtime.workers import SETUP, SyncToken
+from parinfo.runtime.tracing import Recorders
+from parinfo.runtime.workers import SyncToken, WorkerSetup
 
 _STOP = None  # sentinel put on the task queue once per worker at shutdown
 _WATCH = object()  # token: a worker starts watching the inline-mode tasks
@@ -62,7 +61,14 @@ class _SlotHolder(threading.local):
 class InteropPool:
     """Workers, task queue and run slots of the inter-op pool; one instance per process."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: RuntimeSettings, limits: NativeLimits, adaptive: Adaptive,
+                 ledger: TaskLedger, recorders: Recorders, setup: WorkerSetup) -> None:
+        self.settings = settings
+        self.limits = limits
+        self.adaptive = adaptive
+        self.ledger = ledger
+        self.recorders = recorders
+        self.setup = setup
         self.state = PoolState.IDLE
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
         # size slots: a task runs only while holding one, so at most size tasks run at once even
@@ -86,11 +92,11 @@ class InteropPool:
         with self._start_lock:
             if self.state is not PoolState.IDLE:
                 return
-            n = COUNTS.consume_inter()
-            if COUNTS.sequential():
+            n = self.settings.consume_inter()
+            if self.settings.sequential():
                 self.state = PoolState.SEQUENTIAL
                 return
-            n = min(n, COUNTS.ceiling)
+            n = min(n, self.settings.ceiling)
             for _ in range(n):
                 self.slots.put(1)
             self.size = n
@@ -104,7 +110,7 @@ class InteropPool:
         """Start workers up to the tasks in flight now, queued or running (never past ``size``):
         a huge count costs threads only for work that is there at once."""
         with self._start_lock:
-            want = min(self.size, LEDGER.unclaimed + LEDGER.running)
+            want = min(self.size, self.ledger.unclaimed + self.ledger.running)
             while len(self.workers) < want and self.state is PoolState.RUNNING:
                 i = len(self.workers)
                 t = threading.Thread(target=self._work, args=(i,), daemon=True,
@@ -114,24 +120,37 @@ class InteropPool:
 
     def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
         """A Future for ``fn(*args, **kwargs)``, queued for the workers or run inline."""
-        if self.state is PoolState.IDLE:
-            self._start()
-        fut = Future(fn, args, kwargs, contextvars.copy_context(), self)
         if self.state is not PoolState.RUNNING:
-            fut.run_if_unclaimed()
-            return fut
-        site = ADAPT.fork_site(fn) if ADAPT.enabled else None
-        if site is not None:
-            now = perf_counter_ns()
-            fut._native = site.long
-            inline = site.begin(now) == INLINE
-            fut._site = site
-            if inline:  # left to its waiter; a worker takes it only when late
-                fut._due = now + site.grace_ns(site.inflight - 1)
-                self._defer(fut)
+            if self.state is PoolState.IDLE:
+                self._start()
+            if self.state is not PoolState.RUNNING:
+                fut = Future(fn, args, kwargs, copy_context(), self)
+                fut.run_if_unclaimed()
                 return fut
+        fut = Future(fn, args, kwargs, copy_context(), self)
+        adaptive = self.adaptive
+        on = adaptive.on
+        if on is None:
+            on = adaptive.enabled
+        if on:
+            site = adaptive.forks.get(getattr(fn, "__code__", None)) or adaptive.fork_site(fn)
+            if site is not None:
+                now = perf_counter_ns()
+                fut._native = site.long
+                fut._site = site
+                due = site.begin(now)
+                if due:  # inline mode: left to its waiter; a worker takes it only when late
+                    fut._due = due
+                    fut.enqueue(self.deferred_sink)
+                    if not self.watching:
+                        self.watching = True
+                        self.tasks.put(_WATCH)
+                    if not self.workers:
+                        self._grow()
+                    return fut
         fut.enqueue(self.tasks)
-        if len(self.workers) < self.size and LEDGER.unclaimed + LEDGER.running > len(self.workers):
+        ledger = self.ledger
+        if len(self.workers) < self.size and ledger.unclaimed + ledger.running > len(self.workers):
             self._grow()
         return fut
 
@@ -143,7 +162,8 @@ class InteropPool:
         others = self.size - 1
         epoch = self.epoch
         self._thread.holds_slot = True  # nested waits inside tasks run inline without a slot
-        setup, seen = SETUP, SETUP.seen
+        setup, ledger, limits = self.setup, self.ledger, self.limits
+        seen = setup.seen
         setup.catch_up()  # functions stored by on_every_worker run before the first task
         while True:
             fut = get()
@@ -161,7 +181,7 @@ class InteropPool:
             slot_get()
             if fut.claim():
                 running[index] = fut
-                fut.run(False, 0 if fut._due else min(LEDGER.unclaimed, others))
+                fut.run(False, 0 if fut._due else min(ledger.unclaimed, others))
                 if self.epoch != epoch:  # the task called os.fork() and this is the child
                     exit_forked_child()
                 running[index] = None
@@ -169,7 +189,7 @@ class InteropPool:
             if seen.version != setup.version:
                 setup.catch_up()
             if tasks_empty():  # going idle: free any OpenMP team its tasks made
-                LIMITS.release_teams()
+                limits.release_teams()
 
     def _watch(self) -> Future | None:
         """Watch the tasks left to their waiters (inline mode) on this worker: the first that is
@@ -195,15 +215,6 @@ class InteropPool:
                 return None
             self.watching = True
 
-    def _defer(self, fut: Future) -> None:
-        """Leave an inline-mode task to its waiter, with a worker watching for it to be late."""
-        fut.enqueue(self.deferred_sink)
-        if not self.watching:
-            self.watching = True
-            self.tasks.put(_WATCH)
-        if not self.workers:
-            self._grow()
-
     def post(self, token: SyncToken) -> None:
         """Queue an ``on_every_worker`` token for one worker."""
         if self.state is PoolState.RUNNING:
@@ -223,7 +234,7 @@ class InteropPool:
             return
         try:
             self._thread.holds_slot = True
-            fut.run(True, 0 if fut._due else min(LEDGER.unclaimed, self.size - 1))
+            fut.run(True, 0 if fut._due else min(self.ledger.unclaimed, self.size - 1))
         finally:
             self._thread.holds_slot = False
             if held:
@@ -269,33 +280,3 @@ class InteropPool:
             fut.fail(RuntimeError("the task was running in the parent process when os.fork() "
                                   "was called; it cannot finish in the child"))
 
-
-POOL = InteropPool()
-
-
-def fork(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-    """Run ``fn(*args, **kwargs)`` as an inter-op task; ``wait()`` the returned Future for its value.
-
-    The task sees a copy of the caller's contextvars. With PARINFO_BACKEND=sequential, or once
-    the interpreter is exiting, the task runs inline before fork returns. A TorchScript callable
-    runs on torch's own inter-op pool instead, and the result is torch's future.
-    """
-    if not callable(fn):
-        raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
-    if "torch" in sys.modules and FORKS.accepts(fn) and not COUNTS.sequential():
-        fut = FORKS.fork(fn, args, kwargs)
-        if fut is not None:
-            return fut
-    return POOL.submit(fn, args, kwargs)
-
-
-def wait(fut: Future) -> Any:
-    """The task's value; re-raises its exception. An unstarted task runs on this thread."""
-    if isinstance(fut, Future):
-        return fut.result()
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(fut, torch._C.Future):  # from fork of a TorchScript callable
-        if not fut.done():  # this thread blocks: its idle OpenMP team must not spin on the task's CPUs
-            LIMITS.release_teams()
-        return fut.wait()  # torch.jit.wait here can wait forever under no_grad (torch 2.13)
-    raise TypeError(f"wait() expects a parinfo Future (or a torch.jit.Future), but got {type(fut).__name__}")

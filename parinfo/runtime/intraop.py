@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextvars
-import functools
 import itertools
 import operator
 import queue
@@ -22,13 +21,13 @@ from time import perf_counter_ns
 from typing import Any
 
 from parinfo.runtime import tracing
-from parinfo.runtime.adaptive import ADAPT
+from parinfo.runtime.adaptive import Adaptive
 from parinfo.runtime.forkexit import exit_forked_child
-from parinfo.runtime.native import LIMITS
-from parinfo.runtime.settings import COUNTS
+from parinfo.runtime.native import NativeLimits
+from parinfo.runtime.settings import RuntimeSettings
 from parinfo.runtime.threadname import set_os_name
-from parinfo.runtime.tracing import RECORDERS
-from parinfo.runtime.workers import SETUP, SyncToken
+from parinfo.runtime.tracing import Recorders
+from parinfo.runtime.workers import SyncToken, WorkerSetup
 
 
 class _RegionView(threading.local):
@@ -36,21 +35,6 @@ class _RegionView(threading.local):
 
     active = False  # running a chunk of a region
     chunk = 0  # index of the running chunk
-
-
-_REGION = _RegionView()
-
-
-def in_parallel_region() -> bool:
-    """True while this thread runs a chunk of a parallel region."""
-    return _REGION.active
-
-
-def get_thread_num() -> int:
-    """The index of the running chunk in its region (0 outside regions): distinct and below
-    ``get_num_threads()`` for chunks that run at the same time. When the runtime cuts a region
-    finer than one chunk per thread, it numbers the threads of the region instead (the caller 0)."""
-    return _REGION.chunk
 
 
 class _Job:
@@ -77,13 +61,15 @@ class _Job:
         "lock",
         "n",
         "native",
+        "pool",
         "posted",
         "results",
         "step",
     )
 
-    def __init__(self, fn: Callable, begin: int, end: int, n: int, ctx: Any, reduce: bool,
-                 native: bool, lead: int = 0) -> None:
+    def __init__(self, pool: IntraopPool, fn: Callable, begin: int, end: int, n: int, ctx: Any,
+                 reduce: bool, native: bool, lead: int = 0) -> None:
+        self.pool = pool
         self.fn = fn
         self.begin = begin
         self.end = end
@@ -113,19 +99,21 @@ class _Job:
     def help(self) -> None:
         """A pool worker's share: claim and run chunks until none is left."""
         if self.posted:
-            POOL.note_wake(perf_counter_ns() - self.posted)
+            self.pool.note_wake(perf_counter_ns() - self.posted)
         if self.native:
-            LIMITS.sync_lane()
+            self.pool.limits.sync_lane()
         self.work(self.joined())
 
-    def work(self, me: int = 0) -> None:
-        """Claim and run chunks until none is left (``me``: this thread's number in the region)."""
+    def work(self, number: int = 0) -> None:
+        """Claim and run chunks until none is left (``number``: this thread's number in the region)."""
         i = self.claim()
         if i >= self.n:
             return
-        prev_region = _REGION.active
-        prev_num = _REGION.chunk
-        _REGION.active = True
+        region = self.pool.view
+        recorders = self.pool.recorders
+        prev_region = region.active
+        prev_num = region.chunk
+        region.active = True
         try:
             while i < self.n:
                 if self.error is None:
@@ -134,8 +122,8 @@ class _Job:
                         b = min(self.end, a + self.step)
                     else:
                         a, b = self.begin, self.first
-                    _REGION.chunk = me if self.by_thread else i
-                    t0 = tracing.now() if RECORDERS.active else 0
+                    region.chunk = number if self.by_thread else i
+                    t0 = tracing.now() if recorders.active else 0
                     try:
                         r = self.ctx.copy().run(self.fn, a, b)  # each chunk sees the caller's context
                         if self.results is not None:
@@ -147,14 +135,14 @@ class _Job:
                             else:
                                 self.also_raised.append((a, b, exc))
                     if t0:
-                        RECORDERS.record(tracing.task_name(self.fn), "chunk", t0, tracing.now(),
+                        recorders.record(tracing.task_name(self.fn), "chunk", t0, tracing.now(),
                                          {"begin": a, "end": b})
                 if self.finished() == self.n:
                     self.done.release()
                 i = self.claim()
         finally:
-            _REGION.active = prev_region
-            _REGION.chunk = prev_num
+            region.active = prev_region
+            region.chunk = prev_num
 
     def cancel(self, exc: BaseException) -> None:
         """Skip the chunks not started yet: the caller was interrupted by ``exc``."""
@@ -164,13 +152,21 @@ class _Job:
 
 
 class IntraopPool:
-    """The intra-op workers and their job queue; one instance per process (``POOL``).
+    """The intra-op workers, their job queue and the regions run on them; one per process
+    (``Runtime.intra``).
 
     Created empty; ``resize`` starts workers on the first region that needs them, ``shutdown``
     stops them at exit, after which regions run inline.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, settings: RuntimeSettings, limits: NativeLimits, adaptive: Adaptive,
+                 recorders: Recorders, setup: WorkerSetup) -> None:
+        self.settings = settings
+        self.limits = limits
+        self.adaptive = adaptive
+        self.recorders = recorders
+        self.setup = setup
+        self.view = _RegionView()  # each thread's place in a region
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.workers: list[threading.Thread] = []
         self.size = 0  # workers asked to run (the ones told to stop are not counted)
@@ -223,7 +219,8 @@ class IntraopPool:
         set_os_name(threading.current_thread().name)
         get, jobs_empty = self.jobs.get, self.jobs.empty
         epoch = self.epoch
-        setup, seen = SETUP, SETUP.seen
+        setup = self.setup
+        seen = setup.seen
         setup.catch_up()  # functions stored by on_every_worker run before the first job
         while True:
             job = get()
@@ -238,7 +235,7 @@ class IntraopPool:
             if seen.version != setup.version:
                 setup.catch_up()
             if jobs_empty():  # going idle: free any OpenMP team its chunks made
-                LIMITS.release_teams()
+                self.limits.release_teams()
 
     def post(self, token: SyncToken) -> None:
         """Queue an ``on_every_worker`` token for one worker."""
@@ -271,8 +268,103 @@ class IntraopPool:
         self.closing = False
         self._lock = threading.Lock()
 
+    # regions -------------------------------------------------------------------------------
+    def in_region(self) -> bool:
+        """True while the calling thread runs a chunk of a parallel region."""
+        return self.view.active
 
-POOL = IntraopPool()
+    def thread_num(self) -> int:
+        """The calling thread's chunk (or thread) number in its region; 0 outside regions."""
+        return self.view.chunk
+
+    def region(self, begin: int, end: int, grain_size: int, fn: Callable, reduce: bool,
+               site_fn: Callable | None = None) -> list[Any] | None:
+        """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order.
+        ``site_fn`` is what identifies the call site for the adaptive decisions (default ``fn``)."""
+        if not (type(begin) is int and type(end) is int and type(grain_size) is int and grain_size > 0):
+            begin, end, grain_size = _check_range(begin, end, grain_size)
+        size = end - begin
+        if size <= 0:
+            return [] if reduce else None
+        settings, limits = self.settings, self.limits
+        count = settings.intra_now or settings.intra_count()
+        if limits.pushed is not None:
+            limits.refresh_if_new_modules()
+        most = min(count, settings.ceiling)
+        n = min(most, size // grain_size)
+        if n <= 1 or self.view.active or self.closing or settings.sequential():
+            return self._inline(begin, end, fn, reduce)
+        if self.size > count - 1:  # the count went down: retire the surplus
+            self.resize(count - 1)
+        adaptive = self.adaptive
+        site = (adaptive.region_site(site_fn or fn, size, n, min(4 * n, size // grain_size))
+                if adaptive.enabled else None)
+        if site is None:
+            return self._split(begin, end, n, n, fn, reduce, True)
+        chunks = site.choose()
+        t0 = perf_counter_ns()
+        try:
+            if chunks == 1:
+                return self._inline(begin, end, fn, reduce)
+            threads = min(chunks, n)
+            lead = 0
+            if chunks == threads and self.wake_ns and site.per_item:  # one chunk per thread
+                lead = min(size // 4, int(self.wake_ns / site.per_item))  # what the caller does meanwhile
+            return self._split(begin, end, chunks, threads, fn, reduce, site.long, lead)
+        finally:
+            site.record_region(chunks, perf_counter_ns() - t0, size)
+
+    def _split(self, begin: int, end: int, chunks: int, threads: int, fn: Callable, reduce: bool,
+               native: bool, lead: int = 0) -> list[Any] | None:
+        """Run a region as ``chunks`` chunks on the caller and ``threads - 1`` of the workers;
+        the first chunk, which the caller takes, is ``lead`` elements longer than the others."""
+        job = _Job(self, fn, begin, end, chunks, contextvars.copy_context(), reduce, native, lead)
+        threads = min(threads, job.n)
+        job.by_thread = job.n > threads
+        if self.size < threads - 1:  # grow only to the work this region has
+            self.resize(threads - 1)
+        put = self.jobs.put
+        job.posted = perf_counter_ns()
+        for _ in range(threads - 1):
+            put(job)
+        limits = self.limits
+        weights = limits.thread.weights
+        depth = len(weights)
+        try:
+            # the caller holds a lane for every thread of the region (one fewer when it already is one)
+            limits.lane_enter(0, threads - (depth > 0), native)
+            job.work()
+            job.done.acquire()
+        except BaseException as exc:  # interrupted: chunks not started yet are skipped
+            job.cancel(exc)
+            raise
+        finally:
+            try:
+                limits.leave_to(depth, True)
+            finally:
+                if len(weights) > depth:  # the first was cut short by an interrupt
+                    limits.leave_to(depth, True)
+        if job.error is not None:
+            _attach_others(job.error, job.also_raised)
+            raise job.error
+        return job.results
+
+    def _inline(self, begin: int, end: int, fn: Callable, reduce: bool) -> list[Any] | None:
+        region = self.view
+        prev_region = region.active
+        prev_num = region.chunk
+        region.active = True
+        region.chunk = 0
+        recorders = self.recorders
+        t0 = tracing.now() if recorders.active else 0
+        try:
+            r = fn(begin, end)
+        finally:
+            region.active = prev_region
+            region.chunk = prev_num
+            if t0:
+                recorders.record(tracing.task_name(fn), "chunk", t0, tracing.now(), {"begin": begin, "end": end})
+        return [r] if reduce else None
 
 
 def _check_range(begin: Any, end: Any, grain_size: Any) -> tuple[int, int, int]:
@@ -287,75 +379,6 @@ def _check_range(begin: Any, end: Any, grain_size: Any) -> tuple[int, int, int]:
     if out[2] < 1:
         raise ValueError(f"parallel_for grain_size expects a positive integer, but got {out[2]}")
     return out[0], out[1], out[2]
-
-
-def _region(begin: int, end: int, grain_size: int, fn: Callable, reduce: bool,
-            site_fn: Callable | None = None) -> list[Any] | None:
-    """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order.
-    ``site_fn`` is what identifies the call site for the adaptive decisions (default ``fn``)."""
-    if not (type(begin) is int and type(end) is int and type(grain_size) is int and grain_size > 0):
-        begin, end, grain_size = _check_range(begin, end, grain_size)
-    size = end - begin
-    if size <= 0:
-        return [] if reduce else None
-    count = COUNTS.intra_now or COUNTS.intra_count()
-    if LIMITS.pushed is not None:
-        LIMITS.refresh_if_new_modules()
-    most = min(count, COUNTS.ceiling)
-    n = min(most, size // grain_size)
-    if n <= 1 or _REGION.active or POOL.closing or COUNTS.sequential():
-        return _inline(begin, end, fn, reduce)
-    if POOL.size > count - 1:  # the count went down: retire the surplus
-        POOL.resize(count - 1)
-    site = (ADAPT.region_site(site_fn or fn, size, n, min(4 * n, size // grain_size))
-            if ADAPT.enabled else None)
-    if site is None:
-        return _split(begin, end, n, n, fn, reduce, True)
-    chunks = site.choose()
-    t0 = perf_counter_ns()
-    try:
-        if chunks == 1:
-            return _inline(begin, end, fn, reduce)
-        threads = min(chunks, n)
-        lead = 0
-        if chunks == threads and POOL.wake_ns and site.per_item:  # one chunk per thread
-            lead = min(size // 4, int(POOL.wake_ns / site.per_item))  # what the caller does meanwhile
-        return _split(begin, end, chunks, threads, fn, reduce, site.long, lead)
-    finally:
-        site.record_region(chunks, perf_counter_ns() - t0, size)
-
-
-def _split(begin: int, end: int, chunks: int, threads: int, fn: Callable, reduce: bool,
-           native: bool, lead: int = 0) -> list[Any] | None:
-    """Run a region as ``chunks`` chunks on the caller and ``threads - 1`` of the pool's workers;
-    the first chunk, which the caller takes, is ``lead`` elements longer than the others."""
-    job = _Job(fn, begin, end, chunks, contextvars.copy_context(), reduce, native, lead)
-    threads = min(threads, job.n)
-    job.by_thread = job.n > threads
-    if POOL.size < threads - 1:  # grow only to the work this region has
-        POOL.resize(threads - 1)
-    put = POOL.jobs.put
-    job.posted = perf_counter_ns()
-    for _ in range(threads - 1):
-        put(job)
-    depth = len(LIMITS.thread.weights)
-    try:
-        # the caller holds a lane for every thread of the region (one fewer when it already is one)
-        LIMITS.lane_enter(0, threads - (depth > 0), native)
-        job.work()
-        job.done.acquire()
-    except BaseException as exc:  # interrupted: chunks not started yet are skipped
-        job.cancel(exc)
-        raise
-    finally:
-        try:
-            LIMITS.leave_to(depth, True)
-        finally:
-            LIMITS.leave_to(depth, True)  # completes the first if an interrupt cut it short
-    if job.error is not None:
-        _attach_others(job.error, job.also_raised)
-        raise job.error
-    return job.results
 
 
 _NOTES_LISTED = 10  # other chunk exceptions named one by one in the notes; the rest are counted
@@ -381,38 +404,3 @@ def _attach_others(error: BaseException, others: list[tuple[int, int, BaseExcept
         error.parinfo_other_errors = [exc for _, _, exc in others]  # type: ignore[attr-defined]
     except AttributeError:  # an exception type with __slots__
         pass
-
-
-def _inline(begin: int, end: int, fn: Callable, reduce: bool) -> list[Any] | None:
-    prev_region = _REGION.active
-    prev_num = _REGION.chunk
-    _REGION.active = True
-    _REGION.chunk = 0
-    t0 = tracing.now() if RECORDERS.active else 0
-    try:
-        r = fn(begin, end)
-    finally:
-        _REGION.active = prev_region
-        _REGION.chunk = prev_num
-        if t0:
-            RECORDERS.record(tracing.task_name(fn), "chunk", t0, tracing.now(), {"begin": begin, "end": end})
-    return [r] if reduce else None
-
-
-def parallel_for(begin: int, end: int, grain_size: int, fn: Callable[[int, int], Any]) -> None:
-    """Call ``fn(start, stop)`` on chunks covering ``[begin, end)``, in parallel on the intra-op pool.
-
-    At most ``get_num_threads()`` chunks, each at least ``grain_size`` long (the last may be
-    shorter); the caller runs chunks too. The first exception a chunk raises is re-raised here
-    with its traceback, and chunks not started by then are skipped. Chunks see a copy of the
-    caller's contextvars; nested calls inside a region run inline.
-    """
-    _region(begin, end, grain_size, fn, False)
-
-
-def parallel_reduce(begin: int, end: int, grain_size: int, ident: Any,
-                    fn: Callable[[int, int, Any], Any], combine: Callable[[Any, Any], Any]) -> Any:
-    """Reduce ``[begin, end)``: each chunk computes ``fn(start, stop, ident)``; the partial results
-    are folded left to right with ``combine``, starting from ``ident`` (torch's signature)."""
-    parts = _region(begin, end, grain_size, lambda a, b: fn(a, b, ident), True, fn)
-    return functools.reduce(combine, parts or (), ident)

@@ -15,7 +15,7 @@ mechanisms:
 * process-wide pools (OpenBLAS with pthreads, MKL, BLIS): the cap is set once when the lane count
   rises and restored when the last lane ends (not on every dip, so busy pools do not flap).
 
-All of it is the state of one ``NativeLimits`` object, ``LIMITS``.
+All of it is the state of one ``NativeLimits`` object, held by the process's ``Runtime``.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from parinfo.process import setter
 from parinfo.process.setter import NativePool
-from parinfo.runtime.settings import COUNTS
+from parinfo.runtime.settings import RuntimeSettings
 
 
 def _torch() -> Any:
@@ -60,7 +60,8 @@ class _ThreadView(threading.local):
 class NativeLimits:
     """The count pushed into native pools and torch, and the lane budget that caps them."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: RuntimeSettings) -> None:
+        self.settings = settings
         self.lock = threading.RLock()  # serialises changes of native limits
         self.budget_lock = threading.Lock()  # guards lanes, cap and version
         self.thread = _ThreadView()
@@ -299,7 +300,7 @@ class NativeLimits:
         """
         me = self.thread
         if not self._usable:
-            self._usable = COUNTS.usable_cpus()
+            self._usable = self.settings.usable_cpus()
         changed = False
         with self.budget_lock:
             # the weight and the lanes change together, with no call between them where a
@@ -376,5 +377,3 @@ class NativeLimits:
         self._process_capped = self._torch_capped = False
         self.version += 1
 
-
-LIMITS = NativeLimits()

@@ -1,6 +1,6 @@
 """The process's thread counts, where each came from, and the rules for changing them.
 
-One ``RuntimeSettings`` object (``COUNTS``) is the one place the counting rules are enforced:
+One ``RuntimeSettings`` object (``Runtime.settings``) is the one place the counting rules are enforced:
 
 * Intra-op count (parallel_for and native pools): process-wide, changeable any time from any
   thread; a change applies to parallel regions that start after it, regions already running keep
@@ -227,5 +227,3 @@ class RuntimeSettings:
         """Fresh lock in a forked child; counts and rules carry over from the parent."""
         self._lock = threading.RLock()
 
-
-COUNTS = RuntimeSettings()

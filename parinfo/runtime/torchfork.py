@@ -17,8 +17,8 @@ import threading
 from typing import Any
 
 from parinfo.process import setter
-from parinfo.runtime.native import LIMITS
-from parinfo.runtime.settings import COUNTS
+from parinfo.runtime.native import NativeLimits
+from parinfo.runtime.settings import RuntimeSettings
 
 _CACHE_SIZE = 256  # launchers kept (each holds its target alive): the first compiled go first
 
@@ -90,7 +90,9 @@ class TorchForks:
     """Forks of TorchScript callables: torch's inter-op pool sized once by parinfo's inter-op
     count, and one cached launcher per callable."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: RuntimeSettings, limits: NativeLimits) -> None:
+        self.settings = settings
+        self.limits = limits
         self._lock = threading.Lock()
         self._sized = False
         self._types: tuple[type, ...] | None = None
@@ -127,20 +129,19 @@ class TorchForks:
             if self._sized:
                 return
             self._sized = True
-            n = min(COUNTS.consume_inter(), COUNTS.ceiling)
+            n = min(self.settings.consume_inter(), self.settings.ceiling)
             sized = setter.set_torch(inter=n, torch=torch, inter_if_changed=False)[0]
             if sized.error:  # torch's pool already started or was sized by the program: keep it
                 self.pool = {"threads": sized.now, "native_per_lane": None,
                              "source": "torch (started or sized before parinfo's first fork)"}
                 return
             base = setter.torch_intra_now() or 1
-            per_lane = max(1, min(base, COUNTS.usable_cpus() // n))
+            per_lane = max(1, min(base, self.settings.usable_cpus() // n))
             self.pool = {"threads": n, "native_per_lane": per_lane, "source": "parinfo"}
             if per_lane < base:
                 self.pool["pinned"] = self._pin_threads(torch, n, per_lane, base)
 
-    @staticmethod
-    def _pin_threads(torch: Any, n: int, per_lane: int, base: int) -> int:
+    def _pin_threads(self, torch: Any, n: int, per_lane: int, base: int) -> int:
         """Give each of the pool's n threads ``per_lane`` native threads; returns how many took it.
 
         A pool thread copies torch's intra-op count at its first op and keeps its own from then
@@ -162,7 +163,7 @@ class TorchForks:
             me = threading.get_ident()
             if me != caller and me not in done:
                 setter.torch_intra(per_lane)
-                LIMITS.release_teams()
+                self.limits.release_teams()
                 done.add(me)
 
         a = torch.rand(192, 192) / 192
@@ -224,5 +225,3 @@ class TorchForks:
             self._holder = LaunchHolder
         return self._holder
 
-
-FORKS = TorchForks()

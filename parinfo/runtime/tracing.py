@@ -41,25 +41,24 @@ class Recorders:
         self._lock = threading.Lock()
 
 
-RECORDERS = Recorders()
-
 
 class Profile:
     """Context manager recording parinfo's parallel work; see ``export_chrome_trace``."""
 
-    def __init__(self) -> None:
+    def __init__(self, recorders: Recorders) -> None:
+        self._recorders = recorders
         self._events: list[tuple] = []
         self._t0 = 0
         self._t1: int | None = None
 
     def __enter__(self) -> Profile:
         self._t0 = now()
-        RECORDERS.add(self)
+        self._recorders.add(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._t1 = now()
-        RECORDERS.remove(self)
+        self._recorders.remove(self)
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -95,11 +94,6 @@ class Profile:
 
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(self.chrome_trace(), fh)
-
-
-def profile() -> Profile:
-    """``with parinfo.profile() as prof: ...`` then ``prof.export_chrome_trace("parallel.json")``."""
-    return Profile()
 
 
 def task_name(fn: Any) -> str:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 
 class _Seen(threading.local):
@@ -85,31 +85,39 @@ class WorkerSetup:
         self.errors.clear()
 
 
-SETUP = WorkerSetup()
-
-
 class SyncToken:
     """One worker's share of an ``on_every_worker`` call, taken from a pool's job queue."""
 
-    __slots__ = ("deadline", "key", "names", "version")
+    __slots__ = ("deadline", "key", "names", "setup", "version")
 
-    def __init__(self, key: str, version: int, names: frozenset[str], deadline: float) -> None:
-        self.key, self.version, self.names, self.deadline = key, version, names, deadline
+    def __init__(self, setup: WorkerSetup, key: str, version: int, names: frozenset[str],
+                 deadline: float) -> None:
+        self.setup, self.key, self.version, self.names, self.deadline = setup, key, version, names, deadline
 
     def run(self) -> None:
         """Catch up, then wait until every worker of this pool listed for the call ran it."""
-        SETUP.catch_up()
-        with SETUP.cond:
+        setup = self.setup
+        setup.catch_up()
+        with setup.cond:
             while True:
-                done = SETUP.done.get((self.key, self.version))
+                done = setup.done.get((self.key, self.version))
                 left = self.deadline - time.monotonic()
                 if done is None or self.names <= done or left <= 0:
                     return
-                SETUP.cond.wait(left)
+                setup.cond.wait(left)
 
 
-def on_every_worker(key: str, fn: Callable[[], Any], timeout: float = 5.0) -> dict[str, Any]:
-    """Run ``fn()`` once on every live worker of both pools, and first on every worker started later.
+class WorkerPool(Protocol):
+    """What ``on_every_worker`` needs of a pool: its worker threads and a way to post a token."""
+
+    workers: list[threading.Thread]
+
+    def post(self, token: SyncToken) -> None: ...
+
+
+def on_every_worker(setup: WorkerSetup, pools: Sequence[WorkerPool], key: str, fn: Callable[[], Any],
+                    timeout: float = 5.0) -> dict[str, Any]:
+    """Run ``fn()`` once on every live worker of ``pools``, and first on every worker started later.
 
     ``key`` names the setting: a second call with the same key replaces the function (workers run
     the new one once). Waits up to ``timeout`` seconds for the live workers and returns
@@ -123,28 +131,26 @@ def on_every_worker(key: str, fn: Callable[[], Any], timeout: float = 5.0) -> di
         raise TypeError(f"on_every_worker() expects a callable, but got {type(fn).__name__}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
         raise ValueError(f"on_every_worker() expects timeout to be a number >= 0, but got {timeout!r}")
-    from parinfo.runtime import interop, intraop
-
-    version = SETUP.store(key, fn)
+    version = setup.store(key, fn)
     deadline = time.monotonic() + timeout
     me = threading.current_thread()
-    pools = [(p, [t for t in p.workers if t.is_alive()]) for p in (intraop.POOL, interop.POOL)]
     everyone: list[str] = []
-    for pool, live in pools:
+    for pool in pools:
+        live = [t for t in pool.workers if t.is_alive()]
         names = frozenset(t.name for t in live)
         everyone += sorted(names)
         if me in live:
-            SETUP.catch_up()
+            setup.catch_up()
         for _ in live:
-            pool.post(SyncToken(key, version, names, deadline))
-    with SETUP.cond:
+            pool.post(SyncToken(setup, key, version, names, deadline))
+    with setup.cond:
         while True:
-            done = SETUP.done.get((key, version), set())
+            done = setup.done.get((key, version), set())
             left = deadline - time.monotonic()
             if set(everyone) <= done or left <= 0:
                 break
-            SETUP.cond.wait(left)
-        errors = dict(SETUP.errors.get((key, version), {}))
+            setup.cond.wait(left)
+        errors = dict(setup.errors.get((key, version), {}))
     out: dict[str, Any] = {"ran": [n for n in everyone if n in done],
                            "pending": [n for n in everyone if n not in done]}
     if errors:

@@ -1,0 +1,239 @@
+"""The one ``Runtime`` of a process: every piece of state parinfo's runtime holds, in one object.
+
+``Runtime`` owns the counts and their rules (``settings``), the native push and lane budget
+(``limits``), the task ledger, the two pools, the adaptive call sites, the trace recorders, the
+functions every worker runs (``setup``), torch's forks and the variables ``apply`` set. The
+public functions of :mod:`parinfo.runtime` are thin calls on the process's instance; after an
+``os.fork`` one method, :meth:`Runtime.after_fork_in_child`, gives the child fresh pools and locks.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from parinfo.runtime import workers
+from parinfo.runtime.adaptive import Adaptive
+from parinfo.runtime.future import Future, TaskLedger
+from parinfo.runtime.interop import InteropPool
+from parinfo.runtime.intraop import IntraopPool
+from parinfo.runtime.native import NativeLimits
+from parinfo.runtime.settings import EXPLICIT, RuntimeSettings, check_count
+from parinfo.runtime.torchfork import TorchForks
+from parinfo.runtime.tracing import Profile, Recorders
+from parinfo.runtime.workers import WorkerSetup
+
+# How long a push waits for busy pool workers; they take the count before their next job anyway.
+PUSH_WAIT_S = 2.0
+
+
+class Runtime:
+    """parinfo's runtime in one process: counts, pools, budget, ledger and what they learned."""
+
+    def __init__(self) -> None:
+        self.settings = RuntimeSettings()
+        self.limits = NativeLimits(self.settings)
+        self.ledger = TaskLedger()
+        self.adaptive = Adaptive()
+        self.recorders = Recorders()
+        self.setup = WorkerSetup()
+        self.torch_forks = TorchForks(self.settings, self.limits)
+        self.intra = IntraopPool(self.settings, self.limits, self.adaptive, self.recorders, self.setup)
+        self.inter = InteropPool(self.settings, self.limits, self.adaptive, self.ledger, self.recorders,
+                                 self.setup)
+        self._env_lock = threading.Lock()
+        self._env_set: dict[str, str] = {}  # variables parinfo.apply() set in this process, and to what
+
+    # counts --------------------------------------------------------------------------------
+    def set_num_threads(self, n: int) -> None:
+        """Set the intra-op count: threads per parallel region, and the count pushed into native pools.
+
+        The rule: the count is process-wide (not per calling thread), may be changed any time from any
+        thread, and applies to parallel regions that start after the call; regions already running
+        keep their count. The count then goes into the loaded native pools (OpenBLAS, MKL, OpenMP
+        runtimes, through threadpoolctl) and into torch when torch is imported. An explicit call takes
+        precedence over a profile. ``n`` must be a positive int (TypeError/ValueError otherwise);
+        counts above the usable CPUs are allowed.
+        """
+        self._set_intra(check_count(n, "set_num_threads"), EXPLICIT)
+
+    def get_num_threads(self) -> int:
+        """The intra-op count now in force (resolved from the environment on first use)."""
+        return self.settings.intra()[0]
+
+    def set_num_interop_threads(self, n: int) -> None:
+        """Set the inter-op pool size, once, before the first ``fork``.
+
+        A second call, or a call after parallel work started, raises RuntimeError("Error: cannot set
+        number of interop threads after parallel work has started or set_num_interop_threads called").
+        """
+        self.settings.set_inter(check_count(n, "set_num_interop_threads"), EXPLICIT)
+
+    def get_num_interop_threads(self) -> int:
+        """The inter-op pool size; reading it never starts the pool."""
+        return self.settings.inter()[0]
+
+    def configure(self, *, intra_op: int | None = None, inter_op: int | None = None,
+                  libraries: dict[str, int | None] | None = None, source: str) -> None:
+        """Set counts on behalf of ``source`` (e.g. "profile latency"), with the setters' rules.
+
+        Both values are checked before either is applied. The inter-op count follows the set-once
+        rule; an intra-op count from a profile does not replace one set by an explicit call.
+        ``libraries`` (record name -> count, from a profile's ``libraries``; None leaves that library
+        alone) go into the native pools and torch with the push, each pool once, in place of the
+        intra-op count.
+        """
+        if not isinstance(source, str) or not source.strip():
+            raise TypeError("configure() expects source to be a non-empty str")
+        if intra_op is not None:
+            check_count(intra_op, "configure intra_op")
+        if inter_op is not None:
+            check_count(inter_op, "configure inter_op")
+            self.settings.check_inter_settable()
+        if inter_op is not None:
+            self.settings.set_inter(inter_op, source)
+        if intra_op is not None or libraries:
+            self._set_intra(intra_op, source, libraries)
+
+    def _set_intra(self, n: int | None, source: str, libraries: dict[str, int | None] | None = None) -> None:
+        """Record ``n`` (None: keep the count) and push it, with ``libraries`` over it per library.
+        An intra-op count an explicit call outranks is not taken, but the libraries' counts still are."""
+        taken = n is not None and self.settings.set_intra(n, source)
+        if taken or libraries:
+            limits = self.limits
+            limits.push(n if taken and n is not None else self.settings.intra()[0], source, libraries)
+            # OpenMP limits (and torch's, in its OpenMP build) hold per thread: each worker sets its own
+            reach = self.on_every_worker("parinfo.intra_op", limits.sync_worker, timeout=PUSH_WAIT_S)
+            if reach["ran"] or reach["pending"]:
+                limits.note_workers(reach)
+
+    def set_adaptive(self, on: bool) -> None:
+        """Switch adaptive decisions on or off for this process (PARINFO_ADAPTIVE=0 starts it off)."""
+        self.adaptive.set_enabled(on)
+
+    # work ----------------------------------------------------------------------------------
+    def fork(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` as an inter-op task; ``wait()`` the returned Future for its value.
+
+        The task sees a copy of the caller's contextvars. With PARINFO_BACKEND=sequential, or once
+        the interpreter is exiting, the task runs inline before fork returns. A TorchScript callable
+        runs on torch's own inter-op pool instead, and the result is torch's future.
+        """
+        if not callable(fn):
+            raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
+        if "torch" in sys.modules and self.torch_forks.accepts(fn) and not self.settings.sequential():
+            fut = self.torch_forks.fork(fn, args, kwargs)
+            if fut is not None:
+                return fut
+        return self.inter.submit(fn, args, kwargs)
+
+    def wait(self, fut: Any) -> Any:
+        """The task's value; re-raises its exception. An unstarted task runs on this thread."""
+        if isinstance(fut, Future):
+            return fut.result()
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(fut, torch._C.Future):  # from fork of a TorchScript callable
+            if not fut.done():  # this thread blocks: its idle OpenMP team must not spin on the task's CPUs
+                self.limits.release_teams()
+            return fut.wait()  # torch.jit.wait here can wait forever under no_grad (torch 2.13)
+        raise TypeError(f"wait() expects a parinfo Future (or a torch.jit.Future), but got {type(fut).__name__}")
+
+    def parallel_for(self, begin: int, end: int, grain_size: int, fn: Callable[[int, int], Any]) -> None:
+        """Call ``fn(start, stop)`` on chunks covering ``[begin, end)``, in parallel on the intra-op pool.
+
+        At most ``get_num_threads()`` chunks, each at least ``grain_size`` long (the last may be
+        shorter); the caller runs chunks too. The first exception a chunk raises is re-raised here
+        with its traceback, and chunks not started by then are skipped. Chunks see a copy of the
+        caller's contextvars; nested calls inside a region run inline.
+        """
+        self.intra.region(begin, end, grain_size, fn, False)
+
+    def parallel_reduce(self, begin: int, end: int, grain_size: int, ident: Any,
+                        fn: Callable[[int, int, Any], Any], combine: Callable[[Any, Any], Any]) -> Any:
+        """Reduce ``[begin, end)``: each chunk computes ``fn(start, stop, ident)``; the partial results
+        are folded left to right with ``combine``, starting from ``ident`` (torch's signature)."""
+        parts = self.intra.region(begin, end, grain_size, lambda a, b: fn(a, b, ident), True, fn)
+        return functools.reduce(combine, parts or (), ident)
+
+    def in_parallel_region(self) -> bool:
+        """True while this thread runs a chunk of a parallel region."""
+        return self.intra.view.active
+
+    def get_thread_num(self) -> int:
+        """The index of the running chunk in its region (0 outside regions): distinct and below
+        ``get_num_threads()`` for chunks that run at the same time. When the runtime cuts a region
+        finer than one chunk per thread, it numbers the threads of the region instead (the caller 0)."""
+        return self.intra.view.chunk
+
+    def on_every_worker(self, key: str, fn: Callable[[], Any], timeout: float = 5.0) -> dict[str, Any]:
+        """Run ``fn()`` once on every live worker of both pools, and first on every worker started
+        later (see :func:`parinfo.runtime.workers.on_every_worker`)."""
+        return workers.on_every_worker(self.setup, (self.intra, self.inter), key, fn, timeout)
+
+    def profile(self) -> Profile:
+        """``with parinfo.profile() as prof: ...`` then ``prof.export_chrome_trace("parallel.json")``."""
+        return Profile(self.recorders)
+
+    # what apply() set ----------------------------------------------------------------------
+    def note_env_set(self, name: str, value: str) -> None:
+        """Remember that ``parinfo.apply`` set variable ``name`` to ``value`` in this process."""
+        with self._env_lock:
+            self._env_set[name] = value
+
+    def env_set(self) -> dict[str, str]:
+        """The variables ``parinfo.apply`` set in this process: {name: value it set}."""
+        with self._env_lock:
+            return dict(self._env_set)
+
+    # state ---------------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """The runtime's state as plain JSON-ready data; starts no pool and imports nothing heavy."""
+        settings = self.settings
+        backend, backend_source = settings.backend()
+        intra, intra_src = settings.intra()
+        inter, inter_src = settings.inter()
+        intra_d: dict[str, Any] = {"count": intra, "source": intra_src}
+        notes = settings.intra_outranked()
+        if notes:
+            intra_d["not_applied"] = notes
+        inter_d: dict[str, Any] = {"count": inter, "source": inter_src, "locked": settings.inter_locked()}
+        for d in (intra_d, inter_d):
+            if d["count"] > settings.ceiling:  # valid, but the pool runs at most the ceiling
+                d["capped_to"] = settings.ceiling
+        return {
+            "backend": backend,
+            "backend_source": backend_source,
+            "intra_op": intra_d,
+            "inter_op": inter_d,
+            "pool_ceiling": settings.ceiling,
+            "intra_pool_started": self.intra.started(),
+            "inter_pool_started": self.inter.started(),
+            "pool_threads": self.intra.alive_threads() + self.inter.alive_threads(),
+            "native_push": self.limits.push_record(),
+            "budget": self.limits.state(),
+            "adaptive": self.adaptive.state(),
+            "torch_pool": self.torch_forks.pool,  # torch's inter-op pool as parinfo's first scripted fork found it
+        }
+
+    def after_fork_in_child(self) -> None:
+        """In the child of an ``os.fork``: fresh locks and unstarted pools; tasks the parent's
+        workers were running fail; counts, rules and what the sites learned carry over."""
+        self.settings.after_fork_in_child()
+        self.ledger.after_fork_in_child()
+        self.limits.after_fork_in_child()
+        self.inter.after_fork_in_child()
+        self.intra.after_fork_in_child()
+        self.recorders.after_fork_in_child()
+        self.setup.after_fork_in_child()
+        self.adaptive.after_fork_in_child()
+        self._env_lock = threading.Lock()
+
+
+#: The process's runtime; :mod:`parinfo.runtime` exports its methods as the public functions.
+RUNTIME = Runtime()
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=RUNTIME.after_fork_in_child)
