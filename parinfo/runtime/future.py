@@ -12,6 +12,7 @@ import collections
 import sys
 import threading
 from collections.abc import Callable
+from threading import get_ident
 from time import perf_counter_ns
 from typing import Any, Protocol
 
@@ -65,6 +66,7 @@ class Future:
     __slots__ = (
         "__weakref__",
         "_args",
+        "_batch",
         "_callbacks",
         "_claimer",
         "_ctx",
@@ -82,6 +84,13 @@ class Future:
         "_waiters",
     )
 
+    # set later, not here (one store less per fork each): _claimer (the thread id of the thread
+    # that claimed it, set with RUNNING), _result (set when it returns), _ran_ns (set when timed)
+    _claimer: int
+    _result: Any
+    _ran_ns: int
+    _batch: bool  # set with _site: the site counts the task in its batch (it is choosing)
+
     def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict, ctx: Any, runner: Runner) -> None:
         self._fn: Any = fn  # fn, args, kwargs and ctx are dropped (None) once the task is done
         self._args: Any = args
@@ -90,15 +99,12 @@ class Future:
         self._runner = runner
         self._state = PENDING
         self._queued = False  # counted in the ledger's ``unclaimed`` until claimed
-        self._claimer = 0  # thread id of the thread that claimed it
-        self._result: Any = None
         self._exc: BaseException | None = None
         self._waiters: dict[Any, None] | None = None  # locks of blocked waiters (a dict: no call to drop one)
         self._callbacks: list[Callable[[Future], Any]] | None = None
         self._site: Any = None  # the adaptive fork site that times this task (None: not timed)
         self._native = True  # the task may touch native limits (its site is not measured short)
         self._due = 0  # inline-mode task: perf_counter_ns after which a worker may run it
-        self._ran_ns = 0
 
     def __repr__(self) -> str:
         state = ("pending", "running", "done")[self._state]
@@ -152,13 +158,13 @@ class Future:
     # transitions ---------------------------------------------------------------------------
     def claim(self) -> bool:
         """PENDING -> RUNNING for the calling thread; False when another thread claimed it."""
-        me = threading.get_ident()
+        me = get_ident()
         ledger = self._runner.ledger
         with ledger.lock:
             if self._state != PENDING:
                 return False
+            self._claimer = me  # before the state: claimed_here reads it once RUNNING shows
             self._state = RUNNING
-            self._claimer = me
             ledger.running += 1
             if self._queued:
                 ledger.unclaimed -= 1
@@ -198,12 +204,12 @@ class Future:
             # An interrupt is checked for on entry to every Python call, so each step is done
             # twice: the second completes the first when the interrupt cut it short.
             try:
-                if len(weights) > depth:
-                    limits.leave_to(depth, restore)
+                while len(weights) > depth:
+                    limits.lane_exit(restore)
             finally:
                 try:
-                    if len(weights) > depth:
-                        limits.leave_to(depth, restore)
+                    while len(weights) > depth:
+                        limits.lane_exit(restore)
                 finally:
                     try:
                         self._finish()
@@ -227,13 +233,22 @@ class Future:
                 ledger.unclaimed += 1
 
     def run_if_unclaimed(self) -> bool:
-        """Claim the task and run it here, through its runner (which accounts the pool's slots)
-        or directly; False when another thread claimed it first. An interrupt anywhere from the
-        claim on that keeps the task from finishing fails it."""
+        """Claim the task and run it here, through its runner (which accounts the pool's slots);
+        False when another thread claimed it first. An interrupt anywhere from the claim on that
+        keeps the task from finishing fails it."""
+        me = get_ident()
+        runner = self._runner
+        ledger = runner.ledger
         try:
-            if not self.claim():
-                return False
-            self._runner.run_claimed(self)
+            with ledger.lock:  # the claim (as ``claim``), here to spare a call on the waiter's path
+                if self._state != PENDING:
+                    return False
+                self._claimer = me  # before the state (see ``claim``)
+                self._state = RUNNING
+                ledger.running += 1
+                if self._queued:
+                    ledger.unclaimed -= 1
+            runner.run_claimed(self)
             return True
         except BaseException as exc:
             self.abandon(exc)
@@ -241,7 +256,7 @@ class Future:
 
     def claimed_here(self) -> bool:
         """True while the task runs on (was claimed by) the calling thread."""
-        return self._state == RUNNING and self._claimer == threading.get_ident()
+        return self._state == RUNNING and self._claimer == get_ident()
 
     def abandon(self, exc: BaseException) -> None:
         """Fail a task this thread claimed but was interrupted before running (no-op otherwise)."""
@@ -258,6 +273,7 @@ class Future:
                 if self._queued:
                     ledger.unclaimed -= 1
                 ledger.running += 1
+                self._claimer = 0  # claimed by no thread
             self._state = RUNNING
         self._exc = exc
         self._finish()
@@ -267,7 +283,11 @@ class Future:
         self._fn = self._args = self._kwargs = self._ctx = None
         site, self._site = self._site, None
         if site is not None:
-            site.end(perf_counter_ns(), self._ran_ns)
+            ran_ns = getattr(self, "_ran_ns", 0)  # unset: the task never ran
+            if self._batch:
+                site.end(perf_counter_ns(), ran_ns)
+            else:
+                site.note(ran_ns)
         ledger = self._runner.ledger
         waiters = callbacks = None
         try:

@@ -22,7 +22,7 @@ from contextvars import copy_context
 from time import perf_counter_ns
 from typing import Any
 
-from parinfo.runtime.adaptive import Adaptive
+from parinfo.runtime.adaptive import INLINE, SAMPLE_MASK, Adaptive
 from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.future import Future, TaskLedger
 from parinfo.runtime.native import NativeLimits
@@ -51,8 +51,12 @@ class PoolState(enum.Enum):
     CLOSING = "closing: tasks run inline"
 
 
+_RUNNING = PoolState.RUNNING  # read on every fork and wait: a module name is cheaper than an enum member
+
+
 class _SlotHolder(threading.local):
-    holds_slot = False  # True on workers and on a waiter running a task inline with a slot
+    """Whether this thread holds a run slot: ``held`` is not empty on workers (a mark for the
+    slot each takes per task) and on a waiter running a task inline with the slot it took."""
 
     def __init__(self) -> None:
         self.held: list[int] = []  # the slot a waiter took, until it gives it back
@@ -120,10 +124,10 @@ class InteropPool:
 
     def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
         """A Future for ``fn(*args, **kwargs)``, queued for the workers or run inline."""
-        if self.state is not PoolState.RUNNING:
+        if self.state is not _RUNNING:
             if self.state is PoolState.IDLE:
                 self._start()
-            if self.state is not PoolState.RUNNING:
+            if self.state is not _RUNNING:
                 fut = Future(fn, args, kwargs, copy_context(), self)
                 fut.run_if_unclaimed()
                 return fut
@@ -135,10 +139,21 @@ class InteropPool:
         if on:
             site = adaptive.forks.get(getattr(fn, "__code__", None)) or adaptive.fork_site(fn)
             if site is not None:
-                now = perf_counter_ns()
                 fut._native = site.long
-                fut._site = site
-                due = site.begin(now)
+                if site.left > 0:  # exploiting its choice: no batch accounting, a sample timed
+                    if not self.ledger.unclaimed:  # nothing waits to be claimed: a batch starts
+                        site.left -= 1
+                    site.forks += 1
+                    if not site.forks & SAMPLE_MASK:
+                        fut._site = site
+                        fut._batch = False
+                    # inline: due after twice the task time for each inline task ahead of it, + 1 ms
+                    due = (perf_counter_ns() + site.grace_ns * (len(self.deferred) + 1) + 1_000_000
+                           if site.pick == INLINE else 0)
+                else:  # choosing: every task of the batch is timed
+                    fut._site = site
+                    fut._batch = True
+                    due = site.begin(perf_counter_ns())
                 if due:  # inline mode: left to its waiter; a worker takes it only when late
                     fut._due = due
                     fut.enqueue(self.deferred_sink)
@@ -161,7 +176,7 @@ class InteropPool:
         running = self.running
         others = self.size - 1
         epoch = self.epoch
-        self._thread.holds_slot = True  # nested waits inside tasks run inline without a slot
+        self._thread.held.append(0)  # nested waits inside tasks run inline without a slot
         setup, ledger, limits = self.setup, self.ledger, self.limits
         seen = setup.seen
         setup.catch_up()  # functions stored by on_every_worker run before the first task
@@ -222,10 +237,10 @@ class InteropPool:
 
     def run_claimed(self, fut: Future) -> None:
         """Run a task a waiter claimed, holding a slot when one is free."""
-        if self.state is not PoolState.RUNNING or self._thread.holds_slot:
+        held = self._thread.held
+        if held or self.state is not _RUNNING:  # a worker, or a waiter inside a task
             fut.run(True)
             return
-        held = self._thread.held
         try:
             # take a slot and record it in one C call (no KeyboardInterrupt can land between)
             held.extend(itertools.islice(iter(self.slots.get_nowait, None), 1))
@@ -233,10 +248,8 @@ class InteropPool:
             fut.run(True)
             return
         try:
-            self._thread.holds_slot = True
             fut.run(True, 0 if fut._due else min(self.ledger.unclaimed, self.size - 1))
         finally:
-            self._thread.holds_slot = False
             if held:
                 self.slots.put(held.pop())
 
@@ -271,7 +284,7 @@ class InteropPool:
         self.workers = []
         self.running = []
         self._start_lock = threading.Lock()
-        self._thread.holds_slot = False
+        self._thread.held = []
         # tasks left to their waiters can still be waited on here (they then run), like queued ones
         self.deferred = collections.deque()
         self.deferred_sink = _Sink(self.deferred)

@@ -298,7 +298,7 @@ class NativeLimits:
         ``native`` False (work measured too short for native pools to matter) only the count of
         lanes changes: no native limit is touched.
         """
-        me = self.thread
+        weights = self.thread.weights
         if not self._usable:
             self._usable = self.settings.usable_cpus()
         changed = False
@@ -307,7 +307,7 @@ class NativeLimits:
             # KeyboardInterrupt could land (a C method call is such a place: no append here):
             # ``leave_to`` can always undo exactly this
             self.lanes += weight
-            me.weights += (weight,)
+            weights += (weight,)
             lanes = self.lanes + queued
             if lanes >= 2:
                 cap = self._usable // lanes or 1  # no call while the lock is held (see Future.enqueue)
@@ -336,11 +336,12 @@ class NativeLimits:
         """The innermost lanes of this thread end; ``restore`` for threads that are not parinfo's
         (give back their own limits)."""
         me = self.thread
+        weights = me.weights
         uncap = False
         try:
             with self.budget_lock:
-                self.lanes -= me.weights[-1]  # no call between the two (see lane_enter)
-                del me.weights[-1]
+                self.lanes -= weights[-1]  # no call between the two (see lane_enter)
+                del weights[-1]
                 if self.lanes == 0 and self.cap is not None:
                     self.cap = None
                     self.version += 1
@@ -349,7 +350,7 @@ class NativeLimits:
             if uncap:
                 with self.lock:
                     self._apply_process()
-        if restore and me.capped and not me.weights:
+        if restore and not weights and me.capped:
             with self.lock:
                 self._sync_thread(False)
 

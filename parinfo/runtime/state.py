@@ -26,6 +26,8 @@ from parinfo.runtime.torchfork import TorchForks
 from parinfo.runtime.tracing import Profile, Recorders
 from parinfo.runtime.workers import WorkerSetup
 
+_MODULES = sys.modules  # read on every fork: is torch imported?
+
 # How long a push waits for busy pool workers; they take the count before their next job anyway.
 PUSH_WAIT_S = 2.0
 
@@ -124,7 +126,7 @@ class Runtime:
         """
         if not callable(fn):
             raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
-        if "torch" in sys.modules and self.torch_forks.accepts(fn) and not self.settings.sequential():
+        if "torch" in _MODULES and self.torch_forks.accepts(fn) and not self.settings.sequential():
             fut = self.torch_forks.fork(fn, args, kwargs)
             if fut is not None:
                 return fut
