@@ -1,7 +1,11 @@
 """The runtime against its anchors: every goal of the adaptive-runtime issue as a ratio measured in
 one run, with PASS/FAIL, beside the machine's usable parallelism measured first.
 
-    python bench/runtime.py [--repeats 5] [--only pfor,matmul,region,lstm,ensemble,callers,capped]
+    python bench/runtime.py [--repeats 5] [--only pfor,matmul,region,lstm,ensemble,callers,capped,forkwait]
+
+``forkwait`` times fork-then-wait (one task at a time) and fork-all-then-wait (2000 tasks, then
+each waited for) against the first version of the runtime, commit 54b2816, unpacked from this
+repository with ``git archive`` into a temporary folder: fresh processes of each, interleaved.
 
 Before the figures it measures usable parallelism (two threads hashing, which releases the GIL,
 against one) and again at the end; a run where it is below 0.9x of what the CPUs allow is marked
@@ -432,6 +436,68 @@ def bench_callers(repeats: int) -> None:
     goal("native limit changes per task with 8 callers", ch, "<=", 0.01)
 
 
+# fork/wait against the first version ------------------------------------------------------------
+FIRST_VERSION = "54b2816"
+
+
+def child_forkwait(root: str, mode: str) -> dict:
+    """Per-task microseconds of fork-then-wait (``each``) or fork-all-then-wait (``all``) with the
+    parinfo under ``root``, alone in this process (as a program doing one of them would)."""
+    sys.path.insert(0, root)
+    import parinfo.runtime as rt
+
+    assert os.path.abspath(rt.__file__).startswith(os.path.abspath(root)), rt.__file__
+
+    def one(k: int) -> int:
+        return k
+
+    n = 2000
+
+    def each() -> None:
+        for k in range(n):
+            rt.wait(rt.fork(one, k))
+
+    def all_then_each() -> None:
+        futs = [rt.fork(one, k) for k in range(n)]
+        for f in futs:
+            rt.wait(f)
+
+    fn = each if mode == "each" else all_then_each
+    runtime = getattr(rt, "RUNTIME", None)  # the first version has no adaptive sites
+    warm(fn, lambda: runtime.adaptive.fork_site(one) if runtime is not None else None, 3.0)
+    fn()
+    return {"us": interleaved({mode: fn}, 15)[mode] / n * 1e6}
+
+
+def bench_forkwait(repeats: int) -> None:
+    import shutil
+    import tempfile
+
+    repo = os.path.dirname(os.path.dirname(HERE))
+    tmp = tempfile.mkdtemp(prefix="parinfo-first-")
+    try:
+        archive = subprocess.run(["git", "-C", repo, "archive", FIRST_VERSION, "parinfo"], capture_output=True,
+                                 timeout=60)
+        if archive.returncode != 0:
+            why = archive.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["git archive failed"]
+            print(f"fork/wait against {FIRST_VERSION}: skipped ({why[0]})")
+            return
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True, timeout=60)
+        runs: dict[tuple[str, str], list[float]] = {}
+        for _ in range(max(3, repeats)):
+            for mode in ("each", "all"):
+                for which, root in (("first", tmp), ("now", repo)):
+                    runs.setdefault((which, mode), []).append(child("forkwait", root, mode)["us"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for key, what in (("each", "fork then wait, one task at a time"),
+                      ("all", "fork 2000 tasks, then wait for each")):
+        first = statistics.median(runs[("first", key)])
+        now = statistics.median(runs[("now", key)])
+        print(f"{what}: parinfo {now:.2f} us per task, commit {FIRST_VERSION} {first:.2f} us")
+        goal(f"{what} vs commit {FIRST_VERSION}", now / first, "<=", 1.0)
+
+
 # capped after return --------------------------------------------------------------------------
 def bench_capped(repeats: int) -> None:
     import numpy as np
@@ -461,8 +527,8 @@ def bench_capped(repeats: int) -> None:
 
 
 SECTIONS = {"pfor": bench_pfor, "matmul": bench_matmul, "region": bench_region, "lstm": bench_lstm,
-            "ensemble": bench_ensemble, "callers": bench_callers, "capped": bench_capped}
-CHILDREN = {"region": child_region, "lstm": child_lstm, "callers": child_callers}
+            "ensemble": bench_ensemble, "callers": bench_callers, "capped": bench_capped, "forkwait": bench_forkwait}
+CHILDREN = {"region": child_region, "lstm": child_lstm, "callers": child_callers, "forkwait": child_forkwait}
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import collections
 import enum
 import itertools
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from parinfo.runtime.future import Future, TaskLedger
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings
 from parinfo.runtime.threadname import set_os_name
+from parinfo.runtime.torchfork import TorchForks
 from parinfo.runtime.tracing import Recorders
 from parinfo.runtime.workers import SyncToken, WorkerSetup
 
@@ -52,6 +54,7 @@ class PoolState(enum.Enum):
 
 
 _RUNNING = PoolState.RUNNING  # read on every fork and wait: a module name is cheaper than an enum member
+_MODULES = sys.modules  # read on every fork: is torch imported?
 
 
 class _SlotHolder(threading.local):
@@ -66,8 +69,9 @@ class InteropPool:
     """Workers, task queue and run slots of the inter-op pool; one instance per process."""
 
     def __init__(self, settings: RuntimeSettings, limits: NativeLimits, adaptive: Adaptive,
-                 ledger: TaskLedger, recorders: Recorders, setup: WorkerSetup) -> None:
+                 ledger: TaskLedger, recorders: Recorders, setup: WorkerSetup, torch_forks: TorchForks) -> None:
         self.settings = settings
+        self.torch_forks = torch_forks
         self.limits = limits
         self.adaptive = adaptive
         self.ledger = ledger
@@ -122,8 +126,21 @@ class InteropPool:
                 self.workers.append(t)  # listed before it starts: shutdown stops it either way
                 t.start()
 
-    def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
-        """A Future for ``fn(*args, **kwargs)``, queued for the workers or run inline."""
+    def fork(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` as an inter-op task; ``wait()`` the returned Future for its value.
+
+        The task sees a copy of the caller's contextvars. With PARINFO_BACKEND=sequential, or once
+        the interpreter is exiting, the task runs inline before fork returns. A TorchScript callable
+        runs on torch's own inter-op pool instead, and the result is torch's future.
+        """
+        if not callable(fn):
+            raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
+        if "torch" in _MODULES and self.torch_forks.accepts(fn) and not self.settings.sequential():
+            torch_fut = self.torch_forks.fork(fn, args, kwargs)
+            if torch_fut is not None:
+                return torch_fut
+        # what follows is the task's way onto the pool, here rather than in a method of its own:
+        # it runs on every fork, and a call costs as much as the adaptive choice
         if self.state is not _RUNNING:
             if self.state is PoolState.IDLE:
                 self._start()
@@ -238,7 +255,9 @@ class InteropPool:
     def run_claimed(self, fut: Future) -> None:
         """Run a task a waiter claimed, holding a slot when one is free."""
         held = self._thread.held
-        if held or self.state is not _RUNNING:  # a worker, or a waiter inside a task
+        # a worker, a waiter inside a task, or an inline-mode task: a call of its waiter, as if
+        # it had not been forked (no slot: its site chose not to use the pool)
+        if held or fut._due or self.state is not _RUNNING:
             fut.run(True)
             return
         try:
@@ -248,7 +267,7 @@ class InteropPool:
             fut.run(True)
             return
         try:
-            fut.run(True, 0 if fut._due else min(self.ledger.unclaimed, self.size - 1))
+            fut.run(True, min(self.ledger.unclaimed, self.size - 1))
         finally:
             if held:
                 self.slots.put(held.pop())

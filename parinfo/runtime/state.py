@@ -26,8 +26,6 @@ from parinfo.runtime.torchfork import TorchForks
 from parinfo.runtime.tracing import Profile, Recorders
 from parinfo.runtime.workers import WorkerSetup
 
-_MODULES = sys.modules  # read on every fork: is torch imported?
-
 # How long a push waits for busy pool workers; they take the count before their next job anyway.
 PUSH_WAIT_S = 2.0
 
@@ -45,7 +43,9 @@ class Runtime:
         self.torch_forks = TorchForks(self.settings, self.limits)
         self.intra = IntraopPool(self.settings, self.limits, self.adaptive, self.recorders, self.setup)
         self.inter = InteropPool(self.settings, self.limits, self.adaptive, self.ledger, self.recorders,
-                                 self.setup)
+                                 self.setup, self.torch_forks)
+        #: ``fork(fn, /, *args, **kwargs)``: the inter-op pool's (see :meth:`InteropPool.fork`)
+        self.fork = self.inter.fork
         self._env_lock = threading.Lock()
         self._env_set: dict[str, str] = {}  # variables parinfo.apply() set in this process, and to what
 
@@ -117,21 +117,6 @@ class Runtime:
         self.adaptive.set_enabled(on)
 
     # work ----------------------------------------------------------------------------------
-    def fork(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        """Run ``fn(*args, **kwargs)`` as an inter-op task; ``wait()`` the returned Future for its value.
-
-        The task sees a copy of the caller's contextvars. With PARINFO_BACKEND=sequential, or once
-        the interpreter is exiting, the task runs inline before fork returns. A TorchScript callable
-        runs on torch's own inter-op pool instead, and the result is torch's future.
-        """
-        if not callable(fn):
-            raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
-        if "torch" in _MODULES and self.torch_forks.accepts(fn) and not self.settings.sequential():
-            fut = self.torch_forks.fork(fn, args, kwargs)
-            if fut is not None:
-                return fut
-        return self.inter.submit(fn, args, kwargs)
-
     def wait(self, fut: Any) -> Any:
         """The task's value; re-raises its exception. An unstarted task runs on this thread."""
         if isinstance(fut, Future):
