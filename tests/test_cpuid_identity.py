@@ -42,10 +42,10 @@ Features\t: fp asimd
 @pytest.fixture(autouse=True)
 def _fresh_caches():
     cpuid._fast.cache_clear()
-    cpuid._memo.clear()
+    cpuid._slow_for_boot.cache_clear()
     yield
     cpuid._fast.cache_clear()
-    cpuid._memo.clear()
+    cpuid._slow_for_boot.cache_clear()
 
 
 def test_x86_sapphire_rapids_isa_and_caches(tmp_path):
@@ -130,7 +130,7 @@ def test_slow_result_cached_per_boot_on_disk(tmp_path, monkeypatch):
     assert d["hz_advertised"] == "3.0 GHz" and "py-cpuinfo" in d["source"]
     stored = tmp_path / "cache" / "parinfo" / "cpuinfo-1234abcd-0000-4000-8000-000000000001.json"
     assert json.loads(stored.read_text())["brand_raw"] == "Fake CPU 9000"
-    cpuid._memo.clear()  # a new process: only the file remains
+    cpuid._slow_for_boot.cache_clear()  # a new process: only the file remains
     assert cpu_identity(slow=True)["hz_advertised"] == "3.0 GHz"
     assert calls == [1]
 

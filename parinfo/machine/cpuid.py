@@ -183,7 +183,6 @@ def _caches(root: str, unknown: dict[str, str]) -> dict[str, int]:
 # --- py-cpuinfo, cached per boot ---------------------------------------------------------------------
 
 _SLOW_KEYS = ("brand_raw", "vendor_id_raw", "arch_string_raw", "flags", "hz_advertised_friendly")
-_memo: dict[str, dict[str, Any]] = {}
 
 
 def cache_dir() -> str:
@@ -202,17 +201,18 @@ def _boot_id(root: str) -> str | None:
 
 def _slow(root: str) -> dict[str, Any]:
     """py-cpuinfo's answer (only the keys parinfo uses), from memory, the per-boot file, or a call."""
-    boot = _boot_id(root)
-    key = boot or "no-boot-id"
-    if key in _memo:
-        return _memo[key]
+    return _slow_for_boot(_boot_id(root))
+
+
+@lru_cache(maxsize=8)
+def _slow_for_boot(boot: str | None) -> dict[str, Any]:
+    """py-cpuinfo's answer for this boot (None: no boot id), once per process."""
     path = os.path.join(cache_dir(), f"cpuinfo-{boot}.json") if boot else None
     data = _load(path) if path else None
     if data is None:
         data = _call_py_cpuinfo()
         if path and "error" not in data:
             _store(path, data)
-    _memo[key] = data
     return data
 
 

@@ -8,6 +8,7 @@ its trailing worker number and loses letters of the word before it:
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 import sys
 from typing import Any
@@ -17,18 +18,10 @@ _PR_SET_NAME = 15
 _NUMBER = re.compile(r"^(.*?)(-\d+)$")
 
 
-class _Prctl:
+@functools.cache
+def _prctl() -> Any:
     """libc's prctl, looked up on first use."""
-
-    fn: Any = None
-
-    def __call__(self, *args: Any) -> int:
-        if self.fn is None:
-            self.fn = ctypes.CDLL(None, use_errno=True).prctl
-        return int(self.fn(*args))
-
-
-_PRCTL = _Prctl()
+    return ctypes.CDLL(None, use_errno=True).prctl
 
 
 def os_name(name: str) -> str:
@@ -47,6 +40,6 @@ def set_os_name(name: str) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        return _PRCTL(_PR_SET_NAME, ctypes.c_char_p(os_name(name).encode("ascii", "replace")), 0, 0, 0) == 0
+        return int(_prctl()(_PR_SET_NAME, ctypes.c_char_p(os_name(name).encode("ascii", "replace")), 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
