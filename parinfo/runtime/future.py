@@ -158,12 +158,12 @@ class Future:
     # transitions ---------------------------------------------------------------------------
     def claim(self) -> bool:
         """PENDING -> RUNNING for the calling thread; False when another thread claimed it."""
-        me = get_ident()
+        thread_id = get_ident()
         ledger = self._runner.ledger
         with ledger.lock:
             if self._state != PENDING:
                 return False
-            self._claimer = me  # before the state: claimed_here reads it once RUNNING shows
+            self._claimer = thread_id  # before the state: claimed_here reads it once RUNNING shows
             self._state = RUNNING
             ledger.running += 1
             if self._queued:
@@ -236,14 +236,14 @@ class Future:
         """Claim the task and run it here, through its runner (which accounts the pool's slots);
         False when another thread claimed it first. An interrupt anywhere from the claim on that
         keeps the task from finishing fails it."""
-        me = get_ident()
+        thread_id = get_ident()
         runner = self._runner
         ledger = runner.ledger
         try:
             with ledger.lock:  # the claim (as ``claim``), here to spare a call on the waiter's path
                 if self._state != PENDING:
                     return False
-                self._claimer = me  # before the state (see ``claim``)
+                self._claimer = thread_id  # before the state (see ``claim``)
                 self._state = RUNNING
                 ledger.running += 1
                 if self._queued:

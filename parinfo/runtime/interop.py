@@ -283,9 +283,9 @@ class InteropPool:
         for _ in self.workers:
             self.tasks.put(_STOP)
             self.slots.put(1)  # a slot lost to an interrupt must not keep a worker from its stop
-        me = threading.current_thread()
+        current = threading.current_thread()
         for t in list(self.workers):
-            while t is not me and t.is_alive():
+            while t is not current and t.is_alive():
                 t.join(0.1)
                 if t.is_alive():  # a stop token taken by a worker nobody listed: send another
                     self.tasks.put(_STOP)

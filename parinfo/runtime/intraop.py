@@ -252,9 +252,9 @@ class IntraopPool:
         run inline."""
         self.closing = True
         self.resize(0)
-        me = threading.current_thread()
+        current = threading.current_thread()
         for t in list(self.workers):
-            while t is not me and t.is_alive():
+            while t is not current and t.is_alive():
                 t.join(0.1)
                 if t.is_alive():  # a stop token taken by a worker nobody counted: send another
                     self.jobs.put(None)

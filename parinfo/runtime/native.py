@@ -262,18 +262,18 @@ class NativeLimits:
     def _sync_thread(self, in_lane: bool) -> None:
         """Bring this thread's per-thread pools (OpenMP runtimes, torch) to the count and cap."""
         per_thread = self._libs()[0]
-        me = self.thread
+        view = self.thread
         cap = self.cap if in_lane else None
-        if me.saved is None:
-            me.saved = {}
+        if view.saved is None:
+            view.saved = {}
         if cap is not None:  # the thread's own counts before the cap, read before changing any
             if not self._torch_capped and not self._process_capped:
                 self._capture_torch_base()
             for pool in per_thread:
-                if pool.path not in me.saved:
-                    me.saved[pool.path] = pool.get() or 1
+                if pool.path not in view.saved:
+                    view.saved[pool.path] = pool.get() or 1
         for pool in per_thread:
-            base = self._base(pool) if self.pushed is not None else me.saved.get(pool.path)
+            base = self._base(pool) if self.pushed is not None else view.saved.get(pool.path)
             if base is not None:
                 pool.set(base if cap is None else max(1, min(base, cap)))
                 self.changes += 1
@@ -283,10 +283,10 @@ class NativeLimits:
             self.changes += 1
             if cap is not None:
                 self._torch_capped = True
-        me.applied = self._wanted_state() if in_lane else None
-        me.capped = cap is not None
+        view.applied = self._wanted_state() if in_lane else None
+        view.capped = cap is not None
         if cap is None:
-            me.saved = None
+            view.saved = None
 
     def lane_enter(self, queued: int = 0, weight: int = 1, native: bool = True) -> None:
         """This thread starts ``weight`` lanes: an inter-op task (1), or a parallel region whose
@@ -327,16 +327,16 @@ class NativeLimits:
         are not there already (a worker helping a region calls it before its chunks)."""
         if self.pushed is not None:
             self.refresh_if_new_modules()
-        me = self.thread
-        if (self.pushed is not None or self.cap is not None or me.capped) and me.applied != self._wanted_state():
+        view = self.thread
+        if (self.pushed is not None or self.cap is not None or view.capped) and view.applied != self._wanted_state():
             with self.lock:
                 self._sync_thread(True)
 
     def lane_exit(self, restore: bool) -> None:
         """The innermost lanes of this thread end; ``restore`` for threads that are not parinfo's
         (give back their own limits)."""
-        me = self.thread
-        weights = me.weights
+        view = self.thread
+        weights = view.weights
         uncap = False
         try:
             with self.budget_lock:
@@ -350,7 +350,7 @@ class NativeLimits:
             if uncap:
                 with self.lock:
                     self._apply_process()
-        if restore and not weights and me.capped:
+        if restore and not weights and view.capped:
             with self.lock:
                 self._sync_thread(False)
 

@@ -160,11 +160,11 @@ class TorchForks:
         done: set[int] = set()
 
         def pin(_fut: Any) -> None:
-            me = threading.get_ident()
-            if me != caller and me not in done:
+            thread_id = threading.get_ident()
+            if thread_id != caller and thread_id not in done:
                 setter.torch_intra(per_lane)
                 self.limits.release_teams()
-                done.add(me)
+                done.add(thread_id)
 
         a = torch.rand(192, 192) / 192
         try:

@@ -56,15 +56,15 @@ class WorkerSetup:
 
     def catch_up(self) -> None:
         """Run, on the calling worker, every stored function it has not run in its version."""
-        me = self.seen
-        if me.version == self.version:
+        seen = self.seen
+        if seen.version == self.version:
             return
         with self.cond:
             version = self.version
-            todo = [(k, v, fn) for k, (v, fn) in self.funcs.items() if me.ran.get(k) != v]
+            todo = [(k, v, fn) for k, (v, fn) in self.funcs.items() if seen.ran.get(k) != v]
         name = threading.current_thread().name
         for k, v, fn in todo:
-            me.ran[k] = v
+            seen.ran[k] = v
             try:
                 fn()
             except Exception as exc:  # reported to the caller; the worker goes on
@@ -75,7 +75,7 @@ class WorkerSetup:
                 if done is not None:
                     done.add(name)
                 self.cond.notify_all()
-        me.version = version
+        seen.version = version
 
     def after_fork_in_child(self) -> None:
         """The child's workers are new: they run every stored function when they start."""
@@ -133,13 +133,13 @@ def on_every_worker(setup: WorkerSetup, pools: Sequence[WorkerPool], key: str, f
         raise ValueError(f"on_every_worker() expects timeout to be a number >= 0, but got {timeout!r}")
     version = setup.store(key, fn)
     deadline = time.monotonic() + timeout
-    me = threading.current_thread()
+    current = threading.current_thread()
     everyone: list[str] = []
     for pool in pools:
         live = [t for t in pool.workers if t.is_alive()]
         names = frozenset(t.name for t in live)
         everyone += sorted(names)
-        if me in live:
+        if current in live:
             setup.catch_up()
         for _ in live:
             pool.post(SyncToken(setup, key, version, names, deadline))
