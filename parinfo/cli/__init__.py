@@ -3,10 +3,11 @@
 ``main()`` is the one place errors become exit codes: a ParinfoError (bad input) prints one line on
 stderr and exits 2; usage errors are the CLI framework's, also exit 2.
 
-Loading the CLI framework costs more than a launch itself. So ``main()`` launches a plain ``parinfo
-apply PROFILE [--force] [--instances N] -- COMMAND ...`` without it (see parinfo.cli.launch); every
-other form (help, other options, mistakes) goes to the typer app in ``_app``, whose ``apply`` command
-launches through the same function.
+Loading the CLI framework (typer, which loads rich for its help) costs more than a launch itself and
+a large share of a report's start-up. So ``main()`` runs two plain forms without it: a launch (``parinfo apply PROFILE
+[--force] [--instances N] -- COMMAND ...``, see parinfo.cli.launch) and ``parinfo show`` with plain
+options (see parinfo.cli.show). Every other form (help, other commands, unusual spellings, mistakes)
+goes to the typer app in ``_app``, whose commands run through the same functions.
 """
 from __future__ import annotations
 
@@ -46,14 +47,22 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run_plain(args: list[str]) -> int | None:
-    """Run a plain launch without loading typer; None for any other command line."""
+    """Run a plain launch or a plain ``show`` without loading typer; None for any other command line."""
     from parinfo.cli.launch import launch, plain_launch
 
     plain = plain_launch(args)
-    if plain is None:
+    if plain is not None:
+        profile, command, force, instances = plain
+        return launch(profile, command, force=force, instances=instances)
+    from parinfo.cli import show
+
+    options = show.plain_args(args)
+    if options is None:
         return None
-    profile, command, force, instances = plain
-    return launch(profile, command, force=force, instances=instances)
+    try:
+        return show.run(options)
+    finally:
+        _flush_stdout()
 
 
 def _run_app(args: list[str]) -> int:

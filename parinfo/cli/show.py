@@ -1,13 +1,17 @@
 """`parinfo show`: what this process's parallelism really is, and why.
 
 The command itself, from option values to output and exit code (:func:`run`), without the CLI
-framework. The typer app (parinfo.cli._app) declares its options and calls :func:`run`.
+framework: ``main()`` runs a plain ``parinfo show`` command line (:func:`plain_args`) straight through
+it, so the commonest command never pays for loading typer. The typer app (parinfo.cli._app) declares
+the same options, for help, mistakes and every other spelling, and calls the same :func:`run`.
 """
 from __future__ import annotations
 
 import enum
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from parinfo.errors import UsageError
 
@@ -29,6 +33,57 @@ class ShowArgs:
     check: str | None = None
     pid: int | None = None
     children: bool = False
+
+
+# The spellings a plain command line may use. Anything else (help, a positional, short options run
+# together like -fjson, a value that starts with "-", an option given twice) is left to typer.
+_FLAGS = {"--torch": "torch", "--json": "json_out", "--children": "children"}
+_WITH_VALUE = {"--import": "imports", "-i": "imports", "--format": "fmt", "-f": "fmt", "--pid": "pid"}
+
+
+def plain_args(args: Sequence[str]) -> ShowArgs | None:
+    """The option values of a plain ``show [OPTION]...`` command line, read as typer reads them; None
+    for any other command line, which typer then parses, so its help and error messages stay the only
+    ones."""
+    if not args or args[0] != "show":
+        return None
+    values: dict[str, Any] = {}
+    imports: list[str] = []
+    rest = iter(args[1:])
+    for arg in rest:
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        parsed: Any
+        if name in _FLAGS and not eq:
+            key, parsed = _FLAGS[name], True
+        elif name == "--check":
+            key, parsed = "check", value if eq else "warning"  # a bare --check is --check=warning
+        elif name in _WITH_VALUE:
+            if not eq:
+                following = next(rest, None)
+                if following is None or following.startswith("-"):
+                    return None
+                value = following
+            key, parsed = _WITH_VALUE[name], _typed(_WITH_VALUE[name], value)
+            if parsed is None:
+                return None
+        else:
+            return None
+        if key == "imports":
+            imports.append(parsed)
+        elif key in values:
+            return None
+        else:
+            values[key] = parsed
+    return ShowArgs(imports=imports or None, **values)
+
+
+def _typed(key: str, value: str) -> Any:
+    """``value`` converted as typer converts it for ``key``; None where typer would refuse it."""
+    if key == "fmt":
+        return Format(value) if value in {f.value for f in Format} else None
+    if key == "pid":
+        return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
+    return value
 
 
 def run(a: ShowArgs) -> int:
