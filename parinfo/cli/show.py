@@ -10,8 +10,7 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from parinfo.errors import UsageError
 
@@ -22,9 +21,9 @@ class Format(str, enum.Enum):
     torch = "torch"
 
 
-@dataclass(frozen=True)
-class ShowArgs:
-    """The values of ``parinfo show``'s options, as typer passes them."""
+class ShowArgs(NamedTuple):
+    """The values of ``parinfo show``'s options, as typer passes them. (A NamedTuple: it is defined on
+    every ``parinfo show``, and a frozen dataclass costs ten times as much to define.)"""
 
     imports: list[str] | None = None
     torch: bool = False
