@@ -176,26 +176,36 @@ def test_no_import_circles():
                     + "\n".join(circles), pytrace=False)
 
 
-def _facade_exports() -> dict[str, str]:
-    """The facade's lazy exports (its ``_EXPORTS`` table): name -> the module that defines it."""
+@cache
+def _facade_homes() -> dict[str, str]:
+    """Where each name the facade offers really lives: its lazy ``_EXPORTS`` table (name -> module) and
+    the names it imports from parinfo's modules."""
+    homes: dict[str, str] = {}
     for node in ast.walk(ast.parse((PACKAGE / "__init__.py").read_text())):
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "_EXPORTS":
-            return ast.literal_eval(node.value)  # type: ignore[arg-type]
-    raise AssertionError("parinfo/__init__.py has no _EXPORTS table")
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("parinfo."):
+            homes.update((a.asname or a.name, str(node.module)) for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None \
+                and "_EXPORTS" in {getattr(t, "id", None) for t in _targets(node)}:
+            homes.update(ast.literal_eval(node.value))
+    return homes
+
+
+def _targets(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
 
 
 def _defined_in_the_facade() -> set[str]:
-    """Names the facade itself assigns at module level (``__version__``)."""
+    """Names the facade itself assigns at module level (``__version__`` while it lives there)."""
     tree = ast.parse((PACKAGE / "__init__.py").read_text())
     return {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+            for t in _targets(node) if isinstance(t, ast.Name)}
 
 
 def _instead(name: str) -> str:
     """What to write instead of reaching ``name`` through the facade."""
     if f"parinfo.{name}" in _modules():
         return f"write import parinfo.{name} (or from parinfo.{name} import ...)"
-    home = _facade_exports().get(name)
+    home = _facade_homes().get(name)
     if home:
         return f"write from {home} import {name}"
     if name in _defined_in_the_facade():
@@ -240,9 +250,9 @@ from typing import TYPE_CHECKING
 from . import show
 from .. import errors
 if TYPE_CHECKING:
-    from parinfo.machine.topology import MachineFacts
+    from parinfo.process.libraries import Library
 def f():
-    import parinfo.runtime.settings
+    import parinfo.machine.topology
     from parinfo.process import libraries, not_a_module
     import json
 """
@@ -251,8 +261,8 @@ def f():
 def test_every_import_counts_wherever_it_sits():
     found = _imports_in("parinfo.cli.launch", False, SOURCE)
     assert [(i.target, i.line) for i in found] == [
-        ("parinfo.cli.show", 3), ("parinfo.errors", 4), ("parinfo.machine.topology", 6),
-        ("parinfo.runtime.settings", 8), ("parinfo.process", 9), ("parinfo.process.libraries", 9)]
+        ("parinfo.cli.show", 3), ("parinfo.errors", 4), ("parinfo.process.libraries", 6),
+        ("parinfo.machine.topology", 8), ("parinfo.process", 9), ("parinfo.process.libraries", 9)]
     # in a package's __init__, "." is the package itself
     assert [i.target for i in _imports_in("parinfo.cli", True, "from . import show")] == ["parinfo.cli.show"]
 
@@ -270,12 +280,11 @@ def f():
 
 def test_every_way_through_the_facade_is_seen():
     assert _facade_uses("parinfo.cli.launch", False, FACADE) == [
-        (3, "from parinfo import inspect: write from parinfo.diagnostics.report import inspect"),
+        (3, f"from parinfo import inspect: write from {_facade_homes()['inspect']} import inspect"),
         (3, "from parinfo import runtime: write import parinfo.runtime (or from parinfo.runtime import ...)"),
-        (4, "from parinfo import __version__: __version__ is defined in the facade: give it a module of its own "
-            "below it"),
+        (4, f"from parinfo import __version__: {_instead('__version__')}"),
         (6, "import parinfo: import the module you use"),
-        (8, "parinfo.inspect: write from parinfo.diagnostics.report import inspect")]
+        (8, f"parinfo.inspect: write from {_facade_homes()['inspect']} import inspect")]
 
 
 def test_circles_are_found_and_named_by_a_way_round():
