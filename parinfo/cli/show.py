@@ -23,7 +23,7 @@ class Format(str, enum.Enum):
 
 class ShowArgs(NamedTuple):
     """The values of ``parinfo show``'s options, as typer passes them. (A NamedTuple: it is defined on
-    every ``parinfo show``, and a frozen dataclass costs ten times as much to define.)"""
+    every ``parinfo show``, and a frozen dataclass costs several times as much to define.)"""
 
     imports: list[str] | None = None
     torch: bool = False
