@@ -55,7 +55,7 @@ def failure(cmd: list[str], env: dict[str, str]) -> str | None:
 
 
 def hook_env(base: dict[str, str]) -> dict[str, str]:
-    from parinfo.profiles.launch import child_environ
+    from parinfo.profiles.child import child_environ
     from parinfo.profiles.plan import Plan, Setting
 
     plan = Plan("bench", "", "bench", Setting("intra_op", 1, ""), Setting("inter_op", 1, ""), {},

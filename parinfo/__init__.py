@@ -37,7 +37,7 @@ _EXPORTS: dict[str, str] = {
     "Plan": "parinfo.profiles.plan",
     # live evidence
     "watch": "parinfo.watching.sample",
-    "Sample": "parinfo.watching.sample",
+    "Sample": "parinfo.watching.model",
     # tune
     "tune": "parinfo.tuning.sweep",
     # errors
@@ -101,4 +101,5 @@ if TYPE_CHECKING:  # pragma: no cover
         wait as wait,
     )
     from parinfo.tuning.sweep import tune as tune
-    from parinfo.watching.sample import Sample as Sample, watch as watch
+    from parinfo.watching.model import Sample as Sample
+    from parinfo.watching.sample import watch as watch

@@ -131,7 +131,7 @@ def test_multi_instance_children_report_disjoint_affinities():
     (["apply", "p", "--instances=2", "--", "x", "--", "y"], ("p", ["x", "--", "y"], False, 2)),
 ])
 def test_plain_launches_skip_the_cli_framework(argv, expected):
-    from parinfo.cli import plain_launch
+    from parinfo.cli.launch import plain_launch
 
     assert plain_launch(argv) == expected
 
@@ -143,7 +143,7 @@ def test_plain_launches_skip_the_cli_framework(argv, expected):
     ["apply", "p", "--instances", "x", "--", "y"],
 ])
 def test_every_other_form_goes_to_the_full_cli(argv):
-    from parinfo.cli import plain_launch
+    from parinfo.cli.launch import plain_launch
 
     assert plain_launch(argv) is None
 

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from conftest import HAVE_NUMPY, clean_env
-from parinfo.profiles.launch import HOOK_DIR, HOOK_VAR
+from parinfo.profiles.child import HOOK_DIR, HOOK_VAR
 from parinfo.process.libraries import hook_facts
 
 FAKE_TORCH = """

@@ -11,7 +11,7 @@ from parinfo.machine.memlimit import memory_facts
 from parinfo.machine.pressure import cpu_counters, cpu_pressure, read_pressure
 from parinfo.process.remote import parse_limits
 from parinfo.process.tasks import parse_stat, thread_group
-from parinfo.watching.sample import GroupUse, Sample, ThrottleUse
+from parinfo.watching.model import GroupUse, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict
 
 V2_STAT = "usage_usec 9000000\nuser_usec 8000000\nsystem_usec 1000000\nnr_periods 4567\nnr_throttled 3115\n" \

@@ -3,65 +3,15 @@
 ``main()`` is the one place errors become exit codes: a ParinfoError (bad input) prints one line on
 stderr and exits 2; usage errors are the CLI framework's, also exit 2.
 
-Launching a program (``parinfo apply PROFILE [--force] [--instances N] -- COMMAND ...``) is the one
-path whose start-up cost every launched program pays, and loading the CLI framework costs more than
-the launch itself. So ``main()`` recognises exactly that plain form and launches without loading
-typer; every other form (help, other options, mistakes) goes to the typer app in ``_app``, whose
-``apply`` command launches through the same :func:`launch`.
+Loading the CLI framework (typer, which loads rich for its help) costs more than a launch itself and
+a large share of a report's start-up. So ``main()`` runs two plain forms without it: a launch (``parinfo apply PROFILE
+[--force] [--instances N] -- COMMAND ...``, see parinfo.cli.launch) and ``parinfo show`` with plain
+options (see parinfo.cli.show). Every other form (help, other commands, unusual spellings, mistakes)
+goes to the typer app in ``_app``, whose commands run through the same functions.
 """
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-
-
-def launch(profile: str, command: list[str], *, force: bool = False, instances: int | None = None) -> int:
-    """Resolve ``profile`` on this machine and run ``command`` under it; the exit code to return."""
-    from parinfo.profiles.launch import run_plan
-    from parinfo.profiles.loading import resolve_profile
-
-    return run_plan(resolve_profile(profile, instances=instances), command, force=force)
-
-
-def plain_launch(args: Sequence[str]) -> tuple[str, list[str], bool, int | None] | None:
-    """``(profile, command, force, instances)`` when ``args`` is a plain ``apply P [--force]
-    [--instances N] -- COMMAND...``; None for anything else, which the full CLI then parses (so its
-    help and error messages stay the only ones)."""
-    args = list(args)
-    if len(args) < 4 or args[0] != "apply" or "--" not in args:
-        return None
-    split = args.index("--")
-    head, command = args[1:split], args[split + 1:]
-    if not command:
-        return None
-    profile: str | None = None
-    force = False
-    instances: int | None = None
-    i = 0
-    while i < len(head):
-        arg = head[i]
-        if arg == "--force":
-            force = True
-        elif arg == "--instances" or arg.startswith("--instances="):
-            if "=" in arg:
-                value = arg.split("=", 1)[1]
-            elif i + 1 < len(head):
-                i += 1
-                value = head[i]
-            else:
-                return None
-            if not (value.isascii() and value.isdigit()) or len(value) > 6 or int(value) < 1 \
-                    or instances is not None:
-                return None
-            instances = int(value)
-        elif arg.startswith("-") or profile is not None:
-            return None
-        else:
-            profile = arg
-        i += 1
-    if profile is None:
-        return None
-    return profile, command, force, instances
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,14 +23,12 @@ def main(argv: list[str] | None = None) -> None:
         _error("standard output is closed: give parinfo somewhere to write (> FILE, | less, or > /dev/null)")
         sys.exit(2)
     try:
-        plain = plain_launch(args)
-        if plain is not None:
-            profile, command, force, instances = plain
-            sys.exit(launch(profile, command, force=force, instances=instances))
-        try:
-            code = _run_app(args)
-        finally:
-            _flush_stdout()
+        code = _run_plain(args)
+        if code is None:
+            try:
+                code = _run_app(args)
+            finally:
+                _flush_stdout()
         sys.exit(code)
     except ParinfoError as exc:
         _error(str(exc))
@@ -96,6 +44,25 @@ def main(argv: list[str] | None = None) -> None:
         _silence_stdout()
         _error(f"cannot write the output: {exc.strerror or exc}")
         sys.exit(2)
+
+
+def _run_plain(args: list[str]) -> int | None:
+    """Run a plain launch or a plain ``show`` without loading typer; None for any other command line."""
+    from parinfo.cli.launch import launch, plain_launch
+
+    plain = plain_launch(args)
+    if plain is not None:
+        profile, command, force, instances = plain
+        return launch(profile, command, force=force, instances=instances)
+    from parinfo.cli import show
+
+    options = show.plain_args(args)
+    if options is None:
+        return None
+    try:
+        return show.run(options)
+    finally:
+        _flush_stdout()
 
 
 def _run_app(args: list[str]) -> int:

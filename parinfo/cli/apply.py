@@ -5,13 +5,10 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from parinfo.cli._app import app
-
 if TYPE_CHECKING:
     from parinfo.profiles.plan import Plan
 
 
-@app.command("apply", context_settings={"allow_extra_args": True})
 def apply_cmd(
     profile: str = typer.Argument(..., metavar="PROFILE",
                                   help="A shipped profile name (see `parinfo profiles`) or a .yaml path."),
@@ -36,7 +33,7 @@ def apply_cmd(
     if command:
         if json_out or export:
             raise UsageError("--json and --export print the plan; they cannot be used with a command")
-        from parinfo.cli import launch
+        from parinfo.cli.launch import launch
 
         raise typer.Exit(launch(profile, command, force=force, instances=instances))
     plan = resolve_profile(profile, instances=instances)

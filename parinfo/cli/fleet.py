@@ -9,12 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from parinfo.cli._app import app
 from parinfo.errors import UsageError
-
-fleet_app = typer.Typer(help="Inspect and apply across every worker of a Dask or Ray cluster.",
-                        no_args_is_help=True)
-app.add_typer(fleet_app, name="fleet")
 
 #: How long connecting to a cluster may take.
 CONNECT_TIMEOUT_S = 15
@@ -60,7 +55,6 @@ def _one_target(dask: Optional[str], ray: Optional[str]) -> None:
         raise UsageError("give one cluster: --dask tcp://HOST:PORT or --ray ADDRESS")
 
 
-@fleet_app.command("show")
 def show(
     dask: Optional[str] = typer.Option(None, "--dask", metavar="ADDRESS",
                                        help="A Dask scheduler, e.g. tcp://127.0.0.1:8786."),
@@ -104,7 +98,6 @@ def show(
         raise typer.Exit(1)
 
 
-@fleet_app.command("apply")
 def apply(
     profile: str = typer.Argument(..., help="A shipped profile name or a profile file."),
     dask: str = typer.Option(..., "--dask", metavar="ADDRESS", help="A Dask scheduler, e.g. tcp://127.0.0.1:8786."),
@@ -128,7 +121,6 @@ def apply(
             typer.echo(escape_controls(f"  not in force: {line}"))
 
 
-@fleet_app.command("env")
 def env(
     profile: str = typer.Argument(..., help="A shipped profile name or a profile file."),
     fmt: EnvFormat = typer.Option(..., "--format", "-f", help="dask-config (YAML) or ray-runtime-env (JSON)."),

@@ -3,10 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from parinfo.cli._app import app
 
-
-@app.command()
 def profiles(
     json_out: bool = typer.Option(False, "--json", help="Print the list as JSON."),
 ) -> None:

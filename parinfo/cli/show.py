@@ -1,12 +1,17 @@
-"""`parinfo show`: what this process's parallelism really is, and why."""
+"""`parinfo show`: what this process's parallelism really is, and why.
+
+The command itself, from option values to output and exit code (:func:`run`), without the CLI
+framework: ``main()`` runs a plain ``parinfo show`` command line (:func:`plain_args`) straight through
+it, so the commonest command never pays for loading typer. The typer app (parinfo.cli._app) declares
+the same options, for help, mistakes and every other spelling, and calls the same :func:`run`.
+"""
 from __future__ import annotations
 
 import enum
-from typing import Optional
+import sys
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
-import typer
-
-from parinfo.cli._app import app
 from parinfo.errors import UsageError
 
 
@@ -16,7 +21,123 @@ class Format(str, enum.Enum):
     torch = "torch"
 
 
-def parse_modules(value: Optional[list[str]]) -> Optional[list[str]]:
+class ShowArgs(NamedTuple):
+    """The values of ``parinfo show``'s options, as typer passes them. (A NamedTuple: it is defined on
+    every ``parinfo show``, and a frozen dataclass costs several times as much to define.)"""
+
+    imports: list[str] | None = None
+    torch: bool = False
+    json_out: bool = False
+    fmt: Format = Format.rich
+    check: str | None = None
+    pid: int | None = None
+    children: bool = False
+
+
+# The spellings a plain command line may use. Anything else (help, a positional, short options run
+# together like -fjson, a value that starts with "-", an option given twice) is left to typer.
+_FLAGS = {"--torch": "torch", "--json": "json_out", "--children": "children"}
+_WITH_VALUE = {"--import": "imports", "-i": "imports", "--format": "fmt", "-f": "fmt", "--pid": "pid"}
+
+
+def plain_args(args: Sequence[str]) -> ShowArgs | None:
+    """The option values of a plain ``show [OPTION]...`` command line, read as typer reads them; None
+    for any other command line, which typer then parses, so its help and error messages stay the only
+    ones."""
+    if not args or args[0] != "show":
+        return None
+    values: dict[str, Any] = {}
+    imports: list[str] = []
+    rest = iter(args[1:])
+    for arg in rest:
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        parsed: Any
+        if name in _FLAGS and not eq:
+            key, parsed = _FLAGS[name], True
+        elif name == "--check":
+            key, parsed = "check", value if eq else "warning"  # a bare --check is --check=warning
+        elif name in _WITH_VALUE:
+            if not eq:
+                following = next(rest, None)
+                if following is None or following.startswith("-"):
+                    return None
+                value = following
+            key, parsed = _WITH_VALUE[name], _typed(_WITH_VALUE[name], value)
+            if parsed is None:
+                return None
+        else:
+            return None
+        if key == "imports":
+            imports.append(parsed)
+        elif key in values:
+            return None
+        else:
+            values[key] = parsed
+    return ShowArgs(imports=imports or None, **values)
+
+
+def _typed(key: str, value: str) -> Any:
+    """``value`` converted as typer converts it for ``key``; None where typer would refuse it."""
+    if key == "fmt":
+        return Format(value) if value in {f.value for f in Format} else None
+    if key == "pid":
+        return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
+    return value
+
+
+def run(a: ShowArgs) -> int:
+    """Print the report in the format asked; the exit code: 1 when ``--check`` finds a problem at its
+    level, else 0. Bad values raise UsageError."""
+    from parinfo.diagnostics.report import inspect
+
+    level = check_level(a.check)
+    if a.json_out and a.fmt is Format.torch:
+        raise UsageError("--json and --format torch ask for two formats: pick one")
+    if a.pid is not None or a.children:
+        outside_conflicts(a.pid, a.children, a.imports is not None or a.torch, a.fmt is Format.torch)
+        report = inspect(pid=a.pid, children=a.children)
+    else:
+        from parinfo.process.probing import default_modules
+
+        modules = parse_modules(a.imports)
+        report = inspect(default_modules() if modules is None else modules, torch=a.torch)
+    if a.json_out or a.fmt is Format.json:
+        import json
+
+        _echo(json.dumps(report.to_dict(), indent=2, default=str))
+    elif a.fmt is Format.torch:
+        from parinfo.cli.torch_block import torch_block
+        from parinfo.safe_text import escape_controls
+
+        _echo("\n".join(escape_controls(line, keep="\t") for line in torch_block(report).split("\n")), nl=False)
+    else:
+        from parinfo.cli.render_text import render
+
+        render(report)
+    return 1 if level is not None and report.problems(level) else 0
+
+
+def _echo(text: str, nl: bool = True) -> None:
+    """Write ``text`` to standard output as typer's echo does: flushed, and as UTF-8 with unencodable
+    characters replaced when the stream claims ASCII (PYTHONIOENCODING=ascii), so no value can fail
+    the write. Its other duty, dropping ANSI styles off a terminal, finds nothing here: JSON escapes
+    ESC, and the torch block has its control characters escaped."""
+    import codecs
+
+    out = text + "\n" if nl else text
+    stream = sys.stdout
+    encoding, errors = getattr(stream, "encoding", None), getattr(stream, "errors", None)
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None and (encoding is None or errors is None or codecs.lookup(encoding).name == "ascii"):
+        stream.flush()
+        buffer.write(out.encode("utf-8", "replace"))
+        buffer.flush()
+        return
+    stream.write(out)
+    stream.flush()
+
+
+def parse_modules(value: list[str] | None) -> list[str] | None:
     """``--import a,b --import c`` -> [a, b, c]; raise UsageError on an empty or malformed name."""
     if value is None:
         return None
@@ -30,59 +151,6 @@ def parse_modules(value: Optional[list[str]]) -> Optional[list[str]]:
                 raise UsageError(f"--import: {name!r} is not a module name (use e.g. --import numpy,scipy)")
             mods.append(name)
     return mods
-
-
-@app.command()
-def show(
-    imports: Optional[list[str]] = typer.Option(
-        None, "--import", "-i", metavar="MOD[,MOD]",
-        help="Import these modules first so their native pools load (default: numpy if installed; "
-             "'none' for nothing). torch is never imported unless named here or with --torch."),
-    torch: bool = typer.Option(False, "--torch", help="Import torch and report its pools and counts."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (schema_version 1)."),
-    fmt: Format = typer.Option(Format.rich, "--format", "-f",
-                               help="rich (tables), json, or torch (torch.__config__.parallel_info() style)."),
-    check: Optional[str] = typer.Option(
-        None, "--check", metavar="[=LEVEL]",
-        help="Exit 1 when a finding at LEVEL or above exists: warning (the default of a bare --check), "
-             "error, or info."),
-    pid: int | None = typer.Option(
-        None, "--pid", metavar="PID",
-        help="Report on another process, read from /proc (same user or root): its CPUs, loaded runtimes, "
-             "launch environment, threads and throttling."),
-    children: bool = typer.Option(False, "--children",
-                                  help="With --pid: sum the whole process tree (e.g. gunicorn and its workers)."),
-) -> None:
-    """Show the CPUs, backends, native pools, thread counts with their sources, and what is wrong."""
-    from parinfo.diagnostics.report import inspect
-
-    level = check_level(check)
-    if json_out and fmt is Format.torch:
-        raise UsageError("--json and --format torch ask for two formats: pick one")
-    if pid is not None or children:
-        outside_conflicts(pid, children, imports is not None or torch, fmt is Format.torch)
-        report = inspect(pid=pid, children=children)
-    else:
-        from parinfo.process.probing import default_modules
-
-        modules = parse_modules(imports)
-        report = inspect(default_modules() if modules is None else modules, torch=torch)
-    if json_out or fmt is Format.json:
-        import json
-
-        typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
-    elif fmt is Format.torch:
-        from parinfo.cli.torch_block import torch_block
-        from parinfo.safe_text import escape_controls
-
-        text = "\n".join(escape_controls(line, keep="\t") for line in torch_block(report).split("\n"))
-        typer.echo(text, nl=False)
-    else:
-        from parinfo.cli.render_text import render
-
-        render(report)
-    if level is not None and report.problems(level):
-        raise typer.Exit(1)
 
 
 def outside_conflicts(pid: int | None, children: bool, probes: bool, torch_format: bool) -> None:

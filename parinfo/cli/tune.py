@@ -6,8 +6,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from parinfo.cli._app import app
-
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import TaskID
     from rich.table import Table
@@ -17,7 +15,6 @@ if TYPE_CHECKING:  # pragma: no cover
 _WORKLOADS = "matmul (default), elementwise, ensemble"
 
 
-@app.command(no_args_is_help=False)
 def tune(
     command: list[str] | None = typer.Argument(
         None, metavar="[WORKLOAD | -- COMMAND ...]",

@@ -6,8 +6,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from parinfo.cli._app import app
-
 if TYPE_CHECKING:
     from parinfo.watching.sample import Sample
 
@@ -49,7 +47,6 @@ def render_sample(s: Sample, title: str) -> str:
     return "\n".join(escape_controls(line) for line in lines)
 
 
-@app.command()
 def watch(
     pid: int | None = typer.Option(
         None, "--pid", metavar="PID",

@@ -139,7 +139,7 @@ def _library_counts(plan: Plan, kept: dict[str, str]) -> dict[str, int | None]:
 def _configure(plan: Plan, intra: int, inter: int, counts: dict[str, int | None], kept: dict[str, str],
                applied: list[str], skipped: list[str]) -> None:
     """The runtime's counts, and the push of each library's count into its loaded pools (once)."""
-    from parinfo import runtime
+    import parinfo.runtime as runtime
 
     intra_var, inter_var = reg.RUNTIME_VARS
     kwargs: dict[str, int] = {}
@@ -166,7 +166,7 @@ def _workers_reached() -> frozenset[int]:
     thread (the push asks each one; workers started later take them before their first job)."""
     import threading
 
-    from parinfo import runtime
+    import parinfo.runtime as runtime
 
     push = runtime.info()["native_push"] or {}
     ran = set((push.get("workers") or {}).get("ran") or ())
@@ -179,7 +179,7 @@ def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str
 
     Pools whose limit holds in the calling thread only go to ``per_thread`` as (pool, name, count).
     """
-    from parinfo import runtime
+    import parinfo.runtime as runtime
 
     push = runtime.info()["native_push"] or {}
     pushed = {row.get("filepath"): row for row in push.get("pools") or ()}
@@ -272,7 +272,7 @@ def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[st
 def _verify(intra: int, inter: int, loaded: list[NativePool], pools: list[tuple[str, str, int]],
             torch_want: tuple[int | None, int | None], cpus: tuple[int, ...] | None, kept: dict[str, str]) -> list[str]:
     """Read every count back; one line for each that is not what the plan asked for."""
-    from parinfo import runtime
+    import parinfo.runtime as runtime
 
     bad: list[str] = []
     state = runtime.info()

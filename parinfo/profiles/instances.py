@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from parinfo.profiles.launch import Relay, check_cpus, child_environ, exit_status, not_started, spawn
+from parinfo.profiles.child import Relay, check_cpus, child_environ, exit_status, not_started, spawn
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess

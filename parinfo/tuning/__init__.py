@@ -8,5 +8,6 @@ Modules, in the order a tune uses them:
   timing     the timing loop itself; worker is the fresh process that runs it for one point
   search     which points to measure and which the measurements rule out (pure)
   sweep      tune() and run(): the options through the search to a result
-  result     TuneResult, the model; writers (JSON, profile YAML) and plot (text, SVG/PNG) write it
+  outcome    TuneOutcome, what a tune found as data; writers (JSON, profile YAML) and plot (text,
+             SVG/PNG) read it; result's TuneResult, the public type, adds the methods that call them
 """

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import UsageError
 from parinfo.tuning import search, workloads
+from parinfo.tuning.checks import check_int
 from parinfo.tuning.measure import Settings
 from parinfo.tuning.workloads import Workload
 
@@ -71,15 +72,6 @@ class Plan:
         if self.pairs:
             return len(search.pair_candidates(self.max_product, self.intra, self.inter))
         return self.intra[1] - self.intra[0] + 1
-
-
-def check_int(name: str, value: Any, lo: int = 1) -> int:
-    """``value`` as a count of at least ``lo``; UsageError naming the option otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"{name} must be an integer, got {value!r}")
-    if value < lo:
-        raise UsageError(f"{name} must be at least {lo}, got {value}")
-    return value
 
 
 def _finite(value: Any) -> bool:

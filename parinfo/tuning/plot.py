@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from parinfo.errors import TuneError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parinfo.tuning.result import TuneResult
+    from parinfo.tuning.outcome import TuneOutcome
 
 PLOT_SUFFIXES = (".svg", ".png")
 TITLE_CHARS = 90  # what fits across the figure at the title's font size
@@ -40,7 +40,7 @@ def require_matplotlib() -> None:
         raise TuneError(MISSING_MATPLOTLIB)
 
 
-def text_plot(result: TuneResult, width: int = 50) -> str:
+def text_plot(result: TuneOutcome, width: int = 50) -> str:
     """One bar per measured point, length proportional to its median; the chosen point is marked."""
     rows = result.measured
     if not rows:
@@ -55,7 +55,7 @@ def text_plot(result: TuneResult, width: int = 50) -> str:
     return "\n".join(lines)
 
 
-def save_plot(result: TuneResult, path: str | os.PathLike) -> None:
+def save_plot(result: TuneOutcome, path: str | os.PathLike) -> None:
     """Median with its interquartile band against the thread count; one line per inter-op count."""
     check_plot_path(path)
     import matplotlib

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from parinfo.tuning import search
 from parinfo.tuning.measure import MEASURERS, Measurer, WorkloadFailed, noise_check
 from parinfo.tuning.options import OBJECTIVES, Plan, TuneOptions, resolve
-from parinfo.tuning.result import NOISY_SPREAD, MachineSummary, TuneResult
+from parinfo.tuning.outcome import NOISY_SPREAD, MachineSummary
+from parinfo.tuning.result import TuneResult
 from parinfo.tuning.search import Point, SearchResult, Stats
 
 if TYPE_CHECKING:

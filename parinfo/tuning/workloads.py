@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from parinfo.errors import UsageError
 from parinfo.tuning import kernels
+from parinfo.tuning.checks import check_int
 from parinfo.tuning.usercode import build_module, build_stmt, compile_user
 
 BUILTIN = ("matmul", "elementwise", "ensemble")
@@ -203,8 +204,6 @@ def _fits_in_memory(size: int) -> int:
 
 
 def _builtin(name: str, framework: str, size: Any) -> Workload:
-    from parinfo.tuning.options import check_int
-
     if name not in BUILTIN:
         raise UsageError(f"unknown workload {name!r}: use one of {', '.join(BUILTIN)}, "
                          f"or --stmt, --module, -- COMMAND")

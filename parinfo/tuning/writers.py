@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parinfo.tuning.result import TuneResult
+    from parinfo.tuning.outcome import TuneOutcome
     from parinfo.tuning.search import Point
 
 HOW = {"subprocess": "each point in a fresh process",
@@ -18,11 +18,11 @@ HOW = {"subprocess": "each point in a fresh process",
        "command": "the command timed as a whole process"}
 
 
-def _point(r: TuneResult, p: Point) -> dict[str, Any]:
+def _point(r: TuneOutcome, p: Point) -> dict[str, Any]:
     return {"intra_op": p.intra, "inter_op": p.inter, "label": r.label(p)}
 
 
-def to_json(r: TuneResult) -> dict[str, Any]:
+def to_json(r: TuneOutcome) -> dict[str, Any]:
     """Plain, JSON-serialisable form (what ``parinfo tune --json`` prints)."""
     points = []
     for p, s in r.measured:
@@ -51,7 +51,7 @@ def to_json(r: TuneResult) -> dict[str, Any]:
     }
 
 
-def _comments(r: TuneResult) -> list[str]:
+def _comments(r: TuneOutcome) -> list[str]:
     m = r.machine
     obj = ("latency: fastest single call" if r.objective == "latency"
            else "throughput: most requests per second with concurrent requests")
@@ -77,7 +77,7 @@ def _comments(r: TuneResult) -> list[str]:
     return lines
 
 
-def _description(r: TuneResult) -> str:
+def _description(r: TuneOutcome) -> str:
     b, bs = r.best, r.best_stats
     what = (f"{b.inter} {'requests' if r.concurrent else 'inter-op'} x {b.intra} intra-op" if r.pairs
             else f"{b.intra} intra-op thread{'s' if b.intra != 1 else ''}")
@@ -99,7 +99,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def profile_yaml(r: TuneResult, name: str | None = None) -> str:
+def profile_yaml(r: TuneOutcome, name: str | None = None) -> str:
     """A profile (``version: 1``) with the winning counts, and comments recording how they were found."""
     import yaml
 
@@ -115,7 +115,7 @@ def profile_yaml(r: TuneResult, name: str | None = None) -> str:
     return comments + yaml.safe_dump(body, sort_keys=False, width=1000)
 
 
-def write_profile(r: TuneResult, path: str | os.PathLike, name: str | None = None) -> None:
+def write_profile(r: TuneOutcome, path: str | os.PathLike, name: str | None = None) -> None:
     """Write :func:`profile_yaml` to ``path``; UsageError when the file cannot be written."""
     text = profile_yaml(r, name)
     try:

@@ -1,17 +1,17 @@
-"""Typed samples of a process's (or a container's) CPU use over one interval, and the sampler that
-makes them from two readings of cumulative counters.
+"""The sampler: a process's (or a container's) CPU use over one interval, made from two readings
+of cumulative counters.
 
 A :class:`Reading` is one instant: every thread's CPU and wait time, the cgroup's throttling
-counters, the pressure totals. A :class:`Sample` is the difference of two readings divided by the
-time between them: what happened during the interval. Reading costs only file reads under /proc
-and the cgroup tree: the watched process is never stopped, traced or signalled.
+counters, the pressure totals. A :class:`~parinfo.watching.model.Sample` is the difference of two
+readings divided by the time between them: what happened during the interval. Reading costs only
+file reads under /proc and the cgroup tree: the watched process is never stopped, traced or signalled.
 """
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 
 from parinfo.machine.pressure import (
     CpuCounters,
@@ -27,62 +27,8 @@ from parinfo.process.tasks import (
     thread_group,
     thread_stats,
 )
-
-
-@dataclass(frozen=True)
-class GroupUse:
-    """The threads of one group (same name but for a worker number) over the interval."""
-
-    name: str
-    threads: int
-    cpu_percent: float  # 100 = one CPU busy for the whole interval
-    runnable: float  # threads on a CPU or waiting for one, on average
-    involuntary: int  # context switches the scheduler forced
-
-
-@dataclass(frozen=True)
-class ThrottleUse:
-    """Throttling of the cgroup level that throttled most during the interval."""
-
-    cgroup: str
-    quota: float
-    periods: int
-    throttled: int
-    throttled_usec: int
-    percent_periods: float  # throttled periods / periods, percent
-    percent_time: float  # time held back / interval, percent (can pass 100: it sums over CPUs)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """What one process tree (or, with ``pid`` None, the container parinfo runs in) did during
-    ``interval`` seconds ending at ``time``. ``throttling`` is None when no quota applies, and the
-    pressure fields hold "unknown (why)" when the kernel or the cgroup gives no figures."""
-
-    time: float
-    interval: float
-    pid: int | None
-    processes: int
-    threads: int
-    usable_cpus: int
-    quota: float | None
-    cpu_percent: float
-    runnable: float
-    running_now: int
-    involuntary: int
-    groups: tuple[GroupUse, ...]
-    throttling: ThrottleUse | None
-    throttling_unknown: str | None
-    pressure_some: float | str  # percent of the interval some task waited for a CPU (the machine)
-    pressure_cgroup_some: float | str
-    verdict: str = ""
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["groups"] = [asdict(g) for g in self.groups]
-        d["notes"] = list(self.notes)
-        return d
+from parinfo.watching.model import GroupUse, Sample, ThrottleUse
+from parinfo.watching.verdict import verdict
 
 
 @dataclass(frozen=True)
@@ -158,8 +104,6 @@ class Sampler:
         return None if before is None else self.between(before, now)
 
     def between(self, a: Reading, b: Reading) -> Sample:
-        from parinfo.watching.verdict import verdict
-
         dt = max(b.clock - a.clock, 1e-6)
         groups: dict[str, list[float]] = {}
         total_cpu = total_run = 0.0
@@ -199,8 +143,6 @@ class Sampler:
 
 
 def _with_verdict(sample: Sample, text: str) -> Sample:
-    from dataclasses import replace
-
     return replace(sample, verdict=text)
 
 

@@ -8,10 +8,8 @@ mostly idle time are not worth a verdict.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from parinfo.watching.sample import GroupUse, Sample
+from parinfo.watching.model import GroupUse, Sample
 
 THROTTLED_PERCENT = 5.0  # of periods, in the interval
 QUEUED_RATIO = 1.25  # runnable threads per usable CPU

@@ -7,7 +7,7 @@ what is in force; the program's own first ``torch.set_num_interop_threads`` call
 (see _guard_interop). It never imports torch itself, never imports parinfo (the child's interpreter may
 not have it), and then runs any other ``sitecustomize`` that was on the path, as if it were absent.
 
-Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.profiles.launch:
+Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.profiles.child:
 ``1 intra=N|- inter=N|- watch=NAME,NAME`` then the library registry's facts the hook needs
 (``parinfo.process.libraries.hook_facts``: each pool's variables, parinfo's runtime variables, the
 verify variable, torch's setters), so this file keeps no table of its own. Without that variable

@@ -1,0 +1,201 @@
+"""One process launched under a resolved Plan: its environment, its CPUs, its start and its signals.
+
+:func:`child_environ` builds the environment (the plan's variables, never overriding what the user
+set unless ``force``; the start-up hook of parinfo/profiles/hook/ that sets torch's counts as soon as
+torch is imported and reports counts that are not in force). :func:`spawn` starts a child pinned to
+its CPUs, :class:`Relay` forwards signals while it runs, :func:`exit_status` and :func:`not_started`
+say how it ended or why it could not start. Shared by the one-process launch
+(:mod:`parinfo.profiles.launch`) and the N pinned instances (:mod:`parinfo.profiles.instances`).
+
+On the start-up path of ``parinfo apply P -- CMD``: only os, sys and signal at module level;
+subprocess is loaded by :func:`spawn` only.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from parinfo.errors import ApplyError
+from parinfo.machine.cpulist import format_cpu_list
+from parinfo.process import libraries as reg
+from parinfo.safe_text import shorten
+
+if TYPE_CHECKING:  # pragma: no cover
+    import subprocess
+
+    from parinfo.profiles.plan import InstancePlan, Plan
+
+HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")
+HOOK_VAR = "_PARINFO_HOOK"
+# torch's intra-op default reads these; when the user's own value stays in force, torch follows it.
+TORCH_INTRA_VARS = reg.library("torch").count_vars
+FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+
+
+@dataclass(frozen=True)
+class ChildEnv:
+    """The environment of one launched process and what was decided on the way.
+
+    ``kept`` and ``overridden`` hold (name, user value, plan value) for variables the user had set
+    to another value; ``torch_intra`` is None when torch is left to the user's own variable.
+    """
+
+    env: dict[str, str]
+    kept: tuple[tuple[str, str, str], ...]
+    overridden: tuple[tuple[str, str, str], ...]
+    torch_intra: int | None
+    torch_inter: int
+    cpus: tuple[int, ...] | None
+
+    def messages(self, profile: str) -> list[str]:
+        """One line per variable kept from (or overriding) the user's environment."""
+        lines = [f"parinfo: keeping {n}={u!r} from your environment{_invalid_note(n, u)}; "
+                 f"profile {profile} sets {p!r} (--force overrides)" for n, u, p in self.kept]
+        lines += [f"parinfo: overriding {n}={u!r} from your environment with profile {profile}'s {p!r} "
+                  f"(--force)" for n, u, p in self.overridden]
+        return lines
+
+
+def _invalid_note(name: str, value: str) -> str:
+    from parinfo.process.variables import validate
+
+    problem = validate(name, value)
+    return f" (invalid: {problem}, so libraries ignore it)" if problem else ""
+
+
+def _torch_counts(plan: Plan, instance: InstancePlan | None) -> tuple[int, int]:
+    if instance is not None:
+        return instance.intra_op, instance.inter_op
+    torch = plan.libraries.get("torch")
+    return (torch.value if torch is not None else plan.intra_op.value), plan.inter_op.value
+
+
+def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
+                  instance: InstancePlan | None = None, instances: int = 0) -> ChildEnv:
+    """The environment for a process launched under ``plan`` (or one of its instances).
+
+    ``base`` is the launching environment: a variable already set there to another value is kept
+    unless ``force`` (one set by an enclosing ``parinfo apply`` is not the user's, and is replaced).
+    PARINFO_PROFILE (and PARINFO_INSTANCE/PARINFO_INSTANCES for an instance) are always set; the
+    start-up hook's directory is put first on PYTHONPATH. An instance's ``env`` is laid over the
+    plan's; its ``intra_op``/``inter_op`` give PARINFO_NUM_THREADS/PARINFO_NUM_INTEROP_THREADS and
+    torch's counts.
+    """
+    wanted = dict(plan.env)
+    if instance is not None:
+        # The instance's own fields decide parinfo's counts unless its env says otherwise.
+        wanted[reg.RUNTIME_VARS[0]] = str(instance.intra_op)
+        wanted[reg.RUNTIME_VARS[1]] = str(instance.inter_op)
+        wanted.update(instance.env)
+    env = dict(base)
+    from_parinfo = _set_by_outer_launch(base)
+    kept: list[tuple[str, str, str]] = []
+    overridden: list[tuple[str, str, str]] = []
+    watch: list[str] = []
+    for name, value in wanted.items():
+        value = str(value)
+        user = base.get(name)
+        if user is not None and user != value and name not in from_parinfo:
+            if not force:
+                kept.append((name, user, value))
+                continue
+            overridden.append((name, user, value))
+        env[name] = value
+        watch.append(name)
+    env["PARINFO_PROFILE"] = plan.name
+    if instance is not None:
+        env["PARINFO_INSTANCE"] = str(instance.index)
+        env["PARINFO_INSTANCES"] = str(instances)
+    intra, inter = _torch_counts(plan, instance)
+    users_own = {n for n, _, _ in kept} | {n for n in TORCH_INTRA_VARS
+                                            if n in base and n not in wanted and n not in from_parinfo}
+    torch_intra = None if users_own.intersection(TORCH_INTRA_VARS) else intra
+    env[HOOK_VAR] = f"1 intra={torch_intra or '-'} inter={inter} watch={','.join(watch)} {reg.hook_facts()}"
+    user_path = base.get("PYTHONPATH", "")
+    paths = [p for p in user_path.split(os.pathsep) if p != HOOK_DIR] if user_path else []  # "" means cwd
+    env["PYTHONPATH"] = os.pathsep.join([HOOK_DIR, *paths])
+    cpus = instance.cpus if instance is not None else plan.affinity
+    return ChildEnv(env, tuple(kept), tuple(overridden), torch_intra, inter,
+                    tuple(cpus) if cpus else None)
+
+
+def _set_by_outer_launch(base: Mapping[str, str]) -> frozenset[str]:
+    """Variables an enclosing ``parinfo apply`` set (its hook's watch list): not the user's choice,
+    so a nested launch replaces them without comment."""
+    for field in base.get(HOOK_VAR, "").split()[1:]:
+        if field.startswith("watch="):
+            return frozenset(n for n in field[len("watch="):].split(",") if n)
+    return frozenset()
+
+
+def check_cpus(cpus: Sequence[int], what: str) -> None:
+    allowed = os.sched_getaffinity(0)
+    outside = sorted(set(cpus) - allowed)
+    if outside:
+        raise ApplyError(f"{what} asks for CPUs {format_cpu_list(outside)} outside the CPUs this process may use "
+                         f"({format_cpu_list(sorted(allowed))}); resolve the profile where it runs, or widen the "
+                         f"affinity (taskset) first")
+
+
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: the code, or 128+N when killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def not_started(command: Sequence[str], exc: OSError) -> int:
+    """Say in one line why ``command`` could not start (naming the reason as ``parinfo tune`` does)
+    and return the shell's code for it: 127 not found, 126 found but not runnable."""
+    if isinstance(exc, FileNotFoundError):
+        print(f"parinfo: error: command not found: {shorten(command[0])}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, PermissionError):
+        path = command[0] if os.sep in command[0] else None
+        what = ("it is a directory" if path and os.path.isdir(path)
+                else "it is not executable" if path and os.path.exists(path) and not os.access(path, os.X_OK)
+                else None)
+        reason = "permission denied" + (f" ({what})" if what else "")
+    print(f"parinfo: error: cannot run '{shorten(command[0])}': {reason}", file=sys.stderr)
+    return EXIT_NOT_EXECUTABLE
+
+
+def spawn(command: list[str], child: ChildEnv, **kw: Any) -> subprocess.Popen:
+    """Start one child pinned to ``child.cpus``: it inherits this process's affinity, set around Popen."""
+    import subprocess
+
+    before = os.sched_getaffinity(0)
+    if child.cpus is not None:
+        os.sched_setaffinity(0, child.cpus)
+    try:
+        return subprocess.Popen(command, env=child.env, **kw)
+    finally:
+        if child.cpus is not None:
+            os.sched_setaffinity(0, before)
+
+
+class Relay:
+    """Forwards the signals this process receives to its children while installed."""
+
+    def __init__(self, send) -> None:
+        self.send = send
+        self.saved: dict[int, Any] = {}  # what signal.signal returned: a handler, SIG_DFL or None
+
+    def __enter__(self) -> Relay:
+        for name in FORWARDED_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                self.saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.send(signum)
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,64 @@
+"""What one sample says: a process tree's (or a container's) CPU use over one interval, as typed data.
+
+The sampler (:mod:`parinfo.watching.sample`) makes these from two readings; the verdict
+(:mod:`parinfo.watching.verdict`) reads them. Both import them from here, so neither needs the other.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class GroupUse:
+    """The threads of one group (same name but for a worker number) over the interval."""
+
+    name: str
+    threads: int
+    cpu_percent: float  # 100 = one CPU busy for the whole interval
+    runnable: float  # threads on a CPU or waiting for one, on average
+    involuntary: int  # context switches the scheduler forced
+
+
+@dataclass(frozen=True)
+class ThrottleUse:
+    """Throttling of the cgroup level that throttled most during the interval."""
+
+    cgroup: str
+    quota: float
+    periods: int
+    throttled: int
+    throttled_usec: int
+    percent_periods: float  # throttled periods / periods, percent
+    percent_time: float  # time held back / interval, percent (can pass 100: it sums over CPUs)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one process tree (or, with ``pid`` None, the container parinfo runs in) did during
+    ``interval`` seconds ending at ``time``. ``throttling`` is None when no quota applies, and the
+    pressure fields hold "unknown (why)" when the kernel or the cgroup gives no figures."""
+
+    time: float
+    interval: float
+    pid: int | None
+    processes: int
+    threads: int
+    usable_cpus: int
+    quota: float | None
+    cpu_percent: float
+    runnable: float
+    running_now: int
+    involuntary: int
+    groups: tuple[GroupUse, ...]
+    throttling: ThrottleUse | None
+    throttling_unknown: str | None
+    pressure_some: float | str  # percent of the interval some task waited for a CPU (the machine)
+    pressure_cgroup_some: float | str
+    verdict: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["groups"] = [asdict(g) for g in self.groups]
+        d["notes"] = list(self.notes)
+        return d
