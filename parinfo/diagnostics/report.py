@@ -66,7 +66,7 @@ class Report:
 
 
 def _version() -> str:
-    from parinfo import __version__
+    from parinfo.version import __version__
 
     return __version__
 

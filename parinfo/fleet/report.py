@@ -52,7 +52,7 @@ class FleetReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``parinfo fleet show --json`` payload."""
-        from parinfo import __version__
+        from parinfo.version import __version__
 
         return {"schema_version": SCHEMA_VERSION, "parinfo_version": __version__, "cluster": self.cluster,
                 "elapsed_s": self.elapsed_s, "hosts": self.hosts, "workers": self.workers}
