@@ -178,7 +178,7 @@ def _torch_mkl_row(objects: list[str], rows: list[dict]) -> dict | None:
     lib = next((p for p in objects if os.path.basename(p).startswith(prefix)), None)
     if lib is None:
         return None
-    from parinfo.process.frameworks import parallel_info_text, parse_parallel_info
+    from parinfo.process.torch_config import parallel_info_text, parse_parallel_info
 
     parsed = parse_parallel_info(parallel_info_text() or "")
     row = _object_row(lib, mkl.name, str(mkl.user_api), str(mkl.internal_api),
