@@ -106,8 +106,8 @@ class WorkerRow:
         if report.outer is not None:
             report.outer.variables_set_by = set_by
         per_thread = data.get("per_thread")
-        return cls(str(data.get("worker")), HostIdentity.from_dict(section(data.get("host"))), report,
-                   None if per_thread is None else [ThreadPools.from_dict(t) for t in rows(per_thread)])
+        return cls(text(data.get("worker")) or "unknown worker", HostIdentity.from_dict(section(data.get("host"))),
+                   report, None if per_thread is None else [ThreadPools.from_dict(t) for t in rows(per_thread)])
 
     def variables(self) -> list[tuple[EnvRow, str | None]]:
         """The thread variables set in the worker now or at its launch, each with who set it (or None)."""
