@@ -35,7 +35,7 @@ SCENARIOS: list[tuple[str, str, dict[str, str], tuple[str, ...]]] = [
     ("OPENBLAS_NUM_THREADS=1 set before `import numpy`",
      "import json, os\nos.environ['OPENBLAS_NUM_THREADS'] = '1'\nimport numpy, threadpoolctl, parinfo\n"
      "r = parinfo.inspect()\nids = [f.id for f in r.findings]\n"
-     "claim = ([s['count'] for s in r.settings if s['library'] == 'openblas'], 'variable-after-load' in ids)\n"
+     "claim = ([s.count for s in r.settings if s.library == 'openblas'], 'variable-after-load' in ids)\n"
      "truth = [p['num_threads'] for p in threadpoolctl.threadpool_info() if p['internal_api'] == 'openblas']\n"
      "agree = claim == (truth, False)", {}, ("numpy",)),
     ("OPENBLAS_NUM_THREADS=1 set after `import numpy`",
@@ -46,7 +46,7 @@ SCENARIOS: list[tuple[str, str, dict[str, str], tuple[str, ...]]] = [
      "agree = (truth == [1] and not f) or (bool(f) and f'runs {truth[0]}, not 1' in claim)", {}, ("numpy",)),
     ("parinfo.apply('single-thread') after `import numpy`",
      "import json, numpy, threadpoolctl, parinfo\nparinfo.apply('single-thread')\nr = parinfo.inspect()\n"
-     "claim = ([s['count'] for s in r.settings if s['library'] == 'openblas'], "
+     "claim = ([s.count for s in r.settings if s.library == 'openblas'], "
      "'variable-after-load' in [f.id for f in r.findings])\n"
      "truth = [p['num_threads'] for p in threadpoolctl.threadpool_info() if p['internal_api'] == 'openblas']\n"
      "agree = claim == (truth, False)", {}, ("numpy",)),
@@ -58,7 +58,7 @@ SCENARIOS: list[tuple[str, str, dict[str, str], tuple[str, ...]]] = [
      "agree = claim == 'no warning' and bool(kmp) and 'scikit-learn' in kmp[0]", {}, ("numpy", "sklearn")),
     ("numpy + scipy: every OpenBLAS copy listed",
      "import json, numpy, scipy.linalg, threadpoolctl, parinfo\nr = parinfo.inspect()\n"
-     "claim = sorted(f\"{p['library']} [{p['owner']}]={p['num_threads']}\" for p in r.pools)\n"
+     "claim = sorted(f'{p.library} [{p.owner}]={p.num_threads}' for p in r.pools)\n"
      "truth = sorted(f\"{p['internal_api']} {p['filepath'].split('/')[-2]}={p['num_threads']}\" "
      "for p in threadpoolctl.threadpool_info())\n"
      "agree = len(claim) == len(truth)", {}, ("numpy", "scipy")),
@@ -70,24 +70,24 @@ SCENARIOS: list[tuple[str, str, dict[str, str], tuple[str, ...]]] = [
      "agree = truth.endswith(': 0') == (claim == 'no finding' or claim[0][1] == 'info')", {}, ("torch",)),
     ("torch.set_num_threads(1): its libgomp's source",
      "import json, torch, threadpoolctl, parinfo\ntorch.set_num_threads(1)\nr = parinfo.inspect()\n"
-     "rows = [(s['count'], s['source']) for s in r.settings if s['library'] == 'libgomp' and s['owner'] == 'torch']\n"
+     "rows = [(s.count, s.source) for s in r.settings if s.library == 'libgomp' and s.owner == 'torch']\n"
      "claim = rows[0] if rows else 'no row'\n"
      "truth = [p['num_threads'] for p in threadpoolctl.threadpool_info() if p['user_api'] == 'openmp' "
      "and 'torch' in p['filepath']]\n"
      "agree = bool(rows) and rows[0][0] == truth[0] and 'run time' in rows[0][1]", {}, ("torch",)),
     ("PYTHON_CPU_COUNT=1",
      "import json, os, parinfo\nr = parinfo.inspect()\n"
-     "claim = next(x['readers'] for x in r.environment if x['name'] == 'PYTHON_CPU_COUNT')\n"
+     "claim = next(x.readers for x in r.environment if x.name == 'PYTHON_CPU_COUNT')\n"
      "truth = f'os.cpu_count() = {os.cpu_count()}'\n"
      "agree = ('python' in claim) == (os.cpu_count() == 1)", {"PYTHON_CPU_COUNT": "1"}, ()),
     ("OMP_NUM_THREADS=\u0663 (Arabic-Indic three)",
      "import json, os, ctypes, parinfo\nr = parinfo.inspect()\n"
-     "claim = next(x['valid'] for x in r.environment if x['name'] == 'OMP_NUM_THREADS')\n"
+     "claim = next(x.valid for x in r.environment if x.name == 'OMP_NUM_THREADS')\n"
      "truth = 'libc strtol() gives %d' % ctypes.CDLL(None).strtol(os.environ['OMP_NUM_THREADS'].encode(), None, 10)\n"
      "agree = claim is False", {"OMP_NUM_THREADS": "\u0663"}, ()),
     ("in-process inspect() starts no thread, imports nothing",
      "import json, os, sys, parinfo\nn = len(os.listdir('/proc/self/task'))\nr = parinfo.inspect()\n"
-     "claim = r.probes['imported'] or 'imported nothing'\n"
+     "claim = r.probes.imported or 'imported nothing'\n"
      "truth = f\"threads {n} -> {len(os.listdir('/proc/self/task'))}, numpy imported: {'numpy' in sys.modules}\"\n"
      "agree = claim == 'imported nothing' and truth.endswith('False') and f'{n} -> {n}' in truth", {}, ()),
     ("`parinfo.runtime.info()` right after `import parinfo`",
@@ -95,8 +95,8 @@ SCENARIOS: list[tuple[str, str, dict[str, str], tuple[str, ...]]] = [
      "from parinfo import runtime\ntruth = runtime.info()['backend']\nagree = claim == truth", {}, ()),
     ("NUMEXPR_NUM_THREADS=8 above NUMEXPR_MAX_THREADS=4",
      "import json, numexpr, parinfo\nr = parinfo.inspect()\n"
-     "row = [s for s in r.settings if s['library'] == 'numexpr'][0]\n"
-     "claim = (row['count'], 'count-refused' in [f.id for f in r.findings])\n"
+     "row = [s for s in r.settings if s.library == 'numexpr'][0]\n"
+     "claim = (row.count, 'count-refused' in [f.id for f in r.findings])\n"
      "truth = numexpr.get_num_threads()\nagree = claim == (truth, True)",
      {"NUMEXPR_NUM_THREADS": "8", "NUMEXPR_MAX_THREADS": "4"}, ("numexpr",)),
     ("parinfo.apply('single-thread') from another thread, libgomp loaded",

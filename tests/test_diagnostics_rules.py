@@ -5,7 +5,14 @@ import copy
 
 import pytest
 
-from parinfo.diagnostics.process_rules import SEVERITIES, at_least, diagnose
+from parinfo.diagnostics import process_rules
+from parinfo.diagnostics.model import Report
+from parinfo.diagnostics.process_rules import SEVERITIES, at_least
+
+
+def diagnose(sections: dict) -> list:
+    """The rules over hand-made sections, read through the report's one parse path."""
+    return process_rules.diagnose(Report.from_dict(sections))
 
 
 def base(usable: int = 4, **machine) -> dict:

@@ -91,12 +91,13 @@ def test_gather_flags_each_worker_and_the_host(client):
     report = parinfo.fleet.gather(client)
     assert len(report.workers) == 2 and len(report.hosts) == 1
     for worker in report.workers:
-        assert worker["outer"]["framework"] == "dask" and worker["outer"]["threads"] == 2
-        assert "outer-times-inner" in {f["id"] for f in worker["findings"]}, worker["findings"]
-        assert any(p["user_api"] == "openmp" for p in worker["pools"])
+        outer = worker.report.outer
+        assert outer is not None and outer.framework == "dask" and outer.threads == 2
+        assert "outer-times-inner" in {f.id for f in worker.findings}, worker.findings
+        assert any(p.user_api == "openmp" for p in worker.report.pools)
     host = report.hosts[0]
-    assert host["outer_threads"] == 4 and host["threads_at_once"] > host["usable_cpus"]
-    assert [f["id"] for f in host["findings"]] == ["host-oversubscribed"]
+    assert host.outer_threads == 4 and host.threads_at_once > host.usable_cpus
+    assert [f.id for f in host.findings] == ["host-oversubscribed"]
     assert {f.id for _, f in report.problems()} >= {"outer-times-inner", "host-oversubscribed"}
     data = report.to_dict()
     assert data["schema_version"] == 1 and data["cluster"]["kind"] == "dask"
@@ -146,10 +147,10 @@ def test_apply_reaches_every_executor_thread(client):
     report = parinfo.fleet.gather(client, per_thread=True)
     assert not report.problems() or {f.id for _, f in report.problems()}.isdisjoint(
         {"outer-times-inner", "host-oversubscribed"})
-    assert all(len(w["per_thread"]) == 2 for w in report.workers)
+    assert all(w.per_thread is not None and len(w.per_thread) == 2 for w in report.workers)
     for worker in report.workers:
-        omp = next(v for v in worker["variables"] if v["name"] == OMP_VAR)
-        assert omp["value"] == "1" and omp["set_by"] == PARINFO
+        omp, set_by = next((v, who) for v, who in worker.variables() if v.name == OMP_VAR)
+        assert omp.value == "1" and set_by == PARINFO
     # Registering again replaces the plugin: one copy, under one name.
     parinfo.fleet.apply(client, "single-thread")
     assert fleet_dask.registered(client)["worker"].count(fleet_dask.PLUGIN_NAME) == 1
@@ -181,7 +182,7 @@ def test_apply_restart_puts_variables_in_the_start_up_environment(client):
         client.wait_for_workers(2, timeout=120)
         report = parinfo.fleet.gather(client)
         for worker in report.workers:
-            omp = next(v for v in worker["variables"] if v["name"] == OMP_VAR)
-            assert omp["launch_value"] == "1" and omp["set_by"] == PARINFO, omp
+            omp, set_by = next((v, who) for v, who in worker.variables() if v.name == OMP_VAR)
+            assert omp.launch_value == "1" and set_by == PARINFO, (omp, set_by)
     finally:
         fleet_dask._unregister(client, nanny=True)

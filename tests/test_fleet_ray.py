@@ -84,7 +84,7 @@ def _look(imports: list[str]) -> dict:
 
     report = parinfo.inspect(imports=imports)
     # Problems: warnings and errors (an info, such as who set KMP_DUPLICATE_LIB_OK, asks nothing).
-    return {"pid": os.getpid(), "outer": report.outer, "findings": [f.id for f in report.problems()],
+    return {"pid": os.getpid(), "outer": report.to_dict()["outer"], "findings": [f.id for f in report.problems()],
             "omp": os.environ.get(OMP_VAR)}
 
 
@@ -103,9 +103,9 @@ def test_reused_worker_is_flagged(ray):
     assert reused, "Ray did not reuse the worker of the 2-CPU task"
     assert "outer-times-inner" in reused[0]["findings"], reused[0]
     report = parinfo.fleet.gather(ray)
-    flagged = [w for w in report.workers if w["pid"] == first["pid"]]
-    assert flagged and "outer-times-inner" in {f["id"] for f in flagged[0]["findings"]}
-    assert "host-oversubscribed" in {f["id"] for h in report.hosts for f in h["findings"]}
+    flagged = [w for w in report.workers if w.pid == first["pid"]]
+    assert flagged and "outer-times-inner" in {f.id for f in flagged[0].findings}
+    assert "host-oversubscribed" in {f.id for h in report.hosts for f in h.findings}
 
 
 def test_runtime_env_gives_no_findings_in_tasks(ray):

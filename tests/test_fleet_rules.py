@@ -9,6 +9,7 @@ from conftest import clean_env, run_cli, run_json
 
 import parinfo
 from parinfo.diagnostics import fleet_rules
+from parinfo.diagnostics.fleet_rows import WorkerRow
 from parinfo.errors import UsageError
 from parinfo.fleet.report import FleetReport
 from parinfo.process import outer
@@ -22,15 +23,20 @@ def _row(framework, threads, pools, usable=4, cpus=None, worker="w", host="h"):
             "per_thread": None, "variables": [], "findings": []}
 
 
+def _judge(row):
+    """outer-times-inner over a hand-made worker row, read through the rows' parse path."""
+    return fleet_rules.worker_findings(WorkerRow.from_dict(row))
+
+
 def test_outer_times_inner_fires_only_when_the_product_exceeds_the_cpus():
-    assert [f.id for f in fleet_rules.outer_findings(_row("dask", 2, [("openblas", 4)]))] == ["outer-times-inner"]
-    assert fleet_rules.outer_findings(_row("dask", 2, [("openblas", 2)])) == []  # 4 on 4
-    assert fleet_rules.outer_findings(_row("dask", 8, [("openblas", 1)])) == []  # pools at 1
-    assert fleet_rules.outer_findings(_row(None, None, [("openblas", 8)])) == []  # no outer threads
+    assert [f.id for f in _judge(_row("dask", 2, [("openblas", 4)]))] == ["outer-times-inner"]
+    assert _judge(_row("dask", 2, [("openblas", 2)])) == []  # 4 on 4
+    assert _judge(_row("dask", 8, [("openblas", 1)])) == []  # pools at 1
+    assert _judge(_row(None, None, [("openblas", 8)])) == []  # no outer threads
 
 
 def test_ray_budget_is_the_tasks_cpus():
-    found = fleet_rules.outer_findings(_row("ray", 1, [("libgomp", 2)], cpus=1))
+    found = _judge(_row("ray", 1, [("libgomp", 2)], cpus=1))
     assert [f.id for f in found] == ["outer-times-inner"]
     assert "1 CPU granted to the task" in found[0].message and "ray_runtime_env" in found[0].fix
 
@@ -38,28 +44,29 @@ def test_ray_budget_is_the_tasks_cpus():
 def test_per_thread_counts_are_seen():
     row = _row("dask", 2, [("libgomp", 1)])
     row["per_thread"] = [{"thread": "t0", "pools": [{"library": "libgomp", "num_threads": 4}]}]
-    assert fleet_rules.widest_pool(row) == ("libgomp", 4)
-    assert [f.id for f in fleet_rules.outer_findings(row)] == ["outer-times-inner"]
+    worker = WorkerRow.from_dict(row)
+    assert fleet_rules.widest_pool(worker.report, worker.per_thread or ()) == ("libgomp", 4)
+    assert [f.id for f in _judge(row)] == ["outer-times-inner"]
 
 
 def test_host_oversubscribed_sums_the_workers_of_one_host():
     rows = [_row("dask", 1, [("openblas", 2)], usable=2, worker=w) for w in ("a", "b")]
     report = FleetReport.from_rows({"kind": "dask"}, rows)
-    assert [f["id"] for f in report.hosts[0]["findings"]] == ["host-oversubscribed"]
-    assert report.hosts[0]["threads_at_once"] == 4
+    assert [f.id for f in report.hosts[0].findings] == ["host-oversubscribed"]
+    assert report.hosts[0].threads_at_once == 4
     # Task threads alone above the CPUs, pools at 1: the cluster's own choice, not flagged.
     rows = [_row("dask", 2, [("openblas", 1)], usable=2, worker=w) for w in ("a", "b")]
-    assert FleetReport.from_rows({"kind": "dask"}, rows).hosts[0]["findings"] == []
+    assert FleetReport.from_rows({"kind": "dask"}, rows).hosts[0].findings == []
     # Two hosts are judged apart.
     rows = [_row("dask", 1, [("openblas", 2)], usable=2, worker=w, host=w) for w in ("a", "b")]
     report = FleetReport.from_rows({"kind": "dask"}, rows)
-    assert len(report.hosts) == 2 and all(h["findings"] == [] for h in report.hosts)
+    assert len(report.hosts) == 2 and all(h.findings == [] for h in report.hosts)
     assert json.loads(json.dumps(report.to_dict()))["schema_version"] == 1
 
 
 def test_inspect_outer_threads():
     report = parinfo.inspect(imports=[], outer_threads=3)
-    assert report.outer["framework"] == "user" and report.outer["threads"] == 3
+    assert report.outer is not None and report.outer.framework == "user" and report.outer.threads == 3
     assert report.to_dict()["outer"]["threads"] == 3
     for bad in (0, -1, True, 1.5, "2"):
         with pytest.raises(UsageError):
@@ -101,7 +108,7 @@ from joblib import Parallel, delayed
 def look():
     import parinfo
     r = parinfo.inspect(imports=[])
-    return r.outer
+    return r.to_dict()["outer"]
 print(json.dumps(Parallel(n_jobs=2)(delayed(look)() for _ in range(2))[0]))
 """
     got = run_json(code, prefix=["taskset", "-c", "0-1"])

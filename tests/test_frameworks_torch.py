@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from conftest import clean_env, run_json
 
-from parinfo.process.frameworks import parse_parallel_info
+from parinfo.process.torch_config import parse_parallel_info
 
 INFO = "import json, sys; from parinfo.process.frameworks import torch_info; "
 

@@ -48,8 +48,8 @@ pools = [(p["filepath"], p["num_threads"]) for p in threadpoolctl.threadpool_inf
 print(json.dumps({"env_same": dict(os.environ) == before_env,
                   "kmp": "KMP_DUPLICATE_LIB_OK" in os.environ,
                   "tasks_same": len(os.listdir("/proc/self/task")) == tasks,
-                  "report_pools": [(p["filepath"], p["num_threads"]) for p in r.pools
-                                   if p.get("seen_by") == "threadpoolctl"],
+                  "report_pools": [(p.filepath, p.num_threads) for p in r.pools
+                                   if p.seen_by == "threadpoolctl"],
                   "pools": pools, "torch": "torch" in sys.modules}))
 """
     out = run_json(code)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from fake_trees import FakeMachine
 
-from parinfo.diagnostics.live_rules import runnable_above_usable, thread_stack_budget, throttled
-from parinfo.diagnostics.process_rules import diagnose
+from parinfo.diagnostics import live_rules, process_rules
+from parinfo.diagnostics.model import Report
 from parinfo.machine.memlimit import memory_facts
 from parinfo.machine.pressure import cpu_counters, cpu_pressure, read_pressure
 from parinfo.process.remote import parse_limits
@@ -140,6 +140,23 @@ def test_parse_limits():
 
 
 # -- rules over hand-made live sections ------------------------------------------------------------
+# The rules read typed reports: the hand-made sections go through the report's one parse path.
+
+def throttled(s):
+    return live_rules.throttled(Report.from_dict(s))
+
+
+def thread_stack_budget(s):
+    return live_rules.thread_stack_budget(Report.from_dict(s))
+
+
+def runnable_above_usable(s):
+    return live_rules.runnable_above_usable(Report.from_dict(s))
+
+
+def diagnose(s):
+    return process_rules.diagnose(Report.from_dict(s))
+
 
 def _worst(throttled_n, periods, quota=1.5):
     return {"live": {"throttling": {"worst": {"cgroup": "/sys/fs/cgroup/job", "quota": quota,

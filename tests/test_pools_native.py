@@ -158,7 +158,7 @@ def test_threading_layers_in_words():
 @pytest.mark.torch
 def test_torch_libgomp_and_mkl_inside_torch_are_pools():
     out = run_json("import json, torch; from parinfo.process.pools import native_pools; "
-                   "from parinfo.process.frameworks import parse_parallel_info; "
+                   "from parinfo.process.torch_config import parse_parallel_info; "
                    "print(json.dumps([native_pools(), parse_parallel_info(torch.__config__.parallel_info()), "
                    "torch.backends.mkl.is_available()]))")
     rows, parsed, mkl = out

@@ -30,8 +30,8 @@ def test_pools_match_threadpoolctl_in_the_same_process():
     out = run_json("""
 import json, numpy, threadpoolctl, parinfo
 theirs = sorted((p["filepath"], p["num_threads"], p["internal_api"]) for p in threadpoolctl.threadpool_info())
-ours = sorted((p["filepath"], p["num_threads"], p["internal_api"]) for p in parinfo.inspect().pools
-              if p["seen_by"] == "threadpoolctl")
+ours = sorted((p.filepath, p.num_threads, p.internal_api) for p in parinfo.inspect().pools
+              if p.seen_by == "threadpoolctl")
 print(json.dumps({"theirs": theirs, "ours": ours}))
 """)
     assert out["theirs"] and out["ours"] == out["theirs"]

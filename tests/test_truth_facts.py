@@ -10,6 +10,7 @@ import pytest
 
 from conftest import HAVE_NUMPY, HAVE_TORCH, clean_env, run_cli, run_json, run_py
 from parinfo.cli.render_text import thread_group
+from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
 from parinfo.process.variables import parse_count, validate
 
@@ -34,8 +35,8 @@ def test_python_cpu_count_is_read_by_python_only_from_3_13():
     out = run_json("""
 import json, os, parinfo
 r = parinfo.inspect()
-row = next(x for x in r.environment if x["name"] == "PYTHON_CPU_COUNT")
-print(json.dumps({"readers": row["readers"], "cpu_count": os.cpu_count(), "summary": row["summary"]}))
+row = next(x for x in r.environment if x.name == "PYTHON_CPU_COUNT")
+print(json.dumps({"readers": row.readers, "cpu_count": os.cpu_count(), "summary": row.summary}))
 """, env=clean_env(PYTHON_CPU_COUNT="1"))
     python_reads = out["cpu_count"] == 1  # ground truth: did os.cpu_count() follow the variable?
     assert ("python" in out["readers"]) == python_reads
@@ -51,7 +52,7 @@ import parinfo
 tasks = len(os.listdir("/proc/self/task"))
 r = parinfo.inspect()
 print(json.dumps({"numpy": "numpy" in sys.modules, "same_tasks": len(os.listdir("/proc/self/task")) == tasks,
-                  "probes": r.probes["imported"]}))
+                  "probes": r.probes.imported}))
 """)
     assert out == {"numpy": False, "same_tasks": True, "probes": []}
 
@@ -73,8 +74,8 @@ def test_every_copy_is_a_pool_and_rows_name_their_owner():
 import json, numpy, scipy.linalg, threadpoolctl, parinfo
 r = parinfo.inspect()
 print(json.dumps({"truth": sorted(p["filepath"] for p in threadpoolctl.threadpool_info()),
-                  "pools": sorted(p["filepath"] for p in r.pools),
-                  "owners": sorted(s["owner"] for s in r.settings if s["library"] == "openblas")}))
+                  "pools": sorted(p.filepath for p in r.pools),
+                  "owners": sorted(s.owner for s in r.settings if s.library == "openblas")}))
 """)
     assert out["pools"] == out["truth"]
     if len(out["owners"]) > 1:
@@ -89,7 +90,7 @@ def test_pool_totals_count_every_copy():
                    {"library": "openblas", "owner": "scipy", "num_threads": 2, "user_api": "blas",
                     "duplicate_of": "/a"},
                    {"library": "libgomp", "owner": "scikit-learn", "num_threads": 2, "user_api": "openmp"}]}
-    found = next(f for f in diagnose(s) if f.id == "oversubscribed-pools")
+    found = next(f for f in diagnose(Report.from_dict(s)) if f.id == "oversubscribed-pools")
     assert found.message.startswith("3 native pools hold 6 threads")
     assert "openblas [scipy]=2" in found.message
 
@@ -103,8 +104,8 @@ torch.set_num_threads(1)
 r = parinfo.inspect()
 truth = [p["num_threads"] for p in threadpoolctl.threadpool_info()
          if p["user_api"] == "openmp" and "torch" in p["filepath"]]
-rows = [(s["count"], s["source"]) for s in r.settings if s["library"] in ("libgomp", "libiomp", "libomp")
-        and s.get("owner") == "torch"]
+rows = [(s.count, s.source) for s in r.settings if s.library in ("libgomp", "libiomp", "libomp")
+        and s.owner == "torch"]
 print(json.dumps({"truth": truth, "rows": rows, "torch": torch.get_num_threads()}))
 """, timeout=120)
     if not out["rows"]:
@@ -126,7 +127,7 @@ HAVE_NUMEXPR = importlib.util.find_spec("numexpr") is not None
 _NUMEXPR_TRUTH = """
 import json, numexpr, parinfo
 r = parinfo.inspect()
-row = next(x for x in r.settings if x["library"] == "numexpr")
+row = next(x for x in r.settings if x.library == "numexpr").to_dict()
 print(json.dumps({"truth": numexpr.get_num_threads(), "pool": numexpr.MAX_THREADS, "row": row,
                   "findings": {f.id: f.to_dict() for f in r.findings}}))
 """
@@ -163,9 +164,9 @@ def test_a_count_pushed_by_parinfo_is_said_to_be_set_by_it():
 import json, os, numpy, threadpoolctl, parinfo
 def openblas():
     r = parinfo.inspect()
-    row = next(x for x in r.settings if x["library"] == "openblas")
-    truth = next(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["filepath"] == row["filepath"])
-    return {"count": row["count"], "truth": truth, "source": row["source"], "kind": row["kind"],
+    row = next(x for x in r.settings if x.library == "openblas")
+    truth = next(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["filepath"] == row.filepath)
+    return {"count": row.count, "truth": truth, "source": row.source, "kind": row.kind,
             "findings": sorted(f.id for f in r.findings)}
 default = openblas()
 parinfo.apply("single-thread")

@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
 
 SHAPES = [(usable, quota) for usable in (1, 2, 3, 4, 6, 8, 12, 16, 24, 64, 96)
@@ -28,7 +29,7 @@ def sections(usable: int, quota: float | None, logical: int | None = None) -> di
 
 
 def _by_id(s: dict, fid: str):
-    return [f for f in diagnose(s) if f.id == fid]
+    return [f for f in diagnose(Report.from_dict(s)) if f.id == fid]
 
 
 @pytest.mark.parametrize("usable, quota", SHAPES)

@@ -31,8 +31,8 @@ text = parinfo.parallel_info()
 maps = open("/proc/self/maps").read()
 print(json.dumps({
     "ids": [f.id for f in report.findings if f.severity == "error"],
-    "pools": sorted(p["library"] for p in report.pools if p["user_api"] == "openmp"),
-    "counts": [p["num_threads"] for p in report.pools],
+    "pools": sorted(p.library for p in report.pools if p.user_api == "openmp"),
+    "counts": [p.num_threads for p in report.pools],
     "in_maps": ["libiomp5" in maps, "libomp" in maps],
     "text_has_finding": "openmp-intel-llvm" in text,
 }))
@@ -77,9 +77,9 @@ def test_one_runtime_alone_is_still_read():
     data = run_json(loader(("omp",)) + """
 import json, ctypes, parinfo
 report = parinfo.inspect(imports=[])
-row = next(p for p in report.pools if p["library"] == "libomp")
-lib = ctypes.CDLL(row["filepath"])
-print(json.dumps({"ours": row["num_threads"], "theirs": lib.omp_get_max_threads(),
+row = next(p for p in report.pools if p.library == "libomp")
+lib = ctypes.CDLL(row.filepath)
+print(json.dumps({"ours": row.num_threads, "theirs": lib.omp_get_max_threads(),
                   "ids": [f.id for f in report.findings]}))
 """, env=clean_env(OMP_NUM_THREADS="3"))
     assert data["ours"] == data["theirs"] == 3

@@ -135,7 +135,7 @@ def test_api_watch_and_inspect_pid():
     child = _child()
     try:
         report = parinfo.inspect(pid=child.pid)
-        assert report.process["pid"] == child.pid and "live" in report.to_dict()
+        assert report.process.pid == child.pid and "live" in report.to_dict()
     finally:
         _stop(child)
 

@@ -26,7 +26,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from parinfo import __version__
+        from parinfo.version import __version__
 
         typer.echo(f"parinfo {__version__}")
         raise typer.Exit()

@@ -18,7 +18,7 @@ from parinfo.machine.cpulist import format_cpu_list
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from parinfo.diagnostics.report import Report
+    from parinfo.diagnostics.model import Report
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 Span = tuple[str, str]  # (text, rich style; "" for none)
@@ -47,113 +47,106 @@ def _section(title: str, lines: list[Line]) -> list[Line]:
 
 
 def _machine(r: Report) -> list[Line]:
-    m, unknown = r.machine, r.machine.get("unknown") or {}
-    nodes = m.get("numa_nodes") or []
+    m, unknown = r.machine, r.machine.unknown
+    nodes = m.numa_nodes
     rows = [
-        ("logical CPUs", show_value(m.get("logical_cpus"), unknown, "logical_cpus")),
-        ("physical cores", show_value(m.get("physical_cores"), unknown, "physical_cores")),
-        ("sockets", show_value(m.get("sockets"), unknown, "sockets")),
+        ("logical CPUs", show_value(m.logical_cpus, unknown, "logical_cpus")),
+        ("physical cores", show_value(m.physical_cores, unknown, "physical_cores")),
+        ("sockets", show_value(m.sockets, unknown, "sockets")),
         ("NUMA nodes", f"{len(nodes)}: " + "; ".join(format_cpu_list(n) for n in nodes) if nodes
          else show_value(None, unknown, "numa_nodes")),
-        ("SMT", show_value(m.get("smt"), unknown, "smt")),
+        ("SMT", show_value(m.smt, unknown, "smt")),
     ]
-    for kind, cpus in (m.get("core_types") or {}).items():
+    for kind, cpus in m.core_types.items():
         rows.append((f"{kind} cores", format_cpu_list(cpus)))
     rows += [
-        ("affinity", f"{format_cpu_list(m.get('affinity'))} ({plural(len(m.get('affinity') or ()), 'CPU')})"),
-        ("cpuset", "none" if m.get("cpuset") is None else format_cpu_list(m.get("cpuset"))),
+        ("affinity", f"{format_cpu_list(m.affinity)} ({plural(len(m.affinity), 'CPU')})"),
+        ("cpuset", "none" if m.cpuset is None else format_cpu_list(m.cpuset)),
         ("cgroup CPU quota", quota_text(m)),
-        ("usable CPUs", f"{m.get('usable_cpus')} ({plural(m.get('usable_physical_cores'), 'physical core')})"),
+        ("usable CPUs", f"{m.usable_cpus} ({plural(m.usable_physical_cores, 'physical core')})"),
     ]
     lines = _aligned(rows)
     lines[-1] = [(text, "bold") for text, _ in lines[-1]]
-    lines.append(_line(f"  usable = {m.get('usable_rule')}", "dim"))
-    lines += [_line(f"  note: {n}", "dim") for n in m.get("notes") or ()]
+    lines.append(_line(f"  usable = {m.usable_rule}", "dim"))
+    lines += [_line(f"  note: {n}", "dim") for n in m.notes]
     return _section("Machine", lines)
 
 
 def _cpu(r: Report) -> list[Line]:
-    c = r.cpu or {}
-    rows = [("brand", show_value(c.get("brand"), c.get("unknown"), "brand")),
-            ("arch", show_value(c.get("arch"), c.get("unknown"), "arch"))]
-    isa = c.get("isa")
-    if isa is not None:
-        rows.append(("ISA for kernels", ", ".join(isa) if isa else "none of note"))
-    caches = c.get("caches")
-    if isinstance(caches, dict) and caches:
-        rows.append(("caches", ", ".join(f"{k} {human_bytes(v)}" for k, v in caches.items())))
+    c = r.cpu
+    rows = [("brand", show_value(c.brand, c.unknown, "brand")),
+            ("arch", show_value(c.arch, c.unknown, "arch")),
+            ("ISA for kernels", ", ".join(c.isa) if c.isa else "none of note")]
+    if c.caches:
+        rows.append(("caches", ", ".join(f"{k} {human_bytes(v)}" for k, v in c.caches.items())))
     return _section("CPU", _aligned(rows))
 
 
 def _backend(r: Report) -> list[Line]:
     b, rt = r.backend, r.runtime
-    started = "running" if b.get("runtime_started") else "not started (pools start on first use)"
-    rows = [("parinfo runtime", f"{b.get('runtime')} ({rt.get('backend_source', 'default')}), {started}")]
-    labels = {"openmp": "OpenMP", "mkl": "MKL layer", "openblas": "OpenBLAS layer", "blis": "BLIS layer",
-              "tbb": "TBB", "torch": "torch ATen"}
-    for key, label in labels.items():
-        value = b.get(key)
-        if value is None or value == [] or (key == "openmp" and not value):
+    started = "running" if b.runtime_started else "not started (pools start on first use)"
+    rows = [("parinfo runtime", f"{b.runtime} ({rt.backend_source or 'default'}), {started}")]
+    layers = b.layers
+    for label, value in (("OpenMP", layers.openmp), ("MKL layer", layers.mkl),
+                         ("OpenBLAS layer", layers.openblas), ("BLIS layer", layers.blis),
+                         ("TBB", layers.tbb), ("torch ATen", b.torch)):
+        if value is None or value == "":
             continue
-        if isinstance(value, (list, tuple)):
-            value = ", ".join(str(v) for v in value)
         rows.append((label, show_value(value)))
-    outer = r.outer or {}
-    if outer.get("threads") is not None:  # a Dask, Ray or loky worker, or inspect(outer_threads=N)
-        rows.append(("outer threads", f"{outer['threads']} ({outer.get('source')})"))
+    outer = r.outer
+    if outer is not None and outer.threads is not None:  # a Dask, Ray or loky worker, or inspect(outer_threads=N)
+        rows.append(("outer threads", f"{outer.threads} ({outer.source})"))
     return _section("Backend", _aligned(rows))
 
 
 def _pools(r: Report) -> list[Line]:
     if not r.pools:
         return _section("Native pools", [_line("  none loaded", "dim")])
-    rows = [(pool_title(p), f"{show_value(p.get('num_threads'))} threads", f"seen by {p.get('seen_by')}")
-            for p in r.pools]
+    rows = [(pool_title(p), f"{show_value(p.num_threads)} threads", f"seen by {p.seen_by}") for p in r.pools]
     lines = []
     for line, p in zip(_aligned(rows), r.pools, strict=True):
         lines.append(line)
-        if p.get("filepath"):
-            lines.append(_line(f"      {p['filepath']}", "dim"))
-        if p.get("note"):
-            lines.append(_line(f"      {p['note']}", "dim"))
+        if p.filepath:
+            lines.append(_line(f"      {p.filepath}", "dim"))
+        if p.note:
+            lines.append(_line(f"      {p.note}", "dim"))
     return _section("Native pools", lines)
 
 
 def _frameworks(r: Report) -> list[Line]:
-    torch = (r.frameworks or {}).get("torch")
-    if not torch:
+    torch = r.frameworks.torch
+    if torch is None:
         return []
     keys = ("version", "intra_op", "inter_op", "aten_backend", "openmp", "mkl_version", "mkldnn_version",
             "interop_started", "hardware_concurrency")
-    rows = [(k.replace("_", " "), show_value(torch.get(k))) for k in keys if torch.get(k) is not None]
+    rows = [(k.replace("_", " "), show_value(getattr(torch, k))) for k in keys if getattr(torch, k) is not None]
     return _section("torch", _aligned(rows))
 
 
 def _settings(r: Report) -> list[Line]:
-    libs = Counter(row["library"] for row in r.settings)
-    rows = [(row["library"] + (f" [{row['owner']}]" if libs[row["library"]] > 1 and row.get("owner") else ""),
-             show_value(row.get("count")) + (f" ({row['capped_to']} run)" if row.get("capped_to") else ""),
-             str(row.get("source"))) for row in r.settings]
+    libs = Counter(row.library for row in r.settings)
+    rows = [(row.library + (f" [{row.owner}]" if libs[row.library] > 1 and row.owner else ""),
+             show_value(row.count) + (f" ({row.capped_to} run)" if row.capped_to else ""),
+             str(row.source)) for row in r.settings]
     return _section("Thread counts in force", _aligned([("who", "count", "decided by"), *rows]))
 
 
 def _environment(r: Report) -> list[Line]:
     rows, unset = [], []
     for row in r.environment:
-        value = row.get("value")
-        if value is None and not row.get("changed_after_launch"):
-            unset.append(row["name"])
+        value = row.value
+        if value is None and not row.changed_after_launch:
+            unset.append(row.name)
             continue
         shown = "(unset now)" if value is None else repr(value) if value.strip() != value or not value else value
-        state = "" if value is None else ("valid" if row.get("valid") else
-                                          f"INVALID: {row.get('problem')}" if row.get("valid") is False else "")
-        if row.get("capped_to") is not None:
-            state += f", capped: {plural(row['capped_to'], 'thread')} run"
-        if row.get("changed_after_launch"):
-            state += f"; changed after launch (was {row.get('launch_value')!r})"
-        readers = row.get("readers") or ()
-        who = "read by " + ", ".join(readers) if readers else "read by nothing here: " + str(row.get("summary"))
-        rows.append((f"{row['name']}={shown}", state.strip("; "), who))
+        state = "" if value is None else ("valid" if row.valid else
+                                          f"INVALID: {row.problem}" if row.valid is False else "")
+        if row.capped_to is not None:
+            state += f", capped: {plural(row.capped_to, 'thread')} run"
+        if row.changed_after_launch:
+            state += f"; changed after launch (was {row.launch_value!r})"
+        who = "read by " + ", ".join(row.readers) if row.readers else "read by nothing here: " + str(row.summary)
+        rows.append((f"{row.name}={shown}", state.strip("; "), who))
     lines = [[(text, "yellow" if "INVALID" in text or "changed after" in text else style)
               for text, style in line] for line in _aligned(rows)]
     lines = lines or [_line("  no thread variable is set", "dim")]
@@ -170,11 +163,11 @@ def thread_group(name: str) -> str:
 
 def _threads(r: Report) -> list[Line]:
     t = r.threads
-    names = Counter(thread_group(th.get("name") or "?") for th in t.get("threads") or ())
+    names = Counter(thread_group(th.name or "?") for th in t.threads)
     listing = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in names.most_common())
-    lines = _aligned([(show_value(t.get("count")), listing)])
-    if t.get("states"):
-        states = ", ".join(f"{n} {_STATES.get(s, s)}" for s, n in sorted(t["states"].items()))
+    lines = _aligned([(show_value(t.count), listing)])
+    if t.states:
+        states = ", ".join(f"{n} {_STATES.get(s, s)}" for s, n in sorted(t.states.items()))
         lines.append(_line(f"  now: {states}", "dim"))
     return _section("Live OS threads", lines)
 
@@ -200,11 +193,11 @@ def _findings(r: Report) -> list[Line]:
 def _probes(r: Report) -> str:
     p = r.probes
     parts = []
-    if p.get("imported"):
-        parts.append("imported to probe: " + ", ".join(p["imported"]))
-    if p.get("already_imported"):
-        parts.append("already imported: " + ", ".join(p["already_imported"]))
-    for mod, why in (p.get("failed") or {}).items():
+    if p.imported:
+        parts.append("imported to probe: " + ", ".join(p.imported))
+    if p.already_imported:
+        parts.append("already imported: " + ", ".join(p.already_imported))
+    for mod, why in p.failed.items():
         parts.append(f"could not import {mod}: {why}")
     return "; ".join(parts) or "no module imported to probe"
 
@@ -213,13 +206,13 @@ def render_lines(report: Report) -> list[Line]:
     """The report as lines of styled spans."""
     from parinfo.cli.render_live import header, live_lines, outside_lines
 
-    if report.process.get("inspected_from") is not None:  # another process, read from /proc
+    if report.process.inspected_from is not None:  # another process, read from /proc
         lines = [header(report)]
         for part in (_machine, _cpu, _pools, outside_lines, _environment, _threads, live_lines, _findings):
             lines.extend(part(report))
         return lines
-    lines = [[("parinfo", "bold"), (f" report for pid {report.process.get('pid')} "
-                                      f"(Python {report.process.get('python')}) ", ""), (_probes(report), "dim")]]
+    lines = [[("parinfo", "bold"), (f" report for pid {report.process.pid} "
+                                      f"(Python {report.process.python}) ", ""), (_probes(report), "dim")]]
     for part in (_machine, _cpu, _backend, _pools, _frameworks, _settings, _environment, _threads, live_lines,
                  _findings):
         lines.extend(part(report))

@@ -12,7 +12,9 @@ from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process.libraries import by_internal_api, find, library
 
 if TYPE_CHECKING:
-    from parinfo.diagnostics.report import Report
+    from parinfo.diagnostics.model import Report
+    from parinfo.machine.topology import MachineFacts
+    from parinfo.process.pools import PoolRow
 
 def show_value(value: Any, unknown: dict[str, str] | None = None, key: str | None = None) -> str:
     """A value for people: None becomes "unknown (reason)" when the reason is known."""
@@ -40,33 +42,30 @@ def human_bytes(value: Any) -> str:
     return str(value)
 
 
-def quota_text(m: dict[str, Any]) -> str:
+def quota_text(m: MachineFacts) -> str:
     """The cgroup CPU quota and the file that decided it, or why it is unknown."""
-    quota = m.get("quota")
-    unknown = (m.get("unknown") or {}).get("quota")
-    text = f"{quota:g} CPUs" if quota is not None else f"unknown ({unknown})" if unknown else "none"
-    source = m.get("quota_source")
-    if source and source != "none":
-        text += f" ({source})"
-    version = m.get("cgroup_version")
-    if version:
-        text += f", cgroup {version}"
+    unknown = m.unknown.get("quota")
+    text = f"{m.quota:g} CPUs" if m.quota is not None else f"unknown ({unknown})" if unknown else "none"
+    if m.quota_source and m.quota_source != "none":
+        text += f" ({m.quota_source})"
+    if m.cgroup_version:
+        text += f", cgroup {m.cgroup_version}"
     return text
 
 
-def pool_title(pool: dict[str, Any]) -> str:
+def pool_title(pool: PoolRow) -> str:
     """One line naming a native pool: library, version, threading layer, owner package."""
-    lib = pool.get("library") or pool.get("internal_api") or "?"
+    lib = pool.library or pool.internal_api or "?"
     rec = find(lib)
     bits = [rec.label if rec is not None else lib]
-    if pool.get("version"):
-        bits.append(str(pool["version"]))
-    extra = [x for x in (pool.get("threading_layer"), pool.get("architecture")) if x]
+    if pool.version:
+        bits.append(pool.version)
+    extra = [x for x in (pool.threading_layer, pool.architecture) if x]
     if extra:
-        bits.append(f"({', '.join(str(x) for x in extra)})")
-    if pool.get("owner"):
-        bits.append(f"[{pool['owner']}]")
-    if pool.get("duplicate_of"):
+        bits.append(f"({', '.join(extra)})")
+    if pool.owner:
+        bits.append(f"[{pool.owner}]")
+    if pool.duplicate_of:
         bits.append("(another copy)")
     return " ".join(bits)
 
@@ -77,56 +76,53 @@ def torch_block(report: Report) -> str:
     m = r.machine
     lines: list[str] = []
     torch_vars = library("torch").count_vars  # the variables torch's own block lists
-    torch = (r.frameworks or {}).get("torch")
-    if torch and torch.get("parallel_info_text"):
-        lines.extend(torch["parallel_info_text"].rstrip("\n").splitlines())
+    torch = r.frameworks.torch
+    if torch is not None and torch.parallel_info_text:
+        lines.extend(torch.parallel_info_text.rstrip("\n").splitlines())
     rt = r.runtime
     lines.append("parinfo/Parallel:")
-    lines.append(f"\tparinfo.get_num_threads() : {show_value((rt.get('intra_op') or {}).get('count'))}")
-    lines.append(f"\tparinfo.get_num_interop_threads() : {show_value((rt.get('inter_op') or {}).get('count'))}")
+    lines.append(f"\tparinfo.get_num_threads() : {show_value(rt.intra_op and rt.intra_op.count)}")
+    lines.append(f"\tparinfo.get_num_interop_threads() : {show_value(rt.inter_op and rt.inter_op.count)}")
     for pool in r.pools:
-        if torch and pool.get("owner") == "torch" and pool.get("user_api") == "openmp":
+        if torch is not None and pool.owner == "torch" and pool.user_api == "openmp":
             continue  # torch's block above already shows its OpenMP
         lines.append(pool_title(pool))
-        rec = find(pool.get("library") or "") or by_internal_api(pool.get("internal_api"))
+        rec = find(pool.library) or by_internal_api(pool.internal_api)
         getter = (rec.native_getter if rec is not None else None) or "num_threads"
-        lines.append(f"\t{getter} : {show_value(pool.get('num_threads'))}")
-    if not torch:
-        lines.append(f"std::thread::hardware_concurrency() : {show_value(m.get('logical_cpus'))}")
+        lines.append(f"\t{getter} : {show_value(pool.num_threads)}")
+    if torch is None:
+        lines.append(f"std::thread::hardware_concurrency() : {show_value(m.logical_cpus)}")
         lines.append("Environment variables:")
         for row in r.environment:
-            if row["name"] in torch_vars:
-                lines.append(f"\t{row['name']} : {row['value'] if row['value'] is not None else '[not set]'}")
-    started = "started" if r.backend.get("runtime_started") else "not started"
-    lines.append(f"parinfo parallel backend: {rt.get('backend')} (pools {started})")
+            if row.name in torch_vars:
+                lines.append(f"\t{row.name} : {row.value if row.value is not None else '[not set]'}")
+    started = "started" if r.backend.runtime_started else "not started"
+    lines.append(f"parinfo parallel backend: {rt.backend} (pools {started})")
 
     lines.append("parinfo additions:")
     lines.append(
-        f"\tCPUs : {show_value(m.get('logical_cpus'), m.get('unknown'), 'logical_cpus')} logical, "
-        f"{show_value(m.get('physical_cores'), m.get('unknown'), 'physical_cores')} physical cores, "
-        f"SMT {show_value(m.get('smt'), m.get('unknown'), 'smt')}")
-    lines.append(f"\taffinity : {format_cpu_list(m.get('affinity'))} ({plural(len(m.get('affinity') or ()), 'CPU')})")
+        f"\tCPUs : {show_value(m.logical_cpus, m.unknown, 'logical_cpus')} logical, "
+        f"{show_value(m.physical_cores, m.unknown, 'physical_cores')} physical cores, "
+        f"SMT {show_value(m.smt, m.unknown, 'smt')}")
+    lines.append(f"\taffinity : {format_cpu_list(m.affinity)} ({plural(len(m.affinity), 'CPU')})")
     lines.append(f"\tcgroup CPU quota : {quota_text(m)}")
-    lines.append(f"\tusable CPUs : {m.get('usable_cpus')} = {m.get('usable_rule')}")
+    lines.append(f"\tusable CPUs : {m.usable_cpus} = {m.usable_rule}")
     lines.append("Thread counts in force (count : source):")
-    copies = [row["library"] for row in r.settings]
-    for row in r.settings:
-        owner = f" [{row['owner']}]" if copies.count(row["library"]) > 1 and row.get("owner") else ""
-        count = row.get("count")
-        source = row.get("source")
-        shown = f"{count} ({source})" if count is not None else str(source or "unknown")
-        lines.append(f"\t{row['library']}{owner} : {shown}")
-    others = [row for row in r.environment if row.get("value") is not None
-              and row["name"] not in torch_vars]
-    if torch:  # torch's block above listed OMP/MKL as torch saw them at its start; list all set now
-        others = [row for row in r.environment if row.get("value") is not None]
+    copies = [setting.library for setting in r.settings]
+    for setting in r.settings:
+        owner = f" [{setting.owner}]" if copies.count(setting.library) > 1 and setting.owner else ""
+        shown = (f"{setting.count} ({setting.source})" if setting.count is not None
+                 else str(setting.source or "unknown"))
+        lines.append(f"\t{setting.library}{owner} : {shown}")
+    others = [row for row in r.environment if row.value is not None and row.name not in torch_vars]
+    if torch is not None:  # torch's block above listed OMP/MKL as torch saw them at its start; list all set now
+        others = [row for row in r.environment if row.value is not None]
     if others:
-        lines.append("Other thread variables:" if not torch else "Thread variables set now:")
+        lines.append("Other thread variables:" if torch is None else "Thread variables set now:")
         for row in others:
-            flag = "" if row.get("valid") is not False else f" [invalid: {row.get('problem')}]"
-            lines.append(f"\t{row['name']} : {row['value']}{flag}")
-    count = r.threads.get("count")
-    lines.append(f"Live OS threads : {show_value(count)}")
+            flag = "" if row.valid is not False else f" [invalid: {row.problem}]"
+            lines.append(f"\t{row.name} : {row.value}{flag}")
+    lines.append(f"Live OS threads : {show_value(r.threads.count)}")
     if r.findings:
         lines.append("Findings:")
         for f in r.findings:

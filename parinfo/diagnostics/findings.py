@@ -5,7 +5,11 @@ them all and orders the result with :func:`sort_findings`.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
+
+from parinfo.payload import section, text
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -19,6 +23,17 @@ class Finding:
     message: str
     why: str
     fix: str
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding | None:
+        """The finding of :meth:`to_dict`; None when a part is missing or the severity is not one of
+        :data:`SEVERITIES` (a report from elsewhere keeps the findings it can say in full)."""
+        d = section(data)
+        parts = [text(d.get(key)) for key in ("id", "severity", "message", "why", "fix")]
+        if any(part is None for part in parts) or parts[1] not in SEVERITIES:
+            return None
+        fid, severity, message, why, fix = (str(part) for part in parts)
+        return cls(fid, severity, message, why, fix)
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)

@@ -1,14 +1,20 @@
 """Rules over outer threads: a worker's task threads times its pools' threads, and a host's sum of them.
 
-Pure functions over plain dicts: a report's sections (``machine``, ``pools``, ``frameworks``,
-``outer``, optionally ``per_thread``) or a fleet worker row of the same shape. They never touch the
-process, so they are tested on hand-made rows.
+Pure functions over a typed :class:`~parinfo.diagnostics.model.Report` (its ``machine``, ``pools``,
+``frameworks`` and ``outer`` sections, with the counts read in each executor thread when there are
+some) and over fleet rows (:mod:`parinfo.diagnostics.fleet_rows`, whose report has the same
+sections). They never touch the process, so they are tested on hand-made rows.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from parinfo.diagnostics.findings import Finding
+from parinfo.diagnostics.model import Report
+
+if TYPE_CHECKING:  # the fleet's rows are loaded with the fleet, not with every report
+    from parinfo.diagnostics.fleet_rows import HostSummary, ThreadPools, WorkerRow
 
 _WHO = {"dask": "dask worker", "ray": "ray worker", "loky": "loky worker", "user": "this process"}
 
@@ -21,49 +27,51 @@ _FIX = {
 }
 
 
-def widest_pool(sections: dict[str, Any]) -> tuple[str | None, int]:
+def widest_pool(r: Report, per_thread: Sequence[ThreadPools] = ()) -> tuple[str | None, int]:
     """The pool with the most threads one outer thread can start: (name, count); (None, 1) when none
     holds more than one. Counts read in every executor thread (``per_thread``) are included, since
     OpenMP's limit is per thread."""
     best: tuple[str | None, int] = (None, 1)
-    for pool in sections.get("pools") or ():
-        n = pool.get("num_threads")
-        if isinstance(n, int) and not pool.get("duplicate_of") and n > best[1]:
-            best = (pool.get("library"), n)
-    for thread in sections.get("per_thread") or ():
-        for pool in thread.get("pools") or ():
-            n = pool.get("num_threads")
-            if isinstance(n, int) and n > best[1]:
-                best = (pool.get("library"), n)
-    torch = (sections.get("frameworks") or {}).get("torch") or {}
-    if isinstance(torch.get("intra_op"), int) and torch["intra_op"] > best[1]:
-        best = ("torch intra-op", torch["intra_op"])
+    for pool in r.pools:
+        n = pool.num_threads
+        if n is not None and not pool.duplicate_of and n > best[1]:
+            best = (pool.library, n)
+    for thread in per_thread:
+        for pool in thread.pools:
+            n = pool.num_threads
+            if n is not None and n > best[1]:
+                best = (pool.library, n)
+    torch = r.frameworks.torch
+    if torch is not None and torch.intra_op is not None and torch.intra_op > best[1]:
+        best = ("torch intra-op", torch.intra_op)
     return best
 
 
-def budget(sections: dict[str, Any]) -> int:
+def budget(r: Report) -> int:
     """The CPUs this process's threads may use: those its framework grants, else its usable CPUs."""
-    outer = sections.get("outer") or {}
-    usable = int((sections.get("machine") or {}).get("usable_cpus") or 1)
-    granted = outer.get("cpus")
-    return min(int(granted), usable) if isinstance(granted, int) else usable
+    usable = r.machine.usable_cpus
+    granted = None if r.outer is None else r.outer.cpus
+    return min(granted, usable) if granted is not None else usable
 
 
-def at_once(sections: dict[str, Any]) -> int:
+def _outer_threads(r: Report) -> int | None:
+    return None if r.outer is None else r.outer.threads
+
+
+def at_once(r: Report, per_thread: Sequence[ThreadPools] = ()) -> int:
     """Threads that can run at once in this process: outer threads x the widest pool."""
-    threads = (sections.get("outer") or {}).get("threads")
-    return (threads if isinstance(threads, int) else 1) * widest_pool(sections)[1]
+    return (_outer_threads(r) or 1) * widest_pool(r, per_thread)[1]
 
 
-def outer_findings(sections: dict[str, Any]) -> list[Finding]:
-    """``outer-times-inner``: the outer threads times a pool's threads exceed the CPUs this process may use."""
-    outer = sections.get("outer") or {}
-    threads = outer.get("threads")
-    pool, inner = widest_pool(sections)
-    cpus = budget(sections)
-    if not isinstance(threads, int) or inner <= 1 or threads * inner <= cpus:
+def outer_findings(r: Report, per_thread: Sequence[ThreadPools] = ()) -> list[Finding]:
+    """``outer-times-inner``: the outer threads times a pool's threads exceed the CPUs this process
+    may use (with ``per_thread``: the counts each executor thread saw count too)."""
+    threads = _outer_threads(r)
+    pool, inner = widest_pool(r, per_thread)
+    cpus = budget(r)
+    if threads is None or inner <= 1 or threads * inner <= cpus:
         return []
-    framework = outer.get("framework") or "user"
+    framework = (r.outer.framework if r.outer is not None else None) or "user"
     who = _WHO.get(framework, framework)
     plural = "s" if cpus != 1 else ""
     where = {"ray": f"the {cpus} CPU{plural} granted to the task",
@@ -81,40 +89,48 @@ def outer_findings(sections: dict[str, Any]) -> list[Finding]:
     )]
 
 
-def host_summary(host: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """One host's row: its workers, their threads at once, and the usable CPUs they share.
+def worker_findings(row: WorkerRow) -> list[Finding]:
+    """``outer-times-inner`` for a fleet worker, over the counts each of its executor threads saw."""
+    return outer_findings(row.report, row.per_thread or ())
+
+
+def host_summary(host: str, rows: Sequence[WorkerRow]) -> HostSummary:
+    """One host's row: its workers, their threads at once, and the usable CPUs they share; its
+    findings are :func:`host_findings`'s.
 
     The usable CPUs are the fewest any worker on the host reports (they share one host identity:
     boot, cgroup and cpuset), so the sum is compared with what every worker may use.
     """
-    usable = min((int(r.get("machine", {}).get("usable_cpus") or 1) for r in rows), default=1)
-    return {
-        "host": host,
-        "workers": [r.get("worker") for r in rows],
-        "usable_cpus": usable,
-        "outer_threads": sum((r.get("outer") or {}).get("threads") or 1 for r in rows),
-        "threads_at_once": sum(at_once(r) for r in rows),
-        "widest_pool": max((widest_pool(r)[1] for r in rows), default=1),
-        "framework": next(((r.get("outer") or {}).get("framework") for r in rows
-                           if (r.get("outer") or {}).get("framework")), None),
-    }
+    from parinfo.diagnostics.fleet_rows import HostSummary
+
+    frameworks = [w.report.outer.framework for w in rows if w.report.outer is not None and w.report.outer.framework]
+    return HostSummary(
+        host=host,
+        hostname=rows[0].host.hostname if rows else host,
+        workers=[w.worker for w in rows],
+        usable_cpus=min((w.report.machine.usable_cpus for w in rows), default=1),
+        outer_threads=sum(_outer_threads(w.report) or 1 for w in rows),
+        threads_at_once=sum(at_once(w.report, w.per_thread or ()) for w in rows),
+        widest_pool=max((widest_pool(w.report, w.per_thread or ())[1] for w in rows), default=1),
+        framework=frameworks[0] if frameworks else None,
+    )
 
 
-def host_findings(summary: dict[str, Any]) -> list[Finding]:
+def host_findings(summary: HostSummary) -> list[Finding]:
     """``host-oversubscribed``: the workers of one host together run more threads at once than it
     has usable CPUs, because their pools multiply the task threads. Task threads alone above the
     CPUs (pools at 1) are the cluster's own choice and are not flagged."""
-    workers, usable, total = len(summary["workers"]), summary["usable_cpus"], summary["threads_at_once"]
-    if workers < 2 or summary["widest_pool"] <= 1 or total <= usable:
+    workers, usable, total = len(summary.workers), summary.usable_cpus, summary.threads_at_once
+    if workers < 2 or summary.widest_pool <= 1 or total <= usable:
         return []
-    fit = max(1, usable // max(1, summary["outer_threads"]))
+    fit = max(1, usable // max(1, summary.outer_threads))
     return [Finding(
         "host-oversubscribed", "warning",
         f"{workers} workers run {total} threads at once "
-        f"({summary['outer_threads']} task threads with their pools) on {usable} usable CPUs",
+        f"({summary.outer_threads} task threads with their pools) on {usable} usable CPUs",
         "workers on one host share its CPUs: each worker's pools are sized for the whole host, so "
         "together they ask for several times the CPUs and every op waits for its threads",
         f"limit the pools to {fit} thread{'s' if fit != 1 else ''} in every worker: "
-        f"{_FIX.get(summary.get('framework') or 'user', _FIX['user'])}; or fewer workers or task threads per host",
+        f"{_FIX.get(summary.framework or 'user', _FIX['user'])}; or fewer workers or task threads per host",
     )]
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
-from parinfo.diagnostics.report import Report
+from parinfo.diagnostics.model import LiveSection, ProcessTree, Report, StackBudget, StackLimit, TreeMember
+
+if TYPE_CHECKING:
+    from parinfo.machine.memlimit import MemoryFacts
 
 __all__ = ["inspect_pid", "live_section", "pid_is_self"]
 
@@ -22,28 +25,27 @@ COUNTS_UNKNOWN = ("the thread counts in force live inside the process and cannot
                   "its pools are listed from the files it has loaded, without counts")
 
 
-def _stack_budget(pid: int | None, threads: int | None, memory: dict[str, Any]) -> dict[str, Any]:
+def _stack_budget(pid: int | None, threads: int | None, memory: MemoryFacts) -> StackBudget:
     from parinfo.process.remote import limits
 
     try:
         lim = limits(pid)
     except Exception as exc:  # a process that ends here has no budget to show
-        return {"unknown": str(exc)}
+        return StackBudget(unknown=str(exc))
     rows = []
     for name, value in (("RLIMIT_DATA", lim.data), ("RLIMIT_AS", lim.address_space)):
         if value is not None and threads is not None:
-            rows.append({"name": name, "bytes": value, "threads": threads, "source": "soft limit"})
-    if memory.get("limit") is not None:
-        tasks = memory.get("tasks")
-        cg_threads = max(tasks, threads or 0) if isinstance(tasks, int) else threads
+            rows.append(StackLimit(name, value, threads, "soft limit"))
+    if memory.limit is not None:
+        tasks = memory.tasks
+        cg_threads = max(tasks, threads or 0) if tasks is not None else threads
         if cg_threads is not None:
-            rows.append({"name": "the cgroup memory limit", "bytes": memory["limit"], "threads": cg_threads,
-                         "source": memory.get("limit_source"),
-                         "threads_source": memory.get("tasks_source") if isinstance(tasks, int) else "this process"})
-    return {**lim.to_dict(), "limits": rows}
+            rows.append(StackLimit("the cgroup memory limit", memory.limit, cg_threads, memory.limit_source,
+                                   memory.tasks_source if tasks is not None else "this process"))
+    return StackBudget(lim, lim.thread_stack, rows)
 
 
-def live_section(pid: int | None = None, root: str = "/", threads: int | None = None) -> dict[str, Any]:
+def live_section(pid: int | None = None, root: str = "/", threads: int | None = None) -> LiveSection:
     """Throttling, pressure, memory limit and stack budget of process ``pid`` (default: this one).
     ``threads`` is the number of threads to budget for (default: the process's now)."""
     from parinfo.machine.memlimit import memory_facts
@@ -54,16 +56,11 @@ def live_section(pid: int | None = None, root: str = "/", threads: int | None = 
 
         count = live_threads(pid).get("count")
         threads = count if isinstance(count, int) else None
-    memory = memory_facts(root, pid).to_dict()
-    return {
-        "throttling": cpu_counters(root, pid).to_dict(),
-        "pressure": cpu_pressure(root, pid).to_dict(),
-        "memory": memory,
-        "stack_budget": _stack_budget(pid, threads, memory),
-    }
+    memory = memory_facts(root, pid)
+    return LiveSection(cpu_counters(root, pid), cpu_pressure(root, pid), memory, _stack_budget(pid, threads, memory))
 
 
-def _tree(pids: list[int], seconds: float) -> tuple[dict[str, Any], dict[int, list]]:
+def _tree(pids: list[int], seconds: float) -> tuple[ProcessTree, dict[int, list]]:
     """Threads of every process in ``pids``, sampled twice ``seconds`` apart: how many wanted a CPU
     on average (time on a CPU plus time waiting for one, over the interval)."""
     from parinfo.process.tasks import NoAccess, ProcessGone, thread_stats
@@ -88,10 +85,10 @@ def _tree(pids: list[int], seconds: float) -> tuple[dict[str, Any], dict[int, li
             if prev is not None:
                 busy += (t.cpu_ns - prev.cpu_ns) + ((t.wait_ns or 0) - (prev.wait_ns or 0))
     dt = max(t1 - t0, 1e-6)
-    procs = [{"pid": p, "name": ts[0].name if ts else "?", "threads": len(ts),
-              "running_now": sum(t.state == "R" for t in ts)} for p, ts in second.items()]
-    return {"processes": len(second), "threads": sum(len(ts) for ts in second.values()),
-            "runnable": round(busy / 1e9 / dt, 2), "seconds": round(dt, 2), "members": procs}, second
+    procs = [TreeMember(p, ts[0].name if ts else "?", len(ts), sum(t.state == "R" for t in ts))
+             for p, ts in second.items()]
+    return ProcessTree(len(second), sum(len(ts) for ts in second.values()), round(busy / 1e9 / dt, 2),
+                       round(dt, 2), procs), second
 
 
 def _hint(env: dict[str, str], names: list[str]) -> str:
@@ -112,10 +109,12 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     Raises ProcessGone for a pid that names no process and NoAccess when its maps or environment
     cannot be read (another user's process): both one-line usage errors.
     """
+    from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo, RuntimeSection
     from parinfo.diagnostics.process_rules import diagnose
-    from parinfo.machine.cpuid import cpu_identity
+    from parinfo.machine.cpuid import CpuIdentity, cpu_identity
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment as envmod, pools, remote, threads as thr
+    from parinfo.process.probing import Probes
 
     remote.check_pid(pid)
     ident = remote.identity(pid)
@@ -129,32 +128,30 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
 
         raise gone(pid)
     live = live_section(pid, root, threads=len(stats[pid]))
-    live["tree"] = tree
-    listing = thr.live_threads(pid)
+    live.tree = tree
     states: dict[str, int] = {}
     for t in stats[pid]:
         states[t.state] = states.get(t.state, 0) + 1
-    listing["states"] = states
+    listing = thr.ThreadList.from_dict(thr.live_threads(pid))
+    listing.states = states
     names = [t.name for t in stats[pid]]
-    ident["hint"] = _hint(env, names)
-    ident["counts"] = COUNTS_UNKNOWN
+    process = ProcessInfo.from_dict(ident)
+    process.hint, process.counts = _hint(env, names), COUNTS_UNKNOWN
     report = Report(
-        process=ident,
-        probes={"requested": [], "imported": [], "already_imported": [], "failed": {},
-                "environ_changed": {}, "note": "read from outside: nothing was imported into the process"},
-        machine=facts.to_dict(),
-        cpu=cpu_identity(root),
-        runtime={"unknown": COUNTS_UNKNOWN},
-        backend={"runtime": None, "runtime_started": any(n.startswith("parinfo-") for n in names),
-                 **pools.threading_layers(runtimes), "torch": None},
-        pools=runtimes,
-        frameworks={"torch": None},
-        settings=[],
-        environment=envmod.environment_report(env, env),
+        machine=facts,
+        process=process,
+        probes=Probes(note="read from outside: nothing was imported into the process"),
+        cpu=CpuIdentity.from_dict(cpu_identity(root)),
+        runtime=RuntimeSection(unknown=COUNTS_UNKNOWN),
+        backend=Backend(None, any(n.startswith("parinfo-") for n in names),
+                        pools.ThreadingLayers.from_dict(pools.threading_layers(runtimes))),
+        pools=[pools.PoolRow.from_dict(row) for row in runtimes],
+        frameworks=Frameworks(),
+        environment=[envmod.EnvRow.from_dict(row) for row in envmod.environment_report(env, env)],
         threads=listing,
         live=live,
     )
-    report.findings = diagnose(report.to_dict())
+    report.findings = diagnose(report)
     return report
 
 

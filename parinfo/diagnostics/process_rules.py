@@ -1,64 +1,58 @@
 """Diagnostics: rules over the facts of a report, each with a stable id, a severity, one line, why, and the fix.
 
-Rules read the plain-dict sections of a report (the ``--json`` payload), so they can be tested on
-hand-made dictionaries and never touch the process themselves. :data:`RULES` is the one list of
-them, with those of :mod:`parinfo.diagnostics.fleet_rules` (outer threads) and
-:mod:`parinfo.diagnostics.live_rules` (live evidence); :func:`diagnose` runs it.
+Rules read the typed sections of a :class:`~parinfo.diagnostics.model.Report` (a payload from
+elsewhere, or a hand-made dict in a test, becomes one through ``Report.from_dict``), so they never
+touch the process themselves. :data:`RULES` is the one list of them, with those of
+:mod:`parinfo.diagnostics.fleet_rules` (outer threads) and :mod:`parinfo.diagnostics.live_rules`
+(live evidence); :func:`diagnose` runs it.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from parinfo.diagnostics import fleet_rules, live_rules
 from parinfo.diagnostics.findings import SEVERITIES, Finding, at_least, sort_findings
+from parinfo.diagnostics.model import Report
 from parinfo.process import libraries as reg
+from parinfo.process.pools import PoolRow
+from parinfo.process.provenance import SettingRow
 
 __all__ = ["RULES", "SEVERITIES", "Finding", "Rule", "at_least", "diagnose", "interop_fix"]
 
-Rule = Callable[[dict[str, Any]], list[Finding]]
+Rule = Callable[[Report], list[Finding]]
 
 
-def diagnose(sections: dict[str, Any]) -> list[Finding]:
-    """Run every rule of :data:`RULES` over the report sections; errors first, then warnings, then
-    infos (within one severity, in the order of the rules)."""
-    return sort_findings([f for rule in RULES for f in rule(sections)])
+def diagnose(report: Report) -> list[Finding]:
+    """Run every rule of :data:`RULES` over ``report``; errors first, then warnings, then infos
+    (within one severity, in the order of the rules)."""
+    return sort_findings([f for rule in RULES for f in rule(report)])
 
 
 # -- helpers over the sections ---------------------------------------------------------------
 
-def _usable(s: dict[str, Any]) -> int:
-    return int(s["machine"]["usable_cpus"])
-
-
-def _counts(s: dict[str, Any]) -> list[tuple[str, int]]:
+def _counts(r: Report) -> list[tuple[str, int]]:
     """Every thread count in force: (who, count), for pools that can be busy at once."""
-    out: list[tuple[str, int]] = []
-    for row in s.get("settings", []):
-        count = row.get("count")
-        if isinstance(count, int):
-            out.append((row["library"], count))
-    return out
+    return [(row.library, row.count) for row in r.settings if row.count is not None]
 
 
-def _openmp_libs(s: dict[str, Any]) -> set[str]:
-    return {p["library"] for p in s.get("pools", []) if p.get("user_api") == "openmp"}
+def _openmp_libs(r: Report) -> set[str]:
+    return {p.library for p in r.pools if p.user_api == "openmp"}
 
 
-def _blas_pools(s: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for p in s.get("pools", []) if p.get("user_api") == "blas"]
+def _blas_pools(r: Report) -> list[PoolRow]:
+    return [p for p in r.pools if p.user_api == "blas"]
 
 
-def _inter_intra_pairs(s: dict[str, Any]) -> list[tuple[str, int, int]]:
+def _inter_intra_pairs(r: Report) -> list[tuple[str, int, int]]:
     """(who, inter-op, intra-op) for frameworks whose inter-op tasks each open their own intra-op team.
 
     parinfo's own runtime is not among them: its inter-op tasks share the one intra-op pool and the
     native budget caps their native threads, so its defaults cannot oversubscribe this way.
     """
     pairs = []
-    torch = (s.get("frameworks") or {}).get("torch")
-    if torch and isinstance(torch.get("inter_op"), int) and isinstance(torch.get("intra_op"), int):
-        pairs.append(("torch", torch["inter_op"], torch["intra_op"]))
+    torch = r.frameworks.torch
+    if torch is not None and torch.inter_op is not None and torch.intra_op is not None:
+        pairs.append(("torch", torch.inter_op, torch.intra_op))
     return pairs
 
 
@@ -70,16 +64,15 @@ def interop_fix(inter: int, usable: int) -> tuple[int, int]:
     return inter, max(1, usable // inter)
 
 
-def _oversubscribed_interop(s: dict[str, Any]) -> list[Finding]:
+def _oversubscribed_interop(r: Report) -> list[Finding]:
     """torch's inter-op x intra-op above the usable CPUs: a warning once its inter-op pool runs, info
     before (it starts with the first inter-op task, and many programs never start it)."""
-    usable = _usable(s)
+    usable = r.machine.usable_cpus
     out = []
-    torch = (s.get("frameworks") or {}).get("torch") or {}
-    for who, inter, intra in _inter_intra_pairs(s):
+    for who, inter, intra in _inter_intra_pairs(r):
         if inter > 1 and intra > 1 and inter * intra > usable:
             fix_inter, fix_intra = interop_fix(inter, usable)
-            started = torch.get("interop_started") is True
+            started = r.frameworks.torch is not None and r.frameworks.torch.interop_started is True
             message = (f"{who}: {inter} inter-op threads x {intra} intra-op threads = {inter * intra} "
                        f"threads can run at once on {usable} usable CPUs")
             if not started:
@@ -96,16 +89,14 @@ def _oversubscribed_interop(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _oversubscribed_pools(s: dict[str, Any]) -> list[Finding]:
+def _oversubscribed_pools(r: Report) -> list[Finding]:
     """Several multi-threaded native pools that spin while idle can all be busy at once. Every loaded
     copy of a runtime is a pool of its own (numpy's and scipy's OpenBLAS each start their threads)."""
-    usable = _usable(s)
-    spinning = [p for p in s.get("pools", [])
-                if isinstance(p.get("num_threads"), int) and p["num_threads"] > 1]
-    total = sum(p["num_threads"] for p in spinning)
+    usable = r.machine.usable_cpus
+    spinning = [(p, p.num_threads) for p in r.pools if p.num_threads is not None and p.num_threads > 1]
+    total = sum(n for _, n in spinning)
     if len(spinning) > 1 and total > 2 * usable:
-        names = ", ".join(f"{p['library']}" + (f" [{p['owner']}]" if p.get("owner") else "")
-                          + f"={p['num_threads']}" for p in spinning)
+        names = ", ".join(p.library + (f" [{p.owner}]" if p.owner else "") + f"={n}" for p, n in spinning)
         return [Finding(
             "oversubscribed-pools", "info",
             f"{len(spinning)} native pools hold {total} threads for {usable} usable CPUs ({names})",
@@ -117,40 +108,40 @@ def _oversubscribed_pools(s: dict[str, Any]) -> list[Finding]:
     return []
 
 
-def _count_fix(row: dict[str, Any], env: dict[str, str], usable: int, profile: str | None) -> str:
+def _count_fix(row: SettingRow, env: dict[str, str], usable: int, profile: str | None) -> str:
     """How to bring ``row``'s count to ``usable`` so that it works as printed: name the variable that
     decides it (``parinfo apply`` keeps a variable the user set unless ``--force``)."""
-    var = row.get("variable") or next((v for v in row.get("precedence") or () if v in env), None)
+    var = row.variable or next((v for v in row.precedence if v in env), None)
     if var:
         text = f"set {var}={usable}"
         if profile:
             text += f", or run under `parinfo apply {profile} --force` (without --force it keeps your {var})"
         return text
-    if row.get("kind") == "runtime":
+    if row.kind == "runtime":
         return f"lower the count your program sets at run time to {usable}"
-    first = (row.get("precedence") or [None])[0]
+    first = row.precedence[0] if row.precedence else None
     if first:
         return f"set {first}={usable} before the program starts" + (
             f", or run under `parinfo apply {profile}`" if profile else "")
-    return f"set {row['library']} to at most {usable} thread{'s' if usable > 1 else ''}"
+    return f"set {row.library} to at most {usable} thread{'s' if usable > 1 else ''}"
 
 
-def _env_values(s: dict[str, Any]) -> dict[str, str]:
-    return {r["name"]: r["value"] for r in s.get("environment", []) if r.get("value") is not None}
+def _env_values(r: Report) -> dict[str, str]:
+    return {e.name: e.value for e in r.environment if e.value is not None}
 
 
-def _above_quota_or_affinity(s: dict[str, Any]) -> list[Finding]:
-    m = s["machine"]
-    quota = m.get("quota")
-    affinity = len(m.get("affinity") or ()) or None
-    usable = _usable(s)
-    env = _env_values(s)
+def _above_quota_or_affinity(r: Report) -> list[Finding]:
+    m = r.machine
+    quota = m.quota
+    affinity = len(m.affinity) or None
+    usable = m.usable_cpus
+    env = _env_values(r)
     out = []
-    for row in s.get("settings", []):
-        who, count = row["library"], row.get("count")
-        if isinstance(row.get("capped_to"), int):
-            count = min(count, row["capped_to"])  # what runs, not what was asked (count-above-ceiling)
-        if not isinstance(count, int) or count <= usable:
+    for row in r.settings:
+        who, count = row.library, row.count
+        if count is not None and row.capped_to is not None:
+            count = min(count, row.capped_to)  # what runs, not what was asked (count-above-ceiling)
+        if count is None or count <= usable:
             continue
         if quota is not None:
             out.append(Finding(
@@ -170,14 +161,14 @@ def _above_quota_or_affinity(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _above_physical(s: dict[str, Any]) -> list[Finding]:
-    m = s["machine"]
-    phys = m.get("usable_physical_cores")
-    if not m.get("smt") or not isinstance(phys, int):
+def _above_physical(r: Report) -> list[Finding]:
+    m = r.machine
+    phys = m.usable_physical_cores
+    if not m.smt:
         return []
     out = []
-    for who, count in _counts(s):
-        if phys < count <= _usable(s):
+    for who, count in _counts(r):
+        if phys < count <= m.usable_cpus:
             out.append(Finding(
                 "count-above-physical-cores", "info",
                 f"{who} uses {count} threads on {phys} usable physical cores (SMT on)",
@@ -187,53 +178,53 @@ def _above_physical(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _invalid_variables(s: dict[str, Any]) -> list[Finding]:
+def _invalid_variables(r: Report) -> list[Finding]:
     out = []
-    for row in s.get("environment", []):
-        if row.get("value") is not None and row.get("valid") is False:
-            readers = ", ".join(row.get("readers") or ()) or "its readers"
+    for row in r.environment:
+        if row.value is not None and row.valid is False:
+            readers = ", ".join(row.readers) or "its readers"
             out.append(Finding(
                 "invalid-variable", "warning",
-                f"{row['name']}={row['value']!r} is invalid: {row.get('problem')}",
+                f"{row.name}={row.value!r} is invalid: {row.problem}",
                 f"{readers} ignore an invalid value silently ({' and '.join(reg.warns_invalid())} alone "
                 "prints a warning) and fall back to their defaults",
-                f"unset {row['name']} or give it a valid value",
+                f"unset {row.name} or give it a valid value",
             ))
     return out
 
 
-def _refused_counts(s: dict[str, Any]) -> list[Finding]:
+def _refused_counts(r: Report) -> list[Finding]:
     """A count a library refused because it is above its cap (numexpr above NUMEXPR_MAX_THREADS): the
     library runs a fallback count, far from the one asked, and says so only on stderr."""
     out = []
-    for row in s.get("settings", []):
-        refused = row.get("refused")
-        if not refused:
+    for row in r.settings:
+        refused = row.refused
+        if refused is None:
             continue
-        var, asked, cap = refused["variable"], refused["asked"], refused["cap"]
-        cap_var = next((v for v in row.get("cap_vars") or () if v != var), None)
+        var, asked, cap, runs = refused.variable, refused.asked, refused.cap, refused.runs
+        cap_var = next((v for v in row.cap_vars if v != var), None)
         raise_cap = f", or raise {cap_var} to {asked}" if cap_var else ""
         out.append(Finding(
             "count-refused", "warning",
-            f"{row['library']} runs {refused['runs']} thread{'s' if refused['runs'] != 1 else ''}, not {asked}: "
-            f"{var}={asked} is above {refused['why']}",
-            f"{row['library']} refuses a count above its cap instead of cutting it to the cap: it prints an "
-            f"error on stderr and keeps {refused['runs']}",
-            f"set {var} to at most {cap}{raise_cap}, before {row['library']} is imported",
+            f"{row.library} runs {runs} thread{'s' if runs != 1 else ''}, not {asked}: "
+            f"{var}={asked} is above {refused.why}",
+            f"{row.library} refuses a count above its cap instead of cutting it to the cap: it prints an "
+            f"error on stderr and keeps {runs}",
+            f"set {var} to at most {cap}{raise_cap}, before {row.library} is imported",
         ))
     return out
 
 
-def _above_ceiling(s: dict[str, Any]) -> list[Finding]:
+def _above_ceiling(r: Report) -> list[Finding]:
     """A valid count above parinfo's pool ceiling: the runtime runs the ceiling, not the count."""
     out = []
-    for row in s.get("settings", []):
-        cap = row.get("capped_to")
-        if cap is None:
+    for row in r.settings:
+        cap = row.capped_to
+        if cap is None or row.count is None:
             continue
         out.append(Finding(
             "count-above-ceiling", "info",
-            f"{row['library']} count {row['count']} ({row['source']}) is above parinfo's pool ceiling: "
+            f"{row.library} count {row.count} ({row.source}) is above parinfo's pool ceiling: "
             f"at most {cap} threads run",
             "a pool never holds more than 4 x the logical CPUs (as MKL and OpenBLAS cap theirs): more "
             "threads than that only add switching and memory",
@@ -242,23 +233,23 @@ def _above_ceiling(s: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _set_after_load(s: dict[str, Any]) -> list[Finding]:
+def _set_after_load(r: Report) -> list[Finding]:
     """A variable changed after launch that a library loaded earlier ignores: its count is still the
     launch environment's and differs from what the variable asks now. Made of the settings rows'
     ``ignored_changes``, the rows whose provenance note says "ignored", so the two always agree."""
-    env_rows = {r["name"]: r for r in s.get("environment", [])}
+    env_rows = {e.name: e for e in r.environment}
     hits: dict[str, list[str]] = {}
-    for row in s.get("settings", []):
-        for var in row.get("ignored_changes") or ():
-            owner = f" [{row['owner']}]" if row.get("owner") else ""
-            hits.setdefault(var, []).append(
-                f"{row['library']}{owner} runs {row.get('count')}, not {row.get('asked_now')}")
+    for row in r.settings:
+        for var in row.ignored_changes:
+            owner = f" [{row.owner}]" if row.owner else ""
+            hits.setdefault(var, []).append(f"{row.library}{owner} runs {row.count}, not {row.asked_now}")
     out = []
     for var, libs in hits.items():
-        env_row = env_rows.get(var, {})
+        env_row = env_rows.get(var)
+        launch, now = (None, None) if env_row is None else (env_row.launch_value, env_row.value)
         out.append(Finding(
             "variable-after-load", "warning",
-            f"{var} changed after launch ({env_row.get('launch_value')!r} -> {env_row.get('value')!r}) "
+            f"{var} changed after launch ({launch!r} -> {now!r}) "
             f"after libraries that ignore it loaded: {'; '.join(libs)}",
             "native libraries read their variables once, when they load: a later change is ignored "
             "by them but seen by libraries that load afterwards (the import-order trap)",
@@ -272,12 +263,12 @@ def _both(pair: tuple[reg.Library, reg.Library]) -> str:
     return " and ".join(r.vendor or r.name for r in pair)
 
 
-def _several_openmp(s: dict[str, Any]) -> list[Finding]:
-    libs = _openmp_libs(s)
+def _several_openmp(r: Report) -> list[Finding]:
+    libs = _openmp_libs(r)
     pair = reg.conflicting_openmp()
-    if {r.name for r in pair} <= libs:
-        files = [f"{p['library']} [{p.get('owner')}]" for p in s.get("pools", [])
-                 if p["library"] in {r.name for r in pair}]
+    names = {lib.name for lib in pair}
+    if names <= libs:
+        files = [f"{p.library} [{p.owner}]" for p in r.pools if p.library in names]
         return [Finding(
             "openmp-intel-llvm", "error",
             f"{_both(pair)} are both loaded ({', '.join(files)})",
@@ -298,9 +289,9 @@ def _several_openmp(s: dict[str, Any]) -> list[Finding]:
     return []
 
 
-def _openmp_and_tbb(s: dict[str, Any]) -> list[Finding]:
-    has_tbb = any(p.get("library") == "tbb" for p in s.get("pools", []))
-    if has_tbb and _openmp_libs(s):
+def _openmp_and_tbb(r: Report) -> list[Finding]:
+    has_tbb = any(p.library == "tbb" for p in r.pools)
+    if has_tbb and _openmp_libs(r):
         return [Finding(
             "openmp-tbb-mixed", "warning",
             "OpenMP and TBB are both loaded",
@@ -312,21 +303,21 @@ def _openmp_and_tbb(s: dict[str, Any]) -> list[Finding]:
     return []
 
 
-def _openblas_pthreads_with_openmp(s: dict[str, Any]) -> list[Finding]:
+def _openblas_pthreads_with_openmp(r: Report) -> list[Finding]:
     """OpenBLAS-pthreads beside a multi-threaded OpenMP runtime. Their idle threads spin a short while
     after each call: that may hurt work that alternates the two (info). With OMP_WAIT_POLICY=active the
     OpenMP threads spin until their next region: BLAS calls between regions find the CPUs busy (warning)."""
-    pthreads = [p for p in _blas_pools(s)
-                if p.get("internal_api") == "openblas" and p.get("threading_layer") == "pthreads"
-                and isinstance(p.get("num_threads"), int) and p["num_threads"] > 1]
-    omp = [p for p in s.get("pools", []) if p.get("user_api") == "openmp"
-           and isinstance(p.get("num_threads"), int) and p["num_threads"] > 1]
+    pthreads = [p.num_threads for p in _blas_pools(r)
+                if p.internal_api == "openblas" and p.threading_layer == "pthreads"
+                and p.num_threads is not None and p.num_threads > 1]
+    omp = [p.num_threads for p in r.pools
+           if p.user_api == "openmp" and p.num_threads is not None and p.num_threads > 1]
     if not (pthreads and omp):
         return []
     wait = reg.role_var("wait_policy")
-    active = (_env_values(s).get(wait) or "").strip().lower() == "active"
-    message = (f"OpenBLAS with pthreads ({pthreads[0]['num_threads']} threads) is loaded beside an OpenMP "
-               f"runtime ({omp[0]['num_threads']} threads)")
+    active = (_env_values(r).get(wait) or "").strip().lower() == "active"
+    message = (f"OpenBLAS with pthreads ({pthreads[0]} threads) is loaded beside an OpenMP "
+               f"runtime ({omp[0]} threads)")
     if active:
         return [Finding(
             "openblas-pthreads-with-openmp", "warning", message + f" with {wait}=active",
@@ -344,18 +335,18 @@ def _openblas_pthreads_with_openmp(s: dict[str, Any]) -> list[Finding]:
     )]
 
 
-def _kmp_duplicate(s: dict[str, Any]) -> list[Finding]:
+def _kmp_duplicate(r: Report) -> list[Finding]:
     """KMP_DUPLICATE_LIB_OK says who set it; it is dangerous only while Intel libiomp and LLVM libomp
     are both loaded (error then, info otherwise)."""
     var = reg.role_var("duplicate_ok")
-    row = next((r for r in s.get("environment", []) if r["name"] == var and r.get("value") is not None), None)
+    row = next((e for e in r.environment if e.name == var and e.value is not None), None)
     if row is None:
         return []
-    who = row.get("set_by") or "set by an unknown party"
+    who = row.set_by or "set by an unknown party"
     by_import = who.startswith("set by the import of")
-    what = f"{var}={row['value']} is set ({who})"
+    what = f"{var}={row.value} is set ({who})"
     pair = reg.conflicting_openmp()
-    if {r.name for r in pair} <= _openmp_libs(s):
+    if {lib.name for lib in pair} <= _openmp_libs(r):
         return [Finding(
             "kmp-duplicate-lib-ok", "error", what + f" while {_both(pair)} are both loaded",
             "it lets the second OpenMP runtime start instead of stopping with OMP Error #15; the two "
@@ -372,11 +363,11 @@ def _kmp_duplicate(s: dict[str, Any]) -> list[Finding]:
     )]
 
 
-def _duplicate_copies(s: dict[str, Any]) -> list[Finding]:
-    dups = [p for p in s.get("pools", []) if p.get("duplicate_of")]
+def _duplicate_copies(r: Report) -> list[Finding]:
+    dups = [p for p in r.pools if p.duplicate_of]
     if not dups:
         return []
-    libs = sorted({p["library"] for p in dups})
+    libs = sorted({p.library for p in dups})
     return [Finding(
         "duplicate-runtime-copies", "info",
         f"several copies of {', '.join(libs)} are loaded ({len(dups) + len(libs)} files)",

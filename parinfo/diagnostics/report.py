@@ -1,100 +1,47 @@
-"""The inspector's report: every fact about this process's parallelism, with provenance and findings.
+"""The inspector: every fact about this process's parallelism, with provenance and findings.
 
 :func:`inspect` gathers the facts from the lower layers (machine, process, runtime) without changing
-anything; :class:`Report` holds them and turns into the ``--json`` payload (``to_dict``). The
-front ends render it (``parinfo.cli.render_text``, and ``parinfo.cli.torch_block`` for
-:func:`parinfo.parallel_info`).
+anything and returns a :class:`~parinfo.diagnostics.model.Report` (typed sections; ``to_dict`` is
+the ``--json`` payload). The front ends render it (``parinfo.cli.render_text``, and
+``parinfo.cli.torch_block`` for :func:`parinfo.parallel_info`).
 """
 from __future__ import annotations
 
 import os
 import platform
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 
-from parinfo.diagnostics.findings import Finding, at_least
+from parinfo.diagnostics.model import SCHEMA_VERSION, PoolCount, Report, RuntimeSection
 from parinfo.diagnostics.process_rules import diagnose
+from parinfo.process.environment import EnvRow
+from parinfo.process.outer import OuterThreads
+from parinfo.process.provenance import SettingRow
+from parinfo.runtime.settings import EXPLICIT, INTER_VARS, INTRA_VARS
+from parinfo.runtime.state import RUNTIME
 
-#: Version of the ``--json`` payload; bumped on any incompatible change (docs/report-schema.md).
-SCHEMA_VERSION = 1
-
-
-@dataclass
-class Report:
-    """A snapshot of the process's parallelism. Every section is plain, JSON-ready data."""
-
-    process: dict[str, Any]
-    probes: dict[str, Any]
-    machine: dict[str, Any]
-    cpu: dict[str, Any]
-    runtime: dict[str, Any]
-    backend: dict[str, Any]
-    pools: list[dict[str, Any]]
-    frameworks: dict[str, Any]
-    settings: list[dict[str, Any]]
-    environment: list[dict[str, Any]]
-    threads: dict[str, Any]
-    findings: list[Finding] = field(default_factory=list)
-    live: dict[str, Any] = field(default_factory=dict)  # throttling, pressure, stack budget (live.py)
-    outer: dict[str, Any] = field(default_factory=dict)  # threads outside the pools (process/outer.py)
-
-    def problems(self, severity: str = "warning") -> list[Finding]:
-        """Findings at ``severity`` or above (what ``parinfo show --check`` fails on)."""
-        return at_least(self.findings, severity)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``parinfo show --json`` payload."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "parinfo_version": _version(),
-            "process": self.process,
-            "probes": self.probes,
-            "machine": self.machine,
-            "cpu": self.cpu,
-            "runtime": self.runtime,
-            "backend": self.backend,
-            "pools": self.pools,
-            "frameworks": self.frameworks,
-            "settings": self.settings,
-            "environment": self.environment,
-            "threads": self.threads,
-            "outer": self.outer,
-            "findings": [f.to_dict() for f in self.findings],
-            "live": self.live,
-        }
+__all__ = ["SCHEMA_VERSION", "Report", "inspect"]
 
 
-def _version() -> str:
-    from parinfo import __version__
-
-    return __version__
-
-
-def _runtime_rows(runtime: dict[str, Any]) -> list[dict[str, Any]]:
-    from parinfo.runtime.settings import EXPLICIT, INTER_VARS, INTRA_VARS
-
+def _runtime_rows(runtime: RuntimeSection) -> list[SettingRow]:
+    """The settings rows of parinfo's own pools: their counts and sources as the runtime records them."""
     rows = []
-    for key, label, variables in (("intra_op", "parinfo intra-op", INTRA_VARS),
-                                  ("inter_op", "parinfo inter-op", INTER_VARS)):
-        entry = runtime.get(key) or {}
-        row = {"library": label, "count": entry.get("count"), "source": entry.get("source"),
-               "precedence": [EXPLICIT, "profile", *variables, "default"]}
-        if entry.get("capped_to") is not None:
-            row["capped_to"] = entry["capped_to"]
-        rows.append(row)
+    for recorded, label, variables in ((runtime.intra_op, "parinfo intra-op", INTRA_VARS),
+                                       (runtime.inter_op, "parinfo inter-op", INTER_VARS)):
+        entry = recorded or PoolCount()
+        rows.append(SettingRow(label, entry.count, entry.source, [EXPLICIT, "profile", *variables, "default"],
+                               capped_to=entry.capped_to))
     return rows
 
 
-def _mark_capped(env_rows: list[dict[str, Any]], runtime: dict[str, Any]) -> None:
+def _mark_capped(env_rows: list[EnvRow], runtime: RuntimeSection) -> None:
     """A valid variable whose count parinfo's runtime caps at its pool ceiling says what runs."""
-    for key in ("intra_op", "inter_op"):
-        entry = runtime.get(key) or {}
-        if entry.get("capped_to") is None:
+    for entry in (runtime.intra_op, runtime.inter_op):
+        if entry is None or entry.capped_to is None:
             continue
         for row in env_rows:
-            if entry.get("source") == f"env {row['name']}":
-                row["capped_to"] = entry["capped_to"]
+            if entry.source == f"env {row.name}":
+                row.capped_to = entry.capped_to
 
 
 def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/",
@@ -113,10 +60,10 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
 
     if not live.pid_is_self(pid) or children:
         return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
-    from parinfo.machine.cpuid import cpu_identity
+    from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo
+    from parinfo.machine.cpuid import CpuIdentity, cpu_identity
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
-    from parinfo.runtime import info as runtime_info
 
     if outer_threads is not None and (isinstance(outer_threads, bool) or not isinstance(outer_threads, int)
                                       or outer_threads < 1):
@@ -132,43 +79,42 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     pool_rows = pools.native_pools()
     torch_info = frameworks.torch_info(import_if_missing=False)
     launch_env = environment.launch_environment()
-    env_rows = environment.environment_report(os.environ, launch_env)
-    rt = runtime_info()
-    _mark_capped(env_rows, rt)
-    settings = _runtime_rows(rt) + provenance.library_settings(
-        pool_rows, torch_info, os.environ, launch_env, facts, rt.get("native_push"))
+    env_dicts = environment.environment_report(os.environ, launch_env)
+    rt = RUNTIME.info()
+    runtime = RuntimeSection.from_dict(rt)
+    env_rows = [EnvRow.from_dict(row) for row in env_dicts]
+    _mark_capped(env_rows, runtime)
+    settings = _runtime_rows(runtime) + [SettingRow.from_dict(row) for row in provenance.library_settings(
+        pool_rows, torch_info, os.environ, launch_env, facts, rt.get("native_push"))]
+    framework_info = Frameworks.from_dict({"torch": torch_info})
 
     report = Report(
-        process={"pid": os.getpid(), "python": platform.python_version(),
-                 "implementation": platform.python_implementation(), "executable": sys.executable,
-                 "platform": sys.platform},
-        probes=probes,
-        machine=facts.to_dict(),
-        cpu=cpu_identity(root),
-        runtime=rt,
-        backend={"runtime": rt.get("backend"),
-                 "runtime_started": bool(rt.get("intra_pool_started") or rt.get("inter_pool_started")),
-                 **pools.threading_layers(pool_rows),
-                 "torch": None if torch_info is None else torch_info.get("aten_backend")},
-        pools=pool_rows,
-        frameworks={"torch": torch_info},
+        machine=facts,
+        process=ProcessInfo(pid=os.getpid(), python=platform.python_version(), executable=sys.executable,
+                            implementation=platform.python_implementation(), platform=sys.platform),
+        probes=probe.Probes.from_dict(probes),
+        cpu=CpuIdentity.from_dict(cpu_identity(root)),
+        runtime=runtime,
+        backend=Backend(runtime.backend, runtime.started,
+                        pools.ThreadingLayers.from_dict(pools.threading_layers(pool_rows)),
+                        None if framework_info.torch is None else framework_info.torch.aten_backend),
+        pools=[pools.PoolRow.from_dict(row) for row in pool_rows],
+        frameworks=framework_info,
         settings=settings,
         environment=env_rows,
-        threads=threads.live_threads(),
+        threads=threads.ThreadList.from_dict(threads.live_threads()),
+        live=live.live_section(None, root),
+        outer=_outer_section(outer_threads, facts.usable_cpus, env_dicts, launch_env),
     )
-    report.live = live.live_section(None, root)
-    report.outer = _outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env)
-    report.findings = diagnose(report.to_dict())
+    report.findings = diagnose(report)
     return report
 
 
 def _outer_section(explicit: int | None, usable: int, env_rows: list[dict[str, Any]],
-                   launch_env: Any) -> dict[str, Any]:
+                   launch_env: Any) -> OuterThreads:
     from parinfo.process import outer
 
     section = outer.outer_threads(explicit, usable)
-    from parinfo.runtime.state import RUNTIME
-
-    section["variables_set_by"] = outer.set_by(env_rows, section["framework"], parinfo_set=RUNTIME.env_set(),
-                                               launch_env=launch_env if isinstance(launch_env, dict) else None)
+    section.variables_set_by = outer.set_by(env_rows, section.framework, parinfo_set=RUNTIME.env_set(),
+                                            launch_env=launch_env if isinstance(launch_env, dict) else None)
     return section

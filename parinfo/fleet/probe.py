@@ -5,14 +5,17 @@ Dask and Ray modules call it on their workers.
 """
 from __future__ import annotations
 
-import os
 import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import ProfileError
+
+if TYPE_CHECKING:
+    from parinfo.diagnostics.fleet_rows import HostIdentity
+    from parinfo.machine.topology import MachineFacts
 
 #: How long a per-thread run waits for every executor thread to be free.
 THREAD_TIMEOUT = 10.0
@@ -46,60 +49,40 @@ def resolve_here(document: dict[str, Any], source: str) -> Any:
     return resolve_profile(validate_profile(document, source))
 
 
-def host_identity(machine: dict[str, Any]) -> dict[str, Any]:
+def host_identity(machine: MachineFacts) -> HostIdentity:
     """What makes workers share CPUs: one boot of one machine, one cgroup, one set of usable CPUs."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as fh:
             boot = fh.read().strip()
     except OSError:
         boot = None
-    cpus = machine.get("usable_cpu_list") or []
+    from parinfo.diagnostics.fleet_rows import HostIdentity
     from parinfo.machine.cpulist import format_cpu_list
+
+    cpus = machine.usable_cpu_list
 
     cpu_text = format_cpu_list(cpus) if cpus else "?"
     name = socket.gethostname()
-    key = f"{name}:{(boot or 'noboot')[:8]}:{machine.get('cgroup_path') or '/'}:{cpu_text}"
-    return {"key": key, "hostname": name, "boot_id": boot, "cgroup": machine.get("cgroup_path"),
-            "cpus": cpu_text}
-
-
-def _pool(p: dict[str, Any]) -> dict[str, Any]:
-    keep = ("library", "user_api", "internal_api", "num_threads", "threading_layer", "owner", "filepath",
-            "duplicate_of", "copies")
-    return {k: p.get(k) for k in keep}
+    key = f"{name}:{(boot or 'noboot')[:8]}:{machine.cgroup_path or '/'}:{cpu_text}"
+    return HostIdentity(key, name, boot, machine.cgroup_path, cpu_text)
 
 
 def worker_row(worker: str, per_thread: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """This process as one row of a fleet report: host identity, pid, usable CPUs, outer threads,
-    every pool with its count and copy, the thread variables with who set them, and the findings
-    (the single-process rules and ``outer-times-inner``, over per-thread counts when given)."""
+    """This process as one row of a fleet report (a :class:`WorkerRow` as a dict, the payload that
+    travels to the client): host identity, pid, usable CPUs, outer threads, every pool with its
+    count and copy, the thread variables with who set them, and the findings (the single-process
+    rules and ``outer-times-inner``, over per-thread counts when given)."""
     from parinfo.diagnostics import fleet_rules
     from parinfo.diagnostics.findings import sort_findings
+    from parinfo.diagnostics.fleet_rows import ThreadPools, WorkerRow
     from parinfo.diagnostics.report import inspect
 
     report = inspect(imports=[])
-    data = report.to_dict()
-    machine = data["machine"]
-    set_by = report.outer.get("variables_set_by", {})
-    row: dict[str, Any] = {
-        "worker": worker,
-        "host": host_identity(machine),
-        "pid": os.getpid(),
-        "machine": {k: machine.get(k) for k in ("usable_cpus", "usable_cpu_list", "quota", "cpuset",
-                                                  "logical_cpus", "cgroup_path")},
-        "outer": {k: v for k, v in report.outer.items() if k != "variables_set_by"},
-        "pools": [_pool(p) for p in data["pools"]],
-        "frameworks": {"torch": (data["frameworks"] or {}).get("torch")},
-        "per_thread": per_thread,
-        "variables": [{"name": r["name"], "value": r["value"], "launch_value": r["launch_value"],
-                       "set_by": set_by.get(r["name"])}
-                      for r in data["environment"] if r.get("value") is not None or r.get("launch_value")],
-        "findings": [],
-    }
+    threads = None if per_thread is None else [ThreadPools.from_dict(t) for t in per_thread]
+    row = WorkerRow(worker, host_identity(report.machine), report, threads)
     found = [f for f in report.findings if f.id != "outer-times-inner"]
-    found += fleet_rules.outer_findings(row)
-    row["findings"] = [f.to_dict() for f in sort_findings(found)]
-    return row
+    report.findings = sort_findings(found + fleet_rules.worker_findings(row))
+    return row.to_dict()
 
 
 def in_each_thread(submit: Callable[[Callable[[], Any]], Future], threads: int,

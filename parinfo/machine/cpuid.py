@@ -12,10 +12,13 @@ from __future__ import annotations
 import copy
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from parinfo.machine.sysfs import Unreadable, read, read_bytes, shown
+from parinfo.payload import int_map, section, text, text_map, texts
 
 # (name shown, /proc/cpuinfo flag). py-cpuinfo's names differ only by underscores.
 X86_ISA: tuple[tuple[str, str], ...] = (
@@ -35,6 +38,38 @@ ARM_IMPLEMENTERS = {
 }
 _X86_ARCHES = ("x86_64", "amd64", "i386", "i686", "x86")
 CACHE_FORMAT = 1
+
+
+@dataclass
+class CpuIdentity:
+    """The CPU as :func:`cpu_identity` describes it: the report's ``cpu`` section (``to_dict``).
+
+    ``hz_advertised`` is py-cpuinfo's advertised clock, asked for only with ``slow=True``.
+    """
+
+    brand: str | None = None
+    vendor: str | None = None
+    arch: str | None = None
+    isa: list[str] = field(default_factory=list)
+    isa_checked: list[str] = field(default_factory=list)
+    caches: dict[str, int] = field(default_factory=dict)
+    source: str = "/proc/cpuinfo + sysfs"
+    unknown: dict[str, str] = field(default_factory=dict)
+    hz_advertised: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CpuIdentity:
+        """The identity of :meth:`to_dict` (or :func:`cpu_identity`); a missing field is unknown."""
+        d = section(data)
+        return cls(text(d.get("brand")), text(d.get("vendor")), text(d.get("arch")), texts(d.get("isa")),
+                   texts(d.get("isa_checked")), int_map(d.get("caches")), text(d.get("source")) or "unknown",
+                   text_map(d.get("unknown")), text(d.get("hz_advertised")))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.hz_advertised is None:
+            del out["hz_advertised"]
+        return out
 
 
 def cpu_identity(root: str = "/", slow: bool = False) -> dict[str, Any]:
@@ -73,19 +108,11 @@ def _fast(root: str) -> dict[str, Any]:
         vendor = _arm_vendor(fields["cpu implementer"])
     brand = fields.get("model name") or fields.get("hardware") or fields.get("cpu model")
     caches = _caches(root, unknown)
-    info: dict[str, Any] = {
-        "brand": brand,
-        "vendor": vendor,
-        "arch": arch,
-        "isa": _isa(arch, flags.split() if flags else None),
-        "isa_checked": [name for name, _ in _isa_table(arch)] if flags else [],
-        "caches": caches,
-        "source": "/proc/cpuinfo + sysfs",
-        "unknown": unknown,
-    }
     if flags is None and "proc_cpuinfo" not in unknown:
         unknown["isa"] = "no flags/Features line in /proc/cpuinfo"
-    return info
+    return CpuIdentity(brand, vendor, arch, _isa(arch, flags.split() if flags else None),
+                       [name for name, _ in _isa_table(arch)] if flags else [], caches,
+                       unknown=unknown).to_dict()
 
 
 def _first_processor(root: str) -> dict[str, str]:

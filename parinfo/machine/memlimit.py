@@ -8,10 +8,13 @@ processes. Read under ``root`` (tests pass fake trees); unreadable facts give th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
+from parinfo.payload import integer, section, text, text_map
 
 # v1 writes "no limit" as the largest page-aligned signed 64-bit value; anything this large is none.
 _V1_UNLIMITED = 1 << 62
@@ -27,6 +30,13 @@ class MemoryFacts:
     tasks: int | None = None
     tasks_source: str = "none"
     unknown: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryFacts:
+        """The facts of a report's ``live.memory`` (:meth:`to_dict`); a missing one is unknown."""
+        d = section(data)
+        return cls(integer(d.get("limit")), text(d.get("limit_source")) or "none", integer(d.get("tasks")),
+                   text(d.get("tasks_source")) or "none", text_map(d.get("unknown")))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -12,10 +12,16 @@ gives "unknown (reason)", never an exception. Files are re-read on every call: t
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
+from parinfo.payload import integer, number, rows, section, text, texts
+
+#: What a report read from elsewhere says of a pressure it does not carry.
+NOT_IN_REPORT = "unknown (not in the report)"
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,17 @@ class Throttling:
     def ratio(self) -> float:
         """Throttled periods over periods (0 when none has elapsed)."""
         return self.throttled / self.periods if self.periods else 0.0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Throttling | None:
+        """The counters of :meth:`to_dict` (``ratio`` is worked out again); None when one is missing."""
+        d = section(data)
+        cgroup, quota = text(d.get("cgroup")), number(d.get("quota"))
+        periods, throttled = integer(d.get("periods")), integer(d.get("throttled"))
+        held = integer(d.get("throttled_usec"))
+        if cgroup is None or quota is None or periods is None or throttled is None or held is None:
+            return None
+        return cls(cgroup, quota, periods, throttled, held)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "ratio": round(self.ratio, 4)}
@@ -54,6 +71,17 @@ class CpuCounters:
     def worst(self) -> Throttling | None:
         """The level that throttled most (by throttled periods), or None."""
         return max(self.levels, key=lambda t: (t.throttled, -t.quota), default=None)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CpuCounters:
+        """The counters of a report's ``live.throttling`` (:meth:`to_dict`); a report that carries only
+        its ``worst`` level gets that one level. Levels with a missing counter are left out."""
+        d = section(data)
+        levels = [t for t in map(Throttling.from_dict, rows(d.get("levels"))) if t is not None]
+        worst = Throttling.from_dict(section(d.get("worst")))
+        if not levels and worst is not None:
+            levels = [worst]
+        return cls(text(d.get("version")), tuple(levels), text(d.get("unknown")), tuple(texts(d.get("notes"))))
 
     def to_dict(self) -> dict:
         worst = self.worst
@@ -139,6 +167,15 @@ class Pressure:
     full_avg10: float | None = None  # "full" is reported for cgroups (and systems since 5.13)
     full_total_usec: int | None = None
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Pressure | None:
+        """The pressure of :meth:`to_dict`; None when its source or ``some`` figures are missing."""
+        d = section(data)
+        source, avg, total = text(d.get("source")), number(d.get("some_avg10")), integer(d.get("some_total_usec"))
+        if source is None or avg is None or total is None:
+            return None
+        return cls(source, avg, total, number(d.get("full_avg10")), integer(d.get("full_total_usec")))
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -167,6 +204,19 @@ class PressureFacts:
 
     system: Pressure | str
     cgroup: Pressure | str = field(default="unknown (no cgroup v2 hierarchy)")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PressureFacts:
+        """The pressures of a report's ``live.pressure``: each a Pressure, its "unknown (why)", or
+        :data:`NOT_IN_REPORT`."""
+        d = section(data)
+
+        def one(value: Any) -> Pressure | str:
+            if isinstance(value, str):
+                return value
+            return Pressure.from_dict(section(value)) or NOT_IN_REPORT
+
+        return cls(one(d.get("system")), one(d.get("cgroup")))
 
     def to_dict(self) -> dict:
         return {k: v if isinstance(v, str) else v.to_dict()

@@ -12,11 +12,14 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from parinfo.errors import UsageError
 from parinfo.machine import cgroup as _cgroup, sysfs as _sysfs
 from parinfo.machine.cpulist import parse_cpu_list
+from parinfo.payload import flag, int_lists, integer, ints, number, section, text, text_map, texts
 
 USABLE_RULE = "min(affinity CPUs, cpuset CPUs, floor(cgroup quota)), at least 1"
 
@@ -53,7 +56,49 @@ class MachineFacts:
         allowed = set(self.cpuset)
         return tuple(c for c in self.affinity if c in allowed) or self.affinity
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MachineFacts:
+        """The facts of a report's ``machine`` section (:meth:`to_dict`, or part of it: a fleet worker
+        sends a few fields). A missing or odd field is unknown (None, or empty); missing usable CPUs
+        are worked out again by USABLE_RULE from what is there, and a missing affinity is taken to be
+        the usable CPU list (a part of it), each with a note."""
+        d = section(data)
+        unknown, notes = text_map(d.get("unknown")), texts(d.get("notes"))
+        usable_list = ints(d.get("usable_cpu_list"))
+        affinity = ints(d.get("affinity"))
+        if not affinity and usable_list:
+            affinity = usable_list
+            unknown.setdefault("affinity", "not in the report; its usable CPU list stands for it")
+        cpuset = None if d.get("cpuset") is None else ints(d.get("cpuset"))
+        quota = number(d.get("quota"))
+        usable = integer(d.get("usable_cpus"))
+        if usable is None or usable < 1:
+            usable = usable_from(len(usable_list or affinity) or 1, len(cpuset) if cpuset else None, quota)
+            notes.append(f"usable CPUs not in the report: worked out again as {USABLE_RULE}")
+        return cls(
+            logical_cpus=integer(d.get("logical_cpus")),
+            physical_cores=integer(d.get("physical_cores")),
+            sockets=integer(d.get("sockets")),
+            numa_nodes=int_lists(d.get("numa_nodes")),
+            smt=flag(d.get("smt")),
+            core_siblings=int_lists(d.get("core_siblings")),
+            core_types={str(k): ints(v) for k, v in section(d.get("core_types")).items()},
+            affinity=affinity,
+            cpuset=cpuset,
+            quota=quota,
+            quota_source=text(d.get("quota_source")) or "none",
+            usable_cpus=usable,
+            usable_physical_cores=integer(d.get("usable_physical_cores")) or usable,
+            usable_rule=text(d.get("usable_rule")) or USABLE_RULE,
+            unknown=unknown,
+            cgroup_version=text(d.get("cgroup_version")),
+            cgroup_path=text(d.get("cgroup_path")),
+            cpuset_source=text(d.get("cpuset_source")) or "none",
+            notes=tuple(notes),
+        )
+
     def to_dict(self) -> dict:
+        """The report's ``machine`` section (JSON-ready): the fields, then ``usable_cpu_list``."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["numa_nodes"] = [list(n) for n in self.numa_nodes]
         d["core_siblings"] = [list(c) for c in self.core_siblings]

@@ -10,10 +10,63 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from parinfo.machine.unknown import because
+from parinfo.payload import flag, integer, section, text, texts
 from parinfo.process.libraries import listed_unset
 from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
+
+
+@dataclass
+class EnvRow:
+    """One thread-steering variable: a row of the report's ``environment`` section (``to_dict``).
+
+    - ``name``: the variable.
+    - ``value``: its value now (str), or None when unset.
+    - ``launch_value``: its value when the process started (str), None when it was unset then, or
+      "unknown (reason)" when the launch environment cannot be read.
+    - ``changed_after_launch``: True when the value now differs from the launch value (set, changed
+      or removed after launch), False when equal, None when the launch value is unknown.
+    - ``valid``: True/False for a set variable whose syntax parinfo knows; None when unset or unchecked.
+    - ``problem``: why the value is invalid (one line), else None.
+    - ``readers``: the runtimes that read it (e.g. ["libgomp", "torch", "openblas"]); [] when unknown.
+    - ``summary``: what it controls, in a few words.
+    - ``known``: True when the variable is in parinfo's table (the library registry's THREAD_VARS).
+    - ``set_by``: who set a set variable: "set at launch", "set by the import of scikit-learn"
+      (a package known to set it on import, and imported), "set after launch by this process", or
+      None (unset, or the launch environment is unknown).
+    - ``capped_to``: the count parinfo's runtime runs when this variable decides its count and asks
+      for more than the pool ceiling (only then in ``to_dict``).
+    """
+
+    name: str
+    value: str | None = None
+    launch_value: str | None = None
+    changed_after_launch: bool | None = None
+    valid: bool | None = None
+    problem: str | None = None
+    readers: list[str] = field(default_factory=list)
+    summary: str | None = None
+    known: bool = False
+    set_by: str | None = None
+    capped_to: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EnvRow:
+        """The row of :meth:`to_dict`; a missing or odd field is unknown (None, or empty)."""
+        d = section(data)
+        return cls(text(d.get("name")) or "?", text(d.get("value")), text(d.get("launch_value")),
+                   flag(d.get("changed_after_launch")), flag(d.get("valid")), text(d.get("problem")),
+                   texts(d.get("readers")), text(d.get("summary")), d.get("known") is True,
+                   text(d.get("set_by")), integer(d.get("capped_to")))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.capped_to is None:
+            del out["capped_to"]
+        return out
 
 
 def launch_environment(pid: int | None = None) -> dict[str, str] | str:
@@ -93,22 +146,7 @@ def environment_report(environ: Mapping[str, str] | None = None,
     ``environ`` defaults to ``os.environ``; ``launch_environ`` defaults to this process's launch
     environment (:func:`launch_environment`); pass a string "unknown (reason)" when it is not known.
 
-    Keys of each row:
-
-    - ``name``: the variable.
-    - ``value``: its value now (str), or None when unset.
-    - ``launch_value``: its value when the process started (str), None when it was unset then, or
-      "unknown (reason)" when the launch environment cannot be read.
-    - ``changed_after_launch``: True when the value now differs from the launch value (set, changed
-      or removed after launch), False when equal, None when the launch value is unknown.
-    - ``valid``: True/False for a set variable whose syntax parinfo knows; None when unset or unchecked.
-    - ``problem``: why the value is invalid (one line), else None.
-    - ``readers``: the runtimes that read it (e.g. ["libgomp", "torch", "openblas"]); [] when unknown.
-    - ``summary``: what it controls, in a few words.
-    - ``known``: True when the variable is in parinfo's table (the library registry's THREAD_VARS).
-    - ``set_by``: who set a set variable: "set at launch", "set by the import of scikit-learn"
-      (a package known to set it on import, and imported), "set after launch by this process", or
-      None (unset, or the launch environment is unknown).
+    Each row is an :class:`EnvRow` as a dict.
     """
     env = os.environ if environ is None else environ
     launch = launch_environment() if launch_environ is None else launch_environ
@@ -134,16 +172,7 @@ def environment_report(environ: Mapping[str, str] | None = None,
             changed = launch_value != value
         problem = validate(name, value) if value is not None else None
         valid = None if value is None or spec is None else problem is None
-        rows.append({
-            "name": name,
-            "value": value,
-            "launch_value": launch_value,
-            "changed_after_launch": changed,
-            "valid": valid,
-            "problem": problem,
-            "readers": _readers_here(spec),
-            "summary": _summary_here(spec),
-            "known": spec is not None,
-            "set_by": _set_by(spec, value, launch_value if launch_known else None, launch_known),
-        })
+        rows.append(EnvRow(name, value, launch_value, changed, valid, problem, _readers_here(spec),
+                           _summary_here(spec), spec is not None,
+                           _set_by(spec, value, launch_value if launch_known else None, launch_known)).to_dict())
     return rows

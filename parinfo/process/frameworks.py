@@ -6,78 +6,24 @@ seconds and starts its runtime, which a report must never do behind the user's b
 from __future__ import annotations
 
 import importlib
-import re
 import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from parinfo.payload import count_or_reason, flag, integer, section, text
+from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 from parinfo.process.threads import live_threads
+from parinfo.process.torch_config import parse_parallel_info
 
 # c10::ThreadPool names its workers "PTThreadPool"; older builds used "pt_thread_pool".
 _POOL_THREAD_NAMES = ("ptthreadpool", "pt_thread_pool")
 
 
-def parallel_info_text() -> str | None:
-    """``torch.__config__.parallel_info()`` when torch is imported, else None (never imports torch)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not hasattr(torch, "__config__"):
-        return None
-    return torch.__config__.parallel_info()
-
-
-def parse_parallel_info(text: str) -> dict:
-    """Pick the facts out of torch's parallel_info() text (lines that are absent give None).
-
-    Keys: intra_op, inter_op, omp_max_threads, mkl_max_threads, hardware_concurrency (ints),
-    openmp ("201511 (a.k.a. OpenMP 4.5)"), mkl_version ("2024.2"), mkl_line (the whole MKL line),
-    mkldnn_version ("3.12.0"), aten_backend ("OpenMP", "native thread pool", "TBB"),
-    env ({variable: value as torch printed it, "[not set]" included}).
-    """
-    def num(pattern: str) -> int | None:
-        m = re.search(pattern + r"\s*:\s*(\d+)", text)
-        return int(m.group(1)) if m else None
-
-    out: dict = {
-        "intra_op": num(r"at::get_num_threads\(\)"),
-        "inter_op": num(r"at::get_num_interop_threads\(\)"),
-        "omp_max_threads": num(r"omp_get_max_threads\(\)"),
-        "mkl_max_threads": num(r"mkl_get_max_threads\(\)"),
-        "hardware_concurrency": num(r"hardware_concurrency\(\)"),
-    }
-    m = re.search(r"^OpenMP (\d+.*)$", text, re.MULTILINE)
-    out["openmp"] = m.group(1).strip() if m else None
-    m = re.search(r"^(.*Math Kernel Library.*)$", text, re.MULTILINE)
-    out["mkl_line"] = m.group(1).strip() if m else None
-    v = re.search(r"Version ([\d.]+)", out["mkl_line"] or "")
-    out["mkl_version"] = v.group(1).rstrip(".") if v else None
-    m = re.search(r"MKL-DNN v([\w.]+)", text)
-    out["mkldnn_version"] = m.group(1) if m else None
-    m = re.search(r"^ATen parallel backend:\s*(.+)$", text, re.MULTILINE)
-    out["aten_backend"] = m.group(1).strip() if m else None
-    env = {}
-    section = text.split("Environment variables:", 1)
-    if len(section) == 2:
-        for line in section[1].splitlines():
-            m = re.match(r"^\s+([A-Z_][A-Z0-9_]*)\s*:\s*(.*)$", line)
-            if m:
-                env[m.group(1)] = m.group(2).strip()
-            elif line.strip() and not line.startswith((" ", "\t")):
-                break
-    out["env"] = env
-    return out
-
-
-def torch_pool_threads(threads: dict | None = None) -> int | str:
-    """How many OS threads are torch pool workers (named PTThreadPool), or "unknown (reason)"."""
-    threads = live_threads() if threads is None else threads
-    if isinstance(threads["count"], str):
-        return threads["count"]
-    return sum(1 for t in threads["threads"] if t["name"].lower() in _POOL_THREAD_NAMES)
-
-
-def torch_info(import_if_missing: bool = False) -> dict | None:
-    """torch's thread settings, or None when torch is not imported and ``import_if_missing`` is False.
-
-    Everything is read through getters that change nothing (``get_num_interop_threads()`` does not
-    start the inter-op pool; ``set_num_interop_threads`` stays allowed afterwards). Keys:
+@dataclass
+class TorchInfo:
+    """torch's thread settings (the report's ``frameworks.torch``), all read through getters that
+    change nothing:
 
     - ``version``: torch.__version__.
     - ``intra_op``: torch.get_num_threads() (in the calling thread: the OpenMP count is per thread).
@@ -99,18 +45,70 @@ def torch_info(import_if_missing: bool = False) -> dict | None:
     - ``not_read``: why the counts were not read (Intel libiomp and LLVM libomp both loaded: every
       getter would call into an OpenMP runtime), or None.
     """
+
+    version: str | None = None
+    intra_op: int | None = None
+    inter_op: int | None = None
+    aten_backend: str | None = None
+    openmp: str | None = None
+    omp_max_threads: int | None = None
+    mkl_max_threads: int | None = None
+    mkl_available: bool | None = None
+    mkl_version: str | None = None
+    mkl_line: str | None = None
+    mkldnn_available: bool | None = None
+    mkldnn_version: str | None = None
+    hardware_concurrency: int | None = None
+    pool_threads: int | str | None = None
+    interop_started: bool | str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    parallel_info_text: str | None = None
+    not_read: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TorchInfo:
+        """The settings of :meth:`to_dict`; a missing or odd one is unknown (None)."""
+        d = section(data)
+        started = d.get("interop_started")
+        return cls(
+            text(d.get("version")), integer(d.get("intra_op")), integer(d.get("inter_op")),
+            text(d.get("aten_backend")), text(d.get("openmp")), integer(d.get("omp_max_threads")),
+            integer(d.get("mkl_max_threads")), flag(d.get("mkl_available")), text(d.get("mkl_version")),
+            text(d.get("mkl_line")), flag(d.get("mkldnn_available")), text(d.get("mkldnn_version")),
+            integer(d.get("hardware_concurrency")), count_or_reason(d.get("pool_threads")),
+            started if isinstance(started, str) else flag(started),
+            {str(k): v for k, v in section(d.get("env")).items() if isinstance(v, str)},
+            text(d.get("parallel_info_text")), text(d.get("not_read")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def torch_pool_threads(threads: dict | None = None) -> int | str:
+    """How many OS threads are torch pool workers (named PTThreadPool), or "unknown (reason)"."""
+    threads = live_threads() if threads is None else threads
+    if isinstance(threads["count"], str):
+        return threads["count"]
+    return sum(1 for t in threads["threads"] if t["name"].lower() in _POOL_THREAD_NAMES)
+
+
+def torch_info(import_if_missing: bool = False) -> dict | None:
+    """torch's thread settings (a :class:`TorchInfo` as a dict), or None when torch is not imported
+    and ``import_if_missing`` is False.
+
+    Everything is read through getters that change nothing (``get_num_interop_threads()`` does not
+    start the inter-op pool; ``set_num_interop_threads`` stays allowed afterwards).
+    """
     torch = sys.modules.get("torch")
     if torch is None:
         if not import_if_missing:
             return None
         torch = importlib.import_module("torch")  # asked for explicitly
 
-    from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
-
     if openmp_conflict():  # torch's getters call omp_get_max_threads(): never with the pair loaded
         return _torch_unread(torch, CONFLICT_NOTE)
-    text = torch.__config__.parallel_info()
-    parsed = parse_parallel_info(text)
+    info_text = torch.__config__.parallel_info()
+    parsed = parse_parallel_info(info_text)
     pool_threads = torch_pool_threads()
     backend = parsed["aten_backend"]
     started: bool | str
@@ -124,7 +122,7 @@ def torch_info(import_if_missing: bool = False) -> dict | None:
     else:
         started = True
 
-    def flag(path: str) -> bool | None:
+    def backend_flag(path: str) -> bool | None:
         obj = torch.backends
         for part in path.split("."):
             obj = getattr(obj, part, None)
@@ -132,33 +130,27 @@ def torch_info(import_if_missing: bool = False) -> dict | None:
                 return None
         return bool(obj())
 
-    return {
-        "version": str(torch.__version__),
-        "intra_op": torch.get_num_threads(),
-        "inter_op": torch.get_num_interop_threads(),
-        "aten_backend": backend,
-        "openmp": parsed["openmp"],
-        "omp_max_threads": parsed["omp_max_threads"],
-        "mkl_max_threads": parsed["mkl_max_threads"],
-        "mkl_available": flag("mkl.is_available"),
-        "mkl_version": parsed["mkl_version"],
-        "mkl_line": parsed["mkl_line"],
-        "mkldnn_available": flag("mkldnn.is_available"),
-        "mkldnn_version": parsed["mkldnn_version"],
-        "hardware_concurrency": parsed["hardware_concurrency"],
-        "pool_threads": pool_threads,
-        "interop_started": started,
-        "env": parsed["env"],
-        "parallel_info_text": text,
-        "not_read": None,
-    }
+    return TorchInfo(
+        version=str(torch.__version__),
+        intra_op=torch.get_num_threads(),
+        inter_op=torch.get_num_interop_threads(),
+        aten_backend=backend,
+        openmp=parsed["openmp"],
+        omp_max_threads=parsed["omp_max_threads"],
+        mkl_max_threads=parsed["mkl_max_threads"],
+        mkl_available=backend_flag("mkl.is_available"),
+        mkl_version=parsed["mkl_version"],
+        mkl_line=parsed["mkl_line"],
+        mkldnn_available=backend_flag("mkldnn.is_available"),
+        mkldnn_version=parsed["mkldnn_version"],
+        hardware_concurrency=parsed["hardware_concurrency"],
+        pool_threads=pool_threads,
+        interop_started=started,
+        env=parsed["env"],
+        parallel_info_text=info_text,
+    ).to_dict()
 
 
 def _torch_unread(torch, why: str) -> dict:
-    """torch_info's keys with only the version filled in: the counts are not read, and why."""
-    keys = ("intra_op", "inter_op", "aten_backend", "openmp", "omp_max_threads", "mkl_max_threads",
-            "mkl_available", "mkl_version", "mkl_line", "mkldnn_available", "mkldnn_version",
-            "hardware_concurrency", "pool_threads", "interop_started", "parallel_info_text")
-    out: dict = dict.fromkeys(keys)
-    out.update(version=str(torch.__version__), env={}, not_read=why)
-    return out
+    """torch_info with only the version filled in: the counts are not read, and why."""
+    return TorchInfo(version=str(torch.__version__), not_read=why).to_dict()

@@ -13,8 +13,10 @@ import math
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from parinfo.payload import integer, section, text
 from parinfo.process import libraries as reg
 
 #: Variable that lists, in a launched worker's environment, the variables parinfo put there.
@@ -28,26 +30,55 @@ NANNY_PRE_SPAWN = "dask nanny (distributed.nanny.pre-spawn-environ, before the w
 NANNY_ENVIRON = "dask nanny (distributed.nanny.environ, after the worker started)"
 
 
-def outer_threads(explicit: int | None = None, usable: int | None = None) -> dict[str, Any]:
-    """The outer parallelism of this process, as a plain dict.
+@dataclass
+class OuterThreads:
+    """The outer parallelism of a process: the report's ``outer`` section (``to_dict``).
 
-    Keys: ``framework`` (user, dask, ray, loky or None), ``threads`` (tasks this process runs at
-    once, None when nothing runs it several at a time), ``cpus`` (the CPUs the framework grants this
-    process, None when it grants none and the usable CPUs are the budget), ``source`` (one line).
-    ``explicit`` (``inspect(outer_threads=N)``) wins over detection.
+    - ``framework``: user, dask, ray, loky, or None when nothing runs the process's work several at
+      a time.
+    - ``threads``: tasks the process runs at once, or None.
+    - ``cpus``: the CPUs the framework grants the process, or None when it grants none and the
+      usable CPUs are the budget.
+    - ``source``: how it was found, in one line.
+    - ``variables_set_by``: {variable: who set it} for the thread variables that are set (see
+      :func:`set_by`); None when not asked (a fleet worker row carries it in its variables instead).
     """
+
+    framework: str | None = None
+    threads: int | None = None
+    cpus: int | None = None
+    source: str | None = None
+    variables_set_by: dict[str, str] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OuterThreads:
+        """The section of :meth:`to_dict`; a missing or odd field is unknown (None)."""
+        d = section(data)
+        set_by = d.get("variables_set_by")
+        return cls(text(d.get("framework")), integer(d.get("threads")), integer(d.get("cpus")), text(d.get("source")),
+                   None if set_by is None else {str(k): v for k, v in section(set_by).items() if isinstance(v, str)})
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"framework": self.framework, "threads": self.threads, "cpus": self.cpus,
+                               "source": self.source}
+        if self.variables_set_by is not None:
+            out["variables_set_by"] = dict(self.variables_set_by)
+        return out
+
+
+def outer_threads(explicit: int | None = None, usable: int | None = None) -> OuterThreads:
+    """The outer parallelism of this process. ``explicit`` (``inspect(outer_threads=N)``) wins over
+    detection (Dask, then Ray, then loky: a framework already imported, never imported here)."""
     if explicit is not None:
-        return {"framework": "user", "threads": int(explicit), "cpus": None,
-                "source": f"given: outer_threads={int(explicit)}"}
+        return OuterThreads("user", int(explicit), None, f"given: outer_threads={int(explicit)}")
     for detect in (_dask, _ray, _loky):
         found = detect(usable)
         if found is not None:
             return found
-    return {"framework": None, "threads": None, "cpus": None,
-            "source": "none detected (not a Dask, Ray or loky worker); pass outer_threads=N"}
+    return OuterThreads(None, None, None, "none detected (not a Dask, Ray or loky worker); pass outer_threads=N")
 
 
-def _dask(usable: int | None) -> dict[str, Any] | None:
+def _dask(usable: int | None) -> OuterThreads | None:
     if "distributed" not in sys.modules:
         return None
     try:
@@ -61,11 +92,11 @@ def _dask(usable: int | None) -> dict[str, Any] | None:
         return None
     threads = sum(int(w.state.nthreads) for w in workers)
     where = "dask worker" if len(workers) == 1 else f"{len(workers)} dask workers in this process"
-    return {"framework": "dask", "threads": threads, "cpus": None,
-            "source": f"{where}: {threads} thread{'s' if threads != 1 else ''} run tasks at once (nthreads)"}
+    return OuterThreads("dask", threads, None,
+                        f"{where}: {threads} thread{'s' if threads != 1 else ''} run tasks at once (nthreads)")
 
 
-def _ray(usable: int | None) -> dict[str, Any] | None:
+def _ray(usable: int | None) -> OuterThreads | None:
     ray = sys.modules.get("ray")
     if ray is None:
         return None
@@ -80,8 +111,7 @@ def _ray(usable: int | None) -> dict[str, Any] | None:
         return None
     cpus = max(math.floor(granted), 1) if granted else 1
     what = f"{granted:g} CPU{'s' if granted != 1 else ''}" if granted else "no CPU (counted as 1, as ray does)"
-    return {"framework": "ray", "threads": 1, "cpus": cpus,
-            "source": f"ray worker: one task at a time, granted {what}"}
+    return OuterThreads("ray", 1, cpus, f"ray worker: one task at a time, granted {what}")
 
 
 def loky_siblings() -> int | None:
@@ -111,16 +141,16 @@ def in_loky_worker() -> bool:
     return multiprocessing.current_process().name.startswith("LokyProcess")
 
 
-def _loky(usable: int | None) -> dict[str, Any] | None:
+def _loky(usable: int | None) -> OuterThreads | None:
     if not in_loky_worker():
         return None
     n = loky_siblings()
     if n is None:
-        return {"framework": "loky", "threads": 1, "cpus": None,
-                "source": "loky worker: one task at a time (its sibling workers could not be counted)"}
+        return OuterThreads("loky", 1, None,
+                            "loky worker: one task at a time (its sibling workers could not be counted)")
     share = max(1, (usable or 1) // n)
-    return {"framework": "loky", "threads": 1, "cpus": share,
-            "source": f"loky worker: one of {n} on this host, so {share} of {usable} usable CPUs each"}
+    return OuterThreads("loky", 1, share,
+                        f"loky worker: one of {n} on this host, so {share} of {usable} usable CPUs each")
 
 
 # -- who set a variable ------------------------------------------------------------------------

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from parinfo.machine.unknown import describe
+from parinfo.payload import integer, section, text, texts
 from parinfo.process import libraries as reg
 
 # Wheel folders that are not the distribution's import name.
@@ -63,6 +65,18 @@ class PoolRow:
         library, user_api, internal_api = family
         return cls(library, user_api, internal_api, path, re.split(r"[.-]", os.path.basename(path), maxsplit=1)[0],
                    owner=owner_of(path), seen_by=seen_by, note=note)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PoolRow:
+        """The row of :meth:`to_dict` (or part of it: a fleet worker sends a few fields); a missing or
+        odd field is unknown (None), or its default."""
+        d = section(data)
+        return cls(text(d.get("library")) or "unknown", text(d.get("user_api")), text(d.get("internal_api")),
+                   text(d.get("filepath")), text(d.get("prefix")) or "", version=text(d.get("version")),
+                   num_threads=integer(d.get("num_threads")), threading_layer=text(d.get("threading_layer")),
+                   architecture=text(d.get("architecture")), owner=text(d.get("owner")) or "unknown",
+                   seen_by=text(d.get("seen_by")) or "unknown", duplicate_of=text(d.get("duplicate_of")),
+                   copies=integer(d.get("copies")) or 1, note=text(d.get("note")))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,7 +192,7 @@ def _torch_mkl_row(objects: list[str], rows: list[dict]) -> dict | None:
     lib = next((p for p in objects if os.path.basename(p).startswith(prefix)), None)
     if lib is None:
         return None
-    from parinfo.process.frameworks import parallel_info_text, parse_parallel_info
+    from parinfo.process.torch_config import parallel_info_text, parse_parallel_info
 
     parsed = parse_parallel_info(parallel_info_text() or "")
     row = _object_row(lib, mkl.name, str(mkl.user_api), str(mkl.internal_api),
@@ -302,8 +316,10 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
     return rows
 
 
-def threading_layers(pools: list[dict]) -> dict:
-    """The threading layer of each native library family loaded, in words. Keys:
+@dataclass
+class ThreadingLayers:
+    """The threading layer of each native library family loaded, in words (part of the report's
+    ``backend`` section):
 
     - ``openmp``: the OpenMP runtimes loaded, e.g. "GNU libgomp" or "GNU libgomp + Intel libiomp";
       None when none is loaded.  ``openmp_vendors``: the same as a list, each vendor once.
@@ -314,6 +330,30 @@ def threading_layers(pools: list[dict]) -> dict:
     - ``tbb``: True when TBB is loaded.
     - ``summary``: one line, e.g. "OpenMP: GNU libgomp; MKL: gnu; OpenBLAS: pthreads (2 copies); TBB: no".
     """
+
+    openmp: str | None = None
+    openmp_vendors: list[str] = field(default_factory=list)
+    mkl: str | None = None
+    openblas: str | None = None
+    blis: str | None = None
+    tbb: bool = False
+    summary: str = "unknown"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ThreadingLayers:
+        """The layers of :meth:`to_dict` (the keys of a ``backend`` section); a missing one is unknown."""
+        d = section(data)
+        return cls(text(d.get("openmp")), texts(d.get("openmp_vendors")), text(d.get("mkl")),
+                   text(d.get("openblas")), text(d.get("blis")), d.get("tbb") is True,
+                   text(d.get("summary")) or "unknown")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def threading_layers(pools: list[dict]) -> dict:
+    """The threading layer of each native library family loaded among ``pools`` (rows of
+    :func:`native_pools`): a :class:`ThreadingLayers` as a dict."""
     vendors: list[str] = []
     for row in pools:
         lib = reg.find(row["library"])
@@ -331,18 +371,13 @@ def threading_layers(pools: list[dict]) -> dict:
         n = sum(1 for r in pools if r["library"] == library)
         return f" ({n} copies)" if n > 1 else ""
 
-    out = {
-        "openmp": " + ".join(vendors) if vendors else None,
-        "openmp_vendors": vendors,
-        "mkl": layers("mkl"),
-        "openblas": layers("openblas"),
-        "blis": layers("blis"),
-        "tbb": any(r["library"] == "tbb" for r in pools),
-    }
-    parts = [f"OpenMP: {out['openmp'] or 'none'}"]
-    for key, label in (("mkl", "MKL"), ("openblas", "OpenBLAS"), ("blis", "BLIS")):
-        if out[key] is not None:
-            parts.append(f"{label}: {out[key]}{copies(key)}")
-    parts.append("TBB: " + ("yes" if out["tbb"] else "no"))
-    out["summary"] = "; ".join(parts)
-    return out
+    out = ThreadingLayers(" + ".join(vendors) if vendors else None, vendors, layers("mkl"), layers("openblas"),
+                          layers("blis"), any(r["library"] == "tbb" for r in pools))
+    parts = [f"OpenMP: {out.openmp or 'none'}"]
+    for key, label, layer in (("mkl", "MKL", out.mkl), ("openblas", "OpenBLAS", out.openblas),
+                              ("blis", "BLIS", out.blis)):
+        if layer is not None:
+            parts.append(f"{label}: {layer}{copies(key)}")
+    parts.append("TBB: " + ("yes" if out.tbb else "no"))
+    out.summary = "; ".join(parts)
+    return out.to_dict()

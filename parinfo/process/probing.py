@@ -9,10 +9,54 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from parinfo.machine.unknown import describe
+from parinfo.payload import section, text, text_map, texts
 
 DEFAULT_PROBES = ("numpy",)
+
+
+@dataclass
+class Probes:
+    """What was imported so that native pools load: the report's ``probes`` section (``to_dict``).
+
+    - ``requested``: the module names asked for, cleaned (stripped, de-duplicated, in order).
+    - ``imported``: those this call imported.
+    - ``already_imported``: those that were in sys.modules already.
+    - ``failed``: {module: "ExceptionType: message"} for those that could not be imported.
+    - ``environ_changed``: {variable: value or None} for thread variables an import set, changed or
+      removed.
+    - ``note``: a remark (a process read from outside: nothing was imported into it), or None (and
+      then not in ``to_dict``).
+    """
+
+    requested: list[str] | None = field(default_factory=list)
+    imported: list[str] = field(default_factory=list)
+    already_imported: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    environ_changed: dict[str, str | None] = field(default_factory=dict)
+    note: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Probes:
+        """The section of :meth:`to_dict`; a missing or odd field is empty."""
+        d = section(data)
+        changed = {str(k): v for k, v in section(d.get("environ_changed")).items() if v is None or isinstance(v, str)}
+        requested = None if d.get("requested", []) is None else texts(d.get("requested"))
+        return cls(requested, texts(d.get("imported")), texts(d.get("already_imported")), text_map(d.get("failed")),
+                   changed, text(d.get("note")))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "requested": None if self.requested is None else list(self.requested), "imported": list(self.imported),
+            "already_imported": list(self.already_imported), "failed": dict(self.failed),
+            "environ_changed": dict(self.environ_changed)}
+        if self.note is not None:
+            out["note"] = self.note
+        return out
 
 
 def default_modules() -> list[str]:
@@ -28,18 +72,12 @@ def default_modules() -> list[str]:
 
 
 def import_probes(modules: list[str] | None = None) -> dict:
-    """Import ``modules`` (None: :func:`default_modules`) so their native pools load.
+    """Import ``modules`` (None: :func:`default_modules`) so their native pools load: a
+    :class:`Probes` as a dict.
 
     A module that fails to import is reported, never raised. Imports may touch the environment
     (scikit-learn's and threadpoolctl's imports set KMP_DUPLICATE_LIB_OK): what they set stays, as it
-    would in a program that imports them, and is listed in ``environ_changed``. Keys:
-
-    - ``requested``: the module names asked for, cleaned (stripped, de-duplicated, in order).
-    - ``imported``: those this call imported.
-    - ``already_imported``: those that were in sys.modules already.
-    - ``failed``: {module: "ExceptionType: message"} for those that could not be imported.
-    - ``environ_changed``: {variable: value or None} for thread variables an import set, changed or
-      removed.
+    would in a program that imports them, and is listed in ``environ_changed``.
     """
     requested: list[str] = []
     for name in default_modules() if modules is None else modules:
@@ -73,5 +111,4 @@ def import_probes(modules: list[str] | None = None) -> dict:
     for key in set(before) | set(os.environ):
         if looks_thread_related(key) and before.get(key) != os.environ.get(key):
             changed[key] = os.environ.get(key)
-    return {"requested": requested, "imported": imported, "already_imported": already,
-            "failed": failed, "environ_changed": dict(sorted(changed.items()))}
+    return Probes(requested, imported, already, failed, dict(sorted(changed.items()))).to_dict()

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from parinfo.payload import integer, section, text, texts
 from parinfo.process import libraries as reg
 from parinfo.process.defaults import Cap, Rule, hardware_concurrency
 from parinfo.process.pools import CONFLICT_NOTE
@@ -29,18 +31,114 @@ RUNTIME = "set at run time (API call)"
 LaunchEnviron = Mapping[str, str] | str
 
 
+@dataclass
+class Refused:
+    """A count a library refused because it is above its cap (numexpr above NUMEXPR_MAX_THREADS):
+    the variable, the count asked, the cap and why, and the count the library runs instead."""
+
+    variable: str
+    asked: int
+    cap: int
+    why: str
+    runs: int
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Refused | None:
+        """The refusal of :meth:`to_dict`; None when a part is missing (then it is no evidence)."""
+        d = section(data)
+        variable, why = text(d.get("variable")), text(d.get("why"))
+        asked, cap, runs = integer(d.get("asked")), integer(d.get("cap")), integer(d.get("runs"))
+        if variable is None or why is None or asked is None or cap is None or runs is None:
+            return None
+        return cls(variable, asked, cap, why, runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SettingRow:
+    """One count in force and the source that decided it: a row of the report's ``settings`` section.
+
+    - ``library``: the pool's library (openblas, libgomp, mkl, tbb...), "torch intra-op",
+      "torch inter-op", a Python-module library's name (numexpr...), or one of parinfo's own pools
+      ("parinfo intra-op", "parinfo inter-op").
+    - ``count``: the count in force (int), or None when it cannot be read.
+    - ``source``: one phrase: "env MKL_NUM_THREADS=1", "env OMP_NUM_THREADS=8, capped at 2 CPUs
+      in affinity", "default: 2 CPUs in affinity", "set at run time (API call)", "unknown (...)".
+    - ``precedence``: the variables this library reads, first wins (for parinfo's pools: every
+      source in order, "explicit call" first).
+    - ``kind``: env, default, runtime, framework (set by another library, e.g. torch on its libgomp)
+      or unknown; None for parinfo's own pools, whose runtime records the source itself: their rows
+      carry only library, count, source, precedence and ``capped_to``.
+    - ``variable``: the variable that decided it, or None.
+    - ``expected_from_env``: the count the environment (and default) predicts, or None.
+    - ``cap_vars``: the variables that steer its cap on a request (MKL_DYNAMIC, NUMEXPR_MAX_THREADS).
+    - ``note``: extra remarks (a variable changed after launch and ignored...), or None.
+    - ``asked_now``: the count the environment of now (and the default) asks for, or None.
+    - ``ignored_changes``: the variables changed after launch that this library loaded before: its
+      count is still the launch environment's and differs from ``asked_now`` ([] otherwise). The
+      ``variable-after-load`` finding is made of these rows only, so it and this row always agree.
+    - ``refused``: a request above the library's cap that it refused rather than cut (numexpr keeps
+      1 thread), or None. The ``count-refused`` finding.
+    - ``owner`` / ``filepath``: which copy (from the pool row), so duplicates can be told apart.
+    - ``capped_to``: parinfo's pools only: the pool ceiling, when the count is above it (what runs).
+    """
+
+    library: str
+    count: int | None = None
+    source: str | None = None
+    precedence: list[str] = field(default_factory=list)
+    kind: str | None = None
+    variable: str | None = None
+    expected_from_env: int | None = None
+    cap_vars: list[str] = field(default_factory=list)
+    note: str | None = None
+    asked_now: int | None = None
+    ignored_changes: list[str] = field(default_factory=list)
+    refused: Refused | None = None
+    owner: str | None = None
+    filepath: str | None = None
+    capped_to: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SettingRow:
+        """The row of :meth:`to_dict`; a missing or odd field is unknown (None, or empty)."""
+        d = section(data)
+        return cls(text(d.get("library")) or "unknown", integer(d.get("count")), text(d.get("source")),
+                   texts(d.get("precedence")), text(d.get("kind")), text(d.get("variable")),
+                   integer(d.get("expected_from_env")), texts(d.get("cap_vars")), text(d.get("note")),
+                   integer(d.get("asked_now")), texts(d.get("ignored_changes")),
+                   Refused.from_dict(section(d.get("refused"))), text(d.get("owner")), text(d.get("filepath")),
+                   integer(d.get("capped_to")))
+
+    def to_dict(self) -> dict[str, Any]:
+        head: dict[str, Any] = {"library": self.library, "count": self.count, "source": self.source}
+        if self.kind is None:  # one of parinfo's own pools
+            out = {**head, "precedence": list(self.precedence)}
+        else:
+            out = {**head, "kind": self.kind, "variable": self.variable, "expected_from_env": self.expected_from_env,
+                   "precedence": list(self.precedence), "cap_vars": list(self.cap_vars), "note": self.note,
+                   "asked_now": self.asked_now, "ignored_changes": list(self.ignored_changes),
+                   "refused": None if self.refused is None else self.refused.to_dict(),
+                   "owner": self.owner, "filepath": self.filepath}
+        if self.capped_to is not None:
+            out["capped_to"] = self.capped_to
+        return out
+
+
 class _Prediction:
     """What a library's rule predicts (a plain class: a dataclass costs ``parinfo show`` start-up)."""
 
     __slots__ = ("count", "kind", "phrase", "refused", "variable")
 
     def __init__(self, count: int | None, kind: str, variable: str | None, phrase: str,
-                 refused: dict[str, Any] | None = None) -> None:
+                 refused: Refused | None = None) -> None:
         self.count = count
         self.kind = kind  # env | default | unknown
         self.variable = variable
         self.phrase = phrase
-        self.refused = refused  # a request the library refused: variable, asked, cap, why, runs
+        self.refused = refused
 
 
 class Model(NamedTuple):
@@ -101,7 +199,7 @@ def predict(model: Model, env: Mapping[str, str], facts: MachineFacts,
         if model.cap is not None:
             cap, why = model.cap(facts, env, ctx)
             if cap is not None and n > cap and model.refused is not None:
-                refused = {"variable": var, "asked": n, "cap": cap, "why": why, "runs": model.refused}
+                refused = Refused(var, n, cap, why, model.refused)
                 return _Prediction(model.refused, "env", var,
                                    f"{phrase} refused: above {why}, so {model.refused} runs instead", refused)
             if cap is not None and n > cap:
@@ -126,7 +224,18 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
             runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None,
             unread: str = "not readable without changing it",
             pushed: tuple[int, str] | None = None) -> dict[str, Any]:
-    """One provenance row: ``count`` in force for ``library`` and the source that decided it.
+    """One provenance row (a :class:`SettingRow` as a dict, without owner and filepath): ``count``
+    in force for ``library`` and the source that decided it; the arguments as in :func:`_explain`."""
+    return _explain(library, count, model, environ, launch_environ, facts, ctx, runtime_phrase, extra_match,
+                    unread, pushed).to_dict()
+
+
+def _explain(library: str, count: int | None, model: Model, environ: Mapping[str, str],
+             launch_environ: LaunchEnviron, facts: MachineFacts, ctx: Mapping[str, Any] | None = None,
+             runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None,
+             unread: str = "not readable without changing it",
+             pushed: tuple[int, str] | None = None) -> SettingRow:
+    """The provenance row of ``count`` in force for ``library``.
 
     ``extra_match`` is (count, kind, phrase): another explanation tried before run time (e.g. torch
     setting its own OpenMP runtime's count); ``pushed`` is (count, phrase) when parinfo's runtime
@@ -143,7 +252,7 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         notes.append(f"launch environment {launch_environ}; predicted from the environment now")
     expected = launch_pred.count
     ignored: list[str] = []
-    refused: dict | None = None
+    refused: Refused | None = None
     if count is None:
         kind, variable = "unknown", launch_pred.variable
         source = f"unknown ({unread})"
@@ -170,24 +279,12 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
         kind, variable, source = "runtime", None, runtime_phrase
         if changes:
             notes.append("; ".join(changes))
-    return {
-        "library": library,
-        "count": count,
-        "source": source,
-        "kind": kind,
-        "variable": variable,
-        "expected_from_env": expected,
-        "precedence": list(model.precedence),
-        "cap_vars": list(model.cap_vars),
-        "note": "; ".join(notes) or None,
-        "asked_now": now_pred.count,
-        "ignored_changes": ignored,
-        "refused": refused,
-    }
+    return SettingRow(library, count, source, list(model.precedence), kind, variable, expected,
+                      list(model.cap_vars), "; ".join(notes) or None, now_pred.count, ignored, refused)
 
 
 def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: LaunchEnviron,
-                facts: MachineFacts) -> dict[str, Any] | None:
+                facts: MachineFacts) -> SettingRow | None:
     """The row of a library that is a Python module (numexpr...), read only when it is imported."""
     module = sys.modules.get(lib.module or "")
     if module is None:
@@ -195,9 +292,9 @@ def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: La
     count = lib.read_count(module)
     env = environ if isinstance(launch_environ, str) else launch_environ
     ctx = lib.context(module, env) if lib.context is not None else {}
-    row = explain(lib.name, count, model_of(lib), environ,
-                  launch_environ, facts, ctx, runtime_phrase=f"set at run time ({lib.module}.{lib.setter})")
-    row.update(owner=lib.module, filepath=getattr(module, "__file__", None))
+    row = _explain(lib.name, count, model_of(lib), environ,
+                   launch_environ, facts, ctx, runtime_phrase=f"set at run time ({lib.module}.{lib.setter})")
+    row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
     return row
 
 
@@ -235,37 +332,17 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
     :class:`parinfo.machine.topology.MachineFacts`; ``runtime_push``: the runtime's last push
     (``parinfo.runtime.info()["native_push"]``), which explains the pools it set. One row per pool
     row, then torch's intra-op and inter-op rows when torch is given, then each Python-module
-    library (numexpr...) that is imported. Keys:
-
-    - ``library``: the pool's library (openblas, libgomp, mkl, tbb...), "torch intra-op",
-      "torch inter-op", or a Python-module library's name (numexpr...).
-    - ``owner`` / ``filepath``: which copy (from the pool row), so duplicates can be told apart.
-    - ``count``: the count in force (int), or None when it cannot be read.
-    - ``source``: one phrase: "env MKL_NUM_THREADS=1", "env OMP_NUM_THREADS=8, capped at 2 CPUs
-      in affinity", "default: 2 CPUs in affinity", "set at run time (API call)", "unknown (...)".
-    - ``kind``: env, default, runtime, framework (set by another library, e.g. torch on its libgomp)
-      or unknown.
-    - ``variable``: the variable that decided it, or None.
-    - ``expected_from_env``: the count the environment (and default) predicts, or None.
-    - ``precedence``: the variables this library reads, first wins.
-    - ``cap_vars``: the variables that steer its cap on a request (MKL_DYNAMIC, NUMEXPR_MAX_THREADS).
-    - ``note``: extra remarks (a variable changed after launch and ignored...), or None.
-    - ``asked_now``: the count the environment of now (and the default) asks for, or None.
-    - ``ignored_changes``: the variables changed after launch that this library loaded before: its
-      count is still the launch environment's and differs from ``asked_now`` ([] otherwise). The
-      ``variable-after-load`` finding is made of these rows only, so it and this row always agree.
-    - ``refused``: a request above the library's cap that it refused rather than cut (numexpr keeps
-      1 thread): {variable, asked, cap, why, runs}; None otherwise. The ``count-refused`` finding.
+    library (numexpr...) that is imported: each a :class:`SettingRow` as a dict.
     """
     if launch_environ is None:
         from parinfo.process.environment import launch_environment
 
         launch_environ = launch_environment()
-    rows = []
+    rows: list[SettingRow] = []
     pushed = pushed_counts(runtime_push)
     torch_intra = torch.get("intra_op") if torch else None
     torch_rows = _torch_rows(torch, environ, launch_environ, facts) if torch else []
-    torch_set_at_run_time = bool(torch_rows) and torch_rows[0]["kind"] == "runtime"
+    torch_set_at_run_time = bool(torch_rows) and torch_rows[0].kind == "runtime"
     for pool in pools:
         library = pool["library"]
         model = MODELS.get(library) or _no_model(library)
@@ -273,17 +350,16 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
         if pool.get("owner") == "torch" and torch_intra:
             extra = _set_by_torch(library, torch_intra, torch_set_at_run_time)
         unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
-        row = explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
-                      extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""))
-        row["owner"] = pool.get("owner")
-        row["filepath"] = pool.get("filepath")
+        row = _explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
+                       extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""))
+        row.owner, row.filepath = pool.get("owner"), pool.get("filepath")
         rows.append(row)
     rows.extend(torch_rows)
     for lib in reg.python_libraries():
         module_row = _module_row(lib, environ, launch_environ, facts)
         if module_row is not None:
             rows.append(module_row)
-    return rows
+    return [row.to_dict() for row in rows]
 
 
 def _set_by_torch(library: str, intra: int, set_at_run_time: bool) -> tuple[int | None, str, str] | None:
@@ -300,19 +376,19 @@ def _set_by_torch(library: str, intra: int, set_at_run_time: bool) -> tuple[int 
 
 
 def _torch_rows(torch: dict[str, Any], environ: Mapping[str, str], launch_environ: LaunchEnviron,
-                facts: MachineFacts) -> list[dict[str, Any]]:
+                facts: MachineFacts) -> list[SettingRow]:
     """torch's intra-op and inter-op provenance rows."""
     rows = []
     if torch:
         intra_model = MODELS["torch intra-op" if torch.get("mkl_available") else "torch intra-op (no MKL)"]
-        row = explain("torch intra-op", torch.get("intra_op"), intra_model, environ, launch_environ, facts,
-                      runtime_phrase="set at run time (torch.set_num_threads)")
-        row.update(owner="torch", filepath=None)
+        row = _explain("torch intra-op", torch.get("intra_op"), intra_model, environ, launch_environ, facts,
+                       runtime_phrase="set at run time (torch.set_num_threads)")
+        row.owner = "torch"
         rows.append(row)
         ctx = {"hardware_concurrency": torch.get("hardware_concurrency")}
-        row = explain("torch inter-op", torch.get("inter_op"), MODELS["torch inter-op"], environ,
-                      launch_environ, facts, ctx,
-                      runtime_phrase="set at run time (torch.set_num_interop_threads)")
-        row.update(owner="torch", filepath=None)
+        row = _explain("torch inter-op", torch.get("inter_op"), MODELS["torch inter-op"], environ,
+                       launch_environ, facts, ctx,
+                       runtime_phrase="set at run time (torch.set_num_interop_threads)")
+        row.owner = "torch"
         rows.append(row)
     return rows

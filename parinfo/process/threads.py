@@ -2,20 +2,68 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from parinfo.machine.unknown import because
+from parinfo.payload import count_or_reason, int_map, integer, rows, section, text
+
+#: What a report read from elsewhere says of a thread fact it does not carry.
+NOT_IN_REPORT = "unknown (not in the report)"
+
+
+@dataclass
+class OsThread:
+    """One OS thread: its id and the kernel's name for it (at most 15 characters, e.g. "python",
+    "PTThreadPool"), or "unknown (reason)"."""
+
+    tid: int
+    name: str
+
+
+@dataclass
+class ThreadList:
+    """The OS threads of a process: the report's ``threads`` section (``to_dict``).
+
+    - ``count``: the number of threads (int), or "unknown (reason)".
+    - ``threads``: sorted by tid.
+    - ``source``: "/proc/<pid>/task", "psutil", or "unknown (reason)".
+    - ``states``: for a process read from outside, how many threads are in each scheduler state
+      ({"R": 2, "S": 5}); None otherwise (and then not in ``to_dict``).
+    """
+
+    count: int | str = NOT_IN_REPORT
+    threads: list[OsThread] = field(default_factory=list)
+    source: str = NOT_IN_REPORT
+    states: dict[str, int] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ThreadList:
+        """The list of :meth:`to_dict`; a missing count or source is "unknown (not in the report)"."""
+        d = section(data)
+        threads = []
+        for row in rows(d.get("threads")):
+            tid = integer(row.get("tid"))
+            if tid is not None:
+                threads.append(OsThread(tid, text(row.get("name")) or NOT_IN_REPORT))
+        count = count_or_reason(d.get("count"))
+        return cls(NOT_IN_REPORT if count is None else count, threads, text(d.get("source")) or NOT_IN_REPORT,
+                   None if d.get("states") is None else int_map(d.get("states")))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"count": self.count, "threads": [{"tid": t.tid, "name": t.name} for t in self.threads],
+                               "source": self.source}
+        if self.states is not None:
+            out["states"] = dict(self.states)
+        return out
 
 
 def live_threads(pid: int | None = None) -> dict:
-    """The OS threads of process ``pid`` (default: this one).
+    """The OS threads of process ``pid`` (default: this one): a :class:`ThreadList` as a dict.
 
     Read from ``/proc/<pid>/task/*/comm``; when that directory cannot be listed, psutil's thread list
-    (ids only) is used. Keys:
-
-    - ``count``: the number of threads (int), or "unknown (reason)".
-    - ``threads``: [{"tid": int, "name": str}], sorted by tid; ``name`` is the kernel's thread name
-      (at most 15 characters, e.g. "python", "PTThreadPool") or "unknown (reason)".
-    - ``source``: "/proc/<pid>/task", "psutil", or "unknown (reason)".
+    (ids only) is used.
     """
     proc_pid = "self" if pid is None else str(int(pid))
     task_dir = f"/proc/{proc_pid}/task"
@@ -32,8 +80,8 @@ def live_threads(pid: int | None = None) -> dict:
             continue  # the thread ended while we listed
         except OSError as exc:
             name = because(exc)
-        threads.append({"tid": tid, "name": name})
-    return {"count": len(threads), "threads": threads, "source": task_dir}
+        threads.append(OsThread(tid, name))
+    return ThreadList(len(threads), threads, task_dir).to_dict()
 
 
 def _from_psutil(pid: int | None, proc_reason: str) -> dict:
@@ -43,6 +91,6 @@ def _from_psutil(pid: int | None, proc_reason: str) -> dict:
         tids = sorted(t.id for t in psutil.Process(pid).threads())
     except Exception as exc:  # NoSuchProcess, AccessDenied, no procfs
         why = because(exc)
-        return {"count": why, "threads": [], "source": why}
+        return ThreadList(why, [], why).to_dict()
     name = f"unknown (thread names not readable: {proc_reason})"
-    return {"count": len(tids), "threads": [{"tid": t, "name": name} for t in tids], "source": "psutil"}
+    return ThreadList(len(tids), [OsThread(t, name) for t in tids], "psutil").to_dict()

@@ -1,0 +1,59 @@
+"""torch's own account of its thread settings: ``torch.__config__.parallel_info()``, read and parsed.
+
+Below both :mod:`parinfo.process.pools` (MKL linked into torch) and :mod:`parinfo.process.frameworks`
+(torch's counts), which use it. Never imports torch: the text is read only from a torch already imported.
+"""
+from __future__ import annotations
+
+import re
+import sys
+
+
+def parallel_info_text() -> str | None:
+    """``torch.__config__.parallel_info()`` when torch is imported, else None (never imports torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "__config__"):
+        return None
+    return torch.__config__.parallel_info()
+
+
+def parse_parallel_info(text: str) -> dict:
+    """Pick the facts out of torch's parallel_info() text (lines that are absent give None).
+
+    Keys: intra_op, inter_op, omp_max_threads, mkl_max_threads, hardware_concurrency (ints),
+    openmp ("201511 (a.k.a. OpenMP 4.5)"), mkl_version ("2024.2"), mkl_line (the whole MKL line),
+    mkldnn_version ("3.12.0"), aten_backend ("OpenMP", "native thread pool", "TBB"),
+    env ({variable: value as torch printed it, "[not set]" included}).
+    """
+    def num(pattern: str) -> int | None:
+        m = re.search(pattern + r"\s*:\s*(\d+)", text)
+        return int(m.group(1)) if m else None
+
+    out: dict = {
+        "intra_op": num(r"at::get_num_threads\(\)"),
+        "inter_op": num(r"at::get_num_interop_threads\(\)"),
+        "omp_max_threads": num(r"omp_get_max_threads\(\)"),
+        "mkl_max_threads": num(r"mkl_get_max_threads\(\)"),
+        "hardware_concurrency": num(r"hardware_concurrency\(\)"),
+    }
+    m = re.search(r"^OpenMP (\d+.*)$", text, re.MULTILINE)
+    out["openmp"] = m.group(1).strip() if m else None
+    m = re.search(r"^(.*Math Kernel Library.*)$", text, re.MULTILINE)
+    out["mkl_line"] = m.group(1).strip() if m else None
+    v = re.search(r"Version ([\d.]+)", out["mkl_line"] or "")
+    out["mkl_version"] = v.group(1).rstrip(".") if v else None
+    m = re.search(r"MKL-DNN v([\w.]+)", text)
+    out["mkldnn_version"] = m.group(1) if m else None
+    m = re.search(r"^ATen parallel backend:\s*(.+)$", text, re.MULTILINE)
+    out["aten_backend"] = m.group(1).strip() if m else None
+    env = {}
+    section = text.split("Environment variables:", 1)
+    if len(section) == 2:
+        for line in section[1].splitlines():
+            m = re.match(r"^\s+([A-Z_][A-Z0-9_]*)\s*:\s*(.*)$", line)
+            if m:
+                env[m.group(1)] = m.group(2).strip()
+            elif line.strip() and not line.startswith((" ", "\t")):
+                break
+    out["env"] = env
+    return out

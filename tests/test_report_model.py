@@ -1,0 +1,147 @@
+"""The typed report: ``--json`` is made from the typed sections, and a payload from elsewhere comes back
+through one parse path (Report.from_dict) that never fails on a missing or odd field."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+from conftest import HAVE_NUMPY, HAVE_TORCH, REPO, clean_env, run_json
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from parinfo.cli.render_text import render_lines
+from parinfo.cli.torch_block import torch_block
+from parinfo.diagnostics.fleet_rows import WorkerRow
+from parinfo.diagnostics.model import Report
+from parinfo.diagnostics.process_rules import diagnose
+from parinfo.errors import UsageError
+from parinfo.fleet.report import FleetReport
+
+SCHEMA = json.loads((REPO / "parinfo" / "diagnostics" / "report.schema.json").read_text())
+SECTIONS = ("process", "probes", "machine", "cpu", "runtime", "backend", "pools", "frameworks", "settings",
+            "environment", "threads", "outer", "findings", "live")
+
+PAYLOADS = """
+import json, subprocess, sys, time
+{imports}import parinfo
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+try:
+    time.sleep(0.2)
+    inside = parinfo.inspect(imports=[], outer_threads=2)
+    outside = parinfo.inspect(pid=child.pid)
+finally:
+    child.kill()
+print(json.dumps({{"inside": inside.to_dict(), "outside": outside.to_dict(),
+                  "ids": [[f.id for f in r.findings] for r in (inside, outside)]}}, default=str))
+"""
+
+
+def _payloads(imports: str = "", env: dict | None = None) -> dict:
+    return run_json(PAYLOADS.format(imports=imports), env=env or clean_env(OMP_NUM_THREADS="abc"), timeout=120)
+
+
+def _same_after_parsing(payload: dict) -> None:
+    if payload["process"].get("inspected_from") is None:  # report.schema.json describes this process's report
+        jsonschema.validate(payload, SCHEMA)
+    again = Report.from_dict(payload).to_dict()
+    for section in ("schema_version", "parinfo_version", *SECTIONS):
+        assert again[section] == payload[section], section
+    assert again == payload
+
+
+@pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
+def test_a_payload_parses_back_to_itself_and_the_rules_say_the_same():
+    out = _payloads("import numpy\n")
+    for key, ids in zip(("inside", "outside"), out["ids"], strict=True):
+        _same_after_parsing(out[key])
+        assert [f.id for f in diagnose(Report.from_dict(out[key]))] == ids
+    assert "invalid-variable" in out["ids"][0]  # the rules saw the environment rows
+    assert out["outside"]["process"]["inspected_from"] and out["outside"]["live"]["tree"]["processes"] == 1
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_a_payload_with_torch_parses_back_to_itself():
+    out = _payloads("import torch\n", env=clean_env())
+    _same_after_parsing(out["inside"])
+    torch = Report.from_dict(out["inside"]).frameworks.torch
+    assert torch is not None and torch.intra_op == out["inside"]["frameworks"]["torch"]["intra_op"]
+
+
+def test_the_payload_keeps_its_sections_and_the_version_that_made_it():
+    report = Report.from_dict({"parinfo_version": "9.9", "machine": {"usable_cpus": 3}})
+    data = report.to_dict()
+    assert data["parinfo_version"] == "9.9" and data["schema_version"] == 1
+    assert list(data) == ["schema_version", "parinfo_version", *SECTIONS]
+    assert data["outer"] == {} and data["live"] == {} and data["frameworks"] == {"torch": None}
+    assert report.machine.usable_cpus == 3
+
+
+def test_usable_cpus_missing_are_worked_out_again_and_said_so():
+    m = Report.from_dict({"machine": {"affinity": [0, 1, 2, 3], "quota": 2.5}}).machine
+    assert m.usable_cpus == 2 and any("worked out again" in n for n in m.notes)
+    m = Report.from_dict({"machine": {"usable_cpu_list": [4, 5]}}).machine
+    assert m.usable_cpus == 2 and m.usable_cpu_list == (4, 5) and "affinity" in m.unknown
+
+
+@pytest.mark.parametrize("payload", [[], "report", 3, None])
+def test_a_payload_that_is_not_an_object_is_one_usage_error(payload):
+    with pytest.raises(UsageError, match="a report is a JSON object"):
+        Report.from_dict(payload)
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats(allow_nan=False)
+                    | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=12)
+ROW_KEYS = st.sampled_from(["library", "count", "source", "name", "value", "num_threads", "user_api", "valid",
+                            "capped_to", "refused", "precedence", "ignored_changes", "owner", "duplicate_of",
+                            "intra_op", "inter_op", "usable_cpus", "affinity", "quota", "smt", "worst",
+                            "stack_budget", "tree", "throttling", "limits", "thread_stack", "runnable", "torch"])
+SECTION = st.dictionaries(ROW_KEYS, JSON, max_size=6) | st.lists(st.dictionaries(ROW_KEYS, JSON, max_size=6),
+                                                                 max_size=3) | JSON
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(SECTIONS), SECTION, max_size=8))
+def test_odd_payloads_never_crash_the_rules_or_the_renderers(payload):
+    report = Report.from_dict(payload)
+    report.findings = diagnose(report)
+    json.dumps(report.to_dict())
+    render_lines(report)
+    torch_block(report)
+    assert Report.from_dict(json.loads(json.dumps(report.to_dict()))).to_dict() == report.to_dict()
+
+
+# -- fleet rows -----------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
+def test_a_worker_row_parses_back_to_itself():
+    row = run_json("""
+import json, numpy
+from parinfo.fleet.probe import worker_row
+print(json.dumps(worker_row("w", [{"thread": "t0", "pools": [{"library": "openblas", "user_api": "blas",
+                                                               "num_threads": 2}]}])))
+""", env=clean_env(OMP_NUM_THREADS="1"))
+    worker = WorkerRow.from_dict(row)
+    assert worker.to_dict() == row
+    assert worker.report.machine.usable_cpus == row["machine"]["usable_cpus"] and worker.pid == row["pid"]
+    assert [(v.name, who) for v, who in worker.variables()] == [(v["name"], v["set_by"]) for v in row["variables"]]
+
+
+def test_a_row_that_is_not_an_object_is_listed_as_failed():
+    good = {"worker": "w", "host": {"key": "h", "hostname": "h"}, "machine": {"usable_cpus": 2}}
+    report = FleetReport.from_rows({"kind": "dask"}, [good, ["not", "a", "row"]])
+    assert [w.worker for w in report.workers] == ["w"]
+    assert report.cluster["failed"] == {"row 1": "not a worker row: list"}
+    assert "1 worker on 1 host" in report.table()
+
+
+def test_show_json_is_unchanged_by_parsing_it_in_another_process():
+    """The CLI's payload, read back by another interpreter through the parse path, is the same."""
+    show = subprocess.run([sys.executable, "-m", "parinfo", "show", "--json", "--import", "none"],
+                          capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert show.returncode == 0, show.stderr
+    _same_after_parsing(json.loads(show.stdout))
