@@ -30,10 +30,27 @@ def _one(x):
 def _fork(x):
     return torch.jit.wait(torch.jit.fork(_one, x))
 
-def pool_threads():
-    _fork(torch.zeros(1))
-    names = [open("/proc/self/task/%s/comm" % t).read().strip() for t in os.listdir("/proc/self/task")]
+def _named_pool_threads():
+    names = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            names.append(open("/proc/self/task/%s/comm" % t).read().strip())
+        except OSError:
+            pass
     return names.count("PTThreadPool")
+
+def pool_threads():
+    # a pool thread names itself once it runs: on a busy machine the second may not have yet,
+    # so count until the number holds for 0.3 s (at most 5 s)
+    import time
+    _fork(torch.zeros(1))
+    seen, since, end = _named_pool_threads(), time.monotonic(), time.monotonic() + 5
+    while time.monotonic() < end and time.monotonic() - since < 0.3:
+        time.sleep(0.05)
+        now = _named_pool_threads()
+        if now != seen:
+            seen, since = now, time.monotonic()
+    return seen
 
 def main():
     try:

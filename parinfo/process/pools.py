@@ -140,9 +140,9 @@ def openmp_conflict(objects: list[str] | None = None) -> list[str]:
     objects = loaded_objects() if objects is None else objects
     found: dict[str, list[str]] = {name: [] for name in CONFLICTING_OPENMP}
     for path in objects:
-        fam = classify(path)
-        if fam is not None and fam[0] in found:
-            found[fam[0]].append(path)
+        family = classify(path)
+        if family is not None and family[0] in found:
+            found[family[0]].append(path)
     if all(found.values()):
         return [path for name in CONFLICTING_OPENMP for path in found[name]]
     return []
@@ -158,8 +158,8 @@ def _tpc_rows() -> list[dict]:
     rows = []
     for info in import_threadpoolctl().threadpool_info():
         prefix = info.get("prefix") or ""
-        fam = classify(info.get("filepath") or "") or classify(prefix)
-        library = fam[0] if fam else (info.get("internal_api") or prefix)
+        family = classify(info.get("filepath") or "") or classify(prefix)
+        library = family[0] if family else (info.get("internal_api") or prefix)
         path = info.get("filepath")
         rows.append(PoolRow(
             library, info.get("user_api"), info.get("internal_api"), path, prefix,
@@ -280,10 +280,10 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
     known |= {r["filepath"] for r in rows if r["filepath"]}
     mkl_layer = reg.library("mkl").layer_in(objects)
     for path in objects:
-        fam = classify(path)
-        if fam is None or path in known:
+        family = classify(path)
+        if family is None or path in known:
             continue
-        library, user_api, internal_api = fam
+        library, user_api, internal_api = family
         if library == "tbb":
             note = "TBB is not visible to threadpoolctl; its count cannot be read without changing it"
         else:

@@ -76,9 +76,9 @@ def loaded_runtimes(pid: int) -> list[dict]:
 
     rows: list[dict] = []
     for path in loaded_objects(_read(pid, "maps").decode("utf-8", "replace")):
-        fam = classify(path)
-        if fam is not None:
-            rows.append(PoolRow.of_file(path, fam, seen_by=f"/proc/{pid}/maps",
+        family = classify(path)
+        if family is not None:
+            rows.append(PoolRow.of_file(path, family, seen_by=f"/proc/{pid}/maps",
                                         note="count in force not readable from outside the process").to_dict())
     mark_duplicates(rows)
     return rows

@@ -60,7 +60,7 @@ class Rule:
     def __init__(self, doc: str = "") -> None:
         self.doc = doc
 
-    def check(self, c: Checker, value: Any, kp: KeyPath) -> Any:
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> Any:
         raise NotImplementedError
 
     def shape(self) -> dict[str, Any]:
@@ -70,8 +70,8 @@ class Rule:
         return {"description": self.doc, **self.shape()} if self.doc else self.shape()
 
 
-def _label(kp: KeyPath) -> str:
-    return ".".join(kp)
+def _label(key_path: KeyPath) -> str:
+    return ".".join(key_path)
 
 
 # Characters that steer a terminal or reorder text: C0/C1 controls, DEL and the Unicode format
@@ -98,12 +98,12 @@ def _char_name(ch: str) -> str:
 class Version(Rule):
     required = True
 
-    def check(self, c: Checker, value: Any, kp: KeyPath) -> int:
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise c.fail(kp, f"'version' must be the integer {VERSION}, not {type_name(value)}",
+            raise c.fail(key_path, f"'version' must be the integer {VERSION}, not {type_name(value)}",
                          f"write 'version: {VERSION}'")
         if value != VERSION:
-            raise c.fail(kp, f"unsupported profile version {value}; this parinfo reads version {VERSION}",
+            raise c.fail(key_path, f"unsupported profile version {value}; this parinfo reads version {VERSION}",
                          f"write 'version: {VERSION}' and check the keys against the documentation")
         return value
 
@@ -122,19 +122,19 @@ class Text(Rule):
         self.one_line = one_line
         self.empty = empty
 
-    def check(self, c: Checker, value: Any, kp: KeyPath) -> str:
-        label = _label(kp)
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> str:
+        label = _label(key_path)
         if not isinstance(value, str):
-            raise c.fail(kp, f"'{label}' must be text, not {type_name(value)}", "put the value in quotes")
+            raise c.fail(key_path, f"'{label}' must be text, not {type_name(value)}", "put the value in quotes")
         if len(value) > self.limit:
-            raise c.fail(kp, f"'{label}' is longer than {self.limit} characters", "shorten it")
+            raise c.fail(key_path, f"'{label}' is longer than {self.limit} characters", "shorten it")
         text = value.strip()
         if self.empty and (not text or (self.one_line and "\n" in text)):
-            raise c.fail(kp, *self.empty)
+            raise c.fail(key_path, *self.empty)
         allowed = "" if self.one_line else "\n\t"
         for i, ch in enumerate(text):
             if ch not in allowed and _is_control(ch):
-                raise c.fail(kp, f"'{label}' has the control character {_char_name(ch)} at character {i + 1}",
+                raise c.fail(key_path, f"'{label}' has the control character {_char_name(ch)} at character {i + 1}",
                              "remove it: profile text is printed to terminals")
         return text
 
@@ -160,23 +160,23 @@ class Count(Rule):
         super().__init__(doc)
         self.names = names
 
-    def check(self, c: Checker, value: Any, kp: KeyPath) -> int | str:
-        label = _label(kp)
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> int | str:
+        label = _label(key_path)
         if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise c.fail(kp, f"'{label}' must be a count (an integer or an expression), not {type_name(value)}",
+            raise c.fail(key_path, f"'{label}' must be a count (an integer or an expression), not {type_name(value)}",
                          "write e.g. 4 or physical_cores // 2")
         if isinstance(value, int):
             if value < 1:
-                raise c.fail(kp, f"'{label}' is {value}; a count must be at least 1",
+                raise c.fail(key_path, f"'{label}' is {value}; a count must be at least 1",
                              "use 1 or more, or an expression such as usable_cpus // 2")
             if value > MAX_COUNT:
-                raise c.fail(kp, f"'{label}' is {value}; a count must be at most {MAX_COUNT}",
+                raise c.fail(key_path, f"'{label}' is {value}; a count must be at most {MAX_COUNT}",
                              "use a smaller count, or an expression over machine facts")
             return value
         try:
             expr.check(value, self.names)
         except expr.ExprError as exc:
-            raise c.fail(kp, f"'{label}': bad expression {shown(repr(value), 80)}: {exc.message} "
+            raise c.fail(key_path, f"'{label}': bad expression {shown(repr(value), 80)}: {exc.message} "
                              f"at column {exc.column}",
                          exc.fix or "write e.g. physical_cores // 2", column_in_value=exc.column) from None
         return value.strip()
@@ -204,12 +204,12 @@ class Counts(Rule):
         self.keys = keys
         self.count = Count(names)
 
-    def check(self, c: Checker, value: Any, kp: KeyPath) -> dict[str, int | str]:
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> dict[str, int | str]:
         if not isinstance(value, dict):
-            raise c.fail(kp, f"'{_label(kp)}' must be a mapping, not {type_name(value)}",
+            raise c.fail(key_path, f"'{_label(key_path)}' must be a mapping, not {type_name(value)}",
                          "write e.g. 'libraries: {blas: 1, openmp: intra_op}' as separate lines")
-        c.keys(value, kp, self.keys)
-        return {k: self.count.check(c, v, (*kp, k)) for k, v in value.items()}
+        c.keys(value, key_path, self.keys)
+        return {k: self.count.check(c, v, (*key_path, k)) for k, v in value.items()}
 
     def shape(self) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": False,
@@ -219,38 +219,38 @@ class Counts(Rule):
 class Env(Rule):
     """Extra thread variables: names and values from parinfo.process.variables, not the counts'."""
 
-    def check(self, c: Checker, value: Any, kp: KeyPath) -> dict[str, str]:
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> dict[str, str]:
         from parinfo.process.variables import THREAD_VARS, validate
 
         if not isinstance(value, dict):
-            raise c.fail(kp, f"'env' must be a mapping of variable names to values, not {type_name(value)}",
+            raise c.fail(key_path, f"'env' must be a mapping of variable names to values, not {type_name(value)}",
                          f"write e.g. 'env: {{{role_var('wait_policy')}: passive}}'")
         out: dict[str, str] = {}
         for name, raw in value.items():
-            vkp = (*kp, name)
+            var_path = (*key_path, name)
             if name in DERIVED_VARS:
                 owner = DERIVED_VARS[name]
-                raise c.fail(vkp, f"{name} is set from '{owner}', not from 'env'",
+                raise c.fail(var_path, f"{name} is set from '{owner}', not from 'env'",
                              f"write the count under '{owner}' instead", key=True)
             if name not in THREAD_VARS:
                 allowed = sorted(n for n in THREAD_VARS if n not in DERIVED_VARS)
                 close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
                 fix = f"did you mean {close[0]}?" if close else f"known variables: {', '.join(allowed)}"
-                raise c.fail(vkp, f"unknown thread variable {shown(repr(name), 80)}", fix, key=True)
+                raise c.fail(var_path, f"unknown thread variable {shown(repr(name), 80)}", fix, key=True)
             if isinstance(raw, bool):
                 text = "TRUE" if raw else "FALSE"
             elif isinstance(raw, (int, str)):
                 text = str(raw)
             else:
-                raise c.fail(vkp, f"env {name} must be text or an integer, not {type_name(raw)}",
+                raise c.fail(var_path, f"env {name} must be text or an integer, not {type_name(raw)}",
                              "put the value in quotes")
             odd = next((ch for ch in text if not (" " <= ch <= "~")), None)
             if odd is not None:
-                raise c.fail(vkp, f"env {name}: the value has {_char_name(odd)}; thread variables are read as "
+                raise c.fail(var_path, f"env {name}: the value has {_char_name(odd)}; thread variables are read as "
                              f"printable ASCII", "write the value with ASCII letters, digits and punctuation")
             why = validate(name, text)
             if why:
-                raise c.fail(vkp, f"env {name}: {why}", f"see 'parinfo show' for what {name} accepts")
+                raise c.fail(var_path, f"env {name}: {why}", f"see 'parinfo show' for what {name} accepts")
             out[name] = text
         return out
 
@@ -263,29 +263,29 @@ class Env(Rule):
 class Affinity(Rule):
     FIX = "write none, compact, spread, a list such as [0, 1, 2] or a string such as \"0-3,8\""
 
-    def check(self, c: Checker, value: Any, kp: KeyPath) -> str | list[int]:
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> str | list[int]:
         fix = self.FIX
         if isinstance(value, str) and value.strip().lower() in AFFINITY_WORDS:
             return value.strip().lower()
         if isinstance(value, str) and not any(ch.isdigit() for ch in value):
             close = difflib.get_close_matches(value.strip().lower(), AFFINITY_WORDS, n=1, cutoff=0.5)
             hint = f"did you mean '{close[0]}'? or " if close else ""
-            raise c.fail(kp, f"unknown affinity {shown(repr(value), 60)}", hint + fix)
+            raise c.fail(key_path, f"unknown affinity {shown(repr(value), 60)}", hint + fix)
         if isinstance(value, str):
-            return _cpu_list(c, value, kp, fix)
+            return _cpu_list(c, value, key_path, fix)
         if isinstance(value, int) and not isinstance(value, bool):
             value = [value]
         if not isinstance(value, list):
-            raise c.fail(kp, f"'affinity' must be none, compact, spread or a CPU list, not {type_name(value)}",
+            raise c.fail(key_path, f"'affinity' must be none, compact, spread or a CPU list, not {type_name(value)}",
                          fix)
         if not value:
-            raise c.fail(kp, "'affinity' is an empty list", "list at least one CPU, or write none")
+            raise c.fail(key_path, "'affinity' is an empty list", "list at least one CPU, or write none")
         cpus: set[int] = set()
         for i, item in enumerate(value):
-            ikp = (*kp, str(i))
+            item_path = (*key_path, str(i))
             if isinstance(item, bool) or not isinstance(item, (int, str)):
-                raise c.fail(ikp, f"affinity entry must be a CPU number or range, not {type_name(item)}", fix)
-            cpus.update(_cpu_list(c, str(item), ikp, fix))
+                raise c.fail(item_path, f"affinity entry must be a CPU number or range, not {type_name(item)}", fix)
+            cpus.update(_cpu_list(c, str(item), item_path, fix))
         return sorted(cpus)
 
     def shape(self) -> dict[str, Any]:
@@ -295,14 +295,14 @@ class Affinity(Rule):
                           {"type": "array", "minItems": 1, "items": {"anyOf": [cpu, cpu_list]}}]}
 
 
-def _cpu_list(c: Checker, text: str, kp: KeyPath, fix: str) -> list[int]:
+def _cpu_list(c: Checker, text: str, key_path: KeyPath, fix: str) -> list[int]:
     """A CPU list in ASCII decimal ("0-3,8"); int() alone would also take "٣" and "0_0"."""
     try:
         cpus = parse_cpu_list(text)
     except ValueError as exc:
-        raise c.fail(kp, f"affinity: {exc}", fix) from None
+        raise c.fail(key_path, f"affinity: {exc}", fix) from None
     if not re.match(_CPU_LIST_PATTERN, text, re.ASCII):
-        raise c.fail(kp, f"affinity: {shown(repr(text), 60)} is not written in ASCII digits 0-9, '-' and ','",
+        raise c.fail(key_path, f"affinity: {shown(repr(text), 60)} is not written in ASCII digits 0-9, '-' and ','",
                      "write CPU numbers as plain ASCII decimal, such as 0-3,8")
     return cpus
 
@@ -312,31 +312,31 @@ class Instances(Rule):
         super().__init__(doc)
         self.count = Count(FACT_NAMES)
 
-    def check(self, c: Checker, value: Any, kp: KeyPath) -> dict[str, Any]:
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> dict[str, Any]:
         if isinstance(value, (int, str)) and not isinstance(value, bool):
-            return {"count": self.count.check(c, value, kp)}
+            return {"count": self.count.check(c, value, key_path)}
         if not isinstance(value, dict):
-            raise c.fail(kp, f"'instances' must be a count or a mapping, not {type_name(value)}",
+            raise c.fail(key_path, f"'instances' must be a count or a mapping, not {type_name(value)}",
                          "write e.g. 'instances: 2' or 'instances: {per_numa_node: true}'")
-        c.keys(value, kp, INSTANCE_KEYS)
+        c.keys(value, key_path, INSTANCE_KEYS)
         out: dict[str, Any] = {}
         if "per_numa_node" in value:
             flag = value["per_numa_node"]
             if not isinstance(flag, bool):
-                raise c.fail((*kp, "per_numa_node"),
+                raise c.fail((*key_path, "per_numa_node"),
                              f"'instances.per_numa_node' must be true or false, not {type_name(flag)}",
                              "write 'per_numa_node: true'")
             out["per_numa_node"] = flag
         if "count" in value:
             if out.get("per_numa_node"):
-                raise c.fail((*kp, "count"), "'instances' has both 'count' and 'per_numa_node: true'",
+                raise c.fail((*key_path, "count"), "'instances' has both 'count' and 'per_numa_node: true'",
                              "keep one: per_numa_node gives one instance per NUMA node", key=True)
-            out["count"] = self.count.check(c, value["count"], (*kp, "count"))
+            out["count"] = self.count.check(c, value["count"], (*key_path, "count"))
         if "cores_per_instance" in value:
             out["cores_per_instance"] = self.count.check(c, value["cores_per_instance"],
-                                                         (*kp, "cores_per_instance"))
+                                                         (*key_path, "cores_per_instance"))
         if not out.get("per_numa_node") and "count" not in out and "cores_per_instance" not in out:
-            raise c.fail(kp, "'instances' says neither how many instances nor how large",
+            raise c.fail(key_path, "'instances' says neither how many instances nor how large",
                          "add 'count: N', 'cores_per_instance: N' or 'per_numa_node: true'")
         return out
 

@@ -176,62 +176,63 @@ class _Resolver:
         ncores = len(cores)
         node_of = _node_of(self.facts)
         groups = _by_node(cores, node_of)
-        kp = ("instances",)
-        cpi = None
+        key_path = ("instances",)
+        cores_each = None
         if "cores_per_instance" in spec:
-            cpi = self.count((*kp, "cores_per_instance"), spec["cores_per_instance"], self.values).value
+            cores_each = self.count((*key_path, "cores_per_instance"), spec["cores_per_instance"], self.values).value
         overridden = self.override is not None
         if spec.get("per_numa_node"):
-            if cpi is None:
+            if cores_each is None:
                 return groups
-            small = [i for i, g in enumerate(groups) if len(g) < cpi]
+            small = [i for i, g in enumerate(groups) if len(g) < cores_each]
             if small:
-                raise self.prof.error((*kp, "cores_per_instance"),
-                                      f"cores_per_instance is {cpi} but NUMA node {small[0]} has only "
+                raise self.prof.error((*key_path, "cores_per_instance"),
+                                      f"cores_per_instance is {cores_each} but NUMA node {small[0]} has only "
                                       f"{len(groups[small[0]])} usable physical cores",
                                       "lower cores_per_instance, or leave it out to use whole nodes")
-            return [g[:cpi] for g in groups]
+            return [g[:cores_each] for g in groups]
         where = "--instances" if overridden else "instances"
         if "count" in spec:
             if overridden:
                 n = spec["count"]
             else:
-                kp_count = (*kp, "count") if self.prof.mark(*kp, "count") else kp
-                n = self.count(kp_count, spec["count"], self.values).value
-            if cpi is None:
+                count_path = (*key_path, "count") if self.prof.mark(*key_path, "count") else key_path
+                n = self.count(count_path, spec["count"], self.values).value
+            if cores_each is None:
                 if n > ncores:
                     fix = (f"use --instances {ncores} or fewer" if overridden
                            else f"lower the count to at most {ncores}")
                     self._too_many(overridden, f"{where}: {n} instances need at least {n} usable physical cores; "
                                    f"{ncores} are usable here", fix)
-                cpi = ncores // n
-            elif n * cpi > ncores:
-                fits = ncores // cpi
+                cores_each = ncores // n
+            elif n * cores_each > ncores:
+                fits = ncores // cores_each
                 if overridden:
                     fix = (f"use --instances {fits} or fewer, or lower cores_per_instance" if fits
                            else f"lower cores_per_instance to at most {ncores}")
                 else:
                     fix = "lower the count or cores_per_instance"
-                self._too_many(overridden, f"{where}: {n} instances x {cpi} cores need {n * cpi} usable physical "
-                               f"cores; {ncores} are usable here", fix)
+                self._too_many(overridden, f"{where}: {n} instances x {cores_each} cores need {n * cores_each} "
+                               f"usable physical cores; {ncores} are usable here", fix)
         else:
-            assert cpi is not None
-            n = ncores // cpi
+            assert cores_each is not None
+            n = ncores // cores_each
             if n == 0:
-                raise self.prof.error((*kp, "cores_per_instance"),
-                                      f"cores_per_instance is {cpi} but only {ncores} physical cores are usable here",
+                raise self.prof.error((*key_path, "cores_per_instance"),
+                                      f"cores_per_instance is {cores_each} but only {ncores} physical cores are "
+                                      "usable here",
                                       f"use at most {ncores}, or an expression such as usable_physical_cores // 2")
-        left = ncores - n * cpi
+        left = ncores - n * cores_each
         if left:
-            self.notes.append(f"instances: {left} usable physical core(s) left idle ({n} x {cpi} of {ncores})")
+            self.notes.append(f"instances: {left} usable physical core(s) left idle ({n} x {cores_each} of {ncores})")
         if len(groups) > 1:
-            per_node = [[g[k * cpi:(k + 1) * cpi] for k in range(len(g) // cpi)] for g in groups]
+            per_node = [[g[k * cores_each:(k + 1) * cores_each] for k in range(len(g) // cores_each)] for g in groups]
             interleaved = [blk for i in range(max(map(len, per_node))) for blks in per_node
                            if i < len(blks) for blk in [blks[i]]]
             if len(interleaved) >= n:
                 return interleaved[:n]
             self.notes.append("instances: some instances span two NUMA nodes (the cores do not divide evenly)")
-        return [cores[i * cpi:(i + 1) * cpi] for i in range(n)]
+        return [cores[i * cores_each:(i + 1) * cores_each] for i in range(n)]
 
     def _too_many(self, overridden: bool, message: str, fix: str) -> None:
         if overridden:

@@ -72,9 +72,9 @@ def reach(per_thread: list[tuple[NativePool, str, int]], torch_intra: int | None
     """
     from parinfo.process.pools import owner_of
 
-    me = threading.current_thread()
-    here = f"this thread ({me.name}, tid {threading.get_native_id()})"
-    alive = [t for t in threading.enumerate() if t is not me and t.is_alive()]
+    current = threading.current_thread()
+    here = f"this thread ({current.name}, tid {threading.get_native_id()})"
+    alive = [t for t in threading.enumerate() if t is not current and t.is_alive()]
     pool = [t for t in alive if t.native_id in pool_reached and is_pool_worker(t)]
     others = [t for t in alive if t.native_id not in reached and t not in pool]
     also = [t for t in alive if t.native_id in reached and t not in pool]

@@ -256,10 +256,10 @@ def noise_check(usable_cpus: int, *, interval: float = 0.25, threshold: float = 
     load average, whose minute-long memory reports work that has ended), and the busiest processes."""
     import psutil
 
-    me = os.getpid()
+    own_pid = os.getpid()
     procs = []
     for proc in psutil.process_iter(["pid", "name"]):
-        if proc.pid == me:
+        if proc.pid == own_pid:
             continue
         try:
             proc.cpu_percent(None)
