@@ -48,7 +48,9 @@ def main() -> None:
     print(f"whole-process wall time, median of {args.repeats} interleaved runs:")
     for name, m in med.items():
         print(f"  {name:28s} {m * 1000:7.1f} ms   ratio to threadpoolctl {m / anchor:5.2f}")
-    print(f"RATIO parinfo show / threadpoolctl -i numpy = {med['parinfo show'] / anchor:.2f} (goal <= 1.2)")
+    ratio = med["parinfo show"] / anchor
+    print(f"RATIO parinfo show / threadpoolctl -i numpy = {ratio:.2f} (goal <= 1.2) "
+          f"{'PASS' if ratio <= 1.2 else 'FAIL'}")
 
     code = (
         "import time, statistics, numpy, parinfo\n"
