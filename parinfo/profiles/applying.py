@@ -139,15 +139,13 @@ def _library_counts(plan: Plan, kept: dict[str, str]) -> dict[str, int | None]:
 def _configure(plan: Plan, intra: int, inter: int, counts: dict[str, int | None], kept: dict[str, str],
                applied: list[str], skipped: list[str]) -> None:
     """The runtime's counts, and the push of each library's count into its loaded pools (once)."""
-    import parinfo.runtime as runtime
-
     intra_var, inter_var = reg.RUNTIME_VARS
     kwargs: dict[str, int] = {}
     if intra_var in kept:
         skipped.append(f"runtime intra-op: {intra_var} set by the user stays in force")
     else:
         kwargs["intra_op"] = intra
-    state = runtime.info()["inter_op"]
+    state = RUNTIME.info()["inter_op"]
     if inter_var in kept:
         skipped.append(f"runtime inter-op: {inter_var} set by the user stays in force")
     elif state.get("locked") and state.get("count") == inter:
@@ -155,7 +153,7 @@ def _configure(plan: Plan, intra: int, inter: int, counts: dict[str, int | None]
     else:
         kwargs["inter_op"] = inter
     try:
-        runtime.configure(**kwargs, libraries=counts, source=f"profile {plan.name}")
+        RUNTIME.configure(**kwargs, libraries=counts, source=f"profile {plan.name}")
     except RuntimeError as exc:
         raise ApplyError(f"cannot apply profile {plan.name}: {exc}") from None
     applied += [f"runtime {k.replace('_', '-')} count {v}" for k, v in kwargs.items()]
@@ -166,9 +164,7 @@ def _workers_reached() -> frozenset[int]:
     thread (the push asks each one; workers started later take them before their first job)."""
     import threading
 
-    import parinfo.runtime as runtime
-
-    push = runtime.info()["native_push"] or {}
+    push = RUNTIME.info()["native_push"] or {}
     ran = set((push.get("workers") or {}).get("ran") or ())
     return frozenset(t.native_id for t in threading.enumerate() if t.name in ran and t.native_id is not None)
 
@@ -179,9 +175,7 @@ def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str
 
     Pools whose limit holds in the calling thread only go to ``per_thread`` as (pool, name, count).
     """
-    import parinfo.runtime as runtime
-
-    push = runtime.info()["native_push"] or {}
+    push = RUNTIME.info()["native_push"] or {}
     pushed = {row.get("filepath"): row for row in push.get("pools") or ()}
     expected: list[tuple[str, str, int]] = []
     for pool in pools:
@@ -272,10 +266,8 @@ def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[st
 def _verify(intra: int, inter: int, loaded: list[NativePool], pools: list[tuple[str, str, int]],
             torch_want: tuple[int | None, int | None], cpus: tuple[int, ...] | None, kept: dict[str, str]) -> list[str]:
     """Read every count back; one line for each that is not what the plan asked for."""
-    import parinfo.runtime as runtime
-
     bad: list[str] = []
-    state = runtime.info()
+    state = RUNTIME.info()
     for key, want, var in zip(("intra_op", "inter_op"), (intra, inter), reg.RUNTIME_VARS, strict=True):
         got = state[key]
         if var not in kept and got["count"] != want:

@@ -207,7 +207,8 @@ class ForkSite(_Chooser):
 
     While it exploits its choice (``left`` > 0) the pool counts a batch where nothing waits to be
     claimed, and times one task in 16 to keep ``task_ns`` and ``long`` current: the common case
-    pays two attribute updates, not a lock and two clock reads."""
+    pays two attribute updates, not a lock and two clock reads. Those updates take no lock: two
+    threads forking at once can lose one, which only moves the next re-check by a batch."""
 
     __slots__ = ("batch_mode", "done", "forks", "grace_ns", "inflight", "lock", "long", "start", "task_ns")
 
