@@ -6,15 +6,16 @@ them all and orders the result with :func:`sort_findings`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from parinfo.payload import section, text
+from parinfo.record import record
 
 SEVERITIES = ("info", "warning", "error")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """One thing wrong (or worth knowing) about the process's parallelism."""
 

@@ -12,7 +12,7 @@ the workers of one host.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from parinfo.diagnostics.findings import Finding
@@ -22,6 +22,7 @@ from parinfo.payload import integer, rows, section, text
 from parinfo.process.environment import EnvRow
 from parinfo.process.outer import OuterThreads
 from parinfo.process.pools import PoolRow
+from parinfo.record import record
 
 #: The machine facts and pool fields a worker row carries (the rest stays in the worker).
 MACHINE_KEYS = ("usable_cpus", "usable_cpu_list", "quota", "cpuset", "logical_cpus", "cgroup_path")
@@ -31,7 +32,7 @@ POOL_KEYS = ("library", "user_api", "internal_api", "num_threads", "threading_la
 THREAD_POOL_KEYS = ("library", "user_api", "num_threads")
 
 
-@dataclass
+@record
 class HostIdentity:
     """What makes workers share CPUs: one boot of one machine, one cgroup, one set of usable CPUs
     (``key`` joins them); ``hostname``, ``boot_id``, ``cgroup`` and ``cpus`` say each."""
@@ -54,7 +55,7 @@ class HostIdentity:
                 "cpus": self.cpus}
 
 
-@dataclass
+@record
 class ThreadPools:
     """The pools' counts as one executor thread saw them (``per_thread`` rows)."""
 
@@ -70,7 +71,7 @@ class ThreadPools:
         return {"thread": self.thread, "pools": [_keep(p.to_dict(), THREAD_POOL_KEYS) for p in self.pools]}
 
 
-@dataclass
+@record
 class WorkerRow:
     """One worker of a cluster: its name, host, and the part of its report the fleet needs
     (``report``: machine, outer threads, pools, torch, the thread variables with who set each in
@@ -133,7 +134,7 @@ class WorkerRow:
         }
 
 
-@dataclass
+@record
 class HostSummary:
     """One host of a fleet: its workers, the usable CPUs they share (the fewest any of them
     reports), their task threads, the threads they can run at once, the widest pool, the framework

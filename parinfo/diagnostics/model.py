@@ -17,7 +17,7 @@ field that is missing or odd being unknown, never an error; the rules only ever 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from parinfo.diagnostics.findings import Finding, at_least
@@ -35,13 +35,14 @@ from parinfo.process.probing import Probes
 from parinfo.process.provenance import SettingRow
 from parinfo.process.remote import Limits
 from parinfo.process.threads import ThreadList
+from parinfo.record import record
 from parinfo.version import __version__
 
 #: Version of the ``--json`` payload; bumped on any incompatible change (docs/report-schema.md).
 SCHEMA_VERSION = 1
 
 
-@dataclass
+@record
 class ProcessInfo:
     """Which process the report is about (``process``). ``pid``, ``python`` and ``executable`` are
     always in ``to_dict``; the rest only when known: ``implementation`` and ``platform`` for this
@@ -79,7 +80,7 @@ class ProcessInfo:
         return out
 
 
-@dataclass
+@record
 class PoolCount:
     """One of parinfo's own counts as its runtime records it: ``count``, its ``source``, and when
     they apply: ``not_applied`` (profile requests an explicit call outranked), ``locked`` (inter-op:
@@ -106,7 +107,7 @@ class PoolCount:
         return out
 
 
-@dataclass
+@record
 class RuntimeSection:
     """parinfo's own runtime (``runtime``), as ``parinfo.runtime.info()`` describes it; the runtime
     owns that description, so its nested records (``native_push``, ``budget``, ``adaptive``,
@@ -158,7 +159,7 @@ class RuntimeSection:
                 "torch_pool": self.torch_pool}
 
 
-@dataclass
+@record
 class Backend:
     """Who runs the threads (``backend``): parinfo's runtime backend and whether its pools started,
     the threading layer of each native library family, and torch's ATen backend."""
@@ -179,7 +180,7 @@ class Backend:
                 "torch": self.torch}
 
 
-@dataclass
+@record
 class Frameworks:
     """Frameworks with pools of their own (``frameworks``): torch, or None when it is not imported."""
 
@@ -194,7 +195,7 @@ class Frameworks:
         return {"torch": None if self.torch is None else self.torch.to_dict()}
 
 
-@dataclass
+@record
 class StackLimit:
     """A memory limit that thread stacks count against: its ``name`` (RLIMIT_DATA, RLIMIT_AS, the
     cgroup memory limit), ``bytes``, the ``threads`` that share it and where each came from."""
@@ -219,7 +220,7 @@ class StackLimit:
         return out
 
 
-@dataclass
+@record
 class StackBudget:
     """Thread stacks against memory limits (``live.stack_budget``): the soft resource limits, the
     stack a new thread gets (``thread_stack``), and each limit with the threads it bounds; or, when
@@ -246,7 +247,7 @@ class StackBudget:
                 "thread_stack": self.thread_stack, "limits": [row.to_dict() for row in self.limits]}
 
 
-@dataclass
+@record
 class TreeMember:
     """One process of a tree read from outside: pid, name, threads, and how many run now."""
 
@@ -259,7 +260,7 @@ class TreeMember:
         return {"pid": self.pid, "name": self.name, "threads": self.threads, "running_now": self.running_now}
 
 
-@dataclass
+@record
 class ProcessTree:
     """A process (tree) read from outside, sampled twice (``live.tree``): how many threads wanted a
     CPU on average over ``seconds`` (``runnable``: time on a CPU plus time waiting for one)."""
@@ -284,7 +285,7 @@ class ProcessTree:
                 "seconds": self.seconds, "members": [m.to_dict() for m in self.members]}
 
 
-@dataclass
+@record
 class LiveSection:
     """The live evidence (``live``): the cgroup's cumulative throttling, CPU pressure, the memory
     limit, the thread-stack budget, and for a process read from outside its sampled ``tree``."""
@@ -312,7 +313,7 @@ class LiveSection:
         return out
 
 
-@dataclass
+@record
 class Report:
     """A snapshot of a process's parallelism, one typed section per fact family (``to_dict``: the
     ``--json`` payload). ``live`` and ``outer`` are None when not gathered (``{}`` in the payload);

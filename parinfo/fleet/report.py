@@ -8,18 +8,19 @@ hosts are grouped here by host identity (boot, cgroup, usable CPUs) and judged b
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.findings import Finding, at_least
 from parinfo.diagnostics.fleet_rows import HostSummary, WorkerRow
+from parinfo.record import record
 
 #: Version of :meth:`FleetReport.to_dict`; bumped on any incompatible change (docs/fleet.md).
 SCHEMA_VERSION = 1
 
 
-@dataclass
+@record
 class FleetReport:
     """Every worker of a cluster, every host they run on, and what is wrong with them."""
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from parinfo.machine.sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
+from parinfo.record import record
 
 
-@dataclass
+@record
 class CgroupFacts:
     """The cgroup view of one process. ``unknown`` maps a field to why it could not be read."""
 
@@ -33,7 +34,7 @@ class CgroupFacts:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Mount:
     root: str  # the mount's root inside its hierarchy (field 4 of mountinfo)
     point: str  # where it is mounted, relative to the filesystem root (no leading "/")
@@ -238,7 +239,7 @@ def cgroup_facts(root: str, pid: int | None = None) -> CgroupFacts:
     return facts
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CgroupDir:
     """Where one controller's files for a process lie: ``leaf`` (its cgroup) and ``top`` (the mount
     point), both relative to the root; ``levels`` is the leaf and its ancestors up to the top."""

@@ -13,12 +13,13 @@ import copy
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from functools import lru_cache
 from typing import Any
 
 from parinfo.machine.sysfs import Unreadable, read, read_bytes, shown
 from parinfo.payload import int_map, section, text, text_map, texts
+from parinfo.record import record
 
 # (name shown, /proc/cpuinfo flag). py-cpuinfo's names differ only by underscores.
 X86_ISA: tuple[tuple[str, str], ...] = (
@@ -40,7 +41,7 @@ _X86_ARCHES = ("x86_64", "amd64", "i386", "i686", "x86")
 CACHE_FORMAT = 1
 
 
-@dataclass
+@record
 class CpuIdentity:
     """The CPU as :func:`cpu_identity` describes it: the report's ``cpu`` section (``to_dict``).
 

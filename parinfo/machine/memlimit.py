@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
 from parinfo.payload import integer, section, text, text_map
+from parinfo.record import record
 
 # v1 writes "no limit" as the largest page-aligned signed 64-bit value; anything this large is none.
 _V1_UNLIMITED = 1 << 62
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MemoryFacts:
     """``limit`` in bytes (None: no limit) with the file it came from; ``tasks`` the threads in the
     process's cgroup (None: unknown); ``unknown`` maps a field to why it could not be read."""

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
 from parinfo.payload import integer, number, rows, section, text, texts
+from parinfo.record import record
 
 #: What a report read from elsewhere says of a pressure it does not carry.
 NOT_IN_REPORT = "unknown (not in the report)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Throttling:
     """The CFS bandwidth counters of one cgroup level that has a CPU quota (cumulative)."""
 
@@ -54,7 +55,7 @@ class Throttling:
         return {**asdict(self), "ratio": round(self.ratio, 4)}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CpuCounters:
     """Throttling of a process's cgroup: one entry per level that has a quota, leaf first.
 
@@ -156,7 +157,7 @@ def cpu_counters(root: str = "/", pid: int | None = None) -> CpuCounters:
     return CpuCounters(where.version, tuple(levels), notes=notes)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Pressure:
     """CPU pressure stall information: the share of time some (or all) runnable tasks waited for
     a CPU, as 10 s averages (percent) and cumulative totals (microseconds)."""
@@ -198,7 +199,7 @@ def read_pressure(root: str, rel: str) -> Pressure:
                     None if full is None else full[0], None if full is None else full[1])
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PressureFacts:
     """The machine's CPU pressure and the process's cgroup's, each a Pressure or "unknown (why)"."""
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 
 from parinfo.machine.cpulist import parse_cpu_list
+from parinfo.record import record
 
 _CPU = "sys/devices/system/cpu"
 
@@ -81,7 +82,7 @@ def read_cpu_list(root: str, rel: str) -> tuple[int, ...]:
 
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Topology:
     """What sysfs says about the CPUs; fixed for the life of the process (cached per root)."""
 

@@ -13,18 +13,19 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from parinfo.errors import UsageError
 from parinfo.machine import cgroup as _cgroup, sysfs as _sysfs
 from parinfo.machine.cpulist import parse_cpu_list
 from parinfo.payload import flag, int_lists, integer, ints, number, section, text, text_map, texts
+from parinfo.record import record
 
 USABLE_RULE = "min(affinity CPUs, cpuset CPUs, floor(cgroup quota)), at least 1"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MachineFacts:
     """What the machine and this process's constraints allow. CPU lists are sorted tuples of ids."""
 

@@ -10,16 +10,17 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 from parinfo.machine.unknown import because
 from parinfo.payload import flag, integer, section, text, texts
 from parinfo.process.libraries import listed_unset
 from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
+from parinfo.record import record
 
 
-@dataclass
+@record
 class EnvRow:
     """One thread-steering variable: a row of the report's ``environment`` section (``to_dict``).
 

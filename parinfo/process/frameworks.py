@@ -8,19 +8,20 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 from parinfo.payload import count_or_reason, flag, integer, section, text
 from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 from parinfo.process.threads import live_threads
 from parinfo.process.torch_config import parse_parallel_info
+from parinfo.record import record
 
 # c10::ThreadPool names its workers "PTThreadPool"; older builds used "pt_thread_pool".
 _POOL_THREAD_NAMES = ("ptthreadpool", "pt_thread_pool")
 
 
-@dataclass
+@record
 class TorchInfo:
     """torch's thread settings (the report's ``frameworks.torch``), all read through getters that
     change nothing:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process import defaults
+from parinfo.record import record
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # Thread variables
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Var:
     """One thread-steering environment variable: its syntax and what it controls.
 
@@ -160,7 +160,7 @@ def _numexpr_context(module: Any, env: Mapping[str, str]) -> dict[str, Any]:
 # Library records
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Library:
     """Everything parinfo knows about one library, in the manner of threadpoolctl's controllers.
 

@@ -13,11 +13,11 @@ import math
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from parinfo.payload import integer, section, text
 from parinfo.process import libraries as reg
+from parinfo.record import record
 
 #: Variable that lists, in a launched worker's environment, the variables parinfo put there.
 PARINFO_SET_VAR = "_PARINFO_FLEET_SET"
@@ -30,7 +30,7 @@ NANNY_PRE_SPAWN = "dask nanny (distributed.nanny.pre-spawn-environ, before the w
 NANNY_ENVIRON = "dask nanny (distributed.nanny.environ, after the worker started)"
 
 
-@dataclass
+@record
 class OuterThreads:
     """The outer parallelism of a process: the report's ``outer`` section (``to_dict``).
 

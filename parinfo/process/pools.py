@@ -11,18 +11,19 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 from parinfo.machine.unknown import describe
 from parinfo.payload import integer, section, text, texts
 from parinfo.process import libraries as reg
+from parinfo.record import record
 
 # Wheel folders that are not the distribution's import name.
 _OWNER_ALIASES = {"sklearn": "scikit-learn", "scikit_learn": "scikit-learn", "torch_cpu": "torch"}
 
 
-@dataclass
+@record
 class PoolRow:
     """One loaded copy of a thread runtime: a row of the report's ``pools`` section (``to_dict``).
 
@@ -316,7 +317,7 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
     return rows
 
 
-@dataclass
+@record
 class ThreadingLayers:
     """The threading layer of each native library family loaded, in words (part of the report's
     ``backend`` section):

@@ -10,16 +10,17 @@ import importlib.util
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from parinfo.machine.unknown import describe
 from parinfo.payload import section, text, text_map, texts
+from parinfo.record import record
 
 DEFAULT_PROBES = ("numpy",)
 
 
-@dataclass
+@record
 class Probes:
     """What was imported so that native pools load: the report's ``probes`` section (``to_dict``).
 

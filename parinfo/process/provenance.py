@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from parinfo.payload import integer, section, text, texts
@@ -21,6 +21,7 @@ from parinfo.process import libraries as reg
 from parinfo.process.defaults import Cap, Rule, hardware_concurrency
 from parinfo.process.pools import CONFLICT_NOTE
 from parinfo.process.variables import count_from_env
+from parinfo.record import record
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -31,7 +32,7 @@ RUNTIME = "set at run time (API call)"
 LaunchEnviron = Mapping[str, str] | str
 
 
-@dataclass
+@record
 class Refused:
     """A count a library refused because it is above its cap (numexpr above NUMEXPR_MAX_THREADS):
     the variable, the count asked, the cap and why, and the count the library runs instead."""
@@ -56,7 +57,7 @@ class Refused:
         return asdict(self)
 
 
-@dataclass
+@record
 class SettingRow:
     """One count in force and the source that decided it: a row of the report's ``settings`` section.
 
@@ -127,18 +128,15 @@ class SettingRow:
         return out
 
 
+@record
 class _Prediction:
-    """What a library's rule predicts (a plain class: a dataclass costs ``parinfo show`` start-up)."""
+    """What a library's rule predicts."""
 
-    __slots__ = ("count", "kind", "phrase", "refused", "variable")
-
-    def __init__(self, count: int | None, kind: str, variable: str | None, phrase: str,
-                 refused: Refused | None = None) -> None:
-        self.count = count
-        self.kind = kind  # env | default | unknown
-        self.variable = variable
-        self.phrase = phrase
-        self.refused = refused
+    count: int | None
+    kind: str  # env | default | unknown
+    variable: str | None
+    phrase: str
+    refused: Refused | None = None
 
 
 class Model(NamedTuple):

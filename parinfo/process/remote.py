@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import types
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+
+from parinfo.record import record
 
 # glibc's default thread stack when RLIMIT_STACK is unlimited (x86-64 and most 64-bit targets).
 GLIBC_UNLIMITED_STACK = 2 << 20
@@ -94,7 +96,7 @@ def environment(pid: int) -> dict[str, str]:
     return env
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Limits:
     """The soft resource limits that bound thread stacks, in bytes (None: unlimited)."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass
+@dataclass  # not parinfo.record: the start-up hook loads this module with the standard library alone
 class Outcome:
     """One count set: the library (record name), what was set (a pool's file, a module, torch's
     pool), the count asked, the count read back afterwards (None when it cannot be read), the count
@@ -303,10 +303,10 @@ def set_counts(counts: Mapping[str, int] | int, *, scope: str | None = None, tor
         n = wanted(pool.record)
         if n is not None and (scope is None or pool.scope == scope):
             out.append(pool.set_checked(n))
-    for record in python_libraries():
-        n = wanted(record)
-        if n is not None and (scope is None or record.scope == scope):
-            done = set_module(record, n)
+    for lib in python_libraries():
+        n = wanted(lib)
+        if n is not None and (scope is None or lib.scope == scope):
+            done = set_module(lib, n)
             if done is not None:
                 out.append(done)
     if torch:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from parinfo.errors import UsageError
 from parinfo.machine.sysfs import read_bytes
+from parinfo.record import record
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -37,7 +38,7 @@ def no_access(pid: int, what: str, exc: OSError) -> NoAccess:
                     f"process's user or as root)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ThreadStat:
     """One thread at one instant. Times are cumulative since the thread started."""
 

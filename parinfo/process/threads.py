@@ -3,17 +3,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from parinfo.machine.unknown import because
 from parinfo.payload import count_or_reason, int_map, integer, rows, section, text
+from parinfo.record import record
 
 #: What a report read from elsewhere says of a thread fact it does not carry.
 NOT_IN_REPORT = "unknown (not in the report)"
 
 
-@dataclass
+@record
 class OsThread:
     """One OS thread: its id and the kernel's name for it (at most 15 characters, e.g. "python",
     "PTThreadPool"), or "unknown (reason)"."""
@@ -22,7 +23,7 @@ class OsThread:
     name: str
 
 
-@dataclass
+@record
 class ThreadList:
     """The OS threads of a process: the report's ``threads`` section (``to_dict``).
 

@@ -16,12 +16,12 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import ApplyError
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process import libraries as reg
+from parinfo.record import record
 from parinfo.safe_text import shorten
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,7 +38,7 @@ EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ChildEnv:
     """The environment of one launched process and what was decided on the way.
 

@@ -16,7 +16,8 @@ Grammar::
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+
+from parinfo.record import record
 
 MAX_LENGTH = 200
 MAX_TOKENS = 100
@@ -35,14 +36,14 @@ class ExprError(ValueError):
         super().__init__(f"column {column}: {message}")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Token:
     kind: str  # int | name | op | end
     text: str
     start: int  # 0-based offset in the expression
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Result:
     """An evaluated expression: its value and the same text with the facts' numbers filled in."""
 
@@ -101,7 +102,7 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Node:
     """One node of a parsed expression; ``const`` is its value when it names no fact."""
 

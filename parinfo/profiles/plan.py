@@ -5,10 +5,12 @@ force in this process, in a launched program, or across pinned instances.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from parinfo.record import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Setting:
     """One resolved count: ``value`` and ``why`` (the expression and the machine facts it used)."""
 
@@ -17,7 +19,7 @@ class Setting:
     why: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class InstancePlan:
     """One pinned instance of a multi-instance plan."""
 
@@ -28,7 +30,7 @@ class InstancePlan:
     env: dict[str, str]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """What a profile means on this machine.
 

@@ -12,11 +12,11 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from parinfo.errors import ProfileError
+from parinfo.record import record
 
 MAX_FILE_BYTES = 64 * 1024
 MAX_NODES = 5000
@@ -27,7 +27,7 @@ MAX_INT_DIGITS = 20
 KeyPath = tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Mark:
     """Where a value was written; ``inline`` says columns inside the scalar map onto the file."""
 
@@ -37,7 +37,7 @@ class Mark:
     inline: bool = False
 
 
-@dataclass
+@record
 class Document:
     """One YAML file as plain values, with marks for values (``marks``) and keys (``key_marks``)."""
 

@@ -10,13 +10,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from parinfo.errors import TuneError
 from parinfo.process import setter
 from parinfo.process.libraries import RUNTIME_VARS
 from parinfo.process.variables import LIBRARY_VARS
+from parinfo.record import record
 from parinfo.tuning.search import Point, Stats
 from parinfo.tuning.tail import OutputTail
 from parinfo.tuning.usercode import RAISED
@@ -62,7 +63,7 @@ def thread_env(point: Point) -> dict[str, str]:
     return env
 
 
-@dataclass
+@record
 class Settings:
     """How each point is timed."""
 
@@ -72,7 +73,7 @@ class Settings:
     timeout: float = 600.0
 
 
-@dataclass
+@record
 class Measurer:
     """Common part: remembers what each point reported as in force."""
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import UsageError
+from parinfo.record import record
 from parinfo.tuning import search, workloads
 from parinfo.tuning.checks import check_int
 from parinfo.tuning.measure import Settings
@@ -25,7 +25,7 @@ OBJECTIVES = ("latency", "throughput")
 MAX_COUNT_FACTOR = 64  # counts above 64 x logical CPUs are refused as a typo
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TuneOptions:
     """Everything a tune can be asked; the defaults are ``parinfo tune``'s."""
 
@@ -52,7 +52,7 @@ class TuneOptions:
     check_noise: bool = True
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """A checked tune: the workload, the ranges to search, and how each point is timed."""
 

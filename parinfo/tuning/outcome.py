@@ -6,10 +6,11 @@ that call them.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.cpulist import format_cpu_list
+from parinfo.record import record
 from parinfo.tuning.measure import Settings
 from parinfo.tuning.search import Point, SearchResult, Stats
 from parinfo.tuning.workloads import Workload
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 NOISY_SPREAD = 0.10  # a point whose relative spread exceeds this is called noisy
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MachineSummary:
     """The machine a tune ran on, as recorded in its JSON and profile comments."""
 
@@ -56,7 +57,7 @@ def cpu_model() -> str:
     return brand + (f" ({', '.join(extra)})" if extra else "")
 
 
-@dataclass
+@record
 class TuneOutcome:
     """The measured curve, the winner, what was skipped and why, and what may have disturbed it."""
 

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from parinfo.record import record
 
 DEFAULT_MARGIN = 0.03  # smallest relative gap called "clearly" slower
 DEFAULT_TIE = 0.01  # medians this close count as equal; the one using fewer threads wins
 DEFAULT_PATIENCE = 2  # clearly-slower points in a row before a direction is stopped
 
 
-@dataclass(frozen=True, order=True)
+@record(frozen=True, order=True)
 class Point:
     """One setting to measure: ``inter`` concurrent requests or inter-op threads, ``intra`` threads each."""
 
@@ -34,7 +36,7 @@ class Point:
         return f"{self.inter}x{self.intra}" if pairs else str(self.intra)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Stats:
     """Repeated timings of one point, in seconds per call."""
 
@@ -84,7 +86,7 @@ def clearly_worse(a: Stats, b: Stats, margin: float = DEFAULT_MARGIN) -> bool:
     return a.median > b.median * (1.0 + tol)
 
 
-@dataclass
+@record
 class SearchResult:
     """What was measured (in order), the winner, and every candidate left out with the reason."""
 

@@ -12,10 +12,11 @@ import os
 import shlex
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any, ClassVar
 
 from parinfo.errors import UsageError
+from parinfo.record import record
 from parinfo.tuning import kernels
 from parinfo.tuning.checks import check_int
 from parinfo.tuning.usercode import build_module, build_stmt, compile_user
@@ -26,7 +27,7 @@ MATMUL_DTYPE_BYTES = 4  # float32
 MATMUL_ARRAYS = 3  # a, b and the result
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Workload:
     """Common part: the kind's name, the framework, and what the tuner asks of every kind."""
 
@@ -51,7 +52,7 @@ class Workload:
         return {"kind": self.kind, **fields, "framework": framework}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Matmul(Workload):
     """A float32 size x size matrix product (the reference's 1024 sweep)."""
 
@@ -70,7 +71,7 @@ class Matmul(Workload):
         return {"kind": self.kind, "framework": self.framework, "size": self.size}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Elementwise(Workload):
     """exp, multiply and add over a long vector, split by the intra-op pool."""
 
@@ -85,7 +86,7 @@ class Elementwise(Workload):
         return make(kernels.ELEMENTWISE_LEN)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Ensemble(Workload):
     """Independent small models forked as inter-op tasks: the workload that sweeps pairs."""
 
@@ -101,7 +102,7 @@ class Ensemble(Workload):
         return kernels.ensemble(self.framework)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Stmt(Workload):
     """A timeit-style statement, run after its setup."""
 
@@ -116,7 +117,7 @@ class Stmt(Workload):
         return build_stmt(self.stmt, self.setup)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Module(Workload):
     """``pkg.module:function``, called with no arguments."""
 
@@ -130,7 +131,7 @@ class Module(Workload):
         return build_module(self.module)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Command(Workload):
     """A command timed as a whole process."""
 

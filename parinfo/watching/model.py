@@ -5,10 +5,12 @@ The sampler (:mod:`parinfo.watching.sample`) makes these from two readings; the 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
+
+from parinfo.record import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GroupUse:
     """The threads of one group (same name but for a worker number) over the interval."""
 
@@ -19,7 +21,7 @@ class GroupUse:
     involuntary: int  # context switches the scheduler forced
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ThrottleUse:
     """Throttling of the cgroup level that throttled most during the interval."""
 
@@ -32,7 +34,7 @@ class ThrottleUse:
     percent_time: float  # time held back / interval, percent (can pass 100: it sums over CPUs)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Sample:
     """What one process tree (or, with ``pid`` None, the container parinfo runs in) did during
     ``interval`` seconds ending at ``time``. ``throttling`` is None when no quota applies, and the

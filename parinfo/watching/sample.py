@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from parinfo.machine.pressure import (
     CpuCounters,
@@ -27,11 +27,12 @@ from parinfo.process.tasks import (
     thread_group,
     thread_stats,
 )
+from parinfo.record import record
 from parinfo.watching.model import GroupUse, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reading:
     """Cumulative counters at one instant (monotonic ``clock`` in seconds)."""
 
