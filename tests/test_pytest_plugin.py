@@ -1,0 +1,139 @@
+"""The pytest plugin, in real pytest sessions (with pytest-xdist workers where installed): each test
+records what threadpoolctl and torch say inside its worker, the ground truth the plugin's header
+and summary are checked against."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import clean_env
+from parinfo.machine.topology import machine_facts
+
+pytest.importorskip("numpy")
+pytest.importorskip("threadpoolctl")
+needs_xdist = pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import xdist"], capture_output=True).returncode != 0,
+    reason="pytest-xdist is not installed")
+
+RECORDER = '''
+import json, os, sys
+import threadpoolctl
+
+def record(name):
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    torch = sys.modules.get("torch")
+    held = {"pools": {i["internal_api"]: i["num_threads"] for i in threadpoolctl.threadpool_info()},
+            "torch": [torch.get_num_threads(), torch.get_num_interop_threads()] if torch else None}
+    with open(os.path.join(os.environ["POOLS_OUT"], f"{worker}-{name}.json"), "w") as f:
+        json.dump(held, f)
+'''
+
+
+def _project(tmp_path: Path, *, torch: bool = False) -> Path:
+    (tmp_path / "recorder.py").write_text(RECORDER)
+    (tmp_path / "test_numpy.py").write_text("import numpy\nfrom recorder import record\n\n"
+                                            "def test_pools():\n    record('numpy')\n")
+    if torch:
+        (tmp_path / "test_torch.py").write_text("import torch\nfrom recorder import record\n\n"
+                                                "def test_torch():\n    torch.ones(4).sum()\n    record('torch')\n")
+    (tmp_path / "loads_numpy.py").write_text("import numpy  # a plugin that loads OpenBLAS before any hook runs\n")
+    (tmp_path / "out").mkdir()
+    return tmp_path
+
+
+def _pytest(project: Path, *args: str, env: dict[str, str] | None = None) -> tuple[str, dict[str, dict]]:
+    environ = {k: v for k, v in clean_env(**(env or {})).items() if not k.startswith("PYTEST_")}
+    environ.update(POOLS_OUT=str(project / "out"), PYTHONPATH=str(project))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "parinfo.pytest_plugin", "-p", "no:cacheprovider",
+                           *args], cwd=project, env=environ, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    held = {p.stem: json.loads(p.read_text()) for p in (project / "out").glob("*.json")}
+    return proc.stdout, held
+
+
+def _lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("parinfo:")]
+
+
+@needs_xdist
+def test_each_xdist_worker_gets_its_share_of_every_pool(tmp_path):
+    usable = machine_facts().usable_cpus
+    share = max(1, usable // 2)
+    out, held = _pytest(_project(tmp_path), "-n", "2", "--dist", "each", "--parinfo-budget")
+    assert f"parinfo: budget: 2 xdist workers share {usable} usable CPUs: each gets {share} thread" in out
+    numpy_runs = {k: v for k, v in held.items() if k.endswith("-numpy")}
+    assert sorted(numpy_runs) == ["gw0-numpy", "gw1-numpy"]
+    for worker, seen in numpy_runs.items():
+        assert seen["pools"] and set(seen["pools"].values()) == {share}, (worker, seen)
+        name = worker.split("-")[0]
+        summary = [line for line in _lines(out) if line.startswith(f"parinfo: {name}: ")]
+        assert len(summary) == 1 and f"openblas {share}" in summary[0]  # what threadpoolctl saw there
+
+
+@needs_xdist
+@pytest.mark.torch
+def test_torch_intra_and_inter_op_get_the_share_in_each_worker(tmp_path):
+    share = max(1, machine_facts().usable_cpus // 2)
+    out, held = _pytest(_project(tmp_path, torch=True), "-n", "2", "--dist", "each", "--parinfo-budget")
+    torch_runs = {k: v["torch"] for k, v in held.items() if k.endswith("-torch")}
+    assert torch_runs == {"gw0-torch": [share, share], "gw1-torch": [share, share]}
+    for worker in ("gw0", "gw1"):
+        summary = next(line for line in _lines(out) if line.startswith(f"parinfo: {worker}: "))
+        assert f"torch inter-op {share}, torch intra-op {share}" in summary
+
+
+@needs_xdist
+def test_without_the_option_the_header_warns_and_nothing_is_changed(tmp_path):
+    usable = machine_facts().usable_cpus
+    out, held = _pytest(_project(tmp_path), "-n", "2", "--dist", "each")
+    warning = [line for line in _lines(out) if "warning" in line]
+    assert len(warning) == 1, out
+    assert warning[0].startswith(f"parinfo: warning: 2 xdist workers x {usable} threads (")
+    assert warning[0].endswith(f") = {2 * usable} threads on {usable} usable CPUs; "
+                               f"add --parinfo-budget to give each worker {max(1, usable // 2)}")
+    for seen in held.values():
+        assert set(seen["pools"].values()) == {usable}  # the libraries' own defaults, untouched
+
+
+@needs_xdist
+def test_pools_loaded_before_the_plugin_are_pushed_and_user_variables_are_kept_and_said(tmp_path):
+    usable = machine_facts().usable_cpus
+    share = max(1, usable // 2)
+    if usable < 2:
+        pytest.skip("needs 2 usable CPUs: the user's count must differ from the share")
+    out, held = _pytest(_project(tmp_path), "-p", "loads_numpy", "-n", "2", "--dist", "each", "--parinfo-budget",
+                        env={"OPENBLAS_NUM_THREADS": str(usable), "OMP_NUM_THREADS": str(usable)})
+    assert sorted(held) == ["gw0-numpy", "gw1-numpy"]
+    for seen in held.values():
+        assert seen["pools"] == {"openblas": usable}  # the user's own choice stays
+    kept = [line for line in _lines(out) if "OPENBLAS_NUM_THREADS: kept" in line]
+    assert len(kept) == 2 and all(f"kept '{usable}' set by the user" in line for line in kept), out
+
+
+@needs_xdist
+def test_pools_loaded_before_the_plugin_get_the_share(tmp_path):
+    share = max(1, machine_facts().usable_cpus // 2)
+    out, held = _pytest(_project(tmp_path), "-p", "loads_numpy", "-n", "2", "--dist", "each", "--parinfo-budget")
+    for seen in held.values():
+        assert seen["pools"] == {"openblas": share}
+
+
+def test_without_xdist_the_session_is_one_worker(tmp_path):
+    usable = machine_facts().usable_cpus
+    out, held = _pytest(_project(tmp_path), "--parinfo-budget", "-p", "no:xdist")
+    assert f"parinfo: budget: 1 process (no xdist workers) share {usable} usable CPUs" in out
+    assert set(held["main-numpy"]["pools"].values()) == {usable}
+    assert any(line.startswith("parinfo: this process: ") and f"openblas {usable}" in line for line in _lines(out))
+
+
+def test_the_plugin_is_inert_unless_loaded(tmp_path):
+    project = _project(tmp_path)
+    environ = dict(os.environ, POOLS_OUT=str(project / "out"), PYTHONPATH=str(project))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--parinfo-budget"], cwd=project,
+                          env=environ, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4 and "--parinfo-budget" in proc.stderr  # an unknown option without the plugin
