@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from parinfo.watching.sample import Sample
+    from parinfo.watching.sample import Sample, Sampler
 
 
 def _pct(value: float | str) -> str:
@@ -47,6 +47,28 @@ def render_sample(s: Sample, title: str) -> str:
     return "\n".join(escape_controls(line) for line in lines)
 
 
+def _serve(sampler: Sampler, address: str) -> None:
+    """Serve metrics until SIGINT or SIGTERM, then stop the server and return."""
+    import signal
+    import threading
+
+    from parinfo.watching.metrics import serve
+
+    server, url = serve(sampler, address)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    typer.echo(f"parinfo: serving metrics of {'pid ' + str(sampler.pid) if sampler.pid else 'this container'} "
+               f"on {url} (Ctrl-C or SIGTERM stops)", err=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+    typer.echo("parinfo: metrics server stopped", err=True)
+
+
 def watch(
     pid: int | None = typer.Option(
         None, "--pid", metavar="PID",
@@ -56,6 +78,10 @@ def watch(
     once: bool = typer.Option(False, "--once", help="Print one sample (after one interval) and exit."),
     json_out: bool = typer.Option(
         False, "--json", help="One JSON object per interval (the default when not on a terminal, but for --once)."),
+    serve: str | None = typer.Option(
+        None, "--serve", metavar="HOST:PORT",
+        help="Serve Prometheus metrics on HOST:PORT (default host 127.0.0.1; one sample per scrape) until "
+             "SIGINT or SIGTERM, instead of printing samples. Needs: pip install 'parinfo[metrics]'."),
 ) -> None:
     """Watch CPU use per thread group, runnable threads, throttling and CPU pressure, with a verdict."""
     import json
@@ -66,7 +92,15 @@ def watch(
     if children and pid is None:
         raise UsageError("--children needs --pid PID (the process whose tree to watch)")
     seconds = check_interval(interval)
+    if serve is not None:
+        from parinfo.watching.metrics import parse_address, prometheus
+
+        parse_address(serve)  # bad input is refused before anything is read
+        prometheus()
     sampler = Sampler(pid, children=children)
+    if serve is not None:
+        _serve(sampler, serve)
+        return
     title = "container (parinfo's cgroup)" if pid is None else f"pid {pid}"
     live = not json_out and sys.stdout.isatty() and not once
     got = False

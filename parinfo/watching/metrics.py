@@ -1,0 +1,146 @@
+"""`parinfo watch --serve`: the live evidence as Prometheus metrics, one sample per scrape.
+
+A scrape takes one reading of the watched process (or container) and turns it into a sample
+against the previous scrape's reading, as ``parinfo watch`` does between two intervals: so a scrape
+costs one sample, never a sweep. The native pools and the findings come from the process's report,
+which is re-read at most every ``report_every`` seconds (pools and counts change rarely; the
+report reads the process's memory maps and environment). Counters are the kernel's cumulative ones,
+so they only grow across scrapes. prometheus_client is imported here only (the ``metrics`` extra).
+
+Metric names and labels are part of parinfo's interface: docs/metrics.md lists them.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from parinfo.errors import UsageError
+
+if TYPE_CHECKING:
+    from parinfo.diagnostics.model import Report
+    from parinfo.watching.sample import Sampler
+
+EXTRA_HINT = "pip install 'parinfo[metrics]'"
+#: Findings about the container itself, the ones that hold without a process (watch without --pid).
+CONTAINER_FINDINGS = ("throttled", "thread-stack-budget")
+
+
+def prometheus() -> Any:
+    """The prometheus_client module, or a UsageError that says how to install it."""
+    try:
+        import prometheus_client
+    except ImportError:
+        raise UsageError(f"--serve needs prometheus_client, which is not installed: {EXTRA_HINT}") from None
+    return prometheus_client
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` or ``PORT`` -> (host, port); the host defaults to 127.0.0.1."""
+    import ipaddress
+
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "", text
+    host = host.strip("[]") or "127.0.0.1"
+    fix = "give HOST:PORT, e.g. --serve 127.0.0.1:9464"
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"--serve {text!r}: the port must be a number from 1 to 65535; {fix}")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if host != "localhost":
+            raise UsageError(f"--serve {text!r}: {host!r} is not an IP address; {fix}") from None
+    return host, int(port_text)
+
+
+class WatchCollector:
+    """A prometheus_client collector over one Sampler (one reading per scrape) and the target's
+    report (re-read at most every ``report_every`` seconds)."""
+
+    def __init__(self, sampler: Sampler, report_every: float = 30.0) -> None:
+        self.sampler = sampler
+        self.report_every = report_every
+        self._lock = threading.Lock()  # scrapes may overlap: one reading at a time
+        self._report: Report | None = None
+        self._report_at = float("-inf")
+        self.sampler.sample()  # the first reading, so the first scrape already has an interval
+
+    def _target_report(self) -> Report:
+        if time.monotonic() - self._report_at >= self.report_every:
+            from parinfo.diagnostics.report import inspect
+
+            self._report = inspect(pid=self.sampler.pid) if self.sampler.pid is not None else inspect()
+            self._report_at = time.monotonic()
+        assert self._report is not None
+        return self._report
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        with self._lock:
+            sample = self.sampler.sample()
+            reading = self.sampler.last
+            report = self._target_report()
+        pid = "" if self.sampler.pid is None else str(self.sampler.pid)
+
+        yield GaugeMetricFamily("parinfo_usable_cpus", "CPUs the watched process may use at once "
+                                "(affinity, cpuset and cgroup quota)", value=self.sampler.usable)
+        pools = GaugeMetricFamily("parinfo_pool_threads", "Threads of each native pool library in the "
+                                  "watched process, summed over its loaded copies (counts parinfo can read)",
+                                  labels=["library", "pid"])
+        if self.sampler.pid is not None:
+            per_library: dict[str, int] = {}
+            for pool in report.pools:
+                if isinstance(pool.num_threads, int):
+                    per_library[pool.library] = per_library.get(pool.library, 0) + pool.num_threads
+            for library, threads in sorted(per_library.items()):
+                pools.add_metric([library, pid], threads)
+        yield pools
+        if sample is not None:
+            yield GaugeMetricFamily("parinfo_runnable_threads", "Threads running or waiting for a CPU, on "
+                                    "average since the previous scrape", value=sample.runnable)
+        seconds = CounterMetricFamily("parinfo_cpu_throttled_seconds", "Time the watched cgroup's threads "
+                                      "were held back by its CPU quota (the kernel's cumulative count)",
+                                      labels=["cgroup"])
+        periods = CounterMetricFamily("parinfo_cpu_throttled_periods", "CPU periods in which the watched "
+                                      "cgroup was throttled (the kernel's cumulative count)", labels=["cgroup"])
+        if reading is not None:
+            for level in reading.counters.levels:
+                seconds.add_metric([level.cgroup], level.throttled_usec / 1e6)
+                periods.add_metric([level.cgroup], level.throttled)
+        yield seconds
+        yield periods
+        if sample is not None:
+            pressure = GaugeMetricFamily("parinfo_cpu_pressure_some_ratio", "Share of the time since the "
+                                         "previous scrape some task waited for a CPU", labels=["scope"])
+            for scope, value in (("machine", sample.pressure_some), ("cgroup", sample.pressure_cgroup_some)):
+                if not isinstance(value, str):
+                    pressure.add_metric([scope], round(value / 100, 4))
+            yield pressure
+        findings = GaugeMetricFamily("parinfo_findings", "Findings parinfo makes about the watched process "
+                                     "(1 while the finding holds)", labels=["id", "severity"])
+        for f in report.findings:
+            if self.sampler.pid is not None or f.id in CONTAINER_FINDINGS:
+                findings.add_metric([f.id, f.severity], 1)
+        yield findings
+
+
+def serve(sampler: Sampler, address: str, *, report_every: float = 30.0) -> tuple[Any, str]:
+    """Start serving ``sampler``'s metrics on ``address`` (HOST:PORT) in a background thread.
+
+    Returns (the server, its URL); ``server.shutdown()`` stops it. A port in use or an address that
+    cannot be bound is a UsageError.
+    """
+    client = prometheus()
+    host, port = parse_address(address)
+    registry = client.CollectorRegistry(auto_describe=False)
+    registry.register(WatchCollector(sampler, report_every))
+    try:
+        server, _thread = client.start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise UsageError(f"--serve {address}: cannot listen on {host}:{port}: {exc.strerror or exc}; "
+                         f"pick a free port") from None
+    shown = f"[{host}]" if ":" in host else host
+    return server, f"http://{shown}:{port}/metrics"

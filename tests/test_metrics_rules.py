@@ -1,0 +1,83 @@
+"""The alert rules of docs/metrics.md work as written: promtool checks their syntax and runs them
+over series shaped like `parinfo watch --serve`'s (skipped where promtool is not installed)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.skipif(shutil.which("promtool") is None,
+                                reason="promtool is not installed (apt-get install prometheus)")
+
+DOC = (REPO / "docs" / "metrics.md").read_text()
+WIDE = 'cgroup="/sys/fs/cgroup/cpu/demo",instance="a:9464",job="parinfo"'
+FITS = 'cgroup="/sys/fs/cgroup/cpu/fits",instance="b:9464",job="parinfo"'
+
+UNIT_TESTS = f"""
+rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      # a: held back 0.5 s per second, OpenBLAS at 4 threads on 1 usable CPU, 3 threads runnable
+      - series: 'parinfo_cpu_throttled_seconds_total{{{WIDE}}}'
+        values: '0+30x30'
+      - series: 'parinfo_pool_threads{{instance="a:9464",job="parinfo",library="openblas",pid="42"}}'
+        values: '4x30'
+      - series: 'parinfo_usable_cpus{{instance="a:9464",job="parinfo"}}'
+        values: '1x30'
+      - series: 'parinfo_runnable_threads{{instance="a:9464",job="parinfo"}}'
+        values: '3x30'
+      # b: just as throttled, but its one pool fits its CPU, and 1 thread runnable
+      - series: 'parinfo_cpu_throttled_seconds_total{{{FITS}}}'
+        values: '0+30x30'
+      - series: 'parinfo_pool_threads{{instance="b:9464",job="parinfo",library="openblas",pid="7"}}'
+        values: '1x30'
+      - series: 'parinfo_usable_cpus{{instance="b:9464",job="parinfo"}}'
+        values: '1x30'
+      - series: 'parinfo_runnable_threads{{instance="b:9464",job="parinfo"}}'
+        values: '1x30'
+    alert_rule_test:
+      - eval_time: 3m
+        alertname: ThrottledByAPoolWiderThanTheQuota
+        exp_alerts: []
+      - eval_time: 20m
+        alertname: ThrottledByAPoolWiderThanTheQuota
+        exp_alerts:
+          - exp_labels: {{severity: warning, cgroup: /sys/fs/cgroup/cpu/demo, instance: "a:9464", job: parinfo}}
+            exp_annotations:
+              summary: "/sys/fs/cgroup/cpu/demo is throttled: a thread pool is wider than the CPU quota"
+              description: "Limit the pools to parinfo_usable_cpus threads (parinfo apply container)."
+      - eval_time: 20m
+        alertname: MoreRunnableThreadsThanUsableCPUs
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: "a:9464", job: parinfo}}
+            exp_annotations:
+              summary: "a:9464: more runnable threads than usable CPUs"
+              description: "Threads wait for CPUs: check the pools with parinfo show --pid."
+"""
+
+
+def _rules() -> str:
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", DOC, flags=re.S) if b.startswith("groups:")]
+    return block
+
+
+def test_the_documented_rules_are_valid(tmp_path):
+    (tmp_path / "rules.yml").write_text(_rules())
+    proc = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yml")], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS: 2 rules found" in proc.stdout + proc.stderr
+
+
+def test_the_documented_rules_fire_where_they_should_and_only_there(tmp_path):
+    (tmp_path / "rules.yml").write_text(_rules())
+    (tmp_path / "tests.yml").write_text(UNIT_TESTS)
+    proc = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
