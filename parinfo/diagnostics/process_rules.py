@@ -450,11 +450,12 @@ def _scheduler_unbound(r: Report) -> list[Finding]:
         f"the job was allocated {m.allocation} CPU{'s' if m.allocation != 1 else ''} "
         f"({m.allocation_source}) but this process may run on {cpus}: the job is not bound to its CPUs",
         f"libraries that size their pools from the CPU count or the affinity (OpenMP runtimes, BLAS, "
-        f"torch, os.cpu_count()) start up to {cpus} threads on {m.allocation} allocated CPUs and "
+        f"torch, os.cpu_count()) start up to {cpus} threads on {m.allocation} allocated "
+        f"CPU{'s' if m.allocation != 1 else ''} and "
         "oversubscribe the node; parinfo's own counts follow the allocation",
         f"bind the job's tasks to their CPUs: `{scheduler.BIND_FIX} ...` (the cluster needs a task/affinity "
         f"or task/cgroup plugin), or run under `parinfo apply container` so that every count follows the "
-        f"{m.allocation} usable CPUs",
+        f"{m.allocation} usable CPU{'s' if m.allocation != 1 else ''}",
     )]
 
 

@@ -38,7 +38,7 @@ _PER_NODE = re.compile(r"^([0-9]{1,7})(\(x[0-9]{1,7}\))?$")
 @record(frozen=True)
 class Allocation:
     """A scheduler's CPU allocation: ``cpus`` (None outside a job, or when no count is valid), the
-    ``source`` that gave it ("SLURM_CPUS_PER_TASK=4 (Slurm job 123)", or "none"), the ``job`` id,
+    ``source`` that gave it ("Slurm job 123: SLURM_CPUS_PER_TASK=4", or "none"), the ``job`` id,
     and ``invalid``: {variable: why} for each scheduler variable whose value was garbage."""
 
     cpus: int | None = None
@@ -85,5 +85,5 @@ def allocation(environ: Mapping[str, str]) -> Allocation:
             invalid[name] = str(exc)
             continue
         where = f"Slurm job {job_text}" if job_text else "Slurm job"
-        return Allocation(n, f"{name}={value.strip()} ({where})", job_text or None, invalid)
+        return Allocation(n, f"{where}: {name}={value.strip()}", job_text or None, invalid)
     return Allocation(None, "none", job_text or None, invalid)
