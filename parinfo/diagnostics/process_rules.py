@@ -433,7 +433,8 @@ def _fractional_quota(r: Report) -> list[Finding]:
     return [Finding(
         "fractional-quota", "info", message,
         f"floor never throttles: {down} busy thread{'s' if down != 1 else ''} use{'s' if down == 1 else ''} "
-        f"{down} of the {quota:g} CPUs each period and leave {quota - down:g} CPU unused; ceil uses it, but "
+        f"{down} of the {quota:g} CPUs each period and leave{'s' if down == 1 else ''} {quota - down:g} CPU "
+        f"unused; ceil uses it, but "
         f"{up} busy threads spend the quota early in each period and all of them wait for the next one",
         fix,
     )]
