@@ -10,7 +10,7 @@ would answer on the same machine (:func:`usable_by_rule`), each from its own sou
 - ``go`` (Go 1.25 GOMAXPROCS, src/runtime/cgroup_linux.go ``adjustCgroupGOMAXPROCS``):
   min(affinity CPUs, max(2, ceil(quota))), the quota of the process's own cgroup only (no ancestors).
 - ``jdk`` (HotSpot ``CgroupUtil::processor_count``): min(affinity CPUs, ceil(quota)).
-- ``dotnet`` (CoreCLR PAL cgroup.cpp ``GetCpuLimit``): min(affinity CPUs, ceil(quota)), and 1 for a
+- ``dotnet`` (CoreCLR PAL cgroup.cpp ``ComputeCpuLimit``): min(affinity CPUs, ceil(quota)), and 1 for a
   quota of one CPU or less.
 - ``loky`` (joblib/loky ``cpu_count``): min(os.cpu_count(), affinity CPUs, ceil(quota)), the quota
   read at the fixed paths /sys/fs/cgroup/cpu.max and /sys/fs/cgroup/cpu/cpu.cfs_quota_us only.
