@@ -67,6 +67,7 @@ OPTIONAL = {
     "libraries": st.one_of(st.dictionaries(st.sampled_from([*LIBRARIES, "openblas"]), counts, max_size=3), scalars),
     "env": st.one_of(env, scalars), "affinity": affinity, "instances": instances,
     "extends": st.sampled_from(["latency", "nope", "./fuzz.yaml", "/", "../x.yaml"]),
+    "quota_rounding": st.one_of(st.sampled_from(["floor", "ceil", "nearest", "Ceil", "round"]), scalars),
     "threads": scalars,
 }
 profiles = st.fixed_dictionaries({"version": st.one_of(st.just(1), scalars)}, optional=OPTIONAL)

@@ -63,11 +63,18 @@ def _machine(r: Report) -> list[Line]:
         ("affinity", f"{format_cpu_list(m.affinity)} ({plural(len(m.affinity), 'CPU')})"),
         ("cpuset", "none" if m.cpuset is None else format_cpu_list(m.cpuset)),
         ("cgroup CPU quota", quota_text(m)),
-        ("usable CPUs", f"{m.usable_cpus} ({plural(m.usable_physical_cores, 'physical core')})"),
     ]
+    if m.quota is not None or m.quota_rounding_source != "default":
+        rows.append(("quota rounding", f"{m.quota_rounding} ({m.quota_rounding_source})"))
+    if m.quota is not None and m.usable_by_rule:
+        rows.append(("by runtime", ", ".join(f"{k} {v}" for k, v in m.usable_by_rule.items())))
+    if m.allocation is not None:
+        rows.append(("Slurm allocation", f"{plural(m.allocation, 'CPU')} ({m.allocation_source})"))
+    rows.append(("usable CPUs", f"{m.usable_cpus} ({plural(m.usable_physical_cores, 'physical core')})"))
     lines = _aligned(rows)
     lines[-1] = [(text, "bold") for text, _ in lines[-1]]
     lines.append(_line(f"  usable = {m.usable_rule}", "dim"))
+    lines += [_line(f"  invalid: {name}: {why}", "yellow") for name, why in m.invalid.items()]
     lines += [_line(f"  note: {n}", "dim") for n in m.notes]
     return _section("Machine", lines)
 

@@ -8,11 +8,13 @@ touch the process themselves. :data:`RULES` is the one list of them, with those 
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from parinfo.diagnostics import fleet_rules, live_rules
 from parinfo.diagnostics.findings import SEVERITIES, Finding, at_least, sort_findings
 from parinfo.diagnostics.model import Report
+from parinfo.machine import rounding, scheduler
 from parinfo.process import libraries as reg
 from parinfo.process.pools import PoolRow
 from parinfo.process.provenance import SettingRow
@@ -130,12 +132,21 @@ def _env_values(r: Report) -> dict[str, str]:
     return {e.name: e.value for e in r.environment if e.value is not None}
 
 
+def _allocation_binds(r: Report) -> bool:
+    """The scheduler's allocation, not the quota, is what limits the usable CPUs."""
+    m = r.machine
+    if m.allocation is None or m.allocation != m.usable_cpus:
+        return False
+    return m.quota is None or m.allocation < rounding.round_quota(m.quota, m.quota_rounding)
+
+
 def _above_quota_or_affinity(r: Report) -> list[Finding]:
     m = r.machine
     quota = m.quota
     affinity = len(m.affinity) or None
     usable = m.usable_cpus
     env = _env_values(r)
+    by_allocation = _allocation_binds(r)
     out = []
     for row in r.settings:
         who, count = row.library, row.count
@@ -143,7 +154,15 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
             count = min(count, row.capped_to)  # what runs, not what was asked (count-above-ceiling)
         if count is None or count <= usable:
             continue
-        if quota is not None:
+        if by_allocation:
+            out.append(Finding(
+                "count-above-usable", "warning",
+                f"{who} uses {count} threads but only {usable} CPUs are usable ({m.allocation_source})",
+                "the job was given fewer CPUs than its threads: they share the allocated CPUs (or, when the "
+                "job is not bound, take CPUs given to other jobs on the node)",
+                f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
+            ))
+        elif quota is not None:
             out.append(Finding(
                 "count-above-quota", "warning",
                 f"{who} uses {count} threads but the cgroup CPU quota allows {quota:g} CPUs",
@@ -377,11 +396,90 @@ def _duplicate_copies(r: Report) -> list[Finding]:
     )]
 
 
+def _fractional_quota(r: Report) -> list[Finding]:
+    """A fractional quota: runtimes round it differently, so the process's pools may disagree on how
+    many CPUs there are. Says parinfo's rule, every runtime's answer, and the number each count in
+    force uses."""
+    m = r.machine
+    quota, usable = m.quota, m.usable_cpus
+    cpus = len(m.usable_cpu_list or m.affinity)
+    if quota is None or quota == int(quota) or (cpus and rounding.round_quota(quota, "floor") >= cpus):
+        return []  # a whole quota, or fewer CPUs than the quota: every rule gives the same number
+    answers = m.usable_by_rule
+    if answers and set(answers.values()) == {usable}:
+        return []
+    runtimes = ", ".join(f"{rounding.RUNTIMES[k]} {answers[k]}" for k in rounding.RUNTIMES if k in answers)
+    groups: dict[int, list[str]] = {}
+    owners = Counter(row.library for row in r.settings)
+    for row in r.settings:
+        if row.count is not None:
+            name = row.library + (f" [{row.owner}]" if owners[row.library] > 1 and row.owner else "")
+            groups.setdefault(row.count, []).append(name)
+    here = "; ".join(f"{n} for {', '.join(names)}" for n, names in sorted(groups.items()))
+    message = (f"the cgroup CPU quota is {quota:g} CPUs: parinfo counts {usable} usable CPU"
+               f"{'s' if usable != 1 else ''} ({m.quota_rounding}, {m.quota_rounding_source})")
+    if runtimes:
+        message += f"; by their own rules {runtimes}"
+    if here:
+        message += f"; counts in force here: {here}"
+    down, up = rounding.round_quota(quota, "floor"), rounding.round_quota(quota, "ceil")
+    if m.quota_rounding == "floor":
+        fix = (f"keep floor where latency matters; to use the fraction, set {rounding.ROUNDING_VAR}=ceil or "
+               f"'quota_rounding: ceil' in a profile, or give the cgroup a whole number of CPUs ({up})")
+    else:
+        fix = (f"where throttling hurts (latency, barriers), set {rounding.ROUNDING_VAR}=floor or "
+               f"'quota_rounding: floor' in a profile ({down} thread{'s' if down != 1 else ''}), or give "
+               f"the cgroup a whole number of CPUs")
+    return [Finding(
+        "fractional-quota", "info", message,
+        f"floor never throttles: {down} busy thread{'s' if down != 1 else ''} use{'s' if down == 1 else ''} "
+        f"{down} of the {quota:g} CPUs each period and leave{'s' if down == 1 else ''} {quota - down:g} CPU "
+        f"unused; ceil uses it, but "
+        f"{up} busy threads spend the quota early in each period and all of them wait for the next one",
+        fix,
+    )]
+
+
+def _scheduler_unbound(r: Report) -> list[Finding]:
+    """A Slurm job given fewer CPUs than its affinity mask holds: the job is not bound to them."""
+    m = r.machine
+    cpus = len(m.usable_cpu_list or m.affinity)
+    if m.allocation is None or m.allocation >= cpus:
+        return []
+    return [Finding(
+        "scheduler-unbound", "warning",
+        f"the job was allocated {m.allocation} CPU{'s' if m.allocation != 1 else ''} "
+        f"({m.allocation_source}) but this process may run on {cpus}: the job is not bound to its CPUs",
+        f"libraries that size their pools from the CPU count or the affinity (OpenMP runtimes, BLAS, "
+        f"torch, os.cpu_count()) start up to {cpus} threads on {m.allocation} allocated "
+        f"CPU{'s' if m.allocation != 1 else ''} and "
+        "oversubscribe the node; parinfo's own counts follow the allocation",
+        f"bind the job's tasks to their CPUs: `{scheduler.BIND_FIX} ...` (the cluster needs a task/affinity "
+        f"or task/cgroup plugin), or run under `parinfo apply container` so that every count follows the "
+        f"{m.allocation} usable CPU{'s' if m.allocation != 1 else ''}",
+    )]
+
+
+def _invalid_machine_variables(r: Report) -> list[Finding]:
+    """A scheduler variable or PARINFO_QUOTA_ROUNDING with garbage in it: ignored when counting CPUs."""
+    out = []
+    for name, why in r.machine.invalid.items():
+        if name == rounding.ROUNDING_VAR:
+            ignored = f"parinfo ignored it and rounded the CPU quota with {rounding.DEFAULT}"
+            fix = f"unset {name} or set it to one of {', '.join(rounding.ROUNDINGS)}"
+        else:
+            ignored = "parinfo ignored it when counting the job's CPUs (the next Slurm variable, if any, counts)"
+            fix = f"unset {name} or give it a valid value (check the job script and how the job was started)"
+        out.append(Finding("invalid-variable", "warning", f"{name} is invalid: {why}", ignored, fix))
+    return out
+
+
 #: Every rule a report runs, in order: those over the process's facts (above), the outer threads
 #: times the pools (fleet_rules), then the live evidence (live_rules). The one list of rules.
 RULES: tuple[Rule, ...] = (
     _oversubscribed_interop, _oversubscribed_pools, _above_quota_or_affinity, _above_physical,
-    _invalid_variables, _refused_counts, _above_ceiling, _set_after_load, _several_openmp, _openmp_and_tbb,
+    _invalid_variables, _invalid_machine_variables, _fractional_quota, _scheduler_unbound,
+    _refused_counts, _above_ceiling, _set_after_load, _several_openmp, _openmp_and_tbb,
     _openblas_pthreads_with_openmp,
     _kmp_duplicate, _duplicate_copies,
     fleet_rules.outer_findings,

@@ -28,6 +28,8 @@ class CgroupFacts:
     quota_source: str = "none"
     cpuset: tuple[int, ...] | None = None
     cpuset_source: str = "none"
+    leaf_quota: float | None = None  # the CPU controller's own cgroup's quota (a v1 cpu hierarchy wins; no ancestors)
+    v2_quota: float | None = None  # the tightest quota of the v2 hierarchy alone
     version: str | None = None  # "v1", "v2", "hybrid" or None (no cgroup mounted)
     path: str | None = None  # the process's cgroup for the CPU controller, as /proc/<pid>/cgroup says
     unknown: dict[str, str] = field(default_factory=dict)
@@ -134,8 +136,10 @@ def _v1_quota(root: str, d: str) -> tuple[float | None, str]:
 
 
 def _walk_quota(root: str, leaf: str, top: str, quota_file: str, reader: Callable,
-                facts: CgroupFacts, problems: list[str]) -> None:
-    """Keep the tightest quota of ``leaf`` and its ancestors up to ``top`` in ``facts``."""
+                facts: CgroupFacts, problems: list[str]) -> tuple[float | None, float | None]:
+    """Keep the tightest quota of ``leaf`` and its ancestors up to ``top`` in ``facts``; return
+    (the leaf's own quota, the tightest of this hierarchy), which some runtimes read alone."""
+    own = tightest = None
     for d in _ancestors(leaf, top):
         if not os.path.lexists(os.path.join(root, d, quota_file)):
             continue  # the root cgroup, or (v2) the cpu controller is not enabled at this level
@@ -144,8 +148,13 @@ def _walk_quota(root: str, leaf: str, top: str, quota_file: str, reader: Callabl
         except Unreadable as exc:
             problems.append(str(exc))
             continue
+        if d == leaf:
+            own = quota
+        if quota is not None and (tightest is None or quota < tightest):
+            tightest = quota
         if quota is not None and (facts.quota is None or quota < facts.quota):
             facts.quota, facts.quota_source = quota, shown(rel)
+    return own, tightest
 
 
 def _first_cpuset(root: str, leaf: str, top: str, names: tuple[str, ...]) -> tuple[tuple[int, ...], str] | None:
@@ -207,12 +216,19 @@ def cgroup_facts(root: str, pid: int | None = None) -> CgroupFacts:
     facts.path = v1_paths.get("cpu", v2_path)
 
     problems: list[str] = []
+    has_v1_cpu = any(not m.v2 and "cpu" in m.controllers for m in mounts) and "cpu" in v1_paths
     cpusets: list[tuple[tuple[int, ...], str]] = []
     cpuset_problem = None
     for mount, path, quota, names in _jobs(mounts, v2_path, v1_paths):
         leaf = _leaf(root, mount, path, facts.notes)
         if quota is not None:
-            _walk_quota(root, leaf, mount.point, *quota, facts, problems)
+            own, tightest = _walk_quota(root, leaf, mount.point, *quota, facts, problems)
+            if mount.v2:
+                facts.v2_quota = tightest
+                if not has_v1_cpu:
+                    facts.leaf_quota = own
+            else:
+                facts.leaf_quota = own
         if names:
             try:
                 found = _first_cpuset(root, leaf, mount.point, names)

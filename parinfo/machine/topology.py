@@ -9,20 +9,26 @@ call because a process can be re-pinned or moved to another cgroup while it runs
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Any
 
 from parinfo.errors import UsageError
-from parinfo.machine import cgroup as _cgroup, sysfs as _sysfs
+from parinfo.machine import cgroup as _cgroup, rounding as _rounding, scheduler as _scheduler, sysfs as _sysfs
 from parinfo.machine.cpulist import parse_cpu_list
 from parinfo.payload import flag, int_lists, integer, ints, number, section, text, text_map, texts
 from parinfo.record import record
 
-USABLE_RULE = "min(affinity CPUs, cpuset CPUs, floor(cgroup quota)), at least 1"
+
+def usable_rule(rounding: str = _rounding.DEFAULT, allocation: bool = False) -> str:
+    """The usable-CPU rule as text: the quota's rounding, and the scheduler's allocation when there is one."""
+    slurm = ", Slurm allocation" if allocation else ""
+    return f"min(affinity CPUs, cpuset CPUs, {rounding}(cgroup quota){slurm}), at least 1"
+
+
+USABLE_RULE = usable_rule()
 
 
 @record(frozen=True)
@@ -48,6 +54,12 @@ class MachineFacts:
     cgroup_path: str | None = None
     cpuset_source: str = "none"
     notes: tuple[str, ...] = ()
+    quota_rounding: str = _rounding.DEFAULT
+    quota_rounding_source: str = "default"
+    allocation: int | None = None
+    allocation_source: str = "none"
+    usable_by_rule: dict[str, int] = field(default_factory=dict)
+    invalid: dict[str, str] = field(default_factory=dict)
 
     @property
     def usable_cpu_list(self) -> tuple[int, ...]:
@@ -72,10 +84,16 @@ class MachineFacts:
             unknown.setdefault("affinity", "not in the report; its usable CPU list stands for it")
         cpuset = None if d.get("cpuset") is None else ints(d.get("cpuset"))
         quota = number(d.get("quota"))
+        rounding = text(d.get("quota_rounding"))
+        rounding = rounding if rounding in _rounding.ROUNDINGS else _rounding.DEFAULT
+        allocation = integer(d.get("allocation"))
+        allocation = allocation if allocation is not None and allocation > 0 else None
         usable = integer(d.get("usable_cpus"))
         if usable is None or usable < 1:
-            usable = usable_from(len(usable_list or affinity) or 1, len(cpuset) if cpuset else None, quota)
-            notes.append(f"usable CPUs not in the report: worked out again as {USABLE_RULE}")
+            usable = usable_from(len(usable_list or affinity) or 1, len(cpuset) if cpuset else None, quota,
+                                 rounding, allocation)
+            rule = usable_rule(rounding, bool(allocation))
+            notes.append(f"usable CPUs not in the report: worked out again as {rule}")
         return cls(
             logical_cpus=integer(d.get("logical_cpus")),
             physical_cores=integer(d.get("physical_cores")),
@@ -96,6 +114,13 @@ class MachineFacts:
             cgroup_path=text(d.get("cgroup_path")),
             cpuset_source=text(d.get("cpuset_source")) or "none",
             notes=tuple(notes),
+            quota_rounding=rounding,
+            quota_rounding_source=text(d.get("quota_rounding_source")) or "default",
+            allocation=allocation,
+            allocation_source=text(d.get("allocation_source")) or "none",
+            usable_by_rule={k: v for k, v in section(d.get("usable_by_rule")).items()
+                            if isinstance(v, int) and not isinstance(v, bool) and v > 0},
+            invalid=text_map(d.get("invalid")),
         )
 
     def to_dict(self) -> dict:
@@ -109,25 +134,79 @@ class MachineFacts:
         d["usable_cpu_list"] = list(self.usable_cpu_list)
         d["unknown"] = dict(self.unknown)
         d["notes"] = list(self.notes)
+        d["usable_by_rule"] = dict(self.usable_by_rule)
+        d["invalid"] = dict(self.invalid)
         return d
 
+    def rounded(self, rule: str, source: str) -> MachineFacts:
+        """These facts with the quota rounded by ``rule`` (one of ``ROUNDINGS``), said to come from
+        ``source`` (a profile's ``quota_rounding``): the usable CPUs and cores worked out again."""
+        usable_list = self.usable_cpu_list
+        usable = usable_from(len(usable_list) or 1, None if self.cpuset is None else len(self.cpuset),
+                             self.quota, rule, self.allocation)
+        cores = _usable_cores(self.core_siblings, usable_list, self.physical_cores, usable)
+        return replace(self, usable_cpus=usable, usable_physical_cores=max(1, min(usable, cores)),
+                       usable_rule=usable_rule(rule, self.allocation is not None),
+                       quota_rounding=rule, quota_rounding_source=source)
 
-def usable_from(affinity: int, cpuset: int | None, quota: float | None) -> int:
-    """Apply USABLE_RULE: the fewest CPUs any constraint allows; a fractional quota is floored
-    (running more threads than the quota pays for gets them throttled), but never below 1."""
+
+def usable_from(affinity: int, cpuset: int | None, quota: float | None, rounding: str = _rounding.DEFAULT,
+                allocation: int | None = None) -> int:
+    """Apply :func:`usable_rule`: the fewest CPUs any constraint allows; a fractional quota is rounded
+    by ``rounding`` (floor by default: running more threads than the quota pays for gets them
+    throttled), but never below 1; a scheduler's ``allocation`` bounds it too."""
     n = affinity
     if cpuset is not None:
         n = min(n, cpuset)
     if quota is not None:
-        n = min(n, max(1, math.floor(quota)))
+        n = min(n, _rounding.round_quota(quota, rounding))
+    if allocation is not None:
+        n = min(n, allocation)
     return max(1, n)
 
 
-def machine_facts(root: str = "/", pid: int | None = None) -> MachineFacts:
+def _usable_cores(cores: tuple[tuple[int, ...], ...], usable_list: tuple[int, ...] | list[int],
+                  physical: int | None, usable: int) -> int:
+    """Physical cores among the usable CPUs; without a core layout, the physical cores (a bound) or
+    the usable CPUs."""
+    if cores:
+        usable_set = set(usable_list)
+        return sum(1 for core in cores if usable_set.intersection(core))
+    return usable if physical is None else physical
+
+
+def _environment(root: str, pid: int | None, unknown: dict[str, str]) -> dict[str, str]:
+    """The variables of the process that bear on its usable CPUs: this process's own environment,
+    else /proc/<pid or self>/environ under ``root`` (a missing file: none set)."""
+    wanted = (*_scheduler.VARIABLES, _rounding.ROUNDING_VAR)
+    if pid is None and root == "/":
+        return {k: os.environ[k] for k in wanted if k in os.environ}
+    rel = f"proc/{'self' if pid is None else pid}/environ"
+    if not os.path.lexists(os.path.join(root, rel)):
+        return {}
+    try:
+        with open(os.path.join(root, rel), "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        unknown["allocation"] = f"cannot read {_sysfs.shown(rel)}: {exc.strerror or exc}"
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.decode("utf-8", "replace").partition("=")
+        if sep and name in wanted:
+            out[name] = value
+    return out
+
+
+def machine_facts(root: str = "/", pid: int | None = None, *, environ: Mapping[str, str] | None = None,
+                  quota_rounding: str | None = None, rounding_source: str = "argument") -> MachineFacts:
     """Read the machine's facts (under ``root`` for tests) for process ``pid`` (default: this one).
 
-    Never raises for a missing or odd file (that field becomes None, with the reason in ``unknown``);
-    raises UsageError only for a ``pid`` that names no process.
+    The Slurm variables and PARINFO_QUOTA_ROUNDING come from ``environ`` when given, else from the
+    process's environment. ``quota_rounding`` (floor, ceil or nearest; from ``rounding_source``, e.g.
+    a profile) wins over the variable. Never raises for a missing or odd file or variable (the field
+    becomes None, with the reason in ``unknown``, or the variable is listed in ``invalid``); raises
+    UsageError only for a ``pid`` that names no process or an unknown ``quota_rounding``.
     """
     root = os.path.abspath(root)
     topo = _sysfs.topology(root)
@@ -140,24 +219,35 @@ def machine_facts(root: str = "/", pid: int | None = None) -> MachineFacts:
     unknown.update(cg.unknown)
     notes.extend(cg.notes)
 
+    env = dict(environ) if environ is not None else _environment(root, pid, unknown)
+    invalid: dict[str, str] = {}
+    rule, rule_source, problem = _rounding.rounding_from_env(env)
+    if problem is not None:
+        invalid[_rounding.ROUNDING_VAR] = problem
+    if quota_rounding is not None:
+        if quota_rounding not in _rounding.ROUNDINGS:
+            raise UsageError(f"quota rounding {quota_rounding!r}: use one of {', '.join(_rounding.ROUNDINGS)}")
+        rule, rule_source = quota_rounding, rounding_source
+    job = _scheduler.allocation(env)
+    invalid.update(job.invalid)
+
     allowed = set(cg.cpuset) if cg.cpuset is not None else None
     usable_list = [c for c in affinity if allowed is None or c in allowed] or list(affinity)
-    usable = usable_from(len(usable_list), None if cg.cpuset is None else len(cg.cpuset), cg.quota)
-    if topo.cores:
-        usable_set = set(usable_list)
-        usable_cores = sum(1 for core in topo.cores if usable_set.intersection(core))
+    usable = usable_from(len(usable_list), None if cg.cpuset is None else len(cg.cpuset), cg.quota, rule, job.cpus)
     physical = len(topo.cores) or None
     if physical is None and root == "/":
         physical = _psutil_cores(notes)
         if physical is not None:
             unknown.pop("physical_cores", None)
-    if not topo.cores:
-        usable_cores = usable if physical is None else physical  # core layout unknown: a bound
+    usable_cores = _usable_cores(topo.cores, usable_list, physical, usable)
+    logical = None if topo.online is None else len(topo.online)
+    by_rule = _rounding.usable_by_rule(len(usable_list) or 1, logical, cg.quota, cg.leaf_quota, cg.v2_quota,
+                                       _rounding.loky_quota(root))
     for name in ("physical_cores", "sockets", "smt"):
         if name not in unknown and (physical if name == "physical_cores" else getattr(topo, name)) is None:
             unknown[name] = unknown.get("logical_cpus", "sysfs has no CPU topology")
     return MachineFacts(
-        logical_cpus=None if topo.online is None else len(topo.online),
+        logical_cpus=logical,
         physical_cores=physical,
         sockets=topo.sockets,
         numa_nodes=topo.numa_nodes,
@@ -170,11 +260,18 @@ def machine_facts(root: str = "/", pid: int | None = None) -> MachineFacts:
         quota_source=cg.quota_source,
         usable_cpus=usable,
         usable_physical_cores=max(1, min(usable, usable_cores)),
+        usable_rule=usable_rule(rule, job.cpus is not None),
         unknown=unknown,
         cgroup_version=cg.version,
         cgroup_path=cg.path,
         cpuset_source=cg.cpuset_source,
         notes=tuple(notes),
+        quota_rounding=rule,
+        quota_rounding_source=rule_source,
+        allocation=job.cpus,
+        allocation_source=job.source,
+        usable_by_rule=by_rule,
+        invalid=invalid,
     )
 
 

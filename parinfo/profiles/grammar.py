@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from parinfo.errors import ProfileError
 from parinfo.machine.cpulist import parse_cpu_list
+from parinfo.machine.rounding import ROUNDINGS
 from parinfo.process.libraries import LIBRARY_VARS, RUNTIME_VARS, profile_keys, role_var
 from parinfo.profiles import expr
 from parinfo.profiles.model import type_name
@@ -260,6 +261,28 @@ class Env(Rule):
                 "additionalProperties": {"type": ["string", "integer", "boolean"]}}
 
 
+class Choice(Rule):
+    """One word of ``words``, written exactly."""
+
+    def __init__(self, words: tuple[str, ...], doc: str = "") -> None:
+        super().__init__(doc)
+        self.words = words
+
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> str:
+        label = _label(key_path)
+        fix = f"write one of {', '.join(self.words)}"
+        if not isinstance(value, str):
+            raise c.fail(key_path, f"'{label}' must be one of {', '.join(self.words)}, not {type_name(value)}", fix)
+        if value not in self.words:
+            close = difflib.get_close_matches(value.strip().lower(), self.words, n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'? or " if close else ""
+            raise c.fail(key_path, f"unknown {label} {shown(repr(value), 60)}", hint + fix)
+        return value
+
+    def shape(self) -> dict[str, Any]:
+        return {"enum": list(self.words)}
+
+
 class Affinity(Rule):
     FIX = "write none, compact, spread, a list such as [0, 1, 2] or a string such as \"0-3,8\""
 
@@ -369,5 +392,7 @@ LANGUAGE: dict[str, Rule] = {
                "libraries.blas, ...) is set through that key, not here."),
     "affinity": Affinity("none (inherit), compact, spread, or the CPUs to run on."),
     "instances": Instances("Pinned processes to split the usable cores between (parinfo apply P -- COMMAND)."),
+    "quota_rounding": Choice(ROUNDINGS, "How a fractional CPU quota counts in usable_cpus: floor (the default: "
+                                        "never throttled), ceil (uses the fraction) or nearest."),
 }
 TOP_KEYS = tuple(LANGUAGE)

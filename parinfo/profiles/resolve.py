@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import UsageError
 from parinfo.machine.cpulist import format_cpu_list
+from parinfo.machine.rounding import ROUNDING_VAR
 from parinfo.process import libraries as reg
 from parinfo.profiles import expr
 from parinfo.profiles.grammar import DERIVED_VARS, LIBRARIES, MAX_COUNT
@@ -105,6 +106,9 @@ def _by_node(cores: list[tuple[int, ...]], node_of: dict[int, int]) -> list[list
 class _Resolver:
     def __init__(self, prof: Profile, facts: MachineFacts, instances: int | None) -> None:
         self.prof = prof
+        rule = prof.get("quota_rounding")
+        if rule is not None and rule != facts.quota_rounding:
+            facts = facts.rounded(rule, f"profile {prof.get('name', 'profile')} (quota_rounding)")
         self.facts = facts
         self.override = instances
         self.values, notes = fact_values(facts)
@@ -297,6 +301,10 @@ class _Resolver:
             key = owner.split(".")[-1]
             env[var] = str(counts[key].value)
             why[var] = f"{owner} = {counts[key].value}"
+        rule = self.prof.get("quota_rounding")
+        if rule is not None:  # the launched program, and parinfo in it, count usable CPUs the same way
+            env[ROUNDING_VAR] = rule
+            why[ROUNDING_VAR] = f"quota_rounding: {rule}"
         for var, value in self.prof.get("env", {}).items():
             env[var] = value
             mark = self.prof.mark("env", var)
