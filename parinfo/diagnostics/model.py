@@ -111,7 +111,7 @@ class PoolCount:
 class RuntimeSection:
     """parinfo's own runtime (``runtime``), as ``parinfo.runtime.info()`` describes it; the runtime
     owns that description, so its nested records (``native_push``, ``budget``, ``adaptive``,
-    ``torch_pool``) are kept as it gives them. For a process read from outside only ``unknown``
+    ``torch_pool``, ``follow``) are kept as it gives them. For a process read from outside only ``unknown``
     (why the counts cannot be read) is set, and ``to_dict`` is that alone."""
 
     backend: str | None = None
@@ -127,6 +127,7 @@ class RuntimeSection:
     adaptive: dict[str, Any] | None = None
     torch_pool: dict[str, Any] | None = None
     unknown: str | None = None
+    follow: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RuntimeSection:
@@ -140,12 +141,21 @@ class RuntimeSection:
                    PoolCount.from_dict(d["inter_op"]) if isinstance(d.get("inter_op"), Mapping) else None,
                    integer(d.get("pool_ceiling")), d.get("intra_pool_started") is True,
                    d.get("inter_pool_started") is True, integer(d.get("pool_threads")), record("native_push"),
-                   record("budget"), record("adaptive"), record("torch_pool"), text(d.get("unknown")))
+                   record("budget"), record("adaptive"), record("torch_pool"), text(d.get("unknown")),
+                   record("follow"))
 
     @property
     def started(self) -> bool:
         """Whether either of parinfo's pools has started."""
         return self.intra_pool_started or self.inter_pool_started
+
+    @property
+    def followed_at(self) -> str | None:
+        """When the runtime last saw the usable CPUs change (HH:MM:SS), or None."""
+        changes = (self.follow or {}).get("changes")
+        if isinstance(changes, list) and changes and isinstance(changes[-1], Mapping):
+            return text(changes[-1].get("at"))
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         if self.unknown is not None:
@@ -156,7 +166,7 @@ class RuntimeSection:
                 "pool_ceiling": self.pool_ceiling, "intra_pool_started": self.intra_pool_started,
                 "inter_pool_started": self.inter_pool_started, "pool_threads": self.pool_threads,
                 "native_push": self.native_push, "budget": self.budget, "adaptive": self.adaptive,
-                "torch_pool": self.torch_pool}
+                "torch_pool": self.torch_pool, **({} if self.follow is None else {"follow": self.follow})}
 
 
 @record

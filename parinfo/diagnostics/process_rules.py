@@ -136,6 +136,7 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
     affinity = len(m.affinity) or None
     usable = m.usable_cpus
     env = _env_values(r)
+    changed_at = r.runtime.followed_at
     out = []
     for row in r.settings:
         who, count = row.library, row.count
@@ -144,9 +145,13 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
         if count is None or count <= usable:
             continue
         if quota is not None:
+            kept = ""
+            if changed_at is not None and row.source:  # the runtime followed a change; this count stayed
+                kept = (f" (kept when the usable CPUs changed at {changed_at}: {row.source} chose it, "
+                        "and parinfo changes only counts nobody chose)")
             out.append(Finding(
                 "count-above-quota", "warning",
-                f"{who} uses {count} threads but the cgroup CPU quota allows {quota:g} CPUs",
+                f"{who} uses {count} threads but the cgroup CPU quota allows {quota:g} CPUs{kept}",
                 "threads beyond the quota are throttled by the kernel: the whole process stalls until the "
                 "next CFS period, which makes parallel code slower than with fewer threads",
                 f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
