@@ -29,6 +29,7 @@ from parinfo.machine.topology import MachineFacts
 from parinfo.payload import flag, integer, number, plain_map, rows, section, text, texts
 from parinfo.process.environment import EnvRow
 from parinfo.process.frameworks import TorchInfo
+from parinfo.process.interpreter import InterpreterFacts
 from parinfo.process.outer import OuterThreads
 from parinfo.process.pools import PoolRow, ThreadingLayers
 from parinfo.process.probing import Probes
@@ -172,22 +173,28 @@ class RuntimeSection:
 @record
 class Backend:
     """Who runs the threads (``backend``): parinfo's runtime backend and whether its pools started,
-    the threading layer of each native library family, and torch's ATen backend."""
+    the threading layer of each native library family, torch's ATen backend, and the interpreter
+    (``python``: the build, the GIL, Python threads x per-thread pools; None when not read)."""
 
     runtime: str | None = None
     runtime_started: bool = False
     layers: ThreadingLayers = field(default_factory=ThreadingLayers)
     torch: str | None = None
+    python: InterpreterFacts | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Backend:
         d = section(data)
+        python = d.get("python")
         return cls(text(d.get("runtime")), d.get("runtime_started") is True, ThreadingLayers.from_dict(d),
-                   text(d.get("torch")))
+                   text(d.get("torch")), InterpreterFacts.from_dict(python) if isinstance(python, Mapping) else None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runtime": self.runtime, "runtime_started": self.runtime_started, **self.layers.to_dict(),
-                "torch": self.torch}
+        out = {"runtime": self.runtime, "runtime_started": self.runtime_started, **self.layers.to_dict(),
+               "torch": self.torch}
+        if self.python is not None:
+            out["python"] = self.python.to_dict()
+        return out
 
 
 @record

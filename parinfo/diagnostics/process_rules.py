@@ -382,13 +382,45 @@ def _duplicate_copies(r: Report) -> list[Finding]:
     )]
 
 
+def _free_threaded(r: Report) -> list[Finding]:
+    """A free-threaded interpreter: Python threads x a per-thread pool above the usable CPUs while
+    the GIL is off; and, on such a build, the GIL turned back on by a module's import."""
+    py = r.backend.python
+    if py is None or py.free_threaded_build is not True:
+        return []
+    usable = r.machine.usable_cpus
+    out = []
+    if py.gil_off and py.threads_at_once is not None and py.threads_at_once > usable and py.per_thread_pool:
+        fit = max(1, usable // max(1, py.python_threads or 1))
+        out.append(Finding(
+            "free-threaded-oversubscribed", "warning",
+            f"{py.python_threads} Python threads x {py.per_thread_pool} {py.per_thread_threads} threads = "
+            f"{py.threads_at_once} threads can run at once on {usable} usable CPUs (free-threaded build, GIL off)",
+            "without the GIL the Python threads run at once, and each one that calls a library whose limit "
+            "holds per calling thread (OpenMP, torch) starts a team of its own",
+            f"limit {py.per_thread_pool} to {fit} thread{'s' if fit != 1 else ''} in the threads that call it "
+            "(threadpoolctl.threadpool_limits inside each thread, or parinfo.apply('single-thread')), or run "
+            "fewer Python threads",
+        ))
+    if py.gil_enabled is True and py.gil_reenabled_by:
+        out.append(Finding(
+            "gil-reenabled", "info",
+            f"the GIL is on again in this free-threaded interpreter: importing {py.gil_reenabled_by} turned it on",
+            "an extension module that does not declare it runs without the GIL turns the GIL on for the rest "
+            "of the process: Python threads take turns again",
+            f"use a build of {py.gil_reenabled_by.split('.')[0]} that supports free threading, or keep the GIL "
+            "off at your own risk with -X gil=0",
+        ))
+    return out
+
+
 #: Every rule a report runs, in order: those over the process's facts (above), the outer threads
 #: times the pools (fleet_rules), then the live evidence (live_rules). The one list of rules.
 RULES: tuple[Rule, ...] = (
     _oversubscribed_interop, _oversubscribed_pools, _above_quota_or_affinity, _above_physical,
     _invalid_variables, _refused_counts, _above_ceiling, _set_after_load, _several_openmp, _openmp_and_tbb,
     _openblas_pthreads_with_openmp,
-    _kmp_duplicate, _duplicate_copies,
+    _kmp_duplicate, _duplicate_copies, _free_threaded,
     fleet_rules.outer_findings,
     live_rules.throttled, live_rules.thread_stack_budget, live_rules.runnable_above_usable,
 )

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process import libraries as reg
+from parinfo.process.interpreter import watch_gil_warning
 from parinfo.process.setter import TORCH
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings, read_facts
@@ -106,7 +107,8 @@ class BudgetFollower:
         self.usable: int | None = None
 
     def _switch(self) -> bool:
-        if self.enabled is None:
+        if self.enabled is None:  # the runtime's first use
+            watch_gil_warning()  # a module imported from now on that turns the GIL back on is named
             self.enabled, self.enabled_source = _enabled()
             if not self.enabled:
                 self.due = _NEVER
