@@ -32,6 +32,8 @@ from parinfo.runtime import RUNTIME
 explicit = int(sys.argv[1])
 if explicit:
     parinfo.set_num_threads(explicit)
+if sys.argv[2] == "blas1":  # the user limits OpenBLAS with threadpoolctl, and keeps the limit
+    threadpoolctl.threadpool_limits(1, user_api="blas")
 lock, stop = threading.Lock(), threading.Event()
 
 def emit(d):
@@ -65,9 +67,9 @@ while not stop.is_set():
 class Child:
     """The child process in a cgroup, and its samples."""
 
-    def __init__(self, cg, explicit: int = 0, **env: str) -> None:
+    def __init__(self, cg, explicit: int = 0, extra: str = "", **env: str) -> None:
         procs = cg / "cgroup.procs"
-        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, str(explicit)], env=clean_env(**env),
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, str(explicit), extra], env=clean_env(**env),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, preexec_fn=lambda: procs.write_text(str(os.getpid())))
 
@@ -197,6 +199,88 @@ def test_a_count_set_by_a_variable_stays_while_the_defaults_follow():
             assert later["blas"] == [2]
         finally:
             child.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_pool_limited_by_threadpoolctl_is_not_followed():
+    with quota_cgroup(1) as made:
+        cg, kind = _cgroup_or_skip(made)
+        child = Child(cg, extra="blas1")
+        try:
+            first = child.sample()
+            assert first["intra"] == 1 and first["blas"] == [1], first
+            set_quota(cg, kind, None)
+            up = child.until(lambda s: s["intra"] == 2, FOLLOW_S)
+            assert up["blas"] == [1]  # its own default would be 2: someone chose 1
+            assert any("openblas" in key or "openblas" in why for key, why in up["follow"]["not_followed"].items())
+        finally:
+            child.stop()
+
+
+REFRESH = r"""
+import json, sys, threadpoolctl, numpy, parinfo
+parinfo.get_num_threads()
+print("ready", flush=True)
+sys.stdin.readline()
+state = parinfo.refresh()
+blas = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["internal_api"] == "openblas"]
+print(json.dumps({"intra": parinfo.get_num_threads(), "blas": blas, "state": state}), flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_refresh_follows_at_once_without_parallel_work():
+    with quota_cgroup(2) as made:
+        cg, kind = _cgroup_or_skip(made)
+        procs = cg / "cgroup.procs"
+        proc = subprocess.Popen([sys.executable, "-c", REFRESH], env=clean_env(), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: procs.write_text(str(os.getpid())))
+        try:
+            assert proc.stdout is not None and proc.stdin is not None
+            assert proc.stdout.readline().strip() == "ready"
+            set_quota(cg, kind, 1)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            d = json.loads(proc.stdout.readline())
+            assert d["intra"] == 1 and d["blas"] == [1], d
+            assert d["state"]["changes"][-1]["usable_cpus"] == [2, 1]
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_clock_re_reads_at_most_once_a_second():
+    from conftest import run_json
+
+    d = run_json("""
+import json, time, parinfo
+from parinfo.runtime import RUNTIME
+t0 = time.monotonic()
+n = 0
+while time.monotonic() - t0 < 2.5:
+    parinfo.parallel_for(0, 4, 1, lambda a, b: None)
+    n += 1
+print(json.dumps({"regions": n, "rereads": RUNTIME.info()["follow"]["rereads"],
+                  "seconds": time.monotonic() - t0}))
+""")
+    assert d["regions"] > 100
+    assert 2 <= d["rereads"] <= int(d["seconds"]) + 1
+
+
+def test_the_finding_says_a_count_was_kept_only_after_a_change():
+    from test_diagnostics_rules import base, diagnose
+
+    s = base(1, quota=1.0, affinity=[0, 1], logical_cpus=2)
+    s["settings"] = [{"library": "openblas", "count": 2, "source": "env OPENBLAS_NUM_THREADS=2", "kind": "env",
+                      "variable": "OPENBLAS_NUM_THREADS"}]
+    before = [f for f in diagnose(s) if f.id == "count-above-quota"]
+    assert len(before) == 1 and "kept" not in before[0].message
+    s["runtime"]["follow"] = {"enabled": True, "changes": [{"at": "12:34:56", "usable_cpus": [2, 1]}]}
+    after = [f for f in diagnose(s) if f.id == "count-above-quota"]
+    assert len(after) == 1
+    assert ("kept when the usable CPUs changed at 12:34:56: env OPENBLAS_NUM_THREADS=2 chose it"
+            in after[0].message)
 
 
 @pytest.mark.timeout(120)
