@@ -579,7 +579,8 @@ def bench_capped(repeats: int) -> None:
 
 
 SECTIONS = {"pfor": bench_pfor, "matmul": bench_matmul, "region": bench_region, "follow": bench_follow,
-            "lstm": bench_lstm, "ensemble": bench_ensemble, "callers": bench_callers, "capped": bench_capped, "forkwait": bench_forkwait}
+            "lstm": bench_lstm, "ensemble": bench_ensemble, "callers": bench_callers, "capped": bench_capped,
+            "forkwait": bench_forkwait}
 CHILDREN = {"region": child_region, "follow": child_follow, "lstm": child_lstm, "callers": child_callers,
             "forkwait": child_forkwait}
 
