@@ -250,8 +250,9 @@ class NativeLimits:
 
     def set_usable(self, n: int) -> None:
         """The usable CPUs changed: lanes that start from now on share ``n``."""
-        with self.budget_lock:
-            self._usable = max(1, n)
+        n = max(1, n)
+        with self.budget_lock:  # no call while it is held (see lane_enter)
+            self._usable = n
 
     # the budget ----------------------------------------------------------------------------
     def _apply_process(self) -> None:
