@@ -1,7 +1,10 @@
 """The runtime against its anchors: every goal of the adaptive-runtime issue as a ratio measured in
 one run, with PASS/FAIL, beside the machine's usable parallelism measured first.
 
-    python bench/runtime.py [--repeats 5] [--only pfor,matmul,region,lstm,ensemble,callers,capped,forkwait]
+    python bench/runtime.py [--repeats 5] [--only pfor,matmul,region,follow,lstm,ensemble,callers,capped,forkwait]
+
+``follow`` times the region fixed cost with the budget's re-read check and without it, in
+alternating batches of one process, against the noise (median absolute deviation) of that cost.
 
 ``forkwait`` times fork-then-wait (one task at a time) and fork-all-then-wait (2000 tasks, then
 each waited for) against the first version of the runtime, commit 54b2816, unpacked from this
@@ -219,6 +222,55 @@ def bench_region(repeats: int) -> None:
         goal(f"region fixed cost {'with' if with_torch == '1' else 'without'} torch imported (us)",
              r["region"], "<=", 5.0,
              f"split into 2 chunks {r['split']:.2f} us, ThreadPoolExecutor 2 tasks {r['tpe']:.2f} us{extra}")
+
+
+# the re-read check of a changing budget -------------------------------------------------------
+def child_follow(repeats: str) -> dict:
+    """Region fixed cost with the budget's re-read check as it runs (a clock read per region, a
+    re-read of affinity, cpuset and quota once a second) and with the check switched off
+    (``due`` = never), timed in alternating batches of the same process."""
+    import parinfo.runtime as rt
+    from parinfo.runtime import RUNTIME
+    from parinfo.runtime.settings import read_facts
+
+    rt.set_num_threads(2)
+
+    def noop(a: int, b: int) -> None:
+        pass
+
+    for _ in range(2000):
+        rt.parallel_for(0, 2, 1, noop)
+    follow = RUNTIME.follow
+    inner = 20000
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    for _ in range(int(repeats)):
+        for variant in ("on", "off"):
+            follow.due = 0.0 if variant == "on" else float("inf")
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                rt.parallel_for(0, 2, 1, noop)
+            times[variant].append((time.perf_counter() - t0) / inner * 1e6)
+    follow.due = 0.0
+    t0 = time.perf_counter()
+    for _ in range(200):
+        read_facts()
+    reread_ms = (time.perf_counter() - t0) / 200 * 1e3
+    off = times["off"]
+    noise = statistics.median(abs(t - statistics.median(off)) for t in off)  # median absolute deviation
+    return {"on": statistics.median(times["on"]), "off": statistics.median(off), "noise": noise,
+            "reread_ms": reread_ms, "rereads": RUNTIME.info()["follow"]["rereads"]}
+
+
+def bench_follow(repeats: int) -> None:
+    print("re-read check of the budget per region: parallel_for(0, 2, 1, noop) with the check and without "
+          "(fresh process, alternating batches)")
+    r = child("follow", str(max(repeats, 9)))
+    cost = r["on"] - r["off"]
+    goal("re-read check per region over the noise of the region's fixed cost", cost / max(r["noise"], 1e-3),
+         "<=", 1.0,
+         f"region {r['off']:.2f} us without the check, {r['on']:.2f} us with it ({cost:+.3f} us), noise "
+         f"(MAD) {r['noise']:.3f} us; one re-read {r['reread_ms']:.2f} ms, once a second "
+         f"({r['reread_ms'] / 10:.3f}% of a CPU), {r['rereads']} re-reads in the run")
 
 
 # the tutorial's LSTM ensemble ------------------------------------------------------------------
@@ -526,9 +578,11 @@ def bench_capped(repeats: int) -> None:
     goal("capped-after-return reads in 10^4 regions", bad, "<=", 0)
 
 
-SECTIONS = {"pfor": bench_pfor, "matmul": bench_matmul, "region": bench_region, "lstm": bench_lstm,
-            "ensemble": bench_ensemble, "callers": bench_callers, "capped": bench_capped, "forkwait": bench_forkwait}
-CHILDREN = {"region": child_region, "lstm": child_lstm, "callers": child_callers, "forkwait": child_forkwait}
+SECTIONS = {"pfor": bench_pfor, "matmul": bench_matmul, "region": bench_region, "follow": bench_follow,
+            "lstm": bench_lstm, "ensemble": bench_ensemble, "callers": bench_callers, "capped": bench_capped,
+            "forkwait": bench_forkwait}
+CHILDREN = {"region": child_region, "follow": child_follow, "lstm": child_lstm, "callers": child_callers,
+            "forkwait": child_forkwait}
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "in_parallel_region": "parinfo.runtime",
     "get_thread_num": "parinfo.runtime",
     "profile": "parinfo.runtime",
+    "refresh": "parinfo.runtime",
     # profiles and apply
     "load_profile": "parinfo.profiles.loading",
     "resolve_profile": "parinfo.profiles.loading",
@@ -96,6 +97,7 @@ if TYPE_CHECKING:  # pragma: no cover
         parallel_for as parallel_for,
         parallel_reduce as parallel_reduce,
         profile as profile,
+        refresh as refresh,
         set_num_interop_threads as set_num_interop_threads,
         set_num_threads as set_num_threads,
         wait as wait,

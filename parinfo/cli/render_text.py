@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from parinfo.diagnostics.model import Report
+    from parinfo.process.interpreter import InterpreterFacts
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 Span = tuple[str, str]  # (text, rich style; "" for none)
@@ -103,7 +104,38 @@ def _backend(r: Report) -> list[Line]:
     outer = r.outer
     if outer is not None and outer.threads is not None:  # a Dask, Ray or loky worker, or inspect(outer_threads=N)
         rows.append(("outer threads", f"{outer.threads} ({outer.source})"))
+    if b.python is not None:
+        rows.append(("Python", _python_text(b.python)))
+    follow = rt.follow or {}
+    if follow:
+        changes = follow.get("changes") or []
+        what = "on" if follow.get("enabled") else f"off ({follow.get('enabled_source')})"
+        if follow.get("enabled") and changes:
+            last = changes[-1]
+            cpus = last.get("usable_cpus") or ["?", "?"]
+            what += f"; usable CPUs {cpus[0]} -> {cpus[1]} at {last.get('at')}"
+        rows.append(("follows quota", what))
     return _section("Backend", _aligned(rows))
+
+
+def _python_text(py: InterpreterFacts) -> str:
+    """The interpreter's line: its build, the GIL now and who asked, Python threads x pools."""
+    if py.free_threaded_build is None:
+        build = "build unknown"
+    else:
+        build = "free-threaded build" if py.free_threaded_build else "default build (GIL)"
+    if py.free_threaded_build is not True:
+        return build
+    gil = {True: "GIL on", False: "GIL off", None: "GIL state unknown"}[py.gil_enabled]
+    parts = [build, gil]
+    if py.gil_requested_by:
+        parts.append(f"asked by {py.gil_requested_by}")
+    if py.gil_reenabled_by:
+        parts.append(f"turned on by importing {py.gil_reenabled_by}")
+    if py.threads_at_once is not None:
+        parts.append(f"{py.python_threads} Python threads x {py.per_thread_pool or 'per-thread pools'} "
+                     f"{py.per_thread_threads or 1} = {py.threads_at_once} threads at once")
+    return ", ".join(parts)
 
 
 def _pools(r: Report) -> list[Line]:

@@ -29,6 +29,7 @@ from parinfo.machine.topology import MachineFacts
 from parinfo.payload import flag, integer, number, plain_map, rows, section, text, texts
 from parinfo.process.environment import EnvRow
 from parinfo.process.frameworks import TorchInfo
+from parinfo.process.interpreter import InterpreterFacts
 from parinfo.process.outer import OuterThreads
 from parinfo.process.pools import PoolRow, ThreadingLayers
 from parinfo.process.probing import Probes
@@ -111,7 +112,7 @@ class PoolCount:
 class RuntimeSection:
     """parinfo's own runtime (``runtime``), as ``parinfo.runtime.info()`` describes it; the runtime
     owns that description, so its nested records (``native_push``, ``budget``, ``adaptive``,
-    ``torch_pool``) are kept as it gives them. For a process read from outside only ``unknown``
+    ``torch_pool``, ``follow``) are kept as it gives them. For a process read from outside only ``unknown``
     (why the counts cannot be read) is set, and ``to_dict`` is that alone."""
 
     backend: str | None = None
@@ -127,6 +128,7 @@ class RuntimeSection:
     adaptive: dict[str, Any] | None = None
     torch_pool: dict[str, Any] | None = None
     unknown: str | None = None
+    follow: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RuntimeSection:
@@ -140,12 +142,21 @@ class RuntimeSection:
                    PoolCount.from_dict(d["inter_op"]) if isinstance(d.get("inter_op"), Mapping) else None,
                    integer(d.get("pool_ceiling")), d.get("intra_pool_started") is True,
                    d.get("inter_pool_started") is True, integer(d.get("pool_threads")), record("native_push"),
-                   record("budget"), record("adaptive"), record("torch_pool"), text(d.get("unknown")))
+                   record("budget"), record("adaptive"), record("torch_pool"), text(d.get("unknown")),
+                   record("follow"))
 
     @property
     def started(self) -> bool:
         """Whether either of parinfo's pools has started."""
         return self.intra_pool_started or self.inter_pool_started
+
+    @property
+    def followed_at(self) -> str | None:
+        """When the runtime last saw the usable CPUs change (HH:MM:SS), or None."""
+        changes = (self.follow or {}).get("changes")
+        if isinstance(changes, list) and changes and isinstance(changes[-1], Mapping):
+            return text(changes[-1].get("at"))
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         if self.unknown is not None:
@@ -156,28 +167,34 @@ class RuntimeSection:
                 "pool_ceiling": self.pool_ceiling, "intra_pool_started": self.intra_pool_started,
                 "inter_pool_started": self.inter_pool_started, "pool_threads": self.pool_threads,
                 "native_push": self.native_push, "budget": self.budget, "adaptive": self.adaptive,
-                "torch_pool": self.torch_pool}
+                "torch_pool": self.torch_pool, **({} if self.follow is None else {"follow": self.follow})}
 
 
 @record
 class Backend:
     """Who runs the threads (``backend``): parinfo's runtime backend and whether its pools started,
-    the threading layer of each native library family, and torch's ATen backend."""
+    the threading layer of each native library family, torch's ATen backend, and the interpreter
+    (``python``: the build, the GIL, Python threads x per-thread pools; None when not read)."""
 
     runtime: str | None = None
     runtime_started: bool = False
     layers: ThreadingLayers = field(default_factory=ThreadingLayers)
     torch: str | None = None
+    python: InterpreterFacts | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Backend:
         d = section(data)
+        python = d.get("python")
         return cls(text(d.get("runtime")), d.get("runtime_started") is True, ThreadingLayers.from_dict(d),
-                   text(d.get("torch")))
+                   text(d.get("torch")), InterpreterFacts.from_dict(python) if isinstance(python, Mapping) else None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runtime": self.runtime, "runtime_started": self.runtime_started, **self.layers.to_dict(),
-                "torch": self.torch}
+        out = {"runtime": self.runtime, "runtime_started": self.runtime_started, **self.layers.to_dict(),
+               "torch": self.torch}
+        if self.python is not None:
+            out["python"] = self.python.to_dict()
+        return out
 
 
 @record

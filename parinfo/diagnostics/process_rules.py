@@ -147,6 +147,7 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
     usable = m.usable_cpus
     env = _env_values(r)
     by_allocation = _allocation_binds(r)
+    changed_at = r.runtime.followed_at
     out = []
     for row in r.settings:
         who, count = row.library, row.count
@@ -163,9 +164,13 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
                 f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
             ))
         elif quota is not None:
+            kept = ""
+            if changed_at is not None and row.source:  # the runtime followed a change; this count stayed
+                kept = (f" (kept when the usable CPUs changed at {changed_at}: {row.source} chose it, "
+                        "and parinfo changes only counts nobody chose)")
             out.append(Finding(
                 "count-above-quota", "warning",
-                f"{who} uses {count} threads but the cgroup CPU quota allows {quota:g} CPUs",
+                f"{who} uses {count} threads but the cgroup CPU quota allows {quota:g} CPUs{kept}",
                 "threads beyond the quota are throttled by the kernel: the whole process stalls until the "
                 "next CFS period, which makes parallel code slower than with fewer threads",
                 f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
@@ -474,6 +479,38 @@ def _invalid_machine_variables(r: Report) -> list[Finding]:
     return out
 
 
+def _free_threaded(r: Report) -> list[Finding]:
+    """A free-threaded interpreter: Python threads x a per-thread pool above the usable CPUs while
+    the GIL is off; and, on such a build, the GIL turned back on by a module's import."""
+    py = r.backend.python
+    if py is None or py.free_threaded_build is not True:
+        return []
+    usable = r.machine.usable_cpus
+    out = []
+    if py.gil_off and py.threads_at_once is not None and py.threads_at_once > usable and py.per_thread_pool:
+        fit = max(1, usable // max(1, py.python_threads or 1))
+        out.append(Finding(
+            "free-threaded-oversubscribed", "warning",
+            f"{py.python_threads} Python threads x {py.per_thread_pool} {py.per_thread_threads} threads = "
+            f"{py.threads_at_once} threads can run at once on {usable} usable CPUs (free-threaded build, GIL off)",
+            "without the GIL the Python threads run at once, and each one that calls a library whose limit "
+            "holds per calling thread (OpenMP, torch) starts a team of its own",
+            f"limit {py.per_thread_pool} to {fit} thread{'s' if fit != 1 else ''} in the threads that call it "
+            "(threadpoolctl.threadpool_limits inside each thread, or parinfo.apply('single-thread')), or run "
+            "fewer Python threads",
+        ))
+    if py.gil_enabled is True and py.gil_reenabled_by:
+        out.append(Finding(
+            "gil-reenabled", "info",
+            f"the GIL is on again in this free-threaded interpreter: importing {py.gil_reenabled_by} turned it on",
+            "an extension module that does not declare it runs without the GIL turns the GIL on for the rest "
+            "of the process: Python threads take turns again",
+            f"use a build of {py.gil_reenabled_by.split('.')[0]} that supports free threading, or keep the GIL "
+            "off at your own risk with -X gil=0",
+        ))
+    return out
+
+
 #: Every rule a report runs, in order: those over the process's facts (above), the outer threads
 #: times the pools (fleet_rules), then the live evidence (live_rules). The one list of rules.
 RULES: tuple[Rule, ...] = (
@@ -481,7 +518,7 @@ RULES: tuple[Rule, ...] = (
     _invalid_variables, _invalid_machine_variables, _fractional_quota, _scheduler_unbound,
     _refused_counts, _above_ceiling, _set_after_load, _several_openmp, _openmp_and_tbb,
     _openblas_pthreads_with_openmp,
-    _kmp_duplicate, _duplicate_copies,
+    _kmp_duplicate, _duplicate_copies, _free_threaded,
     fleet_rules.outer_findings,
     live_rules.throttled, live_rules.thread_stack_budget, live_rules.runnable_above_usable,
 )

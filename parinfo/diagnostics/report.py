@@ -72,6 +72,9 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     from parinfo.machine.cpuid import CpuIdentity, cpu_identity
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
+    from parinfo.process.interpreter import interpreter_facts, watch_gil_warning
+
+    watch_gil_warning()  # a module imported from now on that turns the GIL back on is named
 
     if outer_threads is not None and (isinstance(outer_threads, bool) or not isinstance(outer_threads, int)
                                       or outer_threads < 1):
@@ -106,7 +109,9 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         runtime=runtime,
         backend=Backend(runtime.backend, runtime.started,
                         pools.ThreadingLayers.from_dict(pools.threading_layers(pool_rows)),
-                        None if framework_info.torch is None else framework_info.torch.aten_backend),
+                        None if framework_info.torch is None else framework_info.torch.aten_backend,
+                        interpreter_facts(pools=pool_rows,
+                                          torch_intra=None if torch_info is None else torch_info.get("intra_op"))),
         pools=[pools.PoolRow.from_dict(row) for row in pool_rows],
         frameworks=framework_info,
         settings=settings,

@@ -82,11 +82,14 @@ _VARIABLES: tuple[Var, ...] = (
     Var("NUMBA_THREADING_LAYER", "enum", "numba's threading layer (or a safety class that picks one)",
         ("default", "safe", "threadsafe", "forksafe", "tbb", "omp", "workqueue")),
     Var("PYTHON_CPU_COUNT", "cpu_count", "overrides os.cpu_count() (Python 3.13+)", python=(3, 13)),
+    Var("PYTHON_GIL", "enum", "free-threaded CPython: 0 keeps the GIL off, 1 turns it on (3.13+)", ("0", "1"),
+        python=(3, 13)),
     Var("PARINFO_NUM_THREADS", "count", "parinfo intra-op count"),
     Var("PARINFO_NUM_INTEROP_THREADS", "count", "parinfo inter-op count"),
     Var("PARINFO_BACKEND", "enum", "parinfo runtime backend", ("native", "sequential")),
     Var("PARINFO_VERIFY", "enum", "what a program launched by `parinfo apply` checks at exit", ("auto", "full", "off")),
     Var("PARINFO_ADAPTIVE", "bool", "parinfo runtime's per-call-site choices (0 turns them off)"),
+    Var("PARINFO_FOLLOW_QUOTA", "bool", "parinfo runtime's defaults follow a changing CPU quota (0 turns it off)"),
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -360,12 +363,15 @@ _RECORDS: tuple[Library, ...] = (
             listed="loaded",
             note="launches NUMBA_NUM_THREADS threads once; set_num_threads masks them for the calling "
                  "thread only and refuses more than were launched"),
-    Library("python", "Python", kind="interpreter", reads=("PYTHON_CPU_COUNT",), push="none"),
+    Library("python", "Python", kind="interpreter", reads=("PYTHON_CPU_COUNT", "PYTHON_GIL"), push="none",
+            roles=(("gil", "PYTHON_GIL"),)),
     Library("parinfo", "parinfo", kind="parinfo", env_prefixes=("PARINFO_",),
             precedence=("PARINFO_NUM_THREADS",), follows="torch",
-            reads=("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY", "PARINFO_ADAPTIVE"),
+            reads=("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY", "PARINFO_ADAPTIVE",
+                   "PARINFO_FOLLOW_QUOTA"),
             roles=(("inter_op", "PARINFO_NUM_INTEROP_THREADS"), ("backend", "PARINFO_BACKEND"),
-                   ("verify", "PARINFO_VERIFY"), ("adaptive", "PARINFO_ADAPTIVE")),
+                   ("verify", "PARINFO_VERIFY"), ("adaptive", "PARINFO_ADAPTIVE"),
+                   ("follow", "PARINFO_FOLLOW_QUOTA")),
             push="runtime", scope="process"),
 )
 
@@ -463,7 +469,7 @@ def listed_unset(name: str) -> bool:
 
 def role_var(role: str) -> str:
     """The variable that plays ``role`` (wait_policy, duplicate_ok, dynamic, inter_op, backend,
-    verify, adaptive) for the first library that has one."""
+    verify, adaptive, follow, gil) for the first library that has one."""
     for rec in _RECORDS:
         for name, var in rec.roles:
             if name == role:

@@ -300,12 +300,19 @@ def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, str]]:
     """Library path -> (count, phrase) for the pools parinfo's runtime pushed a count into.
 
     ``push`` is the runtime's record of its last push (``parinfo.runtime.info()["native_push"]``):
-    its source is "profile NAME" for ``parinfo.apply`` and "explicit call" for
-    ``parinfo.set_num_threads``.
+    its source is "profile NAME" for ``parinfo.apply``, "explicit call" for
+    ``parinfo.set_num_threads``, and "default: usable CPUs, re-read at HH:MM:SS" when the libraries'
+    defaults followed a change of the usable CPUs (that phrase is then the row's source).
     """
     if not push:
         return {}
     source = str(push.get("source") or "")
+    if source.startswith("default: "):  # defaults that followed the usable CPUs: nobody chose them
+        out_default: dict[str, tuple[int, str]] = {}
+        for pool in push.get("pools") or ():
+            if pool.get("filepath") and isinstance(pool.get("num_threads"), int):
+                out_default[pool["filepath"]] = (pool["num_threads"], source)
+        return out_default
     if source.startswith("profile "):
         who = f"parinfo.apply ({source})"
     elif source == "explicit call":

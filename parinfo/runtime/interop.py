@@ -20,10 +20,11 @@ import threading
 import time
 from collections.abc import Callable
 from contextvars import copy_context
-from time import perf_counter_ns
+from time import monotonic, perf_counter_ns
 from typing import Any
 
 from parinfo.runtime.adaptive import INLINE, SAMPLE_MASK, Adaptive
+from parinfo.runtime.follow import BudgetFollower
 from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.future import Future, TaskLedger
 from parinfo.runtime.native import NativeLimits
@@ -69,8 +70,10 @@ class InteropPool:
     """Workers, task queue and run slots of the inter-op pool; one instance per process."""
 
     def __init__(self, settings: RuntimeSettings, limits: NativeLimits, adaptive: Adaptive,
-                 ledger: TaskLedger, recorders: Recorders, setup: WorkerSetup, torch_forks: TorchForks) -> None:
+                 ledger: TaskLedger, recorders: Recorders, setup: WorkerSetup, torch_forks: TorchForks,
+                 follow: BudgetFollower) -> None:
         self.settings = settings
+        self.follow = follow
         self.torch_forks = torch_forks
         self.limits = limits
         self.adaptive = adaptive
@@ -135,6 +138,9 @@ class InteropPool:
         """
         if not callable(fn):
             raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
+        follow = self.follow
+        if monotonic() >= follow.due:  # at most once a second: re-read the usable CPUs
+            follow.check()
         if "torch" in _MODULES and self.torch_forks.accepts(fn) and not self.settings.sequential():
             torch_fut = self.torch_forks.fork(fn, args, kwargs)
             if torch_fut is not None:

@@ -17,11 +17,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from time import perf_counter_ns
+from time import monotonic, perf_counter_ns
 from typing import Any
 
 from parinfo.runtime import tracing
 from parinfo.runtime.adaptive import Adaptive
+from parinfo.runtime.follow import BudgetFollower
 from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings
@@ -160,9 +161,10 @@ class IntraopPool:
     """
 
     def __init__(self, settings: RuntimeSettings, limits: NativeLimits, adaptive: Adaptive,
-                 recorders: Recorders, setup: WorkerSetup) -> None:
+                 recorders: Recorders, setup: WorkerSetup, follow: BudgetFollower) -> None:
         self.settings = settings
         self.limits = limits
+        self.follow = follow
         self.adaptive = adaptive
         self.recorders = recorders
         self.setup = setup
@@ -286,16 +288,19 @@ class IntraopPool:
         size = end - begin
         if size <= 0:
             return [] if reduce else None
+        follow = self.follow
+        if monotonic() >= follow.due:  # at most once a second: re-read the usable CPUs
+            follow.check()
         settings, limits = self.settings, self.limits
         count = settings.intra_now or settings.intra_count()
         if limits.pushed is not None:
             limits.refresh_if_new_modules()
+        if self.size >= count and not self.view.active:  # the count went down: retire the surplus
+            self.resize(count - 1)
         most = min(count, settings.ceiling)
         n = min(most, size // grain_size)
         if n <= 1 or self.view.active or self.closing or settings.sequential():
             return self._inline(begin, end, fn, reduce)
-        if self.size > count - 1:  # the count went down: retire the surplus
-            self.resize(count - 1)
         adaptive = self.adaptive
         site = (adaptive.region_site(site_fn or fn, size, n, min(4 * n, size // grain_size))
                 if adaptive.enabled else None)

@@ -71,6 +71,7 @@ class NativeLimits:
         self._split: tuple[list[NativePool], list[NativePool]] = ([], [])
         # the push
         self.pushed: int | None = None  # the intra-op count pushed by set_num_threads/configure
+        self.follow_push = False  # the last push gave defaults that follow the usable CPUs (nobody chose it)
         # a profile's per-library counts over it (record name -> count; None: leave that library alone)
         self.by_library: dict[str, int | None] = {}
         self._pushes = 0  # pushes made: a thread whose pools took an earlier one syncs again
@@ -131,11 +132,14 @@ class NativeLimits:
                 self.teams_released += 1
 
     # the push ------------------------------------------------------------------------------
-    def push(self, count: int, source: str, by_library: dict[str, int | None] | None = None) -> None:
+    def push(self, count: int, source: str, by_library: dict[str, int | None] | None = None,
+             follow: bool = False) -> None:
         """Put ``count`` into every loaded native pool and into torch (when imported); a library
         named in ``by_library`` (record name -> count, a profile's ``libraries``) gets its own count
-        instead, or is left alone where that is None."""
+        instead, or is left alone where that is None. ``follow``: the counts are defaults that
+        follow the usable CPUs (``parinfo.runtime.follow``), not anyone's choice."""
         with self.lock:
+            self.follow_push = follow
             self.pushed = count
             self.by_library = dict(by_library or {})
             self._pushes += 1
@@ -220,6 +224,35 @@ class NativeLimits:
                                         or self._controller is not self._push_controller):
             with self.lock:
                 self._push_new()
+
+    def pools(self) -> tuple[list[NativePool], list[NativePool]]:
+        """(per-thread pools, process-wide pools) loaded now (the cached controller's view)."""
+        with self.lock:
+            return self._libs()
+
+    def count_before_cap(self, pool: NativePool) -> int | None:
+        """``pool``'s count as the process set it, not the budget: while lanes cap it, the count it
+        had when the cap began (for a per-thread pool, the calling thread's)."""
+        with self.lock:
+            if not pool.per_thread and self._process_capped and pool.path in self._process_base:
+                return self._process_base[pool.path]
+            saved = self.thread.saved
+            if pool.per_thread and self.thread.capped and saved is not None and pool.path in saved:
+                return saved[pool.path]
+            return pool.get()
+
+    def torch_before_cap(self) -> int | None:
+        """torch's intra-op count for the calling thread, as it was before a budget cap."""
+        with self.lock:
+            if self._torch_capped and self.thread.capped and self._torch_base is not None:
+                return self._torch_base
+            return setter.torch_intra_now()
+
+    def set_usable(self, n: int) -> None:
+        """The usable CPUs changed: lanes that start from now on share ``n``."""
+        n = max(1, n)
+        with self.budget_lock:  # no call while it is held (see lane_enter)
+            self._usable = n
 
     # the budget ----------------------------------------------------------------------------
     def _apply_process(self) -> None:

@@ -17,11 +17,15 @@ from __future__ import annotations
 import enum
 import operator
 import os
+import re
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.process.libraries import library
 from parinfo.process.variables import THREAD_VARS, count_from_env
+
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
 
 INTEROP_ERROR = ("Error: cannot set number of interop threads after parallel work has started "
                  "or set_num_interop_threads called")
@@ -89,16 +93,29 @@ def _with_ignored(source: str, ignored: list[dict[str, Any]]) -> str:
     return f"{source} (ignored invalid {what})"
 
 
-def _read_machine() -> tuple[int, int]:
-    """(usable physical cores, usable CPUs) from the topology layer."""
+INTRA_DEFAULT = "default: usable physical cores"
+INTER_DEFAULT = "default: usable CPUs"
+# a default's source, with the time of the re-read that changed it when there was one
+_DEFAULT_SOURCE = re.compile(r"^(default: usable (?:physical cores|CPUs))(?:, re-read at \d\d:\d\d:\d\d)?")
+
+
+def read_facts() -> MachineFacts | None:
+    """The machine's facts as the topology layer reads them now (affinity, cpuset and quota are
+    re-read on every call); None when they cannot be read."""
     try:
         from parinfo.machine.topology import machine_facts
 
-        f = machine_facts()
-        return max(1, int(f.usable_physical_cores)), max(1, int(f.usable_cpus))
+        return machine_facts()
     except Exception:  # an odd environment must not stop the runtime
-        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(1, n), max(1, n)
+        return None
+
+
+def machine_of(facts: MachineFacts | None) -> tuple[int, int]:
+    """(usable physical cores, usable CPUs) of ``facts``; the affinity when they are unknown."""
+    if facts is not None:
+        return max(1, int(facts.usable_physical_cores)), max(1, int(facts.usable_cpus))
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, n), max(1, n)
 
 
 def _read_backend() -> tuple[str, str]:
@@ -127,6 +144,7 @@ class RuntimeSettings:
         self._inter_default: tuple[int, str] | None = None
         self._intra_outranked: list[str] = []  # profile requests an explicit call outranked
         self._machine: tuple[int, int] | None = None
+        self.facts: MachineFacts | None = None  # the facts ``_machine`` came from
         self._backend: tuple[str, str] | None = None
         self.interop_state = InteropState.NOT_SET
         self.intra_now: int | None = None
@@ -136,7 +154,8 @@ class RuntimeSettings:
     def machine(self) -> tuple[int, int]:
         """(usable physical cores, usable CPUs), read once."""
         if self._machine is None:
-            self._machine = _read_machine()
+            self.facts = read_facts()
+            self._machine = machine_of(self.facts)
         return self._machine
 
     def usable_cpus(self) -> int:
@@ -160,8 +179,7 @@ class RuntimeSettings:
                 cur = self._intra_choice
             else:
                 if self._intra_default is None:
-                    n, src, _ = _from_env(INTRA_VARS, self.machine()[0],
-                                          "default: usable physical cores", dict(os.environ))
+                    n, src, _ = _from_env(INTRA_VARS, self.machine()[0], INTRA_DEFAULT, dict(os.environ))
                     self._intra_default = (n, src)
                 cur = self._intra_default
             self.intra_now = cur[0]
@@ -196,8 +214,7 @@ class RuntimeSettings:
             if self._inter_choice is not None:
                 return self._inter_choice
             if self._inter_default is None:
-                n, src, _ = _from_env(INTER_VARS, self.machine()[1], "default: usable CPUs",
-                                      dict(os.environ))
+                n, src, _ = _from_env(INTER_VARS, self.machine()[1], INTER_DEFAULT, dict(os.environ))
                 self._inter_default = (n, src)
             return self._inter_default
 
@@ -222,6 +239,48 @@ class RuntimeSettings:
     def inter_locked(self) -> bool:
         """True once the inter-op count can no longer change."""
         return self.interop_state is not InteropState.NOT_SET
+
+    # a budget that changes ---------------------------------------------------------------------
+    def chosen(self) -> bool:
+        """True when someone chose the intra-op count (an explicit call or a profile)."""
+        return self._intra_choice is not None
+
+    def follow_machine(self, facts: MachineFacts | None, at: str) -> list[str]:
+        """The usable CPUs changed (re-read at ``at``, HH:MM:SS): take ``facts`` as the machine's, and
+        let the defaults nobody chose follow them. The intra-op default follows unless a call or a
+        profile set the count; the inter-op default only while the count is not set (a started
+        pool keeps its size: the set-once rule). A count from a variable stays. Returns the counts
+        that changed, as "intra-op 2 -> 1"."""
+        machine = machine_of(facts)
+        changed = []
+        with self._lock:
+            self._machine, self.facts = machine, facts
+            intra = self._intra_default
+            if intra is not None:
+                new = self._followed(intra, machine[0], at)
+                if new != intra:
+                    self._intra_default = new
+                    if self._intra_choice is None:
+                        self.intra_now = new[0]
+                        if new[0] != intra[0]:
+                            changed.append(f"intra-op {intra[0]} -> {new[0]}")
+            inter = self._inter_default
+            if inter is not None and self.interop_state is InteropState.NOT_SET:
+                new = self._followed(inter, machine[1], at)
+                if new != inter:
+                    self._inter_default = new
+                    if new[0] != inter[0]:
+                        changed.append(f"inter-op {inter[0]} -> {new[0]}")
+        return changed
+
+    @staticmethod
+    def _followed(default: tuple[int, str], n: int, at: str) -> tuple[int, str]:
+        """``default`` (count, source) with the machine's new count, when it came from the machine."""
+        source = default[1]
+        m = _DEFAULT_SOURCE.match(source)
+        if m is None:  # a variable decided it
+            return default
+        return n, f"{m.group(1)}, re-read at {at}{source[m.end():]}"
 
     def after_fork_in_child(self) -> None:
         """Fresh lock in a forked child; counts and rules carry over from the parent."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from parinfo.runtime import workers
 from parinfo.runtime.adaptive import Adaptive
+from parinfo.runtime.follow import BudgetFollower
 from parinfo.runtime.future import Future, TaskLedger
 from parinfo.runtime.interop import InteropPool
 from parinfo.runtime.intraop import IntraopPool
@@ -41,9 +42,10 @@ class Runtime:
         self.recorders = Recorders()
         self.setup = WorkerSetup()
         self.torch_forks = TorchForks(self.settings, self.limits)
-        self.intra = IntraopPool(self.settings, self.limits, self.adaptive, self.recorders, self.setup)
+        self.follow = BudgetFollower(self.settings, self.limits, self._push_defaults)
+        self.intra = IntraopPool(self.settings, self.limits, self.adaptive, self.recorders, self.setup, self.follow)
         self.inter = InteropPool(self.settings, self.limits, self.adaptive, self.ledger, self.recorders,
-                                 self.setup, self.torch_forks)
+                                 self.setup, self.torch_forks, self.follow)
         #: ``fork(fn, /, *args, **kwargs)``: the inter-op pool's (see :meth:`InteropPool.fork`)
         self.fork = self.inter.fork
         self._env_lock = threading.Lock()
@@ -111,6 +113,21 @@ class Runtime:
             reach = self.on_every_worker("parinfo.intra_op", limits.sync_worker, timeout=PUSH_WAIT_S)
             if reach["ran"] or reach["pending"]:
                 limits.note_workers(reach)
+
+    def _push_defaults(self, n: int, source: str, libraries: dict[str, int | None]) -> None:
+        """Push the defaults that follow the usable CPUs (``follow``): ``libraries`` per record,
+        None where someone chose the count. Busy workers take them before their next job."""
+        self.limits.push(n, source, libraries, follow=True)
+        reach = self.on_every_worker("parinfo.intra_op", self.limits.sync_worker, timeout=0)
+        if reach["ran"] or reach["pending"]:
+            self.limits.note_workers(reach)
+
+    def refresh(self) -> dict[str, Any]:
+        """Re-read affinity, cpuset and CPU quota now; when the usable CPUs changed, the counts
+        nobody chose follow them (as they do at most a second after a change while parallel_for
+        and fork are in use). Counts set by a call, a profile or a variable stay. Returns what
+        following did (``info()["follow"]``); with PARINFO_FOLLOW_QUOTA=0 it changes nothing."""
+        return self.follow.refresh()
 
     def set_adaptive(self, on: bool) -> None:
         """Switch adaptive decisions on or off for this process (PARINFO_ADAPTIVE=0 starts it off)."""
@@ -203,6 +220,7 @@ class Runtime:
             "budget": self.limits.state(),
             "adaptive": self.adaptive.state(),
             "torch_pool": self.torch_forks.pool,  # torch's inter-op pool as parinfo's first scripted fork found it
+            "follow": self.follow.state(),
         }
 
     def after_fork_in_child(self) -> None:
@@ -216,6 +234,7 @@ class Runtime:
         self.recorders.after_fork_in_child()
         self.setup.after_fork_in_child()
         self.adaptive.after_fork_in_child()
+        self.follow.after_fork_in_child()
         self._env_lock = threading.Lock()
 
 
