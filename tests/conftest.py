@@ -6,8 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -62,68 +60,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None, prefix: list[str] | N
                           text=True, timeout=timeout, input=input)
 
 
-def _cpu_hierarchy() -> tuple[str, str] | None:
-    """("v2" | "v1", mount point) where this machine lets us make a cgroup with a CPU quota."""
-    try:
-        with open("/proc/self/mountinfo") as fh:
-            mounts = fh.read().splitlines()
-    except OSError:
-        return None
-    for line in mounts:
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(tail) >= 3 and tail[0] == "cgroup" and "cpu" in tail[2].split(","):
-            return "v1", fields[4]
-    for line in mounts:
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if tail and tail[0] == "cgroup2":
-            try:
-                with open(os.path.join(fields[4], "cgroup.controllers")) as fh:
-                    if "cpu" in fh.read().split():
-                        return "v2", fields[4]
-            except OSError:
-                continue
-    return None
-
-
 @pytest.fixture
 def quota_cgroup():
-    """A fresh cgroup with a 0.5-CPU quota under the mounted hierarchy, removed afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("creating a cgroup needs root")
-    found = _cpu_hierarchy()
-    if found is None:
-        pytest.skip("no cgroup hierarchy with the cpu controller")
-    version, mount = found
-    path = os.path.join(mount, f"parinfo-test-{uuid.uuid4().hex[:8]}")
-    try:
-        os.mkdir(path)
-        if version == "v2":
-            try:
-                with open(os.path.join(mount, "cgroup.subtree_control"), "w") as fh:
-                    fh.write("+cpu")
-            except OSError:
-                pass
-            with open(os.path.join(path, "cpu.max"), "w") as fh:
-                fh.write("50000 100000")
-        else:
-            with open(os.path.join(path, "cpu.cfs_period_us"), "w") as fh:
-                fh.write("100000")
-            with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as fh:
-                fh.write("50000")
-    except OSError as exc:
-        if os.path.isdir(path):
-            os.rmdir(path)
-        pytest.skip(f"cannot set up a cgroup with a quota here: {exc}")
-    try:
-        yield path
-    finally:
-        for _ in range(50):
-            try:
-                os.rmdir(path)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)
+    """A fresh cgroup with a 0.5-CPU quota (its path), removed afterwards; skipped where none can be made."""
+    from real_cgroup import quota_cgroup as make
+
+    with make(0.5) as made:
+        if isinstance(made, str):
+            pytest.skip(f"cannot make a cgroup with a quota here: {made}")
+        yield str(made[0])

@@ -8,10 +8,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+import real_cgroup
 from conftest import clean_env, run_cli
 from fake_trees import FakeMachine
 
@@ -22,7 +22,6 @@ from parinfo.machine.rounding import round_quota
 from parinfo.machine.topology import MachineFacts, machine_facts
 from parinfo.profiles.loading import resolve_profile
 
-V1_CPU = Path("/sys/fs/cgroup/cpu")
 
 
 def _v2(tmp_path, cpus: int, cpu_max: dict[str, str], path: str = "/job") -> str:
@@ -214,30 +213,13 @@ def test_show_with_a_bad_rounding_variable_is_one_line_not_a_traceback():
     assert "invalid-variable: PARINFO_QUOTA_ROUNDING is invalid" in out.stdout
 
 
-@pytest.fixture(params=[(150000, 1.5), (50000, 0.5)], ids=["1.5", "0.5"])
+@pytest.fixture(params=[1.5, 0.5], ids=["1.5", "0.5"])
 def v1_quota(request):
     """A real v1 cgroup with a CPU quota; skipped where one cannot be made."""
-    quota_us, cpus = request.param
-    if not (V1_CPU / "cpu.cfs_quota_us").exists():
-        pytest.skip("no v1 cpu hierarchy at /sys/fs/cgroup/cpu")
-    cg = V1_CPU / f"parinfo-rounding-{os.getpid()}-{int(cpus * 10)}"
-    try:
-        cg.mkdir()
-        (cg / "cpu.cfs_period_us").write_text("100000")
-        (cg / "cpu.cfs_quota_us").write_text(str(quota_us))
-    except OSError as exc:
-        if cg.exists():
-            cg.rmdir()
-        pytest.skip(f"cannot make a v1 cgroup: {exc}")
-    try:
-        yield cg, cpus
-    finally:
-        for _ in range(50):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with real_cgroup.quota_cgroup(request.param) as made:
+        if isinstance(made, str) or made[1] != "v1":
+            pytest.skip(f"cannot make a v1 cgroup: {made if isinstance(made, str) else 'the hierarchy is v2'}")
+        yield made[0], request.param
 
 
 def _in(cg: Path, cmd: list[str], **kw) -> subprocess.CompletedProcess:

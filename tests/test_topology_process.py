@@ -7,10 +7,9 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
-from pathlib import Path
 
 import pytest
+import real_cgroup
 from conftest import clean_env, run_json
 
 from parinfo.machine.topology import machine_facts
@@ -46,59 +45,13 @@ def test_facts_of_another_pid():
         proc.wait()
 
 
-def _cpu_cgroup_parent() -> tuple[Path, str] | str:
-    """A cgroup directory where a child with a CPU quota can be made, and its kind; else why not."""
-    if os.geteuid() != 0:
-        return "not root"
-    try:
-        mountinfo = Path("/proc/self/mountinfo").read_text()
-    except OSError as exc:
-        return f"cannot read mountinfo: {exc}"
-    for line in mountinfo.splitlines():
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3:
-            continue
-        if tail[0] == "cgroup" and "cpu" in tail[2].split(",") and fields[3] == "/":
-            return Path(fields[4]), "v1"
-        if tail[0] == "cgroup2" and fields[3] == "/":
-            point = Path(fields[4])
-            try:
-                if "cpu" in (point / "cgroup.subtree_control").read_text().split():
-                    return point, "v2"
-            except OSError:
-                pass
-    return "no writable cgroup hierarchy with the cpu controller"
-
-
 @pytest.fixture
 def quota_cgroup():
-    """A fresh cgroup limited to 0.5 CPU (50000/100000); removed afterwards."""
-    found = _cpu_cgroup_parent()
-    if isinstance(found, str):
-        pytest.skip(f"cannot make a cgroup: {found}")
-    parent, kind = found
-    cg = parent / f"parinfo-test-{uuid.uuid4().hex[:12]}"
-    try:
-        cg.mkdir()
-        if kind == "v1":
-            (cg / "cpu.cfs_period_us").write_text("100000")
-            (cg / "cpu.cfs_quota_us").write_text("50000")
-        else:
-            (cg / "cpu.max").write_text("50000 100000")
-    except OSError as exc:
-        if cg.exists():
-            cg.rmdir()
-        pytest.skip(f"cannot make a cgroup under {parent}: {exc}")
-    try:
-        yield cg, kind
-    finally:
-        for _ in range(50):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+    """A fresh cgroup limited to 0.5 CPU (50000/100000), as (path, kind); removed afterwards."""
+    with real_cgroup.quota_cgroup(0.5) as made:
+        if isinstance(made, str):
+            pytest.skip(f"cannot make a cgroup: {made}")
+        yield made
 
 
 @pytest.mark.timeout(60)
