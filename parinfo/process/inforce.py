@@ -25,7 +25,8 @@ from typing import Any
 from parinfo.process import libraries as reg
 from parinfo.record import record
 
-__all__ = ["IN_FORCE", "PERMISSION", "CountInForce", "MappedFile", "counts_in_force", "mapped_files", "unknown"]
+__all__ = ["IN_FORCE", "PERMISSION", "CountInForce", "MappedFile", "counts_in_force", "mapped_files", "reason",
+           "unknown"]
 
 #: The source of a count read from the process's memory.
 IN_FORCE = "in force (read from the process's memory)"
@@ -33,9 +34,16 @@ IN_FORCE = "in force (read from the process's memory)"
 PERMISSION = "permission: run as the process's user or root"
 
 
-def unknown(reason: str) -> str:
+def unknown(why: str) -> str:
     """The source of a count that could not be read, with its reason."""
-    return f"unknown ({reason})"
+    return f"unknown ({why})"
+
+
+def reason(source: str) -> str:
+    """The reason inside an ``unknown (reason)`` source (the source itself otherwise)."""
+    if source.startswith("unknown (") and source.endswith(")"):
+        return source[len("unknown ("):-1]
+    return source
 
 
 @record(frozen=True)
