@@ -19,6 +19,7 @@ more). Without them the row says ``unknown (permission: run as the process's use
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from typing import Any
 
@@ -76,15 +77,17 @@ class MappedFile:
     deleted: bool
 
 
-def mapped_files(maps_text: str) -> list[MappedFile]:
+def mapped_files(maps_text: str, prefixes: tuple[str, ...] | None = None) -> list[MappedFile]:
     """Each file of a /proc/PID/maps text once, in first-seen order, with its load base (the start of
-    its mapping at offset 0); files never mapped at offset 0 are left out."""
+    its mapping at offset 0); files never mapped at offset 0 are left out. With ``prefixes`` (lower
+    case), only files whose base name starts with one of them: their lines are found by a text
+    search, so the hundreds of other lines of a numpy process cost no Python work."""
     found: dict[str, MappedFile] = {}
-    for line in maps_text.splitlines():
+    for line in _lines(maps_text, prefixes):
         parts = line.split(None, 5)
         if len(parts) < 6 or not parts[5].startswith("/"):
             continue
-        path = parts[5].rstrip("\n")
+        path = parts[5]
         deleted = path.endswith(" (deleted)")
         if deleted:
             path = path[: -len(" (deleted)")]
@@ -98,6 +101,24 @@ def mapped_files(maps_text: str) -> list[MappedFile]:
         except ValueError:
             continue
     return list(found.values())
+
+
+def _lines(maps_text: str, prefixes: tuple[str, ...] | None) -> list[str]:
+    """The lines of ``maps_text`` (with ``prefixes``: only those whose file's base name starts with
+    one of them), in order."""
+    if prefixes is None:
+        return maps_text.splitlines()
+    low = maps_text.lower()
+    starts: set[int] = set()
+    for prefix in prefixes:
+        pos = 0
+        while (i := low.find("/" + prefix, pos)) != -1:
+            end = low.find("\n", i)
+            end = len(low) if end == -1 else end
+            if "/" not in low[i + 1:end]:  # the prefix starts the base name, not a folder's name
+                starts.add(low.rfind("\n", 0, i) + 1)
+            pos = end
+    return [maps_text[a:(b if (b := maps_text.find("\n", a)) != -1 else len(maps_text))] for a in sorted(starts)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,6 +319,12 @@ def _row(pid: int, m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, mem: 
     return CountInForce(rec.name, m.path, value, IN_FORCE)
 
 
+@functools.cache
+def _symbol_prefixes() -> tuple[str, ...]:
+    """The file name prefixes of the libraries whose record names a count variable."""
+    return tuple(p for rec in reg.records() if rec.count_symbol is not None for p in rec.prefixes)
+
+
 def _library_of(path: str) -> reg.Library | None:
     rec = reg.by_prefix(os.path.basename(path).lower())
     return rec if rec is not None and rec.count_symbol is not None else None
@@ -323,7 +350,8 @@ def counts_in_force(pid: int, maps_text: str | None = None) -> list[CountInForce
             raise tasks.gone(pid) from None
         except OSError as exc:
             raise tasks.no_access(pid, f"/proc/{pid}/maps", exc) from None
-    wanted = [(m, rec) for m in mapped_files(maps_text) if (rec := _library_of(m.path)) is not None]
+    wanted = [(m, rec) for m in mapped_files(maps_text, _symbol_prefixes())
+              if (rec := _library_of(m.path)) is not None]
     mem = _Memory(pid)
     try:
         return [_row(pid, m, rec, rec.count_symbol, mem) for m, rec in wanted if rec.count_symbol is not None]
