@@ -3,9 +3,9 @@
 Some libraries keep their count in force in an exported variable (the registry's
 ``Library.count_symbol``: OpenBLAS's, for one). For each such library mapped into the process:
 
-1. the library file is opened as the process sees it (``/proc/PID/root`` + its path, else
-   ``/proc/PID/map_files/START-END`` when the path is gone or another mount namespace hides it), and
-   checked against the inode that ``/proc/PID/maps`` names;
+1. the library file is opened as the process sees it: ``/proc/PID/map_files/START-END`` (the
+   mapped file itself, for root), else ``/proc/PID/root`` + its path (another mount namespace or
+   container), checked against the inode that ``/proc/PID/maps`` names;
 2. the symbol's offset from the library's load base is resolved from the file's dynamic symbol
    table with pyelftools (imported here only), cached per (device, inode, size, mtime): a scan over
    many processes that share one numpy parses each file once;
@@ -210,9 +210,11 @@ class _Gone(Exception):
 def _open_file(pid: int, m: MappedFile) -> tuple[int | None, str]:
     """The library file as process ``pid`` sees it, open read-only (and checked to be the mapped
     inode), or (None, why not)."""
-    ranges = f"{m.start:x}-{m.end:x}"
-    candidates = [] if m.deleted else [f"/proc/{pid}/root{m.path}"]
-    candidates += [f"/proc/{pid}/map_files/{ranges}"]
+    # map_files is the mapped file itself (root only): no path is resolved, so a container cannot
+    # point parinfo elsewhere with a symlink. Through /proc/PID/root the inode must match the one
+    # maps names (not the device: overlayfs shows the underlying file's device there).
+    candidates = [f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}"]
+    candidates += [] if m.deleted else [f"/proc/{pid}/root{m.path}"]
     why = "cannot open the library file as the process sees it"
     for candidate in candidates:
         try:
