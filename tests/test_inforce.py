@@ -197,15 +197,18 @@ def test_a_file_without_the_count_variable_is_unknown_with_why(tmp_path):
 
 @ROOT_ONLY
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare is not installed")
-def test_process_in_another_mount_and_pid_namespace_is_read_through_its_root(tmp_path):
-    inside = tmp_path / "only-inside"
-    inside.mkdir()
+def test_process_in_another_mount_and_pid_namespace_is_read_as_it_sees_its_files():
+    import tempfile
+
+    inside = Path(tempfile.mkdtemp(prefix="parinfo-ns-"))  # empty here; a tmpfs with the library inside
+    inside.chmod(0o755)
     src = _scipy_openblas()
-    script = (f"mount -t tmpfs none {inside} && cp {src.parent}/* {inside}/ && cp {src} {inside}/libopenblas_ns.so && "
-              f"exec {sys.executable} -c '{COPY}' {inside}/libopenblas_ns.so")
+    script = (f"mount -t tmpfs -o mode=755 none {inside} && cp {src.parent}/* {inside}/ && "
+              f"cp {src} {inside}/libopenblas_ns.so && exec {' '.join(NOBODY)} {sys.executable} -c '{COPY}' "
+              f"{inside}/libopenblas_ns.so")
     proc = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "sh", "-c", script],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=clean_env())
+                            env=clean_env(HOME="/tmp"))
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if not line:
@@ -215,11 +218,19 @@ def test_process_in_another_mount_and_pid_namespace_is_read_through_its_root(tmp
 
         target = children(proc.pid)[-1]  # unshare -> (forked) python, pid 1 inside its namespace
         assert truth["pid"] != target and not (inside / "libopenblas_ns.so").exists()
-        rows = counts_in_force(target)
-        assert [(r.path, r.count, r.source) for r in rows] == [
-            (f"{inside}/libopenblas_ns.so", truth["count"], IN_FORCE)]
+        expected = [(f"{inside}/libopenblas_ns.so", truth["count"], IN_FORCE)]
+        # root opens the mapped file through /proc/PID/map_files
+        assert [(r.path, r.count, r.source) for r in counts_in_force(target)] == expected
+        # the process's own user may not use map_files: it goes through /proc/PID/root
+        probe = ("import json, sys; from parinfo.process.inforce import counts_in_force\n"
+                 "print(json.dumps([[r.path, r.count, r.source] for r in counts_in_force(int(sys.argv[1]))]))")
+        out = subprocess.run([*NOBODY, sys.executable, "-c", probe, str(target)], capture_output=True, text=True,
+                             timeout=60, env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
+        assert out.returncode == 0, out.stderr
+        assert [tuple(r) for r in json.loads(out.stdout)] == expected
     finally:
         _stop(proc)
+        shutil.rmtree(inside, ignore_errors=True)
 
 
 def test_a_pid_that_names_no_process_raises_gone():
