@@ -10,13 +10,17 @@ import typer
 
 def host(
     json_out: bool = typer.Option(
-        False, "--json", help="Print JSON: one object per interval (the default when not on a terminal, but for --once)."),
+        False, "--json",
+        help="Print JSON: one object per interval (the default when not on a terminal, but for --once)."),
     cgroup: Optional[str] = typer.Option(
         None, "--cgroup", metavar="PATH",
-        help="Only processes in this cgroup and below (as /proc/PID/cgroup names it, or its /sys/fs/cgroup directory)."),
-    user: Optional[str] = typer.Option(None, "--user", metavar="NAME", help="Only processes of this user (name or uid)."),
+        help="Only processes in this cgroup and below (as /proc/PID/cgroup names it, or its "
+             "/sys/fs/cgroup directory)."),
+    user: Optional[str] = typer.Option(None, "--user", metavar="NAME",
+                                       help="Only processes of this user (name or uid)."),
     interval: float = typer.Option(1.0, "--interval", metavar="SECONDS",
-                                   help="Seconds between scans (CPU use, throttling and pressure are counted over it)."),
+                                   help="Seconds between scans (CPU use, throttling and pressure are "
+                                        "counted over it)."),
     once: bool = typer.Option(False, "--once", help="Scan twice, one interval apart, print the report and exit."),
     all_processes: bool = typer.Option(False, "--all", help="List every process, not only those with native pools."),
     check: Optional[str] = typer.Option(

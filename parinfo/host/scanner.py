@@ -415,7 +415,7 @@ class Scanner:
     def _judge(self, report: HostReport, reps: Mapping[str, _CgroupInfo], clock: float,
                ticks: dict[tuple[int, int], int], before: _Reading | None, dt: float | None) -> _Reading:
         """Fill the report's cgroup rows and findings; return this reading's counters."""
-        from parinfo.machine.pressure import CpuCounters, cpu_counters, cpu_pressure
+        from parinfo.machine.pressure import cpu_counters, cpu_pressure
         from parinfo.watching.sample import pressure_percent, throttle_use
 
         counters: dict[str, CpuCounters] = {}

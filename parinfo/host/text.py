@@ -83,8 +83,8 @@ def render(r: HostReport, *, all_processes: bool = False) -> str:
     shown = list(r.processes) if all_processes else with_pools + sorted(
         others, key=lambda p: (-(p.cpu_percent or 0), -p.runnable_now, -p.threads))[:OTHERS_SHOWN]
     hidden = len(r.processes) - len(shown)
-    lines.append(f"{'pid':>7} {'user':<8} {'CPUs':>4} {'threads':>7} {'run':>5} {'CPU':>5}  {'pools (count: source)':<44} "
-                 f"command")
+    lines.append(f"{'pid':>7} {'user':<8} {'CPUs':>4} {'threads':>7} {'run':>5} {'CPU':>5}  "
+                 f"{'pools (count: source)':<44} command")
     group = None
     for p in shown:
         if p.group != group and len(r.cgroups) > 1:
@@ -104,7 +104,7 @@ def render(r: HostReport, *, all_processes: bool = False) -> str:
     lines.append("")
     if not found:
         lines.append("no findings")
-    for _, f in found:
-        lines.append(escape_controls(f"{f.severity}: [{f.id}] {f.message}"))
-        lines.append(escape_controls(f"  fix: {f.fix}"))
+    for _, finding in found:
+        lines.append(escape_controls(f"{finding.severity}: [{finding.id}] {finding.message}"))
+        lines.append(escape_controls(f"  fix: {finding.fix}"))
     return "\n".join(lines)
