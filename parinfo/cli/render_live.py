@@ -80,10 +80,14 @@ def live_lines(r: Report) -> list[Line]:
 
 
 def outside_lines(r: Report) -> list[Line]:
-    """What a report read from outside cannot say, and how to get the rest."""
+    """Which counts a report read from outside could read, which it could not, and how to get the rest."""
     p = r.process
-    return [[], _line("Thread counts in force", "bold"), _line(f"  unknown: {p.counts}", "dim"),
-            _line(f"  {p.hint}", "dim")]
+    read = [pool for pool in r.pools if pool.num_threads is not None]
+    lines = [[], _line("Thread counts in force", "bold")]
+    if read:
+        lines.append(_line(f"  read from the process's memory: {len(read)} of {len(r.pools)} pools (above)"))
+    lines += [_line(f"  {p.counts}", "dim"), _line(f"  {p.hint}", "dim")]
+    return lines
 
 
 def header(r: Report) -> Line:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from parinfo.diagnostics.model import Report
+    from parinfo.process.pools import PoolRow
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 Span = tuple[str, str]  # (text, rich style; "" for none)
@@ -99,10 +100,25 @@ def _backend(r: Report) -> list[Line]:
     return _section("Backend", _aligned(rows))
 
 
+def _pool_count(p: PoolRow) -> tuple[str, str]:
+    """(count, where it comes from) of a pool row: seen in force here, or, for a process read from
+    outside, read from its memory, asked for by its launch environment (never shown as in force),
+    or unknown with the reason."""
+    if p.count_source is None:
+        return f"{show_value(p.num_threads)} threads", f"seen by {p.seen_by}"
+    if p.num_threads is not None:
+        return plural(p.num_threads, "thread"), p.count_source
+    if p.launch_count is not None:
+        return (plural(p.launch_count, "thread") + " at launch",
+                p.count_source + (f" ({p.launch_from})" if p.launch_from else ""))
+    return "count unknown", p.count_source
+
+
 def _pools(r: Report) -> list[Line]:
+    unreadable = (r.process.unreadable or {}).get("pools")
     if not r.pools:
-        return _section("Native pools", [_line("  none loaded", "dim")])
-    rows = [(pool_title(p), f"{show_value(p.num_threads)} threads", f"seen by {p.seen_by}") for p in r.pools]
+        return _section("Native pools", [_line(f"  {unreadable}" if unreadable else "  none loaded", "dim")])
+    rows = [(pool_title(p), *_pool_count(p)) for p in r.pools]
     lines = []
     for line, p in zip(_aligned(rows), r.pools, strict=True):
         lines.append(line)
@@ -149,7 +165,8 @@ def _environment(r: Report) -> list[Line]:
         rows.append((f"{row.name}={shown}", state.strip("; "), who))
     lines = [[(text, "yellow" if "INVALID" in text or "changed after" in text else style)
               for text, style in line] for line in _aligned(rows)]
-    lines = lines or [_line("  no thread variable is set", "dim")]
+    unreadable = (r.process.unreadable or {}).get("environment")
+    lines = lines or [_line(f"  {unreadable}" if unreadable else "  no thread variable is set", "dim")]
     if unset:
         lines.append(_line(f"  not set: {', '.join(unset)}", "dim"))
     return _section("Thread variables", lines)

@@ -2,8 +2,9 @@
 
 :func:`live_section` gathers the cgroup's cumulative throttling, CPU pressure, the memory limits
 and the thread-stack budget (for this process, or another one); :func:`inspect_pid` builds the
-whole report of another process from /proc, without ptrace: what cannot be known from outside (the
-counts in force inside its pools) is said so, never guessed.
+whole report of another process from /proc, without ptrace: the counts in force that a library
+keeps in an exported variable are read from the process's memory; what cannot be known from outside
+(the other counts, or what this user may not read) is said so, never guessed.
 """
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ SAMPLE_SECONDS = 0.3
 
 COUNTS_UNKNOWN = ("the thread counts in force live inside the process and cannot be read from outside: "
                   "its pools are listed from the files it has loaded, without counts")
+
+
+def _counts_text(readable: tuple[str, ...]) -> str:
+    """What ``process.counts`` says of a process read from outside."""
+    who = " and ".join(readable)
+    keeps = "keeps its count" if len(readable) == 1 else "keep their counts"
+    return (f"{who} {keeps} in an exported variable, read from the process's "
+            "memory; other counts live inside the process and cannot be read from outside (their pools show "
+            "what the launch environment asked for, or unknown)")
 
 
 def _stack_budget(pid: int | None, threads: int | None, memory: MemoryFacts) -> StackBudget:
@@ -106,37 +116,52 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
                 sample_seconds: float = SAMPLE_SECONDS) -> Report:
     """The report of process ``pid`` (with ``children``: of its whole tree), read from /proc.
 
-    Raises ProcessGone for a pid that names no process and NoAccess when its maps or environment
-    cannot be read (another user's process): both one-line usage errors.
+    What this user may not read (another user's maps and environment) is "unknown (permission...)"
+    in ``process.unreadable``. Raises ProcessGone for a pid that names no process or that exits
+    while it is read, and NotAProcess for a kernel thread or a zombie: one-line usage errors.
     """
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo, RuntimeSection
     from parinfo.diagnostics.process_rules import diagnose
     from parinfo.machine.cpuid import CpuIdentity, cpu_identity
     from parinfo.machine.topology import machine_facts
-    from parinfo.process import environment as envmod, pools, remote, threads as thr
+    from parinfo.process import environment as envmod, libraries as reg, pools, remote, threads as thr
+    from parinfo.process.inforce import PERMISSION, unknown
     from parinfo.process.probing import Probes
+    from parinfo.process.tasks import NoAccess, ProcessGone, exited_during_read
 
     remote.check_pid(pid)
-    ident = remote.identity(pid)
-    runtimes = remote.loaded_runtimes(pid)
-    env = remote.environment(pid)
-    facts = machine_facts(root, pid)
-    members = [pid, *(remote.children(pid) if children else [])]
-    tree, stats = _tree(members, sample_seconds)
-    if pid not in stats:
-        from parinfo.process.tasks import gone
-
-        raise gone(pid)
-    live = live_section(pid, root, threads=len(stats[pid]))
+    unreadable: dict[str, str] = {}
+    try:
+        ident = remote.identity(pid)
+        facts = machine_facts(root, pid)
+        try:
+            env: dict[str, str] | None = remote.environment(pid)
+        except NoAccess:
+            env, unreadable["environment"] = None, unknown(PERMISSION)
+        try:
+            maps = remote.maps_text(pid)
+            runtimes = remote.loaded_runtimes(pid, maps)
+            remote.read_counts(pid, runtimes, maps, env, facts)
+        except NoAccess:
+            runtimes, unreadable["pools"] = [], unknown(PERMISSION)
+        members = [pid, *(remote.children(pid) if children else [])]
+        tree, stats = _tree(members, sample_seconds)
+        if pid not in stats:
+            raise exited_during_read(pid)
+        live = live_section(pid, root, threads=len(stats[pid]))
+        listing = thr.ThreadList.from_dict(thr.live_threads(pid))
+    except ProcessGone:
+        raise exited_during_read(pid) from None
     live.tree = tree
     states: dict[str, int] = {}
     for t in stats[pid]:
         states[t.state] = states.get(t.state, 0) + 1
-    listing = thr.ThreadList.from_dict(thr.live_threads(pid))
     listing.states = states
     names = [t.name for t in stats[pid]]
     process = ProcessInfo.from_dict(ident)
-    process.hint, process.counts = _hint(env, names), COUNTS_UNKNOWN
+    readable = tuple(r.label for r in reg.records() if r.count_symbol is not None)
+    process.hint, process.counts = _hint(env or {}, names), _counts_text(readable)
+    process.unreadable = unreadable or None
     report = Report(
         machine=facts,
         process=process,
@@ -147,7 +172,8 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
                         pools.ThreadingLayers.from_dict(pools.threading_layers(runtimes))),
         pools=[pools.PoolRow.from_dict(row) for row in runtimes],
         frameworks=Frameworks(),
-        environment=[envmod.EnvRow.from_dict(row) for row in envmod.environment_report(env, env)],
+        environment=[] if env is None else [envmod.EnvRow.from_dict(row)
+                                            for row in envmod.environment_report(env, env)],
         threads=listing,
         live=live,
     )

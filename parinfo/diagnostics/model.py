@@ -47,7 +47,8 @@ class ProcessInfo:
     """Which process the report is about (``process``). ``pid``, ``python`` and ``executable`` are
     always in ``to_dict``; the rest only when known: ``implementation`` and ``platform`` for this
     process, ``name``, ``ppid``, ``cmdline``, ``inspected_from`` (the pid that read it), ``hint`` (how
-    to get the full report) and ``counts`` (why its counts are unknown) for one read from outside."""
+    to get the full report), ``counts`` (which counts are read and which are unknown) and
+    ``unreadable`` (section -> "unknown (why)": what this user may not read) for one read from outside."""
 
     pid: int | None = None
     python: str | None = None
@@ -60,23 +61,26 @@ class ProcessInfo:
     inspected_from: int | None = None
     hint: str | None = None
     counts: str | None = None
+    unreadable: dict[str, str] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProcessInfo:
         d = section(data)
         cmdline = d.get("cmdline")
+        unreadable = d.get("unreadable")
         return cls(integer(d.get("pid")), text(d.get("python")), text(d.get("executable")),
                    text(d.get("implementation")), text(d.get("platform")), text(d.get("name")),
                    integer(d.get("ppid")), None if cmdline is None else texts(cmdline),
-                   integer(d.get("inspected_from")), text(d.get("hint")), text(d.get("counts")))
+                   integer(d.get("inspected_from")), text(d.get("hint")), text(d.get("counts")),
+                   {str(k): str(v) for k, v in unreadable.items()} if isinstance(unreadable, dict) else None)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pid": self.pid}
         for key in ("name", "ppid", "cmdline", "python", "implementation", "executable", "platform",
-                    "inspected_from", "hint", "counts"):
+                    "inspected_from", "hint", "counts", "unreadable"):
             value = getattr(self, key)
             if value is not None or key in ("python", "executable"):
-                out[key] = list(value) if key == "cmdline" else value
+                out[key] = list(value) if key == "cmdline" else dict(value) if key == "unreadable" else value
         return out
 
 

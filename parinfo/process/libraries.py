@@ -161,6 +161,23 @@ def _numexpr_context(module: Any, env: Mapping[str, str]) -> dict[str, Any]:
 
 
 @record(frozen=True)
+class CountSymbol:
+    """An exported variable that holds a library's count in force, so that the count of another
+    process can be read from its memory (:mod:`parinfo.process.inforce`) without stopping it.
+
+    ``names``: the dynamic symbol names tried in order (the first the file exports wins); ``size``:
+    its width in bytes (a C ``int``: 4), read as a signed integer in the file's byte order;
+    ``unset``: the value it holds before the library has set it up (the count is then unknown);
+    ``verified``: the builds on which the fact was checked against the library's own getter.
+    """
+
+    names: tuple[str, ...]
+    size: int = 4
+    unset: int = 0
+    verified: str = ""
+
+
+@record(frozen=True)
 class Library:
     """Everything parinfo knows about one library, in the manner of threadpoolctl's controllers.
 
@@ -183,6 +200,8 @@ class Library:
     is "thread" when a set limit holds for the calling thread only (OpenMP's ICVs), "process"
     otherwise (:meth:`scope_of` adds the threading layer).
     Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch.
+    From outside: ``count_symbol`` (:class:`CountSymbol`) names the exported variable that holds the
+    count in force, when the library keeps it in one.
     """
 
     name: str
@@ -223,6 +242,7 @@ class Library:
     static_prefixes: tuple[str, ...] = ()  # files that hold it without a controller threadpoolctl knows
     linked_into: tuple[tuple[str, str], ...] = ()  # (file prefix, framework): a copy linked inside it
     layer_from_openmp: tuple[tuple[str, str], ...] = ()  # (OpenMP runtime, layer) when no layer file says
+    count_symbol: CountSymbol | None = None
     note: str = ""
 
     def var(self, role: str) -> str:
@@ -321,6 +341,11 @@ _RECORDS: tuple[Library, ...] = (
             precedence=("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
             default=defaults.affinity_cpus, cap=defaults.affinity_cap, profile_key="blas",
             profile_var="OPENBLAS_NUM_THREADS", native_getter="openblas_get_num_threads()", scope="process",
+            # openblas_get_num_threads() returns this int; scipy-openblas builds prefix their API
+            # functions (scipy_dgemm_...) but not this variable
+            count_symbol=CountSymbol(("blas_cpu_number",),
+                                     verified="numpy 2.4 (scipy-openblas64 0.3.31) and scipy 1.17 "
+                                              "(scipy-openblas32 0.3.30) wheels, pthreads builds"),
             note="pthreads builds: one limit for the whole process; OpenMP builds follow the calling "
                  "thread's OpenMP limit"),
     Library("blis", "BLIS", prefixes=("libblis",), user_api="blas", internal_api="blis",

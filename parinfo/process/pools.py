@@ -43,6 +43,11 @@ class PoolRow:
     - ``duplicate_of``: for the second and later copies of one library, the filepath of the first
       copy; None for the first.  ``copies``: how many copies of this library are loaded.
     - ``note``: a remark on how the row was found, or None.
+    - For a process read from outside (``show --pid``) only, and left out of ``to_dict`` otherwise:
+      ``count_source``: "in force (read from the process's memory)" when ``num_threads`` was read
+      there, "from its launch environment; the process may have changed it" when only
+      ``launch_count`` is known (``launch_from`` says which variable asked for it), or
+      "unknown (why)".
     """
 
     library: str
@@ -59,6 +64,9 @@ class PoolRow:
     duplicate_of: str | None = None
     copies: int = 1
     note: str | None = None
+    count_source: str | None = None
+    launch_count: int | None = None
+    launch_from: str | None = None
 
     @classmethod
     def of_file(cls, path: str, family: tuple[str, str, str], *, seen_by: str, note: str | None) -> PoolRow:
@@ -77,10 +85,20 @@ class PoolRow:
                    num_threads=integer(d.get("num_threads")), threading_layer=text(d.get("threading_layer")),
                    architecture=text(d.get("architecture")), owner=text(d.get("owner")) or "unknown",
                    seen_by=text(d.get("seen_by")) or "unknown", duplicate_of=text(d.get("duplicate_of")),
-                   copies=integer(d.get("copies")) or 1, note=text(d.get("note")))
+                   copies=integer(d.get("copies")) or 1, note=text(d.get("note")),
+                   count_source=text(d.get("count_source")), launch_count=integer(d.get("launch_count")),
+                   launch_from=text(d.get("launch_from")))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        for key in _OUTSIDE_ONLY:
+            if out[key] is None:
+                del out[key]
+        return out
+
+
+#: PoolRow fields that only a process read from outside has.
+_OUTSIDE_ONLY = ("count_source", "launch_count", "launch_from")
 
 
 def loaded_objects(maps_text: str | None = None) -> list[str]:

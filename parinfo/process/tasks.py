@@ -29,8 +29,26 @@ class NoAccess(UsageError):
     """The process exists but its files cannot be read by this user."""
 
 
+class NotAProcess(UsageError):
+    """The pid names a task with nothing to report on: a kernel thread, or a zombie."""
+
+
 def gone(pid: int) -> ProcessGone:
     return ProcessGone(f"no process with pid {pid} (it has exited, or never existed: check the pid with ps)")
+
+
+def exited_during_read(pid: int) -> ProcessGone:
+    return ProcessGone(f"pid {pid} exited while parinfo was reading it: nothing left to report")
+
+
+def kernel_thread(pid: int, name: str) -> NotAProcess:
+    return NotAProcess(f"pid {pid} is a kernel thread ({name}): it has no user-space pools")
+
+
+def zombie(pid: int, name: str, ppid: int, parent: str | None) -> NotAProcess:
+    return NotAProcess(f"pid {pid} ({name}) is a zombie: it has exited and its parent, pid {ppid}"
+                       f"{f' ({parent})' if parent else ''}, has not collected it yet; it has no threads "
+                       f"or pools left")
 
 
 def no_access(pid: int, what: str, exc: OSError) -> NoAccess:
