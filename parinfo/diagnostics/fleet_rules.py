@@ -146,15 +146,17 @@ def cgroup_findings(where: str, usable: int, loads: Sequence[ProcessLoad]) -> li
     """``host-oversubscribed`` for the processes of one cgroup (``where``) read from outside: their
     widest pools times their outer threads, summed, exceed the cgroup's ``usable`` CPUs. The same
     meaning as for the workers of a fleet host: several processes each size their pools for the
-    CPUs they all share. Needs two or more processes with a pool of more than one thread; a process
-    whose pools could not be read counts for nothing and is named as unknown, never guessed."""
-    busy = [p for p in loads if p.unknown is None and p.threads is not None and p.threads > 1]
+    CPUs they all share. ``loads`` are the processes with native pools loaded. Needs two or more of
+    them, one pool of more than one thread, and more threads than CPUs (pools at 1 in more processes
+    than CPUs are the processes' own choice, as for a fleet); a process whose pools could not be
+    read counts for nothing and is named as unknown, never guessed."""
+    busy = [p for p in loads if p.unknown is None and p.threads is not None]
     total = sum(p.threads * p.outer for p in busy if p.threads is not None)
-    if len(busy) < 2 or total <= usable:
+    if len(busy) < 2 or max(p.threads or 1 for p in busy) <= 1 or total <= usable:
         return []
     outer = sum(p.outer for p in busy)
     share = max(1, usable // outer)
-    pools = ", ".join(f"{p.pid} {p.pool}={p.threads}" for p in busy[:12])
+    pools = ", ".join(f"{p.pid} {p.pool or 'pools'}={p.threads}" for p in busy[:12])
     unknown = [p for p in loads if p.unknown is not None]
     message = (f"{where}: {len(busy)} processes (pids {_pids(busy)}) can run {total} threads at once "
                f"({pools}) on {usable} usable CPU{'s' if usable != 1 else ''}")

@@ -15,8 +15,6 @@ from parinfo.watching.model import ThrottleUse
 #: Version of :meth:`HostReport.to_dict`; bumped on any incompatible change (docs/host.md).
 SCHEMA_VERSION = 1
 
-#: The source of a count read from the process's memory.
-IN_FORCE = "in force (read from the process's memory)"
 #: The end of a count's source when it comes from the launch environment.
 FROM_LAUNCH = "the process may have changed it"
 
@@ -80,13 +78,13 @@ class HostProcess:
 
     @property
     def widest(self) -> tuple[str | None, int | None]:
-        """The pool with the most threads: (library, count); (None, 1) without a pool of known
-        count, (None, None) when its pools are unknown."""
+        """The pool with the most threads: (library, count); (None, 1) without pools, (None, None)
+        when its pools or all their counts are unknown (never guessed)."""
         if self.pools_unknown is not None:
             return None, None
-        best: tuple[str | None, int | None] = (None, 1)
+        best: tuple[str | None, int | None] = (None, None) if self.pools else (None, 1)
         for p in self.pools:
-            if p.count is not None and not p.duplicate_of and p.count > (best[1] or 1):
+            if p.count is not None and not p.duplicate_of and (best[1] is None or p.count > best[1]):
                 best = (p.library, p.count)
         return best
 

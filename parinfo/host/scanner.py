@@ -32,7 +32,6 @@ from parinfo.diagnostics.fleet_rows import ProcessLoad
 from parinfo.errors import UsageError
 from parinfo.host.model import (
     FROM_LAUNCH,
-    IN_FORCE,
     CgroupRow,
     Family,
     HostProcess,
@@ -42,6 +41,7 @@ from parinfo.host.model import (
 )
 from parinfo.machine.sysfs import read_bytes
 from parinfo.process import libraries as reg
+from parinfo.process.inforce import IN_FORCE, PERMISSION
 from parinfo.process.tasks import CLOCK_TICKS, thread_group
 from parinfo.record import record
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
 
 #: What a process this user may not read gets for its pools (the same words as a count read from memory).
-NO_PERMISSION = "unknown (permission: run as the process's user or root)"
+NO_PERMISSION = f"unknown ({PERMISSION})"
 
 _PF_KTHREAD = 0x00200000  # task flag of a kernel thread (include/linux/sched.h)
 _DIGITS = re.compile(r"\d+")
@@ -169,7 +169,6 @@ class Scanner:
         self._static: dict[tuple[int, int, str], _Static] = {}
         self._cgroups: dict[bytes, _CgroupInfo] = {}
         self._last: _Reading | None = None
-        self._in_force = _in_force_reader()
 
     # -- the pieces of one process --------------------------------------------------------------
 
@@ -277,7 +276,7 @@ class Scanner:
         launch environment asks for (said so), else unknown."""
         from parinfo.process.provenance import model_of, predict
 
-        read = self._in_force(pid) if rows else {}
+        read = _in_force(pid, static.maps, rows)
         out = []
         for row in rows:
             library, path = row["library"], row["filepath"]
@@ -285,6 +284,8 @@ class Scanner:
             found = read.get(path)
             if found is not None and found[0] is not None:
                 count, source, in_force = found[0], IN_FORCE, True
+            elif found is not None and PERMISSION in found[1]:
+                source = found[1]  # the launch environment would be a guess: memory is closed to us
             elif isinstance(static.environ, str):
                 source = static.environ
             else:
@@ -444,7 +445,7 @@ class Scanner:
                     a, b = before.pressure[key], pressure[key]
                     row.pressure_some = (pressure_percent(a.system, b.system, dt) if key == "/" else
                                          pressure_percent(a.cgroup, b.cgroup, dt))
-            loads = [_load(p, families) for p in members]
+            loads = [_load(p, families) for p in members if p.pools or p.pools_unknown is not None]
             row.findings = fleet_rules.cgroup_findings(
                 "the machine" if key == "/" else f"cgroup {key}", row.usable_cpus, loads)
             report.cgroups.append(row)
@@ -464,7 +465,8 @@ def _load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:
             variables.append(lib.count_vars[0])
     return ProcessLoad(p.pid, p.name, library, count, p.outer_threads, p.ppid,
                        tuple(family.pids) if family is not None else (p.pid,), p.command,
-                       tuple(dict.fromkeys(variables)), p.pools_unknown)
+                       tuple(dict.fromkeys(variables)),
+                       p.pools_unknown or (next(x.source for x in p.pools if x.count is None) if count is None else None))
 
 
 def _families(processes: list[HostProcess]) -> list[Family]:
@@ -485,10 +487,18 @@ def _families(processes: list[HostProcess]) -> list[Family]:
     return out
 
 
-def _in_force_reader() -> Any:
-    """The function that reads each pool's count in force from a process's memory, as
-    {library file: (count or None, source)}; one that reads nothing until that reader exists."""
-    def nothing(pid: int) -> dict[str, tuple[int | None, str]]:
+def _in_force(pid: int, maps: bytes | None, rows: list[dict[str, Any]]) -> dict[str, tuple[int | None, str]]:
+    """{library file: (count or None, source)} for the pools among ``rows`` whose library keeps its
+    count in an exported variable, read from the process's memory (:mod:`parinfo.process.inforce`);
+    {} when none does (nothing is read then)."""
+    if maps is None or not any((lib := reg.find(r["library"])) is not None and lib.count_symbol is not None
+                               for r in rows):
         return {}
+    from parinfo.process.inforce import counts_in_force
+    from parinfo.process.tasks import NoAccess, ProcessGone
 
-    return nothing
+    try:
+        found = counts_in_force(pid, maps.decode("utf-8", "surrogateescape"))
+    except (ProcessGone, NoAccess):
+        return {}
+    return {c.path: (c.count, c.source) for c in found}
