@@ -457,6 +457,7 @@ class Scanner:
 
 def _load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:
     library, count = p.widest
+    unknown = p.pools_unknown or (next(x.source for x in p.pools if x.count is None) if count is None else None)
     family = families.get(p.family or "")
     variables = []
     for pool in p.pools:
@@ -465,8 +466,7 @@ def _load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:
             variables.append(lib.count_vars[0])
     return ProcessLoad(p.pid, p.name, library, count, p.outer_threads, p.ppid,
                        tuple(family.pids) if family is not None else (p.pid,), p.command,
-                       tuple(dict.fromkeys(variables)),
-                       p.pools_unknown or (next(x.source for x in p.pools if x.count is None) if count is None else None))
+                       tuple(dict.fromkeys(variables)), unknown)
 
 
 def _families(processes: list[HostProcess]) -> list[Family]:
