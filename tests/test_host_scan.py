@@ -179,8 +179,8 @@ def test_numpy_processes_at_different_counts_in_force(targets, cgroup):
 
 
 def test_the_fix_works_as_printed(targets, cgroup):
-    first, _ = targets.start(TARGET.format(limit=None))
-    second, _ = targets.start(TARGET.format(limit=None))
+    for _ in range(2):
+        targets.start(TARGET.format(limit=None))
     (finding,) = _scan(cgroup).cgroups[0].findings
     assert finding.id == "host-oversubscribed" and "4 threads at once" in finding.message
     given = dict(re.findall(r"\b([A-Z_]+_NUM_THREADS)=(\d+)", finding.fix.split(";")[0]))
@@ -245,7 +245,7 @@ def test_taskset_process_has_one_usable_cpu(targets, cgroup):
 
 
 def test_another_users_process(targets, cgroup):
-    mine, truth = targets.start(TARGET.format(limit=None))
+    mine, _ = targets.start(TARGET.format(limit=None))
     theirs, their_truth = targets.start(TARGET.format(limit=1), user="nobody")
     # root reads nobody's process, counts in force included
     row = _scan(cgroup).process(theirs.pid)
@@ -272,8 +272,8 @@ def test_cli_text_json_and_bad_input(targets, cgroup):
     payload = json.loads(run_cli("host", "--once", "--json", "--interval", "0.2", "--cgroup", cgroup).stdout)
     assert payload["schema_version"] == 1 and payload["interval"] >= 0.2
     assert payload["cgroups"][0]["throttling"] is not None
-    for args, words in ((["--user", "no-such-user"], "no such user"), (["--cgroup", "/no/such/cgroup"], "no such cgroup"),
-                        (["--interval", "-1"], "give seconds")):
+    for args, words in ((["--user", "no-such-user"], "no such user"),
+                        (["--cgroup", "/no/such/cgroup"], "no such cgroup"), (["--interval", "-1"], "give seconds")):
         bad = run_cli("host", "--once", *args)
         assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr
 
