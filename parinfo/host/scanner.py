@@ -87,6 +87,22 @@ def pools_in_maps(maps: bytes) -> list[dict[str, Any]]:
     return rows
 
 
+def _read_stat(path: str) -> bytes:
+    """A /proc stat file in one read: it is one short line (a few hundred bytes), and a second read
+    to meet its end would double the cost of a scan over thousands of threads."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_of(raw: bytes) -> str:
+    """The thread group of a raw thread name (names repeat: one decode and match per name)."""
+    return thread_group(raw.decode("utf-8", "replace"))
+
+
 def _parse_stat(data: bytes) -> tuple[str, str, int, int, int, int]:
     """(name, state, ppid, flags, utime+stime ticks, start time) of a /proc stat line."""
     close = data.rindex(b")")
@@ -132,6 +148,7 @@ class _Static:
     environ: dict[str, str] | str  # its thread variables at launch, or "unknown (why)"
     maps: bytes | None = None
     pools: list[dict[str, Any]] | str | None = None  # rows of pools_in_maps, or "unknown (why)"
+    symbol_maps: str | None = None  # the maps lines of its pools whose count can be read from memory
 
 
 @record
@@ -268,6 +285,7 @@ class Scanner:
             return _why(exc)
         if static.pools is None or maps != static.maps:
             static.maps, static.pools = maps, pools_in_maps(maps)
+            static.symbol_maps = _symbol_lines(maps, static.pools)
         return static.pools if static.pools is not None else []
 
     def _counts(self, pid: int, rows: list[dict[str, Any]], static: _Static,
@@ -276,7 +294,7 @@ class Scanner:
         launch environment asks for (said so), else unknown."""
         from parinfo.process.provenance import model_of, predict
 
-        read = _in_force(pid, static.maps, rows)
+        read = _in_force(pid, static.symbol_maps)
         out = []
         for row in rows:
             library, path = row["library"], row["filepath"]
@@ -320,7 +338,7 @@ class Scanner:
             raise UsageError(f"cannot list /proc: {exc.strerror or exc}") from None
         for pid in entries:
             try:
-                name, state, ppid, flags, cpu, start = _parse_stat(read_bytes(f"/proc/{pid}/stat"))
+                name, state, ppid, flags, cpu, start = _parse_stat(_read_stat(f"/proc/{pid}/stat"))
             except (OSError, ValueError, IndexError):
                 continue  # exited meanwhile
             if flags & _PF_KTHREAD or pid == 2:
@@ -374,21 +392,28 @@ class Scanner:
         except OSError:
             return None
         states: dict[str, int] = {}
-        by_name: dict[str, list[int]] = {}
+        by_raw: dict[bytes, list[int]] = {}
+        task = f"/proc/{pid}/task/"
         for tid in tids:
             try:
-                data = read_bytes(f"/proc/{pid}/task/{tid}/stat")
+                data = _read_stat(task + tid + "/stat")
                 close = data.rindex(b")")
             except (OSError, ValueError):
                 continue  # the thread ended
             state = chr(data[close + 2])
             states[state] = states.get(state, 0) + 1
-            group = by_name.setdefault(thread_group(data[data.index(b"(") + 1:close].decode("utf-8", "replace")),
-                                       [0, 0])
-            group[0] += 1
-            group[1] += state == "R"
+            counts = by_raw.get(raw := data[data.index(b"(") + 1:close])
+            if counts is None:
+                counts = by_raw[raw] = [0, 0]
+            counts[0] += 1
+            counts[1] += state == "R"
         if not states:
             return None
+        by_name: dict[str, list[int]] = {}
+        for raw, (n, r) in by_raw.items():
+            group = by_name.setdefault(_group_of(raw), [0, 0])
+            group[0] += n
+            group[1] += r
         cpus = cg.cpuset
         usable_list = [c for c in affinity if cpus is None or c in cpus] or sorted(affinity)
         from parinfo.machine.topology import usable_from
@@ -487,18 +512,30 @@ def _families(processes: list[HostProcess]) -> list[Family]:
     return out
 
 
-def _in_force(pid: int, maps: bytes | None, rows: list[dict[str, Any]]) -> dict[str, tuple[int | None, str]]:
-    """{library file: (count or None, source)} for the pools among ``rows`` whose library keeps its
-    count in an exported variable, read from the process's memory (:mod:`parinfo.process.inforce`);
-    {} when none does (nothing is read then)."""
-    if maps is None or not any((lib := reg.find(r["library"])) is not None and lib.count_symbol is not None
-                               for r in rows):
+def _symbol_lines(maps: bytes, rows: list[dict[str, Any]]) -> str | None:
+    """The lines of a maps file that map the pools among ``rows`` whose library keeps its count in an
+    exported variable (the registry's ``count_symbol``), or None when none does. Reading the counts
+    needs those lines only: kept per maps version, they spare each scan a parse of the whole file."""
+    paths = {r["filepath"] for r in rows
+             if (lib := reg.find(r["library"])) is not None and lib.count_symbol is not None}
+    if not paths:
+        return None
+    text = maps.decode("utf-8", "surrogateescape")
+    return "\n".join(line for line in text.splitlines()
+                     if line.split(None, 5)[-1].removesuffix(" (deleted)") in paths)
+
+
+def _in_force(pid: int, symbol_maps: str | None) -> dict[str, tuple[int | None, str]]:
+    """{library file: (count or None, source)}: each count read from the process's memory
+    (:mod:`parinfo.process.inforce`) for the files of ``symbol_maps`` (:func:`_symbol_lines`); {}
+    when there are none (nothing is read then)."""
+    if symbol_maps is None:
         return {}
     from parinfo.process.inforce import counts_in_force
     from parinfo.process.tasks import NoAccess, ProcessGone
 
     try:
-        found = counts_in_force(pid, maps.decode("utf-8", "surrogateescape"))
+        found = counts_in_force(pid, symbol_maps)
     except (ProcessGone, NoAccess):
         return {}
     return {c.path: (c.count, c.source) for c in found}

@@ -82,6 +82,8 @@ def render(r: HostReport, *, all_processes: bool = False) -> str:
     others = [p for p in r.processes if p not in with_pools]
     shown = list(r.processes) if all_processes else with_pools + sorted(
         others, key=lambda p: (-(p.cpu_percent or 0), -p.runnable_now, -p.threads))[:OTHERS_SHOWN]
+    order = {c.path: i for i, c in enumerate(r.cgroups)}
+    shown.sort(key=lambda p: order.get(p.group, len(order)))  # stable: pools first within each cgroup
     hidden = len(r.processes) - len(shown)
     lines.append(f"{'pid':>7} {'user':<8} {'CPUs':>4} {'threads':>7} {'run':>5} {'CPU':>5}  "
                  f"{'pools (count: source)':<44} command")
