@@ -474,8 +474,9 @@ class Scanner:
             row.findings = fleet_rules.cgroup_findings(
                 "the machine" if key == "/" else f"cgroup {key}", row.usable_cpus, loads)
             report.cgroups.append(row)
-        if before is not None and dt is not None and "/" in before.pressure and "/" in pressure:
-            report.pressure_some = pressure_percent(before.pressure["/"].system, pressure["/"].system, dt)
+        both = [k for k in pressure if before is not None and k in before.pressure]
+        if before is not None and dt is not None and both:  # every reading holds the machine's too
+            report.pressure_some = pressure_percent(before.pressure[both[0]].system, pressure[both[0]].system, dt)
         report.processes.sort(key=lambda p: (p.group != "/", p.group, -(p.threads_at_once or 0), p.pid))
         return _Reading(clock, ticks, counters, pressure)
 
