@@ -100,9 +100,10 @@ def test_profiles_block_shows_the_real_profiles_folder():
 
 
 def _finding_ids() -> dict[str, set[str]]:
-    """Every finding id the in-process rules can emit, with the severities written beside it."""
+    """Every finding id the rules can emit (a process's, live evidence, outer threads: a fleet's and
+    ``parinfo host``'s), with the severities written beside it."""
     out: dict[str, set[str]] = {}
-    for name in ("process_rules.py", "live_rules.py"):
+    for name in ("process_rules.py", "live_rules.py", "fleet_rules.py"):
         text = (REPO / "parinfo" / "diagnostics" / name).read_text()
         for fid, sev in re.findall(r'Finding\(\s*"([a-z0-9-]+)",\s*("(?:info|warning|error)"|\w+)', text):
             out.setdefault(fid, set()).add(sev.strip('"') if sev.startswith('"') else "info or warning")

@@ -76,7 +76,7 @@ def _run_app(args: list[str]) -> int:
     # typer vendors click from 0.2x on and imports it before: take the classes from where they are.
     click_errors = importlib.import_module(typer.BadParameter.__module__)
     no_args = getattr(click_errors, "NoArgsIsHelpError", ())
-    if args[:1] == ["show"] or args[:2] == ["fleet", "show"]:
+    if args[:1] in (["show"], ["host"]) or args[:2] == ["fleet", "show"]:
         from parinfo.cli.show import normalise_check
 
         args = normalise_check(args)

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from parinfo.cli import apply, fleet, profiles, show, tune, watch
+from parinfo.cli import apply, fleet, host, profiles, show, tune, watch
 
 app = typer.Typer(
     name="parinfo",
@@ -70,6 +70,7 @@ app.command()(profiles.profiles)
 app.command("apply", context_settings={"allow_extra_args": True})(apply.apply_cmd)
 app.command(no_args_is_help=False)(tune.tune)
 app.command()(watch.watch)
+app.command()(host.host)
 
 fleet_app = typer.Typer(help="Inspect and apply across every worker of a Dask or Ray cluster.", no_args_is_help=True)
 fleet_app.command("show")(fleet.show)

@@ -159,3 +159,24 @@ class HostSummary:
 
 def _keep(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: d.get(k) for k in keys}
+
+
+@record(frozen=True)
+class ProcessLoad:
+    """One process of a cgroup as ``parinfo host`` reads it from outside: its widest native pool
+    (``pool``, ``threads``; None when unknown), its outer threads (1: a process read from outside
+    is one outer worker; a family's size counts its members), the family it belongs to (``family``:
+    the pids with its parent and command, itself included), its ``command`` (escaped, quoted for a
+    shell), the ``variables`` that decide its pools' counts (one per pool library, first in its
+    precedence), and ``unknown``: why its pools could not be read (then it is never guessed)."""
+
+    pid: int
+    name: str
+    pool: str | None
+    threads: int | None
+    outer: int = 1
+    parent: int | None = None
+    family: tuple[int, ...] = ()
+    command: str = ""
+    variables: tuple[str, ...] = ()
+    unknown: str | None = None

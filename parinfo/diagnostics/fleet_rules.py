@@ -1,4 +1,5 @@
-"""Rules over outer threads: a worker's task threads times its pools' threads, and a host's sum of them.
+"""Rules over outer threads: a worker's task threads times its pools' threads, and the sum of them over a host
+(a fleet's host, or one cgroup of this machine read by ``parinfo host``).
 
 Pure functions over a typed :class:`~parinfo.diagnostics.model.Report` (its ``machine``, ``pools``,
 ``frameworks`` and ``outer`` sections, with the counts read in each executor thread when there are
@@ -14,7 +15,7 @@ from parinfo.diagnostics.findings import Finding
 from parinfo.diagnostics.model import Report
 
 if TYPE_CHECKING:  # the fleet's rows are loaded with the fleet, not with every report
-    from parinfo.diagnostics.fleet_rows import HostSummary, ThreadPools, WorkerRow
+    from parinfo.diagnostics.fleet_rows import HostSummary, ProcessLoad, ThreadPools, WorkerRow
 
 _WHO = {"dask": "dask worker", "ray": "ray worker", "loky": "loky worker", "user": "this process"}
 
@@ -134,3 +135,56 @@ def host_findings(summary: HostSummary) -> list[Finding]:
         f"{_FIX.get(summary.framework or 'user', _FIX['user'])}; or fewer workers or task threads per host",
     )]
 
+
+
+def _pids(loads: Sequence[ProcessLoad]) -> str:
+    shown = [str(p.pid) for p in loads[:12]]
+    return ", ".join(shown) + (f" and {len(loads) - 12} more" if len(loads) > 12 else "")
+
+
+def cgroup_findings(where: str, usable: int, loads: Sequence[ProcessLoad]) -> list[Finding]:
+    """``host-oversubscribed`` for the processes of one cgroup (``where``) read from outside: their
+    widest pools times their outer threads, summed, exceed the cgroup's ``usable`` CPUs. The same
+    meaning as for the workers of a fleet host: several processes each size their pools for the
+    CPUs they all share. ``loads`` are the processes with native pools loaded. Needs two or more of
+    them, one pool of more than one thread, and more threads than CPUs (pools at 1 in more processes
+    than CPUs are the processes' own choice, as for a fleet); a process whose pools could not be
+    read counts for nothing and is named as unknown, never guessed."""
+    busy = [p for p in loads if p.unknown is None and p.threads is not None]
+    total = sum(p.threads * p.outer for p in busy if p.threads is not None)
+    if len(busy) < 2 or max(p.threads or 1 for p in busy) <= 1 or total <= usable:
+        return []
+    outer = sum(p.outer for p in busy)
+    share = max(1, usable // outer)
+    pools = ", ".join(f"{p.pid} {p.pool or 'pools'}={p.threads}" for p in busy[:12])
+    unknown = [p for p in loads if p.unknown is not None]
+    message = (f"{where}: {len(busy)} processes (pids {_pids(busy)}) can run {total} threads at once "
+               f"({pools}) on {usable} usable CPU{'s' if usable != 1 else ''}")
+    if unknown:
+        message += f"; {len(unknown)} more not counted, unknown (permission): pids {_pids(unknown)}"
+    variables = list(dict.fromkeys(v for p in busy for v in p.variables))
+    assign = " ".join(f"{v}={share}" for v in variables)
+    fixes = [f"give each process {share} thread{'s' if share != 1 else ''} per pool: start it with {assign}"]
+    families: dict[int, list[ProcessLoad]] = {}
+    for p in busy:
+        if len(p.family) > 1 and p.parent is not None:
+            families.setdefault(p.parent, []).append(p)
+    for parent, members in families.items():
+        widest = max(p.threads or 1 for p in members)
+        fixes.append(f"for the {len(members)} workers of pid {parent}: set it in the environment pid {parent} "
+                     f"starts them with (they inherit it), or run at most {max(1, usable // widest)} "
+                     f"worker{'s' if usable // widest > 1 else ''} there")
+    by_command: dict[str, list[ProcessLoad]] = {}
+    for p in busy:
+        if p.command:
+            by_command.setdefault(p.command, []).append(p)
+    for command, copies in by_command.items():
+        if 1 < len(copies) <= usable and not any(p.parent in families for p in copies):
+            fixes.append(f"launch the {len(copies)} copies as `parinfo apply multi-instance --instances "
+                         f"{len(copies)} -- {command}` (each pinned to its share of the CPUs, with counts to match)")
+    return [Finding(
+        "host-oversubscribed", "warning", message,
+        "processes in one cgroup share its CPUs: each sizes its pools for all of them, so together they ask "
+        "for several times the CPUs and every op waits for its threads (or, under a quota, the cgroup is throttled)",
+        "; ".join(fixes),
+    )]

@@ -128,7 +128,7 @@ class Sampler:
             running += t.state == "R"
         uses = tuple(sorted((GroupUse(n, int(v[0]), round(v[1], 1), round(v[2], 2), int(v[3]))
                              for n, v in groups.items()), key=lambda g: (-g.cpu_percent, -g.threads, g.name)))
-        throttle, why = _throttle(a.counters, b.counters, dt)
+        throttle, why = throttle_use(a.counters, b.counters, dt)
         if self.pid is None and b.procs_running is not None:
             total_run, running = max(0.0, b.procs_running - 1.0), max(0, b.procs_running - 1)
         sample = Sample(
@@ -136,8 +136,8 @@ class Sampler:
             threads=len(b.threads), usable_cpus=self.usable, quota=self.quota,
             cpu_percent=round(total_cpu, 1), runnable=round(total_run, 2), running_now=running,
             involuntary=total_inv, groups=uses, throttling=throttle, throttling_unknown=why,
-            pressure_some=_pressure(a.pressure.system, b.pressure.system, dt),
-            pressure_cgroup_some=_pressure(a.pressure.cgroup, b.pressure.cgroup, dt),
+            pressure_some=pressure_percent(a.pressure.system, b.pressure.system, dt),
+            pressure_cgroup_some=pressure_percent(a.pressure.cgroup, b.pressure.cgroup, dt),
             notes=b.counters.notes,
         )
         return _with_verdict(sample, verdict(sample))
@@ -147,7 +147,9 @@ def _with_verdict(sample: Sample, text: str) -> Sample:
     return replace(sample, verdict=text)
 
 
-def _throttle(a: CpuCounters, b: CpuCounters, dt: float) -> tuple[ThrottleUse | None, str | None]:
+def throttle_use(a: CpuCounters, b: CpuCounters, dt: float) -> tuple[ThrottleUse | None, str | None]:
+    """The level of ``b`` that throttled most since reading ``a``, ``dt`` seconds before (None when no
+    level has a quota), or (None, "unknown (why)")."""
     if b.unknown:
         return None, f"unknown ({b.unknown})"
     before = {t.cgroup: t for t in a.levels}
@@ -166,7 +168,8 @@ def _throttle(a: CpuCounters, b: CpuCounters, dt: float) -> tuple[ThrottleUse | 
     return best, None
 
 
-def _pressure(a: Pressure | str, b: Pressure | str, dt: float) -> float | str:
+def pressure_percent(a: Pressure | str, b: Pressure | str, dt: float) -> float | str:
+    """The percent of ``dt`` seconds in which some task waited for a CPU, from two pressure readings."""
     if isinstance(b, str):
         return b
     if isinstance(a, str):

@@ -1,0 +1,64 @@
+"""`parinfo host`: every process of the machine (or of one cgroup) against its CPUs, refreshed like
+`parinfo watch`."""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+
+def host(
+    json_out: bool = typer.Option(
+        False, "--json",
+        help="Print JSON: one object per interval (the default when not on a terminal, but for --once)."),
+    cgroup: Optional[str] = typer.Option(
+        None, "--cgroup", metavar="PATH",
+        help="Only processes in this cgroup and below (as /proc/PID/cgroup names it, or its "
+             "/sys/fs/cgroup directory)."),
+    user: Optional[str] = typer.Option(None, "--user", metavar="NAME",
+                                       help="Only processes of this user (name or uid)."),
+    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS",
+                                   help="Seconds between scans (CPU use, throttling and pressure are "
+                                        "counted over it)."),
+    once: bool = typer.Option(False, "--once", help="Scan twice, one interval apart, print the report and exit."),
+    all_processes: bool = typer.Option(False, "--all", help="List every process, not only those with native pools."),
+    check: Optional[str] = typer.Option(
+        None, "--check", metavar="[=LEVEL]",
+        help="With --once: exit 1 when a finding at LEVEL or above exists: warning (bare --check), error, or info."),
+) -> None:
+    """Every process's pools and threads against its cgroup's CPUs, families of workers, and oversubscription."""
+    import json
+    import time
+
+    from parinfo.cli.show import check_level
+    from parinfo.errors import UsageError
+    from parinfo.host.scanner import Scanner, check_interval
+
+    level = check_level(check)
+    seconds = check_interval(interval)
+    if level is not None and not once:
+        raise UsageError("--check needs --once (a refreshing report has no exit status to give)")
+    if not once and seconds < 0.05:
+        raise UsageError(f"--interval {interval:g}: a refreshing report needs at least 0.05 s between scans")
+    scanner = Scanner(cgroup=cgroup, user=user)
+    live = not json_out and sys.stdout.isatty() and not once
+    as_json = json_out or (not once and not sys.stdout.isatty())
+    try:
+        scanner.scan()
+        while True:
+            time.sleep(seconds)
+            report = scanner.scan()
+            if as_json:
+                typer.echo(json.dumps(report.to_dict(), default=str, indent=2 if once else None))
+            elif live:
+                typer.echo("\x1b[H\x1b[2J" + report.table(all_processes=all_processes))
+            else:
+                typer.echo(report.table(all_processes=all_processes))
+            sys.stdout.flush()
+            if once:
+                break
+    except KeyboardInterrupt:
+        return
+    if level is not None and report.problems(level):
+        raise typer.Exit(1)

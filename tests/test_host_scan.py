@@ -1,0 +1,306 @@
+"""`parinfo host` on real processes, each set of targets in a fresh cgroup of its own so that other
+processes of the machine stay out of the sums: numpy processes at different counts (one limited
+after import), a process with many threads, a family of workers from one parent, a zombie, a
+taskset process, and processes of another user. Ground truth comes from threadpoolctl inside the
+targets and from /proc."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from conftest import clean_env, run_cli
+
+import parinfo.host
+from parinfo.diagnostics import fleet_rules
+from parinfo.diagnostics.fleet_rows import ProcessLoad
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+# Prints threadpoolctl's OpenBLAS count (ground truth inside the process), then waits for stdin.
+TARGET = """
+import sys, threadpoolctl, numpy
+limit = {limit!r}
+if limit:
+    threadpoolctl.threadpool_limits(limit)
+pool = [p for p in threadpoolctl.threadpool_info() if p["internal_api"] == "openblas"][0]
+print(pool["num_threads"], flush=True)
+sys.stdin.readline()
+"""
+
+FAMILY = """
+import json, multiprocessing, os, sys, threadpoolctl, numpy
+
+def count(_):
+    import time
+    time.sleep(0.3)  # every worker takes one task
+    pool = [p for p in threadpoolctl.threadpool_info() if p["internal_api"] == "openblas"][0]
+    return os.getpid(), pool["num_threads"]
+
+with multiprocessing.get_context("fork").Pool(3) as workers:
+    print(json.dumps(dict(workers.map(count, range(3)))), flush=True)
+    sys.stdin.readline()
+"""
+
+THREADS = """
+import sys, threading
+stop = threading.Event()
+for _ in range(60):
+    threading.Thread(target=stop.wait, daemon=True).start()
+print(threading.active_count(), flush=True)
+sys.stdin.readline()
+"""
+
+ZOMBIE = """
+import os, sys
+child = os.fork()
+if child == 0:
+    os._exit(0)
+print(child, flush=True)
+sys.stdin.readline()
+"""
+
+
+def _cpu_mount() -> str | None:
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            left, _, right = line.partition(" - ")
+            tail = right.split()
+            if len(tail) >= 3 and tail[0] == "cgroup" and "cpu" in tail[2].split(","):
+                return left.split()[4]
+    return None
+
+
+@pytest.fixture
+def cgroup() -> Iterator[str]:
+    """A fresh v1 cgroup with a 2-CPU quota (its usable CPUs: 2), removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a cgroup needs root")
+    mount = _cpu_mount()
+    if mount is None:
+        pytest.skip("no cgroup v1 hierarchy with the cpu controller")
+    path = os.path.join(mount, f"parinfo-host-{uuid.uuid4().hex[:8]}")
+    try:
+        os.mkdir(path)
+        with open(os.path.join(path, "cpu.cfs_period_us"), "w") as fh:
+            fh.write("100000")
+        with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as fh:
+            fh.write("200000")
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup here: {exc}")
+    try:
+        yield path
+    finally:
+        for _ in range(50):
+            try:
+                os.rmdir(path)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+class Targets:
+    """Processes started inside one cgroup; each prints one line when ready and ends at stdin's end."""
+
+    def __init__(self, cgroup: str) -> None:
+        self.cgroup, self.procs = cgroup, []
+
+    def start(self, code: str, *, env: dict[str, str] | None = None, prefix: list[str] | None = None,
+              user: str | None = None) -> tuple[subprocess.Popen, str]:
+        procs = os.path.join(self.cgroup, "cgroup.procs")
+        as_user = ["setpriv", "--reuid", user, "--regid", "nogroup", "--clear-groups"] if user else []
+        cmd = ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *as_user, *(prefix or []),
+               sys.executable, "-c", code]
+        proc = subprocess.Popen(cmd, env=env or clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+        self.procs.append(proc)
+        line = proc.stdout.readline().strip()
+        assert line, f"target {proc.pid} ended before it was ready"
+        return proc, line
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def targets(cgroup: str) -> Iterator[Targets]:
+    t = Targets(cgroup)
+    try:
+        yield t
+    finally:
+        t.stop()
+
+
+def _scan(cgroup: str) -> parinfo.host.HostReport:
+    return parinfo.host.scan(cgroup=cgroup, interval=0)
+
+
+def _tasks(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def test_numpy_processes_at_different_counts_in_force(targets, cgroup):
+    two, truth_two = targets.start(TARGET.format(limit=None))
+    one, truth_one = targets.start(TARGET.format(limit=1), env=clean_env(OPENBLAS_NUM_THREADS="2"))
+    assert (truth_two, truth_one) == ("2", "1")
+    report = _scan(cgroup)
+    assert sorted(p.pid for p in report.processes) == sorted([two.pid, one.pid])
+    (group,) = report.cgroups
+    assert group.path == cgroup and group.quota == 2 and group.usable_cpus == 2
+    for proc, truth in ((two, 2), (one, 1)):
+        row = report.process(proc.pid)
+        (pool,) = [p for p in row.pools if not p.duplicate_of]
+        assert pool.library == "openblas" and pool.in_force and pool.count == truth, pool
+        assert pool.source == "in force (read from the process's memory)"
+        assert row.threads == _tasks(proc.pid) and row.usable_cpus == 2
+        assert sum(row.states.values()) == row.threads
+    # limited after import: its launch environment asked for 2, memory says 1, and 1 is shown
+    assert report.process(one.pid).widest == ("openblas", 1)
+    assert group.threads_at_once == 3
+    (finding,) = group.findings
+    assert finding.id == "host-oversubscribed"
+    assert str(two.pid) in finding.message and str(one.pid) in finding.message
+    assert "3 threads at once" in finding.message and "2 usable CPUs" in finding.message
+    assert "OPENBLAS_NUM_THREADS=1" in finding.fix
+
+
+def test_the_fix_works_as_printed(targets, cgroup):
+    for _ in range(2):
+        targets.start(TARGET.format(limit=None))
+    (finding,) = _scan(cgroup).cgroups[0].findings
+    assert finding.id == "host-oversubscribed" and "4 threads at once" in finding.message
+    given = dict(re.findall(r"\b([A-Z_]+_NUM_THREADS)=(\d+)", finding.fix.split(";")[0]))
+    assert given == {"OPENBLAS_NUM_THREADS": "1"}  # 2 usable CPUs shared by 2 processes
+    targets.stop()
+    targets.procs = []
+    fixed = [targets.start(TARGET.format(limit=None), env=clean_env(**given)) for _ in range(2)]
+    assert [truth for _, truth in fixed] == ["1", "1"]  # threadpoolctl inside agrees with the fix
+    group = _scan(cgroup).cgroups[0]
+    assert group.threads_at_once == 2 and group.findings == []
+
+
+def test_a_family_of_workers_from_one_parent(targets, cgroup):
+    parent, line = targets.start(FAMILY)
+    truth = {int(pid): n for pid, n in json.loads(line).items()}
+    report = _scan(cgroup)
+    (family,) = report.families
+    assert family.parent == parent.pid and sorted(family.pids) == sorted(truth)
+    for pid, n in truth.items():
+        row = report.process(pid)
+        assert row.family == family.key and row.ppid == parent.pid
+        assert row.widest == ("openblas", n)
+    group = report.cgroups[0]
+    assert group.threads_at_once == sum(truth.values()) + 2  # the parent's own pool of 2 counts too
+    (finding,) = group.findings
+    assert f"for the 3 workers of pid {parent.pid}" in finding.fix
+    assert "run at most 1 worker there" in finding.fix and "OPENBLAS_NUM_THREADS=1" in finding.fix
+
+
+def test_a_process_with_many_threads(targets, cgroup):
+    proc, line = targets.start(THREADS)
+    assert line == "61"
+    row = _scan(cgroup).process(proc.pid)
+    assert row.threads == 61 == _tasks(proc.pid)
+    assert row.pools == [] and row.widest == (None, 1)
+    assert sum(g.threads for g in row.groups) == 61
+    assert row.states.get("S", 0) >= 60
+
+
+def test_zombie_and_kernel_threads_have_no_row(targets, cgroup):
+    parent, child = targets.start(ZOMBIE)
+    for _ in range(100):  # the child may still be on its way out
+        with open(f"/proc/{child}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"pid {child} never became a zombie")
+    report = _scan(cgroup)
+    assert report.process(parent.pid) is not None and report.process(int(child)) is None
+    machine = parinfo.host.scan(interval=0)
+    assert all(p.pid != 2 for p in machine.processes)
+    if os.path.isdir("/proc/2"):
+        assert machine.kernel_threads >= 1
+
+
+def test_taskset_process_has_one_usable_cpu(targets, cgroup):
+    proc, truth = targets.start(TARGET.format(limit=None), prefix=["taskset", "-c", "0"])
+    row = _scan(cgroup).process(proc.pid)
+    assert row.affinity == 1 and row.usable_cpus == 1
+    assert row.widest == ("openblas", int(truth)) == ("openblas", 1)
+
+
+def test_another_users_process(targets, cgroup):
+    mine, _ = targets.start(TARGET.format(limit=None))
+    theirs, their_truth = targets.start(TARGET.format(limit=1), user="nobody")
+    # root reads nobody's process, counts in force included
+    row = _scan(cgroup).process(theirs.pid)
+    assert row.user == "nobody" and row.widest == ("openblas", int(their_truth))
+    # nobody may not read root's: its pools are unknown (permission), never guessed
+    proc = run_cli("host", "--once", "--json", "--interval", "0.1", "--cgroup", cgroup,
+                   prefix=["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"])
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    rows = {p["pid"]: p for p in payload["processes"]}
+    assert rows[mine.pid]["pools_unknown"] == "unknown (permission: run as the process's user or root)"
+    assert rows[mine.pid]["widest_pool"]["count"] is None and rows[mine.pid]["threads_at_once"] is None
+    assert rows[theirs.pid]["widest_pool"] == {"library": "openblas", "count": 1}
+    (group,) = payload["cgroups"]
+    assert group["unknown_pids"] == [mine.pid] and group["threads_at_once"] == 1
+
+
+def test_cli_text_json_and_bad_input(targets, cgroup):
+    targets.start(TARGET.format(limit=None))
+    targets.start(TARGET.format(limit=None))
+    proc = run_cli("host", "--once", "--interval", "0.2", "--cgroup", cgroup, "--check")
+    assert proc.returncode == 1, proc.stderr
+    assert "[host-oversubscribed]" in proc.stdout and "openblas 2 (in force)" in proc.stdout
+    payload = json.loads(run_cli("host", "--once", "--json", "--interval", "0.2", "--cgroup", cgroup).stdout)
+    assert payload["schema_version"] == 1 and payload["interval"] >= 0.2
+    assert payload["cgroups"][0]["throttling"] is not None
+    for args, words in ((["--user", "no-such-user"], "no such user"),
+                        (["--cgroup", "/no/such/cgroup"], "no such cgroup"), (["--interval", "-1"], "give seconds")):
+        bad = run_cli("host", "--once", *args)
+        assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_user_filter():
+    report = parinfo.host.scan(user=str(os.getuid()), interval=0)
+    assert report.process(os.getpid()) is not None
+    assert {p.user for p in report.processes} == {report.process(os.getpid()).user}
+
+
+def _load(pid: int, threads: int | None, **kw) -> ProcessLoad:
+    return ProcessLoad(pid, "python", "openblas" if threads else None, threads,
+                       variables=("OPENBLAS_NUM_THREADS",), **kw)
+
+
+def test_rule_numbers_on_hand_made_loads():
+    found = fleet_rules.cgroup_findings("cgroup /x", 8, [_load(1, 8), _load(2, 8)])
+    (f,) = found
+    assert "16 threads at once" in f.message and "OPENBLAS_NUM_THREADS=4" in f.fix
+    # pools at 1 in more processes than CPUs: their own choice
+    assert fleet_rules.cgroup_findings("m", 2, [_load(i, 1) for i in range(5)]) == []
+    # one process alone is the process report's business
+    assert fleet_rules.cgroup_findings("m", 2, [_load(1, 8)]) == []
+    # unknown processes are named, not counted
+    (f,) = fleet_rules.cgroup_findings("m", 2, [_load(1, 2), _load(2, 2), _load(3, None, unknown="unknown (x)")])
+    assert "4 threads at once" in f.message and "unknown (permission): pids 3" in f.message
+    # identical independent launches get the instances launch
+    (f,) = fleet_rules.cgroup_findings("m", 4, [_load(i, 4, command="python serve.py", parent=10 + i)
+                                                for i in range(2)])
+    assert "parinfo apply multi-instance --instances 2 -- python serve.py" in f.fix and "=2" in f.fix
