@@ -180,7 +180,7 @@ def connect_dask(address: str, timeout: float = CONNECT_TIMEOUT_S) -> Any:
 
     def run() -> None:
         try:
-            client.__init__(address, timeout=max(_left(deadline), 0.1), set_as_default=False)
+            Client.__init__(client, address, timeout=max(_left(deadline), 0.1), set_as_default=False)
         except BaseException as exc:  # reported by the waiting thread
             failed.append(exc)
 
