@@ -206,6 +206,11 @@ def close_dask(client: Any, timeout: float = 5.0) -> None:
         client.close(timeout=timeout)
     except Exception:  # a half-made client: nothing more can be closed
         pass
+    # A client whose own failed start closed it is "closed" already, and close() then returns
+    # before stopping its IO loop thread: stop it here, or each failed connect leaves one running.
+    runner = getattr(client, "_loop_runner", None)
+    if runner is not None and runner.is_started():
+        runner.stop()
 
 
 def _speaks_http2(where: Address, sock: socket.socket, deadline: float, limit: float) -> None:
@@ -218,10 +223,12 @@ def _speaks_http2(where: Address, sock: socket.socket, deadline: float, limit: f
             sock.settimeout(max(_left(deadline), 0.001))
             chunk = sock.recv(_H2_FRAME_HEADER - len(header))
             if not chunk:
-                raise _not_cluster(where, "it closed the connection without answering as Ray (gRPC)")
+                raise ConnectionResetError
             header += chunk
     except TimeoutError:
         raise _silent(where, limit) from None
+    except ConnectionError:  # closed or reset before a whole frame came
+        raise _not_cluster(where, "it closed the connection without answering as Ray (gRPC)") from None
     except OSError as exc:
         raise _not_cluster(where, f"the connection failed: {shorten(exc.strerror or str(exc), 60)}") from None
     stream = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
