@@ -12,7 +12,8 @@ connect with every step bounded by one timeout and the client closed on every fa
 - Ray's ``ray.init`` blocks in its own code for minutes against a port that does not answer
   gRPC. So the port is first asked to open an HTTP/2 connection (gRPC runs over HTTP/2; a server
   answers the client's preface with a SETTINGS frame, RFC 9113 section 3.4) within the deadline,
-  and ``ray.init`` is called only when it does.
+  and ``ray.init`` is called only when it does. The greeting is a fixed 33 bytes and the answer a
+  9-byte frame header, so it is written here: Ray's core installs no HTTP/2 or gRPC Python package.
 
 Errors are :class:`~parinfo.errors.ConnectError`: one line naming the address and what to do.
 """
