@@ -48,3 +48,7 @@ class ApplyError(ParinfoError):
 
 class TuneError(ParinfoError):
     """A tuning request that cannot be carried out (impossible range, failing workload)."""
+
+
+class ConnectError(UsageError):
+    """A cluster address that is malformed, refused, silent or not the cluster's, said in one line."""

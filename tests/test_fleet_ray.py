@@ -117,3 +117,10 @@ def test_runtime_env_gives_no_findings_in_tasks(ray):
     # numpy and scipy each ship their own OpenBLAS: an info about the wheels, not about the counts.
     assert [f for f in got["findings"] if f != "duplicate-runtime-copies"] == [], got
     assert got["outer"]["variables_set_by"][OMP_VAR] == PARINFO and got["omp"] == "1"
+
+
+def test_the_address_check_lets_a_real_gcs_through(ray):
+    from parinfo.fleet.connect import check_ray
+
+    address = ray.get_runtime_context().gcs_address
+    check_ray(address, timeout=10)  # raises ConnectError for a port that does not answer gRPC

@@ -10,9 +10,7 @@ from typing import Any, Optional
 import typer
 
 from parinfo.errors import UsageError
-
-#: How long connecting to a cluster may take.
-CONNECT_TIMEOUT_S = 15
+from parinfo.fleet.connect import CONNECT_TIMEOUT_S, close_dask, connect_dask, connect_ray
 
 
 class EnvFormat(str, enum.Enum):
@@ -20,34 +18,17 @@ class EnvFormat(str, enum.Enum):
     ray_runtime_env = "ray-runtime-env"
 
 
-def _dask_client(address: str) -> Any:
-    try:
-        from distributed import Client
-    except ImportError:
-        raise UsageError("--dask needs distributed: pip install 'parinfo[dask]'") from None
-    try:
-        return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        from parinfo.safe_text import shorten
-
-        raise UsageError(f"--dask {shorten(address)}: cannot connect: {shorten(str(exc), 120)}") from None
+def _timeout_option() -> Any:
+    return typer.Option(CONNECT_TIMEOUT_S, "--timeout", metavar="SECONDS",
+                        help="How long reaching the cluster may take (a refused or malformed address "
+                             "fails at once).")
 
 
-def _ray(address: str) -> Any:
+def _ray(address: str, timeout: float) -> Any:
     import os
 
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read when ray is imported
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("--ray needs ray: pip install 'parinfo[ray]'") from None
-    try:
-        ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...
-        from parinfo.safe_text import shorten
-
-        raise UsageError(f"--ray {shorten(address)}: cannot connect: {shorten(str(exc), 120)}") from None
-    return ray
+    return connect_ray(address, timeout)
 
 
 def _one_target(dask: Optional[str], ray: Optional[str]) -> None:
@@ -65,6 +46,7 @@ def show(
     check: Optional[str] = typer.Option(
         None, "--check", metavar="[=LEVEL]",
         help="Exit 1 when a finding at LEVEL or above exists: warning (bare --check), error, or info."),
+    timeout: float = _timeout_option(),
 ) -> None:
     """One row per worker and per host: usable CPUs, task threads, pools, variables and who set them."""
     from parinfo.cli.show import check_level
@@ -73,15 +55,15 @@ def show(
     level = check_level(check)
     _one_target(dask, ray)
     if dask is not None:
-        client = _dask_client(dask)
+        client = connect_dask(dask, timeout)
         try:
             report = gather(client, per_thread=per_thread)
         finally:
-            client.close()
+            close_dask(client)
     else:
         if per_thread:
             raise UsageError("--per-thread is for Dask: a Ray worker runs one task thread")
-        ray_mod = _ray(str(ray))
+        ray_mod = _ray(str(ray), timeout)
         try:
             report = gather(ray_mod)
         finally:
@@ -103,16 +85,17 @@ def apply(
     dask: str = typer.Option(..., "--dask", metavar="ADDRESS", help="A Dask scheduler, e.g. tcp://127.0.0.1:8786."),
     restart: bool = typer.Option(False, "--restart", help="Also set the variables in the nanny's start-up "
                                                           "environment and restart the workers."),
+    timeout: float = _timeout_option(),
 ) -> None:
     """Apply PROFILE on every Dask worker, now and on every worker that starts later."""
     from parinfo.fleet import apply as fleet_apply
     from parinfo.safe_text import escape_controls
 
-    client = _dask_client(dask)
+    client = connect_dask(dask, timeout)
     try:
         done = fleet_apply(client, profile, restart=restart)
     finally:
-        client.close()
+        close_dask(client)
     for worker, result in sorted(done.items()):
         reached = len(result.get("threads_reached", ()))
         typer.echo(escape_controls(f"{worker}: {len(result.get('applied', ()))} settings applied, "

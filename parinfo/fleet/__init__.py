@@ -5,6 +5,8 @@
   threads x its pools' threads above its CPUs) and ``host-oversubscribed`` (the sum over a host).
 - :func:`apply` (Dask): one named plugin that applies a profile on every worker, now and after restarts.
 - :func:`ray_runtime_env`: a Ray ``runtime_env`` that puts a profile in force in every worker at start-up.
+- :func:`connect_dask` and :func:`connect_ray`: reach a cluster by address under one timeout; a
+  malformed, refused, silent or garbage-speaking address raises ConnectError (one line).
 
 Dask and Ray are imported only when a target of theirs is given; importing this package loads neither.
 """
@@ -18,7 +20,7 @@ from parinfo.errors import UsageError
 if TYPE_CHECKING:  # pragma: no cover
     from parinfo.fleet.report import FleetReport
 
-__all__ = ["FleetReport", "apply", "dask_config", "gather", "ray_runtime_env"]
+__all__ = ["FleetReport", "apply", "connect_dask", "connect_ray", "dask_config", "gather", "ray_runtime_env"]
 
 
 def _kind(target: Any) -> str:
@@ -67,6 +69,10 @@ def __getattr__(name: str) -> Any:
         from parinfo.fleet import env
 
         return getattr(env, name)
+    if name in ("connect_dask", "connect_ray"):
+        from parinfo.fleet import connect
+
+        return getattr(connect, name)
     if name == "FleetReport":
         from parinfo.fleet.report import FleetReport
 
