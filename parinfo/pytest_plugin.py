@@ -43,10 +43,10 @@ def _runs_tests_here(config: pytest.Config) -> bool:
     return _worker_id() is not None or not getattr(config.known_args_namespace, "numprocesses", None)
 
 
-def _usable() -> int:
+def _facts() -> Any:
     from parinfo.machine.topology import machine_facts
 
-    return machine_facts().usable_cpus
+    return machine_facts()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -57,7 +57,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     from parinfo.profiles.applying import apply
 
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    share = max(1, _usable() // workers)
+    share = max(1, _facts().usable_cpus // workers)
     outcome = apply({"version": 1, "name": "pytest-budget", "intra_op": share, "inter_op": share,
                      "description": f"usable CPUs // {workers} test workers"})
     kept = [line for line in outcome["skipped"] if "set by the user" in line]
@@ -112,7 +112,8 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     workers = _planned_workers(config)
-    usable = _usable()
+    facts = _facts()
+    usable = facts.usable_cpus
     if getattr(config.option, "tx", None):
         who = f"{workers} xdist worker{'s' if workers != 1 else ''}"
     else:
@@ -121,7 +122,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if config.getoption("parinfo_budget"):
         return [f"parinfo: budget: {who} share {usable} usable CPUs: each gets {share} thread"
                 f"{'s' if share != 1 else ''} for every pool (OpenMP, BLAS, MKL, torch intra- and inter-op)"]
-    widest = _widest_default()
+    widest = _widest_default(facts)
     if widest is None or workers * widest[0] <= usable:
         return []
     count, library, why = widest
@@ -129,12 +130,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             f"{usable} usable CPUs; add --parinfo-budget to give each worker {share}"]
 
 
-def _widest_default() -> tuple[int, str, str] | None:
+def _widest_default(facts: Any) -> tuple[int, str, str] | None:
     """The widest pool a worker's libraries would start from this environment, as their rules say."""
-    from parinfo.machine.topology import machine_facts
     from parinfo.process.provenance import MODELS, predict
 
-    facts = machine_facts()
     best: tuple[int, str, str] | None = None
     for name, model in MODELS.items():
         guess = predict(model, os.environ, facts)

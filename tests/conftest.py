@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,6 +59,31 @@ def run_cli(*args: str, env: dict[str, str] | None = None, prefix: list[str] | N
     cmd = [*(prefix or []), sys.executable, "-m", "parinfo", *args]
     return subprocess.run(cmd, env=env if env is not None else clean_env(), capture_output=True,
                           text=True, timeout=timeout, input=input)
+
+
+def start_target(code: str, *args: str, env: dict[str, str] | None = None,
+                 prefix: list[str] | None = None) -> tuple[subprocess.Popen, Any]:
+    """Start ``python -c code ARGS`` (behind ``prefix``) that prints one JSON line of its own
+    ground truth, then waits on stdin; return the process and that JSON."""
+    proc = subprocess.Popen([*(prefix or []), sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env or clean_env())
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line:
+        proc.kill()
+        proc.wait(timeout=10)
+        pytest.fail(f"the target printed nothing (rc {proc.returncode})")
+    return proc, json.loads(line)
+
+
+def stop_target(proc: subprocess.Popen) -> None:
+    """End a target started by :func:`start_target`: close its stdin, kill it if it lingers."""
+    try:
+        if proc.stdin:
+            proc.stdin.close()
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env
+from conftest import REPO, clean_env, start_target, stop_target
 
 from parinfo.process import inforce
 from parinfo.process.inforce import IN_FORCE, PERMISSION, counts_in_force, mapped_files
@@ -39,28 +39,6 @@ ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is N
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
-def _start(code: str, *args: str, env: dict[str, str] | None = None,
-           prefix: list[str] | None = None) -> tuple[subprocess.Popen, object]:
-    proc = subprocess.Popen([*(prefix or []), sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env or clean_env())
-    line = proc.stdout.readline() if proc.stdout else ""
-    if not line:
-        proc.kill()
-        proc.wait(timeout=10)
-        pytest.fail(f"the target printed nothing (rc {proc.returncode})")
-    return proc, json.loads(line)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        if proc.stdin:
-            proc.stdin.close()
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
 def _by_file(rows: list[inforce.CountInForce]) -> dict[str, inforce.CountInForce]:
     return {os.path.realpath(r.path): r for r in rows}
 
@@ -74,7 +52,7 @@ def _by_file(rows: list[inforce.CountInForce]) -> dict[str, inforce.CountInForce
 def test_count_read_from_memory_is_threadpoolctls_inside(limit, launch, taskset):
     if taskset and shutil.which("taskset") is None:
         pytest.skip("taskset is not installed")
-    proc, truth = _start(TARGET, str(limit), env=clean_env(**launch),
+    proc, truth = start_target(TARGET, str(limit), env=clean_env(**launch),
                          prefix=["taskset", "-c", "0"] if taskset else None)
     try:
         assert isinstance(truth, dict) and len(truth) == 2  # numpy's and scipy's OpenBLAS
@@ -89,11 +67,11 @@ def test_count_read_from_memory_is_threadpoolctls_inside(limit, launch, taskset)
         else:
             assert set(truth.values()) == {len(os.sched_getaffinity(0))}
     finally:
-        _stop(proc)
+        stop_target(proc)
 
 
 def test_the_target_is_not_stopped_and_a_second_read_hits_the_cache(monkeypatch):
-    proc, _ = _start(TARGET, "1")
+    proc, _ = start_target(TARGET, "1")
     try:
         first = counts_in_force(proc.pid)
         parsed = []
@@ -104,12 +82,12 @@ def test_the_target_is_not_stopped_and_a_second_read_hits_the_cache(monkeypatch)
             assert fh.read().rsplit(")", 1)[1].split()[0] in "RS"  # neither stopped (T) nor traced (t)
         assert proc.poll() is None
     finally:
-        _stop(proc)
+        stop_target(proc)
 
 
 @ROOT_ONLY
 def test_process_of_another_user_is_read_by_root_and_refused_to_a_third():
-    proc, truth = _start(TARGET, "1", prefix=NOBODY, env=clean_env(HOME="/tmp"))
+    proc, truth = start_target(TARGET, "1", prefix=NOBODY, env=clean_env(HOME="/tmp"))
     try:
         rows = _by_file(counts_in_force(proc.pid))
         assert {rows[os.path.realpath(p)].count for p in truth} == {1}
@@ -130,7 +108,7 @@ def test_process_of_another_user_is_read_by_root_and_refused_to_a_third():
         assert len(got["rows"]) == 2
         assert all(r["count"] is None and r["source"] == f"unknown ({PERMISSION})" for r in got["rows"])
     finally:
-        _stop(proc)
+        stop_target(proc)
 
 
 # A process that loads a copy of scipy's OpenBLAS by hand, sets it to 1 through the copy's own setter
@@ -167,14 +145,14 @@ def _copy_beside_its_needs(src: Path, folder: Path, name: str) -> Path:
 
 def test_library_file_deleted_after_load_is_read_through_map_files(tmp_path):
     copy = _copy_beside_its_needs(_scipy_openblas(), tmp_path, "libopenblas_copy.so")
-    proc, truth = _start(COPY, str(copy))
+    proc, truth = start_target(COPY, str(copy))
     try:
         copy.unlink()
         rows = counts_in_force(proc.pid)
         assert [(r.path, r.count, r.source) for r in rows] == [(str(copy), truth["count"], IN_FORCE)]
         assert truth["count"] == 1
     finally:
-        _stop(proc)
+        stop_target(proc)
 
 
 def test_a_file_without_the_count_variable_is_unknown_with_why(tmp_path):
@@ -186,13 +164,13 @@ def test_a_file_without_the_count_variable_is_unknown_with_why(tmp_path):
         pytest.skip("no libgomp beside torch")
     fake = tmp_path / "libopenblas_not_really.so"
     shutil.copy(gomp, fake)
-    proc, _ = _start("import ctypes, sys; ctypes.CDLL(sys.argv[1]); print('{}', flush=True); sys.stdin.readline()",
+    proc, _ = start_target("import ctypes, sys; ctypes.CDLL(sys.argv[1]); print('{}', flush=True); sys.stdin.readline()",
                      str(fake))
     try:
         (row,) = counts_in_force(proc.pid)
         assert row.count is None and row.source.startswith("unknown (the file exports no blas_cpu_number")
     finally:
-        _stop(proc)
+        stop_target(proc)
 
 
 @ROOT_ONLY
@@ -229,7 +207,7 @@ def test_process_in_another_mount_and_pid_namespace_is_read_as_it_sees_its_files
         assert out.returncode == 0, out.stderr
         assert [tuple(r) for r in json.loads(out.stdout)] == expected
     finally:
-        _stop(proc)
+        stop_target(proc)
         shutil.rmtree(inside, ignore_errors=True)
 
 
@@ -240,10 +218,10 @@ def test_a_pid_that_names_no_process_raises_gone():
 
 
 def test_a_process_that_exits_during_the_read_raises_gone():
-    proc, _ = _start(TARGET, "0")
+    proc, _ = start_target(TARGET, "0")
     with open(f"/proc/{proc.pid}/maps") as fh:
         maps = fh.read()
-    _stop(proc)
+    stop_target(proc)
     time.sleep(0.1)
     with pytest.raises(ProcessGone):
         counts_in_force(proc.pid, maps)  # maps read while it lived; its memory is gone

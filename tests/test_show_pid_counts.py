@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, run_cli
+from conftest import clean_env, run_cli, start_target, stop_target
 
 from parinfo.process.inforce import IN_FORCE
 from parinfo.process.remote import FROM_LAUNCH
@@ -38,28 +38,6 @@ sys.stdin.readline()
 """
 
 
-def _start(code: str, *args: str, env: dict[str, str] | None = None,
-           prefix: list[str] | None = None) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen([*(prefix or []), sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env or clean_env())
-    line = proc.stdout.readline() if proc.stdout else ""
-    if not line:
-        proc.kill()
-        proc.wait(timeout=10)
-        pytest.fail(f"the target printed nothing (rc {proc.returncode})")
-    return proc, json.loads(line)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        if proc.stdin:
-            proc.stdin.close()
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
 def _one_line_exit_2(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -79,7 +57,7 @@ def _gomp() -> Path:
 
 def test_numpy_limited_after_import_shows_the_count_read_from_memory():
     pytest.importorskip("numpy")
-    proc, truth = _start(NUMPY_TARGET, "1", env=clean_env(OPENBLAS_NUM_THREADS="2"))
+    proc, truth = start_target(NUMPY_TARGET, "1", env=clean_env(OPENBLAS_NUM_THREADS="2"))
     try:
         report = json.loads(run_cli("show", "--pid", str(proc.pid), "--json").stdout)
         blas = [p for p in report["pools"] if p["library"] == "openblas"]
@@ -89,12 +67,12 @@ def test_numpy_limited_after_import_shows_the_count_read_from_memory():
         assert text.returncode == 0 and f"1 thread   {IN_FORCE}" in text.stdout, text.stdout
         assert "read from the process's memory: 1 of 1 pools" in text.stdout
     finally:
-        _stop(proc)
+        stop_target(proc)
 
 
 def test_a_count_only_the_launch_environment_gives_is_marked_never_in_force():
     gomp = _gomp()
-    proc, truth = _start(GOMP_TARGET, str(gomp), env=clean_env(OMP_NUM_THREADS="3"))
+    proc, truth = start_target(GOMP_TARGET, str(gomp), env=clean_env(OMP_NUM_THREADS="3"))
     try:
         assert truth == {"max": 1}  # what is in force: not what the launch environment says
         report = json.loads(run_cli("show", "--pid", str(proc.pid), "--json").stdout)
@@ -105,12 +83,12 @@ def test_a_count_only_the_launch_environment_gives_is_marked_never_in_force():
         text = run_cli("show", "--pid", str(proc.pid)).stdout
         assert f"3 threads at launch   {FROM_LAUNCH}" in text and "in force (read" not in text
     finally:
-        _stop(proc)
+        stop_target(proc)
 
 
 def test_a_count_neither_readable_nor_set_at_launch_is_unknown_with_why():
     gomp = _gomp()
-    proc, _ = _start(GOMP_TARGET, str(gomp))
+    proc, _ = start_target(GOMP_TARGET, str(gomp))
     try:
         report = json.loads(run_cli("show", "--pid", str(proc.pid), "--json").stdout)
         (row,) = [p for p in report["pools"] if p["library"] == "libgomp"]
@@ -118,20 +96,20 @@ def test_a_count_neither_readable_nor_set_at_launch_is_unknown_with_why():
         assert row["count_source"].startswith("unknown (kept inside the process")
         assert "none of OMP_NUM_THREADS was set at launch" in row["count_source"]
     finally:
-        _stop(proc)
+        stop_target(proc)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 def test_root_reads_the_counts_of_a_process_of_another_user():
     pytest.importorskip("numpy")
-    proc, truth = _start(NUMPY_TARGET, "1", env=clean_env(HOME="/tmp"),
+    proc, truth = start_target(NUMPY_TARGET, "1", env=clean_env(HOME="/tmp"),
                          prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
     try:
         report = json.loads(run_cli("show", "--pid", str(proc.pid), "--json").stdout)
         assert {p["filepath"]: p["num_threads"] for p in report["pools"] if p["library"] == "openblas"} == truth
         assert "unreadable" not in report["process"]
     finally:
-        _stop(proc)
+        stop_target(proc)
 
 
 def _kernel_thread() -> tuple[int, str] | None:
@@ -170,7 +148,7 @@ def test_a_zombie_is_named_with_its_parent():
         assert f"pid {child} (python) is a zombie" in line
         assert f"its parent, pid {parent.pid} (python), has not collected it yet" in line
     finally:
-        _stop(parent)
+        stop_target(parent)
 
 
 def test_a_process_that_exits_during_the_read_gets_one_line():
