@@ -268,6 +268,29 @@ print(json.dumps({"regions": n, "rereads": RUNTIME.info()["follow"]["rereads"],
     assert 2 <= d["rereads"] <= int(d["seconds"]) + 1
 
 
+@pytest.mark.parametrize("path, env, code", [
+    ("inline at count 1", {}, "parinfo.set_num_threads(1)\nwork = lambda: parinfo.parallel_for(0, 4, 1, noop)"),
+    ("inline, one grain", {}, "work = lambda: parinfo.parallel_for(0, 4, 4, noop)"),
+    ("split, adaptive off", {"PARINFO_ADAPTIVE": "0"}, "work = lambda: parinfo.parallel_for(0, 4, 1, noop)"),
+    ("adaptive", {}, "work = lambda: parinfo.parallel_for(0, 4, 1, noop)"),
+    ("fork", {}, "work = lambda: parinfo.wait(parinfo.fork(noop, 0, 1))"),
+], ids=["inline-count-1", "inline-one-grain", "split-adaptive-off", "adaptive", "fork"])
+def test_every_path_of_the_runtime_re_reads(path, env, code):
+    from conftest import run_json
+
+    d = run_json(f"""
+import json, time, parinfo
+from parinfo.runtime import RUNTIME
+noop = lambda a, b: None
+{code}
+t0 = time.monotonic()
+while time.monotonic() - t0 < 2.2:
+    work()
+print(json.dumps({{"rereads": RUNTIME.info()["follow"]["rereads"], "seconds": time.monotonic() - t0}}))
+""", env=clean_env(**env))
+    assert 2 <= d["rereads"] <= int(d["seconds"]) + 1, path
+
+
 def test_the_finding_says_a_count_was_kept_only_after_a_change():
     from test_diagnostics_rules import base, diagnose
 

@@ -3,10 +3,11 @@ nobody chose follow them.
 
 A quota can change under a running process (Kubernetes resizes a pod's CPU limit in place; an
 operator writes ``cpu.max``), and so can the affinity and the cpuset. The runtime's paths that
-already run (entering ``parallel_for`` and ``fork``) compare the clock with :attr:`BudgetFollower.due`
-and, at most once a second, re-read affinity, cpuset and quota (``machine_facts``, about 0.3 ms);
-``parinfo.refresh()`` re-reads at once. No thread of its own, nothing on the path but one clock
-read and one comparison.
+already run (entering ``parallel_for`` and ``fork``) compare the clock with
+:attr:`BudgetFollower.due_ns` and, at most once a second, re-read affinity, cpuset and quota
+(``machine_facts``, about 0.3 ms); ``parinfo.refresh()`` re-reads at once. No thread of its own.
+On a region's adaptive path the comparison reuses the timestamp the path takes anyway, so it costs
+one attribute read there; elsewhere one clock read.
 
 When the usable CPUs changed, the counts nobody chose follow them (as Go's runtime does for
 GOMAXPROCS until the program sets it):
@@ -47,9 +48,11 @@ INTERVAL_S = 1.0
 #: When the calling thread runs inside a lane (its per-thread counts carry the budget's cap), the
 #: comparison waits for a thread outside one, this much later.
 RETRY_S = 0.05
+_INTERVAL_NS = int(INTERVAL_S * 1e9)
+_RETRY_NS = int(RETRY_S * 1e9)
 
 _FOLLOW_VAR = reg.library("parinfo").var("follow")
-_NEVER = float("inf")
+_NEVER = 1 << 63  # an int, as perf_counter_ns is: the comparison stays int against int
 
 #: (count, source, {record name: count or None}) -> None: how the follower pushes defaults.
 Push = Callable[[int, str, "dict[str, int | None]"], None]
@@ -96,8 +99,8 @@ class BudgetFollower:
         self.limits = limits
         self._push = push
         self._lock = threading.Lock()
-        #: monotonic time of the next re-read on the runtime's paths (0: at the first use; inf: off)
-        self.due = 0.0
+        #: perf_counter_ns of the next re-read on the runtime's paths (0: at the first use; _NEVER: off)
+        self.due_ns = 0
         self.enabled: bool | None = None  # read from PARINFO_FOLLOW_QUOTA at first use
         self.enabled_source = "default"
         self.rereads = 0
@@ -111,16 +114,16 @@ class BudgetFollower:
             watch_gil_warning()  # a module imported from now on that turns the GIL back on is named
             self.enabled, self.enabled_source = _enabled()
             if not self.enabled:
-                self.due = _NEVER
+                self.due_ns = _NEVER
         return self.enabled
 
     def check(self) -> None:
-        """On the runtime's paths, once ``due``: re-read unless another thread is doing it."""
+        """On the runtime's paths, once ``due_ns``: re-read unless another thread is doing it."""
         if not self._lock.acquire(blocking=False):
             return
         try:
             if self._switch():
-                self._reread(time.monotonic())
+                self._reread(time.perf_counter_ns())
         finally:
             self._lock.release()
 
@@ -128,15 +131,15 @@ class BudgetFollower:
         """Re-read affinity, cpuset and quota now and follow them (``parinfo.refresh()``)."""
         with self._lock:
             if self._switch():
-                self._reread(time.monotonic(), force=True)
+                self._reread(time.perf_counter_ns(), force=True)
         return self.state()
 
-    def _reread(self, now: float, force: bool = False) -> None:
+    def _reread(self, now_ns: int, force: bool = False) -> None:
         if self.limits.thread.depth and not force:
             # this thread's per-thread counts carry the budget's cap: compare from another thread
-            self.due = now + RETRY_S
+            self.due_ns = now_ns + _RETRY_NS
             return
-        self.due = now + INTERVAL_S
+        self.due_ns = now_ns + _INTERVAL_NS
         settings = self.settings
         before = settings.machine()  # read at the runtime's first use: the baseline
         old = settings.facts

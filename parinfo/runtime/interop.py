@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextvars import copy_context
-from time import monotonic, perf_counter_ns
+from time import perf_counter_ns
 from typing import Any
 
 from parinfo.runtime.adaptive import INLINE, SAMPLE_MASK, Adaptive
@@ -139,7 +139,7 @@ class InteropPool:
         if not callable(fn):
             raise TypeError(f"fork() expects a callable, but got {type(fn).__name__}")
         follow = self.follow
-        if monotonic() >= follow.due:  # at most once a second: re-read the usable CPUs
+        if perf_counter_ns() >= follow.due_ns:  # at most once a second: re-read the usable CPUs
             follow.check()
         if "torch" in _MODULES and self.torch_forks.accepts(fn) and not self.settings.sequential():
             torch_fut = self.torch_forks.fork(fn, args, kwargs)

@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from time import monotonic, perf_counter_ns
+from time import perf_counter_ns
 from typing import Any
 
 from parinfo.runtime import tracing
@@ -288,9 +288,6 @@ class IntraopPool:
         size = end - begin
         if size <= 0:
             return [] if reduce else None
-        follow = self.follow
-        if monotonic() >= follow.due:  # at most once a second: re-read the usable CPUs
-            follow.check()
         settings, limits = self.settings, self.limits
         count = settings.intra_now or settings.intra_count()
         if limits.pushed is not None:
@@ -299,15 +296,25 @@ class IntraopPool:
             self.resize(count - 1)
         most = min(count, settings.ceiling)
         n = min(most, size // grain_size)
+        # at most once a second each path re-reads the usable CPUs (follow.check); the adaptive
+        # path compares the timestamp it takes anyway, the others read the clock
+        follow = self.follow
         if n <= 1 or self.view.active or self.closing or settings.sequential():
+            if perf_counter_ns() >= follow.due_ns:
+                follow.check()
             return self._inline(begin, end, fn, reduce)
         adaptive = self.adaptive
         site = (adaptive.region_site(site_fn or fn, size, n, min(4 * n, size // grain_size))
                 if adaptive.enabled else None)
         if site is None:
+            if perf_counter_ns() >= follow.due_ns:
+                follow.check()
             return self._split(begin, end, n, n, fn, reduce, True)
         chunks = site.choose()
         t0 = perf_counter_ns()
+        if t0 >= follow.due_ns:
+            follow.check()
+            t0 = perf_counter_ns()
         try:
             if chunks == 1:
                 return self._inline(begin, end, fn, reduce)
