@@ -141,3 +141,31 @@ def test_each_openmp_runtime_gets_its_own_record():
         base = path.rsplit("/", 1)[-1]
         assert base.startswith(name if name != "openblas" else ("libopenblas", "libscipy_openblas")), (name, path)
         assert frees == (name == "libgomp")
+
+
+def test_threads_importing_threadpoolctl_at_once_all_get_the_whole_module():
+    # pool workers reach the first native view together: none may see threadpoolctl half imported
+    from conftest import run_json
+
+    runs = [run_json(_IMPORT_AT_ONCE) for _ in range(10)]  # a race: several fresh processes
+    assert [d["errors"] for d in runs] == [[]] * 10
+    assert all(len(d["got"]) == 8 and min(d["got"]) >= 1 for d in runs)
+
+
+_IMPORT_AT_ONCE = """
+import json, sys, threading
+import numpy
+from parinfo.process.setter import import_threadpoolctl
+sys.setswitchinterval(1e-6)  # hand the GIL over often, so that one import overlaps the others
+start, errors, got = threading.Barrier(8), [], []
+def first_view():
+    start.wait()
+    try:
+        got.append(len(import_threadpoolctl().ThreadpoolController().info()))
+    except Exception as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=first_view) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps({"errors": errors, "got": got}))
+"""

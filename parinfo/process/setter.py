@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,18 @@ def _refusal(exc: BaseException) -> str:
 # Native pools, through threadpoolctl
 
 
+_IMPORT_LOCK = threading.Lock()
+_THREADPOOLCTL: list[Any] = []  # the module, once imported whole
+
+
+def _fresh_lock_in_child() -> None:
+    global _IMPORT_LOCK
+    _IMPORT_LOCK = threading.Lock()  # a fork while another thread imported must not deadlock the child
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
+
+
 def import_threadpoolctl(undo: Iterable[str] | None = None) -> Any:
     """threadpoolctl, imported without leaving behind the variables its import sets.
 
@@ -63,19 +76,27 @@ def import_threadpoolctl(undo: Iterable[str] | None = None) -> Any:
     OpenMP runtimes; parinfo must not change the environment, so what it set is removed again unless
     the user had set it. ``undo`` names those variables (from the registry when not given).
     """
-    loaded = sys.modules.get("threadpoolctl")
-    if loaded is not None:
-        return loaded
-    if undo is None:
-        from parinfo.process.libraries import set_on_import
+    if _THREADPOOLCTL:
+        return _THREADPOOLCTL[0]
+    # Pool workers reach this at once on their first task. A module merely found in sys.modules
+    # may still be initialising in another thread (its ThreadpoolController not yet defined); the
+    # import statement waits for that thread, and the lock keeps the undo to one thread.
+    with _IMPORT_LOCK:
+        if _THREADPOOLCTL:
+            return _THREADPOOLCTL[0]
+        if "threadpoolctl" in sys.modules:
+            undo = ()  # imported by the program: what its import set is the program's
+        elif undo is None:
+            from parinfo.process.libraries import set_on_import
 
-        undo = set_on_import("threadpoolctl")
-    had = {name for name in undo if name in os.environ}
-    import threadpoolctl as module
+            undo = set_on_import("threadpoolctl")
+        had = {name for name in undo if name in os.environ}
+        import threadpoolctl as module
 
-    for name in undo:
-        if name not in had:
-            os.environ.pop(name, None)
+        for name in undo:
+            if name not in had:
+                os.environ.pop(name, None)
+        _THREADPOOLCTL.append(module)
     return module
 
 

@@ -67,8 +67,9 @@ class NativeLimits:
         self.thread = _ThreadView()
         self._controller: Any = None
         self._controller_modules = -1  # len(sys.modules) when the controller was built
-        self._split_of: Any = None  # the controller ``_split`` was computed from
-        self._split: tuple[list[NativePool], list[NativePool]] = ([], [])
+        # (controller, per-thread pools, process-wide pools): one tuple, swapped whole, so a thread
+        # never pairs one controller with another's pools (workers free their teams concurrently)
+        self._split: tuple[Any, list[NativePool], list[NativePool]] = (None, [], [])
         # the push
         self.pushed: int | None = None  # the intra-op count pushed by set_num_threads/configure
         self.follow_push = False  # the last push gave defaults that follow the usable CPUs (nobody chose it)
@@ -89,8 +90,8 @@ class NativeLimits:
         self._process_capped = False  # process-wide pools carry the cap now
         self._torch_capped = False  # torch's process-wide default carries the cap now
         self.changes = 0  # native limit changes made by the budget and the pushes (for benchmarks)
-        self._pauses_of: Any = None  # the controller ``_pauses`` was found in
-        self._pauses: list[NativePool] = []  # the per-thread pools whose record can free a team
+        # (the per-thread pools of ``_split``, those whose record can free a team), swapped whole
+        self._pauses: tuple[Any, list[NativePool]] = (None, [])
         self.teams_released = 0  # omp_pause_resource_all calls made by going-idle workers (with a team or not)
 
     # threadpoolctl view --------------------------------------------------------------------
@@ -99,17 +100,18 @@ class NativeLimits:
         modules were imported."""
         try:
             n = len(sys.modules)
-            if self._controller is None or n != self._controller_modules:
-                self._controller = setter.import_threadpoolctl().ThreadpoolController()
-                self._controller_modules = n
+            ctrl = self._controller
+            if ctrl is None or n != self._controller_modules:
+                ctrl = setter.import_threadpoolctl().ThreadpoolController()
+                self._controller, self._controller_modules = ctrl, n
         except Exception:  # no threadpoolctl view of this process: nothing to steer
             return [], []
-        ctrl = self._controller
-        if self._split_of is not ctrl:
+        split = self._split
+        if split[0] is not ctrl:
             pools = setter.native_pools(ctrl)
-            self._split_of = ctrl
-            self._split = ([p for p in pools if p.per_thread], [p for p in pools if not p.per_thread])
-        return self._split
+            split = (ctrl, [p for p in pools if p.per_thread], [p for p in pools if not p.per_thread])
+            self._split = split
+        return split[1], split[2]
 
     # idle workers -------------------------------------------------------------------------
     def release_teams(self) -> None:
@@ -124,10 +126,11 @@ class NativeLimits:
         if self._controller is None and "torch" not in sys.modules:
             return  # nothing asked for a native view yet (pure-Python tasks pay nothing)
         per_thread = self._libs()[0]  # cached; rebuilt only after imports
-        if self._pauses_of is not self._controller:
-            self._pauses_of = self._controller
-            self._pauses = [p for p in per_thread if p.record.team_release]
-        for pool in self._pauses:
+        seen, pauses = self._pauses
+        if seen is not per_thread:
+            pauses = [p for p in per_thread if p.record.team_release]
+            self._pauses = (per_thread, pauses)
+        for pool in pauses:
             if pool.release_team():
                 self.teams_released += 1
 
