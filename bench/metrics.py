@@ -39,14 +39,14 @@ def main() -> None:
     report_machine()
     import prometheus_client
 
-    from parinfo.watching.metrics import serve
+    from parinfo.watching.metrics import WatchCollector, serve
     from parinfo.watching.sample import Sampler
 
     target = subprocess.Popen([sys.executable, "-c", TARGET], stdout=subprocess.PIPE, text=True)
     servers = []
     try:
         assert target.stdout is not None and target.stdout.readline().strip() == "ready"
-        server, url = serve(Sampler(target.pid), "127.0.0.1:19464")
+        server, url = serve(WatchCollector(Sampler(target.pid)), "127.0.0.1:19464")
         servers.append(server)
         registry = prometheus_client.CollectorRegistry()
         prometheus_client.Gauge("bare_gauge", "one gauge", registry=registry).set(1)

@@ -127,8 +127,17 @@ class WatchCollector:
         yield findings
 
 
-def serve(sampler: Sampler, address: str, *, report_every: float = 30.0) -> tuple[Any, str]:
-    """Start serving ``sampler``'s metrics on ``address`` (HOST:PORT) in a background thread.
+def check_serve(address: str) -> tuple[str, int]:
+    """Refuse a bad ``--serve`` address or a missing extra (a UsageError each) before anything is
+    read; return (host, port)."""
+    where = parse_address(address)
+    prometheus()
+    return where
+
+
+def serve(collector: Any, address: str) -> tuple[Any, str]:
+    """Start serving ``collector``'s metrics (a prometheus_client collector: :class:`WatchCollector`,
+    :class:`parinfo.host.metrics.HostCollector`) on ``address`` (HOST:PORT) in a background thread.
 
     Returns (the server, its URL); ``server.shutdown()`` stops it. A port in use or an address that
     cannot be bound is a UsageError.
@@ -136,7 +145,7 @@ def serve(sampler: Sampler, address: str, *, report_every: float = 30.0) -> tupl
     client = prometheus()
     host, port = parse_address(address)
     registry = client.CollectorRegistry(auto_describe=False)
-    registry.register(WatchCollector(sampler, report_every))
+    registry.register(collector)
     try:
         server, _thread = client.start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
