@@ -3,18 +3,15 @@ over series shaped like `parinfo watch --serve`'s and `parinfo host --serve`'s (
 promtool is not installed)."""
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 
 import pytest
-
-from conftest import REPO
+from prometheus_server import documented_rules
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None,
                                 reason="promtool is not installed (apt-get install prometheus)")
 
-DOC = (REPO / "docs" / "metrics.md").read_text()
 WIDE = 'cgroup="/sys/fs/cgroup/cpu/demo",instance="a:9464",job="parinfo"'
 FITS = 'cgroup="/sys/fs/cgroup/cpu/fits",instance="b:9464",job="parinfo"'
 H = 'instance="h:9464",job="parinfo"'
@@ -127,13 +124,8 @@ tests:
 """
 
 
-def _rules() -> str:
-    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", DOC, flags=re.S) if b.startswith("groups:")]
-    return block
-
-
 def test_the_documented_rules_are_valid(tmp_path):
-    (tmp_path / "rules.yml").write_text(_rules())
+    (tmp_path / "rules.yml").write_text(documented_rules())
     proc = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yml")], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -141,7 +133,7 @@ def test_the_documented_rules_are_valid(tmp_path):
 
 
 def test_the_documented_rules_fire_where_they_should_and_only_there(tmp_path):
-    (tmp_path / "rules.yml").write_text(_rules())
+    (tmp_path / "rules.yml").write_text(documented_rules())
     (tmp_path / "tests.yml").write_text(UNIT_TESTS)
     proc = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60)
