@@ -80,6 +80,12 @@ def test_a_real_prometheus_scrapes_host_serve_and_its_series_match_the_targets(q
         threads = sum(len(os.listdir(f"/proc/{p.pid}/task")) for p in (two, one))
         assert 1 <= _value(runnable) <= threads  # busy pools: some thread runnable; no more than they have
 
+        pressure = wait_for(prom_port, "parinfo_cpu_pressure_some_ratio")
+        scopes = {(s["metric"]["scope"], s["metric"].get("cgroup")) for s in pressure}
+        own = os.path.exists(f"{quota_cgroup}/cpu.pressure")  # a v2 cgroup's own; a v1 cgroup has none
+        assert (("cgroup", quota_cgroup) in scopes) == own and scopes <= {("machine", None), ("cgroup", quota_cgroup)}
+        assert all(0 <= _value(s) <= 1 for s in pressure)
+
         first = wait_for(prom_port, f"parinfo_cpu_throttled_periods_total{{{cg}}}")
         assert [s["metric"]["cgroup"] for s in first] == [quota_cgroup]  # one series, the quota's level
         periods = _value(first[0])
