@@ -94,6 +94,26 @@ def stop_prometheus(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
+def stop_all(prom: subprocess.Popen | None, server: subprocess.Popen | None) -> None:
+    """Stop Prometheus, then parinfo's server (which must exit 0, without a traceback); either may be None."""
+    if prom is not None:
+        stop_prometheus(prom)
+    if server is not None:
+        code, err = stop(server)
+        assert code == 0 and "Traceback" not in err, err
+
+
+def assert_counters_grow(port: int, cgroup: str, periods: float) -> None:
+    """After a few more scrapes, ``cgroup``'s throttling counters have not gone back: periods at
+    least ``periods`` (an earlier value), and no reset of either counter in Prometheus's eyes."""
+    time.sleep(3)
+    (later,) = query(port, f'parinfo_cpu_throttled_periods_total{{cgroup="{cgroup}"}}')
+    assert float(later["value"][1]) >= periods
+    for counter in ("periods", "seconds"):
+        (resets,) = query(port, f'resets(parinfo_cpu_throttled_{counter}_total{{cgroup="{cgroup}"}}[1m])')
+        assert float(resets["value"][1]) == 0
+
+
 def cpu_stat(cgroup: str) -> dict[str, int]:
     with open(os.path.join(cgroup, "cpu.stat")) as fh:
         return {k: int(v) for k, v in (line.split() for line in fh if line.strip())}
