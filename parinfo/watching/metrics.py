@@ -5,7 +5,11 @@ against the previous scrape's reading, as ``parinfo watch`` does between two int
 costs one sample, never a sweep. The native pools and the findings come from the process's report,
 which is re-read at most every ``report_every`` seconds (pools and counts change rarely; the
 report reads the process's memory maps and environment). Counters are the kernel's cumulative ones,
-so they only grow across scrapes. prometheus_client is imported here only (the ``metrics`` extra).
+so they only grow across scrapes. prometheus_client is imported here only (the ``metrics`` extra)
+and by the collectors this module serves.
+
+The address check, the extra's import and the server (:func:`check_serve`, :func:`serve`) serve
+``parinfo host --serve`` too, with its collector (:mod:`parinfo.host.metrics`).
 
 Metric names and labels are part of parinfo's interface: docs/metrics.md lists them.
 """
