@@ -95,3 +95,32 @@ def quota_cgroup():
         if isinstance(made, str):
             pytest.skip(f"cannot make a cgroup with a quota here: {made}")
         yield str(made[0])
+
+
+class Targets:
+    """Processes started inside one cgroup; each prints one line when ready and ends at stdin's end."""
+
+    def __init__(self, cgroup: str) -> None:
+        self.cgroup, self.procs = cgroup, []
+
+    def start(self, code: str, *, env: dict[str, str] | None = None, prefix: list[str] | None = None,
+              user: str | None = None) -> tuple[subprocess.Popen, str]:
+        procs = os.path.join(self.cgroup, "cgroup.procs")
+        as_user = ["setpriv", "--reuid", user, "--regid", "nogroup", "--clear-groups"] if user else []
+        cmd = ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *as_user, *(prefix or []),
+               sys.executable, "-c", code]
+        proc = subprocess.Popen(cmd, env=env or clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+        self.procs.append(proc)
+        line = proc.stdout.readline().strip()
+        assert line, f"target {proc.pid} ended before it was ready"
+        return proc, line
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from conftest import clean_env, run_cli
+from conftest import Targets, clean_env, run_cli
 
 import parinfo.host
 from parinfo.diagnostics import fleet_rules
@@ -105,35 +104,6 @@ def cgroup() -> Iterator[str]:
                 break
             except OSError:
                 time.sleep(0.1)
-
-
-class Targets:
-    """Processes started inside one cgroup; each prints one line when ready and ends at stdin's end."""
-
-    def __init__(self, cgroup: str) -> None:
-        self.cgroup, self.procs = cgroup, []
-
-    def start(self, code: str, *, env: dict[str, str] | None = None, prefix: list[str] | None = None,
-              user: str | None = None) -> tuple[subprocess.Popen, str]:
-        procs = os.path.join(self.cgroup, "cgroup.procs")
-        as_user = ["setpriv", "--reuid", user, "--regid", "nogroup", "--clear-groups"] if user else []
-        cmd = ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *as_user, *(prefix or []),
-               sys.executable, "-c", code]
-        proc = subprocess.Popen(cmd, env=env or clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True)
-        self.procs.append(proc)
-        line = proc.stdout.readline().strip()
-        assert line, f"target {proc.pid} ended before it was ready"
-        return proc, line
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            try:
-                proc.stdin.close()
-                proc.wait(timeout=20)
-            except (OSError, subprocess.TimeoutExpired):
-                proc.kill()
-                proc.wait()
 
 
 @pytest.fixture

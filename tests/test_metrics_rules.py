@@ -1,21 +1,21 @@
 """The alert rules of docs/metrics.md work as written: promtool checks their syntax and runs them
-over series shaped like `parinfo watch --serve`'s (skipped where promtool is not installed)."""
+over series shaped like `parinfo watch --serve`'s and `parinfo host --serve`'s (skipped where
+promtool is not installed)."""
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 
 import pytest
-
-from conftest import REPO
+from prometheus_server import documented_rules
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None,
                                 reason="promtool is not installed (apt-get install prometheus)")
 
-DOC = (REPO / "docs" / "metrics.md").read_text()
 WIDE = 'cgroup="/sys/fs/cgroup/cpu/demo",instance="a:9464",job="parinfo"'
 FITS = 'cgroup="/sys/fs/cgroup/cpu/fits",instance="b:9464",job="parinfo"'
+H = 'instance="h:9464",job="parinfo"'
+W = 'instance="w:9464",job="parinfo"'
 
 UNIT_TESTS = f"""
 rule_files: [rules.yml]
@@ -59,24 +59,81 @@ tests:
             exp_annotations:
               summary: "a:9464: more runnable threads than usable CPUs"
               description: "Threads wait for CPUs: check the pools with parinfo show --pid."
+
+  # host mode (h): every series per cgroup; watch mode (w): no cgroup label
+  - interval: 1m
+    input_series:
+      # h, /jobs: pid 1 OpenBLAS 2, pid 2 OpenBLAS 1 and libgomp 2 (its widest: 2): 4 on 2 CPUs, 3 runnable
+      - series: 'parinfo_pool_threads{{{H},cgroup="/jobs",library="openblas",name="python",pid="1",source="memory"}}'
+        values: '2x30'
+      - series: 'parinfo_pool_threads{{{H},cgroup="/jobs",library="openblas",name="python",pid="2",source="memory"}}'
+        values: '1x30'
+      - series: 'parinfo_pool_threads{{{H},cgroup="/jobs",library="libgomp",name="python",pid="2",source="launch-env"}}'
+        values: '2x30'
+      - series: 'parinfo_usable_cpus{{{H},cgroup="/jobs"}}'
+        values: '2x30'
+      - series: 'parinfo_runnable_threads{{{H},cgroup="/jobs"}}'
+        values: '3x30'
+      # h, /idle: pools just as wide, but 1 thread runnable: they do not compete
+      - series: 'parinfo_pool_threads{{{H},cgroup="/idle",library="openblas",name="python",pid="3",source="memory"}}'
+        values: '2x30'
+      - series: 'parinfo_pool_threads{{{H},cgroup="/idle",library="openblas",name="python",pid="4",source="memory"}}'
+        values: '2x30'
+      - series: 'parinfo_usable_cpus{{{H},cgroup="/idle"}}'
+        values: '2x30'
+      - series: 'parinfo_runnable_threads{{{H},cgroup="/idle"}}'
+        values: '1x30'
+      # h, /fits: busy, but its pools (1 + 1) fit its 2 CPUs
+      - series: 'parinfo_pool_threads{{{H},cgroup="/fits",library="openblas",name="python",pid="5",source="memory"}}'
+        values: '1x30'
+      - series: 'parinfo_pool_threads{{{H},cgroup="/fits",library="openblas",name="python",pid="6",source="memory"}}'
+        values: '1x30'
+      - series: 'parinfo_usable_cpus{{{H},cgroup="/fits"}}'
+        values: '2x30'
+      - series: 'parinfo_runnable_threads{{{H},cgroup="/fits"}}'
+        values: '3x30'
+      # h, /brief: oversubscribed and busy for 6 minutes only, then limited
+      - series: 'parinfo_pool_threads{{{H},cgroup="/brief",library="openblas",name="python",pid="7",source="memory"}}'
+        values: '4x6 1x24'
+      - series: 'parinfo_usable_cpus{{{H},cgroup="/brief"}}'
+        values: '1x30'
+      - series: 'parinfo_runnable_threads{{{H},cgroup="/brief"}}'
+        values: '4x6 1x24'
+      # w: one watched process, OpenBLAS at 4 threads on 1 usable CPU, 3 runnable
+      - series: 'parinfo_pool_threads{{{W},library="openblas",pid="9"}}'
+        values: '4x30'
+      - series: 'parinfo_usable_cpus{{{W}}}'
+        values: '1x30'
+      - series: 'parinfo_runnable_threads{{{W}}}'
+        values: '3x30'
+    alert_rule_test:
+      - eval_time: 8m
+        alertname: HostOversubscribed
+        exp_alerts: []
+      - eval_time: 20m
+        alertname: HostOversubscribed
+        exp_alerts:
+          - exp_labels: {{severity: warning, cgroup: /jobs, instance: "h:9464", job: parinfo}}
+            exp_annotations:
+              summary: "h:9464 /jobs: native pools wider than the CPUs they share"
+              description: "4 pool threads on fewer CPUs: parinfo host --once names the processes and the fix."
+          - exp_labels: {{severity: warning, instance: "w:9464", job: parinfo}}
+            exp_annotations:
+              summary: "w:9464 : native pools wider than the CPUs they share"
+              description: "4 pool threads on fewer CPUs: parinfo host --once names the processes and the fix."
 """
 
 
-def _rules() -> str:
-    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", DOC, flags=re.S) if b.startswith("groups:")]
-    return block
-
-
 def test_the_documented_rules_are_valid(tmp_path):
-    (tmp_path / "rules.yml").write_text(_rules())
+    (tmp_path / "rules.yml").write_text(documented_rules())
     proc = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yml")], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 2 rules found" in proc.stdout + proc.stderr
+    assert "SUCCESS: 3 rules found" in proc.stdout + proc.stderr
 
 
 def test_the_documented_rules_fire_where_they_should_and_only_there(tmp_path):
-    (tmp_path / "rules.yml").write_text(_rules())
+    (tmp_path / "rules.yml").write_text(documented_rules())
     (tmp_path / "tests.yml").write_text(UNIT_TESTS)
     proc = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60)

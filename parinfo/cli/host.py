@@ -26,6 +26,10 @@ def host(
     check: Optional[str] = typer.Option(
         None, "--check", metavar="[=LEVEL]",
         help="With --once: exit 1 when a finding at LEVEL or above exists: warning (bare --check), error, or info."),
+    serve: Optional[str] = typer.Option(
+        None, "--serve", metavar="HOST:PORT",
+        help="Serve Prometheus metrics on HOST:PORT (default host 127.0.0.1; one scan per scrape) until "
+             "SIGINT or SIGTERM, instead of printing reports. Needs prometheus_client (the metrics extra of parinfo)."),
 ) -> None:
     """Every process's pools and threads against its cgroup's CPUs, families of workers, and oversubscription."""
     import json
@@ -39,9 +43,22 @@ def host(
     seconds = check_interval(interval)
     if level is not None and not once:
         raise UsageError("--check needs --once (a refreshing report has no exit status to give)")
-    if not once and seconds < 0.05:
+    if serve is not None:
+        if once or level is not None or json_out or all_processes:
+            raise UsageError("--serve serves metrics until stopped: it takes no --once, --check, --json or --all")
+        from parinfo.watching.metrics import check_serve
+
+        check_serve(serve)  # bad input is refused before anything is read
+    elif not once and seconds < 0.05:
         raise UsageError(f"--interval {interval:g}: a refreshing report needs at least 0.05 s between scans")
     scanner = Scanner(cgroup=cgroup, user=user)
+    if serve is not None:
+        from parinfo.cli.watch import serve_until_stopped
+        from parinfo.host.metrics import HostCollector
+
+        scope = ", ".join(f"{k} {v}" for k, v in (("cgroup", cgroup), ("user", user)) if v)
+        serve_until_stopped(HostCollector(scanner), serve, f"this host{' (' + scope + ')' if scope else ''}")
+        return
     live = not json_out and sys.stdout.isatty() and not once
     as_json = json_out or (not once and not sys.stdout.isatty())
     try:

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 if TYPE_CHECKING:
-    from parinfo.watching.sample import Sample, Sampler
+    from parinfo.watching.sample import Sample
 
 
 def _pct(value: float | str) -> str:
@@ -47,19 +47,19 @@ def render_sample(s: Sample, title: str) -> str:
     return "\n".join(escape_controls(line) for line in lines)
 
 
-def _serve(sampler: Sampler, address: str) -> None:
-    """Serve metrics until SIGINT or SIGTERM, then stop the server and return."""
+def serve_until_stopped(collector: Any, address: str, what: str) -> None:
+    """Serve ``collector``'s metrics on ``address`` until SIGINT or SIGTERM, then stop the server and
+    return (``watch --serve`` and ``host --serve``; ``what`` names what is served)."""
     import signal
     import threading
 
     from parinfo.watching.metrics import serve
 
-    server, url = serve(sampler, address)
+    server, url = serve(collector, address)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    typer.echo(f"parinfo: serving metrics of {'pid ' + str(sampler.pid) if sampler.pid else 'this container'} "
-               f"on {url} (Ctrl-C or SIGTERM stops)", err=True)
+    typer.echo(f"parinfo: serving metrics of {what} on {url} (Ctrl-C or SIGTERM stops)", err=True)
     try:
         while not stop.wait(0.5):
             pass
@@ -81,7 +81,7 @@ def watch(
     serve: str | None = typer.Option(
         None, "--serve", metavar="HOST:PORT",
         help="Serve Prometheus metrics on HOST:PORT (default host 127.0.0.1; one sample per scrape) until "
-             "SIGINT or SIGTERM, instead of printing samples. Needs: pip install 'parinfo[metrics]'."),
+             "SIGINT or SIGTERM, instead of printing samples. Needs prometheus_client (the metrics extra of parinfo)."),
 ) -> None:
     """Watch CPU use per thread group, runnable threads, throttling and CPU pressure, with a verdict."""
     import json
@@ -93,13 +93,14 @@ def watch(
         raise UsageError("--children needs --pid PID (the process whose tree to watch)")
     seconds = check_interval(interval)
     if serve is not None:
-        from parinfo.watching.metrics import parse_address, prometheus
+        from parinfo.watching.metrics import check_serve
 
-        parse_address(serve)  # bad input is refused before anything is read
-        prometheus()
+        check_serve(serve)  # bad input is refused before anything is read
     sampler = Sampler(pid, children=children)
     if serve is not None:
-        _serve(sampler, serve)
+        from parinfo.watching.metrics import WatchCollector
+
+        serve_until_stopped(WatchCollector(sampler), serve, f"pid {pid}" if pid else "this container")
         return
     title = "container (parinfo's cgroup)" if pid is None else f"pid {pid}"
     live = not json_out and sys.stdout.isatty() and not once

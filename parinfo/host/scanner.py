@@ -187,6 +187,13 @@ class Scanner:
         self._cgroups: dict[bytes, _CgroupInfo] = {}
         self._last: _Reading | None = None
 
+    @property
+    def counters(self) -> dict[str, CpuCounters]:
+        """The cumulative throttling counters the last scan read, by cgroup row (``CgroupRow.path``;
+        rows with a quota only), each level with a quota from the row's cgroup up: what
+        ``host --serve`` exports as counters, never reset between scans."""
+        return {} if self._last is None else dict(self._last.counters)
+
     # -- the pieces of one process --------------------------------------------------------------
 
     @staticmethod

@@ -5,7 +5,11 @@ against the previous scrape's reading, as ``parinfo watch`` does between two int
 costs one sample, never a sweep. The native pools and the findings come from the process's report,
 which is re-read at most every ``report_every`` seconds (pools and counts change rarely; the
 report reads the process's memory maps and environment). Counters are the kernel's cumulative ones,
-so they only grow across scrapes. prometheus_client is imported here only (the ``metrics`` extra).
+so they only grow across scrapes. prometheus_client is imported here only (the ``metrics`` extra)
+and by the collectors this module serves.
+
+The address check, the extra's import and the server (:func:`check_serve`, :func:`serve`) serve
+``parinfo host --serve`` too, with its collector (:mod:`parinfo.host.metrics`).
 
 Metric names and labels are part of parinfo's interface: docs/metrics.md lists them.
 """
@@ -127,8 +131,17 @@ class WatchCollector:
         yield findings
 
 
-def serve(sampler: Sampler, address: str, *, report_every: float = 30.0) -> tuple[Any, str]:
-    """Start serving ``sampler``'s metrics on ``address`` (HOST:PORT) in a background thread.
+def check_serve(address: str) -> tuple[str, int]:
+    """Refuse a bad ``--serve`` address or a missing extra (a UsageError each) before anything is
+    read; return (host, port)."""
+    where = parse_address(address)
+    prometheus()
+    return where
+
+
+def serve(collector: Any, address: str) -> tuple[Any, str]:
+    """Start serving ``collector``'s metrics (a prometheus_client collector: :class:`WatchCollector`,
+    :class:`parinfo.host.metrics.HostCollector`) on ``address`` (HOST:PORT) in a background thread.
 
     Returns (the server, its URL); ``server.shutdown()`` stops it. A port in use or an address that
     cannot be bound is a UsageError.
@@ -136,7 +149,7 @@ def serve(sampler: Sampler, address: str, *, report_every: float = 30.0) -> tupl
     client = prometheus()
     host, port = parse_address(address)
     registry = client.CollectorRegistry(auto_describe=False)
-    registry.register(WatchCollector(sampler, report_every))
+    registry.register(collector)
     try:
         server, _thread = client.start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
