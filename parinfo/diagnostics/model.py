@@ -360,6 +360,12 @@ class Report:
         """Findings at ``severity`` or above (what ``parinfo show --check`` fails on)."""
         return at_least(self.findings, severity)
 
+    def _repr_html_(self) -> str:
+        """The report in a notebook: a table per section, the findings by severity (self-contained HTML)."""
+        from parinfo.diagnostics.html import report_html
+
+        return report_html(self)
+
     @classmethod
     def from_dict(cls, payload: Any) -> Report:
         """The report of a ``--json`` payload (or any part of one: a missing section is empty, a
