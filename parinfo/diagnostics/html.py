@@ -16,7 +16,7 @@ from parinfo.safe_text import escape_controls
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.findings import Finding
-    from parinfo.diagnostics.model import Report
+    from parinfo.diagnostics.sections import Report
 
 # Mid-tone colours: readable on a white page and on a dark one.
 _TONE = {"": "", "strong": "font-weight:bold", "dim": "opacity:0.7", "warning": "color:#c27c0e",

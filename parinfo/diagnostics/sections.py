@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from parinfo.diagnostics.wording import (
     THREAD_STATES,
@@ -33,7 +33,34 @@ from parinfo.record import record
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.findings import Finding
-    from parinfo.diagnostics.model import Report
+    from parinfo.diagnostics.parts import Backend, Frameworks, LiveSection, ProcessInfo, RuntimeSection
+    from parinfo.machine.cpuid import CpuIdentity
+    from parinfo.machine.topology import MachineFacts
+    from parinfo.process.environment import EnvRow
+    from parinfo.process.outer import OuterThreads
+    from parinfo.process.pools import PoolRow
+    from parinfo.process.probing import Probes
+    from parinfo.process.provenance import SettingRow
+    from parinfo.process.threads import ThreadList
+
+    class Report(Protocol):
+        """What the sections read of a report (parinfo.diagnostics.model.Report, which renders
+        through this module and so cannot be imported by it)."""
+
+        machine: MachineFacts
+        process: ProcessInfo
+        probes: Probes
+        cpu: CpuIdentity
+        runtime: RuntimeSection
+        backend: Backend
+        pools: list[PoolRow]
+        frameworks: Frameworks
+        settings: list[SettingRow]
+        environment: list[EnvRow]
+        threads: ThreadList
+        findings: list[Finding]
+        live: LiveSection | None
+        outer: OuterThreads | None
 
 #: The tones a row, a note or a span may carry: "" (plain), "strong" (the line that sums the section
 #: up), "dim" (how or why), "warning" (a value that is wrong or changed), "good" (all is well).

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.process.libraries import find
 
 if TYPE_CHECKING:
-    from parinfo.diagnostics.model import StackBudget
+    from parinfo.diagnostics.parts import StackBudget
     from parinfo.machine.pressure import CpuCounters, Pressure
     from parinfo.machine.topology import MachineFacts
     from parinfo.process.interpreter import InterpreterFacts
