@@ -30,10 +30,10 @@ _CELL = ("text-align:left;vertical-align:top;padding:0.15em 1.2em 0.15em 0;"
 _DETAIL = "text-align:left;padding:0 0 0.15em 2em;opacity:0.7;border:none;font-size:0.9em;word-break:break-all"
 
 
-def esc(text: object) -> str:
-    """``text`` safe inside HTML, text or attribute: controls escaped as in the text report, then
-    ``& < > " '``."""
-    return html.escape(escape_controls(str(text)), quote=True)
+def esc(text: object, keep: str = "") -> str:
+    """``text`` safe inside HTML, text or attribute: controls (but those in ``keep``) escaped as in
+    the text report, then ``& < > " '``."""
+    return html.escape(escape_controls(str(text), keep=keep), quote=True)
 
 
 def _styled(text: str, style: str, tag: str = "span") -> str:
@@ -101,4 +101,5 @@ def report_html(report: Report) -> str:
 
 def preformatted(text: str) -> str:
     """Text shown as it is, in the notebook's fixed-width font (a live sample, a host table)."""
-    return f'<pre style="color:inherit;background:transparent;white-space:pre;overflow-x:auto">{esc(text)}</pre>'
+    shown = esc(text, keep="\n\t")
+    return f'<pre style="color:inherit;background:transparent;white-space:pre;overflow-x:auto">{shown}</pre>'
