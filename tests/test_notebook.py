@@ -281,3 +281,13 @@ def test_the_docs_notebook_runs_and_shows_what_it_says():
     assert settings.row("openblas")[1:] == ["1", "set at run time by parinfo.set_num_threads(1)"]
     pools = ParsedReport(after.data["text/html"]).tables["pools"]
     assert [row[1] for row in pools.rows if row[0].startswith("OpenBLAS")] == ["1 threads"]
+
+
+def test_host_report_shows_its_text_in_a_notebook():
+    from parinfo.host.model import HostReport
+
+    report = HostReport(time=0.0, interval=1.0, scope={"cgroup": "/<b>x</b>&'y'", "user": None}, logical_cpus=2)
+    html = report._repr_html_()
+    parsed = ParsedReport(html)
+    assert parsed.problems == [] and "<b>" not in html
+    assert parsed.text == report.table() and "(cgroup /<b>x</b>&'y')" in parsed.text
