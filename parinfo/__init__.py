@@ -68,6 +68,20 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext parinfo``: the ``%parinfo`` (report) and ``%parinfo_watch`` (live samples) magics."""
+    from parinfo.cli.magics import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext parinfo``: remove the magics."""
+    from parinfo.cli.magics import unload
+
+    unload(ipython)
+
+
 def __dir__() -> list[str]:
     return sorted(__all__)
 

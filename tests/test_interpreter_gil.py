@@ -100,7 +100,7 @@ def test_gil_turned_back_on_by_a_module_is_an_info_finding():
 
 
 def test_the_text_report_names_the_build_the_gil_and_the_product():
-    from parinfo.cli.render_text import _python_text
+    from parinfo.diagnostics.wording import python_text as _python_text
 
     f = facts(is_gil_enabled=lambda: False, python_threads=4, pools=GOMP2, xoptions={"gil": "0"})
     assert _python_text(f) == ("free-threaded build, GIL off, asked by -X gil=0 (command line), "

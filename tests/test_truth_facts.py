@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from conftest import HAVE_NUMPY, HAVE_TORCH, clean_env, run_cli, run_json, run_py
-from parinfo.cli.render_text import thread_group
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
+from parinfo.diagnostics.wording import thread_group
 from parinfo.process.variables import parse_count, validate
 
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None

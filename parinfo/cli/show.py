@@ -10,9 +10,12 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from parinfo.errors import UsageError
+
+if TYPE_CHECKING:
+    from parinfo.diagnostics.model import Report
 
 
 class Format(str, enum.Enum):
@@ -88,19 +91,8 @@ def _typed(key: str, value: str) -> Any:
 def run(a: ShowArgs) -> int:
     """Print the report in the format asked; the exit code: 1 when ``--check`` finds a problem at its
     level, else 0. Bad values raise UsageError."""
-    from parinfo.diagnostics.report import inspect
-
     level = check_level(a.check)
-    if a.json_out and a.fmt is Format.torch:
-        raise UsageError("--json and --format torch ask for two formats: pick one")
-    if a.pid is not None or a.children:
-        outside_conflicts(a.pid, a.children, a.imports is not None or a.torch, a.fmt is Format.torch)
-        report = inspect(pid=a.pid, children=a.children)
-    else:
-        from parinfo.process.probing import default_modules
-
-        modules = parse_modules(a.imports)
-        report = inspect(default_modules() if modules is None else modules, torch=a.torch)
+    report = gather(a)
     if a.json_out or a.fmt is Format.json:
         import json
 
@@ -115,6 +107,25 @@ def run(a: ShowArgs) -> int:
 
         render(report)
     return 1 if level is not None and report.problems(level) else 0
+
+
+def gather(a: ShowArgs, default_imports: list[str] | None = None) -> Report:
+    """The report the options ask for: of process ``--pid`` read from outside, or of this one after
+    importing ``--import`` (else ``default_imports``; None: what ``parinfo show`` probes by default).
+    Option mixes that make no sense raise UsageError."""
+    from parinfo.diagnostics.report import inspect
+
+    if a.json_out and a.fmt is Format.torch:
+        raise UsageError("--json and --format torch ask for two formats: pick one")
+    if a.pid is not None or a.children:
+        outside_conflicts(a.pid, a.children, a.imports is not None or a.torch, a.fmt is Format.torch)
+        return inspect(pid=a.pid, children=a.children)
+    modules = parse_modules(a.imports)
+    if modules is None and default_imports is None:
+        from parinfo.process.probing import default_modules
+
+        modules = default_modules()
+    return inspect(default_imports if modules is None else modules, torch=a.torch)
 
 
 def _echo(text: str, nl: bool = True) -> None:

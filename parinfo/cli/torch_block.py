@@ -6,68 +6,14 @@ count came from, and the findings.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from parinfo.diagnostics.wording import plural, pool_title, quota_text, show_value
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process.libraries import by_internal_api, find, library
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.model import Report
-    from parinfo.machine.topology import MachineFacts
-    from parinfo.process.pools import PoolRow
-
-def show_value(value: Any, unknown: dict[str, str] | None = None, key: str | None = None) -> str:
-    """A value for people: None becomes "unknown (reason)" when the reason is known."""
-    if value is None:
-        reason = (unknown or {}).get(key or "")
-        return f"unknown ({reason})" if reason else "unknown"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
-
-
-def plural(n: Any, noun: str) -> str:
-    """plural(1, "thread") -> "1 thread"; plural(2, "thread") -> "2 threads"."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def human_bytes(value: Any) -> str:
-    """32768 -> "32 KiB"; anything not an int is shown as it is."""
-    if not isinstance(value, int):
-        return str(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB" or value % 1024:
-            return f"{value} {unit}"
-        value //= 1024
-    return str(value)
-
-
-def quota_text(m: MachineFacts) -> str:
-    """The cgroup CPU quota and the file that decided it, or why it is unknown."""
-    unknown = m.unknown.get("quota")
-    text = f"{m.quota:g} CPUs" if m.quota is not None else f"unknown ({unknown})" if unknown else "none"
-    if m.quota_source and m.quota_source != "none":
-        text += f" ({m.quota_source})"
-    if m.cgroup_version:
-        text += f", cgroup {m.cgroup_version}"
-    return text
-
-
-def pool_title(pool: PoolRow) -> str:
-    """One line naming a native pool: library, version, threading layer, owner package."""
-    lib = pool.library or pool.internal_api or "?"
-    rec = find(lib)
-    bits = [rec.label if rec is not None else lib]
-    if pool.version:
-        bits.append(pool.version)
-    extra = [x for x in (pool.threading_layer, pool.architecture) if x]
-    if extra:
-        bits.append(f"({', '.join(extra)})")
-    if pool.owner:
-        bits.append(f"[{pool.owner}]")
-    if pool.duplicate_of:
-        bits.append("(another copy)")
-    return " ".join(bits)
 
 
 def torch_block(report: Report) -> str:

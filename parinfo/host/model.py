@@ -207,6 +207,12 @@ class HostReport:
         ``all_processes``), families, then findings."""
         return _render(self, all_processes=all_processes)
 
+    def _repr_html_(self) -> str:
+        """The text report in a notebook, as it is (escaped, self-contained HTML)."""
+        from parinfo.diagnostics.html import preformatted
+
+        return preformatted(self.table())
+
 
 # -- the text form -----------------------------------------------------------------------------
 

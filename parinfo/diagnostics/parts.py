@@ -1,0 +1,311 @@
+"""The report's own sections: those only the report assembles, whose facts no lower layer owns (the
+process, parinfo's runtime as ``parinfo.runtime.info()`` gives it, the backends, the frameworks, the
+live evidence). :mod:`parinfo.diagnostics.model` builds the :class:`~parinfo.diagnostics.model.Report`
+from them; they live apart so that what renders a report (sections, wording) can name their types
+without importing the model that renders through it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import field
+from typing import Any
+
+from parinfo.machine.memlimit import MemoryFacts
+from parinfo.machine.pressure import CpuCounters, PressureFacts
+from parinfo.payload import flag, integer, number, plain_map, rows, section, text, texts
+from parinfo.process.frameworks import TorchInfo
+from parinfo.process.interpreter import InterpreterFacts
+from parinfo.process.pools import ThreadingLayers
+from parinfo.process.remote import Limits
+from parinfo.record import record
+
+
+@record
+class ProcessInfo:
+    """Which process the report is about (``process``). ``pid``, ``python`` and ``executable`` are
+    always in ``to_dict``; the rest only when known: ``implementation`` and ``platform`` for this
+    process, ``name``, ``ppid``, ``cmdline``, ``inspected_from`` (the pid that read it), ``hint`` (how
+    to get the full report), ``counts`` (which counts are read and which are unknown) and
+    ``unreadable`` (section -> "unknown (why)": what this user may not read) for one read from outside."""
+
+    pid: int | None = None
+    python: str | None = None
+    executable: str | None = None
+    implementation: str | None = None
+    platform: str | None = None
+    name: str | None = None
+    ppid: int | None = None
+    cmdline: list[str] | None = None
+    inspected_from: int | None = None
+    hint: str | None = None
+    counts: str | None = None
+    unreadable: dict[str, str] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProcessInfo:
+        d = section(data)
+        cmdline = d.get("cmdline")
+        unreadable = d.get("unreadable")
+        return cls(integer(d.get("pid")), text(d.get("python")), text(d.get("executable")),
+                   text(d.get("implementation")), text(d.get("platform")), text(d.get("name")),
+                   integer(d.get("ppid")), None if cmdline is None else texts(cmdline),
+                   integer(d.get("inspected_from")), text(d.get("hint")), text(d.get("counts")),
+                   {str(k): str(v) for k, v in unreadable.items()} if isinstance(unreadable, dict) else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pid": self.pid}
+        for key in ("name", "ppid", "cmdline", "python", "implementation", "executable", "platform",
+                    "inspected_from", "hint", "counts", "unreadable"):
+            value = getattr(self, key)
+            if value is not None or key in ("python", "executable"):
+                out[key] = list(value) if key == "cmdline" else dict(value) if key == "unreadable" else value
+        return out
+
+
+@record
+class PoolCount:
+    """One of parinfo's own counts as its runtime records it: ``count``, its ``source``, and when
+    they apply: ``not_applied`` (profile requests an explicit call outranked), ``locked`` (inter-op:
+    it can no longer change), ``capped_to`` (the pool ceiling, when the count is above it)."""
+
+    count: int | None = None
+    source: str | None = None
+    not_applied: list[str] | None = None
+    locked: bool | None = None
+    capped_to: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PoolCount:
+        d = section(data)
+        return cls(integer(d.get("count")), text(d.get("source")),
+                   None if d.get("not_applied") is None else texts(d.get("not_applied")),
+                   flag(d.get("locked")), integer(d.get("capped_to")))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"count": self.count, "source": self.source}
+        for key in ("not_applied", "locked", "capped_to"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+@record
+class RuntimeSection:
+    """parinfo's own runtime (``runtime``), as ``parinfo.runtime.info()`` describes it; the runtime
+    owns that description, so its nested records (``native_push``, ``budget``, ``adaptive``,
+    ``torch_pool``, ``follow``) are kept as it gives them. For a process read from outside only ``unknown``
+    (why the counts cannot be read) is set, and ``to_dict`` is that alone."""
+
+    backend: str | None = None
+    backend_source: str | None = None
+    intra_op: PoolCount | None = None
+    inter_op: PoolCount | None = None
+    pool_ceiling: int | None = None
+    intra_pool_started: bool = False
+    inter_pool_started: bool = False
+    pool_threads: int | None = None
+    native_push: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = None
+    adaptive: dict[str, Any] | None = None
+    torch_pool: dict[str, Any] | None = None
+    unknown: str | None = None
+    follow: dict[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RuntimeSection:
+        d = section(data)
+
+        def record(key: str) -> dict[str, Any] | None:
+            return None if d.get(key) is None else plain_map(d.get(key))
+
+        return cls(text(d.get("backend")), text(d.get("backend_source")),
+                   PoolCount.from_dict(d["intra_op"]) if isinstance(d.get("intra_op"), Mapping) else None,
+                   PoolCount.from_dict(d["inter_op"]) if isinstance(d.get("inter_op"), Mapping) else None,
+                   integer(d.get("pool_ceiling")), d.get("intra_pool_started") is True,
+                   d.get("inter_pool_started") is True, integer(d.get("pool_threads")), record("native_push"),
+                   record("budget"), record("adaptive"), record("torch_pool"), text(d.get("unknown")),
+                   record("follow"))
+
+    @property
+    def started(self) -> bool:
+        """Whether either of parinfo's pools has started."""
+        return self.intra_pool_started or self.inter_pool_started
+
+    @property
+    def followed_at(self) -> str | None:
+        """When the runtime last saw the usable CPUs change (HH:MM:SS), or None."""
+        changes = (self.follow or {}).get("changes")
+        if isinstance(changes, list) and changes and isinstance(changes[-1], Mapping):
+            return text(changes[-1].get("at"))
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.unknown is not None:
+            return {"unknown": self.unknown}
+        return {"backend": self.backend, "backend_source": self.backend_source,
+                "intra_op": None if self.intra_op is None else self.intra_op.to_dict(),
+                "inter_op": None if self.inter_op is None else self.inter_op.to_dict(),
+                "pool_ceiling": self.pool_ceiling, "intra_pool_started": self.intra_pool_started,
+                "inter_pool_started": self.inter_pool_started, "pool_threads": self.pool_threads,
+                "native_push": self.native_push, "budget": self.budget, "adaptive": self.adaptive,
+                "torch_pool": self.torch_pool, **({} if self.follow is None else {"follow": self.follow})}
+
+
+@record
+class Backend:
+    """Who runs the threads (``backend``): parinfo's runtime backend and whether its pools started,
+    the threading layer of each native library family, torch's ATen backend, and the interpreter
+    (``python``: the build, the GIL, Python threads x per-thread pools; None when not read)."""
+
+    runtime: str | None = None
+    runtime_started: bool = False
+    layers: ThreadingLayers = field(default_factory=ThreadingLayers)
+    torch: str | None = None
+    python: InterpreterFacts | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Backend:
+        d = section(data)
+        python = d.get("python")
+        return cls(text(d.get("runtime")), d.get("runtime_started") is True, ThreadingLayers.from_dict(d),
+                   text(d.get("torch")), InterpreterFacts.from_dict(python) if isinstance(python, Mapping) else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"runtime": self.runtime, "runtime_started": self.runtime_started, **self.layers.to_dict(),
+               "torch": self.torch}
+        if self.python is not None:
+            out["python"] = self.python.to_dict()
+        return out
+
+
+@record
+class Frameworks:
+    """Frameworks with pools of their own (``frameworks``): torch, or None when it is not imported."""
+
+    torch: TorchInfo | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Frameworks:
+        torch = section(data).get("torch")
+        return cls(TorchInfo.from_dict(torch) if isinstance(torch, Mapping) and torch else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"torch": None if self.torch is None else self.torch.to_dict()}
+
+
+@record
+class StackLimit:
+    """A memory limit that thread stacks count against: its ``name`` (RLIMIT_DATA, RLIMIT_AS, the
+    cgroup memory limit), ``bytes``, the ``threads`` that share it and where each came from."""
+
+    name: str
+    bytes: int | None
+    threads: int | None
+    source: str | None = None
+    threads_source: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StackLimit:
+        d = section(data)
+        return cls(text(d.get("name")) or "a memory limit", integer(d.get("bytes")), integer(d.get("threads")),
+                   text(d.get("source")), text(d.get("threads_source")))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "bytes": self.bytes, "threads": self.threads,
+                               "source": self.source}
+        if self.threads_source is not None:
+            out["threads_source"] = self.threads_source
+        return out
+
+
+@record
+class StackBudget:
+    """Thread stacks against memory limits (``live.stack_budget``): the soft resource limits, the
+    stack a new thread gets (``thread_stack``), and each limit with the threads it bounds; or, when
+    the limits could not be read, only ``unknown`` (why)."""
+
+    rlimits: Limits | None = None
+    thread_stack: int | None = None
+    limits: list[StackLimit] = field(default_factory=list)
+    unknown: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StackBudget:
+        d = section(data)
+        if text(d.get("unknown")) is not None:
+            return cls(unknown=text(d.get("unknown")))
+        rlimits = Limits(integer(d.get("stack")), integer(d.get("data")), integer(d.get("address_space")))
+        return cls(rlimits, integer(d.get("thread_stack")), [StackLimit.from_dict(r) for r in rows(d.get("limits"))])
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.unknown is not None:
+            return {"unknown": self.unknown}
+        rl = self.rlimits or Limits(None, None, None)
+        return {"stack": rl.stack, "data": rl.data, "address_space": rl.address_space,
+                "thread_stack": self.thread_stack, "limits": [row.to_dict() for row in self.limits]}
+
+
+@record
+class TreeMember:
+    """One process of a tree read from outside: pid, name, threads, and how many run now."""
+
+    pid: int | None
+    name: str
+    threads: int
+    running_now: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "name": self.name, "threads": self.threads, "running_now": self.running_now}
+
+
+@record
+class ProcessTree:
+    """A process (tree) read from outside, sampled twice (``live.tree``): how many threads wanted a
+    CPU on average over ``seconds`` (``runnable``: time on a CPU plus time waiting for one)."""
+
+    processes: int = 1
+    threads: int = 0
+    runnable: float | None = None
+    seconds: float = 0.0
+    members: list[TreeMember] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProcessTree:
+        d = section(data)
+        members = [TreeMember(integer(m.get("pid")), text(m.get("name")) or "?", integer(m.get("threads")) or 0,
+                              integer(m.get("running_now")) or 0) for m in rows(d.get("members"))]
+        processes = integer(d.get("processes"))
+        return cls(1 if processes is None else processes, integer(d.get("threads")) or 0, number(d.get("runnable")),
+                   number(d.get("seconds")) or 0.0, members)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"processes": self.processes, "threads": self.threads, "runnable": self.runnable,
+                "seconds": self.seconds, "members": [m.to_dict() for m in self.members]}
+
+
+@record
+class LiveSection:
+    """The live evidence (``live``): the cgroup's cumulative throttling, CPU pressure, the memory
+    limit, the thread-stack budget, and for a process read from outside its sampled ``tree``."""
+
+    throttling: CpuCounters
+    pressure: PressureFacts
+    memory: MemoryFacts
+    stack_budget: StackBudget
+    tree: ProcessTree | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LiveSection:
+        d = section(data)
+        return cls(CpuCounters.from_dict(section(d.get("throttling"))),
+                   PressureFacts.from_dict(section(d.get("pressure"))),
+                   MemoryFacts.from_dict(section(d.get("memory"))),
+                   StackBudget.from_dict(section(d.get("stack_budget"))),
+                   ProcessTree.from_dict(d["tree"]) if isinstance(d.get("tree"), Mapping) else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"throttling": self.throttling.to_dict(), "pressure": self.pressure.to_dict(),
+               "memory": self.memory.to_dict(), "stack_budget": self.stack_budget.to_dict()}
+        if self.tree is not None:
+            out["tree"] = self.tree.to_dict()
+        return out

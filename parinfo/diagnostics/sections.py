@@ -1,0 +1,304 @@
+"""The report as sections of rows: what every front end shows, decided once.
+
+Each section is a title, rows of cells (an optional header row: ``columns``), lines under a row
+(``details``: a pool's file and note) and notes under the rows. Emphasis is plain data, a *tone*
+(:data:`TONES`), which each renderer turns into its own styles: the text renderer
+(parinfo.cli.render_text) into aligned lines styled through rich, :mod:`parinfo.diagnostics.html`
+into tables. Findings are not a section here: they are data already (``Report.findings``), and each
+renderer lays them out its own way (:func:`findings_by_severity` groups them).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from parinfo.diagnostics.wording import (
+    THREAD_STATES,
+    human_bytes,
+    plural,
+    pool_count,
+    pool_title,
+    pressure_text,
+    probes_text,
+    python_text,
+    quota_text,
+    show_value,
+    stack_text,
+    thread_group,
+    throttling_text,
+)
+from parinfo.machine.cpulist import format_cpu_list
+from parinfo.record import record
+
+if TYPE_CHECKING:
+    from parinfo.diagnostics.findings import Finding
+    from parinfo.diagnostics.parts import Backend, Frameworks, LiveSection, ProcessInfo, RuntimeSection
+    from parinfo.machine.cpuid import CpuIdentity
+    from parinfo.machine.topology import MachineFacts
+    from parinfo.process.environment import EnvRow
+    from parinfo.process.outer import OuterThreads
+    from parinfo.process.pools import PoolRow
+    from parinfo.process.probing import Probes
+    from parinfo.process.provenance import SettingRow
+    from parinfo.process.threads import ThreadList
+
+    class Report(Protocol):
+        """What the sections read of a report (parinfo.diagnostics.model.Report, which renders
+        through this module and so cannot be imported by it)."""
+
+        machine: MachineFacts
+        process: ProcessInfo
+        probes: Probes
+        cpu: CpuIdentity
+        runtime: RuntimeSection
+        backend: Backend
+        pools: list[PoolRow]
+        frameworks: Frameworks
+        settings: list[SettingRow]
+        environment: list[EnvRow]
+        threads: ThreadList
+        findings: list[Finding]
+        live: LiveSection | None
+        outer: OuterThreads | None
+
+#: The tones a row, a note or a span may carry: "" (plain), "strong" (the line that sums the section
+#: up), "dim" (how or why), "warning" (a value that is wrong or changed), "good" (all is well).
+TONES = ("", "strong", "dim", "warning", "good")
+
+Span = tuple[str, str]  # (text, tone)
+
+
+@record(frozen=True)
+class Row:
+    """One row of a section: its cells, a tone, and lines shown under it."""
+
+    cells: tuple[str, ...]
+    tone: str = ""
+    details: tuple[str, ...] = ()
+
+
+@record(frozen=True)
+class Note:
+    """A line under a section's rows: how a value was decided, what is not set, why it is empty."""
+
+    text: str
+    tone: str = "dim"
+
+
+@record(frozen=True)
+class Section:
+    """A titled part of the report (``key`` names it for programs: "machine", "pools", ...)."""
+
+    key: str
+    title: str
+    rows: tuple[Row, ...] = ()
+    columns: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
+
+
+def _pairs(pairs: list[tuple[str, str]]) -> tuple[Row, ...]:
+    return tuple(Row(cells) for cells in pairs)
+
+
+def machine(r: Report) -> Section:
+    m, unknown = r.machine, r.machine.unknown
+    nodes = m.numa_nodes
+    rows = [
+        ("logical CPUs", show_value(m.logical_cpus, unknown, "logical_cpus")),
+        ("physical cores", show_value(m.physical_cores, unknown, "physical_cores")),
+        ("sockets", show_value(m.sockets, unknown, "sockets")),
+        ("NUMA nodes", f"{len(nodes)}: " + "; ".join(format_cpu_list(n) for n in nodes) if nodes
+         else show_value(None, unknown, "numa_nodes")),
+        ("SMT", show_value(m.smt, unknown, "smt")),
+    ]
+    for kind, cpus in m.core_types.items():
+        rows.append((f"{kind} cores", format_cpu_list(cpus)))
+    rows += [
+        ("affinity", f"{format_cpu_list(m.affinity)} ({plural(len(m.affinity), 'CPU')})"),
+        ("cpuset", "none" if m.cpuset is None else format_cpu_list(m.cpuset)),
+        ("cgroup CPU quota", quota_text(m)),
+    ]
+    if m.quota is not None or m.quota_rounding_source != "default":
+        rows.append(("quota rounding", f"{m.quota_rounding} ({m.quota_rounding_source})"))
+    if m.quota is not None and m.usable_by_rule:
+        rows.append(("by runtime", ", ".join(f"{k} {v}" for k, v in m.usable_by_rule.items())))
+    if m.allocation is not None:
+        rows.append(("Slurm allocation", f"{plural(m.allocation, 'CPU')} ({m.allocation_source})"))
+    usable = Row(("usable CPUs", f"{m.usable_cpus} ({plural(m.usable_physical_cores, 'physical core')})"), "strong")
+    notes = [Note(f"usable = {m.usable_rule}"),
+             *(Note(f"invalid: {name}: {why}", "warning") for name, why in m.invalid.items()),
+             *(Note(f"note: {n}") for n in m.notes)]
+    return Section("machine", "Machine", (*_pairs(rows), usable), notes=tuple(notes))
+
+
+def cpu(r: Report) -> Section:
+    c = r.cpu
+    rows = [("brand", show_value(c.brand, c.unknown, "brand")),
+            ("arch", show_value(c.arch, c.unknown, "arch")),
+            ("ISA for kernels", ", ".join(c.isa) if c.isa else "none of note")]
+    if c.caches:
+        rows.append(("caches", ", ".join(f"{k} {human_bytes(v)}" for k, v in c.caches.items())))
+    return Section("cpu", "CPU", _pairs(rows))
+
+
+def backend(r: Report) -> Section:
+    b, rt = r.backend, r.runtime
+    started = "running" if b.runtime_started else "not started (pools start on first use)"
+    rows = [("parinfo runtime", f"{b.runtime} ({rt.backend_source or 'default'}), {started}")]
+    layers = b.layers
+    for label, value in (("OpenMP", layers.openmp), ("MKL layer", layers.mkl),
+                         ("OpenBLAS layer", layers.openblas), ("BLIS layer", layers.blis),
+                         ("TBB", layers.tbb), ("torch ATen", b.torch)):
+        if value is None or value == "":
+            continue
+        rows.append((label, show_value(value)))
+    outer = r.outer
+    if outer is not None and outer.threads is not None:  # a Dask, Ray or loky worker, or inspect(outer_threads=N)
+        rows.append(("outer threads", f"{outer.threads} ({outer.source})"))
+    if b.python is not None:
+        rows.append(("Python", python_text(b.python)))
+    follow = rt.follow or {}
+    if follow:
+        changes = follow.get("changes") or []
+        what = "on" if follow.get("enabled") else f"off ({follow.get('enabled_source')})"
+        if follow.get("enabled") and changes:
+            last = changes[-1]
+            cpus = last.get("usable_cpus") or ["?", "?"]
+            what += f"; usable CPUs {cpus[0]} -> {cpus[1]} at {last.get('at')}"
+        rows.append(("follows quota", what))
+    return Section("backend", "Backend", _pairs(rows))
+
+
+def pools(r: Report) -> Section:
+    if not r.pools:
+        unreadable = (r.process.unreadable or {}).get("pools")
+        return Section("pools", "Native pools", notes=(Note(unreadable or "none loaded"),))
+    rows = tuple(Row((pool_title(p), *pool_count(p)), details=tuple(d for d in (p.filepath, p.note) if d))
+                 for p in r.pools)
+    return Section("pools", "Native pools", rows)
+
+
+def frameworks(r: Report) -> Section | None:
+    torch = r.frameworks.torch
+    if torch is None:
+        return None
+    keys = ("version", "intra_op", "inter_op", "aten_backend", "openmp", "mkl_version", "mkldnn_version",
+            "interop_started", "hardware_concurrency")
+    rows = [(k.replace("_", " "), show_value(getattr(torch, k))) for k in keys if getattr(torch, k) is not None]
+    return Section("torch", "torch", _pairs(rows))
+
+
+def settings(r: Report) -> Section:
+    libs = Counter(row.library for row in r.settings)
+    rows = tuple(Row((row.library + (f" [{row.owner}]" if libs[row.library] > 1 and row.owner else ""),
+                      show_value(row.count) + (f" ({row.capped_to} run)" if row.capped_to else ""),
+                      str(row.source))) for row in r.settings)
+    return Section("settings", "Thread counts in force", rows, columns=("who", "count", "decided by"))
+
+
+def environment(r: Report) -> Section:
+    rows, unset = [], []
+    for row in r.environment:
+        value = row.value
+        if value is None and not row.changed_after_launch:
+            unset.append(row.name)
+            continue
+        shown = "(unset now)" if value is None else repr(value) if value.strip() != value or not value else value
+        state = "" if value is None else ("valid" if row.valid else
+                                          f"INVALID: {row.problem}" if row.valid is False else "")
+        if row.capped_to is not None:
+            state += f", capped: {plural(row.capped_to, 'thread')} run"
+        if row.changed_after_launch:
+            state += f"; changed after launch (was {row.launch_value!r})"
+        who = "read by " + ", ".join(row.readers) if row.readers else "read by nothing here: " + str(row.summary)
+        wrong = (value is not None and row.valid is False) or row.changed_after_launch
+        rows.append(Row((f"{row.name}={shown}", state.strip("; "), who), "warning" if wrong else ""))
+    notes = []
+    if not rows:
+        unreadable = (r.process.unreadable or {}).get("environment")
+        notes.append(Note(unreadable or "no thread variable is set"))
+    if unset:
+        notes.append(Note(f"not set: {', '.join(unset)}"))
+    return Section("environment", "Thread variables", tuple(rows), notes=tuple(notes))
+
+
+def threads(r: Report) -> Section:
+    t = r.threads
+    names = Counter(thread_group(th.name or "?") for th in t.threads)
+    listing = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in names.most_common())
+    notes: tuple[Note, ...] = ()
+    if t.states:
+        states = ", ".join(f"{n} {THREAD_STATES.get(s, s)}" for s, n in sorted(t.states.items()))
+        notes = (Note(f"now: {states}"),)
+    return Section("threads", "Live OS threads", (Row((show_value(t.count), listing)),), notes=notes)
+
+
+def live(r: Report) -> Section | None:
+    """The live evidence (throttling, pressure, memory, stack budget), or None when not gathered."""
+    ev = r.live
+    if ev is None:
+        return None
+    rows: list[tuple[str, str]] = [("throttling", throttling_text(ev.throttling))]
+    rows.append(("CPU pressure, machine", pressure_text(ev.pressure.system)))
+    rows.append(("CPU pressure, cgroup", pressure_text(ev.pressure.cgroup)))
+    mem = ev.memory
+    why = mem.unknown.get("limit")
+    rows.append(("memory limit", f"{human_bytes(mem.limit)} ({mem.limit_source})" if mem.limit is not None
+                 else f"unknown ({why})" if why else "none"))
+    for i, text in enumerate(stack_text(ev.stack_budget)):
+        rows.append(("thread stacks" if i == 0 else "", text))
+    tree = ev.tree
+    if tree is not None and tree.runnable is not None:
+        wanting = (f"{tree.runnable:.1f} threads on average over {tree.seconds:g} s "
+                   f"({plural(tree.processes, 'process')}, {plural(tree.threads, 'thread')})")
+        rows.append(("wanting a CPU", wanting))
+        if tree.processes > 1:
+            for m in tree.members:
+                rows.append(("", f"pid {m.pid} {m.name}: {plural(m.threads, 'thread')}, {m.running_now} running now"))
+    return Section("live", "Live evidence", _pairs(rows))
+
+
+def outside(r: Report) -> Section:
+    """For a process read from outside: which counts could be read, which not, and how to get the rest."""
+    p = r.process
+    read = [pool for pool in r.pools if pool.num_threads is not None]
+    notes = [Note(f"read from the process's memory: {len(read)} of {len(r.pools)} pools (above)", "")] if read else []
+    notes += [Note(str(p.counts)), Note(str(p.hint))]
+    return Section("outside", "Thread counts in force", notes=tuple(notes))
+
+
+_OWN: tuple[Callable[[Report], Section | None], ...] = (
+    machine, cpu, backend, pools, frameworks, settings, environment, threads, live)
+_FROM_OUTSIDE: tuple[Callable[[Report], Section | None], ...] = (
+    machine, cpu, pools, outside, environment, threads, live)
+
+
+def sections(report: Report) -> list[Section]:
+    """The report's sections in the order people read them, findings aside."""
+    parts = _FROM_OUTSIDE if report.process.inspected_from is not None else _OWN
+    return [s for s in (part(report) for part in parts) if s is not None]
+
+
+def title(report: Report) -> list[Span]:
+    """The report's first line as (text, tone) spans: which process, and what was imported to see it."""
+    p = report.process
+    if p.inspected_from is not None:  # another process, read from /proc
+        cmd = " ".join(p.cmdline or ()) or p.name or "?"
+        if len(cmd) > 100:
+            cmd = cmd[:97] + "..."
+        return [("parinfo", "strong"), (f" report for pid {p.pid} ({p.name}), read from outside ", ""), (cmd, "dim")]
+    return [("parinfo", "strong"), (f" report for pid {p.pid} (Python {p.python}) ", ""),
+            (probes_text(report.probes), "dim")]
+
+
+#: Severities, worst first, as findings are grouped for people.
+SEVERITY_ORDER = ("error", "warning", "info")
+
+
+def findings_by_severity(findings: list[Finding]) -> list[tuple[str, list[Finding]]]:
+    """(severity, its findings in report order) for each severity present, worst first; a severity
+    outside the known ones comes last, under its own name."""
+    known = [s for s in SEVERITY_ORDER if any(f.severity == s for f in findings)]
+    other = sorted({f.severity for f in findings} - set(SEVERITY_ORDER))
+    return [(s, [f for f in findings if f.severity == s]) for s in (*known, *other)]
