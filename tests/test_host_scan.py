@@ -248,6 +248,18 @@ def test_cli_text_json_and_bad_input(targets, cgroup):
         assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_a_cgroup_row_shows_only_its_own_cpu_pressure(targets, cgroup):
+    # a v1 cgroup has no cpu.pressure: the figure of its processes' v2 cgroup (here the root, the
+    # whole machine) is not its own, and the row says so; a v2 cgroup's own file gives a figure
+    targets.start(TARGET.format(limit=None))
+    (row,) = parinfo.host.scan(cgroup=cgroup, interval=0.3).cgroups
+    if os.path.exists(f"{cgroup}/cpu.pressure"):
+        assert isinstance(row.pressure_some, float) and 0 <= row.pressure_some <= 100
+    else:
+        assert isinstance(row.pressure_some, str)
+        assert row.pressure_some.startswith("unknown (no CPU pressure file of its own: its processes' v2 cgroup is")
+
+
 def test_user_filter():
     report = parinfo.host.scan(user=str(os.getuid()), interval=0)
     assert report.process(os.getpid()) is not None

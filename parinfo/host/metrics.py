@@ -9,7 +9,6 @@ throttling counters are the kernel's cumulative ones (monotonic across scrapes).
 """
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -95,9 +94,7 @@ def _families(report: HostReport, counters: dict[str, Any]) -> Iterator[Any]:
     if not isinstance(report.pressure_some, str):
         pressure.add_metric(["machine", ""], round(report.pressure_some / 100, 4))
     for c in report.cgroups:
-        if c.path != "/" and not isinstance(c.pressure_some, str) and os.path.exists(f"{c.path}/cpu.pressure"):
-            # a v2 cgroup's own pressure; a v1 cgroup has none (the scan's figure is then its
-            # processes' v2 cgroup's, often the machine's root: not this cgroup's)
+        if c.path != "/" and not isinstance(c.pressure_some, str):  # a cgroup's own (v2) pressure only
             pressure.add_metric(["cgroup", c.path], round(c.pressure_some / 100, 4))
     yield pressure
 

@@ -171,6 +171,18 @@ class _Reading:
     pressure: dict[str, PressureFacts]
 
 
+def _own_pressure(key: str, a: PressureFacts, b: PressureFacts, dt: float) -> float | str:
+    """Cgroup ``key``'s CPU pressure over the interval, when the v2 cgroup its processes' pressure
+    was read from is ``key`` itself; a v1 cgroup has no pressure file, and the figure of the v2
+    cgroup its processes sit in (often the root: the whole machine) is not its own."""
+    from parinfo.watching.sample import pressure_percent
+
+    if b.cgroup_dir is None or os.path.realpath(b.cgroup_dir) != os.path.realpath(key):
+        where = f"its processes' v2 cgroup is {b.cgroup_dir}" if b.cgroup_dir else "no v2 cgroup"
+        return f"unknown (no CPU pressure file of its own: {where})"
+    return pressure_percent(a.cgroup, b.cgroup, dt)
+
+
 class Scanner:
     """Scans of the processes (of ``user``, in ``cgroup``), each made against the previous one:
     CPU use, throttling and pressure are counted over the time between them."""
@@ -476,7 +488,7 @@ class Scanner:
                 if key in before.pressure:
                     a, b = before.pressure[key], pressure[key]
                     row.pressure_some = (pressure_percent(a.system, b.system, dt) if key == "/" else
-                                         pressure_percent(a.cgroup, b.cgroup, dt))
+                                         _own_pressure(key, a, b, dt))
             loads = [_load(p, families) for p in members if p.pools or p.pools_unknown is not None]
             row.findings = fleet_rules.cgroup_findings(
                 "the machine" if key == "/" else f"cgroup {key}", row.usable_cpus, loads)

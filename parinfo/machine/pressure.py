@@ -205,6 +205,8 @@ class PressureFacts:
 
     system: Pressure | str
     cgroup: Pressure | str = field(default="unknown (no cgroup v2 hierarchy)")
+    #: the v2 cgroup directory ``cgroup`` was read from (None: none was read); not in the report
+    cgroup_dir: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PressureFacts:
@@ -241,4 +243,4 @@ def cpu_pressure(root: str = "/", pid: int | None = None) -> PressureFacts:
         group: Pressure | str = read_pressure(root, f"{where.leaf}/cpu.pressure")
     except Unreadable as exc:
         group = f"unknown ({exc})"
-    return PressureFacts(system, group)
+    return PressureFacts(system, group, where.leaf)
