@@ -123,9 +123,10 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo, RuntimeSection
     from parinfo.diagnostics.process_rules import diagnose
     from parinfo.machine.cpuid import CpuIdentity, cpu_identity
+    from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment as envmod, libraries as reg, pools, remote, threads as thr
-    from parinfo.process.inforce import PERMISSION, unknown
+    from parinfo.process.inforce import unknown
     from parinfo.process.probing import Probes
     from parinfo.process.tasks import NoAccess, ProcessGone, exited_during_read
 
@@ -137,13 +138,13 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         try:
             env: dict[str, str] | None = remote.environment(pid)
         except NoAccess:
-            env, unreadable["environment"] = None, unknown(PERMISSION)
+            env, unreadable["environment"] = None, unknown(Proc(pid).permission_reason())
         try:
             maps = remote.maps_text(pid)
             runtimes = remote.loaded_runtimes(pid, maps)
             remote.read_counts(pid, runtimes, maps, env, facts)
         except NoAccess:
-            runtimes, unreadable["pools"] = [], unknown(PERMISSION)
+            runtimes, unreadable["pools"] = [], unknown(Proc(pid).permission_reason())
         members = [pid, *(remote.children(pid) if children else [])]
         tree, stats = _tree(members, sample_seconds)
         if pid not in stats:
@@ -162,6 +163,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     readable = tuple(r.label for r in reg.records() if r.count_symbol is not None)
     process.hint, process.counts = _hint(env or {}, names), _counts_text(readable)
     process.unreadable = unreadable or None
+    process.note = ident.get("note")
     report = Report(
         machine=facts,
         process=process,

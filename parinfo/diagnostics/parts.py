@@ -25,8 +25,9 @@ class ProcessInfo:
     """Which process the report is about (``process``). ``pid``, ``python`` and ``executable`` are
     always in ``to_dict``; the rest only when known: ``implementation`` and ``platform`` for this
     process, ``name``, ``ppid``, ``cmdline``, ``inspected_from`` (the pid that read it), ``hint`` (how
-    to get the full report), ``counts`` (which counts are read and which are unknown) and
-    ``unreadable`` (section -> "unknown (why)": what this user may not read) for one read from outside."""
+    to get the full report), ``counts`` (which counts are read and which are unknown),
+    ``unreadable`` (section -> "unknown (why)": what this user may not read) and ``note`` (a main
+    thread that exited while the others run on) for one read from outside."""
 
     pid: int | None = None
     python: str | None = None
@@ -40,6 +41,7 @@ class ProcessInfo:
     hint: str | None = None
     counts: str | None = None
     unreadable: dict[str, str] | None = None
+    note: str | None = None  # what is odd about the process read from outside (its main thread exited)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProcessInfo:
@@ -50,12 +52,13 @@ class ProcessInfo:
                    text(d.get("implementation")), text(d.get("platform")), text(d.get("name")),
                    integer(d.get("ppid")), None if cmdline is None else texts(cmdline),
                    integer(d.get("inspected_from")), text(d.get("hint")), text(d.get("counts")),
-                   {str(k): str(v) for k, v in unreadable.items()} if isinstance(unreadable, dict) else None)
+                   {str(k): str(v) for k, v in unreadable.items()} if isinstance(unreadable, dict) else None,
+                   text(d.get("note")))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pid": self.pid}
         for key in ("name", "ppid", "cmdline", "python", "implementation", "executable", "platform",
-                    "inspected_from", "hint", "counts", "unreadable"):
+                    "inspected_from", "hint", "counts", "unreadable", "note"):
             value = getattr(self, key)
             if value is not None or key in ("python", "executable"):
                 out[key] = list(value) if key == "cmdline" else dict(value) if key == "unreadable" else value

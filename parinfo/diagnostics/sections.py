@@ -287,7 +287,9 @@ def title(report: Report) -> list[Span]:
         cmd = " ".join(p.cmdline or ()) or p.name or "?"
         if len(cmd) > 100:
             cmd = cmd[:97] + "..."
-        return [("parinfo", "strong"), (f" report for pid {p.pid} ({p.name}), read from outside ", ""), (cmd, "dim")]
+        spans: list[Span] = [("parinfo", "strong"), (f" report for pid {p.pid} ({p.name}), read from outside ", ""),
+                             (cmd, "dim")]
+        return [*spans, (f" ({p.note})", "warning")] if p.note else spans
     return [("parinfo", "strong"), (f" report for pid {p.pid} (Python {p.python}) ", ""),
             (probes_text(report.probes), "dim")]
 

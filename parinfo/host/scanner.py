@@ -3,13 +3,15 @@ cgroup whose CPU limit binds it, with its families and the finding ``host-oversu
 
 Cost. A scan reads, per thread, its ``stat`` (name and state), and per process its ``stat``,
 ``cgroup``, affinity (one system call) and ``maps`` (the runtimes mapped into it), plus each pool's
-count from the process's memory where the library exposes one. What does not change while a
-process lives (its command line, user, launch environment) is read once per process: the
-:class:`Scanner` keeps it, keyed by pid, start time and name, so a warm scan (``parinfo host``'s
-refresh) pays for the changing files only. ``maps`` is re-read on every scan (a library can be
-loaded at any time) but parsed again only when its bytes changed. Plain reads of /proc are used
-rather than psutil: one process's row needs a few files, and psutil's per-process objects and
-exceptions cost several times more per process.
+count from the process's memory where the library exposes one, all through the /proc front
+(:mod:`parinfo.machine.procfs`). What does not change while a process lives (its command line,
+user, launch environment) is read once per process: the :class:`Scanner` keeps it, keyed by pid,
+start time and name, so a warm scan (``parinfo host``'s refresh) pays for the changing files only.
+``maps`` is re-read on every scan (a library can be loaded at any time) but parsed again only when
+its bytes changed. Each cgroup membership's binding and the machine's facts are read again once they
+are :data:`FOLLOW_S` old, so a long-running scanner follows quota changes; what a scan no longer
+sees is forgotten. Plain reads of /proc are used rather than psutil: one process's row needs a few
+files, and psutil's per-process objects and exceptions cost several times more per process.
 
 A process that exits during a scan is dropped; a zombie or a kernel thread has no row (kernel
 threads are counted apart). A process whose maps or environment this user may not read gets its
@@ -39,9 +41,9 @@ from parinfo.host.model import (
     PoolCount,
     ThreadGroup,
 )
-from parinfo.machine.sysfs import read_bytes
+from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ, pids
 from parinfo.process import libraries as reg
-from parinfo.process.inforce import IN_FORCE, PERMISSION
+from parinfo.process.inforce import IN_FORCE
 from parinfo.process.tasks import CLOCK_TICKS, thread_group
 from parinfo.record import record
 
@@ -49,10 +51,10 @@ if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters, PressureFacts
     from parinfo.machine.topology import MachineFacts
 
-#: What a process this user may not read gets for its pools (the same words as a count read from memory).
-NO_PERMISSION = f"unknown ({PERMISSION})"
+#: How old a cgroup's binding or the machine's facts may grow before a scan reads them again: the
+#: runtime's quota follower's period.
+FOLLOW_S = 1.0
 
-_PF_KTHREAD = 0x00200000  # task flag of a kernel thread (include/linux/sched.h)
 _DIGITS = re.compile(r"\d+")
 
 
@@ -63,55 +65,13 @@ def check_interval(interval: float) -> float:
     return float(interval)
 
 
-@functools.cache
-def _runtime_paths() -> re.Pattern[bytes]:
-    """Lines of a maps file whose path's file name starts like a thread runtime's (the registry's
-    prefixes); :func:`parinfo.process.pools.classify` decides on each path found."""
-    prefixes = sorted({p for r in reg.records() for p in r.prefixes})
-    names = b"|".join(re.escape(p.encode()) for p in prefixes)
-    return re.compile(rb"(/[^\n]*/(?:" + names + rb")[^/\n]*\.so[^/\n]*)$", re.MULTILINE | re.IGNORECASE)
-
-
-def pools_in_maps(maps: bytes) -> list[dict[str, Any]]:
-    """One row per thread runtime file mapped (a :class:`~parinfo.process.pools.PoolRow` as a dict,
-    copies marked), from the bytes of a /proc/PID/maps."""
-    from parinfo.process.pools import PoolRow, classify, mark_duplicates
-
-    rows = []
-    for raw in dict.fromkeys(m.group(1) for m in _runtime_paths().finditer(maps)):
-        path = raw.decode("utf-8", "replace")
-        family = classify(path)
-        if family is not None:
-            rows.append(PoolRow.of_file(path, family, seen_by="/proc/PID/maps", note=None).to_dict())
-    mark_duplicates(rows)
-    return rows
-
-
-def _read_stat(path: str) -> bytes:
-    """A /proc stat file in one read: it is one short line (a few hundred bytes), and a second read
-    to meet its end would double the cost of a scan over thousands of threads."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, 4096)
-    finally:
-        os.close(fd)
-
-
 @functools.lru_cache(maxsize=4096)
 def _group_of(raw: bytes) -> str:
     """The thread group of a raw thread name (names repeat: one decode and match per name)."""
     return thread_group(raw.decode("utf-8", "replace"))
 
 
-def _parse_stat(data: bytes) -> tuple[str, str, int, int, int, int]:
-    """(name, state, ppid, flags, utime+stime ticks, start time) of a /proc stat line."""
-    close = data.rindex(b")")
-    rest = data[close + 2:].split()
-    return (data[data.index(b"(") + 1:close].decode("utf-8", "replace"), rest[0].decode(), int(rest[1]),
-            int(rest[6]), int(rest[11]) + int(rest[12]), int(rest[19]))
-
-
-@functools.cache
+@functools.lru_cache(maxsize=1024)
 def _user(uid: int) -> str:
     import pwd
 
@@ -132,10 +92,8 @@ def _uid_of(name: str) -> int:
         raise UsageError(f"--user {name!r}: no such user (give a user name or a numeric uid)") from None
 
 
-def _why(exc: OSError) -> str:
-    if isinstance(exc, PermissionError):
-        return NO_PERMISSION
-    return f"unknown ({exc.strerror or exc})"
+def _unknown(why: str) -> str:
+    return f"unknown ({why})"
 
 
 @record
@@ -161,6 +119,7 @@ class _CgroupInfo:
     cpuset: tuple[int, ...] | None
     usable: int
     pid: int  # a process in it, to read its counters through
+    read_at: float  # time.monotonic() of the reading
 
 
 @record
@@ -193,6 +152,8 @@ class Scanner:
         self.uid = None if user is None else _uid_of(user)
         self.user = user
         self.facts: MachineFacts = machine_facts()
+        self._facts_at = time.monotonic()
+        self._cgroups_seen: set[bytes] = set()
         self.cgroup = None if cgroup is None else self._cgroup_path(cgroup)
         self.cgroup_given = cgroup
         self._static: dict[tuple[int, int, str], _Static] = {}
@@ -205,6 +166,13 @@ class Scanner:
         rows with a quota only), each level with a quota from the row's cgroup up: what
         ``host --serve`` exports as counters, never reset between scans."""
         return {} if self._last is None else dict(self._last.counters)
+
+    def _refresh_facts(self, clock: float) -> None:
+        """Re-read the machine's facts (CPUs brought online or offline, the scanner's own cgroup)."""
+        from parinfo.machine.topology import machine_facts
+
+        self.facts = machine_facts()
+        self._facts_at = clock
 
     # -- the pieces of one process --------------------------------------------------------------
 
@@ -231,54 +199,46 @@ class Scanner:
         raise UsageError(f"--cgroup {given!r}: no such cgroup (give its path as /proc/PID/cgroup shows it, "
                          f"e.g. /system.slice/app.service, or its directory under /sys/fs/cgroup)")
 
-    def _static_of(self, pid: int, key: tuple[int, int, str]) -> _Static | None:
+    def _static_of(self, proc: Proc, key: tuple[int, int, str]) -> _Static | None:
         static = self._static.get(key)
         if static is not None:
             return static
         try:
-            raw = read_bytes(f"/proc/{pid}/cmdline", 1 << 20)
-            uid = os.stat(f"/proc/{pid}").st_uid
-            with open(f"/proc/{pid}/status", "rb") as fh:
-                for line in fh:
-                    if line.startswith(b"Uid:"):
-                        uid = int(line.split()[1])  # the real uid (the directory shows the effective one)
-                        break
-        except (FileNotFoundError, ProcessLookupError):
+            raw = proc.cmdline()
+            uid = proc.uid()
+        except ProcessGone:
             return None
-        except OSError:
-            raw = b""
-            uid = -1
-        args = tuple(a.decode("utf-8", "surrogateescape") for a in raw.split(b"\0") if a)
+        except UsageError:
+            raw, uid = [], -1
         from parinfo.safe_text import escape_controls
 
-        command = escape_controls(shlex.join(args)) if args else f"[{key[2]}]"
+        command = escape_controls(shlex.join(raw)) if raw else f"[{escape_controls(key[2])}]"
         environ: dict[str, str] | str
         try:
-            env: dict[str, str] = {}
-            for item in read_bytes(f"/proc/{pid}/environ", 1 << 22).decode("utf-8", "surrogateescape").split("\0"):
-                name, sep, value = item.partition("=")
-                if sep and name in reg.THREAD_VARS:
-                    env.setdefault(name, value)
-            environ = env
-        except (FileNotFoundError, ProcessLookupError):
+            block = proc.read_or_why("environ", 1 << 22)
+        except ProcessGone:
             return None
-        except OSError as exc:
-            environ = _why(exc)
-        static = _Static(args, command, uid, environ)
+        environ = _unknown(block) if isinstance(block, str) else {
+            k: v for k, v in parse_environ(block).items() if k in reg.THREAD_VARS}
+        static = _Static(tuple(raw), command, uid, environ)
         self._static[key] = static
         return static
 
-    def _cgroup_of(self, pid: int) -> _CgroupInfo | None:
+    def _cgroup_of(self, proc: Proc, clock: float) -> _CgroupInfo | None:
+        """The binding of ``proc``'s cgroup, computed once per membership and re-read when older than
+        :data:`FOLLOW_S` (a quota or cpuset changed under a long-running scanner shows in its next
+        scan); memberships no process has any more are forgotten at the end of each scan."""
         try:
-            raw = read_bytes(f"/proc/{pid}/cgroup")
-        except OSError:
+            raw = proc.cgroup()
+        except UsageError:
             return None
         info = self._cgroups.get(raw)
-        if info is None:
-            info = self._cgroups[raw] = self._binding(pid)
+        if info is None or clock - info.read_at >= FOLLOW_S:
+            info = self._cgroups[raw] = self._binding(proc.pid or 0, clock)
+        self._cgroups_seen.add(raw)
         return info
 
-    def _binding(self, pid: int) -> _CgroupInfo:
+    def _binding(self, pid: int, clock: float) -> _CgroupInfo:
         """The cgroup whose CPU limit binds ``pid``: where its tightest quota is set, else the
         nearest cpuset narrower than the machine, else "/" (the machine)."""
         from parinfo.machine.cgroup import cgroup_facts
@@ -295,15 +255,19 @@ class Scanner:
             key = "/"
         cpus = len(cg.cpuset) if cg.cpuset is not None else online
         return _CgroupInfo(cg.path or "/", key, cg.quota, cg.cpuset if narrower else None,
-                           usable_from(cpus, None, cg.quota), pid)
+                           usable_from(cpus, None, cg.quota), pid, clock)
 
-    def _pools(self, pid: int, static: _Static) -> list[dict[str, Any]] | str:
+    def _pools(self, proc: Proc, static: _Static) -> list[dict[str, Any]] | str:
         try:
-            maps = read_bytes(f"/proc/{pid}/maps", 1 << 26)
-        except OSError as exc:
-            return _why(exc)
+            maps = proc.read_or_why("maps", MAPS_LIMIT)
+        except ProcessGone:
+            return "unknown (the process has exited)"
+        if isinstance(maps, str):
+            return _unknown(maps)
         if static.pools is None or maps != static.maps:
-            static.maps, static.pools = maps, pools_in_maps(maps)
+            from parinfo.process.pools import runtimes_in_maps
+
+            static.maps, static.pools = maps, runtimes_in_maps(maps, "/proc/PID/maps")
             static.symbol_maps = _symbol_lines(maps, static.pools)
         return static.pools if static.pools is not None else []
 
@@ -321,7 +285,7 @@ class Scanner:
             found = read.get(path)
             if found is not None and found[0] is not None:
                 count, source, in_force = found[0], IN_FORCE, True
-            elif found is not None and PERMISSION in found[1]:
+            elif found is not None and found[1].startswith("unknown (permission"):
                 source = found[1]  # the launch environment would be a guess: memory is closed to us
             elif isinstance(static.environ, str):
                 source = static.environ
@@ -351,35 +315,37 @@ class Scanner:
         reps: dict[str, _CgroupInfo] = {}
         kernel_threads = kernel_runnable = 0
         seen: set[tuple[int, int, str]] = set()
-        try:
-            entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
-        except OSError as exc:
-            raise UsageError(f"cannot list /proc: {exc.strerror or exc}") from None
-        for pid in entries:
+        self._cgroups_seen = set()
+        if clock - self._facts_at >= FOLLOW_S:
+            self._refresh_facts(clock)
+        for pid in pids():
+            proc = Proc(pid)
             try:
-                name, state, ppid, flags, cpu, start = _parse_stat(_read_stat(f"/proc/{pid}/stat"))
-            except (OSError, ValueError, IndexError):
+                st = proc.stat()
+            except UsageError:
                 continue  # exited meanwhile
-            if flags & _PF_KTHREAD or pid == 2:
+            if st.kernel_thread:
                 kernel_threads += 1
-                kernel_runnable += state == "R"
+                kernel_runnable += st.state == "R"
                 continue
-            if state in ("Z", "X"):
+            if st.dead and not proc.follow_live_thread():  # a zombie, unless only its main thread exited
                 continue
-            key = (pid, start, name)
-            static = self._static_of(pid, key)
+            key = (pid, st.start, st.name)
+            static = self._static_of(proc, key)
             if static is None:
                 continue
             seen.add(key)
             if self.uid is not None and static.uid != self.uid:
                 continue
-            cg = self._cgroup_of(pid)
+            cg = self._cgroup_of(proc, clock)
             if cg is None:
                 continue
             if self.cgroup is not None and self.cgroup != "/" and not (
                     cg.path == self.cgroup or cg.path.startswith(self.cgroup + "/")):
                 continue
-            row = self._process(pid, ppid, name, static, cg)
+            name, ppid, cpu = st.name, st.ppid, st.ticks
+            start = st.start
+            row = self._process(proc, ppid, name, static, cg)
             if row is None:
                 continue
             ticks[(pid, start)] = cpu
@@ -389,6 +355,8 @@ class Scanner:
             processes.append(row)
         for gone in set(self._static) - seen:
             del self._static[gone]
+        for raw in set(self._cgroups) - self._cgroups_seen:
+            del self._cgroups[raw]
         families = _families(processes)
         report = HostReport(time=time.time(), interval=None if dt is None else round(dt, 3),
                             scope={"cgroup": self.cgroup_given, "user": self.user},
@@ -399,29 +367,24 @@ class Scanner:
         report.elapsed_ms = round((time.perf_counter() - started) * 1e3, 2)
         return report
 
-    def _process(self, pid: int, ppid: int, name: str, static: _Static, cg: _CgroupInfo) -> HostProcess | None:
+    def _process(self, proc: Proc, ppid: int, name: str, static: _Static, cg: _CgroupInfo) -> HostProcess | None:
+        pid = proc.pid or 0
         try:
-            affinity = os.sched_getaffinity(pid)
-        except ProcessLookupError:
+            affinity = proc.affinity()
+        except ProcessGone:
             return None
-        except OSError:
+        except UsageError:
             affinity = set(self.facts.affinity)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
+        threads = proc.thread_states()
+        if threads is None:
             return None
         states: dict[str, int] = {}
         by_raw: dict[bytes, list[int]] = {}
-        task = f"/proc/{pid}/task/"
-        for tid in tids:
-            try:
-                data = _read_stat(task + tid + "/stat")
-                close = data.rindex(b")")
-            except (OSError, ValueError):
-                continue  # the thread ended
-            state = chr(data[close + 2])
+        for raw, state in threads:
+            if state in ("Z", "X"):
+                continue  # an exited main thread whose process runs on
             states[state] = states.get(state, 0) + 1
-            counts = by_raw.get(raw := data[data.index(b"(") + 1:close])
+            counts = by_raw.get(raw)
             if counts is None:
                 counts = by_raw[raw] = [0, 0]
             counts[0] += 1
@@ -438,7 +401,7 @@ class Scanner:
         from parinfo.machine.topology import usable_from
 
         usable = usable_from(len(usable_list), None, cg.quota)
-        maps = self._pools(pid, static)
+        maps = self._pools(proc, static)
         pools: list[PoolCount] = []
         unknown = None
         if isinstance(maps, str):

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import field
 
+from parinfo.machine.procfs import Proc
 from parinfo.machine.sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
 from parinfo.record import record
 
@@ -198,7 +199,7 @@ def _jobs(mounts: list[_Mount], v2_path: str | None, v1_paths: dict[str, str]) -
 def cgroup_facts(root: str, pid: int | None = None) -> CgroupFacts:
     """The CPU quota and cpuset of process ``pid`` (default: this one) as read under ``root``."""
     facts = CgroupFacts()
-    proc_rel = f"proc/{'self' if pid is None else pid}/cgroup"
+    proc = Proc(pid, root)
     try:
         mounts = _mounts(read(root, "proc/self/mountinfo"))
     except Unreadable as exc:
@@ -209,7 +210,7 @@ def cgroup_facts(root: str, pid: int | None = None) -> CgroupFacts:
     has_v1, has_v2 = any(not m.v2 for m in mounts), any(m.v2 for m in mounts)
     facts.version = "hybrid" if has_v1 and has_v2 else "v2" if has_v2 else "v1"
     try:
-        v2_path, v1_paths = _memberships(read(root, proc_rel), proc_rel)
+        v2_path, v1_paths = _memberships(proc.text("cgroup"), proc.shown("cgroup"))
     except Unreadable as exc:
         facts.unknown["quota"] = facts.unknown["cpuset"] = str(exc)
         return facts
@@ -277,8 +278,8 @@ def controller_dir(root: str, controller: str, pid: int | None = None) -> Cgroup
     mounts = _mounts(read(root, "proc/self/mountinfo"))
     if not mounts:
         return None
-    proc_rel = f"proc/{'self' if pid is None else pid}/cgroup"
-    v2_path, v1_paths = _memberships(read(root, proc_rel), proc_rel)
+    proc = Proc(pid, root)
+    v2_path, v1_paths = _memberships(proc.text("cgroup"), proc.shown("cgroup"))
     notes: list[str] = []
     for m in mounts:
         if not m.v2 and controller in m.controllers and controller in v1_paths:

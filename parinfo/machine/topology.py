@@ -181,21 +181,17 @@ def _environment(root: str, pid: int | None, unknown: dict[str, str]) -> dict[st
     wanted = (*_scheduler.VARIABLES, _rounding.ROUNDING_VAR)
     if pid is None and root == "/":
         return {k: os.environ[k] for k in wanted if k in os.environ}
-    rel = f"proc/{'self' if pid is None else pid}/environ"
-    if not os.path.lexists(os.path.join(root, rel)):
+    from parinfo.machine.procfs import Proc, parse_environ
+
+    proc = Proc(pid, root)
+    if not os.path.lexists(proc.path("environ")):
         return {}
     try:
-        with open(os.path.join(root, rel), "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        unknown["allocation"] = f"cannot read {_sysfs.shown(rel)}: {exc.strerror or exc}"
+        block = proc.read("environ", 1 << 22)
+    except UsageError as exc:
+        unknown["allocation"] = str(exc)
         return {}
-    out = {}
-    for item in raw.split(b"\0"):
-        name, sep, value = item.decode("utf-8", "replace").partition("=")
-        if sep and name in wanted:
-            out[name] = value
-    return out
+    return {k: v for k, v in parse_environ(block).items() if k in wanted}
 
 
 def machine_facts(root: str = "/", pid: int | None = None, *, environ: Mapping[str, str] | None = None,
@@ -301,20 +297,21 @@ def _affinity(root: str, pid: int | None, online: tuple[int, ...] | None,
             raise UsageError(f"no process with pid {pid} (check the pid with ps)") from None
         except OSError:
             pass  # not permitted: /proc/<pid>/status still says it
-    proc = f"proc/{'self' if pid is None else pid}"
-    if pid is not None and not os.path.isdir(os.path.join(root, proc)):
-        raise UsageError(f"no process with pid {pid}: {_sysfs.shown(proc)} does not exist "
+    from parinfo.machine.procfs import Proc
+
+    proc = Proc(pid, root)
+    if pid is not None and not proc.exists():
+        raise UsageError(f"no process with pid {pid}: {proc.shown('')[:-1]} does not exist "
                          f"(check the pid with ps)")
-    rel = f"{proc}/status"
     try:
-        text = _sysfs.read(root, rel)
+        text = proc.text("status", 1 << 16)
         m = _ALLOWED.search(text)
         if m is None:
-            raise _sysfs.Unreadable(f"no Cpus_allowed_list line in {_sysfs.shown(rel)}")
+            raise _sysfs.Unreadable(f"no Cpus_allowed_list line in {proc.shown('status')}")
         try:
             return tuple(parse_cpu_list(m.group(1)))
         except ValueError:
-            raise _sysfs.garbage(rel, m.group(0)) from None
+            raise _sysfs.garbage(proc.shown("status"), m.group(0)) from None
     except _sysfs.Unreadable as exc:
         unknown["affinity"] = f"{exc}; assumed all online CPUs"
         return tuple(online or ())

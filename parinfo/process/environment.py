@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, field
 from typing import Any
 
+from parinfo.errors import UsageError
 from parinfo.machine.unknown import because
 from parinfo.payload import flag, integer, section, text, texts
 from parinfo.process.libraries import listed_unset
@@ -78,22 +79,16 @@ def launch_environment(pid: int | None = None) -> dict[str, str] | str:
     directly to keep psutil's import off ``parinfo show``'s path). Elsewhere psutil is asked.
     Returns a dict, or a string "unknown (reason)" when it cannot be read (no permission, no procfs).
     """
-    path = f"/proc/{'self' if pid is None else int(pid)}/environ"
+    from parinfo.machine.procfs import Proc, parse_environ
+
+    proc = Proc(None if pid is None else int(pid))
+    if not proc.exists() and not os.path.isdir("/proc/self"):
+        return _psutil_environ(pid)  # no procfs here
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError as exc:
-        if os.path.isdir("/proc/self"):  # procfs is there: the process is not
-            return because(exc)
-        return _psutil_environ(pid)
-    except OSError as exc:
-        return because(exc)
-    env: dict[str, str] = {}
-    for item in raw.decode("utf-8", "surrogateescape").split("\0"):
-        name, sep, value = item.partition("=")
-        if sep and name:
-            env.setdefault(name, value)
-    return env
+        raw = proc.read_or_why("environ", 1 << 22)
+    except UsageError as exc:
+        return f"unknown ({exc})"
+    return f"unknown ({raw})" if isinstance(raw, str) else parse_environ(raw)
 
 
 def _psutil_environ(pid: int | None) -> dict[str, str] | str:

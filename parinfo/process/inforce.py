@@ -18,11 +18,11 @@ more). Without them the row says ``unknown (permission: run as the process's use
 """
 from __future__ import annotations
 
-import errno
 import functools
 import os
 from typing import Any
 
+from parinfo.machine.procfs import PERMISSION, Memory, Proc, gone
 from parinfo.process import libraries as reg
 from parinfo.record import record
 
@@ -31,8 +31,6 @@ __all__ = ["IN_FORCE", "PERMISSION", "CountInForce", "MappedFile", "counts_in_fo
 
 #: The source of a count read from the process's memory.
 IN_FORCE = "in force (read from the process's memory)"
-#: Why a count of another user's process is unknown.
-PERMISSION = "permission: run as the process's user or root"
 
 
 def unknown(why: str) -> str:
@@ -200,108 +198,11 @@ def _symbol(fd: int, spec: reg.CountSymbol) -> _Symbol:
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading one process
+# Reading one process (its files through the /proc front)
 
 
-class _Gone(Exception):
-    """The process ended while it was read."""
-
-
-def _open_file(pid: int, m: MappedFile) -> tuple[int | None, str]:
-    """The library file as process ``pid`` sees it, open read-only (and checked to be the mapped
-    inode), or (None, why not)."""
-    # map_files is the mapped file itself (root only): no path is resolved, so a container cannot
-    # point parinfo elsewhere with a symlink. Through /proc/PID/root the inode must match the one
-    # maps names (not the device: overlayfs shows the underlying file's device there).
-    candidates = [f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}"]
-    candidates += [] if m.deleted else [f"/proc/{pid}/root{m.path}"]
-    why = "cannot open the library file as the process sees it"
-    for candidate in candidates:
-        try:
-            fd = os.open(candidate, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except (ProcessLookupError, FileNotFoundError):
-            if not os.path.isdir(f"/proc/{pid}"):
-                raise _Gone from None
-            continue
-        except PermissionError:
-            why = PERMISSION
-            continue
-        except OSError as exc:
-            why = f"cannot open {candidate}: {exc.strerror or exc}"
-            continue
-        if m.inode and os.fstat(fd).st_ino != m.inode:
-            os.close(fd)
-            why = "the library file was replaced after the process loaded it"
-            continue
-        return fd, why
-    return None, why
-
-
-def _permission_reason(pid: int) -> str:
-    """Why this user may not read ``pid``'s memory: another user's process, or (same user) the
-    kernel's ptrace rules."""
-    if os.geteuid() == 0:
-        return "permission: refused even to root (a security module's rule)"
-    try:
-        with open(f"/proc/{pid}/status", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"Uid:"):
-                    if os.geteuid() not in {int(x) for x in line.split()[1:]}:
-                        return PERMISSION
-                    break
-    except OSError:
-        return PERMISSION
-    return ("permission: the kernel lets only root read this process's memory (kernel.yama.ptrace_scope, "
-            "or a process that is not dumpable): run as root")
-
-
-class _Memory:
-    """/proc/PID/mem, opened on first use; a read that fails says why once for every later row."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.fd: int | None = None
-        self.refused: str | None = None
-
-    def read(self, address: int, size: int) -> bytes | str:
-        """``size`` bytes at ``address``, or why they cannot be read."""
-        if self.refused is not None:
-            return self.refused
-        if self.fd is None:
-            try:
-                self.fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except (ProcessLookupError, FileNotFoundError):
-                raise _Gone from None
-            except PermissionError:
-                self.refused = _permission_reason(self.pid)
-                return self.refused
-            except OSError as exc:
-                self.refused = f"cannot open /proc/{self.pid}/mem: {exc.strerror or exc}"
-                return self.refused
-        try:
-            data = os.pread(self.fd, size, address)
-        except ProcessLookupError:
-            raise _Gone from None
-        except PermissionError:
-            return _permission_reason(self.pid)
-        except OSError as exc:
-            if exc.errno == errno.EIO and not os.path.isdir(f"/proc/{self.pid}"):
-                raise _Gone from None
-            return f"cannot read the process's memory at {address:#x}: {exc.strerror or exc}"
-        if len(data) != size:
-            if not os.path.isdir(f"/proc/{self.pid}"):
-                raise _Gone
-            return f"short read of the process's memory at {address:#x}"
-        return data
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def _row(pid: int, m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, mem: _Memory) -> CountInForce:
-    fd, why = _open_file(pid, m)
+def _row(proc: Proc, m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, mem: Memory) -> CountInForce:
+    fd, why = proc.open_mapping(m.start, m.end, m.path, m.inode, m.deleted)
     if fd is None:
         return CountInForce(rec.name, m.path, None, unknown(why))
     try:
@@ -342,25 +243,20 @@ def counts_in_force(pid: int, maps_text: str | None = None) -> list[CountInForce
     read, and :class:`parinfo.process.tasks.NoAccess` when its maps cannot be read (then nothing
     about its libraries is known).
     """
-    from parinfo.process import tasks
-
+    proc = Proc(int(pid))
     if maps_text is None:
-        try:
-            with open(f"/proc/{int(pid)}/maps", "rb") as fh:
-                maps_text = fh.read().decode("utf-8", "surrogateescape")
-        except (FileNotFoundError, ProcessLookupError):
-            raise tasks.gone(pid) from None
-        except OSError as exc:
-            raise tasks.no_access(pid, f"/proc/{pid}/maps", exc) from None
+        proc.check()
+        maps_text = proc.maps().decode("utf-8", "surrogateescape")
+    elif not proc.exists():
+        raise gone(int(pid))
     wanted = [(m, rec) for m in mapped_files(maps_text, _symbol_prefixes())
               if (rec := _library_of(m.path)) is not None]
-    mem = _Memory(pid)
-    try:
-        return [_row(pid, m, rec, rec.count_symbol, mem) for m, rec in wanted if rec.count_symbol is not None]
-    except _Gone:
-        raise tasks.gone(pid) from None
-    finally:
-        mem.close()
+    if not wanted:
+        return []
+    if proc.stat().dead:
+        proc.follow_live_thread()
+    with proc.memory() as mem:
+        return [_row(proc, m, rec, rec.count_symbol, mem) for m, rec in wanted if rec.count_symbol is not None]
 
 
 def cache_size() -> int:

@@ -7,6 +7,7 @@ Inspecting changes nothing: no count is set to probe a pool (``debugging_info`` 
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -120,6 +121,40 @@ def loaded_objects(maps_text: str | None = None) -> list[str]:
             if path.startswith("/") and ".so" in path and path not in seen:
                 seen[path] = None
     return list(seen)
+
+
+@functools.cache
+def _runtime_paths() -> re.Pattern[bytes]:
+    """Lines of a maps file whose path's file name starts like a thread runtime's (the registry's
+    prefixes): a text search, so the hundreds of other lines of a numpy process cost no Python work."""
+    prefixes = sorted({p for r in reg.records() for p in r.prefixes})
+    names = b"|".join(re.escape(p.encode()) for p in prefixes)
+    return re.compile(rb"(/[^\n]*/(?:" + names + rb")[^/\n]*\.so[^/\n]*)$", re.MULTILINE | re.IGNORECASE)
+
+
+#: What the kernel appends in /proc/PID/maps to a mapped file that was deleted after it was mapped.
+DELETED = " (deleted)"
+
+
+def runtimes_in_maps(maps: bytes, seen_by: str) -> list[dict]:
+    """One row per thread runtime file mapped (a :class:`PoolRow` as a dict, copies marked), from the
+    bytes of a process's maps. A file deleted after it was loaded (what a package upgrade does to
+    every running process) keeps its path, with a note saying so."""
+    rows = []
+    seen: set[str] = set()
+    for raw in dict.fromkeys(m.group(1) for m in _runtime_paths().finditer(maps)):
+        path = raw.decode("utf-8", "surrogateescape")
+        deleted = path.endswith(DELETED)
+        path = path.removesuffix(DELETED)
+        if path in seen:
+            continue
+        seen.add(path)
+        family = classify(path)
+        if family is not None:
+            note = "deleted or replaced on disk since the process loaded it" if deleted else None
+            rows.append(PoolRow.of_file(path, family, seen_by=seen_by, note=note).to_dict())
+    mark_duplicates(rows)
+    return rows
 
 
 def classify(path: str) -> tuple[str, str, str] | None:

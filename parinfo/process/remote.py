@@ -12,10 +12,10 @@ gives what /proc lets this user read, and "unknown (permission...)" for the rest
 from __future__ import annotations
 
 import os
-import types
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from parinfo.machine.procfs import Proc, gone, pids
 from parinfo.record import record
 
 if TYPE_CHECKING:
@@ -26,97 +26,53 @@ GLIBC_UNLIMITED_STACK = 2 << 20
 
 
 
-def _tasks() -> types.ModuleType:
-    """parinfo.process.tasks, loaded only to raise its errors: ``parinfo show`` never needs it."""
-    from parinfo.process import tasks
-
-    return tasks
-
-
-def _read(pid: int, name: str, limit: int = 1 << 24) -> bytes:
-    """The bytes of /proc/PID/name; ProcessGone or NoAccess (one line) when they cannot be read."""
-    from parinfo.machine.sysfs import read_bytes
-
-    try:
-        return read_bytes(f"/proc/{pid}/{name}", limit)
-    except (FileNotFoundError, ProcessLookupError):
-        raise _tasks().gone(pid) from None
-    except OSError as exc:
-        raise _tasks().no_access(pid, f"/proc/{pid}/{name}", exc) from None
-
-
-# PF_KTHREAD in the flags field of /proc/PID/stat: the task is a kernel thread.
-_PF_KTHREAD = 0x00200000
-
-
-def _name_of(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/comm", "rb") as fh:
-            return fh.read().decode("utf-8", "replace").rstrip("\n")
-    except OSError:
-        return None
+def _proc(pid: int) -> Proc:
+    """The front for ``pid``'s files, following a live thread when its main thread has exited."""
+    proc = Proc(int(pid))
+    proc.check()
+    return proc
 
 
 def check_pid(pid: int) -> None:
     """Raise a one-line usage error when ``pid`` names nothing parinfo can report on: ProcessGone
     when no process has it, NotAProcess for a kernel thread (no user-space pools) or a zombie (it
-    has exited; its parent has not collected it yet)."""
-    if pid <= 0 or not os.path.isdir(f"/proc/{pid}"):
-        raise _tasks().gone(pid)
-    from parinfo.process.tasks import parse_stat
-
-    try:
-        stat = _read(pid, "stat").decode("utf-8", "replace")
-        name, state, _, _ = parse_stat(stat)
-        rest = stat.rsplit(")", 1)[1].split()
-        ppid, flags = int(rest[1]), int(rest[6])
-    except (ValueError, IndexError):
-        return
-    if flags & _PF_KTHREAD:
-        raise _tasks().kernel_thread(pid, name)
-    if state in ("Z", "X"):
-        raise _tasks().zombie(pid, name, ppid, _name_of(ppid))
+    has exited; its parent has not collected it yet). A process whose main thread exited while
+    other threads run on is a process, read through those threads."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise gone(pid)
+    Proc(pid).check()
 
 
 def identity(pid: int) -> dict:
     """pid, name, command line, executable and parent of ``pid`` (the report's process section)."""
-    from parinfo.process.tasks import parse_stat
-
-    stat = _read(pid, "stat").decode("utf-8", "replace")
-    name, _, _, _ = parse_stat(stat)
-    stat_rest = stat.rsplit(")", 1)[1].split()
-    cmdline = [a.decode("utf-8", "replace") for a in _read(pid, "cmdline").split(b"\0") if a]
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError as exc:
-        exe = f"unknown (cannot read /proc/{pid}/exe: {exc.strerror or exc})"
-    base = os.path.basename(cmdline[0]) if cmdline else name
+    proc = _proc(pid)
+    st = proc.stat()
+    cmdline = proc.cmdline()
+    exe = proc.exe()
+    base = os.path.basename(cmdline[0]) if cmdline else st.name
     python = "unknown (read from outside; the interpreter is not asked)"
-    if not (base.startswith("python") or name.startswith("python") or "python" in os.path.basename(exe)):
+    if not (base.startswith("python") or st.name.startswith("python") or "python" in os.path.basename(exe)):
         python = "unknown (not a Python interpreter, or one renamed)"
-    return {"pid": pid, "name": name, "ppid": int(stat_rest[1]), "cmdline": cmdline, "executable": exe,
-            "python": python, "inspected_from": os.getpid()}
+    out = {"pid": pid, "name": st.name, "ppid": st.ppid, "cmdline": cmdline, "executable": exe,
+           "python": python, "inspected_from": os.getpid()}
+    if proc.leader_exited:
+        out["note"] = "its main thread has exited; its other threads run on and are read here"
+    return out
 
 
 def maps_text(pid: int) -> str:
     """/proc/PID/maps (ProcessGone or NoAccess when it cannot be read)."""
-    return _read(pid, "maps").decode("utf-8", "surrogateescape")
+    return _proc(pid).maps().decode("utf-8", "surrogateescape")
 
 
 def loaded_runtimes(pid: int, maps: str | None = None) -> list[dict]:
     """One row per thread runtime file mapped into ``pid`` (the keys of the report's pool rows;
     ``num_threads`` is None until :func:`read_counts` fills what can be read). ``maps`` is its
     /proc/PID/maps when the caller has read it."""
-    from parinfo.process.pools import PoolRow, classify, loaded_objects, mark_duplicates
+    from parinfo.process.pools import runtimes_in_maps
 
-    rows: list[dict] = []
-    for path in loaded_objects(maps_text(pid) if maps is None else maps):
-        family = classify(path)
-        if family is not None:
-            rows.append(PoolRow.of_file(path, family, seen_by=f"/proc/{pid}/maps", note=None).to_dict())
-    mark_duplicates(rows)
-    return rows
-
+    text = maps_text(pid) if maps is None else maps
+    return runtimes_in_maps(text.encode("utf-8", "surrogateescape"), Proc(pid).shown("maps"))
 
 #: The source of a count taken from the environment the process was launched with.
 FROM_LAUNCH = "from its launch environment; the process may have changed it"
@@ -163,12 +119,7 @@ def read_counts(pid: int, rows: list[dict], maps: str, launch_env: dict[str, str
 
 def environment(pid: int) -> dict[str, str]:
     """The environment ``pid`` was launched with (its later edits are not visible from outside)."""
-    env: dict[str, str] = {}
-    for item in _read(pid, "environ").decode("utf-8", "surrogateescape").split("\0"):
-        name, sep, value = item.partition("=")
-        if sep and name:
-            env.setdefault(name, value)
-    return env
+    return _proc(pid).environ()
 
 
 @record(frozen=True)
@@ -210,22 +161,17 @@ def limits(pid: int | None = None) -> Limits:
             return None if value == resource.RLIM_INFINITY else value
 
         return Limits(soft(resource.RLIMIT_STACK), soft(resource.RLIMIT_DATA), soft(resource.RLIMIT_AS))
-    return parse_limits(_read(pid, "limits").decode("utf-8", "replace"))
+    return parse_limits(_proc(pid).limits())
 
 
 def children(pid: int) -> list[int]:
     """Every descendant of ``pid`` (children, their children...), found by the parent field of each
     process's stat; processes that end meanwhile are skipped."""
     parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                rest = fh.read().rsplit(b")", 1)[1].split()
-            parents.setdefault(int(rest[1]), []).append(int(entry))
-        except (OSError, IndexError, ValueError):
-            continue
+    for child in pids():
+        st = Proc(child).thread_stat(child)  # the leader's stat: None once it has gone
+        if st is not None:
+            parents.setdefault(st.ppid, []).append(child)
     out: list[int] = []
     todo = [pid]
     while todo:

@@ -14,46 +14,25 @@ import os
 import re
 from dataclasses import asdict
 
-from parinfo.errors import UsageError
-from parinfo.machine.sysfs import read_bytes
+from parinfo.machine.procfs import (
+    NoAccess,
+    NotAProcess,
+    Proc,
+    ProcessGone,
+    exited_during_read,
+    gone,
+    kernel_thread,
+    no_access,
+    parse_stat as _parse_stat,
+    zombie,
+)
 from parinfo.record import record
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-class ProcessGone(UsageError):
-    """The process does not exist, or no longer does."""
-
-
-class NoAccess(UsageError):
-    """The process exists but its files cannot be read by this user."""
-
-
-class NotAProcess(UsageError):
-    """The pid names a task with nothing to report on: a kernel thread, or a zombie."""
-
-
-def gone(pid: int) -> ProcessGone:
-    return ProcessGone(f"no process with pid {pid} (it has exited, or never existed: check the pid with ps)")
-
-
-def exited_during_read(pid: int) -> ProcessGone:
-    return ProcessGone(f"pid {pid} exited while parinfo was reading it: nothing left to report")
-
-
-def kernel_thread(pid: int, name: str) -> NotAProcess:
-    return NotAProcess(f"pid {pid} is a kernel thread ({name}): it has no user-space pools")
-
-
-def zombie(pid: int, name: str, ppid: int, parent: str | None) -> NotAProcess:
-    return NotAProcess(f"pid {pid} ({name}) is a zombie: it has exited and its parent, pid {ppid}"
-                       f"{f' ({parent})' if parent else ''}, has not collected it yet; it has no threads "
-                       f"or pools left")
-
-
-def no_access(pid: int, what: str, exc: OSError) -> NoAccess:
-    return NoAccess(f"cannot read {what} of pid {pid}: {exc.strerror or exc} (run parinfo as the "
-                    f"process's user or as root)")
+__all__ = ["CLOCK_TICKS", "NoAccess", "NotAProcess", "ProcessGone", "ThreadStat", "exited_during_read", "gone",
+           "kernel_thread", "no_access", "parse_stat", "thread_group", "thread_stats", "zombie"]
 
 
 @record(frozen=True)
@@ -73,52 +52,36 @@ class ThreadStat:
 
 
 def parse_stat(text: str) -> tuple[str, str, int, int | None]:
-    """(name, state, utime+stime in ticks, last CPU) from a /proc stat line. The name sits between
-    the first '(' and the last ')' because it may itself hold spaces and parentheses."""
-    open_, close = text.index("("), text.rindex(")")
-    name = text[open_ + 1:close]
-    rest = text[close + 2:].split()
-    cpu = int(rest[36]) if len(rest) > 36 else None
-    return name, rest[0], int(rest[11]) + int(rest[12]), cpu
+    """(name, state, utime+stime in ticks, last CPU) from a /proc stat line (the front's parser)."""
+    st = _parse_stat(text.encode("utf-8", "surrogateescape"))
+    return st.name, st.state, st.ticks, st.cpu
 
 
 _NONVOLUNTARY = re.compile(rb"^nonvoluntary_ctxt_switches:\s*(\d+)", re.MULTILINE)
 
 
-def _thread(task_dir: str, tid: int) -> ThreadStat | None:
+def _thread(proc: Proc, tid: int) -> ThreadStat | None:
     """One thread's facts; None when it ended while being read."""
-    base = f"{task_dir}/{tid}"
-    try:
-        name, state, ticks, cpu = parse_stat(read_bytes(f"{base}/stat").decode("utf-8", "replace"))
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    except (OSError, ValueError, IndexError):
-        return None  # a thread that is being torn down can give an empty or partial file
-    cpu_ns, wait_ns = ticks * (1_000_000_000 // CLOCK_TICKS), None
-    try:
-        parts = read_bytes(f"{base}/schedstat").split()
-        cpu_ns, wait_ns = int(parts[0]), int(parts[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    involuntary = None
-    try:
-        m = _NONVOLUNTARY.search(read_bytes(f"{base}/status"))
-        involuntary = int(m.group(1)) if m else None
-    except OSError:
-        pass
-    return ThreadStat(tid, name, state, cpu_ns, wait_ns, involuntary, cpu)
+    st = proc.thread_stat(tid)
+    if st is None:
+        return None  # ended, or being torn down (an empty or partial file)
+    cpu_ns, wait_ns = st.ticks * (1_000_000_000 // CLOCK_TICKS), None
+    sched = proc.thread_file(tid, "schedstat", 256)
+    if sched is not None:
+        try:
+            parts = sched.split()
+            cpu_ns, wait_ns = int(parts[0]), int(parts[1])
+        except (ValueError, IndexError):
+            pass
+    status = proc.thread_file(tid, "status")
+    m = None if status is None else _NONVOLUNTARY.search(status)
+    return ThreadStat(tid, st.name, st.state, cpu_ns, wait_ns, int(m.group(1)) if m else None, st.cpu)
 
 
 def thread_stats(pid: int) -> list[ThreadStat]:
     """The threads of process ``pid`` now, sorted by thread id. Raises ProcessGone or NoAccess."""
-    task_dir = f"/proc/{int(pid)}/task"
-    try:
-        tids = sorted(int(t) for t in os.listdir(task_dir) if t.isdigit())
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        raise gone(pid) from None
-    except OSError as exc:
-        raise no_access(pid, "the threads", exc) from None
-    out = [t for t in (_thread(task_dir, tid) for tid in tids) if t is not None]
+    proc = Proc(int(pid))
+    out = [t for t in (_thread(proc, tid) for tid in proc.thread_ids()) if t is not None]
     if all(t.state in ("Z", "X") for t in out):
         raise gone(pid)  # every thread ended (or is a zombie waiting for its parent): the process is gone
     return out

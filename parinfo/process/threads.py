@@ -1,7 +1,6 @@
 """The OS threads of a process now, by name where the kernel gives one."""
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
@@ -66,23 +65,16 @@ def live_threads(pid: int | None = None) -> dict:
     Read from ``/proc/<pid>/task/*/comm``; when that directory cannot be listed, psutil's thread list
     (ids only) is used.
     """
-    proc_pid = "self" if pid is None else str(int(pid))
-    task_dir = f"/proc/{proc_pid}/task"
+    from parinfo.errors import UsageError
+    from parinfo.machine.procfs import Proc
+
+    proc = Proc(None if pid is None else int(pid))
     try:
-        tids = sorted(int(t) for t in os.listdir(task_dir) if t.isdigit())
-    except OSError as exc:
-        return _from_psutil(pid, because(exc))
-    threads = []
-    for tid in tids:
-        try:
-            with open(f"{task_dir}/{tid}/comm", encoding="utf-8", errors="replace") as fh:
-                name = fh.read().rstrip("\n")
-        except FileNotFoundError:
-            continue  # the thread ended while we listed
-        except OSError as exc:
-            name = because(exc)
-        threads.append(OsThread(tid, name))
-    return ThreadList(len(threads), threads, task_dir).to_dict()
+        names = proc.thread_names()
+    except UsageError as exc:
+        return _from_psutil(pid, f"unknown ({exc})")
+    threads = [OsThread(tid, name) for tid, name in names if name is not None]  # None: ended while listed
+    return ThreadList(len(threads), threads, proc.shown("task")).to_dict()
 
 
 def _from_psutil(pid: int | None, proc_reason: str) -> dict:

@@ -20,6 +20,7 @@ from parinfo.machine.pressure import (
     cpu_counters,
     cpu_pressure,
 )
+from parinfo.machine.procfs import Proc
 from parinfo.process.tasks import (
     ProcessGone,
     ThreadStat,
@@ -93,7 +94,7 @@ class Sampler:
                 threads.update(((p, t.tid), t) for t in stats)
         counters = cpu_counters(self.root, self.pid)
         pressure = cpu_pressure(self.root, self.pid)
-        if self.pid is not None and counters.unknown and not os.path.isdir(f"/proc/{self.pid}"):
+        if self.pid is not None and counters.unknown and not Proc(self.pid, self.root).exists():
             raise gone(self.pid)
         return Reading(time.monotonic(), threads, processes, counters, pressure,
                        _procs_running() if self.pid is None else None)

@@ -1,0 +1,557 @@
+"""The one front for a process's /proc files: every other module asks it, none opens them itself.
+
+What a process's /proc files say is hostile input (its owner controls its name, environment and
+command line, and can exit or exec at any moment), so this module:
+
+- reads with plain system calls, bounded in size, through bytes paths (a cgroup or file name that is
+  not UTF-8 stays exact);
+- knows the shapes a task can take: a kernel thread, a zombie, a process whose main thread has
+  exited while its other threads run on (its per-process files then read empty or fail: they are
+  read through a live thread instead), one that vanished, and one whose pid was reused (its start
+  time differs from the first reading);
+- turns every OS error into parinfo's own in one place (:meth:`Proc.failure`): :class:`ProcessGone`,
+  :class:`NoAccess` (both one-line usage errors), or the words of an "unknown (why)".
+
+``root`` is the file system root the files are read under (tests pass a fake tree); ``pid`` None is
+this process.
+"""
+from __future__ import annotations
+
+import errno
+import os
+
+from parinfo.errors import UsageError
+from parinfo.record import record
+
+__all__ = ["PERMISSION", "PF_KTHREAD", "Memory", "NoAccess", "NotAProcess", "Proc", "ProcessGone", "Stat",
+           "exited_during_read", "gone", "kernel_thread", "no_access", "parse_environ", "parse_stat", "pids",
+           "zombie"]
+
+#: The task flag of a kernel thread (include/linux/sched.h).
+PF_KTHREAD = 0x00200000
+#: Why another user's process cannot be read.
+PERMISSION = "permission: run as the process's user or root"
+#: Most of one file read: an environment or command line is at most a few MiB; maps of a large process
+#: tens of thousands of lines.
+LIMIT = 1 << 24
+MAPS_LIMIT = 1 << 26
+
+
+class ProcessGone(UsageError):
+    """The process does not exist, or no longer does."""
+
+
+class NoAccess(UsageError):
+    """The process exists but its files cannot be read by this user."""
+
+
+class NotAProcess(UsageError):
+    """The pid names a task with nothing to report on: a kernel thread, or a zombie."""
+
+
+def gone(pid: int) -> ProcessGone:
+    return ProcessGone(f"no process with pid {pid} (it has exited, or never existed: check the pid with ps)")
+
+
+def exited_during_read(pid: int) -> ProcessGone:
+    return ProcessGone(f"pid {pid} exited while parinfo was reading it: nothing left to report")
+
+
+def kernel_thread(pid: int, name: str) -> NotAProcess:
+    return NotAProcess(f"pid {pid} is a kernel thread ({_shown(name)}): it has no user-space pools")
+
+
+def zombie(pid: int, name: str, ppid: int, parent: str | None) -> NotAProcess:
+    return NotAProcess(f"pid {pid} ({_shown(name)}) is a zombie: it has exited and its parent, pid {ppid}"
+                       f"{f' ({_shown(parent)})' if parent else ''}, has not collected it yet; it has no "
+                       f"threads or pools left")
+
+
+def no_access(pid: int, what: str, exc: OSError) -> NoAccess:
+    return NoAccess(f"cannot read {what} of pid {pid}: {exc.strerror or exc} (run parinfo as the "
+                    f"process's user or as root)")
+
+
+def _shown(text: str) -> str:
+    from parinfo.safe_text import escape_controls
+
+    return escape_controls(text)
+
+
+@record(frozen=True)
+class Stat:
+    """One task's /proc stat line. ``name`` is decoded with surrogateescape (exact bytes kept);
+    escape it where it is shown."""
+
+    pid: int
+    name: str
+    state: str  # R running or runnable, S sleeping, D uninterruptible, T stopped, Z zombie, X dead
+    ppid: int
+    flags: int
+    ticks: int  # utime + stime, in clock ticks
+    start: int  # start time after boot, in clock ticks: with the pid, the process's identity
+    cpu: int | None  # the CPU it last ran on
+
+    @property
+    def kernel_thread(self) -> bool:
+        return bool(self.flags & PF_KTHREAD) or self.pid == 2
+
+    @property
+    def dead(self) -> bool:
+        return self.state in ("Z", "X")
+
+
+def parse_stat(data: bytes, pid: int = 0) -> Stat:
+    """The fields of a /proc stat line. The name sits between the first '(' and the last ')': it may
+    itself hold spaces and parentheses. ValueError when the line is not one."""
+    try:
+        close = data.rindex(b")")
+        rest = data[close + 2:].split()
+        return Stat(pid or int(data[:data.index(b" ")]), data[data.index(b"(") + 1:close].decode(
+            "utf-8", "surrogateescape"), rest[0].decode("ascii"), int(rest[1]), int(rest[6]),
+            int(rest[11]) + int(rest[12]), int(rest[19]), int(rest[36]) if len(rest) > 36 else None)
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a stat line: {exc}") from None
+
+
+def read_small(path: bytes | str) -> bytes:
+    """A short /proc file (a stat line) in one read: a second read to meet its end would double the
+    cost of a scan over thousands of threads."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def _read(path: bytes, limit: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        size = 0
+        while size < limit:
+            chunk = os.read(fd, min(65536, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def pids(root: str = "/") -> list[int]:
+    """The pids /proc lists now; UsageError when /proc cannot be listed."""
+    try:
+        return [int(e) for e in os.listdir(os.path.join(root, "proc")) if e.isdigit() and e.isascii()]
+    except OSError as exc:
+        raise UsageError(f"cannot list /proc: {exc.strerror or exc}") from None
+
+
+def parse_environ(raw: bytes) -> dict[str, str]:
+    """An environment block (NUL-separated NAME=value) as a dict; the first of a repeated name wins."""
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep and name:
+            env.setdefault(name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+    return env
+
+
+#: The files a process's main thread keeps readable after it exits (the others read empty or fail).
+_OWN_FILES = ("stat", "status", "cgroup", "task")
+
+
+class Proc:
+    """Process ``pid`` as /proc shows it under ``root``, read file by file on demand.
+
+    The first :meth:`stat` is the process's identity (pid and start time); :meth:`same` says whether
+    the pid still names that process. Per-process files of a process whose main thread has exited
+    are read through one of its live threads (:attr:`via`)."""
+
+    __slots__ = ("_base", "_first", "_via", "pid", "root")
+
+    def __init__(self, pid: int | None, root: str = "/") -> None:
+        if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
+            raise UsageError(f"pid {pid!r}: give a process id, a whole number above 0")
+        self.pid = pid
+        self.root = root
+        self._base = os.fsencode(os.path.join(root, "proc", "self" if pid is None else str(pid)))
+        self._first: Stat | None = None
+        self._via: bytes | None = None
+
+    @property
+    def label(self) -> str:
+        """The pid as /proc names it."""
+        return "self" if self.pid is None else str(self.pid)
+
+    def path(self, name: str, tid: int | None = None) -> bytes:
+        """The path of one of the process's files (of thread ``tid``'s with a tid)."""
+        if tid is not None:
+            return b"%s/task/%d/%s" % (self._base, tid, name.encode())
+        return self._base + b"/" + name.encode()
+
+    def _file(self, name: str) -> bytes:
+        """A per-process file's path: through a live thread when the main thread has exited."""
+        return self.path(name) if self._via is None or name in _OWN_FILES else self._via + b"/" + name.encode()
+
+    def shown(self, name: str) -> str:
+        """A file's path as it is on the machine, for messages."""
+        return f"/proc/{self.label}/{name}"
+
+    # -- errors, translated in one place ---------------------------------------------------------
+
+    def exists(self) -> bool:
+        return os.path.isdir(self._base)
+
+    def failure(self, exc: OSError, what: str) -> UsageError:
+        """The error for ``exc``, raised while reading ``what``: ProcessGone when the process has
+        gone (or the file says so), NoAccess otherwise."""
+        if isinstance(exc, (FileNotFoundError, ProcessLookupError, NotADirectoryError)) \
+                or exc.errno == errno.ESRCH or not self.exists():
+            return gone(self.pid or 0) if self._first is None else exited_during_read(self.pid or 0)
+        return no_access(self.pid or os.getpid(), what, exc)
+
+    def why(self, exc: OSError, what: str) -> str:
+        """The reason for an "unknown (why)" when ``what`` cannot be read."""
+        if isinstance(exc, PermissionError):
+            return self.permission_reason()
+        if isinstance(exc, (FileNotFoundError, ProcessLookupError)) or exc.errno == errno.ESRCH:
+            return "the process has exited"
+        return f"cannot read {what}: {exc.strerror or exc}"
+
+    def permission_reason(self) -> str:
+        """Why this user may not read the process's memory or maps: another user's process, or rules
+        the kernel applies even to its own user or to root (capabilities the target holds and this
+        process lacks, a process that is not dumpable, Yama's ptrace_scope, a security module)."""
+        mine = self._status_of(b"/proc/self")
+        theirs = self._status_of(self._base)
+        if os.geteuid() != 0 and str(os.geteuid()) not in theirs.get("Uid", "").split():
+            return PERMISSION
+        try:
+            extra = int(theirs.get("CapPrm", "0"), 16) & ~int(mine.get("CapEff", "0"), 16)
+        except ValueError:
+            extra = 0
+        if extra:
+            return (f"permission: refused{' even to root' if os.geteuid() == 0 else ''}: the process holds "
+                    f"capabilities this one lacks ({_capability_names(extra)}); run parinfo with them")
+        if os.geteuid() == 0:
+            return "permission: refused even to root (a security module's rule, or another user namespace)"
+        return ("permission: the kernel lets only root read this process's memory (kernel.yama.ptrace_scope, "
+                "or a process that is not dumpable): run as root")
+
+    @staticmethod
+    def _status_of(base: bytes) -> dict[str, str]:
+        try:
+            raw = _read(base + b"/status", 1 << 16)
+        except OSError:
+            return {}
+        out = {}
+        for line in raw.decode("ascii", "replace").splitlines():
+            key, _, value = line.partition(":")
+            out[key] = value.strip()
+        return out
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def read(self, name: str, limit: int = LIMIT) -> bytes:
+        """The bytes of one file (at most ``limit``); ProcessGone or NoAccess when it cannot be read.
+        Per-process files of a process whose main thread exited are read through a live thread."""
+        path = self._file(name)
+        try:
+            return _read(path, limit)
+        except OSError as exc:
+            raise self.failure(exc, self.shown(name)) from None
+
+    def read_or_why(self, name: str, limit: int = LIMIT) -> bytes | str:
+        """The bytes of one file, or the reason it cannot be read (for an "unknown (why)");
+        ProcessGone when the process has gone."""
+        path = self._file(name)
+        try:
+            return _read(path, limit)
+        except OSError as exc:
+            if isinstance(exc, (FileNotFoundError, ProcessLookupError)) or exc.errno == errno.ESRCH \
+                    or not self.exists():
+                raise self.failure(exc, self.shown(name)) from None
+            return self.why(exc, self.shown(name))
+
+    def text(self, name: str, limit: int = 1 << 22) -> str:
+        """The stripped text of one file, for a fact of the machine layer (surrogateescape keeps a
+        cgroup name that is not UTF-8 exact); :class:`~parinfo.machine.sysfs.Unreadable` ("cannot
+        read /proc/PID/NAME: why") when it is missing, unreadable or empty."""
+        from parinfo.machine.sysfs import Unreadable
+
+        path = self._file(name)
+        try:
+            found = _read(path, limit).decode("utf-8", "surrogateescape").strip()
+        except OSError as exc:
+            raise Unreadable(f"cannot read {self.shown(name)}: {exc.strerror or exc}") from None
+        if not found:
+            raise Unreadable(f"{self.shown(name)} is empty")
+        return found
+
+    def stat(self) -> Stat:
+        """The process's stat line now; the first one read is its identity."""
+        try:
+            found = parse_stat(read_small(self.path("stat")), self.pid or os.getpid())
+        except OSError as exc:
+            raise self.failure(exc, self.shown("stat")) from None
+        except ValueError:
+            raise gone(self.pid or 0) from None  # a task being torn down gives an empty line
+        if self._first is None:
+            self._first = found
+        elif found.start != self._first.start:
+            raise exited_during_read(self.pid or 0)  # the pid now names another process
+        return found
+
+    def same(self) -> bool:
+        """Whether the pid still names the process first read (same start time)."""
+        first = self._first
+        try:
+            now = parse_stat(read_small(self.path("stat")), self.pid or os.getpid())
+        except (OSError, ValueError):
+            return False
+        return first is None or now.start == first.start
+
+    def check(self) -> Stat:
+        """The process's stat, after raising a one-line error when the pid names nothing to report
+        on: ProcessGone when no process has it, NotAProcess for a kernel thread (no user-space pools)
+        or a zombie. A process whose main thread exited while others run is not a zombie: its
+        files are read through a live thread from here on."""
+        if self.pid is not None and not self.exists():
+            raise gone(self.pid)
+        st = self.stat()
+        if st.kernel_thread:
+            raise kernel_thread(st.pid, st.name)
+        if st.dead and not self.follow_live_thread():
+            parent = Proc(st.ppid, self.root)
+            try:
+                parent_name: str | None = parent.stat().name if st.ppid > 0 else None
+            except UsageError:
+                parent_name = None
+            raise zombie(st.pid, st.name, st.ppid, parent_name)
+        return st
+
+    def follow_live_thread(self) -> bool:
+        """When the main thread has exited and another thread runs on, read the per-process files
+        through that thread; False when no thread is alive (a zombie)."""
+        for tid in self.thread_ids():
+            st = self.thread_stat(tid)
+            if st is not None and not st.dead:
+                self._via = b"%s/task/%d" % (self._base, tid)
+                return True
+        return False
+
+    @property
+    def leader_exited(self) -> bool:
+        """Whether the files are read through a live thread because the main thread has exited."""
+        return self._via is not None
+
+    def status(self) -> dict[str, str]:
+        """/proc/PID/status as {field: value}."""
+        out = {}
+        for line in self.read("status", 1 << 16).decode("utf-8", "surrogateescape").splitlines():
+            key, sep, value = line.partition(":")
+            if sep:
+                out[key] = value.strip()
+        return out
+
+    def uid(self) -> int:
+        """The real uid (the /proc directory's owner is the effective one)."""
+        try:
+            return int(self.status().get("Uid", "").split()[0])
+        except (IndexError, ValueError):
+            raise gone(self.pid or 0) from None
+
+    def environ(self) -> dict[str, str]:
+        """The environment the process was launched with (later edits are not visible from outside)."""
+        return parse_environ(self.read("environ", 1 << 22))
+
+    def cmdline(self) -> list[str]:
+        return [a.decode("utf-8", "surrogateescape") for a in self.read("cmdline", 1 << 20).split(b"\0") if a]
+
+    def maps(self) -> bytes:
+        return self.read("maps", MAPS_LIMIT)
+
+    def cgroup(self) -> bytes:
+        return self.read("cgroup", 1 << 16)
+
+    def limits(self) -> str:
+        return self.read("limits", 1 << 16).decode("utf-8", "replace")
+
+    def exe(self) -> str:
+        """The executable's path, or "unknown (why)"."""
+        try:
+            return os.fsdecode(os.readlink(self.path("exe")))
+        except OSError as exc:
+            return f"unknown ({self.why(exc, self.shown('exe'))})"
+
+    def affinity(self) -> set[int]:
+        """The CPUs the process may run on (sched_getaffinity; its status when that is refused)."""
+        try:
+            return os.sched_getaffinity(self.pid or 0)
+        except ProcessLookupError:
+            raise gone(self.pid or 0) from None
+        except OSError:
+            from parinfo.machine.cpulist import parse_cpu_list
+
+            try:
+                return set(parse_cpu_list(self.status().get("Cpus_allowed_list", "")))
+            except ValueError:
+                raise self.failure(PermissionError(errno.EACCES, "no CPU list"), self.shown("status")) from None
+
+    # -- threads ---------------------------------------------------------------------------------
+
+    def thread_ids(self) -> list[int]:
+        """The process's thread ids now, sorted; ProcessGone or NoAccess."""
+        try:
+            return sorted(int(t) for t in os.listdir(self.path("task")) if t.isdigit())
+        except OSError as exc:
+            raise self.failure(exc, "the threads") from None
+
+    def thread_stat(self, tid: int) -> Stat | None:
+        """One thread's stat; None when it ended while it was read."""
+        try:
+            return parse_stat(read_small(self.path("stat", tid)), tid)
+        except (OSError, ValueError):
+            return None
+
+    def thread_file(self, tid: int, name: str, limit: int = 1 << 16) -> bytes | None:
+        """One of a thread's files; None when it cannot be read (ended, or not permitted)."""
+        try:
+            return _read(self.path(name, tid), limit)
+        except OSError:
+            return None
+
+    def thread_names(self) -> list[tuple[int, str | None]]:
+        """(tid, name) of each thread (name None when it ended meanwhile)."""
+        out: list[tuple[int, str | None]] = []
+        for tid in self.thread_ids():
+            raw = self.thread_file(tid, "comm", 256)
+            out.append((tid, None if raw is None else raw.decode("utf-8", "surrogateescape").rstrip("\n")))
+        return out
+
+    def thread_states(self) -> list[tuple[bytes, str]] | None:
+        """(raw name, state) of each live thread, read in one pass for a scan over every process of
+        the machine; None when the threads cannot be listed (the process has gone)."""
+        try:
+            tids = os.listdir(self.path("task"))
+        except OSError:
+            return None
+        task = self._base + b"/task/"
+        out = []
+        for tid in tids:
+            try:
+                data = read_small(task + tid + b"/stat")
+                close = data.rindex(b")")
+                out.append((data[data.index(b"(") + 1:close], chr(data[close + 2])))
+            except (OSError, ValueError, IndexError):
+                continue  # the thread ended
+        return out
+
+    # -- mapped files and memory -----------------------------------------------------------------
+
+    def open_mapping(self, start: int, end: int, path: str, inode: int, deleted: bool) -> tuple[int | None, str]:
+        """The file mapped at ``start``-``end`` open read-only (its descriptor), or (None, why not).
+
+        ``map_files`` is the mapped file itself, even deleted or replaced since (root only): no path
+        is resolved, so a container cannot point parinfo elsewhere with a symlink. Else the path
+        through the process's root (another mount namespace), believed only when its inode is the
+        one maps names (not the device: overlayfs shows the underlying file's device there)."""
+        candidates = [b"%s/map_files/%x-%x" % (self._base, start, end)]
+        if not deleted:
+            candidates.append((self._via or self._base) + b"/root" + os.fsencode(path))
+        why = "cannot open the library file as the process sees it"
+        for candidate in candidates:
+            try:
+                fd = os.open(candidate, os.O_RDONLY | os.O_CLOEXEC)
+            except PermissionError:
+                why = self.permission_reason()
+                continue
+            except OSError as exc:
+                if not self.exists():
+                    raise exited_during_read(self.pid or 0) from None
+                if not isinstance(exc, FileNotFoundError):
+                    why = f"cannot open {os.fsdecode(candidate)}: {exc.strerror or exc}"
+                continue
+            if inode and os.fstat(fd).st_ino != inode:
+                os.close(fd)
+                why = "the library file was replaced after the process loaded it, and its mapping cannot be opened"
+                continue
+            return fd, why
+        if deleted and why.startswith("cannot open the library"):
+            why = "the library file was deleted after the process loaded it, and its mapping cannot be opened"
+        return None, why
+
+    def memory(self) -> Memory:
+        """The process's memory, opened on first read; close it when done."""
+        return Memory(self)
+
+
+class Memory:
+    """/proc/PID/mem, opened on first use: plain reads, no ptrace attach, no signal, the process runs
+    on. A refusal says why once, for every later read."""
+
+    def __init__(self, proc: Proc) -> None:
+        self.proc = proc
+        self.fd: int | None = None
+        self.refused: str | None = None
+
+    def read(self, address: int, size: int) -> bytes | str:
+        """``size`` bytes at ``address``, or why they cannot be read. ProcessGone when the process ends."""
+        proc = self.proc
+        if self.refused is not None:
+            return self.refused
+        if self.fd is None:
+            try:
+                self.fd = os.open((proc._via or proc._base) + b"/mem", os.O_RDONLY | os.O_CLOEXEC)
+            except PermissionError:
+                self.refused = proc.permission_reason()
+                return self.refused
+            except OSError as exc:
+                if isinstance(exc, (FileNotFoundError, ProcessLookupError)) or not proc.exists():
+                    raise exited_during_read(proc.pid or 0) from None
+                self.refused = f"cannot open {proc.shown('mem')}: {exc.strerror or exc}"
+                return self.refused
+        try:
+            data = os.pread(self.fd, size, address)
+        except ProcessLookupError:
+            raise exited_during_read(proc.pid or 0) from None
+        except PermissionError:
+            return proc.permission_reason()
+        except OSError as exc:
+            if not proc.exists():
+                raise exited_during_read(proc.pid or 0) from None
+            return f"cannot read the process's memory at {address:#x}: {exc.strerror or exc}"
+        if len(data) != size:
+            if not proc.exists():
+                raise exited_during_read(proc.pid or 0)
+            return f"short read of the process's memory at {address:#x}"
+        return data
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_CAPABILITIES = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+                 "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE",
+                 "CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK", "CAP_IPC_OWNER",
+                 "CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE", "CAP_SYS_PACCT",
+                 "CAP_SYS_ADMIN", "CAP_SYS_BOOT", "CAP_SYS_NICE", "CAP_SYS_RESOURCE", "CAP_SYS_TIME",
+                 "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE", "CAP_AUDIT_WRITE", "CAP_AUDIT_CONTROL",
+                 "CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG", "CAP_WAKE_ALARM",
+                 "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE")
+
+
+def _capability_names(mask: int) -> str:
+    names = [(_CAPABILITIES[i] if i < len(_CAPABILITIES) else f"capability {i}")
+             for i in range(mask.bit_length()) if mask >> i & 1]
+    return ", ".join(names)
