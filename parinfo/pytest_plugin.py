@@ -80,7 +80,7 @@ def _ignored(raw: str, why: str) -> str:
     return f"parinfo: {_COUNT_VAR}='{shorten(raw, 40)}' ignored: {why}"
 
 
-def workers(config: pytest.Config) -> Workers:
+def _workers(config: pytest.Config) -> Workers:
     """The processes that run this session's tests: in an xdist worker, the count xdist gave it (its
     ``workerinput``, else the variable xdist sets); in the controller, the workers it starts (once
     xdist has read ``-n``); else this one process. A count that is not a whole number from 1 to
@@ -142,7 +142,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     ``-p``, an entry point or PYTEST_PLUGINS; pytest does not replay this hook to later ones)."""
     namespace = early_config.known_args_namespace
     if getattr(namespace, "parinfo_budget", False) and not _controller_early(namespace):
-        _put_in_force(early_config, workers(early_config).count)
+        _put_in_force(early_config, _workers(early_config).count)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -151,7 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
     it), and where only xdist's reading of ``-n`` tells that tests run here. Test modules are not
     imported yet; pools that conftest files loaded get the share through the push path."""
     if config.getoption("parinfo_budget") and not (_worker_id() is None and _xdist_runs(config)):
-        _put_in_force(config, workers(config).count)
+        _put_in_force(config, _workers(config).count)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -197,7 +197,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    plan = workers(config)
+    plan = _workers(config)
     lines = [plan.ignored] if plan.ignored else []
     facts = _facts()
     usable = facts.usable_cpus

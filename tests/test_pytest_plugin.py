@@ -28,7 +28,8 @@ def record(name):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     torch = sys.modules.get("torch")
     held = {"pools": {i["internal_api"]: i["num_threads"] for i in threadpoolctl.threadpool_info()},
-            "torch": [torch.get_num_threads(), torch.get_num_interop_threads()] if torch else None}
+            "torch": [torch.get_num_threads(), torch.get_num_interop_threads()] if torch else None,
+            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")}
     with open(os.path.join(os.environ["POOLS_OUT"], f"{worker}-{name}.json"), "w") as f:
         json.dump(held, f)
 '''
@@ -95,6 +96,7 @@ def test_each_xdist_worker_gets_its_share_of_every_pool_however_the_plugin_is_lo
     assert sorted(numpy_runs) == ["gw0-numpy", "gw1-numpy"]
     for worker, seen in numpy_runs.items():
         assert seen["pools"] and set(seen["pools"].values()) == {share}, (worker, seen)
+        assert seen["OPENBLAS_NUM_THREADS"] == str(share)  # the variable too, for what the worker starts later
         name = worker.split("-")[0]
         summary = [line for line in _lines(out) if line.startswith(f"parinfo: {name}: ")]
         assert len(summary) == 1 and f"openblas {share}" in summary[0]  # what threadpoolctl saw there
