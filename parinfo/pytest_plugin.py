@@ -1,13 +1,17 @@
 """pytest plugin: share the usable CPUs among a test session's worker processes.
 
-Opt in with ``pytest -p parinfo.pytest_plugin`` (or ``addopts = "-p parinfo.pytest_plugin"`` in the
-project's pytest configuration). Under pytest-xdist each worker is a process that starts its own
+Load it any way pytest loads a plugin: ``pytest -p parinfo.pytest_plugin`` (or ``addopts = "-p
+parinfo.pytest_plugin"``), ``pytest_plugins = ["parinfo.pytest_plugin"]`` in the rootdir's conftest,
+``PYTEST_PLUGINS=parinfo.pytest_plugin``, or a ``pytest11`` entry point named
+``parinfo.pytest_plugin``. Under pytest-xdist each worker is a process that starts its own
 full-width BLAS and OpenMP pools, so ``-n 4`` on 4 CPUs runs 4 x 4 threads. With
 ``--parinfo-budget`` each worker gets ``usable CPUs // workers`` (at least 1) for every pool,
 applied as a profile (``parinfo.apply``: the variables for libraries not yet loaded, the one push
-path for pools already loaded) before the worker's conftest files and test modules are imported.
-Without the option the header warns when workers x the widest pool exceed the usable CPUs. Without
-xdist the whole session is one worker.
+path for pools already loaded): before the worker's conftest files are imported when the plugin is
+registered that early (``-p``, an entry point), else at ``pytest_configure``, which pytest replays to
+a plugin a conftest registers, still before any test module is imported. Without the option the
+header warns when workers x the widest pool exceed the usable CPUs. Without xdist the whole
+session is one worker.
 """
 from __future__ import annotations
 
@@ -17,7 +21,37 @@ from typing import Any
 
 import pytest
 
+from parinfo.record import record
+
 _KEY = "parinfo"  # in a worker's workeroutput: what its pools held at the end of its session
+_COUNT_VAR = "PYTEST_XDIST_WORKER_COUNT"
+_MAX_WORKERS = 65536  # more than any xdist session starts: a larger count is not one xdist wrote
+
+
+@record(frozen=True)
+class Workers:
+    """How many processes of this session run tests, and an environment value that was ignored."""
+
+    count: int
+    xdist: bool  # xdist workers (True) or this one process
+    ignored: str | None  # one line naming the value and why it was not used
+
+    def who(self) -> str:
+        if not self.xdist:
+            return "1 process (no xdist workers)"
+        return f"{self.count} xdist worker{'s' if self.count != 1 else ''}"
+
+
+@record(frozen=True)
+class Budget:
+    """The share put in force in this process, and lines the summary adds (variables kept, a failure)."""
+
+    share: int
+    notes: list[str]
+
+
+_budget = pytest.StashKey[Budget]()
+_seen = pytest.StashKey[dict[str, dict[str, Any]]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,16 +65,52 @@ def _worker_id() -> str | None:
     return os.environ.get("PYTEST_XDIST_WORKER")
 
 
-def _planned_workers(config: pytest.Config) -> int:
-    """How many processes run tests: xdist's workers, or this one process."""
+def _count_of(value: Any) -> int | None:
+    """``value`` as a worker count (ASCII digits or an int, 1 to _MAX_WORKERS); None otherwise."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 6:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= _MAX_WORKERS:
+        return value
+    return None
+
+
+def _ignored(raw: str, why: str) -> str:
+    from parinfo.safe_text import shorten
+
+    return f"parinfo: {_COUNT_VAR}='{shorten(raw, 40)}' ignored: {why}"
+
+
+def _workers(config: pytest.Config) -> Workers:
+    """The processes that run this session's tests: in an xdist worker, the count xdist gave it (its
+    ``workerinput``, else the variable xdist sets); in the controller, the workers it starts (once
+    xdist has read ``-n``); else this one process. A count that is not a whole number from 1 to
+    _MAX_WORKERS, or one set outside an xdist worker, is ignored and named."""
+    raw = os.environ.get(_COUNT_VAR)
     if _worker_id() is not None:
-        return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    return len(getattr(config.option, "tx", None) or ()) or 1
+        given = getattr(config, "workerinput", {}).get("workercount")
+        count = _count_of(given) if given is not None else _count_of(raw)
+        if count is not None:
+            return Workers(count, True, None)
+        why = f"not a whole number from 1 to {_MAX_WORKERS}; counted as 1 worker"
+        return Workers(1, True, _ignored(raw or "", why))
+    planned = len(getattr(config.option, "tx", None) or ()) if _xdist_runs(config) else 0
+    ignored = None if raw is None else _ignored(raw, "this process is not an xdist worker "
+                                                     "(PYTEST_XDIST_WORKER is not set)")
+    return Workers(planned, True, ignored) if planned else Workers(1, False, ignored)
 
 
-def _runs_tests_here(config: pytest.Config) -> bool:
-    """False in the xdist controller, which only hands tests to its workers."""
-    return _worker_id() is not None or not getattr(config.known_args_namespace, "numprocesses", None)
+def _xdist_runs(config: pytest.Config) -> bool:
+    """True in an xdist controller, once xdist has read ``-n`` (pytest_cmdline_main): it hands the
+    tests to workers and runs none."""
+    return bool(getattr(config.option, "tx", None)) and getattr(config.option, "dist", "no") != "no"
+
+
+def _controller_early(namespace: Any) -> bool:
+    """Before the command line is fully read: would this process be an xdist controller? Unsure
+    cases count as a controller; pytest_configure settles them."""
+    if _worker_id() is not None:
+        return False
+    return bool(getattr(namespace, "numprocesses", None) or getattr(namespace, "tx", None))
 
 
 def _facts() -> Any:
@@ -49,36 +119,52 @@ def _facts() -> Any:
     return machine_facts()
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """Put the share in force before conftest files and test modules import numpy or torch."""
-    if not early_config.known_args_namespace.parinfo_budget or not _runs_tests_here(early_config):
+def _put_in_force(config: pytest.Config, count: int) -> None:
+    """Apply the share for ``count`` workers in this process, once; a failure becomes a summary line."""
+    if config.stash.get(_budget, None) is not None:
         return
+    from parinfo.errors import ParinfoError
     from parinfo.profiles.applying import apply
 
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    share = max(1, _facts().usable_cpus // workers)
-    outcome = apply({"version": 1, "name": "pytest-budget", "intra_op": share, "inter_op": share,
-                     "description": f"usable CPUs // {workers} test workers"})
-    kept = [line for line in outcome["skipped"] if "set by the user" in line]
-    early_config.stash[_share] = (share, kept)
+    share = max(1, _facts().usable_cpus // count)
+    try:
+        outcome = apply({"version": 1, "name": "pytest-budget", "intra_op": share, "inter_op": share,
+                         "description": f"usable CPUs // {count} test workers"})
+    except ParinfoError as exc:
+        config.stash[_budget] = Budget(share, [f"budget not applied: {exc}"])
+        return
+    config.stash[_budget] = Budget(share, [line for line in outcome["skipped"] if "set by the user" in line])
 
 
-_share = pytest.StashKey[tuple[int, list[str]]]()
-_seen = pytest.StashKey[dict[str, dict[str, Any]]]()
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Put the share in force before conftest files import numpy or torch (a plugin registered by
+    ``-p``, an entry point or PYTEST_PLUGINS; pytest does not replay this hook to later ones)."""
+    namespace = early_config.known_args_namespace
+    if getattr(namespace, "parinfo_budget", False) and not _controller_early(namespace):
+        _put_in_force(early_config, _workers(early_config).count)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The share, if not yet in force: for a plugin a conftest registered (pytest replays this hook to
+    it), and where only xdist's reading of ``-n`` tells that tests run here. Test modules are not
+    imported yet; pools that conftest files loaded get the share through the push path."""
+    if config.getoption("parinfo_budget") and not (_worker_id() is None and _xdist_runs(config)):
+        _put_in_force(config, _workers(config).count)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """torch has no variable for its inter-op count: set it once the test modules imported torch,
     before a test runs an op (torch takes the count only before its pool starts)."""
-    budget = session.config.stash.get(_share, None)
+    budget = session.config.stash.get(_budget, None)
     if budget is not None and "torch" in sys.modules:
         from parinfo.process.setter import set_torch
 
-        set_torch(intra=budget[0], inter=budget[0])
+        set_torch(intra=budget.share, inter=budget.share)
 
 
-def _held_now(kept: list[str]) -> dict[str, Any]:
+def _held_now(notes: list[str]) -> dict[str, Any]:
     """What this process's pools hold now, read back from each library."""
     from parinfo.process.setter import native_pools, torch_counts
 
@@ -93,14 +179,14 @@ def _held_now(kept: list[str]) -> dict[str, Any]:
             pools["torch intra-op"] = intra
         if inter is not None:
             pools["torch inter-op"] = inter
-    return {"pools": pools, "kept": kept}
+    return {"pools": pools, "kept": notes}
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    budget = session.config.stash.get(_share, None)
+    budget = session.config.stash.get(_budget, None)
     workeroutput = getattr(session.config, "workeroutput", None)
     if budget is not None and workeroutput is not None:
-        workeroutput[_KEY] = _held_now(budget[1])
+        workeroutput[_KEY] = _held_now(budget.notes)
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without xdist
@@ -111,23 +197,21 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    workers = _planned_workers(config)
+    plan = _workers(config)
+    lines = [plan.ignored] if plan.ignored else []
     facts = _facts()
     usable = facts.usable_cpus
-    if getattr(config.option, "tx", None):
-        who = f"{workers} xdist worker{'s' if workers != 1 else ''}"
-    else:
-        who = "1 process (no xdist workers)"
-    share = max(1, usable // workers)
+    who = plan.who()
+    share = max(1, usable // plan.count)
     if config.getoption("parinfo_budget"):
-        return [f"parinfo: budget: {who} share {usable} usable CPUs: each gets {share} thread"
+        return [*lines, f"parinfo: budget: {who} share {usable} usable CPUs: each gets {share} thread"
                 f"{'s' if share != 1 else ''} for every pool (OpenMP, BLAS, MKL, torch intra- and inter-op)"]
     widest = _widest_default(facts)
-    if widest is None or workers * widest[0] <= usable:
-        return []
+    if widest is None or plan.count * widest[0] <= usable:
+        return lines
     count, library, why = widest
-    return [f"parinfo: warning: {who} x {count} threads ({library}, {why}) = {workers * count} threads on "
-            f"{usable} usable CPUs; add --parinfo-budget to give each worker {share}"]
+    return [*lines, f"parinfo: warning: {who} x {count} threads ({library}, {why}) = {plan.count * count} threads "
+            f"on {usable} usable CPUs; add --parinfo-budget to give each worker {share}"]
 
 
 def _widest_default(facts: Any) -> tuple[int, str, str] | None:
@@ -146,9 +230,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     """What each worker's pools held at its end, read back inside it."""
     from_workers = config.stash.get(_seen, None)
     seen: dict[str, dict[str, Any]] = dict(from_workers) if from_workers is not None else {}
-    budget = config.stash.get(_share, None)
+    budget = config.stash.get(_budget, None)
     if budget is not None and _worker_id() is None:
-        seen["this process"] = _held_now(budget[1])
+        seen["this process"] = _held_now(budget.notes)
     for worker in sorted(seen):
         held = seen[worker]
         pools = ", ".join(f"{lib} {n}" for lib, n in sorted(held["pools"].items())) or "no native pool loaded"

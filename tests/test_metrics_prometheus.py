@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 
 import pytest
 from conftest import clean_env, run_cli
@@ -148,3 +149,45 @@ def test_host_serve_refuses_the_options_of_a_printed_report(other):
     proc = run_cli("host", "--serve", "127.0.0.1:9464", *other)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "--serve serves metrics until stopped" in proc.stderr
+
+
+@needs_client
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+def test_watch_serve_stops_with_one_line_when_the_watched_process_exits(reaped):
+    # the target lives until the test closes its stdin; "zombie": the test collects it only at the end
+    target = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=clean_env())
+    server = None
+    try:
+        assert target.stdout.readline() == "up\n"
+        server, port = serve("watch", "--pid", str(target.pid))
+        assert "parinfo_usable_cpus " in scrape(port)
+        target.stdin.close()
+        if reaped:
+            target.wait(timeout=10)
+        else:
+            while not _is_zombie(target.pid):
+                time.sleep(0.05)
+        pages = []
+        while server.poll() is None and len(pages) < 200:  # scrapes until the server has stopped
+            try:
+                pages.append(scrape(port))
+            except urllib.error.HTTPError as exc:
+                pages.append(f"HTTP {exc.code}")
+            except OSError:
+                break  # refused: it has stopped
+            time.sleep(0.02)
+        code = server.wait(timeout=15)
+        err = server.stderr.read()
+    finally:
+        if server is not None and server.poll() is None:
+            stop(server)
+        target.kill()
+        target.wait(timeout=10)
+    assert code == 0 and err == f"parinfo: pid {target.pid} exited; metrics server stopped\n", err
+    assert all(page == "" for page in pages), pages  # found gone: no 500, no series (of it or of a reused pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0] == "Z"

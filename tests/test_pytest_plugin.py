@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import clean_env
+
 from parinfo.machine.topology import machine_facts
 
 pytest.importorskip("numpy")
@@ -28,7 +28,8 @@ def record(name):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     torch = sys.modules.get("torch")
     held = {"pools": {i["internal_api"]: i["num_threads"] for i in threadpoolctl.threadpool_info()},
-            "torch": [torch.get_num_threads(), torch.get_num_interop_threads()] if torch else None}
+            "torch": [torch.get_num_threads(), torch.get_num_interop_threads()] if torch else None,
+            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")}
     with open(os.path.join(os.environ["POOLS_OUT"], f"{worker}-{name}.json"), "w") as f:
         json.dump(held, f)
 '''
@@ -46,12 +47,36 @@ def _project(tmp_path: Path, *, torch: bool = False) -> Path:
     return tmp_path
 
 
-def _pytest(project: Path, *args: str, env: dict[str, str] | None = None) -> tuple[str, dict[str, dict]]:
+def _load(project: Path, way: str) -> tuple[list[str], dict[str, str]]:
+    """Make ``project`` load the plugin ``way``; the arguments and variables that takes."""
+    if way == "conftest":
+        (project / "conftest.py").write_text('pytest_plugins = ["parinfo.pytest_plugin"]\n')
+        return [], {}
+    if way == "PYTEST_PLUGINS":
+        return [], {"PYTEST_PLUGINS": "parinfo.pytest_plugin"}
+    if way in ("entry point", "entry point and -p"):
+        # what a package declaring the plugin installs: a dist-info whose entry_points.txt pytest reads
+        info = project / "site" / "budget_plugin-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: budget-plugin\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text("[pytest11]\nparinfo.pytest_plugin = parinfo.pytest_plugin\n")
+        return (["-p", "parinfo.pytest_plugin"] if way.endswith("-p") else []), {"EXTRA_PATH": str(info.parent)}
+    assert way == "-p"
+    return ["-p", "parinfo.pytest_plugin"], {}
+
+
+def _pytest(project: Path, *args: str, env: dict[str, str] | None = None,
+            way: str = "-p") -> tuple[str, dict[str, dict]]:
+    load, extra = _load(project, way)
     environ = {k: v for k, v in clean_env(**(env or {})).items() if not k.startswith("PYTEST_")}
-    environ.update(POOLS_OUT=str(project / "out"), PYTHONPATH=str(project))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "parinfo.pytest_plugin", "-p", "no:cacheprovider",
-                           *args], cwd=project, env=environ, capture_output=True, text=True, timeout=180)
+    environ.update(POOLS_OUT=str(project / "out"),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(project), extra.pop("EXTRA_PATH", "")])),
+                   **extra)
+    environ.update({k: v for k, v in (env or {}).items() if k.startswith("PYTEST_")})
+    proc = subprocess.run([sys.executable, "-m", "pytest", *load, "-p", "no:cacheprovider", *args], cwd=project,
+                          env=environ, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "INTERNALERROR" not in proc.stdout + proc.stderr
     held = {p.stem: json.loads(p.read_text()) for p in (project / "out").glob("*.json")}
     return proc.stdout, held
 
@@ -61,15 +86,17 @@ def _lines(out: str) -> list[str]:
 
 
 @needs_xdist
-def test_each_xdist_worker_gets_its_share_of_every_pool(tmp_path):
+@pytest.mark.parametrize("way", ["-p", "conftest", "entry point", "entry point and -p", "PYTEST_PLUGINS"])
+def test_each_xdist_worker_gets_its_share_of_every_pool_however_the_plugin_is_loaded(tmp_path, way):
     usable = machine_facts().usable_cpus
     share = max(1, usable // 2)
-    out, held = _pytest(_project(tmp_path), "-n", "2", "--dist", "each", "--parinfo-budget")
+    out, held = _pytest(_project(tmp_path), "-n", "2", "--dist", "each", "--parinfo-budget", way=way)
     assert f"parinfo: budget: 2 xdist workers share {usable} usable CPUs: each gets {share} thread" in out
     numpy_runs = {k: v for k, v in held.items() if k.endswith("-numpy")}
     assert sorted(numpy_runs) == ["gw0-numpy", "gw1-numpy"]
     for worker, seen in numpy_runs.items():
         assert seen["pools"] and set(seen["pools"].values()) == {share}, (worker, seen)
+        assert seen["OPENBLAS_NUM_THREADS"] == str(share)  # the variable too, for what the worker starts later
         name = worker.split("-")[0]
         summary = [line for line in _lines(out) if line.startswith(f"parinfo: {name}: ")]
         assert len(summary) == 1 and f"openblas {share}" in summary[0]  # what threadpoolctl saw there
@@ -103,7 +130,6 @@ def test_without_the_option_the_header_warns_and_nothing_is_changed(tmp_path):
 @needs_xdist
 def test_pools_loaded_before_the_plugin_are_pushed_and_user_variables_are_kept_and_said(tmp_path):
     usable = machine_facts().usable_cpus
-    share = max(1, usable // 2)
     if usable < 2:
         pytest.skip("needs 2 usable CPUs: the user's count must differ from the share")
     out, held = _pytest(_project(tmp_path), "-p", "loads_numpy", "-n", "2", "--dist", "each", "--parinfo-budget",
@@ -118,7 +144,7 @@ def test_pools_loaded_before_the_plugin_are_pushed_and_user_variables_are_kept_a
 @needs_xdist
 def test_pools_loaded_before_the_plugin_get_the_share(tmp_path):
     share = max(1, machine_facts().usable_cpus // 2)
-    out, held = _pytest(_project(tmp_path), "-p", "loads_numpy", "-n", "2", "--dist", "each", "--parinfo-budget")
+    _, held = _pytest(_project(tmp_path), "-p", "loads_numpy", "-n", "2", "--dist", "each", "--parinfo-budget")
     for seen in held.values():
         assert seen["pools"] == {"openblas": share}
 
@@ -137,3 +163,39 @@ def test_the_plugin_is_inert_unless_loaded(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--parinfo-budget"], cwd=project,
                           env=environ, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 4 and "--parinfo-budget" in proc.stderr  # an unknown option without the plugin
+
+
+XDIST_COUNTS = ["0", "abc", "", "-3", "99999999999999999999", "2\x1b[2J"]
+
+
+@pytest.mark.parametrize("value", XDIST_COUNTS)
+def test_an_xdist_count_outside_a_worker_is_named_once_and_ignored(tmp_path, value):
+    usable = machine_facts().usable_cpus
+    out, held = _pytest(_project(tmp_path), "--parinfo-budget", "-p", "no:xdist",
+                        env={"PYTEST_XDIST_WORKER_COUNT": value})
+    named = [line for line in _lines(out) if "PYTEST_XDIST_WORKER_COUNT" in line]
+    assert len(named) == 1 and named[0].endswith("ignored: this process is not an xdist worker "
+                                                 "(PYTEST_XDIST_WORKER is not set)"), out
+    assert "\x1b" not in out
+    assert f"parinfo: budget: 1 process (no xdist workers) share {usable} usable CPUs" in out
+    assert set(held["main-numpy"]["pools"].values()) == {usable}
+
+
+@pytest.mark.parametrize("value", ["0", "abc", "", "99999999999999999999"])
+def test_a_bad_count_in_a_worker_is_named_and_counted_as_one(tmp_path, value):
+    usable = machine_facts().usable_cpus
+    out, held = _pytest(_project(tmp_path), "--parinfo-budget", "-p", "no:xdist",
+                        env={"PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": value})
+    named = [line for line in _lines(out) if "PYTEST_XDIST_WORKER_COUNT" in line]
+    assert named == [f"parinfo: PYTEST_XDIST_WORKER_COUNT='{value}' ignored: not a whole number from 1 to "
+                     f"65536; counted as 1 worker"], out
+    assert set(held["gw0-numpy"]["pools"].values()) == {usable}
+
+
+@needs_xdist
+def test_xdist_workers_take_xdists_count_whatever_the_controller_had(tmp_path):
+    share = max(1, machine_facts().usable_cpus // 2)
+    out, held = _pytest(_project(tmp_path), "-n", "2", "--dist", "each", "--parinfo-budget",
+                        env={"PYTEST_XDIST_WORKER_COUNT": "abc"})
+    assert sum("PYTEST_XDIST_WORKER_COUNT='abc' ignored" in line for line in _lines(out)) == 1, out
+    assert {k: set(v["pools"].values()) for k, v in held.items()} == {"gw0-numpy": {share}, "gw1-numpy": {share}}

@@ -70,7 +70,8 @@ def test_scripted_tasks_run_on_torchs_pool_while_the_caller_goes_on(tmp_path: Pa
         print(json.dumps({"before": before, "after": pt_threads(), "pending": pending,
                           "same": all(torch.allclose(o, h(a, 400)) for o in outs),
                           "kinds": sorted({type(f).__name__ for f in futs}),
-                          "launched": [launcher is not None for _, launcher in RUNTIME.torch_forks._launchers.values()]}))
+                          "launched": [launcher is not None
+                                       for _, launcher in RUNTIME.torch_forks._launchers.values()]}))
     """, PARINFO_NUM_INTEROP_THREADS="2")
     assert out["before"] == 0 and out["after"] == 2
     assert out["pending"] == [True, True] and out["same"]
@@ -129,8 +130,9 @@ def test_pool_threads_get_the_budgets_native_threads_per_lane(tmp_path: Path) ->
     # team (a team's threads inherit its creator's name, so they would show as PTThreadPool);
     # a thread that waits for a pending task frees its own idle team, which would spin meanwhile
     out = _run(tmp_path, """
-        def plain_threads():
-            return sum(open(f"/proc/self/task/{t}/comm").read().strip() == "python"
+        def plain_threads():  # named like the main thread: the interpreter's file name (python, python3, ...)
+            me = open("/proc/self/comm").read().strip()
+            return sum(open(f"/proc/self/task/{t}/comm").read().strip() == me
                        for t in os.listdir("/proc/self/task"))
         h = torch.jit.script(heavy)
         a = torch.rand(256, 256) / 256

@@ -190,3 +190,33 @@ def test_watch_sees_throttling_in_a_real_quota_cgroup(quota_cgroup):
         assert report["live"]["throttling"]["worst"]["throttled"] > 0
     finally:
         _stop(child)
+
+
+def test_watch_on_a_terminal_ends_with_one_line_when_the_process_exits():
+    import pty
+    import select
+
+    child = _child("import time; time.sleep(1.2)")
+    leader, follower = pty.openpty()
+    proc = None
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "parinfo", "watch", "--pid", str(child.pid),
+                                 "--interval", "0.3"], stdin=follower, stdout=follower, stderr=subprocess.PIPE,
+                                text=True, cwd=REPO, env=clean_env())
+        screen = b""
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:  # the live view, read as a terminal would
+            if select.select([leader], [], [], 0.1)[0]:
+                screen += os.read(leader, 1 << 16)
+        code = proc.wait(timeout=5)
+        err = proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        child.wait(timeout=10)
+        os.close(leader)
+        os.close(follower)
+    assert code == 0 and err == f"parinfo: pid {child.pid} exited; watch ended\n", err
+    assert b"\x1b[H\x1b[2J" in screen and f"pid {child.pid}:".encode() in screen  # it did refresh in place
+    assert b"Traceback" not in screen

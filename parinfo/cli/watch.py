@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -47,9 +48,10 @@ def render_sample(s: Sample, title: str) -> str:
     return "\n".join(escape_controls(line) for line in lines)
 
 
-def serve_until_stopped(collector: Any, address: str, what: str) -> None:
-    """Serve ``collector``'s metrics on ``address`` until SIGINT or SIGTERM, then stop the server and
-    return (``watch --serve`` and ``host --serve``; ``what`` names what is served)."""
+def serve_until_stopped(collector: Any, address: str, what: str, ends: Callable[[], str | None] | None = None) -> None:
+    """Serve ``collector``'s metrics on ``address`` until SIGINT or SIGTERM, or until ``ends`` (asked
+    every 0.5 s) returns the line that says why there is nothing left to serve; then stop the server,
+    say so in one line and return (``watch --serve`` and ``host --serve``; ``what`` names what is served)."""
     import signal
     import threading
 
@@ -60,13 +62,16 @@ def serve_until_stopped(collector: Any, address: str, what: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     typer.echo(f"parinfo: serving metrics of {what} on {url} (Ctrl-C or SIGTERM stops)", err=True)
+    why = None
     try:
         while not stop.wait(0.5):
-            pass
+            why = ends() if ends is not None else None
+            if why is not None:
+                break
     finally:
         server.shutdown()
         server.server_close()
-    typer.echo("parinfo: metrics server stopped", err=True)
+    typer.echo(why or "parinfo: metrics server stopped", err=True)
 
 
 def watch(
@@ -100,7 +105,10 @@ def watch(
     if serve is not None:
         from parinfo.watching.metrics import WatchCollector
 
-        serve_until_stopped(WatchCollector(sampler), serve, f"pid {pid}" if pid else "this container")
+        collector = WatchCollector(sampler)
+        serve_until_stopped(collector, serve, f"pid {pid}" if pid else "this container",
+                            ends=lambda: f"parinfo: pid {pid} exited; metrics server stopped"
+                            if collector.exited() else None)
         return
     title = "container (parinfo's cgroup)" if pid is None else f"pid {pid}"
     live = not json_out and sys.stdout.isatty() and not once

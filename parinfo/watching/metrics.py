@@ -80,13 +80,28 @@ class WatchCollector:
         assert self._report is not None
         return self._report
 
+    def exited(self) -> bool:
+        """True once the watched process has exited: the server stops then (docs/watch.md)."""
+        with self._lock:
+            return self.sampler.exited()
+
     def collect(self) -> Iterator[Any]:
+        """The metrics of one scrape; none once the watched process has exited (the scrape that finds
+        it gone, and any before the server stops, get an empty page instead of a 500)."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+        from parinfo.process.tasks import NotAProcess, ProcessGone
+
         with self._lock:
-            sample = self.sampler.sample()
+            if self.sampler.gone:
+                return
+            try:
+                sample = self.sampler.sample()
+                report = self._target_report()
+            except (ProcessGone, NotAProcess):
+                self.sampler.gone = True
+                return
             reading = self.sampler.last
-            report = self._target_report()
         pid = "" if self.sampler.pid is None else str(self.sampler.pid)
 
         yield GaugeMetricFamily("parinfo_usable_cpus", "CPUs the watched process may use at once "

@@ -22,6 +22,7 @@ from parinfo.machine.pressure import (
 )
 from parinfo.machine.procfs import Proc
 from parinfo.process.tasks import (
+    NotAProcess,
     ProcessGone,
     ThreadStat,
     gone,
@@ -72,9 +73,32 @@ class Sampler:
         facts = machine_facts(root, pid)
         self.usable, self.quota = facts.usable_cpus, facts.quota
         self.last: Reading | None = None
+        self.gone = False  # the watched process has exited: its pid is never read again
+
+    def exited(self) -> bool:
+        """True once the watched process has exited (a zombie has too); False for the container view.
+        Costs one read of its stat between samples; once true, stays true, so a pid the kernel gives
+        to a new process is not taken for it."""
+        if self.pid is not None and not self.gone:
+            from parinfo.process.remote import check_pid
+
+            try:
+                check_pid(self.pid)
+            except (ProcessGone, NotAProcess):
+                self.gone = True
+        return self.gone
 
     def read(self) -> Reading:
         """One reading; ProcessGone when the watched process has ended."""
+        if self.gone:
+            raise gone(self.pid or 0)
+        try:
+            return self._read()
+        except ProcessGone:
+            self.gone = True
+            raise
+
+    def _read(self) -> Reading:
         threads: dict[tuple[int, int], ThreadStat] = {}
         processes = 0
         if self.pid is not None:
