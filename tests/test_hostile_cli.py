@@ -221,6 +221,9 @@ BAD_ARGUMENTS = [
     (["watch", "--once", "--pid", "٣"], ["--pid", "ASCII digits only"]),
     (["show", "--check=" + ESC], ["--check=\\x1b]0;PWND\\x07\\x1b[2J", "not a level"]),
     (["tune", "--size", "٣"], ["--size", "ASCII digits only"]),
+    (["tune", "--write", "/no/such\x1b[2J/t.yaml"], ["--write /no/such\\x1b[2J/t.yaml", "does not exist"]),
+    (["tune", "--plot", "/tmp/p\x1b[2J.txt"], ["--plot /tmp/p\\x1b[2J.txt", ".svg or .png"]),
+    (["tune", "--objective", ESC], ["--objective '\\x1b]0;PWND"]),
     (["fleet", "show", "--dask", "tcp://127.0.0.1:1", "--timeout", "٣"], ["--timeout", "not a number"]),
 ]
 

@@ -164,7 +164,9 @@ def parse_modules(value: list[str] | None) -> list[str] | None:
             if name.lower() in ("", "none"):
                 continue
             if not all(part.isidentifier() for part in name.split(".")):
-                raise UsageError(f"--import: {name!r} is not a module name (use e.g. --import numpy,scipy)")
+                from parinfo.checks import shown
+
+                raise UsageError(f"--import: {shown(name)} is not a module name (use e.g. --import numpy,scipy)")
             mods.append(name)
     return mods
 

@@ -67,6 +67,7 @@ def tune(
     """
     import os
 
+    from parinfo.checks import shown
     from parinfo.errors import UsageError
     from parinfo.tuning.measure import WorkloadFailed
     from parinfo.tuning.options import TuneOptions
@@ -77,14 +78,15 @@ def tune(
     args = list(command or [])
     if len(args) == 1 and args[0] in ("matmul", "elementwise", "ensemble"):
         if workload is not None:
-            raise UsageError(f"workload given twice: {args[0]} and --workload {workload}")
+            raise UsageError(f"workload given twice: {args[0]} and --workload {shown(workload)}")
         workload, args = args[0], []
     if plot:
         check_plot_path(plot)
     if name is not None:
         check_name(name)
     if write and not os.path.isdir(os.path.dirname(os.path.abspath(write))):
-        raise UsageError(f"--write {write}: folder {os.path.dirname(os.path.abspath(write))} does not exist")
+        raise UsageError(f"--write {shown(write)}: folder {shown(os.path.dirname(os.path.abspath(write)))} "
+                         f"does not exist")
 
     bar = _Bar() if sys.stderr.isatty() and not as_json else None
     try:
