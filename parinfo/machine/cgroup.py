@@ -81,13 +81,15 @@ def locate_cgroup(path: str) -> tuple[str | None, str]:
     """(the cgroup that ``path`` names, as /proc/PID/cgroup names it in :func:`cpu_hierarchy`, or
     None; why not). ``path`` is absolute and normalised: a cgroup ("/system.slice/app.service") or
     its directory under a mount of that hierarchy ("/sys/fs/cgroup/cpu/system.slice/app.service")."""
+    if path == "/":
+        return "/", ""  # every process, whatever is mounted
     try:
         mounts = _mounts(read("/", "proc/self/mountinfo"))
     except Unreadable:
         mounts = []
     cpu = cpu_hierarchy(mounts)
     if cpu is None:
-        return ("/", "") if path == "/" else (None, "no cgroup hierarchy with the cpu controller is mounted here")
+        return None, "no cgroup hierarchy with the cpu controller is mounted here"
     real = os.path.realpath(path) if os.path.exists(path) else path  # /sys/fs/cgroup/cpu -> cpu,cpuacct
     for m in sorted(mounts, key=lambda m: -len(m.point)):
         point = "/" + m.point
