@@ -40,3 +40,11 @@ def _escape_char(ch: str) -> str:
     if code < 0x100:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def label_value(text: str) -> str:
+    """``text`` fit for a Prometheus label value: every unsafe character escaped as for a terminal
+    (\\x1b, \\u202e), so no control byte reaches a scraper or a dashboard. prometheus_client then
+    escapes backslash, quote and newline for the exposition format, and nothing else. Backslashes
+    already in the text are kept as they are: systemd's cgroup names hold them (``\\x2d``)."""
+    return escape_controls(text)

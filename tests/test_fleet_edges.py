@@ -104,6 +104,10 @@ MALFORMED = [
     ("tcp://127.0.0.1:99999", "port 99999 is out of range"),
     ("tcp://127.0.0.1:", "port is missing"),
     ("udp://127.0.0.1:1", "unknown scheme 'udp'"),
+    ("tcp://a..b:1", "not a valid host name"),
+    ("tcp://-a.b:1", "not a valid host name"),
+    ("tcp://127.0.0.1:²", "port ² is not a number"),
+    ("tcp://[fe80::1%a b]:1", "scope"),
 ]
 RAY_MALFORMED = [
     ("foo", "port is missing"),
@@ -112,6 +116,8 @@ RAY_MALFORMED = [
     ("ray://127.0.0.1:", "port is missing"),
     ("udp://127.0.0.1:1", "unknown scheme 'udp'"),
     ("local", "never start one"),
+    ("a..b:1", "not a valid host name"),
+    ("ray://a..b:1", "not a valid host name"),
 ]
 
 
@@ -280,3 +286,31 @@ def test_cli_apply_has_the_same_edges():
                "--timeout", f"{TIMEOUT_S:g}"]
         proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert_one_line(proc, address, "did not answer as a Dask scheduler")
+
+
+@pytest.mark.parametrize("address", ["tcp://a..b:1", "tcp://" + "a" * 64 + ".com:1",
+                                     "tcp://" + "\u00e9" * 60 + ".com:1"])
+def test_cli_apply_refuses_a_malformed_host_before_a_resolver_sees_it(address):
+    cmd = [sys.executable, "-m", "parinfo", "fleet", "apply", "single-thread", "--dask", address]
+    proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120)
+    line = assert_one_line(proc, "", "host name", "e.g. tcp://127.0.0.1:8786")
+    assert "UnicodeError" not in line and "idna" not in line
+
+
+def test_a_host_name_fit_for_a_resolver_is_kept():
+    assert connect.dask_address("tcp://sched-1.example_x.org.:8786").host == "sched-1.example_x.org."
+    assert connect.dask_address("tcp://b\u00fccher.example:1").host == "b\u00fccher.example"
+    assert connect.ray_address("[fe80::1%eth0]:6379").host == "fe80::1%eth0"
+
+
+def test_cli_an_address_with_control_characters_is_escaped_in_its_line():
+    proc, _ = run_fleet("--dask", "tcp://[fe80::1%eth0\x1b[2J]:1")
+    line = assert_one_line(proc, "tcp://[fe80::1%eth0\\x1b[2J]:1", "scope")
+    assert "\x1b" not in line
+
+
+@pytest.mark.parametrize("option", ["--dask", "--ray"])
+def test_cli_a_5000_digit_port_is_one_short_line(option):
+    proc, _ = run_fleet(option, "127.0.0.1:" + "9" * 5000)
+    line = assert_one_line(proc, "127.0.0.1:999", "longer than 300 characters")
+    assert len(line) < 300

@@ -5,12 +5,11 @@ import io
 import os
 import subprocess
 import sys
+import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from conftest import clean_env, run_cli
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 EVIL_NAMES = [
     "evil\ntouch INJECTED\n",
@@ -61,8 +60,8 @@ def test_an_empty_command_name_is_a_usage_error(command):
 
 def test_a_nul_in_the_command_is_refused_in_process():
     from parinfo.errors import UsageError
-    from parinfo.profiles.loading import resolve_profile
     from parinfo.profiles.launch import run_plan
+    from parinfo.profiles.loading import resolve_profile
 
     with pytest.raises(UsageError, match="NUL"):
         run_plan(resolve_profile("latency"), ["a\0b"], replace=False)
@@ -166,3 +165,315 @@ def test_a_huge_count_is_shown_valid_but_capped_with_what_runs():
     found = {f["id"]: f for f in report["findings"]}
     assert f"at most {ceiling} threads run" in found["count-above-ceiling"]["message"]
     assert f"uses {ceiling} threads" in found["count-above-usable"]["message"]
+
+
+# --- every argument checked the same way (parinfo.checks) ---------------------------------------
+
+ESC = "\x1b]0;PWND\x07\x1b[2J"
+
+
+def _other_hierarchy() -> str | None:
+    """A directory of a cgroup hierarchy parinfo does not group processes by, when one is mounted."""
+    from parinfo.machine.cgroup import _mounts, cpu_hierarchy
+
+    with open("/proc/self/mountinfo") as fh:
+        mounts = _mounts(fh.read())
+    cpu = cpu_hierarchy(mounts)
+    others = [m for m in mounts if cpu is not None and (m.v2, m.controllers) != (cpu.v2, cpu.controllers)]
+    return "/" + others[0].point if others else None
+
+
+def _cpu_mount() -> str | None:
+    from parinfo.machine.cgroup import _mounts, cpu_hierarchy
+
+    with open("/proc/self/mountinfo") as fh:
+        cpu = cpu_hierarchy(_mounts(fh.read()))
+    return None if cpu is None or cpu.root != "/" else "/" + cpu.point
+
+
+def assert_refused(proc: subprocess.CompletedProcess, *words: str) -> str:
+    """Exit 2, one line on stderr naming ``words``, no traceback, no control character."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert not any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in lines[0]), lines[0]
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+BAD_ARGUMENTS = [
+    (["host", "--once", "--user", "²"], ["--user", "no such user"]),
+    (["host", "--once", "--user", "9" * 5000], ["--user", "longer than"]),
+    (["host", "--once", "--user", "99999999999999999999"], ["--user", "out of range"]),
+    (["host", "--once", "--cgroup", ".."], ["--cgroup", "climbs above the root"]),
+    (["host", "--once", "--cgroup", "/.."], ["--cgroup", "climbs above the root"]),
+    (["host", "--once", "--cgroup", "/no/such/cgroup"], ["--cgroup", "no such cgroup"]),
+    (["host", "--once", "--interval", "٣"], ["--interval", "not a number"]),
+    (["host", "--once", "--interval", "nan"], ["--interval"]),
+    (["host", "--serve", "127.0.0.1:²"], ["--serve 127.0.0.1:²", "port ² is not a number"]),
+    (["host", "--serve", "127.0.0.1:" + "9" * 5000], ["--serve", "longer than"]),
+    (["watch", "--serve", "127.0.0.1:²"], ["--serve 127.0.0.1:²", "port ² is not a number"]),
+    (["watch", "--serve", "[fe80::1%" + ESC + "]:9464"], ["--serve", "\\x1b", "scope"]),
+    (["show", "--pid", "٣"], ["--pid", "ASCII digits only"]),
+    (["show", "--pid", "9" * 30], ["--pid", "out of range"]),
+    (["watch", "--once", "--pid", "٣"], ["--pid", "ASCII digits only"]),
+    (["show", "--check=" + ESC], ["--check=\\x1b]0;PWND\\x07\\x1b[2J", "not a level"]),
+    (["tune", "--size", "٣"], ["--size", "ASCII digits only"]),
+    (["tune", "--write", "/no/such\x1b[2J/t.yaml"], ["--write /no/such\\x1b[2J/t.yaml", "does not exist"]),
+    (["tune", "--plot", "/tmp/p\x1b[2J.txt"], ["--plot /tmp/p\\x1b[2J.txt", ".svg or .png"]),
+    (["tune", "--objective", ESC], ["--objective '\\x1b]0;PWND"]),
+    (["fleet", "show", "--dask", "tcp://127.0.0.1:1", "--timeout", "٣"], ["--timeout", "not a number"]),
+]
+
+
+@pytest.mark.parametrize("args, words", BAD_ARGUMENTS, ids=[" ".join(a)[:40] for a, _ in BAD_ARGUMENTS])
+def test_a_bad_argument_is_one_escaped_line_and_exit_2(args, words):
+    if "--serve" in args:
+        pytest.importorskip("prometheus_client")
+    assert_refused(run_cli(*args), *words)
+
+
+def test_a_cgroup_of_another_hierarchy_is_one_line_and_exit_2():
+    other = _other_hierarchy()
+    if other is None:
+        pytest.skip("one cgroup hierarchy only is mounted here")
+    assert_refused(run_cli("host", "--once", "--interval", "0", "--cgroup", other), "--cgroup", "hierarchy")
+
+
+def test_a_cgroup_directory_is_normalised():
+    import json
+
+    mount = _cpu_mount()
+    if mount is None:
+        pytest.skip("no cpu cgroup hierarchy mounted from its root here")
+    proc = run_cli("host", "--once", "--json", "--all", "--interval", "0", "--cgroup", mount + "/./")
+    assert proc.returncode == 0, proc.stderr
+    assert os.getpid() in {p["pid"] for p in json.loads(proc.stdout)["processes"]}
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda h: h.scan(user=0), "not text but int"),
+    (lambda h: h.scan(user="99999999999999999999"), "out of range"),
+    (lambda h: h.scan(user="no-such-user-here"), "no such user"),
+    (lambda h: h.scan(cgroup=5), "not text but int"),
+    (lambda h: h.scan(cgroup=".."), "climbs above the root"),
+    (lambda h: h.scan(interval=float("nan")), "out of range"),
+])
+def test_the_api_raises_usage_error_for_the_same_mistakes(call, words):
+    import parinfo.host
+    from parinfo.errors import UsageError
+
+    with pytest.raises(UsageError, match=words):
+        call(parinfo.host)
+
+
+@pytest.mark.parametrize("pid", ["٣", True, -5, 10 ** 30, "9" * 5000])
+def test_inspect_refuses_a_bad_pid(pid):
+    import parinfo
+    from parinfo.errors import UsageError
+
+    with pytest.raises(UsageError, match="pid"):
+        parinfo.inspect(pid=pid)
+
+
+@pytest.mark.parametrize("check, value", [
+    ("integer", "²"), ("integer", "٣"), ("integer", "9" * 5000), ("integer", " 5"), ("integer", "1_0"),
+    ("seconds", "nan"), ("seconds", "inf"), ("seconds", "1e999"), ("seconds", "٣"), ("seconds", "-1"),
+    ("port", "0"), ("port", "65536"), ("port", ""), ("host", "a..b"), ("host", "-a.b"), ("host", "a" * 64),
+    ("host", "fe80::1%\x1b"), ("host", "\u2488.com"), ("listen", "example.org:1"), ("listen", "[::1"),
+])
+def test_checks_refuse_with_one_escaped_line(check, value):
+    from parinfo import checks
+
+    call = {"integer": lambda v: checks.integer(v, "--n", 0, 10), "seconds": lambda v: checks.seconds(v, "--s", 0, 10),
+            "port": lambda v: checks.port(v, "--p", "fix"), "host": lambda v: checks.host(v, "--h", "fix"),
+            "listen": lambda v: checks.listen_address(v)}[check]
+    with pytest.raises(checks.BadValue) as info:
+        call(value)
+    text = str(info.value)
+    assert "\n" not in text and "\x1b" not in text and len(text) < 400
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("9464", ("127.0.0.1", 9464)), (":9464", ("127.0.0.1", 9464)), ("[::1]:1", ("::1", 1)),
+    ("::1:1", ("::1", 1)), ("localhost:65535", ("localhost", 65535)), ("0.0.0.0:80", ("0.0.0.0", 80)),
+])
+def test_listen_addresses_are_kept(value, expected):
+    from parinfo.checks import listen_address
+
+    assert listen_address(value) == expected
+
+
+# --- everything shown escaped for where it goes ---------------------------------------------------
+
+#: A child that names itself with control characters (PR_SET_NAME), loads OpenBLAS and waits.
+HOSTILE_CHILD = """
+import ctypes, sys
+import numpy
+name = sys.argv[1].encode()
+ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name), 0, 0, 0)
+print(open('/proc/self/comm', 'rb').read().hex(), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def hostile_child():
+    proc = subprocess.Popen([sys.executable, "-c", HOSTILE_CHILD, ESC], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=clean_env(OPENBLAS_NUM_THREADS="2"))
+    try:
+        comm = bytes.fromhex(proc.stdout.readline().strip() or "00")
+        assert b"\x1b" in comm, comm
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def _label_values(body: str) -> list[str]:
+    """Every label value of a Prometheus text exposition, unescaped as a scraper reads it."""
+    import re
+
+    values = []
+    for line in body.splitlines():
+        if line.startswith("#") or "{" not in line:
+            continue
+        labels = line[line.index("{") + 1:line.rindex("}")]
+        for raw in re.findall(r'="((?:[^"\\]|\\.)*)"', labels):
+            values.append(re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), raw))
+    return values
+
+
+def _no_controls(values: list[str]) -> None:
+    bad = [v for v in values if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in v)]
+    assert bad == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["host", "watch"])
+def test_served_label_values_hold_no_control_characters(hostile_child, command):
+    pytest.importorskip("prometheus_client")
+    from prometheus_server import scrape, serve, stop
+
+    args = ["host"] if command == "host" else ["watch", "--pid", str(hostile_child.pid)]
+    server, port = serve(*args)
+    try:
+        body = scrape(port)
+    finally:
+        code, err = stop(server)
+    assert code == 0 and "Traceback" not in err, err
+    values = _label_values(body)
+    assert values and "\x1b" not in body and "\x07" not in body
+    _no_controls(values)
+    if command == "host":
+        assert "\\x1b]0;PWND\\x07\\x1b[2J" in values, [v for v in values if "PWND" in v]
+    else:
+        assert str(hostile_child.pid) in values
+
+
+@pytest.mark.timeout(120)
+def test_host_table_json_and_html_escape_a_hostile_name(hostile_child):
+    import json
+
+    from parinfo.host.scanner import Scanner
+
+    table = run_cli("host", "--once", "--all", "--interval", "0").stdout
+    assert "\x1b" not in table and "\x07" not in table and f"{hostile_child.pid} " in table
+    payload = run_cli("host", "--once", "--json", "--interval", "0").stdout
+    assert "\x1b" not in payload
+    (row,) = [p for p in json.loads(payload)["processes"] if p["pid"] == hostile_child.pid]
+    assert row["name"] == ESC  # JSON carries the name as it is, escaped by JSON itself
+    report = Scanner().scan()
+    html = report._repr_html_()
+    assert "\x1b" not in html and "\x07" not in html
+
+
+@pytest.fixture
+def hostile_cgroup(hostile_child):
+    """A real cgroup named with control characters, with a CPU quota, holding ``hostile_child``."""
+    from real_cgroup import cpu_cgroup_parent, set_quota
+
+    found = cpu_cgroup_parent()
+    if isinstance(found, str):
+        pytest.skip(found)
+    parent, kind = found
+    cg = parent / f"parinfo-test-{os.getpid()}-{ESC}"
+    try:
+        cg.mkdir()
+        if kind == "v1":
+            (cg / "cpu.cfs_period_us").write_text("100000")
+        set_quota(cg, kind, 0.5)
+        (cg / "cgroup.procs").write_text(str(hostile_child.pid))
+    except OSError as exc:
+        if cg.exists():
+            cg.rmdir()
+        pytest.skip(f"cannot make a cgroup named with control characters: {exc}")
+    try:
+        yield cg
+    finally:
+        hostile_child.kill()
+        hostile_child.wait(timeout=10)
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["host", "watch"])
+def test_a_cgroup_named_with_control_characters_is_escaped_in_label_values(hostile_child, hostile_cgroup, command):
+    pytest.importorskip("prometheus_client")
+    from prometheus_server import scrape, serve, stop
+
+    args = (["host", "--cgroup", str(hostile_cgroup)] if command == "host"
+            else ["watch", "--pid", str(hostile_child.pid)])
+    server, port = serve(*args)
+    try:
+        body = scrape(port)
+    finally:
+        code, err = stop(server)
+    assert code == 0 and "Traceback" not in err, err
+    values = _label_values(body)
+    _no_controls(values)
+    assert any(v.endswith("\\x1b]0;PWND\\x07\\x1b[2J") for v in values), values
+
+
+# --- /metrics?name[]=... ------------------------------------------------------------------------
+
+def _get(port: int, query: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics?{query}", timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["host", "watch"])
+def test_a_name_filter_selects_families_and_one_that_selects_nothing_is_a_400(command):
+    pytest.importorskip("prometheus_client")
+    from prometheus_server import serve, stop
+
+    server, port = serve(command)
+    try:
+        status, body = _get(port, "name[]=parinfo_usable_cpus")
+        assert status == 200 and "parinfo_usable_cpus" in body
+        assert {line.split()[2] for line in body.splitlines() if line.startswith("# TYPE")} == {"parinfo_usable_cpus"}
+        status, body = _get(port, "name[]=parinfo_cpu_throttled_periods_total&name[]=nosuch")
+        assert status == 200 and "# TYPE parinfo_cpu_throttled_periods_total counter" in body
+        for query in ("name[]=", "name[]=nosuch", "name%5B%5D=no%1Bsuch"):
+            status, body = _get(port, query)
+            assert status == 400, (query, body)
+            assert len(body.strip().splitlines()) == 1 and "parinfo_usable_cpus" in body and "\x1b" not in body
+        status, body = _get(port, "")
+        assert status == 200 and "# TYPE parinfo_findings gauge" in body
+    finally:
+        code, err = stop(server)
+    assert code == 0 and "Traceback" not in err, err

@@ -81,11 +81,13 @@ def test_show_pid_lists_runtimes_from_maps_and_children():
 def test_unknown_pid_is_one_line_and_exit_2():
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = dead.stdout.strip()
-    for args in (("show", "--pid", pid), ("watch", "--pid", pid, "--once"), ("show", "--pid", "0"),
-                 ("watch", "--pid", "-5", "--once")):
+    for args, says in ((("show", "--pid", pid), "no process with pid"),
+                       (("watch", "--pid", pid, "--once"), "no process with pid"),
+                       (("show", "--pid", "0"), "--pid 0: out of range"),
+                       (("watch", "--pid", "-5", "--once"), "--pid -5: not a whole number")):
         proc = run_cli(*args)
         assert proc.returncode == 2, (args, proc.stderr)
-        assert len(proc.stderr.strip().splitlines()) == 1 and "no process with pid" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr
         _no_traceback(proc)
 
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from parinfo.cli import apply, fleet, host, profiles, show, tune, watch
+from parinfo.cli import apply, fleet, host, profiles, show, tune, values, watch
 
 app = typer.Typer(
     name="parinfo",
@@ -53,7 +53,7 @@ def _show(
         help="Exit 1 when a finding at LEVEL or above exists: warning (the default of a bare --check), "
              "error, or info."),
     pid: int | None = typer.Option(
-        None, "--pid", metavar="PID",
+        None, "--pid", metavar="PID", parser=values.pid,
         help="Report on another process, read from /proc (same user or root): its CPUs, loaded runtimes, "
              "launch environment, threads and throttling."),
     children: bool = typer.Option(False, "--children",

@@ -5,6 +5,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from parinfo.cli import values
+
 if TYPE_CHECKING:
     from parinfo.profiles.plan import Plan
 
@@ -18,7 +20,7 @@ def apply_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     export: bool = typer.Option(False, "--export",
                                 help="Print `export NAME=value` lines, for eval \"$(parinfo apply P --export)\"."),
-    instances: Optional[int] = typer.Option(None, "--instances", metavar="N",
+    instances: Optional[int] = typer.Option(None, "--instances", metavar="N", parser=values.whole("--instances", 1),
                                             help="Run N pinned instances (overrides the profile's instances)."),
     force: bool = typer.Option(False, "--force", help="Override variables already set in the environment."),
 ) -> None:

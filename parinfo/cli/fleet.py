@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import typer
 
+from parinfo.cli import values
 from parinfo.errors import UsageError
 from parinfo.fleet.connect import CONNECT_TIMEOUT_S, close_dask, connect_dask, connect_ray
 
@@ -19,7 +20,7 @@ class EnvFormat(str, enum.Enum):
 
 
 def _timeout_option() -> Any:
-    return typer.Option(CONNECT_TIMEOUT_S, "--timeout", metavar="SECONDS",
+    return typer.Option(CONNECT_TIMEOUT_S, "--timeout", metavar="SECONDS", parser=values.seconds("--timeout"),
                         help="How long reaching the cluster may take (a refused or malformed address "
                              "fails at once).")
 

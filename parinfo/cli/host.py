@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from parinfo.cli import values
+
 
 def host(
     json_out: bool = typer.Option(
@@ -18,7 +20,7 @@ def host(
              "/sys/fs/cgroup directory)."),
     user: Optional[str] = typer.Option(None, "--user", metavar="NAME",
                                        help="Only processes of this user (name or uid)."),
-    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS",
+    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", parser=values.seconds("--interval"),
                                    help="Seconds between scans (CPU use, throttling and pressure are "
                                         "counted over it)."),
     once: bool = typer.Option(False, "--once", help="Scan twice, one interval apart, print the report and exit."),

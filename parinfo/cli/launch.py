@@ -45,10 +45,15 @@ def plain_launch(args: Sequence[str]) -> tuple[str, list[str], bool, int | None]
                 value = head[i]
             else:
                 return None
-            if not (value.isascii() and value.isdigit()) or len(value) > 6 or int(value) < 1 \
-                    or instances is not None:
+            if instances is not None:
                 return None
-            instances = int(value)
+            from parinfo.checks import integer
+            from parinfo.errors import UsageError
+
+            try:
+                instances = integer(value, "--instances", 1, 1_000_000)
+            except UsageError:
+                return None  # typer refuses it, with the same check's line
         elif arg.startswith("-") or profile is not None:
             return None
         else:

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from parinfo.cli import values
+
 if TYPE_CHECKING:
     from parinfo.cli.show import ShowArgs
 
@@ -30,8 +32,9 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         from parinfo.errors import UsageError
+        from parinfo.safe_text import shorten
 
-        raise UsageError(f"{message}; usage: {self.usage}")
+        raise UsageError(f"{shorten(message, 200)}; usage: {self.usage}")
 
 
 def _split(line: str) -> list[str]:
@@ -50,7 +53,7 @@ def show_args(line: str) -> ShowArgs:
     from parinfo.cli.show import Format, ShowArgs
 
     p = _Parser("%parinfo", _SHOW_USAGE)
-    p.add_argument("--pid", type=int, metavar="PID")
+    p.add_argument("--pid", type=values.pid, metavar="PID")
     p.add_argument("--children", action="store_true")
     p.add_argument("--json", dest="json_out", action="store_true")
     p.add_argument("--format", "-f", dest="fmt", choices=[f.value for f in Format], default=Format.rich.value)
@@ -132,14 +135,12 @@ def _watch(line: str) -> None:
     from parinfo.watching.sample import Sampler, check_interval, samples
 
     p = _Parser("%parinfo_watch", _WATCH_USAGE)
-    p.add_argument("--samples", "-n", type=int, default=3, metavar="N")
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
-    p.add_argument("--pid", type=int, metavar="PID")
+    p.add_argument("--samples", "-n", type=values.whole("--samples", 1, 10_000), default=3, metavar="N")
+    p.add_argument("--interval", type=values.seconds("--interval"), default=1.0, metavar="SECONDS")
+    p.add_argument("--pid", type=values.pid, metavar="PID")
     p.add_argument("--children", action="store_true")
     p.add_argument("--json", dest="json_out", action="store_true")
     a = p.parse_args(_split(line))
-    if not 1 <= a.samples <= 10_000:
-        raise UsageError(f"--samples {a.samples}: give a count from 1 to 10000")
     seconds = check_interval(a.interval)
     if a.children and a.pid is None:
         raise UsageError("--children needs --pid PID (the process whose tree to watch)")

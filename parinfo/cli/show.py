@@ -84,7 +84,12 @@ def _typed(key: str, value: str) -> Any:
     if key == "fmt":
         return Format(value) if value in {f.value for f in Format} else None
     if key == "pid":
-        return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
+        from parinfo.checks import pid
+
+        try:
+            return pid(value)
+        except UsageError:
+            return None  # typer refuses it, with the same check's line
     return value
 
 
@@ -159,7 +164,9 @@ def parse_modules(value: list[str] | None) -> list[str] | None:
             if name.lower() in ("", "none"):
                 continue
             if not all(part.isidentifier() for part in name.split(".")):
-                raise UsageError(f"--import: {name!r} is not a module name (use e.g. --import numpy,scipy)")
+                from parinfo.checks import shown
+
+                raise UsageError(f"--import: {shown(name)} is not a module name (use e.g. --import numpy,scipy)")
             mods.append(name)
     return mods
 
@@ -182,7 +189,9 @@ def check_level(value: str | None) -> str | None:
     if value is None:
         return None
     if value not in SEVERITIES:
-        raise UsageError(f"--check={value}: not a level; use --check (warning), --check=error or --check=info")
+        from parinfo.checks import shown
+
+        raise UsageError(f"--check={shown(value)}: not a level; use --check (warning), --check=error or --check=info")
     return value
 
 

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from parinfo.cli import values
+
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import TaskID
     from rich.table import Table
@@ -28,17 +30,22 @@ def tune(
                                   help="latency: fastest single call; throughput: most requests per second."),
     framework: str = typer.Option("numpy", "--framework", metavar="[numpy|torch]",
                                   help="The library the built-in workloads use."),
-    size: int = typer.Option(1024, "--size", help="Matrix size of the matmul workload."),
-    min_threads: int = typer.Option(1, "--min", help="Fewest intra-op threads to try."),
+    size: int = typer.Option(1024, "--size", parser=values.whole("--size"), help="Matrix size of the matmul workload."),
+    min_threads: int = typer.Option(1, "--min", parser=values.whole("--min"), help="Fewest intra-op threads to try."),
     max_threads: int | None = typer.Option(
-        None, "--max", help="Most intra-op threads (throughput: most inter x intra); default the usable CPUs."),
-    min_inter: int = typer.Option(1, "--min-inter", help="Fewest inter-op threads / concurrent requests (pairs)."),
-    max_inter: int | None = typer.Option(None, "--max-inter",
+        None, "--max", parser=values.whole("--max"),
+        help="Most intra-op threads (throughput: most inter x intra); default the usable CPUs."),
+    min_inter: int = typer.Option(1, "--min-inter", parser=values.whole("--min-inter"),
+                                  help="Fewest inter-op threads / concurrent requests (pairs)."),
+    max_inter: int | None = typer.Option(None, "--max-inter", parser=values.whole("--max-inter"),
                                          help="Most inter-op threads / concurrent requests (pairs)."),
-    repeats: int = typer.Option(5, "--repeats", "-r", help="Timed samples per point (the median is used)."),
-    warmup: int = typer.Option(1, "--warmup", help="Untimed warm-up calls per point."),
-    min_time: float = typer.Option(0.05, "--min-time", help="Seconds one sample should last (calls are batched)."),
-    timeout: float = typer.Option(600.0, "--timeout", help="Seconds one point may take before the tune stops."),
+    repeats: int = typer.Option(5, "--repeats", "-r", parser=values.whole("--repeats"),
+                                help="Timed samples per point (the median is used)."),
+    warmup: int = typer.Option(1, "--warmup", parser=values.whole("--warmup"), help="Untimed warm-up calls per point."),
+    min_time: float = typer.Option(0.05, "--min-time", parser=values.seconds("--min-time", 0, 86400),
+                                   help="Seconds one sample should last (calls are batched)."),
+    timeout: float = typer.Option(600.0, "--timeout", parser=values.seconds("--timeout", 0, 86400),
+                                  help="Seconds one point may take before the tune stops."),
     in_process: bool = typer.Option(False, "--in-process",
                                     help="Measure in this process through the runtime and threadpoolctl."),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="Measure every candidate (no adaptive skipping)."),
@@ -60,6 +67,7 @@ def tune(
     """
     import os
 
+    from parinfo.checks import shown
     from parinfo.errors import UsageError
     from parinfo.tuning.measure import WorkloadFailed
     from parinfo.tuning.options import TuneOptions
@@ -70,14 +78,15 @@ def tune(
     args = list(command or [])
     if len(args) == 1 and args[0] in ("matmul", "elementwise", "ensemble"):
         if workload is not None:
-            raise UsageError(f"workload given twice: {args[0]} and --workload {workload}")
+            raise UsageError(f"workload given twice: {args[0]} and --workload {shown(workload)}")
         workload, args = args[0], []
     if plot:
         check_plot_path(plot)
     if name is not None:
         check_name(name)
     if write and not os.path.isdir(os.path.dirname(os.path.abspath(write))):
-        raise UsageError(f"--write {write}: folder {os.path.dirname(os.path.abspath(write))} does not exist")
+        raise UsageError(f"--write {shown(write)}: folder {shown(os.path.dirname(os.path.abspath(write)))} "
+                         f"does not exist")
 
     bar = _Bar() if sys.stderr.isatty() and not as_json else None
     try:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from parinfo.cli import values
+
 if TYPE_CHECKING:
     from parinfo.watching.sample import Sample
 
@@ -55,13 +57,14 @@ def serve_until_stopped(collector: Any, address: str, what: str, ends: Callable[
     import signal
     import threading
 
+    from parinfo.safe_text import escape_controls
     from parinfo.watching.metrics import serve
 
     server, url = serve(collector, address)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    typer.echo(f"parinfo: serving metrics of {what} on {url} (Ctrl-C or SIGTERM stops)", err=True)
+    typer.echo(f"parinfo: serving metrics of {escape_controls(what)} on {url} (Ctrl-C or SIGTERM stops)", err=True)
     why = None
     try:
         while not stop.wait(0.5):
@@ -76,10 +79,11 @@ def serve_until_stopped(collector: Any, address: str, what: str, ends: Callable[
 
 def watch(
     pid: int | None = typer.Option(
-        None, "--pid", metavar="PID",
+        None, "--pid", metavar="PID", parser=values.pid,
         help="The process to watch (default: the cgroup parinfo runs in, without per-thread groups)."),
     children: bool = typer.Option(False, "--children", help="With --pid: watch its whole process tree."),
-    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", help="Seconds between samples."),
+    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", parser=values.seconds("--interval"),
+                                   help="Seconds between samples."),
     once: bool = typer.Option(False, "--once", help="Print one sample (after one interval) and exit."),
     json_out: bool = typer.Option(
         False, "--json", help="One JSON object per interval (the default when not on a terminal, but for --once)."),

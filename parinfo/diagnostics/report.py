@@ -66,6 +66,10 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     """
     from parinfo.diagnostics import live
 
+    if pid is not None:
+        from parinfo.checks import pid as checked_pid
+
+        pid = checked_pid(pid, "pid")
     if not live.pid_is_self(pid) or children:
         return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo

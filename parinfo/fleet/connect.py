@@ -27,6 +27,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+import parinfo.checks as checks
 from parinfo.errors import ConnectError, UsageError
 from parinfo.record import record
 from parinfo.safe_text import shorten
@@ -72,32 +73,34 @@ def connect_timeout(value: Any) -> float:
 
 
 def _split(kind: str, text: str, scheme: str, rest: str, example: str) -> Address:
-    """Host and port of ``scheme://rest``, checked: a host, a port 1-65535, nothing else."""
-    def bad(what: str) -> ConnectError:
-        return ConnectError(f"{kind} {shorten(text, 80)}: {what} (give HOST:PORT, e.g. {example})")
+    """Host and port of ``scheme://rest``, checked (:mod:`parinfo.checks`) before any resolver sees
+    them: a well-formed host, a port 1-65535, nothing else."""
+    fix = f"give HOST:PORT, e.g. {example}"
 
+    def bad(what: str) -> ConnectError:
+        return ConnectError(f"{kind} {shorten(text, 80)}: {what} ({fix})")
+
+    if len(text) > 300:
+        raise bad("longer than 300 characters")
     try:
         parts = urlsplit(f"{scheme}://{rest}")
-        port = parts.port
-    except ValueError as exc:  # out of range, not a number, unbalanced [ ]
-        digits = rest.rpartition(":")[2]
-        if "[" in rest and "]" not in rest:
-            raise bad("a [ in the host is not closed") from None
-        if not digits:
-            raise bad("the port is missing") from None
-        if digits.isdigit():
-            raise bad(f"port {shorten(digits, 20)} is out of range (1-65535)") from None
-        raise bad(f"port {shorten(digits, 20)!r} is not a number" if "]" not in digits
-                  else f"not an address: {exc}") from None
-    if parts.path or parts.query or parts.fragment or parts.username or parts.password:
+    except ValueError as exc:  # unbalanced [ ], or a bracketed host that is no IPv6 address
+        raise bad("a [ in the host is not closed" if "[" in rest and "]" not in rest
+                  else f"not an address: {shorten(str(exc), 60)}") from None
+    if parts.path or parts.query or parts.fragment or "@" in parts.netloc:
         raise bad("only a host and a port may follow the scheme")
+    hostinfo = parts.netloc.rpartition("]")[2] if parts.netloc.startswith("[") else parts.netloc
+    if ":" not in hostinfo:
+        raise bad("the port is missing" if parts.netloc else "the host is missing")
+    port_text = hostinfo.rpartition(":")[2]
     if not parts.hostname:
         raise bad("the host is missing")
-    if port is None:
-        raise bad("the port is missing")
-    if port == 0:
-        raise bad("port 0 is out of range (1-65535)")
-    return Address(kind, text, scheme, parts.hostname, port)
+    try:
+        port = checks.port(port_text, kind, fix)
+        host = checks.host(parts.hostname, kind, fix)
+    except checks.BadValue as exc:
+        raise bad(exc.reason) from None
+    return Address(kind, text, scheme, host, port)
 
 
 def dask_address(text: str) -> Address:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import parinfo.checks as checks
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.fleet_rows import ProcessLoad
 from parinfo.errors import UsageError
@@ -60,9 +61,7 @@ _DIGITS = re.compile(r"\d+")
 
 def check_interval(interval: float) -> float:
     """``interval`` as seconds; UsageError unless it is a number from 0 to 3600."""
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval <= 3600:
-        raise UsageError(f"interval {interval!r}: give seconds from 0 to 3600")
-    return float(interval)
+    return checks.seconds(interval, "interval", 0, 3600)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -82,14 +81,7 @@ def _user(uid: int) -> str:
 
 
 def _uid_of(name: str) -> int:
-    import pwd
-
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        if name.isdigit():
-            return int(name)
-        raise UsageError(f"--user {name!r}: no such user (give a user name or a numeric uid)") from None
+    return checks.uid(name, "--user")
 
 
 def _unknown(why: str) -> str:
@@ -180,24 +172,7 @@ class Scanner:
     def _cgroup_path(given: str) -> str:
         """A cgroup as /proc/PID/cgroup names it ("/demo"), from that form or a directory under a
         cgroup mount ("/sys/fs/cgroup/cpu/demo"); UsageError when neither names a cgroup."""
-        from parinfo.machine.cgroup import _mounts
-        from parinfo.machine.sysfs import Unreadable, read
-
-        path = "/" + given.strip().strip("/")
-        try:
-            mounts = _mounts(read("/", "proc/self/mountinfo"))
-        except Unreadable:
-            mounts = []
-        for m in sorted(mounts, key=lambda m: -len(m.point)):
-            point = "/" + m.point
-            if path == point or path.startswith(point + "/"):
-                if not os.path.isdir(path):
-                    break
-                return "/" + path[len(point):].strip("/")
-        if any(os.path.isdir(os.path.join("/", m.point, path.lstrip("/"))) for m in mounts) or path == "/":
-            return path
-        raise UsageError(f"--cgroup {given!r}: no such cgroup (give its path as /proc/PID/cgroup shows it, "
-                         f"e.g. /system.slice/app.service, or its directory under /sys/fs/cgroup)")
+        return checks.cgroup(given, "--cgroup")
 
     def _static_of(self, proc: Proc, key: tuple[int, int, str]) -> _Static | None:
         static = self._static.get(key)

@@ -65,6 +65,51 @@ def _mounts(text: str) -> list[_Mount]:
     return out
 
 
+def cpu_hierarchy(mounts: list[_Mount]) -> _Mount | None:
+    """The mount of the hierarchy whose paths :attr:`CgroupFacts.path` gives: the v1 cpu
+    controller's where one is mounted, else the v2 one (a mount of the whole hierarchy first)."""
+    for group in ([m for m in mounts if not m.v2 and "cpu" in m.controllers], [m for m in mounts if m.v2]):
+        if group:
+            return min(group, key=lambda m: (m.root != "/", len(m.point)))
+    return None
+
+
+def _hierarchy_name(m: _Mount) -> str:
+    return "v2" if m.v2 else ",".join(sorted(c for c in m.controllers if c not in ("rw", "ro")))
+
+
+def locate_cgroup(path: str) -> tuple[str | None, str]:
+    """(the cgroup that ``path`` names, as /proc/PID/cgroup names it in :func:`cpu_hierarchy`, or
+    None; why not). ``path`` is absolute and normalised: a cgroup ("/system.slice/app.service") or
+    its directory under a mount of that hierarchy ("/sys/fs/cgroup/cpu/system.slice/app.service")."""
+    if path == "/":
+        return "/", ""  # every process, whatever is mounted
+    try:
+        mounts = _mounts(read("/", "proc/self/mountinfo"))
+    except Unreadable:
+        mounts = []
+    cpu = cpu_hierarchy(mounts)
+    if cpu is None:
+        return None, "no cgroup hierarchy with the cpu controller is mounted here"
+    real = os.path.realpath(path) if os.path.exists(path) else path  # /sys/fs/cgroup/cpu -> cpu,cpuacct
+    for m in sorted(mounts, key=lambda m: -len(m.point)):
+        point = "/" + m.point
+        if real != point and not real.startswith(point.rstrip("/") + "/"):
+            continue
+        if (m.v2, m.controllers) != (cpu.v2, cpu.controllers):
+            return None, (f"a directory of the {_hierarchy_name(m)} hierarchy; parinfo groups processes by "
+                          f"the {_hierarchy_name(cpu)} hierarchy, mounted at /{cpu.point}")
+        if not os.path.isdir(real):
+            return None, "no such cgroup"
+        return "/" + "/".join(p for p in (m.root.strip("/"), real[len(point):].strip("/")) if p), ""
+    mroot = cpu.root.rstrip("/")
+    if mroot and path != mroot and not path.startswith(mroot + "/"):
+        return None, f"no such cgroup here (the {_hierarchy_name(cpu)} hierarchy is mounted from {cpu.root})"
+    if not os.path.isdir(os.path.join("/", cpu.point, path[len(mroot):].strip("/"))):
+        return None, "no such cgroup"
+    return path, ""
+
+
 def _memberships(text: str, rel: str) -> tuple[str | None, dict[str, str]]:
     """Parse /proc/<pid>/cgroup: (v2 path or None, {v1 controller: path})."""
     v2: str | None = None

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from parinfo.checks import shown
 from parinfo.errors import UsageError
 from parinfo.record import record
 from parinfo.tuning import search, workloads
@@ -126,7 +127,7 @@ def _mode(o: TuneOptions, w: Workload) -> str:
 def resolve(o: TuneOptions, facts: MachineFacts) -> Plan:
     """Check ``o`` on the machine ``facts`` describes and return the plan; UsageError when it cannot run."""
     if o.objective not in OBJECTIVES:
-        raise UsageError(f"--objective {o.objective!r}: use latency or throughput")
+        raise UsageError(f"--objective '{shown(o.objective)}': use latency or throughput")
     w = workloads.choose(o.workload, o.framework, o.size, o.stmt, o.setup, o.module, o.command)
     settings = _settings(o)
     intra, inter = _ranges(o, facts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from parinfo.checks import shown
 from parinfo.errors import TuneError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,10 +27,10 @@ def check_plot_path(path: str | os.PathLike) -> None:
     p = os.fspath(path)
     suffix = os.path.splitext(p)[1].lower()
     if suffix not in PLOT_SUFFIXES:
-        raise UsageError(f"--plot {p}: the file name must end in .svg or .png")
+        raise UsageError(f"--plot {shown(p)}: the file name must end in .svg or .png")
     folder = os.path.dirname(os.path.abspath(p))
     if not os.path.isdir(folder):
-        raise UsageError(f"--plot {p}: folder {folder} does not exist")
+        raise UsageError(f"--plot {shown(p)}: folder {shown(folder)} does not exist")
     require_matplotlib()
 
 
@@ -96,6 +97,6 @@ def save_plot(result: TuneOutcome, path: str | os.PathLike) -> None:
     try:
         fig.savefig(os.fspath(path))
     except OSError as exc:
-        raise UsageError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
+        raise UsageError(f"--plot {shown(os.fspath(path))}: cannot write ({exc.strerror or exc})") from None
     finally:
         plt.close(fig)

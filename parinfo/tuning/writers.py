@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from parinfo.checks import shown
 from parinfo.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,8 +95,7 @@ def check_name(name: str) -> str:
     try:
         validate_profile({"version": 1, "name": name, "intra_op": 1}, "--name")
     except ProfileError as exc:
-        shown = name if len(name) <= 40 else name[:37] + "..."
-        raise UsageError(f"--name {shown!r}: {exc.message}" + (f" ({exc.fix})" if exc.fix else "")) from None
+        raise UsageError(f"--name {shown(name, 40)!r}: {exc.message}" + (f" ({exc.fix})" if exc.fix else "")) from None
     return name
 
 
@@ -122,4 +122,4 @@ def write_profile(r: TuneOutcome, path: str | os.PathLike, name: str | None = No
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as exc:
-        raise UsageError(f"--write {path}: cannot write ({exc.strerror or exc})") from None
+        raise UsageError(f"--write {shown(os.fspath(path))}: cannot write ({exc.strerror or exc})") from None

@@ -8,8 +8,9 @@ report reads the process's memory maps and environment). Counters are the kernel
 so they only grow across scrapes. prometheus_client is imported here only (the ``metrics`` extra)
 and by the collectors this module serves.
 
-The address check, the extra's import and the server (:func:`check_serve`, :func:`serve`) serve
-``parinfo host --serve`` too, with its collector (:mod:`parinfo.host.metrics`).
+The address check (:mod:`parinfo.checks`), the extra's import and the server (:func:`check_serve`,
+:func:`serve`; what a scrape returns: :mod:`parinfo.watching.exposition`) serve ``parinfo host
+--serve`` too, with its collector (:mod:`parinfo.host.metrics`).
 
 Metric names and labels are part of parinfo's interface: docs/metrics.md lists them.
 """
@@ -41,22 +42,11 @@ def prometheus() -> Any:
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` or ``PORT`` -> (host, port); the host defaults to 127.0.0.1."""
-    import ipaddress
+    """``HOST:PORT``, ``:PORT`` or ``PORT`` -> (host, port); the host defaults to 127.0.0.1 (see
+    :func:`parinfo.checks.listen_address`)."""
+    from parinfo.checks import listen_address
 
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = "", text
-    host = host.strip("[]") or "127.0.0.1"
-    fix = "give HOST:PORT, e.g. --serve 127.0.0.1:9464"
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise UsageError(f"--serve {text!r}: the port must be a number from 1 to 65535; {fix}")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        if host != "localhost":
-            raise UsageError(f"--serve {text!r}: {host!r} is not an IP address; {fix}") from None
-    return host, int(port_text)
+    return listen_address(text, "--serve")
 
 
 class WatchCollector:
@@ -161,14 +151,15 @@ def serve(collector: Any, address: str) -> tuple[Any, str]:
     Returns (the server, its URL); ``server.shutdown()`` stops it. A port in use or an address that
     cannot be bound is a UsageError.
     """
-    client = prometheus()
+    from parinfo.checks import shown
+    from parinfo.watching.exposition import start
+
+    prometheus()
     host, port = parse_address(address)
-    registry = client.CollectorRegistry(auto_describe=False)
-    registry.register(collector)
     try:
-        server, _thread = client.start_http_server(port, addr=host, registry=registry)
+        server = start(collector, host, port)
     except OSError as exc:
-        raise UsageError(f"--serve {address}: cannot listen on {host}:{port}: {exc.strerror or exc}; "
-                         f"pick a free port") from None
-    shown = f"[{host}]" if ":" in host else host
-    return server, f"http://{shown}:{port}/metrics"
+        raise UsageError(f"--serve {shown(address)}: cannot listen on {shown(host)}:{port}: "
+                         f"{shown(exc.strerror or str(exc), 120)}; pick a free port") from None
+    where = f"[{host}]" if ":" in host else host
+    return server, f"http://{shown(where)}:{port}/metrics"

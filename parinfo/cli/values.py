@@ -1,0 +1,36 @@
+"""Parsers that turn option values into numbers through :mod:`parinfo.checks`, for typer options.
+
+typer's own ``int`` and ``float`` take whatever Python's ``int()`` and ``float()`` take: "٣" (an
+Arabic-Indic three), "1_000", " 5 ", "nan", "inf". Options declared with these parsers take ASCII
+digits only, bounded in length and range, and a bad value is the checks' one line (exit 2).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import parinfo.checks as checks
+
+#: The widest count any option takes here; the command's own checks then judge the value.
+MAX_COUNT = 1_000_000
+
+
+def whole(option: str, low: int = 0, high: int = MAX_COUNT) -> Callable[[Any], int]:
+    """A parser of ``option``'s value as a whole number from ``low`` to ``high``."""
+    def integer(value: Any) -> int:
+        return checks.integer(value, option, low, high)
+
+    return integer
+
+
+def seconds(option: str, low: float = 0.0, high: float = 3600.0) -> Callable[[Any], float]:
+    """A parser of ``option``'s value as seconds from ``low`` to ``high``."""
+    def seconds(value: Any) -> float:
+        return checks.seconds(value, option, low, high)
+
+    return seconds
+
+
+def pid(value: Any) -> int:
+    """A parser of ``--pid``."""
+    return checks.pid(value, "--pid")
