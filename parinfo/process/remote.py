@@ -140,7 +140,7 @@ def read_counts(pid: int, rows: list[dict], maps: str, launch_env: dict[str, str
     from parinfo.process.inforce import counts_in_force, reason, unknown
     from parinfo.process.provenance import model_of, predict
 
-    read = {row.path: row for row in counts_in_force(pid, maps)}
+    read = {row.mapped_as: row for row in counts_in_force(pid, maps)}
     for row in rows:
         got = read.get(row.get("filepath") or "")
         if got is not None and got.count is not None:
