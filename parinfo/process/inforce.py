@@ -324,7 +324,7 @@ def _count(m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, place: Any, m
     top = min(place.build_max or spec.max_count, spec.max_count)
     if not 1 <= value <= top:
         bound = "the build's maximum" if place.build_max and place.build_max <= spec.max_count else "parinfo's bound"
-        return f"the variable holds {value}, beyond 1..{top} ({bound} for {rec.label})"
+        return f"the variable holds {value}, beyond 1..{top}: {bound} for {rec.label}"
     return value
 
 
