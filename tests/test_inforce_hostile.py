@@ -311,6 +311,21 @@ def test_touching_a_file_does_not_force_a_parse(corpus, monkeypatch):
         stop_target(proc)
 
 
+def test_new_files_past_the_shared_time_are_tried_on_a_later_read(corpus, monkeypatch):
+    path = _build(corpus, "libopenblas_later.so", "-DMAXT=64")
+    proc, _ = _mapped(path)
+    try:
+        monkeypatch.setattr(elfcount, "SHARED_S", 0.0)
+        row, _ = _read(proc.pid)
+        assert row.count is None and "read again later" in row.source, row
+        monkeypatch.setattr(elfcount, "SHARED_S", 1.0)
+        monkeypatch.setattr(elfcount._Window, "spent", 0.0)
+        row, _ = _read(proc.pid)
+        assert (row.count, row.source) == (2, IN_FORCE)
+    finally:
+        stop_target(proc)
+
+
 # -- the reader's own bounds, without a process ---------------------------------------------------
 
 def _numpy_openblas() -> Path:
@@ -321,9 +336,11 @@ def _numpy_openblas() -> Path:
     return found[0]
 
 
-def test_the_elf_reader_survives_mutated_copies_of_numpys_openblas(tmp_path):
+def test_the_elf_reader_survives_mutated_copies_of_numpys_openblas(tmp_path, monkeypatch):
     """Bytes of the headers and tables the reader walks, changed at random (seeded): each reading
     is a place or a reason, never an exception, and bounded in time."""
+    monkeypatch.setattr(elfcount, "SHARED_S", 1e9)  # every mutation read, not a few per window
+    monkeypatch.setattr(elfcount._Window, "spent", 0.0)  # and the time spent here forgotten afterwards
     copy = tmp_path / "libopenblas_fuzz.so"
     shutil.copy(_numpy_openblas(), copy)
     spec = reg.library("openblas").count_symbol

@@ -36,6 +36,10 @@ MAX_CANDIDATES = 64
 MAX_MISSES = 4096
 #: Seconds one file may take to locate; past it the count is unknown.
 BUDGET_S = 0.5
+#: Seconds of locating shared by all files in any WINDOW_S: a flood of new crafted files costs a
+#: long-running scan at most this much per window; the files past it are tried on a later read.
+SHARED_S = 1.0
+WINDOW_S = 10.0
 
 _SHT_NOBITS = "SHT_NOBITS"
 _PF_X, _PF_W = 1, 2
@@ -49,7 +53,7 @@ class Place:
     names (None when none does: the getter's code then says), ``build_max`` when the file tells its
     build's maximum count, the ``writable`` segments' extents, the ``pointer`` size, the ``machine``
     and byte order; or
-    ``missing``: why the file gives no count."""
+    ``missing``: why the file gives no count (``retry``: only for now, as the shared time is spent)."""
 
     getter: int = 0
     getter_size: int = 0
@@ -62,6 +66,7 @@ class Place:
     machine: str = ""
     little: bool = True
     missing: str | None = None
+    retry: bool = False
 
     def holds(self, offset: int, size: int) -> bool:
         """Whether ``size`` bytes at ``offset`` lie inside one writable segment."""
@@ -72,16 +77,37 @@ class _Refused(Exception):
     """The file claims more than parinfo reads, or is not what it should be (the message says)."""
 
 
+class _Window:
+    """The locating time spent in the current window of :data:`WINDOW_S` seconds."""
+
+    start = 0.0
+    spent = 0.0
+
+    @classmethod
+    def left(cls) -> float:
+        now = time.monotonic()
+        if now - cls.start > WINDOW_S:
+            cls.start, cls.spent = now, 0.0
+        return SHARED_S - cls.spent
+
+
 def locate(fd: int, spec: reg.CountSymbol, budget_s: float = BUDGET_S) -> Place:
     """Where the file open on ``fd`` keeps ``spec``'s getter and variable, or why it cannot be
     told. Never raises: whatever the file makes the parse raise is turned into ``missing`` here."""
+    left = _Window.left()
+    if left <= 0:
+        return Place(missing=f"parinfo spent its {SHARED_S} s for reading library files in the last "
+                             f"{WINDOW_S:.0f} s: read again later", retry=True)
+    started = time.monotonic()
     try:
-        return _Reader(fd, budget_s).locate(spec)
+        return _Reader(fd, min(budget_s, left)).locate(spec)
     except _Refused as exc:
         return Place(missing=str(exc))
     except Exception as exc:  # hostile input: any error of the parse, pyelftools' included, is a reason
         text = " ".join(str(exc).split())[:120]
         return Place(missing=f"cannot parse the library file ({type(exc).__name__}{': ' + text if text else ''})")
+    finally:
+        _Window.spent += time.monotonic() - started
 
 
 @record(frozen=True)

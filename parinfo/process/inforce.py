@@ -165,6 +165,8 @@ def _place(fd: int, m: MappedFile, spec: reg.CountSymbol) -> Any:
     found = _CACHE.get(key)
     if found is None:
         found = elfcount.locate(fd, spec)
+        if found.retry:
+            return found
         while len(_CACHE) >= _CACHE_MAX:
             del _CACHE[next(iter(_CACHE))]
         _CACHE[key] = found
