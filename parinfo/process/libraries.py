@@ -212,8 +212,8 @@ class Library:
     is "thread" when a set limit holds for the calling thread only (OpenMP's ICVs), "process"
     otherwise (:meth:`scope_of` adds the threading layer).
     Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch.
-    From outside: ``count_symbol`` (:class:`CountSymbol`) names the exported variable that holds the
-    count in force, when the library keeps it in one.
+    From outside: ``count_symbol`` (:class:`CountSymbol`) names the getter and variable that hold the
+    count in force, and its bounds, when the library keeps it in one.
     """
 
     name: str
