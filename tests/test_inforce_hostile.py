@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, run_cli, start_target, stop_target
+from conftest import REPO, clean_env, run_cli, start_target, stop_target
 
 import parinfo.host
 from parinfo.process import elfcount, getter_code, inforce, libraries as reg
@@ -420,3 +420,22 @@ def test_what_the_registry_says_bounds_the_reader():
     spec = reg.library("openblas").count_symbol
     assert spec is not None and spec.getters and spec.max_symbol and spec.max_count >= 64
     assert json.loads(json.dumps(inforce.CountInForce("openblas", "/x", None, "unknown (y)").to_dict()))
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_a_deleted_library_read_by_its_own_user_is_unknown_with_why(corpus):
+    """Only root may open /proc/PID/map_files: the process's own user gets why, not a wrong file."""
+    path = _build(corpus, "libopenblas_gone.so")
+    proc, truth = _mapped(path)
+    try:
+        path.unlink()
+        probe = ("import json, sys; from parinfo.process.inforce import counts_in_force\n"
+                 "print(json.dumps([[r.count, r.source, r.mapped_as] for r in counts_in_force(int(sys.argv[1]))]))")
+        out = subprocess.run([*AS_NOBODY, sys.executable, "-c", probe, str(proc.pid)], capture_output=True,
+                             text=True, timeout=60, env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == [[None, "unknown (the library file was deleted or replaced after load: only "
+                                                 "root can open the copy the process maps)", f"{path} (deleted)"]]
+        assert _read(proc.pid)[0].count == truth == 2  # root reads it through map_files
+    finally:
+        stop_target(proc)
