@@ -141,13 +141,13 @@ def _lines(maps_text: str, prefixes: tuple[str, ...] | None) -> list[str]:
 _CACHE: dict[tuple[Any, ...], Any] = {}
 #: Located files kept; the oldest is forgotten past this (files come and go on a long-running host).
 _CACHE_MAX = 512
-_HEAD_TAIL = 1 << 16
+_HEAD_TAIL = 1 << 14
 
 
 def _place(fd: int, m: MappedFile, spec: reg.CountSymbol) -> Any:
     """Where ``spec``'s getter and variable lie in the file open on ``fd`` (an
     :class:`parinfo.process.elfcount.Place`), cached by the mapping's identity: the device and inode
-    maps names, the size, and a digest of the file's first and last 64 KiB (the headers and, in the
+    maps names, the size, and a digest of the file's first and last 16 KiB (the headers and, in the
     files the linker writes, the section table): a new file or version gets its own entry, a touch
     does not. What the place says is checked against the process's memory on every read, so a change
     the digest misses cannot make a wrong count believed."""
