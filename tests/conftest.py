@@ -62,10 +62,10 @@ def run_cli(*args: str, env: dict[str, str] | None = None, prefix: list[str] | N
 
 
 def start_target(code: str, *args: str, env: dict[str, str] | None = None,
-                 prefix: list[str] | None = None) -> tuple[subprocess.Popen, Any]:
-    """Start ``python -c code ARGS`` (behind ``prefix``) that prints one JSON line of its own
-    ground truth, then waits on stdin; return the process and that JSON."""
-    proc = subprocess.Popen([*(prefix or []), sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
+                 prefix: list[str] | None = None, python: str | None = None) -> tuple[subprocess.Popen, Any]:
+    """Start ``python -c code ARGS`` (behind ``prefix``; ``python`` or this interpreter) that prints
+    one JSON line of its own ground truth, then waits on stdin; return the process and that JSON."""
+    proc = subprocess.Popen([*(prefix or []), python or sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env or clean_env())
     line = proc.stdout.readline() if proc.stdout else ""
     if not line:
@@ -84,6 +84,18 @@ def stop_target(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def numpy25_python() -> str:
+    """A Python 3.12+ interpreter with numpy>=2.5 and threadpoolctl (a venv made once under a cache
+    folder, see tests/new_numpy.py); skipped, with why, where none can be had."""
+    from new_numpy import venv_python
+
+    python, why = venv_python()
+    if python is None:
+        pytest.skip(why)
+    return python
 
 
 @pytest.fixture

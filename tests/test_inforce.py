@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env, start_target, stop_target
+from conftest import REPO, clean_env, run_cli, start_target, stop_target
 
-from parinfo.process import inforce
+import parinfo.host
+from parinfo.process import elfcount, inforce
 from parinfo.process.inforce import IN_FORCE, PERMISSION, counts_in_force, mapped_files
 from parinfo.process.tasks import ProcessGone
 
@@ -75,8 +76,8 @@ def test_the_target_is_not_stopped_and_a_second_read_hits_the_cache(monkeypatch)
     try:
         first = counts_in_force(proc.pid)
         parsed = []
-        real = inforce._parse
-        monkeypatch.setattr(inforce, "_parse", lambda fd, spec: parsed.append(fd) or real(fd, spec))
+        real = elfcount.locate
+        monkeypatch.setattr(elfcount, "locate", lambda fd, spec: parsed.append(fd) or real(fd, spec))
         assert counts_in_force(proc.pid) == first and parsed == []
         with open(f"/proc/{proc.pid}/stat") as fh:
             assert fh.read().rsplit(")", 1)[1].split()[0] in "RS"  # neither stopped (T) nor traced (t)
@@ -164,11 +165,11 @@ def test_a_file_without_the_count_variable_is_unknown_with_why(tmp_path):
         pytest.skip("no libgomp beside torch")
     fake = tmp_path / "libopenblas_not_really.so"
     shutil.copy(gomp, fake)
-    proc, _ = start_target("import ctypes, sys; ctypes.CDLL(sys.argv[1]); print('{}', flush=True); sys.stdin.readline()",
-                     str(fake))
+    proc, _ = start_target("import ctypes, sys; ctypes.CDLL(sys.argv[1]); print('{}', flush=True); "
+                           "sys.stdin.readline()", str(fake))
     try:
         (row,) = counts_in_force(proc.pid)
-        assert row.count is None and row.source.startswith("unknown (the file exports no blas_cpu_number")
+        assert row.count is None and row.source.startswith("unknown (the file exports none of openblas_get_num_threads")
     finally:
         stop_target(proc)
 
@@ -250,3 +251,88 @@ def test_no_access_to_maps_raises_no_access():
     out = subprocess.run([*NOBODY, sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                          env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
     assert out.stdout.startswith("refused: cannot read /proc/1/maps of pid 1"), out
+
+
+# ---------------------------------------------------------------------------------------------
+# Every reader (counts_in_force, show --pid, the host scan) against threadpoolctl inside the target:
+# the current numpy, and a numpy whose OpenBLAS file was deleted or replaced after load
+
+LIMITED = """
+import json, sys
+import numpy, threadpoolctl
+threadpoolctl.threadpool_limits(1)
+print(json.dumps({i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info()
+                  if i["internal_api"] == "openblas"}), flush=True)
+sys.stdin.readline()
+"""
+
+
+def _every_reader_says(pid: int, truth: dict[str, int]) -> None:
+    """counts_in_force, `show --pid --json` and parinfo.host.scan() give each OpenBLAS of ``pid``
+    the count threadpoolctl reported inside it, as in force."""
+    def plain(path: str) -> str:
+        return os.path.realpath(path.removesuffix(" (deleted)"))
+
+    want = {plain(p): n for p, n in truth.items()}
+    assert want and set(want.values()) == {1}
+    assert {plain(r.path): (r.count, r.source) for r in counts_in_force(pid)} == {p: (n, IN_FORCE)
+                                                                                   for p, n in want.items()}
+    report = json.loads(run_cli("show", "--pid", str(pid), "--json").stdout)
+    shown = {plain(p["filepath"]): (p["num_threads"], p["count_source"]) for p in report["pools"]
+             if p["library"] == "openblas"}
+    assert shown == {p: (n, IN_FORCE) for p, n in want.items()}, report["pools"]
+    (row,) = [p for p in parinfo.host.scan(interval=0).processes if p.pid == pid]
+    scanned = {plain(c.path): (c.count, c.in_force) for c in row.pools if c.library == "openblas"}
+    assert scanned == {p: (n, True) for p, n in want.items()}, row.pools
+
+
+def test_numpy_2_5_count_is_read_where_its_build_keeps_it(numpy25_python):
+    proc, truth = start_target(LIMITED, env=clean_env(OPENBLAS_NUM_THREADS="2"), python=numpy25_python)
+    try:
+        _every_reader_says(proc.pid, truth)
+    finally:
+        stop_target(proc)
+
+
+def test_numpy_2_4_count_is_read_by_every_reader():
+    proc, truth = start_target(LIMITED, env=clean_env(OPENBLAS_NUM_THREADS="2"))
+    try:
+        _every_reader_says(proc.pid, truth)
+    finally:
+        stop_target(proc)
+
+
+@pytest.fixture(scope="module")
+def numpy_copy(tmp_path_factory) -> Path:
+    """A copy of this environment's numpy (and its bundled libraries) that a test may delete from."""
+    import numpy
+
+    site = Path(numpy.__file__).resolve().parent.parent
+    if not (site / "numpy.libs").is_dir():
+        pytest.skip("this numpy bundles no OpenBLAS of its own")
+    folder = tmp_path_factory.mktemp("numpy-copy")
+    shutil.copytree(site / "numpy", folder / "numpy", ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    return folder
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_numpy_whose_openblas_was_deleted_or_replaced_after_load_is_read_right(numpy_copy, tmp_path, how):
+    import numpy
+
+    folder = tmp_path / "site"
+    shutil.copytree(numpy_copy, folder, symlinks=True)
+    shutil.copytree(Path(numpy.__file__).resolve().parent.parent / "numpy.libs", folder / "numpy.libs")
+    (lib,) = (folder / "numpy.libs").glob("lib*openblas*.so*")
+    proc, truth = start_target(LIMITED, env=clean_env(OPENBLAS_NUM_THREADS="2", PYTHONPATH=str(folder)))
+    try:
+        assert [os.path.realpath(p) for p in truth] == [str(lib)]
+        if how == "deleted":  # what pip uninstall does
+            lib.unlink()
+        else:  # what pip install -U does: a new file renamed over the old one
+            shutil.copy(lib, tmp_path / "new.so")
+            os.replace(tmp_path / "new.so", lib)
+        with open(f"/proc/{proc.pid}/maps") as fh:
+            assert f"{lib} (deleted)" in fh.read()
+        _every_reader_says(proc.pid, truth)
+    finally:
+        stop_target(proc)

@@ -471,8 +471,8 @@ def _families(processes: list[HostProcess]) -> list[Family]:
 
 
 def _symbol_lines(maps: bytes, rows: list[dict[str, Any]]) -> str | None:
-    """The lines of a maps file that map the pools among ``rows`` whose library keeps its count in an
-    exported variable (the registry's ``count_symbol``), or None when none does. Reading the counts
+    """The lines of a maps file that map the pools among ``rows`` whose library keeps its count where
+    it can be read from outside (the registry's ``count_symbol``), or None when none does. Reading the counts
     needs those lines only: kept per maps version, they spare each scan a parse of the whole file."""
     paths = {r["filepath"] for r in rows
              if (lib := reg.find(r["library"])) is not None and lib.count_symbol is not None}

@@ -466,7 +466,9 @@ class Proc:
             try:
                 fd = os.open(candidate, os.O_RDONLY | os.O_CLOEXEC)
             except PermissionError:
-                why = self.permission_reason()
+                why = self.permission_reason() if not deleted else (
+                    "the library file was deleted or replaced after load: only root can open the copy the "
+                    "process maps")
                 continue
             except OSError as exc:
                 if not self.exists():

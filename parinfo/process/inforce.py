@@ -1,17 +1,23 @@
 """Counts in force read from another process's memory, without stopping or tracing it.
 
-Some libraries keep their count in force in an exported variable (the registry's
-``Library.count_symbol``: OpenBLAS's, for one). For each such library mapped into the process:
+Some libraries keep their count in force in a variable that their exported getter returns (the
+registry's ``Library.count_symbol``: OpenBLAS's, for one). For each such library mapped into the process:
 
 1. the library file is opened as the process sees it: ``/proc/PID/map_files/START-END`` (the
-   mapped file itself, for root), else ``/proc/PID/root`` + its path (another mount namespace or
+   mapped file itself, for root: right even when the file was deleted or replaced after load, as
+   ``pip install -U`` does), else ``/proc/PID/root`` + its path (another mount namespace or
    container), checked against the inode that ``/proc/PID/maps`` names;
-2. the symbol's offset from the library's load base is resolved from the file's dynamic symbol
-   table with pyelftools (imported here only), cached per (device, inode, size, mtime): a scan over
-   many processes that share one numpy parses each file once;
+2. the file says where the library's count getter and count variable lie
+   (:mod:`parinfo.process.elfcount`: bounded work, every failure a reason), cached by the mapping's
+   identity (device and inode as maps names them, size, and a digest of the file's head and tail):
+   a scan over many processes that share one numpy parses each file once, and touching a file does
+   not force a parse;
 3. the load base is the start of the file's mapping at file offset 0 in ``/proc/PID/maps``;
-4. the variable's bytes are read with ``os.pread`` on ``/proc/PID/mem``: no ptrace attach, no signal,
-   the process runs on.
+4. the getter's machine code is read from the process's memory and decoded
+   (:mod:`parinfo.process.getter_code`): the variable it loads is the count (where the file names
+   the variable, it must be that one: a library is believed only when it is what its name says);
+5. the variable's bytes are read with ``os.pread`` on ``/proc/PID/mem`` (no ptrace attach, no signal,
+   the process runs on) and believed only from 1 to the build's maximum (the registry's bound).
 
 Reading memory needs the same rights as a debugger (the process's user, or root; the kernel may ask
 more). Without them the row says ``unknown (permission: run as the process's user or root)``.
@@ -51,13 +57,15 @@ class CountInForce:
 
     ``library``: the registry record's name (openblas); ``path``: the mapped file as the process
     names it; ``count``: the count read from the process's memory, or None when unknown; ``source``:
-    :data:`IN_FORCE`, or ``unknown (reason)``.
+    :data:`IN_FORCE`, or ``unknown (reason)``; ``deleted``: maps says the file was deleted or replaced
+    after load.
     """
 
     library: str
     path: str
     count: int | None
     source: str
+    deleted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"library": self.library, "path": self.path, "count": self.count, "source": self.source}
@@ -73,6 +81,7 @@ class MappedFile:
     end: int
     inode: int
     deleted: bool
+    device: str = ""
 
 
 def mapped_files(maps_text: str, prefixes: tuple[str, ...] | None = None) -> list[MappedFile]:
@@ -95,7 +104,7 @@ def mapped_files(maps_text: str, prefixes: tuple[str, ...] | None = None) -> lis
             if int(parts[2], 16) != 0:
                 continue
             lo, _, hi = parts[0].partition("-")
-            found[path] = MappedFile(path, int(lo, 16), int(hi, 16), int(parts[4]), deleted)
+            found[path] = MappedFile(path, int(lo, 16), int(hi, 16), int(parts[4]), deleted, parts[3])
         except ValueError:
             continue
     return list(found.values())
@@ -120,80 +129,40 @@ def _lines(maps_text: str, prefixes: tuple[str, ...] | None) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The symbol's place in the file, parsed once per file version
+# Where the count lies in the file, located once per mapped file
+
+_CACHE: dict[tuple[Any, ...], Any] = {}
+#: Located files kept; the oldest is forgotten past this (files come and go on a long-running host).
+_CACHE_MAX = 512
+_HEAD_TAIL = 1 << 14
 
 
-@record(frozen=True)
-class _Symbol:
-    """Where a count variable sits: ``offset`` from the load base, ``size`` in bytes, ``little``
-    endian; or ``missing``: why the file gives none."""
+def _place(fd: int, m: MappedFile, spec: reg.CountSymbol) -> Any:
+    """Where ``spec``'s getter and variable lie in the file open on ``fd`` (an
+    :class:`parinfo.process.elfcount.Place`), cached by the mapping's identity: the device and inode
+    maps names, the size, and a digest of the file's first and last 16 KiB (the headers and, in the
+    files the linker writes, the section table): a new file or version gets its own entry, a touch
+    does not. What the place says is checked against the process's memory on every read, so a change
+    the digest misses cannot make a wrong count believed."""
+    import hashlib
 
-    offset: int = 0
-    size: int = 0
-    little: bool = True
-    missing: str | None = None
+    from parinfo.process import elfcount
 
-
-_CACHE: dict[tuple[int, int, int, int, tuple[str, ...]], _Symbol] = {}
-
-
-def _find_symbol(elf: Any, names: tuple[str, ...]) -> tuple[str, Any] | None:
-    """The first of ``names`` in the file's dynamic symbols: through its hash table when it has one
-    (fast: no walk over thousands of symbols), else the dynamic symbol table or segment."""
-    from elftools.elf.dynamic import DynamicSegment
-    from elftools.elf.hash import ELFHashSection, GNUHashSection
-    from elftools.elf.sections import SymbolTableSection
-
-    tables: list[Any] = [s for s in elf.iter_sections() if isinstance(s, (GNUHashSection, ELFHashSection))]
-    tables += [s for s in elf.iter_sections() if isinstance(s, SymbolTableSection) and s.name == ".dynsym"]
-    if not tables:  # section headers stripped: the dynamic segment has the same table
-        tables = [s for s in elf.iter_segments() if isinstance(s, DynamicSegment)]
-    for name in names:
-        for table in tables:
-            getter = table.get_symbol if isinstance(table, (GNUHashSection, ELFHashSection)) else None
-            if getter is not None:
-                sym = getter(name)
-            else:
-                syms = table.get_symbol_by_name(name)
-                sym = syms[0] if syms else None
-            if sym is not None and sym["st_shndx"] != "SHN_UNDEF":
-                return name, sym
-    return None
-
-
-def _parse(fd: int, spec: reg.CountSymbol) -> _Symbol:
-    """Resolve ``spec`` in the ELF file open on ``fd``."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
-    with os.fdopen(os.dup(fd), "rb") as fh:
-        try:
-            elf = ELFFile(fh)
-            hit = _find_symbol(elf, spec.names)
-            if hit is None:
-                return _Symbol(missing=f"the file exports no {' or '.join(spec.names)}: a single-threaded "
-                                       f"build, or one parinfo does not know")
-            name, sym = hit
-            if sym["st_info"]["type"] != "STT_OBJECT" or sym["st_size"] not in (0, spec.size):
-                return _Symbol(missing=f"{name} in this file is not a {spec.size}-byte variable")
-            # the load base maps the segment at file offset 0; its address in the file is usually 0
-            first = next((seg for seg in elf.iter_segments()
-                          if seg["p_type"] == "PT_LOAD" and seg["p_offset"] == 0), None)
-            if first is None:
-                return _Symbol(missing="the file has no segment loaded from its start")
-            page = max(int(first["p_align"]), 1)
-            vaddr0 = int(first["p_vaddr"]) - int(first["p_vaddr"]) % page
-            return _Symbol(int(sym["st_value"]) - vaddr0, spec.size, bool(elf.little_endian))
-        except (ELFError, ValueError, KeyError, OSError, AttributeError) as exc:
-            return _Symbol(missing=f"cannot parse the library file: {exc}")
-
-
-def _symbol(fd: int, spec: reg.CountSymbol) -> _Symbol:
-    st = os.fstat(fd)
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, spec.names)
+    try:
+        size = os.fstat(fd).st_size
+        digest = hashlib.blake2b(os.pread(fd, _HEAD_TAIL, 0) + os.pread(fd, _HEAD_TAIL, max(size - _HEAD_TAIL, 0)),
+                                 digest_size=16).digest()
+    except OSError as exc:
+        return elfcount.Place(missing=f"cannot read the library file: {exc.strerror or exc}")
+    key = (m.device, m.inode, size, digest, spec)
     found = _CACHE.get(key)
     if found is None:
-        found = _CACHE[key] = _parse(fd, spec)
+        found = elfcount.locate(fd, spec)
+        if found.retry:
+            return found
+        while len(_CACHE) >= _CACHE_MAX:
+            del _CACHE[next(iter(_CACHE))]
+        _CACHE[key] = found
     return found
 
 
@@ -204,22 +173,56 @@ def _symbol(fd: int, spec: reg.CountSymbol) -> _Symbol:
 def _row(proc: Proc, m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, mem: Memory) -> CountInForce:
     fd, why = proc.open_mapping(m.start, m.end, m.path, m.inode, m.deleted)
     if fd is None:
-        return CountInForce(rec.name, m.path, None, unknown(why))
+        return CountInForce(rec.name, m.path, None, unknown(why), m.deleted)
     try:
-        sym = _symbol(fd, spec)
+        place = _place(fd, m, spec)
     finally:
         os.close(fd)
-    if sym.missing is not None:
-        return CountInForce(rec.name, m.path, None, unknown(sym.missing))
-    data = mem.read(m.start + sym.offset, sym.size)
+    found = place.missing if place.missing is not None else _count(m, rec, spec, place, mem)
+    if isinstance(found, str):
+        return CountInForce(rec.name, m.path, None, unknown(found), m.deleted)
+    return CountInForce(rec.name, m.path, found, IN_FORCE, m.deleted)
+
+
+def _count(m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, place: Any, mem: Memory) -> int | str:
+    """The count in force, or why it is not believed: the getter's code in the process's memory
+    must load the variable (the one the file names, when it names one) from the library's own data,
+    and the value must lie between 1 and the build's maximum."""
+    from parinfo.process.getter_code import loaded_address
+
+    entry = m.start + place.getter
+    code = mem.read(entry, place.getter_size)
+    if isinstance(code, str):
+        return code
+    load = loaded_address(code, entry, place.machine, place.little)
+    if isinstance(load, str):
+        return f"{place.getter_name}: {load}; not believed to be {rec.label}"
+    address, through = load
+    if through:  # a GOT slot of the library's own data, holding the variable's address
+        if not place.holds(address - m.start, place.pointer):
+            return (f"{place.getter_name} loads through a slot outside the library's data: "
+                    f"not believed to be {rec.label}")
+        slot = mem.read(address, place.pointer)
+        if isinstance(slot, str):
+            return slot
+        address = int.from_bytes(slot, "little" if place.little else "big")
+    offset = address - m.start
+    if place.variable is not None and offset != place.variable:
+        return (f"{place.getter_name} loads another variable than the file's {place.variable_name}: "
+                f"not believed to be {rec.label}")
+    if not place.holds(offset, spec.size):
+        return f"{place.getter_name} loads from outside the library's data: not believed to be {rec.label}"
+    data = mem.read(address, spec.size)
     if isinstance(data, str):
-        return CountInForce(rec.name, m.path, None, unknown(data))
-    value = int.from_bytes(data, "little" if sym.little else "big", signed=True)
+        return data
+    value = int.from_bytes(data, "little" if place.little else "big", signed=True)
     if value == spec.unset:
-        return CountInForce(rec.name, m.path, None, unknown("the library has not set its count up yet"))
-    if value < 1:
-        return CountInForce(rec.name, m.path, None, unknown(f"the variable holds {value}, not a count"))
-    return CountInForce(rec.name, m.path, value, IN_FORCE)
+        return "the library has not set its count up yet"
+    top = min(place.build_max or spec.max_count, spec.max_count)
+    if not 1 <= value <= top:
+        bound = "the build's maximum" if place.build_max and place.build_max <= spec.max_count else "parinfo's bound"
+        return f"the variable holds {value}, beyond 1..{top}: {bound} for {rec.label}"
+    return value
 
 
 @functools.cache
@@ -260,6 +263,6 @@ def counts_in_force(pid: int, maps_text: str | None = None) -> list[CountInForce
 
 
 def cache_size() -> int:
-    """How many (file, symbol) lookups are cached (for tests and the host scan's figures)."""
+    """How many located files are cached (for tests and the host scan's figures)."""
     return len(_CACHE)
 

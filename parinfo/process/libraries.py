@@ -165,18 +165,27 @@ def _numexpr_context(module: Any, env: Mapping[str, str]) -> dict[str, Any]:
 
 @record(frozen=True)
 class CountSymbol:
-    """An exported variable that holds a library's count in force, so that the count of another
-    process can be read from its memory (:mod:`parinfo.process.inforce`) without stopping it.
+    """Where a library keeps its count in force, so that the count of another process can be read
+    from its memory (:mod:`parinfo.process.inforce`) without stopping it.
 
-    ``names``: the dynamic symbol names tried in order (the first the file exports wins); ``size``:
-    its width in bytes (a C ``int``: 4), read as a signed integer in the file's byte order;
-    ``unset``: the value it holds before the library has set it up (the count is then unknown);
-    ``verified``: the builds on which the fact was checked against the library's own getter.
+    ``getters``: the exported getter functions tried in order (the first the file exports wins); its
+    machine code, read from the process's memory, must load the variable it returns (that is what
+    makes a file named like the library believed; it also finds the variable where no symbol names
+    it). ``names``: the variable's symbol names, exported or local (``.symtab``); when the file
+    names it, the getter must load that very variable. ``size``: its width in bytes (a C ``int``: 4),
+    read as a signed integer in the file's byte order; ``unset``: the value it holds before the
+    library has set it up (the count is then unknown). A count is believed from 1 to the build's
+    maximum: ``max_symbol`` names a local array of one pointer per thread the build allows (its size
+    over the pointer size), and ``max_count`` bounds it, and is the bound when the file does not say.
+    ``verified``: the builds on which the facts were checked against the library's own getter.
     """
 
     names: tuple[str, ...]
+    getters: tuple[str, ...] = ()
     size: int = 4
     unset: int = 0
+    max_symbol: str = ""
+    max_count: int = 1024
     verified: str = ""
 
 
@@ -203,8 +212,8 @@ class Library:
     is "thread" when a set limit holds for the calling thread only (OpenMP's ICVs), "process"
     otherwise (:meth:`scope_of` adds the threading layer).
     Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch.
-    From outside: ``count_symbol`` (:class:`CountSymbol`) names the exported variable that holds the
-    count in force, when the library keeps it in one.
+    From outside: ``count_symbol`` (:class:`CountSymbol`) names the getter and variable that hold the
+    count in force, and its bounds, when the library keeps it in one.
     """
 
     name: str
@@ -344,11 +353,18 @@ _RECORDS: tuple[Library, ...] = (
             precedence=("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
             default=defaults.affinity_cpus, cap=defaults.affinity_cap, profile_key="blas",
             profile_var="OPENBLAS_NUM_THREADS", native_getter="openblas_get_num_threads()", scope="process",
-            # openblas_get_num_threads() returns this int; scipy-openblas builds prefix their API
-            # functions (scipy_dgemm_...) but not this variable
+            # openblas_get_num_threads() returns this int: exported by 0.3.31 and older, a local
+            # symbol of .symtab from 0.3.34 (numpy 2.5); scipy-openblas builds prefix the getter
+            # (scipy_openblas_get_num_threads64_) but not the variable. blas_thread_buffer is
+            # void *[MAX_PARALLEL_NUMBER][MAX_CPU_NUMBER] (MAX_PARALLEL_NUMBER is 1 unless a build
+            # changes it): the build's NUM_THREADS. 1024 is the most CPUs a BIGNUMA build handles.
             count_symbol=CountSymbol(("blas_cpu_number",),
-                                     verified="numpy 2.4 (scipy-openblas64 0.3.31) and scipy 1.17 "
-                                              "(scipy-openblas32 0.3.30) wheels, pthreads builds"),
+                                     getters=("openblas_get_num_threads", "scipy_openblas_get_num_threads64_",
+                                              "scipy_openblas_get_num_threads", "openblas_get_num_threads64_"),
+                                     max_symbol="blas_thread_buffer", max_count=1024,
+                                     verified="numpy 2.4 (scipy-openblas64 0.3.31), numpy 2.5 (scipy-openblas64 "
+                                              "0.3.34) and scipy 1.17 (scipy-openblas32 0.3.30) wheels, "
+                                              "pthreads builds, x86-64"),
             note="pthreads builds: one limit for the whole process; OpenMP builds follow the calling "
                  "thread's OpenMP limit"),
     Library("blis", "BLIS", prefixes=("libblis",), user_api="blas", internal_api="blis",
