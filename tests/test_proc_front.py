@@ -326,3 +326,54 @@ def test_a_vanished_process_is_one_line_through_the_cli():
                             f"counts_in_force({proc.pid})"], capture_output=True, text=True, timeout=60,
                            env=clean_env(PYTHONPATH=str(REPO)))
     assert "ProcessGone" in probe.stderr
+
+
+def _usable_series(text: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {s.labels.get("cgroup", ""): s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "parinfo_usable_cpus"}
+
+
+def test_a_quota_changed_under_host_serve_shows_in_its_next_scrape():
+    pytest.importorskip("numpy")
+    pytest.importorskip("prometheus_client")
+    from prometheus_server import scrape, serve, stop
+
+    path = _make_cgroup(b"parinfo-serve-" + os.urandom(3).hex().encode(), 200_000)
+    name = "/" + os.fsdecode(os.path.basename(path))
+    targets = Targets(os.fsdecode(path))
+    server = None
+    try:
+        targets.start(TARGET)
+        server, port = serve("host", "--cgroup", name)
+        assert _usable_series(scrape(port)).get(os.fsdecode(path)) == 2
+        with open(os.path.join(path, b"cpu.cfs_quota_us"), "w") as fh:
+            fh.write("50000")
+        time.sleep(FOLLOW_S + 0.1)
+        assert _usable_series(scrape(port)).get(os.fsdecode(path)) == 1
+    finally:
+        if server is not None:
+            stop(server)
+        targets.stop()
+        _remove_cgroup(path)
+
+
+def test_a_quota_changed_under_watch_shows_in_its_next_sample():
+    pytest.importorskip("numpy")
+    from parinfo.watching.sample import Sampler
+
+    path = _make_cgroup(b"parinfo-watch-" + os.urandom(3).hex().encode(), 200_000)
+    targets = Targets(os.fsdecode(path))
+    try:
+        proc, _ = targets.start(TARGET)
+        sampler = Sampler(proc.pid)
+        assert (sampler.usable, sampler.quota) == (2, 2.0)
+        with open(os.path.join(path, b"cpu.cfs_quota_us"), "w") as fh:
+            fh.write("50000")
+        time.sleep(FOLLOW_S + 0.1)
+        sampler.read()
+        assert (sampler.usable, sampler.quota) == (1, 0.5)
+    finally:
+        targets.stop()
+        _remove_cgroup(path)

@@ -43,6 +43,7 @@ from parinfo.host.model import (
     ThreadGroup,
 )
 from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ, pids
+from parinfo.machine.topology import REREAD_S
 from parinfo.process import libraries as reg
 from parinfo.process.inforce import IN_FORCE
 from parinfo.process.tasks import CLOCK_TICKS, thread_group
@@ -52,9 +53,8 @@ if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters, PressureFacts
     from parinfo.machine.topology import MachineFacts
 
-#: How old a cgroup's binding or the machine's facts may grow before a scan reads them again: the
-#: runtime's quota follower's period.
-FOLLOW_S = 1.0
+#: How old a cgroup's binding or the machine's facts may grow before a scan reads them again.
+FOLLOW_S = REREAD_S
 
 _DIGITS = re.compile(r"\d+")
 

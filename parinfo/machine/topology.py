@@ -284,6 +284,10 @@ def _psutil_cores(notes: list[str]) -> int | None:
     return n or None
 
 
+#: How old the machine's facts may grow in a long-running reader before it reads them again (the
+#: runtime's quota follower, the host scanner, the watch sampler): quotas and cpusets change under them.
+REREAD_S = 1.0
+
 _ALLOWED = re.compile(r"^Cpus_allowed_list:\s*(\S*)\s*$", re.MULTILINE)
 
 

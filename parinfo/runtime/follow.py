@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from parinfo.machine.topology import REREAD_S
 from parinfo.process import libraries as reg
 from parinfo.process.interpreter import watch_gil_warning
 from parinfo.process.setter import TORCH
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
 
 #: Seconds between two re-reads on the runtime's paths (``refresh()`` re-reads at once).
-INTERVAL_S = 1.0
+INTERVAL_S = REREAD_S
 #: When the calling thread runs inside a lane (its per-thread counts carry the budget's cap), the
 #: comparison waits for a thread outside one, this much later.
 RETRY_S = 0.05

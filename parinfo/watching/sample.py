@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
+from parinfo.errors import UsageError
 from parinfo.machine.pressure import (
     CpuCounters,
     Pressure,
@@ -21,6 +22,7 @@ from parinfo.machine.pressure import (
     cpu_pressure,
 )
 from parinfo.machine.procfs import Proc
+from parinfo.machine.topology import REREAD_S
 from parinfo.process.tasks import (
     NotAProcess,
     ProcessGone,
@@ -63,27 +65,36 @@ class Sampler:
     and the machine's runnable tasks, without per-thread groups."""
 
     def __init__(self, pid: int | None, *, children: bool = False, root: str = "/") -> None:
-        from parinfo.machine.topology import machine_facts
-
         self.pid, self.children, self.root = pid, children, root
-        if pid is not None:
-            from parinfo.process.remote import check_pid
-
-            check_pid(pid)
-        facts = machine_facts(root, pid)
-        self.usable, self.quota = facts.usable_cpus, facts.quota
+        # the watched process: its first stat is its identity, so a pid the kernel gives to a new
+        # process once it has exited is never taken for it
+        self.proc = None if pid is None else Proc(pid, root)
+        if self.proc is not None:
+            self.proc.check()
+        self._facts_at = 0.0
+        self.usable: int = 1
+        self.quota: float | None = None
+        self._follow_facts()
         self.last: Reading | None = None
         self.gone = False  # the watched process has exited: its pid is never read again
 
-    def exited(self) -> bool:
-        """True once the watched process has exited (a zombie has too); False for the container view.
-        Costs one read of its stat between samples; once true, stays true, so a pid the kernel gives
-        to a new process is not taken for it."""
-        if self.pid is not None and not self.gone:
-            from parinfo.process.remote import check_pid
+    def _follow_facts(self) -> None:
+        """Read the usable CPUs and quota again once :data:`REREAD_S` old: a quota changed under a
+        long watch shows in its next samples."""
+        from parinfo.machine.topology import machine_facts
 
+        now = time.monotonic()
+        if now - self._facts_at >= REREAD_S:
+            facts = machine_facts(self.root, self.pid)
+            self.usable, self.quota, self._facts_at = facts.usable_cpus, facts.quota, now
+
+    def exited(self) -> bool:
+        """True once the watched process has exited (a zombie has too; a process whose main thread
+        exited while its threads run on has not); False for the container view. Costs one read of
+        its stat between samples; once true, stays true."""
+        if self.proc is not None and not self.gone:
             try:
-                check_pid(self.pid)
+                self.proc.check()
             except (ProcessGone, NotAProcess):
                 self.gone = True
         return self.gone
@@ -101,6 +112,12 @@ class Sampler:
     def _read(self) -> Reading:
         threads: dict[tuple[int, int], ThreadStat] = {}
         processes = 0
+        if self.proc is not None:
+            self.proc.stat()  # ProcessGone when the pid now names another process
+        try:
+            self._follow_facts()
+        except UsageError:
+            raise gone(self.pid or 0) from None
         if self.pid is not None:
             pids = [self.pid]
             if self.children:
@@ -204,11 +221,9 @@ def pressure_percent(a: Pressure | str, b: Pressure | str, dt: float) -> float |
 
 def check_interval(interval: float) -> float:
     """``interval`` as seconds; UsageError unless it is a number from 0.05 to 3600."""
-    from parinfo.errors import UsageError
+    from parinfo.checks import seconds
 
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.05 <= interval <= 3600:
-        raise UsageError(f"interval {interval!r}: give seconds from 0.05 to 3600")
-    return float(interval)
+    return seconds(interval, "interval", 0.05, 3600)
 
 
 def samples(sampler: Sampler, interval: float, count: int | None = None) -> Iterator[Sample]:
