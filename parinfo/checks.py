@@ -110,19 +110,22 @@ def port(value: Any, what: str, fix: str) -> int:
 
 
 def uid(value: Any, what: str = "--user") -> int:
-    """The uid of a user given by name or number: one with a passwd entry, or a uid that owns a
-    process now (containers run uids that have no name)."""
+    """The uid of a user given by name or number (text, or an int from the Python API): one with a
+    passwd entry, or a uid that owns a process now (containers run uids that have no name)."""
     import pwd
 
     fix = "give a user name or a numeric uid, e.g. --user nobody or --user 1000"
-    text = _text(value, what, fix, MAX_USER)
-    try:
-        return pwd.getpwnam(text).pw_uid
-    except KeyError:
-        pass
-    if not (text.isascii() and text.isdigit()):
-        raise BadValue(what, value, "no such user", fix)
-    number = integer(text, what, 0, UID_MAX, fix)
+    if isinstance(value, int) and not isinstance(value, bool):  # the Python API's uid
+        number = integer(value, what, 0, UID_MAX, fix)
+    else:
+        text = _text(value, what, fix, MAX_USER)
+        try:
+            return pwd.getpwnam(text).pw_uid
+        except KeyError:
+            pass
+        if not (text.isascii() and text.isdigit()):
+            raise BadValue(what, value, "no such user", fix)
+        number = integer(text, what, 0, UID_MAX, fix)
     try:
         pwd.getpwuid(number)
         return number

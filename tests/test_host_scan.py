@@ -262,6 +262,7 @@ def test_a_cgroup_row_shows_only_its_own_cpu_pressure(targets, cgroup):
 
 def test_user_filter():
     report = parinfo.host.scan(user=str(os.getuid()), interval=0)
+    assert {p.pid for p in parinfo.host.scan(user=os.getuid(), interval=0).processes} >= {os.getpid()}
     assert report.process(os.getpid()) is not None
     assert {p.user for p in report.processes} == {report.process(os.getpid()).user}
 

@@ -254,7 +254,8 @@ def test_a_cgroup_directory_is_normalised():
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda h: h.scan(user=0), "not text but int"),
+    (lambda h: h.scan(user=-1), "out of range"),
+    (lambda h: h.scan(user=True), "not text but bool"),
     (lambda h: h.scan(user="99999999999999999999"), "out of range"),
     (lambda h: h.scan(user="no-such-user-here"), "no such user"),
     (lambda h: h.scan(cgroup=5), "not text but int"),

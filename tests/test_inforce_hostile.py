@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, clean_env, run_cli, start_target, stop_target
+from crafted_elf import after_load_bloom_zero, build, poke, section, sparse_dynsym
 
 import parinfo.host
 from parinfo.process import elfcount, getter_code, inforce, libraries as reg
@@ -26,33 +27,6 @@ from parinfo.process.inforce import IN_FORCE, counts_in_force
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("gcc") is None,
                                 reason="needs Linux and gcc")
 elftools = pytest.importorskip("elftools.elf.elffile")
-
-# Shaped like OpenBLAS's pthreads build: the count, its getter and setter, a bound array.
-SOURCE = r"""
-#include <unistd.h>
-#ifndef COUNT
-#define COUNT 3
-#endif
-#ifdef LOCAL
-static
-#endif
-int blas_cpu_number = COUNT;
-int other_number = 7;
-const char openblas_config[] = "OpenBLAS 0.3.99 pthreads";
-#ifdef MAXT
-void *blas_thread_buffer[MAXT];
-#endif
-int openblas_get_num_threads(void) {
-#if defined(LIAR)
-    return other_number;
-#elif defined(ELSEWISE)
-    return (int)sysconf(_SC_NPROCESSORS_ONLN) + blas_cpu_number;
-#else
-    return blas_cpu_number;
-#endif
-}
-void openblas_set_num_threads(int n) { blas_cpu_number = n; other_number = n + 5; }
-"""
 
 # Loads the file ("map": maps its bytes, as the loader could crash on it), sets the count to 2 when
 # told to ("set"), prints what the library's own getter says, then waits on stdin.
@@ -89,26 +63,6 @@ def corpus() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _build(folder: Path, name: str, *flags: str) -> Path:
-    src = folder / "fake.c"
-    src.write_text(SOURCE)
-    out = folder / name
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", *flags, "-o", str(out), str(src)], check=True, timeout=120)
-    out.chmod(0o644)
-    return out
-
-
-def _section(path: Path, name: str) -> tuple[int, int, int]:
-    """(header offset in the file, sh_offset, sh_size) of section ``name``."""
-    with open(path, "rb") as fh:
-        elf = elftools.ELFFile(fh)
-        for i in range(elf.num_sections()):
-            sec = elf.get_section(i)
-            if sec.name == name:
-                return elf["e_shoff"] + i * elf["e_shentsize"], sec["sh_offset"], sec["sh_size"]
-    raise AssertionError(f"{path} has no {name}")
-
-
 def _symbol(path: Path, name: str) -> tuple[int, int]:
     """(file offset of .dynsym entry ``name``, st_value)."""
     with open(path, "rb") as fh:
@@ -118,12 +72,6 @@ def _symbol(path: Path, name: str) -> tuple[int, int]:
             if sym.name == name:
                 return table["sh_offset"] + i * table["sh_entsize"], sym["st_value"]
     raise AssertionError(f"{path} exports no {name}")
-
-
-def _poke(path: Path, offset: int, data: bytes) -> None:
-    with open(path, "r+b") as fh:
-        fh.seek(offset)
-        fh.write(data)
 
 
 def _read(pid: int) -> tuple[inforce.CountInForce, float]:
@@ -144,25 +92,18 @@ def _mapped(path: Path, *, set_it: bool = True, load: bool = True) -> tuple[subp
 
 # -- files that tell the truth: the count the library's own getter gives, read from memory --------
 
-def _after_load_bloom_zero(path: Path) -> None:
-    """Its .gnu.hash's bloom size set to 0 once loaded (the loader would crash on it), which made
-    pyelftools divide by zero."""
-    _, offset, _ = _section(path, ".gnu.hash")
-    _poke(path, offset + 8, struct.pack("<I", 0))
-
-
 TRUTHFUL: dict[str, tuple[tuple[str, ...], Callable[[Path], None] | None]] = {
     "got": (("-DMAXT=64",), None),  # the getter loads through the GOT (a default-visibility variable)
     "symtab-local": (("-DLOCAL",), None),  # blas_cpu_number only in .symtab, as in OpenBLAS 0.3.34
     "no-symbol": (("-DLOCAL", "-s"), None),  # stripped: only the getter's code says where the count is
-    "bloom-size-0": ((), _after_load_bloom_zero),
+    "bloom-size-0": ((), after_load_bloom_zero),
 }
 
 
 @pytest.mark.parametrize("case", list(TRUTHFUL))
 def test_a_truthful_library_gives_its_getters_count(corpus, case):
     flags, after = TRUTHFUL[case]
-    path = _build(corpus, f"libopenblas_{case}.so", *flags)
+    path = build(corpus, f"libopenblas_{case}.so", *flags)
     proc, truth = _mapped(path)
     try:
         assert truth == 2
@@ -181,7 +122,7 @@ def _patched_symbol(path: Path) -> None:
     """blas_cpu_number's .dynsym value pointed at the "OpenBLAS..." string, in place, after load."""
     entry, _ = _symbol(path, "blas_cpu_number")
     _, string = _symbol(path, "openblas_config")
-    _poke(path, entry + 8, struct.pack("<Q", string))
+    poke(path, entry + 8, struct.pack("<Q", string))
 
 
 def _patched_getter(path: Path) -> None:
@@ -189,29 +130,11 @@ def _patched_getter(path: Path) -> None:
     own code changes with it)."""
     _, getter = _symbol(path, "openblas_get_num_threads")
     _, string = _symbol(path, "openblas_config")
-    _poke(path, getter + 2, struct.pack("<i", string - (getter + 6)))  # mov eax, [rip+disp32]
+    poke(path, getter + 2, struct.pack("<i", string - (getter + 6)))  # mov eax, [rip+disp32]
 
 
 def _shdrs_past_end(path: Path) -> None:
-    _poke(path, 0x28, struct.pack("<Q", path.stat().st_size + 4096))
-
-
-def _sparse_dynsym(entries: int) -> Callable[[Path], None]:
-    """.dynsym claims ``entries`` entries at the end of a file grown sparse to hold them; no section
-    is a hash table any more."""
-    def change(path: Path) -> None:
-        header, _, _ = _section(path, ".dynsym")
-        end = path.stat().st_size
-        with open(path, "r+b") as fh:
-            fh.truncate(end + entries * 24)
-        _poke(path, header + 0x18, struct.pack("<QQ", end, entries * 24))
-        for name in (".gnu.hash", ".hash"):
-            try:
-                hash_header, _, _ = _section(path, name)
-            except AssertionError:
-                continue
-            _poke(path, hash_header + 4, struct.pack("<I", 1))  # SHT_PROGBITS
-    return change
+    poke(path, 0x28, struct.pack("<Q", path.stat().st_size + 4096))
 
 
 def _huge(path: Path) -> None:
@@ -233,8 +156,8 @@ HOSTILE: dict[str, tuple[tuple[str, ...], bool, Callable[[Path], None] | None, s
     "patched-getter": (("-DLOCAL",), True, _patched_getter, "loads another variable than the file's"),
     "patched-getter-stripped": (("-DLOCAL", "-s"), True, _patched_getter, "loads from outside the library's data"),
     "section-headers-past-end": ((), True, _shdrs_past_end, "the file's section header table points past its end"),
-    "million-entry-dynsym": ((), True, _sparse_dynsym(1_000_000), "claims 1000000 entries, beyond the"),
-    "large-dynsym-no-hash": ((), True, _sparse_dynsym(elfcount.MAX_ENTRIES - 1), "the file exports none of"),
+    "million-entry-dynsym": ((), True, sparse_dynsym(1_000_000), "claims 1000000 entries, beyond the"),
+    "large-dynsym-no-hash": ((), True, sparse_dynsym(elfcount.MAX_ENTRIES - 1), "the file exports none of"),
     "huge-file": ((), True, _huge, "bytes, beyond the"),
 }
 
@@ -242,7 +165,7 @@ HOSTILE: dict[str, tuple[tuple[str, ...], bool, Callable[[Path], None] | None, s
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_a_lying_broken_or_huge_library_is_unknown_with_why(corpus, case):
     flags, set_it, after, why = HOSTILE[case]
-    path = _build(corpus, f"libopenblas_{case}.so", *flags)
+    path = build(corpus, f"libopenblas_{case}.so", *flags)
     proc, _ = _mapped(path, set_it=set_it)
     try:
         if after is not None:
@@ -256,7 +179,7 @@ def test_a_lying_broken_or_huge_library_is_unknown_with_why(corpus, case):
 
 @pytest.mark.parametrize("keep", [16, 63, 64, 200, 2000, -1])
 def test_a_truncated_library_is_unknown(corpus, keep):
-    path = _build(corpus, f"libopenblas_cut{keep}.so")
+    path = build(corpus, f"libopenblas_cut{keep}.so")
     size = path.stat().st_size
     with open(path, "r+b") as fh:
         fh.truncate(size - 1 if keep < 0 else keep)
@@ -272,9 +195,9 @@ def test_a_truncated_library_is_unknown(corpus, keep):
 def test_show_and_the_host_scan_survive_crafted_libraries(corpus):
     """The issue's cases end to end: a bloom size of 0 (it crashed both), a million-entry .dynsym (a
     23 s scan) and a count of 1000000 (believed) mapped by processes of another user."""
-    made = [(_build(corpus, "libopenblas_e2e_bloom.so"), True, _after_load_bloom_zero, 2),
-            (_build(corpus, "libopenblas_e2e_dynsym.so"), True, _sparse_dynsym(1_000_000), None),
-            (_build(corpus, "libopenblas_e2e_million.so", "-DCOUNT=1000000"), False, None, None)]
+    made = [(build(corpus, "libopenblas_e2e_bloom.so"), True, after_load_bloom_zero, 2),
+            (build(corpus, "libopenblas_e2e_dynsym.so"), True, sparse_dynsym(1_000_000), None),
+            (build(corpus, "libopenblas_e2e_million.so", "-DCOUNT=1000000"), False, None, None)]
     procs = []
     try:
         for path, set_it, after, _ in made:
@@ -297,7 +220,7 @@ def test_show_and_the_host_scan_survive_crafted_libraries(corpus):
 
 
 def test_touching_a_file_does_not_force_a_parse(corpus, monkeypatch):
-    path = _build(corpus, "libopenblas_touched.so", "-DMAXT=64")
+    path = build(corpus, "libopenblas_touched.so", "-DMAXT=64")
     proc, _ = _mapped(path)
     try:
         first, _ = _read(proc.pid)
@@ -312,7 +235,7 @@ def test_touching_a_file_does_not_force_a_parse(corpus, monkeypatch):
 
 
 def test_new_files_past_the_shared_time_are_tried_on_a_later_read(corpus, monkeypatch):
-    path = _build(corpus, "libopenblas_later.so", "-DMAXT=64")
+    path = build(corpus, "libopenblas_later.so", "-DMAXT=64")
     proc, _ = _mapped(path)
     try:
         monkeypatch.setattr(elfcount, "SHARED_S", 0.0)
@@ -355,7 +278,7 @@ def test_the_elf_reader_survives_mutated_copies_of_numpys_openblas(tmp_path, mon
         phoff, = struct.unpack_from("<Q", header, 0x20)
         regions = [(0, 64), (phoff, phoff + 56 * 16), (shoff, size)]
         for name in (".dynsym", ".symtab", ".strtab"):
-            _, offset, length = _section(copy, name)
+            _, offset, length = section(copy, name)
             regions += [(offset, offset + min(length, 4096))]
         rng = random.Random(27)
         values = [0, 1, 0xFFFFFFFF, 1 << 63, size, size - 1, 1 << 40]
@@ -425,12 +348,13 @@ def test_what_the_registry_says_bounds_the_reader():
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 def test_a_deleted_library_read_by_its_own_user_is_unknown_with_why(corpus):
     """Only root may open /proc/PID/map_files: the process's own user gets why, not a wrong file."""
-    path = _build(corpus, "libopenblas_gone.so")
+    path = build(corpus, "libopenblas_gone.so")
     proc, truth = _mapped(path)
     try:
         path.unlink()
         probe = ("import json, sys; from parinfo.process.inforce import counts_in_force\n"
-                 "print(json.dumps([[r.count, r.source, r.path, r.deleted] for r in counts_in_force(int(sys.argv[1]))]))")
+                 "rows = counts_in_force(int(sys.argv[1]))\n"
+                 "print(json.dumps([[r.count, r.source, r.path, r.deleted] for r in rows]))")
         out = subprocess.run([*AS_NOBODY, sys.executable, "-c", probe, str(proc.pid)], capture_output=True,
                              text=True, timeout=60, env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
         assert out.returncode == 0, out.stderr

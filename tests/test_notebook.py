@@ -199,7 +199,7 @@ def test_parinfo_magic_displays_html_and_text():
     ("%parinfo --format 'unclosed", "cannot read the options"),
     ("%parinfo_watch --samples 0", "--samples 0: out of range (1-10000)"),
     ("%parinfo_watch --interval soon", "--interval soon: not a number of seconds"),
-    ("%parinfo_watch --interval 0.001", "interval 0.001: give seconds from 0.05 to 3600"),
+    ("%parinfo_watch --interval 0.001", "interval 0.001: out of range (0.05-3600)"),
 ])
 def test_bad_input_is_one_line_without_a_traceback(cell, says):
     out = run_shell("%load_ext parinfo", cell)

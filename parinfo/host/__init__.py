@@ -24,10 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["HostReport", "scan"]
 
 
-def scan(cgroup: str | None = None, user: str | None = None, interval: float = 1.0) -> HostReport:
+def scan(cgroup: str | None = None, user: str | int | None = None, interval: float = 1.0) -> HostReport:
     """The processes of this machine (those in cgroup ``cgroup`` and below, and of user ``user``
-    when given) against their CPUs, with what happened over ``interval`` seconds (0: one reading,
-    cumulative counters only). Raises UsageError for an unknown user or cgroup or a bad interval."""
+    when given: a name, or a uid as text or int) against their CPUs, with what happened over
+    ``interval`` seconds (0: one reading, cumulative counters only). Raises UsageError for an
+    unknown user or cgroup or a bad interval."""
     from parinfo.host.scanner import Scanner, check_interval
 
     seconds = check_interval(interval)

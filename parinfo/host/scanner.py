@@ -80,7 +80,7 @@ def _user(uid: int) -> str:
         return str(uid)
 
 
-def _uid_of(name: str) -> int:
+def _uid_of(name: str | int) -> int:
     return checks.uid(name, "--user")
 
 
@@ -138,11 +138,11 @@ class Scanner:
     """Scans of the processes (of ``user``, in ``cgroup``), each made against the previous one:
     CPU use, throttling and pressure are counted over the time between them."""
 
-    def __init__(self, cgroup: str | None = None, user: str | None = None) -> None:
+    def __init__(self, cgroup: str | None = None, user: str | int | None = None) -> None:
         from parinfo.machine.topology import machine_facts
 
         self.uid = None if user is None else _uid_of(user)
-        self.user = user
+        self.user = None if user is None else str(user)
         self.facts: MachineFacts = machine_facts()
         self._facts_at = time.monotonic()
         self._cgroups_seen: set[bytes] = set()
