@@ -46,15 +46,17 @@ def set_quota(cg: Path, kind: str, cpus: float | None) -> None:
 
 
 @contextlib.contextmanager
-def quota_cgroup(cpus: float | None) -> Iterator[tuple[Path, str] | str]:
+def quota_cgroup(cpus: float | None, suffix: str = "") -> Iterator[tuple[Path, str] | str]:
     """A fresh cgroup limited to ``cpus`` CPUs, as (path, kind), or why none could be made (a
-    string: the caller skips); removed afterwards, once the processes put in it have ended."""
+    string: the caller skips); removed afterwards, once the processes put in it have ended.
+    ``suffix`` ends its name (hostile names: control characters, or bytes that are not UTF-8 given
+    through os.fsdecode)."""
     found = cpu_cgroup_parent()
     if isinstance(found, str):
         yield found
         return
     parent, kind = found
-    cg = parent / f"parinfo-test-{uuid.uuid4().hex[:12]}"
+    cg = parent / f"parinfo-test-{uuid.uuid4().hex[:12]}{suffix}"
     try:
         cg.mkdir()
         if kind == "v1":

@@ -5,7 +5,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import clean_env, run_cli
@@ -394,34 +393,18 @@ def test_host_table_json_and_html_escape_a_hostile_name(hostile_child):
 @pytest.fixture
 def hostile_cgroup(hostile_child):
     """A real cgroup named with control characters, with a CPU quota, holding ``hostile_child``."""
-    from real_cgroup import cpu_cgroup_parent, set_quota
+    from real_cgroup import quota_cgroup
 
-    found = cpu_cgroup_parent()
-    if isinstance(found, str):
-        pytest.skip(found)
-    parent, kind = found
-    cg = parent / f"parinfo-test-{os.getpid()}-{ESC}"
-    try:
-        cg.mkdir()
-        if kind == "v1":
-            (cg / "cpu.cfs_period_us").write_text("100000")
-        set_quota(cg, kind, 0.5)
+    with quota_cgroup(0.5, f"-{ESC}") as made:
+        if isinstance(made, str):
+            pytest.skip(f"cannot make a cgroup named with control characters: {made}")
+        cg, _ = made
         (cg / "cgroup.procs").write_text(str(hostile_child.pid))
-    except OSError as exc:
-        if cg.exists():
-            cg.rmdir()
-        pytest.skip(f"cannot make a cgroup named with control characters: {exc}")
-    try:
-        yield cg
-    finally:
-        hostile_child.kill()
-        hostile_child.wait(timeout=10)
-        for _ in range(50):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        try:
+            yield cg
+        finally:
+            hostile_child.kill()
+            hostile_child.wait(timeout=10)
 
 
 @pytest.mark.timeout(120)

@@ -6,12 +6,14 @@ threadpoolctl inside the targets and from /proc itself."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -180,51 +182,28 @@ def test_files_are_read_within_bounds(tmp_path):
 # -- cgroups: a name that is not UTF-8, a quota that changes -----------------------------------------
 
 
-def _v1_cpu_mount() -> str | None:
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            left, _, right = line.partition(" - ")
-            tail = right.split()
-            if len(tail) >= 3 and tail[0] == "cgroup" and "cpu" in tail[2].split(",") and left.split()[3] == "/":
-                return left.split()[4]
-    return None
+@contextlib.contextmanager
+def _targets_in_cgroup(cpus: float, suffix: bytes = b"") -> Iterator[tuple[Targets, Path, str]]:
+    """Targets started in a fresh real cgroup limited to ``cpus`` CPUs whose name ends with ``suffix``
+    (any bytes), its path and kind (v1 or v2); skipped where none can be made."""
+    from real_cgroup import quota_cgroup
 
-
-def _make_cgroup(name: bytes, quota_us: int) -> bytes:
-    if os.geteuid() != 0:
-        pytest.skip("creating a cgroup needs root")
-    mount = _v1_cpu_mount()
-    if mount is None:
-        pytest.skip("no cgroup v1 hierarchy with the cpu controller")
-    path = os.path.join(os.fsencode(mount), name)
-    try:
-        os.mkdir(path)
-        with open(os.path.join(path, b"cpu.cfs_period_us"), "w") as fh:
-            fh.write("100000")
-        with open(os.path.join(path, b"cpu.cfs_quota_us"), "w") as fh:
-            fh.write(str(quota_us))
-    except OSError as exc:
-        pytest.skip(f"cannot make a cgroup here: {exc}")
-    return path
-
-
-def _remove_cgroup(path: bytes) -> None:
-    for _ in range(50):
+    with quota_cgroup(cpus, os.fsdecode(suffix)) as made:
+        if isinstance(made, str):
+            pytest.skip(f"cannot make a cgroup with a quota here: {made}")
+        path, kind = made
+        targets = Targets(str(path))
         try:
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.1)
+            yield targets, path, kind
+        finally:
+            targets.stop()
 
 
 def test_a_cgroup_whose_name_is_not_utf8_keeps_its_quota():
     pytest.importorskip("numpy")
-    path = _make_cgroup(b"parinfo-\xff\x1b[2J-" + os.urandom(3).hex().encode(), 50_000)
-    targets = Targets(os.fsdecode(path))
-    try:
+    with _targets_in_cgroup(0.5, b"-\xff\x1b[2J") as (targets, _, _):
         proc, truth = targets.start(TARGET)
+        assert int(truth) == 1
         rows = [p for p in parinfo.host.scan(interval=0).processes if p.pid == proc.pid]
         assert rows and rows[0].usable_cpus == 1
         (group,) = [g for g in parinfo.host.scan(interval=0).cgroups if proc.pid in g.pids]
@@ -236,18 +215,14 @@ def test_a_cgroup_whose_name_is_not_utf8_keeps_its_quota():
         host = run_cli("host", "--once", "--json")
         assert host.returncode == 0 and "\x1b" not in host.stdout, host.stderr
         assert any(c["quota"] == 0.5 and proc.pid in c["pids"] for c in json.loads(host.stdout)["cgroups"])
-        assert int(truth) == 1
-    finally:
-        targets.stop()
-        _remove_cgroup(path)
 
 
 def test_a_quota_changed_under_a_running_scanner_shows_in_its_next_scan():
     pytest.importorskip("numpy")
-    path = _make_cgroup(b"parinfo-follow-" + os.urandom(3).hex().encode(), 200_000)
-    targets = Targets(os.fsdecode(path))
+    from real_cgroup import set_quota
+
     scanner = Scanner()
-    try:
+    with _targets_in_cgroup(2) as (targets, path, kind):
         proc, _ = targets.start(TARGET)
 
         def row() -> tuple[float | None, int]:
@@ -255,16 +230,53 @@ def test_a_quota_changed_under_a_running_scanner_shows_in_its_next_scan():
             return group.quota, group.usable_cpus
 
         assert row() == (2.0, 2)
-        with open(os.path.join(path, b"cpu.cfs_quota_us"), "w") as fh:
-            fh.write("50000")
+        set_quota(path, kind, 0.5)
         time.sleep(FOLLOW_S + 0.1)
         assert row() == (0.5, 1)
         targets.stop()
-        scanner.scan()
-        assert os.fsdecode(path).split("/")[-1] not in " ".join(i.path for i in scanner._cgroups.values())
-    finally:
-        targets.stop()
-        _remove_cgroup(path)
+    scanner.scan()
+    assert path.name not in " ".join(i.path for i in scanner._cgroups.values())  # forgotten once empty
+
+
+def _usable_series(text: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {s.labels.get("cgroup", ""): s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "parinfo_usable_cpus"}
+
+
+def test_a_quota_changed_under_host_serve_shows_in_its_next_scrape():
+    pytest.importorskip("numpy")
+    pytest.importorskip("prometheus_client")
+    from prometheus_server import scrape, serve, stop
+    from real_cgroup import set_quota
+
+    with _targets_in_cgroup(2) as (targets, path, kind):
+        targets.start(TARGET)
+        server, port = serve("host", "--cgroup", str(path))
+        try:
+            assert _usable_series(scrape(port)).get(str(path)) == 2
+            set_quota(path, kind, 0.5)
+            time.sleep(FOLLOW_S + 0.1)
+            assert _usable_series(scrape(port)).get(str(path)) == 1
+        finally:
+            stop(server)
+
+
+def test_a_quota_changed_under_watch_shows_in_its_next_sample():
+    pytest.importorskip("numpy")
+    from real_cgroup import set_quota
+
+    from parinfo.watching.sample import Sampler
+
+    with _targets_in_cgroup(2) as (targets, path, kind):
+        proc, _ = targets.start(TARGET)
+        sampler = Sampler(proc.pid)
+        assert (sampler.usable, sampler.quota) == (2, 2.0)
+        set_quota(path, kind, 0.5)
+        time.sleep(FOLLOW_S + 0.1)
+        sampler.read()
+        assert (sampler.usable, sampler.quota) == (1, 0.5)
 
 
 # -- permission as root -------------------------------------------------------------------------------
@@ -326,54 +338,3 @@ def test_a_vanished_process_is_one_line_through_the_cli():
                             f"counts_in_force({proc.pid})"], capture_output=True, text=True, timeout=60,
                            env=clean_env(PYTHONPATH=str(REPO)))
     assert "ProcessGone" in probe.stderr
-
-
-def _usable_series(text: str) -> dict[str, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return {s.labels.get("cgroup", ""): s.value for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name == "parinfo_usable_cpus"}
-
-
-def test_a_quota_changed_under_host_serve_shows_in_its_next_scrape():
-    pytest.importorskip("numpy")
-    pytest.importorskip("prometheus_client")
-    from prometheus_server import scrape, serve, stop
-
-    path = _make_cgroup(b"parinfo-serve-" + os.urandom(3).hex().encode(), 200_000)
-    name = "/" + os.fsdecode(os.path.basename(path))
-    targets = Targets(os.fsdecode(path))
-    server = None
-    try:
-        targets.start(TARGET)
-        server, port = serve("host", "--cgroup", name)
-        assert _usable_series(scrape(port)).get(os.fsdecode(path)) == 2
-        with open(os.path.join(path, b"cpu.cfs_quota_us"), "w") as fh:
-            fh.write("50000")
-        time.sleep(FOLLOW_S + 0.1)
-        assert _usable_series(scrape(port)).get(os.fsdecode(path)) == 1
-    finally:
-        if server is not None:
-            stop(server)
-        targets.stop()
-        _remove_cgroup(path)
-
-
-def test_a_quota_changed_under_watch_shows_in_its_next_sample():
-    pytest.importorskip("numpy")
-    from parinfo.watching.sample import Sampler
-
-    path = _make_cgroup(b"parinfo-watch-" + os.urandom(3).hex().encode(), 200_000)
-    targets = Targets(os.fsdecode(path))
-    try:
-        proc, _ = targets.start(TARGET)
-        sampler = Sampler(proc.pid)
-        assert (sampler.usable, sampler.quota) == (2, 2.0)
-        with open(os.path.join(path, b"cpu.cfs_quota_us"), "w") as fh:
-            fh.write("50000")
-        time.sleep(FOLLOW_S + 0.1)
-        sampler.read()
-        assert (sampler.usable, sampler.quota) == (1, 0.5)
-    finally:
-        targets.stop()
-        _remove_cgroup(path)
