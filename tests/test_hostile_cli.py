@@ -351,19 +351,26 @@ def _no_controls(values: list[str]) -> None:
     assert bad == []
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("command", ["host", "watch"])
-def test_served_label_values_hold_no_control_characters(hostile_child, command):
-    pytest.importorskip("prometheus_client")
+def _one_scrape(*args: str) -> str:
+    """The body of one scrape of ``parinfo ARGS --serve`` on 127.0.0.1, the server stopped cleanly."""
     from prometheus_server import scrape, serve, stop
 
-    args = ["host"] if command == "host" else ["watch", "--pid", str(hostile_child.pid)]
     server, port = serve(*args)
     try:
         body = scrape(port)
     finally:
         code, err = stop(server)
     assert code == 0 and "Traceback" not in err, err
+    return body
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["host", "watch"])
+def test_served_label_values_hold_no_control_characters(hostile_child, command):
+    pytest.importorskip("prometheus_client")
+
+    args = ["host"] if command == "host" else ["watch", "--pid", str(hostile_child.pid)]
+    body = _one_scrape(*args)
     values = _label_values(body)
     assert values and "\x1b" not in body and "\x07" not in body
     _no_controls(values)
@@ -411,17 +418,10 @@ def hostile_cgroup(hostile_child):
 @pytest.mark.parametrize("command", ["host", "watch"])
 def test_a_cgroup_named_with_control_characters_is_escaped_in_label_values(hostile_child, hostile_cgroup, command):
     pytest.importorskip("prometheus_client")
-    from prometheus_server import scrape, serve, stop
 
     args = (["host", "--cgroup", str(hostile_cgroup)] if command == "host"
             else ["watch", "--pid", str(hostile_child.pid)])
-    server, port = serve(*args)
-    try:
-        body = scrape(port)
-    finally:
-        code, err = stop(server)
-    assert code == 0 and "Traceback" not in err, err
-    values = _label_values(body)
+    values = _label_values(_one_scrape(*args))
     _no_controls(values)
     assert any(v.endswith("\\x1b]0;PWND\\x07\\x1b[2J") for v in values), values
 
