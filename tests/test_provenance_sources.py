@@ -168,3 +168,44 @@ def test_a_library_without_a_model_is_unknown_not_run_time():
     assert rows[0]["source"] == "unknown (decided by FlexiBLAS's backend)"
     assert rows[1]["source"] == "unknown (parinfo has no model for vcomp)"
     assert rows[0]["owner"] == "system" and rows[0]["count"] == 4
+
+
+# A profile whose counts are the machine's defaults for OpenBLAS (CPUs in affinity), applied before
+# numpy loads: OpenBLAS reads the variable the profile set, though the launch environment predicts
+# the same count. The source must say so, from the evidence of what apply() found loaded.
+AFTER_APPLY = """
+import json
+import parinfo
+parinfo.apply({profile!r})
+{late}
+report = parinfo.inspect()
+print(json.dumps([s.to_dict() for s in report.settings]))
+"""
+
+SAME_AS_DEFAULT = """version: 1
+name: same-as-default
+intra_op: usable_cpus
+inter_op: 1
+libraries:
+  blas: usable_cpus
+"""
+
+
+@needs_numpy
+def test_a_library_loaded_after_apply_read_the_profiles_variable_even_when_the_default_agrees(tmp_path):
+    profile = tmp_path / "same.yaml"
+    profile.write_text(SAME_AS_DEFAULT)
+    late = run_json(AFTER_APPLY.format(profile=str(profile), late="import numpy"))
+    row = one(late, "openblas")
+    assert row["kind"] == "env" and row["variable"] == "OPENBLAS_NUM_THREADS", row
+    assert row["source"].endswith("(set by parinfo.apply, profile same-as-default, before this library loaded)")
+    assert row["count"] == row["expected_from_env"]
+
+
+@needs_numpy
+def test_a_library_loaded_before_apply_is_said_to_be_set_by_its_push_not_by_the_variable(tmp_path):
+    profile = tmp_path / "same.yaml"
+    profile.write_text(SAME_AS_DEFAULT)
+    early = run_json("import numpy\n" + AFTER_APPLY.format(profile=str(profile), late=""))
+    row = one(early, "openblas")
+    assert row["source"] == "set at run time by parinfo.apply (profile same-as-default)", row

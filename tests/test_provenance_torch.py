@@ -32,7 +32,8 @@ def test_torch_rows_follow_mkl_then_omp():
 def test_torch_setters_are_run_time_sources():
     rows = rows_for("torch.set_num_threads(7); torch.set_num_interop_threads(5); ")
     intra = rows[("torch intra-op", "torch")]
-    assert (intra["count"], intra["source"]) == (7, "set at run time (torch.set_num_threads)")
+    assert intra["count"] == 7 and intra["kind"] == "runtime"
+    assert intra["source"].startswith("set at run time") and "torch.set_num_threads" in intra["source"]
     inter = rows[("torch inter-op", "torch")]
     assert (inter["count"], inter["source"]) == (5, "set at run time (torch.set_num_interop_threads)")
 
@@ -56,3 +57,16 @@ def test_taskset_gives_intra_from_affinity_but_inter_from_all_cpus():
     intra, inter = rows[("torch intra-op", "torch")], rows[("torch inter-op", "torch")]
     assert intra["count"] == 1 and intra["source"] == "default: 1 physical core in affinity"
     assert inter["kind"] == "default" and inter["count"] == inter["expected_from_env"]
+
+
+def test_an_openmp_limit_after_import_torch_is_not_said_to_be_torch_set_num_threads_alone():
+    """threadpoolctl's OpenMP limit in this thread changes torch's count too (its OpenMP build reads
+    the thread's OpenMP count): nothing tells it from torch.set_num_threads, so both are named."""
+    rows = rows_for("import threadpoolctl; threadpoolctl.threadpool_limits(1, user_api='openmp'); ")
+    intra = rows[("torch intra-op", "torch")]
+    if intra["count"] != 1:
+        pytest.skip("this torch build does not read the thread's OpenMP count")
+    for row in [intra, *(r for (lib, owner), r in rows.items() if owner == "torch" and r["count"] == 1
+                         and lib in ("libgomp", "libiomp", "libomp", "mkl"))]:
+        assert "torch.set_num_threads" in row["source"] and "OpenMP limit in this thread" in row["source"], row
+        assert "set_num_threads(1), which sets" not in row["source"]

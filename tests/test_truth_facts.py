@@ -112,7 +112,7 @@ print(json.dumps({"truth": truth, "rows": rows, "torch": torch.get_num_threads()
         pytest.skip("this torch build has no OpenMP runtime of its own")
     count, source = out["rows"][0]
     assert count == out["truth"][0] == out["torch"] == 1
-    assert "set at run time by torch.set_num_threads(1)" in source
+    assert source.startswith("set at run time") and "torch.set_num_threads" in source
 
 
 @pytest.mark.parametrize("name, group", [("parinfo-intra-3", "parinfo-intra-*"),

@@ -100,7 +100,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     env_rows = [EnvRow.from_dict(row) for row in env_dicts]
     _mark_capped(env_rows, runtime)
     settings = _runtime_rows(runtime) + [SettingRow.from_dict(row) for row in provenance.library_settings(
-        pool_rows, torch_info, os.environ, launch_env, facts, rt.get("native_push"))]
+        pool_rows, torch_info, os.environ, launch_env, facts, rt.get("native_push"), RUNTIME.applied_env())]
     framework_info = Frameworks.from_dict({"torch": torch_info})
 
     report = Report(

@@ -128,6 +128,30 @@ class SettingRow:
         return out
 
 
+@record(frozen=True)
+class SetByApply:
+    """A variable ``parinfo.apply`` set in this process: the ``value`` it set, the ``profile``, and
+    what was ``loaded`` at that moment (library files and Python modules): a library loaded later read
+    this value when it loaded, one loaded before did not."""
+
+    value: str
+    profile: str
+    loaded: frozenset[str] = frozenset()
+
+
+def read_after_apply(model: Model, key: str | None, environ: Mapping[str, str],
+                     applied: Mapping[str, SetByApply] | None) -> SetByApply | None:
+    """The apply() that set a variable ``model`` reads, still set to its value, when the library
+    (file path or module name ``key``) was not loaded yet then: the evidence that it read the value."""
+    if not applied or key is None:
+        return None
+    for var in model.precedence:
+        found = applied.get(var)
+        if found is not None and environ.get(var) == found.value and key not in found.loaded:
+            return found
+    return None
+
+
 @record
 class _Prediction:
     """What a library's rule predicts."""
@@ -232,14 +256,16 @@ def _explain(library: str, count: int | None, model: Model, environ: Mapping[str
              launch_environ: LaunchEnviron, facts: MachineFacts, ctx: Mapping[str, Any] | None = None,
              runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None,
              unread: str = "not readable without changing it",
-             pushed: tuple[int, str] | None = None) -> SettingRow:
+             pushed: tuple[int, str] | None = None, after_apply: SetByApply | None = None) -> SettingRow:
     """The provenance row of ``count`` in force for ``library``.
 
     ``extra_match`` is (count, kind, phrase): another explanation tried before run time (e.g. torch
     setting its own OpenMP runtime's count); ``pushed`` is (count, phrase) when parinfo's runtime
     pushed a count into this very library: it wrote last, so it is tried before the environment
-    (``parinfo.apply`` also sets the variables, after the library read them); ``unread`` says why a ``count`` of None
-    was not read.
+    (``parinfo.apply`` also sets the variables, after the library read them); ``after_apply`` is the
+    apply() whose variables this library read because it loaded after them (:func:`read_after_apply`):
+    the environment of now decided its count, even where the launch environment predicts the same;
+    ``unread`` says why a ``count`` of None was not read.
     """
     launch = None if isinstance(launch_environ, str) else launch_environ
     launch_pred = predict(model, environ if launch is None else launch, facts, ctx)
@@ -258,6 +284,10 @@ def _explain(library: str, count: int | None, model: Model, environ: Mapping[str
             source += f"; would be {launch_pred.count} by {launch_pred.phrase}"
     elif pushed is not None and count == pushed[0]:  # parinfo's runtime set it last
         kind, variable, source = "runtime", None, pushed[1]
+    elif after_apply is not None and now_pred.kind == "env" and count == now_pred.count:
+        kind, variable, expected = "env", now_pred.variable, now_pred.count
+        source = f"{now_pred.phrase} (set by parinfo.apply, profile {after_apply.profile}, before this library loaded)"
+        refused = now_pred.refused
     elif launch_pred.count is None:  # no model predicts this library's count
         kind, variable, source = "unknown", None, launch_pred.phrase
     elif count == launch_pred.count:
@@ -282,7 +312,7 @@ def _explain(library: str, count: int | None, model: Model, environ: Mapping[str
 
 
 def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: LaunchEnviron,
-                facts: MachineFacts) -> SettingRow | None:
+                facts: MachineFacts, applied: Mapping[str, SetByApply] | None = None) -> SettingRow | None:
     """The row of a library that is a Python module (numexpr...), read only when it is imported."""
     module = sys.modules.get(lib.module or "")
     if module is None:
@@ -290,8 +320,10 @@ def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: La
     count = lib.read_count(module)
     env = environ if isinstance(launch_environ, str) else launch_environ
     ctx = lib.context(module, env) if lib.context is not None else {}
-    row = _explain(lib.name, count, model_of(lib), environ,
-                   launch_environ, facts, ctx, runtime_phrase=f"set at run time ({lib.module}.{lib.setter})")
+    model = model_of(lib)
+    row = _explain(lib.name, count, model, environ, launch_environ, facts, ctx,
+                   runtime_phrase=f"set at run time ({lib.module}.{lib.setter})",
+                   after_apply=read_after_apply(model, lib.module, environ, applied))
     row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
     return row
 
@@ -328,16 +360,19 @@ def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, str]]:
 
 def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, environ: Mapping[str, str],
                      launch_environ: LaunchEnviron | None, facts: MachineFacts,
-                     runtime_push: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+                     runtime_push: Mapping[str, Any] | None = None,
+                     applied: Mapping[str, SetByApply] | None = None) -> list[dict[str, Any]]:
     """For each library in force, the count and the source that decided it.
 
     ``pools``: :func:`parinfo.process.pools.native_pools`; ``torch``: :func:`parinfo.process.frameworks.torch_info`
     or None; ``environ``: the environment now; ``launch_environ``: the launch environment
     (:func:`parinfo.process.environment.launch_environment`), "unknown (reason)", or None to read it here; ``facts``: a
     :class:`parinfo.machine.topology.MachineFacts`; ``runtime_push``: the runtime's last push
-    (``parinfo.runtime.info()["native_push"]``), which explains the pools it set. One row per pool
-    row, then torch's intra-op and inter-op rows when torch is given, then each Python-module
-    library (numexpr...) that is imported: each a :class:`SettingRow` as a dict.
+    (``parinfo.runtime.info()["native_push"]``), which explains the pools it set; ``applied``: the
+    variables ``parinfo.apply`` set and what was loaded then (``Runtime.applied_env()``), which
+    explains a library that loaded after them. One row per pool row, then torch's intra-op and
+    inter-op rows when torch is given, then each Python-module library (numexpr...) that is
+    imported: each a :class:`SettingRow` as a dict.
     """
     if launch_environ is None:
         from parinfo.process.environment import launch_environment
@@ -346,34 +381,51 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
     rows: list[SettingRow] = []
     pushed = pushed_counts(runtime_push)
     torch_intra = torch.get("intra_op") if torch else None
-    torch_rows = _torch_rows(torch, environ, launch_environ, facts) if torch else []
+    torch_rows = _torch_rows(torch, environ, launch_environ, facts, applied) if torch else []
     torch_set_at_run_time = bool(torch_rows) and torch_rows[0].kind == "runtime"
     for pool in pools:
         library = pool["library"]
         model = MODELS.get(library) or _no_model(library)
         extra = None
         if pool.get("owner") == "torch" and torch_intra:
-            extra = _set_by_torch(library, torch_intra, torch_set_at_run_time)
+            extra = _set_by_torch(library, torch_intra, torch_set_at_run_time, _openmp_build(torch))
         unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
         row = _explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
-                       extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""))
+                       extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""),
+                       after_apply=read_after_apply(model, pool.get("filepath"), environ, applied))
         row.owner, row.filepath = pool.get("owner"), pool.get("filepath")
         rows.append(row)
     rows.extend(torch_rows)
     for lib in reg.python_libraries():
-        module_row = _module_row(lib, environ, launch_environ, facts)
+        module_row = _module_row(lib, environ, launch_environ, facts, applied)
         if module_row is not None:
             rows.append(module_row)
     return [row.to_dict() for row in rows]
 
 
-def _set_by_torch(library: str, intra: int, set_at_run_time: bool) -> tuple[int | None, str, str] | None:
+#: What changes torch's intra-op count at run time in its OpenMP build, where torch reads the calling
+#: thread's OpenMP count: nothing left in the process tells these apart, so none is named alone.
+_OPENMP_CALLERS = ("torch.set_num_threads, or an OpenMP limit in this thread (threadpoolctl's "
+                   "threadpool_limits, omp_set_num_threads)")
+
+
+def _openmp_build(torch: Mapping[str, Any] | None) -> bool:
+    return bool(torch) and "openmp" in str((torch or {}).get("aten_backend") or "").lower()
+
+
+def _set_by_torch(library: str, intra: int, set_at_run_time: bool,
+                  openmp_build: bool) -> tuple[int | None, str, str] | None:
     """How torch, with intra-op count ``intra``, set the count of its own OpenMP runtime or MKL
-    (``library``): (count, kind, phrase) for :func:`explain`'s ``extra_match``; None for other libraries."""
+    (``library``): (count, kind, phrase) for :func:`explain`'s ``extra_match``; None for other
+    libraries. Changed at run time in torch's OpenMP build, the count may come from
+    torch.set_num_threads (which sets its OpenMP runtime and MKL too) or from an OpenMP limit set in
+    this thread (which torch and MKL's OpenMP layer read): the words name both."""
     if library not in (*reg.openmp_runtimes(), "mkl"):
         return None
-    if set_at_run_time:  # torch.set_num_threads(n) pushes n into its OpenMP and MKL
+    if set_at_run_time:
         what = "OpenMP runtime" if library != "mkl" else "MKL"
+        if openmp_build:
+            return intra, "runtime", f"set at run time to torch's intra-op count ({intra}): by {_OPENMP_CALLERS}"
         return intra, "runtime", f"set at run time by torch.set_num_threads({intra}), which sets torch's {what} too"
     if library == "mkl":
         return intra, "framework", f"set by torch to its intra-op count ({intra})"
@@ -381,13 +433,16 @@ def _set_by_torch(library: str, intra: int, set_at_run_time: bool) -> tuple[int 
 
 
 def _torch_rows(torch: dict[str, Any], environ: Mapping[str, str], launch_environ: LaunchEnviron,
-                facts: MachineFacts) -> list[SettingRow]:
+                facts: MachineFacts, applied: Mapping[str, SetByApply] | None = None) -> list[SettingRow]:
     """torch's intra-op and inter-op provenance rows."""
     rows = []
     if torch:
         intra_model = MODELS["torch intra-op" if torch.get("mkl_available") else "torch intra-op (no MKL)"]
         row = _explain("torch intra-op", torch.get("intra_op"), intra_model, environ, launch_environ, facts,
-                       runtime_phrase="set at run time (torch.set_num_threads)")
+                       runtime_phrase=(f"set at run time in this thread: by {_OPENMP_CALLERS}, which torch reads here"
+                                       if _openmp_build(torch)
+                                       else "set at run time (torch.set_num_threads)"),
+                       after_apply=read_after_apply(intra_model, "torch", environ, applied))
         row.owner = "torch"
         rows.append(row)
         ctx = {"hardware_concurrency": torch.get("hardware_concurrency")}

@@ -61,6 +61,8 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     counts = _library_counts(plan, kept)
     _configure(plan, intra, inter, counts, kept, applied, skipped)
 
+    pools = setter.native_pools()  # read once: the lines below and the check at the end use it
+    loaded = _loaded(pools)
     for name, value in env.items():
         if name in kept:
             skipped.append(f"{name}: kept {kept[name]!r} set by the user over the profile's {value!r} "
@@ -69,14 +71,14 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
         before = os.environ.get(name)
         overrides = before is not None and before != value and _users(name)
         os.environ[name] = value
-        RUNTIME.note_env_set(name, value)  # a second apply() must not take it for the user's
+        # a second apply() must not take it for the user's; a library loaded later reads it
+        RUNTIME.note_env_set(name, value, plan.name, loaded)
         if overrides:
             applied.append(f"{name}={value} (overrode the user's {before!r}, force=True)")
         else:
             applied.append(f"{name}={value}")
 
     per_thread: list[tuple[NativePool, str, int]] = []
-    pools = setter.native_pools()  # read once: the lines below and the check at the end use it
     expected_pools = _pool_lines(pools, kept, applied, skipped, per_thread)
     _modules(counts, applied)
     torch_want = _torch(counts, inter, kept, applied, skipped)
@@ -108,6 +110,13 @@ def _check_plan(plan: Plan) -> None:
     if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
         raise ProfileError(f"profile {plan.name}: every count must be a whole number of 1 or more",
                            fix="fix the plan's counts")
+
+
+def _loaded(pools: list[NativePool]) -> frozenset[str]:
+    """What has read its variables already: the library files of the loaded pools, and the Python
+    modules of the registry that are imported."""
+    modules = {rec.module for rec in reg.records() if rec.module and rec.module in sys.modules}
+    return frozenset({pool.path for pool in pools} | modules)
 
 
 def _users(name: str) -> bool:

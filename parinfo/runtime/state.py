@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.runtime import workers
 from parinfo.runtime.adaptive import Adaptive
@@ -26,6 +26,9 @@ from parinfo.runtime.settings import EXPLICIT, RuntimeSettings, check_count
 from parinfo.runtime.torchfork import TorchForks
 from parinfo.runtime.tracing import Profile, Recorders
 from parinfo.runtime.workers import WorkerSetup
+
+if TYPE_CHECKING:
+    from parinfo.process.provenance import SetByApply
 
 # How long a push waits for busy pool workers; they take the count before their next job anyway.
 PUSH_WAIT_S = 2.0
@@ -49,7 +52,7 @@ class Runtime:
         #: ``fork(fn, /, *args, **kwargs)``: the inter-op pool's (see :meth:`InteropPool.fork`)
         self.fork = self.inter.fork
         self._env_lock = threading.Lock()
-        self._env_set: dict[str, str] = {}  # variables parinfo.apply() set in this process, and to what
+        self._env_set: dict[str, SetByApply] = {}  # variables parinfo.apply() set in this process
 
     # counts --------------------------------------------------------------------------------
     def set_num_threads(self, n: int) -> None:
@@ -182,13 +185,21 @@ class Runtime:
         return Profile(self.recorders)
 
     # what apply() set ----------------------------------------------------------------------
-    def note_env_set(self, name: str, value: str) -> None:
-        """Remember that ``parinfo.apply`` set variable ``name`` to ``value`` in this process."""
+    def note_env_set(self, name: str, value: str, profile: str = "", loaded: frozenset[str] = frozenset()) -> None:
+        """Remember that ``parinfo.apply`` (of ``profile``) set variable ``name`` to ``value`` in this
+        process while ``loaded`` (library files and modules) were loaded."""
+        from parinfo.process.provenance import SetByApply
+
         with self._env_lock:
-            self._env_set[name] = value
+            self._env_set[name] = SetByApply(value, profile, loaded)
 
     def env_set(self) -> dict[str, str]:
         """The variables ``parinfo.apply`` set in this process: {name: value it set}."""
+        with self._env_lock:
+            return {name: found.value for name, found in self._env_set.items()}
+
+    def applied_env(self) -> dict[str, SetByApply]:
+        """The variables ``parinfo.apply`` set in this process, each with what was loaded then."""
         with self._env_lock:
             return dict(self._env_set)
 
