@@ -129,9 +129,14 @@ def _numba_read(module: Any) -> Any:
     return getattr(getattr(module, "config", None), "NUMBA_NUM_THREADS", None)
 
 
+#: The words a boolean variable takes (any case), as the libraries that read them accept.
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+
+
 def is_false(value: str | None) -> bool:
     """True when a boolean variable's value means off (FALSE, 0, no, off)."""
-    return value is not None and value.strip().lower() in ("false", "0", "no", "off")
+    return value is not None and value.strip().lower() in FALSE_WORDS
 
 
 def _mkl_cap(facts: MachineFacts, env: Mapping[str, str],

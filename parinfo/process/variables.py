@@ -9,20 +9,23 @@ import re
 from collections.abc import Mapping
 
 from parinfo.process.libraries import (
+    FALSE_WORDS,
     LIBRARY_VARS,
     THREAD_PREFIXES,
     THREAD_VARS,
+    TRUE_WORDS,
     Var,
     is_false,
     openmp_runtimes,
 )
+from parinfo.record import record
 
-__all__ = ["LIBRARY_VARS", "OPENMP", "THREAD_PREFIXES", "THREAD_VARS", "Var", "count_from_env", "is_false",
-           "looks_thread_related", "parse_count", "validate"]
+__all__ = ["LIBRARY_VARS", "OPENMP", "THREAD_PREFIXES", "THREAD_VARS", "Setting", "Var", "count_from_env",
+           "is_false", "looks_thread_related", "parse_count", "read_setting", "validate"]
 
 OPENMP = openmp_runtimes()
 
-_BOOL = ("true", "false", "1", "0", "yes", "no", "on", "off")
+_BOOL = TRUE_WORDS + FALSE_WORDS
 
 # re.ASCII: libraries parse with strtol/atoi, which take ASCII digits only ("٣" is no count).
 _INT = re.compile(r"^\s*\+?(\d+)\s*$", re.ASCII)
@@ -90,6 +93,49 @@ def count_from_env(name: str, environ: Mapping[str, str]) -> int | None:
         return parse_count(value, allow_list=spec is not None and spec.kind == "count_list")
     except ValueError:
         return None
+
+
+@record(frozen=True)
+class Setting:
+    """What a variable says, read by its kind in the registry: ``value`` (an int for a count, a bool,
+    an enum's word in lower case, else the text), None when it is unset or invalid; ``raw`` is the
+    text as set (None: unset), ``problem`` why it is invalid."""
+
+    value: int | bool | str | None
+    raw: str | None = None
+    problem: str | None = None
+
+    def source(self, name: str, default: str = "default") -> str:
+        """The words of where a setting read from it came from: the variable, or ``default`` (with
+        the invalid value it passed over)."""
+        if self.value is not None:
+            return f"env {name}"
+        if self.raw is None:
+            return default
+        return f"{default} (ignored invalid {name}={self.raw!r})"
+
+
+def read_setting(name: str, environ: Mapping[str, str]) -> Setting:
+    """Variable ``name`` of ``environ`` read the one way its registry kind says (every PARINFO_*
+    reader and every boolean goes through here)."""
+    raw = environ.get(name)
+    if raw is None:
+        return Setting(None)
+    problem = validate(name, raw)
+    if problem is not None:
+        return Setting(None, raw, problem)
+    spec = THREAD_VARS.get(name)
+    kind = spec.kind if spec is not None else "text"
+    value: int | bool | str
+    if kind in ("count", "count_list"):
+        value = parse_count(raw, allow_list=kind == "count_list")
+    elif kind == "bool":
+        value = raw.strip().lower() in TRUE_WORDS
+    elif kind == "enum":
+        value = raw.strip().lower()
+    else:
+        value = raw
+    return Setting(value, raw)
 
 
 def looks_thread_related(name: str) -> bool:

@@ -33,6 +33,7 @@ import threading
 from typing import Any
 
 from parinfo.process.libraries import library
+from parinfo.process.variables import read_setting
 
 EXPLORE = 3  # samples per candidate in each round (the median decides)
 WARMUP = 2  # a site's first calls run the first candidate unrecorded (threads start, caches fill)
@@ -42,7 +43,6 @@ NATIVE_MIN_NS = 1_000_000  # work shorter than this at its call site touches no 
 MAX_SITES = 4096  # sites remembered; further ones use the defaults
 SAMPLE_MASK = 15  # a fork site exploiting its choice times one task in 16 (its task time and length)
 _INF = float("inf")
-_OFF_VALUES = ("0", "off", "false", "no")
 
 
 class Adaptive:
@@ -57,8 +57,7 @@ class Adaptive:
     def enabled(self) -> bool:
         on = self.on
         if on is None:
-            raw = os.environ.get(library("parinfo").var("adaptive"), "1")
-            on = self.on = raw.strip().lower() not in _OFF_VALUES
+            on = self.on = read_setting(library("parinfo").var("adaptive"), os.environ).value is not False
         return on
 
     def set_enabled(self, on: bool) -> None:

@@ -38,6 +38,7 @@ from parinfo.machine.topology import REREAD_S
 from parinfo.process import libraries as reg
 from parinfo.process.interpreter import watch_gil_warning
 from parinfo.process.setter import TORCH
+from parinfo.process.variables import read_setting
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings, read_facts
 
@@ -60,13 +61,12 @@ Push = Callable[[int, str, "dict[str, int | None]"], None]
 
 
 def _enabled() -> tuple[bool, str]:
-    """(on, source) from PARINFO_FOLLOW_QUOTA: on unless it says off (0, false, no, off)."""
-    raw = os.environ.get(_FOLLOW_VAR)
-    if raw is None:
-        return True, "default"
-    if reg.is_false(raw):
-        return False, f"env {_FOLLOW_VAR}={raw}"
-    return True, f"env {_FOLLOW_VAR}={raw}"
+    """(on, source) from PARINFO_FOLLOW_QUOTA: on unless it says off (0, false, no, off); an
+    invalid value is passed over, and said so."""
+    setting = read_setting(_FOLLOW_VAR, os.environ)
+    if setting.value is None:
+        return True, setting.source(_FOLLOW_VAR)
+    return bool(setting.value), f"env {_FOLLOW_VAR}={setting.raw}"
 
 
 def _followable() -> tuple[reg.Library, ...]:

@@ -22,7 +22,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process.libraries import library
-from parinfo.process.variables import THREAD_VARS, count_from_env
+from parinfo.process.variables import count_from_env, read_setting
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -120,13 +120,8 @@ def machine_of(facts: MachineFacts | None) -> tuple[int, int]:
 
 def _read_backend() -> tuple[str, str]:
     """(backend, source) from PARINFO_BACKEND=native|sequential."""
-    raw = os.environ.get(BACKEND_VAR)
-    if raw is None:
-        return "native", "default"
-    value = raw.strip().lower()
-    if value in THREAD_VARS[BACKEND_VAR].choices:
-        return value, f"env {BACKEND_VAR}"
-    return "native", f"default (ignored invalid {BACKEND_VAR}={raw!r})"
+    setting = read_setting(BACKEND_VAR, os.environ)
+    return str(setting.value or "native"), setting.source(BACKEND_VAR)
 
 
 class RuntimeSettings:
