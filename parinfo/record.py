@@ -7,7 +7,8 @@
 and ``replace`` work as before) and gives it the methods below, which read the class's fields.
 Behaviour is the dataclass one: positional or keyword arguments, defaults and ``default_factory``,
 ``__post_init__``, equality between instances of the same class, hashing and ``FrozenInstanceError``
-when frozen, ordering when asked. Type checkers see a dataclass (``dataclass_transform``).
+when frozen, ordering when asked. A class with keyword-only fields or ``InitVar`` pseudo-fields gets
+dataclass's own methods instead. Type checkers see a dataclass (``dataclass_transform``).
 """
 from __future__ import annotations
 
@@ -146,10 +147,26 @@ _ORDER = {
 }
 
 
+def _needs_dataclass(cls: type) -> bool:
+    """Whether ``cls`` declares what the shared methods do not model: keyword-only fields (``KW_ONLY``
+    or ``field(kw_only=True)``) or ``InitVar`` pseudo-fields (given to ``__post_init__``)."""
+    for name, annotation in getattr(cls, "__annotations__", {}).items():  # the class's own (3.10+)
+        value = cls.__dict__.get(name)
+        if annotation is dataclasses.KW_ONLY or (isinstance(annotation, str) and annotation.endswith("KW_ONLY")):
+            return True
+        if isinstance(value, dataclasses.Field) and value.kw_only is True:
+            return True
+        if isinstance(annotation, dataclasses.InitVar) or (isinstance(annotation, str) and "InitVar" in annotation):
+            return True
+    return False
+
+
 def _make(cls: type[_T], frozen: bool, order: bool) -> type[_T]:
     for name in ("__init__", "__repr__", "__eq__", *(_ORDER if order else ())):
         if name in cls.__dict__:
             raise TypeError(f"record {cls.__qualname__} defines {name}; use a plain dataclass")
+    if _needs_dataclass(cls):  # rare: dataclass's own compiled methods, whatever they cost
+        return dataclasses.dataclass(frozen=frozen, order=order)(cls)
     dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
     cls.__record_shape__ = _Shape(cls, frozen)  # type: ignore[attr-defined]
     cls.__init__ = _init  # type: ignore[method-assign]

@@ -143,3 +143,39 @@ def test_records_pickle_and_copy():
     p = Pickled(1, ("x",))
     assert pickle.loads(pickle.dumps(p)) == p
     assert copy.deepcopy(p) == p
+
+
+def test_keyword_only_fields_and_initvars_behave_as_dataclass():
+    """What the shared methods do not model goes to dataclass's own: a keyword-only field is refused
+    positionally, an InitVar reaches __post_init__ and is no field."""
+    def body():
+        class Job:
+            name: str
+            scale: dataclasses.InitVar[int] = 1
+            size: int = field(default=0, kw_only=True)
+            total: int = field(default=0, init=False)
+
+            def __post_init__(self, scale: int) -> None:
+                self.total = self.size * scale
+
+        return Job
+
+    for cls in (dataclasses.dataclass(body()), record(body())):
+        job = cls("a", 3, size=2)
+        assert (job.name, job.size, job.total) == ("a", 2, 6)
+        assert [f.name for f in dataclasses.fields(job)] == ["name", "size", "total"]
+        with pytest.raises(TypeError):
+            cls("a", 3, 2)  # size is keyword-only
+
+    def after_marker():
+        class Opts:
+            path: str
+            _: dataclasses.KW_ONLY
+            strict: bool = False
+
+        return Opts
+
+    for cls in (dataclasses.dataclass(after_marker()), record(frozen=True)(after_marker())):
+        assert cls("p", strict=True).strict is True
+        with pytest.raises(TypeError):
+            cls("p", True)
