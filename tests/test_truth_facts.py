@@ -7,8 +7,8 @@ import json
 import sys
 
 import pytest
-
 from conftest import HAVE_NUMPY, HAVE_TORCH, clean_env, run_cli, run_json, run_py
+
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
 from parinfo.diagnostics.wording import thread_group

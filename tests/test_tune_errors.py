@@ -5,7 +5,6 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import clean_env, run_cli, run_py
 
 FAST = ("--repeats", "2", "--min-time", "0", "--no-noise-check")
