@@ -25,10 +25,10 @@ from parinfo.diagnostics.wording import (
     quota_text,
     show_value,
     stack_text,
-    thread_group,
     throttling_text,
 )
 from parinfo.machine.cpulist import format_cpu_list
+from parinfo.process.threads import thread_group
 from parinfo.record import record
 
 if TYPE_CHECKING:
