@@ -104,8 +104,8 @@ def _finding_ids() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for name in ("process_rules.py", "live_rules.py", "fleet_rules.py"):
         text = (REPO / "parinfo" / "diagnostics" / name).read_text()
-        for fid, sev in re.findall(r'Finding\(\s*"([a-z0-9-]+)",\s*("(?:info|warning|error)"|\w+)', text):
-            out.setdefault(fid, set()).add(sev.strip('"') if sev.startswith('"') else "info or warning")
+        for fid, sev in re.findall(r'Finding\(\s*"([a-z0-9-]+)",\s*(Severity\.(?:INFO|WARNING|ERROR)\b|\w+)', text):
+            out.setdefault(fid, set()).add(sev[9:].lower() if sev.startswith("Severity.") else "info or warning")
     return out
 
 
