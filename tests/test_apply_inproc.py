@@ -7,7 +7,6 @@ import os
 import textwrap
 
 import pytest
-
 from conftest import HAVE_NUMPY, clean_env, run_json
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
@@ -126,10 +125,11 @@ def test_bad_profiles_and_multi_instance_plans_change_nothing(tmp_path):
                 errors.append([type(exc).__name__, str(exc)])
         print(json.dumps({{"errors": errors, "omp": os.environ.get("OMP_NUM_THREADS")}}))
     """)
-    (k1, m1), = [e for e in out["errors"] if e[0] == "ProfileError"]
-    assert m1 == f"{bad}:2:11: 'intra_op' is 0; a count must be at least 1 (use 1 or more, or an expression such as usable_cpus // 2)"
+    (_k1, m1), = [e for e in out["errors"] if e[0] == "ProfileError"]
+    assert m1 == (f"{bad}:2:11: 'intra_op' is 0; a count must be at least 1 "
+                  "(use 1 or more, or an expression such as usable_cpus // 2)")
     if os.cpu_count() and len(os.sched_getaffinity(0)) >= 2:
-        (k2, m2), = [e for e in out["errors"] if e[0] == "ApplyError"]
+        (_k2, m2), = [e for e in out["errors"] if e[0] == "ApplyError"]
         assert "runs 2 pinned instances" in m2 and "parinfo apply" in m2
     assert out["omp"] is None
 

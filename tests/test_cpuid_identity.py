@@ -9,8 +9,8 @@ from conftest import clean_env, run_json
 from fake_trees import FakeMachine
 
 from parinfo.machine import cpuid
-from parinfo.machine.sysfs import Unreadable
 from parinfo.machine.cpuid import cpu_identity
+from parinfo.machine.sysfs import Unreadable
 
 SPR = """processor\t: 0
 vendor_id\t: GenuineIntel

@@ -7,7 +7,7 @@ import pytest
 
 from parinfo.diagnostics import process_rules
 from parinfo.diagnostics.model import Report
-from parinfo.diagnostics.process_rules import SEVERITIES, at_least
+from parinfo.diagnostics.process_rules import at_least
 
 
 def diagnose(sections: dict) -> list:
@@ -171,7 +171,7 @@ def test_findings_are_sorted_by_severity_and_filtered_by_at_least():
                   {"library": "openblas", "user_api": "blas", "filepath": "/b", "duplicate_of": "/a"}]
     s["frameworks"]["torch"] = {"intra_op": 2, "inter_op": 2}
     found = diagnose(s)
-    ranks = [SEVERITIES.index(f.severity) for f in found]
+    ranks = [f.severity.rank for f in found]
     assert ranks == sorted(ranks, reverse=True)
     assert {f.severity for f in at_least(found, "warning")} <= {"warning", "error"}
     assert at_least(found, "error")[0].id == "openmp-intel-llvm"

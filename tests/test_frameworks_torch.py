@@ -33,7 +33,8 @@ def test_parse_parallel_info_of_a_build_without_openmp_or_mkl():
 
 def test_torch_is_never_imported_when_not_asked():
     out = run_json(INFO + "import os; from parinfo.process.pools import native_pools; "
-                   "from parinfo.process.provenance import library_settings; from parinfo.machine.topology import machine_facts; "
+                   "from parinfo.process.provenance import library_settings; "
+                   "from parinfo.machine.topology import machine_facts; "
                    "from parinfo.process.environment import environment_report; "
                    "library_settings(native_pools(), torch_info(), os.environ, None, machine_facts()); "
                    "environment_report(); print(json.dumps([torch_info(), 'torch' in sys.modules]))")

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import HAVE_NUMPY, clean_env, run_cli
 
 pytest.importorskip("parinfo.profiles.loading")

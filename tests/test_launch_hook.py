@@ -11,10 +11,10 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import HAVE_NUMPY, clean_env
-from parinfo.profiles.child import HOOK_DIR, HOOK_VAR
+
 from parinfo.process.libraries import hook_facts
+from parinfo.profiles.child import HOOK_DIR, HOOK_VAR
 
 FAKE_TORCH = """
 import sys

@@ -8,7 +8,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import clean_env
 from test_launch_run import launch, launch_cmd, py
 

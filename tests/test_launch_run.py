@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import HAVE_NUMPY, clean_env
 
 # Builds a Plan from JSON (argv[1]) and runs the rest of argv under it, the way the CLI does.

@@ -10,7 +10,7 @@ from parinfo.diagnostics.model import Report
 from parinfo.machine.memlimit import memory_facts
 from parinfo.machine.pressure import cpu_counters, cpu_pressure, read_pressure
 from parinfo.process.remote import parse_limits
-from parinfo.process.tasks import parse_stat, thread_group
+from parinfo.process.tasks import parse_stat
 from parinfo.watching.model import GroupUse, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict
 
@@ -120,13 +120,6 @@ def test_parse_stat_names_with_spaces_and_parentheses():
     assert (name, state, ticks, cpu) == ("my (odd) name", "R", 300, 3)
 
 
-@pytest.mark.parametrize(("name", "group"), [
-    ("parinfo-intraop-3", "parinfo-intraop"), ("pool-12", "pool"), ("python", "python"),
-    ("python3", "python3"), ("1234", "1234"), ("OMP worker #2", "OMP worker"),
-    ("ThreadPoolExecutor-0_1", "ThreadPoolExecutor"),
-])
-def test_thread_groups(name, group):
-    assert thread_group(name) == group
 
 
 def test_parse_limits():

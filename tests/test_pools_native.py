@@ -22,7 +22,7 @@ def test_numpy_pools_match_threadpoolctl():
     ours, theirs = out
     mine = [r for r in ours if r["seen_by"] == "threadpoolctl"]
     assert len(mine) == len(theirs) >= 1
-    for row, info in zip(mine, theirs):
+    for row, info in zip(mine, theirs, strict=True):
         assert row["filepath"] == info["filepath"]
         assert row["num_threads"] == info["num_threads"]
         assert row["internal_api"] == info["internal_api"]
@@ -67,8 +67,10 @@ def test_two_libgomp_copies_loaded_by_path_are_duplicates(tmp_path):
 def test_inspecting_changes_no_count():
     code = ("import json, os, numpy, threadpoolctl; before = threadpoolctl.threadpool_info(); "
             "from parinfo.process.pools import native_pools, threading_layers; "
-            "from parinfo.process.provenance import library_settings; from parinfo.machine.topology import machine_facts; "
-            "from parinfo.process.environment import environment_report; from parinfo.process.threads import live_threads; "
+            "from parinfo.process.provenance import library_settings; "
+            "from parinfo.machine.topology import machine_facts; "
+            "from parinfo.process.environment import environment_report; "
+            "from parinfo.process.threads import live_threads; "
             "from parinfo.process.frameworks import torch_info; "
             "p = native_pools(); threading_layers(p); environment_report(); live_threads(); "
             "library_settings(p, torch_info(), os.environ, None, machine_facts()); "

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from profile_machines import CORPUS_MACHINE
 
 from parinfo.errors import ProfileError
 from parinfo.profiles.loading import load_profile, resolve_profile
-from profile_machines import CORPUS_MACHINE
 
 CORPUS = Path(__file__).resolve().parent / "profiles_bad"
 EXPECTED: dict[str, str] = yaml.safe_load((CORPUS / "expected.yaml").read_text())

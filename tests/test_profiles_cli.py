@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import clean_env, run_cli
 
 CORPUS = Path(__file__).resolve().parent / "profiles_bad"

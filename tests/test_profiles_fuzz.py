@@ -8,13 +8,12 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
+from profile_machines import MACHINES
 
 from parinfo.errors import ProfileError
-from parinfo.profiles.plan import Plan
 from parinfo.profiles.loading import LIBRARIES, TOP_KEYS, resolve_profile
-from profile_machines import MACHINES
+from parinfo.profiles.plan import Plan
 
 _DIR = Path(tempfile.mkdtemp(prefix="parinfo-fuzz-"))
 _OWNER = os.getpid()

@@ -97,8 +97,8 @@ def test_bare_extends_name_is_looked_up_next_to_the_profile(tmp_path):
     (tmp_path / "prof" / "base").write_text("version: 1\nintra_op: 3\n")
     (tmp_path / "prof" / "child.yaml").write_text("version: 1\nextends: base\n")
     (tmp_path / "base").write_text("version: 1\nintra_op: 5\n")  # in the cwd: must not be used
-    proc = subprocess.run([sys.executable, "-m", "parinfo", "apply", "prof/child.yaml", "--json"], check=False, cwd=tmp_path,
-                          env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run([sys.executable, "-m", "parinfo", "apply", "prof/child.yaml", "--json"], check=False,
+                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert '"value": 3' in proc.stdout
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from profile_machines import MACHINES, machine
 
 from parinfo.errors import ProfileError, UsageError
-from parinfo.profiles.plan import Plan
 from parinfo.profiles.loading import load_profile, resolve_profile
-from profile_machines import MACHINES, machine
+from parinfo.profiles.plan import Plan
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from parinfo.errors import ProfileError
 from parinfo.process.variables import THREAD_VARS
@@ -79,7 +78,7 @@ def test_schema_is_valid_draft_2020_12():
 def test_committed_schema_is_the_generated_one():
     # Regenerate with: python -m parinfo.profiles.schema > parinfo/profiles/profile.schema.json
     assert SCHEMA_PATH.read_text() == schema_text()
-    assert SCHEMA == build_schema()
+    assert build_schema() == SCHEMA
 
 
 def test_schema_lists_the_same_keys_and_limits_as_the_validator():

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from profile_machines import MACHINES
 
 from parinfo.profiles.loading import list_profiles, load_profile, resolve_profile, shipped_names
-from profile_machines import MACHINES
 
 SHIPPED = ["balanced", "container", "latency", "multi-instance", "single-thread", "throughput"]
 
@@ -76,7 +76,7 @@ def test_multi_instance_gives_one_instance_per_numa_node():
     facts = MACHINES["2numa_x28"]
     plan = resolve_profile("multi-instance", facts)
     assert len(plan.instances) == 2
-    for inst, node in zip(plan.instances, facts.numa_nodes):
+    for inst, node in zip(plan.instances, facts.numa_nodes, strict=False):
         assert len(inst.cpus) == 28 and set(inst.cpus) <= set(node)
         assert inst.intra_op == 28 and inst.inter_op == 1
         assert inst.env["OMP_NUM_THREADS"] == "28"

@@ -7,14 +7,15 @@ import importlib.util
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
-from parinfo.process.provenance import MODELS, RUNTIME, explain, library_settings, predict
 from parinfo.machine.topology import machine_facts
+from parinfo.process.provenance import MODELS, RUNTIME, explain, library_settings, predict
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 
 SETTINGS = ("import json, os{imports}; {before}from parinfo.process.pools import native_pools; "
-            "from parinfo.process.frameworks import torch_info; from parinfo.process.provenance import library_settings; "
+            "from parinfo.process.frameworks import torch_info; "
+            "from parinfo.process.provenance import library_settings; "
             "from parinfo.machine.topology import machine_facts; "
             "print(json.dumps(library_settings(native_pools(), torch_info(), os.environ, None, machine_facts())))")
 

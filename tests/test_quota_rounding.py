@@ -23,7 +23,6 @@ from parinfo.machine.topology import MachineFacts, machine_facts
 from parinfo.profiles.loading import resolve_profile
 
 
-
 def _v2(tmp_path, cpus: int, cpu_max: dict[str, str], path: str = "/job") -> str:
     return FakeMachine(tmp_path).cpus(cpus).cgroup_v2(path, cpu_max=cpu_max).build()
 

@@ -8,7 +8,6 @@ import re
 
 import pytest
 import yaml
-
 from conftest import HAVE_NUMPY, HAVE_TORCH, REPO, clean_env, run_cli, run_py
 
 README = (REPO / "README.md").read_text()
@@ -78,7 +77,7 @@ def test_show_blocks_have_the_sections_of_real_output():
     shows = [(before, cmd, lines) for before, cmd, lines in console_blocks() if "parinfo show" in cmd
              and not cmd.startswith("parinfo fleet")]
     assert len(shows) == 2
-    for before, cmd, lines in shows:
+    for _before, cmd, lines in shows:
         assert re.fullmatch(r"parinfo report for pid \d+ \(Python [\d.]+\) imported to probe: numpy", lines[0])
         shown = sections(lines)
         if "[...]" in lines:  # an abridged block says so on its command line, and cuts whole sections
@@ -105,8 +104,8 @@ def _finding_ids() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for name in ("process_rules.py", "live_rules.py", "fleet_rules.py"):
         text = (REPO / "parinfo" / "diagnostics" / name).read_text()
-        for fid, sev in re.findall(r'Finding\(\s*"([a-z0-9-]+)",\s*("(?:info|warning|error)"|\w+)', text):
-            out.setdefault(fid, set()).add(sev.strip('"') if sev.startswith('"') else "info or warning")
+        for fid, sev in re.findall(r'Finding\(\s*"([a-z0-9-]+)",\s*(Severity\.(?:INFO|WARNING|ERROR)\b|\w+)', text):
+            out.setdefault(fid, set()).add(sev[9:].lower() if sev.startswith("Severity.") else "info or warning")
     return out
 
 

@@ -109,7 +109,8 @@ def test_fork_sites_choose_inline_or_lanes():
             assert [parinfo.wait(f) for f in [parinfo.fork(slow_on_workers, k) for k in range(2)]] == [0, 1]
         for _ in range(30):
             assert [parinfo.wait(f) for f in [parinfo.fork(sleepy, k) for k in range(4)]] == [0, 1, 2, 3]
-        print(json.dumps({"inline": RUNTIME.adaptive.fork_site(slow_on_workers).pick, "lanes": RUNTIME.adaptive.fork_site(sleepy).pick}))
+        print(json.dumps({"inline": RUNTIME.adaptive.fork_site(slow_on_workers).pick,
+                          "lanes": RUNTIME.adaptive.fork_site(sleepy).pick}))
     """, PARINFO_NUM_INTEROP_THREADS="2")
     assert out == {"inline": "inline", "lanes": "pool"}
 

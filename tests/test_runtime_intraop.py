@@ -1,6 +1,7 @@
 """parallel_for / parallel_reduce: coverage, chunking, nesting, exceptions, shared bounded pool."""
 from __future__ import annotations
 
+import itertools
 import traceback
 
 import pytest
@@ -222,7 +223,7 @@ def test_the_callers_chunk_leads_by_what_it_runs_while_a_worker_wakes():
     for size, n, lead in [(1001, 2, 37), (7, 3, 2), (1 << 20, 4, 999)]:
         got = chunks(size, n, lead)
         assert got[0][0] == 10 and got[-1][1] == 10 + size and len(got) == n
-        assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(got))
 
 
 def test_a_measured_site_gives_the_caller_a_lead():

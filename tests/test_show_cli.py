@@ -7,7 +7,6 @@ import shutil
 
 import jsonschema
 import pytest
-
 from conftest import REPO, clean_env, run_cli, run_json
 
 SCHEMA = json.loads((REPO / "parinfo" / "diagnostics" / "report.schema.json").read_text())

@@ -1,6 +1,8 @@
 """machine_facts on fake cgroup trees: v1 and v2 quotas, ancestors, cpusets, mount roots, bad files."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fake_trees import FakeMachine
 
@@ -208,9 +210,8 @@ def test_quota_is_reread_every_call(tmp_path):
 def test_escaped_mount_point(tmp_path):
     root = (FakeMachine(tmp_path).cpus(8)
             .cgroup_v2("/j", mount_point="/cg roup", cpu_max={"/j": "300000 100000"}).build())
-    mi = f"{root}/proc/self/mountinfo"
-    text = open(mi).read().replace("/cg roup", "/cg\\040roup")
-    open(mi, "w").write(text)
+    mi = Path(f"{root}/proc/self/mountinfo")
+    mi.write_text(mi.read_text().replace("/cg roup", "/cg\\040roup"))
     assert machine_facts(root).quota == 3.0
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 import pytest
 from fake_trees import FakeMachine
 
-from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
-
 from parinfo.machine import sysfs as _sysfs
+from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.topology import USABLE_RULE, MachineFacts, machine_facts
 
 
@@ -191,8 +190,7 @@ def test_real_machine_facts_are_consistent():
 
 
 def test_cpu_list_round_trip():
-    from hypothesis import given
-    from hypothesis import strategies as st
+    from hypothesis import given, strategies as st
 
     @given(st.sets(st.integers(min_value=0, max_value=2000), min_size=1))
     def check(cpus):

@@ -7,11 +7,10 @@ import json
 import sys
 
 import pytest
-
 from conftest import HAVE_NUMPY, HAVE_TORCH, clean_env, run_cli, run_json, run_py
+
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
-from parinfo.diagnostics.wording import thread_group
 from parinfo.process.variables import parse_count, validate
 
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
@@ -113,14 +112,6 @@ print(json.dumps({"truth": truth, "rows": rows, "torch": torch.get_num_threads()
     count, source = out["rows"][0]
     assert count == out["truth"][0] == out["torch"] == 1
     assert source.startswith("set at run time") and "torch.set_num_threads" in source
-
-
-@pytest.mark.parametrize("name, group", [("parinfo-intra-3", "parinfo-intra-*"),
-                                         ("parinfo-interop-12", "parinfo-interop-*"),
-                                         ("python", "python"), ("PTThreadPool", "PTThreadPool"),
-                                         ("pool_7", "pool_*")])
-def test_thread_names_group_numbered_workers(name, group):
-    assert thread_group(name) == group
 
 
 HAVE_NUMEXPR = importlib.util.find_spec("numexpr") is not None

@@ -8,7 +8,6 @@ import importlib.util
 import json
 
 import pytest
-
 from conftest import HAVE_NUMPY, HAVE_TORCH, clean_env, run_cli, run_json
 
 HAVE_SKLEARN = importlib.util.find_spec("sklearn") is not None

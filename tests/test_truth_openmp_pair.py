@@ -11,7 +11,6 @@ import os
 import subprocess
 
 import pytest
-
 from conftest import clean_env, run_cli, run_json
 from openmp_pair import REGISTERED, libiomp, libomp, loader
 

@@ -5,7 +5,6 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import clean_env, run_cli, run_py
 
 FAST = ("--repeats", "2", "--min-time", "0", "--no-noise-check")
@@ -139,3 +138,15 @@ def test_api_raises_typed_errors():
         parinfo.tune(stmt="assert False, 'nope'", max_threads=1, repeats=1, check_noise=False)
     assert isinstance(info.value, parinfo.TuneError)
     assert info.value.exit_code == 1 and "AssertionError: nope" in info.value.output
+
+
+def test_workload_names_are_declared_once_by_their_classes():
+    from parinfo.cli import tune as tune_cli
+    from parinfo.tuning import workloads
+
+    assert list(workloads.BUILTIN) == ["matmul", "elementwise", "ensemble"]
+    assert all(workloads.BUILTIN[name].kind == name == workloads.KINDS[name].kind for name in workloads.BUILTIN)
+    assert workloads.BUILTIN[workloads.DEFAULT] is workloads.Matmul
+    assert tune_cli._WORKLOADS == workloads.described() == "matmul (default), elementwise, ensemble"
+    elementwise = workloads.choose("elementwise", "numpy", 64, None, None, None, None)
+    assert type(elementwise) is workloads.Elementwise and elementwise.framework == "numpy"

@@ -12,7 +12,6 @@ import textwrap
 
 import pytest
 import yaml
-
 from conftest import clean_env, run_cli
 
 FAKE = textwrap.dedent('''

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import io
-import sys
 
 import pytest
-
 from conftest import run_py
+
 from parinfo.tuning.tail import OutputTail
 
 # Prints 100 MB per call and then dies before reporting; the parent's peak memory must stay far below.

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import clean_env, run_cli
 
 FAST = ("--repeats", "1", "--min-time", "0", "--warmup", "0", "--no-noise-check", "--max", "2")

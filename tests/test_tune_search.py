@@ -2,11 +2,18 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from parinfo.tuning.search import (Point, Stats, clearly_worse, coarse_values, pair_candidates, pick_best,
-                                  search_counts, search_pairs)
+from parinfo.tuning.search import (
+    Point,
+    Stats,
+    clearly_worse,
+    coarse_values,
+    pair_candidates,
+    pick_best,
+    search_counts,
+    search_pairs,
+)
 
 
 def fake(curve, spread=0.0):

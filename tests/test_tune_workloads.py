@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import clean_env, run_cli
 
 FAST = ("--repeats", "2", "--min-time", "0", "--no-noise-check", "--json")

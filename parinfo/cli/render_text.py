@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from parinfo.diagnostics.findings import Severity
 from parinfo.diagnostics.sections import Section, sections, title
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 #: The rich style of each tone of parinfo.diagnostics.sections, and of each finding's severity.
 _STYLE = {"": "", "strong": "bold", "dim": "dim", "warning": "yellow", "good": "green"}
-_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 Span = tuple[str, str]  # (text, rich style; "" for none)
 Line = list[Span]
 
@@ -62,7 +63,7 @@ def _findings(r: Report) -> list[Line]:
     lines: list[Line] = [[], _line("Findings", "bold")]
     for f in r.findings:
         pad = " " * (width + 4)
-        lines.append([("  ", ""), (f.severity.ljust(width), _SEVERITY_STYLE.get(f.severity, "")), ("  ", ""),
+        lines.append([("  ", ""), (f.severity.ljust(width), _SEVERITY_STYLE[f.severity]), ("  ", ""),
                       (f.id, "bold"), (f": {f.message}", "")])
         lines.append(_line(f"{pad}why: {f.why}", "dim"))
         lines.append(_line(f"{pad}fix: {f.fix}"))

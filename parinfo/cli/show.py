@@ -184,11 +184,11 @@ def outside_conflicts(pid: int | None, children: bool, probes: bool, torch_forma
 
 def check_level(value: str | None) -> str | None:
     """The severity ``--check`` fails on; a bare ``--check`` arrives as "warning" (see normalise_check)."""
-    from parinfo.diagnostics.findings import SEVERITIES
+    from parinfo.diagnostics.findings import Severity
 
     if value is None:
         return None
-    if value not in SEVERITIES:
+    if Severity.parse(value) is None:
         from parinfo.checks import shown
 
         raise UsageError(f"--check={shown(value)}: not a level; use --check (warning), --check=error or --check=info")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from parinfo.cli import values
+from parinfo.tuning.workloads import BUILTIN, described
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.progress import TaskID
@@ -14,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from parinfo.tuning.result import TuneResult
 
-_WORKLOADS = "matmul (default), elementwise, ensemble"
+_WORKLOADS = described()
 
 
 def tune(
@@ -76,7 +77,7 @@ def tune(
     from parinfo.tuning.writers import check_name
 
     args = list(command or [])
-    if len(args) == 1 and args[0] in ("matmul", "elementwise", "ensemble"):
+    if len(args) == 1 and args[0] in BUILTIN:
         if workload is not None:
             raise UsageError(f"workload given twice: {args[0]} and --workload {shown(workload)}")
         workload, args = args[0], []

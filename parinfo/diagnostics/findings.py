@@ -7,12 +7,64 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
+from enum import Enum
 from typing import Any
 
 from parinfo.payload import section, text
 from parinfo.record import record
 
-SEVERITIES = ("info", "warning", "error")
+
+class Severity(str, Enum):
+    """How much a finding matters, declared least first: that order ranks findings in every report
+    and is what ``--check=LEVEL`` compares (``<`` and ``>=`` follow it, never the alphabet). A member
+    is its name as a str (``Severity.WARNING == "warning"``), so JSON, text and metric labels carry
+    the same words as before."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value  # "warning", not "Severity.WARNING", in str() and f-strings
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def rank(self) -> int:
+        """0 for info, rising with how much it matters."""
+        return _RANK[self]
+
+    @classmethod
+    def parse(cls, value: object) -> Severity | None:
+        """The severity named ``value`` ("warning"), or None when it names none."""
+        try:
+            return cls(value)
+        except ValueError:
+            return None
+
+    def _rank_of(self, other: str) -> int:
+        known = Severity.parse(other)
+        if known is None:
+            raise TypeError(f"a severity compares only with a severity, not {other!r}")
+        return known.rank
+
+    def __lt__(self, other: str) -> bool:
+        return self.rank < self._rank_of(other)
+
+    def __le__(self, other: str) -> bool:
+        return self.rank <= self._rank_of(other)
+
+    def __gt__(self, other: str) -> bool:
+        return self.rank > self._rank_of(other)
+
+    def __ge__(self, other: str) -> bool:
+        return self.rank >= self._rank_of(other)
+
+
+_RANK = {s: i for i, s in enumerate(Severity)}
+#: Every severity, worst first, as reports group findings for people.
+WORST_FIRST = tuple(sorted(Severity, reverse=True))
 
 
 @record(frozen=True)
@@ -20,33 +72,34 @@ class Finding:
     """One thing wrong (or worth knowing) about the process's parallelism."""
 
     id: str
-    severity: str
+    severity: Severity
     message: str
     why: str
     fix: str
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding | None:
-        """The finding of :meth:`to_dict`; None when a part is missing or the severity is not one of
-        :data:`SEVERITIES` (a report from elsewhere keeps the findings it can say in full)."""
+        """The finding of :meth:`to_dict`; None when a part is missing or the severity names no
+        :class:`Severity` (a report from elsewhere keeps the findings it can say in full)."""
         d = section(data)
         parts = [text(d.get(key)) for key in ("id", "severity", "message", "why", "fix")]
-        if any(part is None for part in parts) or parts[1] not in SEVERITIES:
+        severity = Severity.parse(parts[1])
+        if any(part is None for part in parts) or severity is None:
             return None
-        fid, severity, message, why, fix = (str(part) for part in parts)
+        fid, _, message, why, fix = (str(part) for part in parts)
         return cls(fid, severity, message, why, fix)
 
     def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {**asdict(self), "severity": self.severity.value}
 
 
-def at_least(findings: list[Finding], severity: str) -> list[Finding]:
+def at_least(findings: list[Finding], severity: Severity | str) -> list[Finding]:
     """The findings at ``severity`` or above."""
-    floor = SEVERITIES.index(severity)
-    return [f for f in findings if SEVERITIES.index(f.severity) >= floor]
+    floor = Severity(severity)
+    return [f for f in findings if f.severity >= floor]
 
 
 def sort_findings(found: list[Finding]) -> list[Finding]:
     """Errors first, then warnings, then infos (the order of every report); a stable sort, so the
     findings of one severity keep the order of the rules that made them."""
-    return sorted(found, key=lambda f: -SEVERITIES.index(f.severity))
+    return sorted(found, key=lambda f: -f.severity.rank)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from parinfo.diagnostics.findings import Finding
+from parinfo.diagnostics.findings import Finding, Severity
 from parinfo.diagnostics.model import Report
 
 if TYPE_CHECKING:  # the fleet's rows are loaded with the fleet, not with every report
@@ -80,7 +80,7 @@ def outer_findings(r: Report, per_thread: Sequence[ThreadPools] = ()) -> list[Fi
                  framework, f"{cpus} usable CPU{plural}")
     fit = max(1, cpus // threads)
     return [Finding(
-        "outer-times-inner", "warning",
+        "outer-times-inner", Severity.WARNING,
         f"{who}: {threads} task thread{'s' if threads != 1 else ''} x {pool} {inner} threads = "
         f"{threads * inner} threads can run at once on {where}",
         "every task thread that calls into the library runs its own team of threads (or queues on one "
@@ -126,7 +126,7 @@ def host_findings(summary: HostSummary) -> list[Finding]:
         return []
     fit = max(1, usable // max(1, summary.outer_threads))
     return [Finding(
-        "host-oversubscribed", "warning",
+        "host-oversubscribed", Severity.WARNING,
         f"{workers} workers run {total} threads at once "
         f"({summary.outer_threads} task threads with their pools) on {usable} usable CPUs",
         "workers on one host share its CPUs: each worker's pools are sized for the whole host, so "
@@ -183,7 +183,7 @@ def cgroup_findings(where: str, usable: int, loads: Sequence[ProcessLoad]) -> li
             fixes.append(f"launch the {len(copies)} copies as `parinfo apply multi-instance --instances "
                          f"{len(copies)} -- {command}` (each pinned to its share of the CPUs, with counts to match)")
     return [Finding(
-        "host-oversubscribed", "warning", message,
+        "host-oversubscribed", Severity.WARNING, message,
         "processes in one cgroup share its CPUs: each sizes its pools for all of them, so together they ask "
         "for several times the CPUs and every op waits for its threads (or, under a quota, the cgroup is throttled)",
         "; ".join(fixes),

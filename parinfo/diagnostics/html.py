@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
+from parinfo.diagnostics.findings import Severity
 from parinfo.diagnostics.sections import Row, Section, Span, findings_by_severity, sections, title
 from parinfo.safe_text import escape_controls
 
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 # Mid-tone colours: readable on a white page and on a dark one.
 _TONE = {"": "", "strong": "font-weight:bold", "dim": "opacity:0.7", "warning": "color:#c27c0e",
          "good": "color:#2f9e44"}
-_SEVERITY = {"error": "color:#e03131;font-weight:bold", "warning": "color:#c27c0e", "info": "color:#1c7ed6"}
+_SEVERITY = {Severity.ERROR: "color:#e03131;font-weight:bold", Severity.WARNING: "color:#c27c0e",
+             Severity.INFO: "color:#1c7ed6"}
 _BOX = "font-family:inherit;font-size:inherit;line-height:1.45;color:inherit;max-width:100%;overflow-x:auto"
 _TABLE = "border-collapse:collapse;margin:0.2em 0 0.6em 0;color:inherit;background:transparent"
 _CAPTION = "text-align:left;font-weight:bold;padding:0.4em 0 0.2em 0;color:inherit"
@@ -84,7 +86,7 @@ def findings_html(findings: list[Finding]) -> str:
         parts.append(f'<div style="{_TONE["good"]}">nothing wrong found</div>')
     for severity, group in findings_by_severity(findings):
         parts.append(f'<div data-severity="{esc(severity)}">'
-                     f'<div style="{_SEVERITY.get(severity, "")}">{esc(severity)} ({len(group)})</div>'
+                     f'<div style="{_SEVERITY[severity]}">{esc(severity)} ({len(group)})</div>'
                      f'<ul style="margin:0.1em 0 0.4em 0;padding-left:1.4em">{"".join(map(_finding, group))}</ul>'
                      "</div>")
     parts.append("</div>")

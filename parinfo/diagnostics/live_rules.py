@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from parinfo.diagnostics.findings import Finding
+from parinfo.diagnostics.findings import Finding, Severity
 from parinfo.diagnostics.model import Report
 
 #: A cumulative ratio below this, or fewer throttled periods than MIN_THROTTLED, is not evidence.
@@ -32,7 +32,7 @@ def throttled(r: Report) -> list[Finding]:
     quota = float(worst.quota)
     fit = max(1, math.floor(quota))
     return [Finding(
-        "throttled", "warning",
+        "throttled", Severity.WARNING,
         f"the cgroup {worst.cgroup} was throttled in {100 * worst.ratio:.0f}% of its CPU periods "
         f"since it was created ({worst.throttled} of {worst.periods}, "
         f"{worst.throttled_usec / 1e6:.1f} s held back) under a {quota:g}-CPU quota",
@@ -60,7 +60,7 @@ def thread_stack_budget(r: Report) -> list[Finding]:
         share = need / size
         if share < STACK_SHARE_INFO:
             continue
-        severity = "warning" if share >= 1 else "info"
+        severity = Severity.WARNING if share >= 1 else Severity.INFO
         fit = max(1, size // stack)
         out.append(Finding(
             "thread-stack-budget", severity,
@@ -85,7 +85,7 @@ def runnable_above_usable(r: Report) -> list[Finding]:
         return []
     procs = tree.processes
     return [Finding(
-        "runnable-above-usable", "warning",
+        "runnable-above-usable", Severity.WARNING,
         f"{runnable:.1f} threads wanted a CPU on average over {tree.seconds:g} s "
         f"({procs} process{'es' if procs != 1 else ''}) against {usable} usable CPUs",
         "threads beyond the usable CPUs queue for them and wait for each other at every barrier",

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from parinfo.diagnostics.findings import Finding, at_least
+from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.diagnostics.parts import (
     Backend as Backend,
     Frameworks as Frameworks,
@@ -72,7 +72,7 @@ class Report:
     outer: OuterThreads | None = None
     parinfo_version: str = __version__
 
-    def problems(self, severity: str = "warning") -> list[Finding]:
+    def problems(self, severity: Severity | str = Severity.WARNING) -> list[Finding]:
         """Findings at ``severity`` or above (what ``parinfo show --check`` fails on)."""
         return at_least(self.findings, severity)
 

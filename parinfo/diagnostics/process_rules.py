@@ -12,14 +12,14 @@ from collections import Counter
 from collections.abc import Callable
 
 from parinfo.diagnostics import fleet_rules, live_rules
-from parinfo.diagnostics.findings import SEVERITIES, Finding, at_least, sort_findings
+from parinfo.diagnostics.findings import Finding, Severity, at_least, sort_findings
 from parinfo.diagnostics.model import Report
 from parinfo.machine import rounding, scheduler
 from parinfo.process import libraries as reg
 from parinfo.process.pools import PoolRow
 from parinfo.process.provenance import SettingRow
 
-__all__ = ["RULES", "SEVERITIES", "Finding", "Rule", "at_least", "diagnose", "interop_fix"]
+__all__ = ["RULES", "Finding", "Rule", "Severity", "at_least", "diagnose", "interop_fix"]
 
 Rule = Callable[[Report], list[Finding]]
 
@@ -80,7 +80,7 @@ def _oversubscribed_interop(r: Report) -> list[Finding]:
             if not started:
                 message += " once its inter-op pool starts (it has not)"
             out.append(Finding(
-                "oversubscribed-interop", "warning" if started else "info", message,
+                "oversubscribed-interop", Severity.WARNING if started else Severity.INFO, message,
                 "every inter-op task that runs a parallel op opens its own team, so concurrent tasks "
                 "multiply the intra-op count and the threads fight for the CPUs",
                 f"keep inter-op x intra-op <= {usable}: torch.set_num_interop_threads({fix_inter}) and "
@@ -100,7 +100,7 @@ def _oversubscribed_pools(r: Report) -> list[Finding]:
     if len(spinning) > 1 and total > 2 * usable:
         names = ", ".join(p.library + (f" [{p.owner}]" if p.owner else "") + f"={n}" for p, n in spinning)
         return [Finding(
-            "oversubscribed-pools", "info",
+            "oversubscribed-pools", Severity.INFO,
             f"{len(spinning)} native pools hold {total} threads for {usable} usable CPUs ({names})",
             "pools used one after another are fine, but pools used at once (for example BLAS called "
             "from inside an OpenMP region or from several Python threads) oversubscribe the CPUs",
@@ -157,7 +157,7 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
             continue
         if by_allocation:
             out.append(Finding(
-                "count-above-usable", "warning",
+                "count-above-usable", Severity.WARNING,
                 f"{who} uses {count} threads but only {usable} CPUs are usable ({m.allocation_source})",
                 "the job was given fewer CPUs than its threads: they share the allocated CPUs (or, when the "
                 "job is not bound, take CPUs given to other jobs on the node)",
@@ -169,7 +169,7 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
                 kept = (f" (kept when the usable CPUs changed at {changed_at}: {row.source} chose it, "
                         "and parinfo changes only counts nobody chose)")
             out.append(Finding(
-                "count-above-quota", "warning",
+                "count-above-quota", Severity.WARNING,
                 f"{who} uses {count} threads but the cgroup CPU quota allows {quota:g} CPUs{kept}",
                 "threads beyond the quota are throttled by the kernel: the whole process stalls until the "
                 "next CFS period, which makes parallel code slower than with fewer threads",
@@ -177,7 +177,7 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
             ))
         elif affinity is not None:
             out.append(Finding(
-                "count-above-usable", "warning",
+                "count-above-usable", Severity.WARNING,
                 f"{who} uses {count} threads but only {usable} CPUs are usable (affinity/cpuset)",
                 "extra threads share the allowed CPUs and wait for each other at every barrier",
                 f"use at most {usable}: " + _count_fix(row, env, usable, None),
@@ -194,7 +194,7 @@ def _above_physical(r: Report) -> list[Finding]:
     for who, count in _counts(r):
         if phys < count <= m.usable_cpus:
             out.append(Finding(
-                "count-above-physical-cores", "info",
+                "count-above-physical-cores", Severity.INFO,
                 f"{who} uses {count} threads on {phys} usable physical cores (SMT on)",
                 "compute-bound kernels (GEMM, convolutions) rarely gain from SMT siblings and often lose",
                 f"try {phys} threads: parinfo tune measures both",
@@ -208,7 +208,7 @@ def _invalid_variables(r: Report) -> list[Finding]:
         if row.value is not None and row.valid is False:
             readers = ", ".join(row.readers) or "its readers"
             out.append(Finding(
-                "invalid-variable", "warning",
+                "invalid-variable", Severity.WARNING,
                 f"{row.name}={row.value!r} is invalid: {row.problem}",
                 f"{readers} ignore an invalid value silently ({' and '.join(reg.warns_invalid())} alone "
                 "prints a warning) and fall back to their defaults",
@@ -229,7 +229,7 @@ def _refused_counts(r: Report) -> list[Finding]:
         cap_var = next((v for v in row.cap_vars if v != var), None)
         raise_cap = f", or raise {cap_var} to {asked}" if cap_var else ""
         out.append(Finding(
-            "count-refused", "warning",
+            "count-refused", Severity.WARNING,
             f"{row.library} runs {runs} thread{'s' if runs != 1 else ''}, not {asked}: "
             f"{var}={asked} is above {refused.why}",
             f"{row.library} refuses a count above its cap instead of cutting it to the cap: it prints an "
@@ -247,7 +247,7 @@ def _above_ceiling(r: Report) -> list[Finding]:
         if cap is None or row.count is None:
             continue
         out.append(Finding(
-            "count-above-ceiling", "info",
+            "count-above-ceiling", Severity.INFO,
             f"{row.library} count {row.count} ({row.source}) is above parinfo's pool ceiling: "
             f"at most {cap} threads run",
             "a pool never holds more than 4 x the logical CPUs (as MKL and OpenBLAS cap theirs): more "
@@ -272,7 +272,7 @@ def _set_after_load(r: Report) -> list[Finding]:
         env_row = env_rows.get(var)
         launch, now = (None, None) if env_row is None else (env_row.launch_value, env_row.value)
         out.append(Finding(
-            "variable-after-load", "warning",
+            "variable-after-load", Severity.WARNING,
             f"{var} changed after launch ({launch!r} -> {now!r}) "
             f"after libraries that ignore it loaded: {'; '.join(libs)}",
             "native libraries read their variables once, when they load: a later change is ignored "
@@ -294,7 +294,7 @@ def _several_openmp(r: Report) -> list[Finding]:
     if names <= libs:
         files = [f"{p.library} [{p.owner}]" for p in r.pools if p.library in names]
         return [Finding(
-            "openmp-intel-llvm", "error",
+            "openmp-intel-llvm", Severity.ERROR,
             f"{_both(pair)} are both loaded ({', '.join(files)})",
             "the two runtimes share symbols: initialising both aborts with OMP Error #15, or hangs at "
             f"exit when {reg.role_var('duplicate_ok')} is set; parinfo read no count from any library so as not "
@@ -304,7 +304,7 @@ def _several_openmp(r: Report) -> list[Finding]:
         )]
     if len(libs) > 1:
         return [Finding(
-            "several-openmp", "warning",
+            "several-openmp", Severity.WARNING,
             f"several OpenMP runtimes are loaded: {', '.join(sorted(libs))}",
             "each runtime keeps its own thread team and settings, so limits set through one do not "
             "reach the others and their threads compete",
@@ -317,7 +317,7 @@ def _openmp_and_tbb(r: Report) -> list[Finding]:
     has_tbb = any(p.library == "tbb" for p in r.pools)
     if has_tbb and _openmp_libs(r):
         return [Finding(
-            "openmp-tbb-mixed", "warning",
+            "openmp-tbb-mixed", Severity.WARNING,
             "OpenMP and TBB are both loaded",
             "the two schedulers do not know each other's threads; PyTorch's threading note strongly "
             "recommends not mixing OpenMP and TBB within one build",
@@ -344,13 +344,13 @@ def _openblas_pthreads_with_openmp(r: Report) -> list[Finding]:
                f"runtime ({omp[0]} threads)")
     if active:
         return [Finding(
-            "openblas-pthreads-with-openmp", "warning", message + f" with {wait}=active",
+            "openblas-pthreads-with-openmp", Severity.WARNING, message + f" with {wait}=active",
             f"{wait}=active keeps the OpenMP threads spinning between regions, so BLAS calls "
             "made between OpenMP regions find the CPUs busy",
             f"unset {wait} (or set {wait}=passive)",
         )]
     return [Finding(
-        "openblas-pthreads-with-openmp", "info", message,
+        "openblas-pthreads-with-openmp", Severity.INFO, message,
         "both keep their idle threads spinning briefly after each call: BLAS and OpenMP work that "
         "alternate in quick succession steal CPU time from each other; work that uses one at a time "
         "is not affected",
@@ -372,14 +372,14 @@ def _kmp_duplicate(r: Report) -> list[Finding]:
     pair = reg.conflicting_openmp()
     if {lib.name for lib in pair} <= _openmp_libs(r):
         return [Finding(
-            "kmp-duplicate-lib-ok", "error", what + f" while {_both(pair)} are both loaded",
+            "kmp-duplicate-lib-ok", Severity.ERROR, what + f" while {_both(pair)} are both loaded",
             "it lets the second OpenMP runtime start instead of stopping with OMP Error #15; the two "
             "runtimes then share state: wrong results, crashes, or a hang at exit",
             "load a single OpenMP runtime (packages built against one); "
             + ("the variable then does no harm" if by_import else f"then unset {var}"),
         )]
     return [Finding(
-        "kmp-duplicate-lib-ok", "info", what,
+        "kmp-duplicate-lib-ok", Severity.INFO, what,
         f"it silences Intel OpenMP's check for a second OpenMP runtime; {_both(pair)} "
         "are not loaded together here, so it hides nothing now",
         "nothing to do" + (" (that import sets it in every process)" if by_import
@@ -393,7 +393,7 @@ def _duplicate_copies(r: Report) -> list[Finding]:
         return []
     libs = sorted({p.library for p in dups})
     return [Finding(
-        "duplicate-runtime-copies", "info",
+        "duplicate-runtime-copies", Severity.INFO,
         f"several copies of {', '.join(libs)} are loaded ({len(dups) + len(libs)} files)",
         "each copy has its own pool and settings: a limit set through one copy does not reach the others",
         "limit pools through threadpoolctl or parinfo (they reach every copy), not through one "
@@ -436,7 +436,7 @@ def _fractional_quota(r: Report) -> list[Finding]:
                f"'quota_rounding: floor' in a profile ({down} thread{'s' if down != 1 else ''}), or give "
                f"the cgroup a whole number of CPUs")
     return [Finding(
-        "fractional-quota", "info", message,
+        "fractional-quota", Severity.INFO, message,
         f"floor never throttles: {down} busy thread{'s' if down != 1 else ''} use{'s' if down == 1 else ''} "
         f"{down} of the {quota:g} CPUs each period and leave{'s' if down == 1 else ''} {quota - down:g} CPU "
         f"unused; ceil uses it, but "
@@ -452,7 +452,7 @@ def _scheduler_unbound(r: Report) -> list[Finding]:
     if m.allocation is None or m.allocation >= cpus:
         return []
     return [Finding(
-        "scheduler-unbound", "warning",
+        "scheduler-unbound", Severity.WARNING,
         f"the job was allocated {m.allocation} CPU{'s' if m.allocation != 1 else ''} "
         f"({m.allocation_source}) but this process may run on {cpus}: the job is not bound to its CPUs",
         f"libraries that size their pools from the CPU count or the affinity (OpenMP runtimes, BLAS, "
@@ -475,7 +475,7 @@ def _invalid_machine_variables(r: Report) -> list[Finding]:
         else:
             ignored = "parinfo ignored it when counting the job's CPUs (the next Slurm variable, if any, counts)"
             fix = f"unset {name} or give it a valid value (check the job script and how the job was started)"
-        out.append(Finding("invalid-variable", "warning", f"{name} is invalid: {why}", ignored, fix))
+        out.append(Finding("invalid-variable", Severity.WARNING, f"{name} is invalid: {why}", ignored, fix))
     return out
 
 
@@ -490,7 +490,7 @@ def _free_threaded(r: Report) -> list[Finding]:
     if py.gil_off and py.threads_at_once is not None and py.threads_at_once > usable and py.per_thread_pool:
         fit = max(1, usable // max(1, py.python_threads or 1))
         out.append(Finding(
-            "free-threaded-oversubscribed", "warning",
+            "free-threaded-oversubscribed", Severity.WARNING,
             f"{py.python_threads} Python threads x {py.per_thread_pool} {py.per_thread_threads} threads = "
             f"{py.threads_at_once} threads can run at once on {usable} usable CPUs (free-threaded build, GIL off)",
             "without the GIL the Python threads run at once, and each one that calls a library whose limit "
@@ -501,7 +501,7 @@ def _free_threaded(r: Report) -> list[Finding]:
         ))
     if py.gil_enabled is True and py.gil_reenabled_by:
         out.append(Finding(
-            "gil-reenabled", "info",
+            "gil-reenabled", Severity.INFO,
             f"the GIL is on again in this free-threaded interpreter: importing {py.gil_reenabled_by} turned it on",
             "an extension module that does not declare it runs without the GIL turns the GIL on for the rest "
             "of the process: Python threads take turns again",

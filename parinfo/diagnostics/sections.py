@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from parinfo.diagnostics.findings import WORST_FIRST
 from parinfo.diagnostics.wording import (
     THREAD_STATES,
     human_bytes,
@@ -25,14 +26,14 @@ from parinfo.diagnostics.wording import (
     quota_text,
     show_value,
     stack_text,
-    thread_group,
     throttling_text,
 )
 from parinfo.machine.cpulist import format_cpu_list
+from parinfo.process.threads import thread_group
 from parinfo.record import record
 
 if TYPE_CHECKING:
-    from parinfo.diagnostics.findings import Finding
+    from parinfo.diagnostics.findings import Finding, Severity
     from parinfo.diagnostics.parts import Backend, Frameworks, LiveSection, ProcessInfo, RuntimeSection
     from parinfo.machine.cpuid import CpuIdentity
     from parinfo.machine.topology import MachineFacts
@@ -294,13 +295,6 @@ def title(report: Report) -> list[Span]:
             (probes_text(report.probes), "dim")]
 
 
-#: Severities, worst first, as findings are grouped for people.
-SEVERITY_ORDER = ("error", "warning", "info")
-
-
-def findings_by_severity(findings: list[Finding]) -> list[tuple[str, list[Finding]]]:
-    """(severity, its findings in report order) for each severity present, worst first; a severity
-    outside the known ones comes last, under its own name."""
-    known = [s for s in SEVERITY_ORDER if any(f.severity == s for f in findings)]
-    other = sorted({f.severity for f in findings} - set(SEVERITY_ORDER))
-    return [(s, [f for f in findings if f.severity == s]) for s in (*known, *other)]
+def findings_by_severity(findings: list[Finding]) -> list[tuple[Severity, list[Finding]]]:
+    """(severity, its findings in report order) for each severity present, worst first."""
+    return [(s, group) for s in WORST_FIRST if (group := [f for f in findings if f.severity is s])]

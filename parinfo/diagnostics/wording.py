@@ -2,7 +2,6 @@
 torch-style block), so a count, a quota or a pool reads the same wherever the report is shown."""
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process.libraries import find
@@ -114,12 +113,6 @@ def probes_text(p: Probes) -> str:
     for mod, why in p.failed.items():
         parts.append(f"could not import {mod}: {why}")
     return "; ".join(parts) or "no module imported to probe"
-
-
-def thread_group(name: str) -> str:
-    """The group a thread name belongs to: numbered pool workers (parinfo-intra-3, pool-7) share one
-    group with a * for the number; other names are their own group."""
-    return re.sub(r"([-_])\d+$", r"\1*", name)
 
 
 #: A thread's state letter (/proc/PID/task/TID/stat) in words.

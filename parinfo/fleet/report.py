@@ -12,7 +12,7 @@ from dataclasses import field
 from typing import Any
 
 from parinfo.diagnostics import fleet_rules
-from parinfo.diagnostics.findings import Finding, at_least
+from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.diagnostics.fleet_rows import HostSummary, WorkerRow
 from parinfo.record import record
 
@@ -55,7 +55,7 @@ class FleetReport:
         out += [(f"worker {w.worker}", f) for w in self.workers for f in w.findings]
         return out
 
-    def problems(self, severity: str = "warning") -> list[tuple[str, Finding]]:
+    def problems(self, severity: Severity | str = Severity.WARNING) -> list[tuple[str, Finding]]:
         """Findings at ``severity`` or above (what ``parinfo fleet show --check`` fails on)."""
         return [(where, f) for where, f in self.findings() if at_least([f], severity)]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, field
 from typing import Any
 
-from parinfo.diagnostics.findings import Finding, at_least
+from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.record import record
 from parinfo.safe_text import escape_controls
 from parinfo.watching.model import ThrottleUse
@@ -184,7 +184,7 @@ class HostReport:
         """(cgroup, finding) for every finding."""
         return [(c.path, f) for c in self.cgroups for f in c.findings]
 
-    def problems(self, severity: str = "warning") -> list[tuple[str, Finding]]:
+    def problems(self, severity: Severity | str = Severity.WARNING) -> list[tuple[str, Finding]]:
         """Findings at ``severity`` or above (what ``parinfo host --check`` fails on)."""
         return [(where, f) for where, f in self.findings() if at_least([f], severity)]
 

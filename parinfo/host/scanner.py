@@ -46,7 +46,8 @@ from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ,
 from parinfo.machine.topology import REREAD_S
 from parinfo.process import libraries as reg
 from parinfo.process.inforce import IN_FORCE
-from parinfo.process.tasks import CLOCK_TICKS, thread_group
+from parinfo.process.tasks import CLOCK_TICKS
+from parinfo.process.threads import thread_group
 from parinfo.record import record
 
 if TYPE_CHECKING:

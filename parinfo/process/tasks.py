@@ -32,7 +32,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 __all__ = ["CLOCK_TICKS", "NoAccess", "NotAProcess", "ProcessGone", "ThreadStat", "exited_during_read", "gone",
-           "kernel_thread", "no_access", "parse_stat", "thread_group", "thread_stats", "zombie"]
+           "kernel_thread", "no_access", "parse_stat", "thread_stats", "zombie"]
 
 
 @record(frozen=True)
@@ -86,13 +86,3 @@ def thread_stats(pid: int) -> list[ThreadStat]:
         raise gone(pid)  # every thread ended (or is a zombie waiting for its parent): the process is gone
     return out
 
-
-_NUMBERED = re.compile(r"(?:[-_.:/# ]+\d+)+$")
-
-
-def thread_group(name: str) -> str:
-    """The pool a thread name belongs to: the name without a trailing worker number
-    ("parinfo-intraop-3" -> "parinfo-intraop", "pool-12" -> "pool"); names that are only a number
-    stay as they are."""
-    stripped = _NUMBERED.sub("", name)
-    return stripped or name

@@ -1,6 +1,7 @@
 """The OS threads of a process now, by name where the kernel gives one."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
@@ -11,6 +12,21 @@ from parinfo.record import record
 
 #: What a report read from elsewhere says of a thread fact it does not carry.
 NOT_IN_REPORT = "unknown (not in the report)"
+
+#: A trailing worker number: separators, then digits, possibly repeated ("-3", " #2", "-0_1").
+_WORKER_NUMBER = re.compile(r"([-_.:/# ]+)\d+(?:[-_.:/# ]+\d+)*$")
+
+
+def thread_group(name: str) -> str:
+    """The group a thread name is shown in: names that differ only by a trailing worker number are
+    one group, written with a ``*`` for the number, so the group reads as a glob of its members
+    ("pool-3" -> "pool-*", "ThreadPoolExecutor-0_1" -> "ThreadPoolExecutor-*", "OMP worker #2" ->
+    "OMP worker #*"). Other names are their own group: "python3" (no separator before the digits),
+    "1234" (nothing but a number). ``show``, ``host``, ``watch`` and the HTML report all group by it."""
+    m = _WORKER_NUMBER.search(name)
+    if m is None or m.start() == 0:
+        return name
+    return f"{name[:m.start()]}{m.group(1)}*"
 
 
 @record

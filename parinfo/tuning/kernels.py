@@ -11,8 +11,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from parinfo.process.libraries import RUNTIME_VARS
-
 ELEMENTWISE_LEN = 1 << 22  # 4M doubles: large enough that splitting pays, small enough to stay quick
 ENSEMBLE_MODELS = 4
 ENSEMBLE_WIDTH = 384
@@ -60,6 +58,8 @@ def numpy_elementwise(length: int) -> Callable[[], Any]:
 
 
 def _thread_parallel_for(begin: int, end: int, grain_size: int, fn: Callable[[int, int], Any]) -> None:
+    from parinfo.process.libraries import RUNTIME_VARS  # the library registry: only where it is needed
+
     n = int(os.environ.get(RUNTIME_VARS[0], "1") or 1)
     step = max(grain_size, math.ceil((end - begin) / n))
     bounds = [(b, min(end, b + step)) for b in range(begin, end, step)]

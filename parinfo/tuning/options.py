@@ -30,7 +30,7 @@ MAX_COUNT_FACTOR = 64  # counts above 64 x logical CPUs are refused as a typo
 class TuneOptions:
     """Everything a tune can be asked; the defaults are ``parinfo tune``'s."""
 
-    workload: str | None = None  # a built-in: matmul (default), elementwise, ensemble
+    workload: str | None = None  # a name in workloads.BUILTIN; None: workloads.DEFAULT
     objective: str = "latency"
     framework: str = "numpy"
     size: int = 1024

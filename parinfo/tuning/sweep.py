@@ -39,7 +39,7 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
          progress: Progress | None = None, facts: MachineFacts | None = None) -> TuneResult:
     """Measure the workload at several thread counts and return the curve and the winner.
 
-    ``workload`` is a built-in (matmul, elementwise, ensemble) unless ``stmt`` (with ``setup``),
+    ``workload`` is a built-in (:data:`parinfo.tuning.workloads.BUILTIN`) unless ``stmt`` (with ``setup``),
     ``module`` ("pkg.mod:func") or ``command`` (argv) is given. With ``confirm`` the points within
     the noise of the fastest are measured once more and their samples pooled before the pick.
     ``objective`` latency sweeps intra-op counts ``min_threads..max_threads`` (default: the usable

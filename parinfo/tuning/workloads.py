@@ -21,7 +21,6 @@ from parinfo.tuning import kernels
 from parinfo.tuning.checks import check_int
 from parinfo.tuning.usercode import build_module, build_stmt, compile_user
 
-BUILTIN = ("matmul", "elementwise", "ensemble")
 FRAMEWORKS = ("numpy", "torch")
 MATMUL_DTYPE_BYTES = 4  # float32
 MATMUL_ARRAYS = 3  # a, b and the result
@@ -36,6 +35,11 @@ class Workload:
     whole_process: ClassVar[bool] = False  # timed as a launched process, never in-process
 
     framework: str = "numpy"
+
+    @classmethod
+    def create(cls, framework: str, size: Any) -> Workload:
+        """A built-in workload from the command's arguments (``size`` is the matmul's), checked."""
+        return cls(framework=framework)
 
     def describe(self) -> str:
         """One line naming the workload, for tables, JSON and profile comments."""
@@ -58,6 +62,10 @@ class Matmul(Workload):
 
     kind: ClassVar[str] = "matmul"
     size: int = 1024
+
+    @classmethod
+    def create(cls, framework: str, size: Any) -> Workload:
+        return cls(framework=framework, size=_fits_in_memory(check_int("--size", size)))
 
     def describe(self) -> str:
         n = self.size
@@ -92,6 +100,15 @@ class Ensemble(Workload):
 
     kind: ClassVar[str] = "ensemble"
     uses_interop: ClassVar[bool] = True
+
+    @classmethod
+    def create(cls, framework: str, size: Any) -> Workload:
+        try:
+            from parinfo.runtime import fork, wait  # noqa: F401
+        except ImportError:
+            raise UsageError("the ensemble workload needs parinfo.runtime (fork/wait), which is missing "
+                             "from this installation") from None
+        return cls(framework=framework)
 
     def describe(self) -> str:
         return (f"ensemble of {kernels.ENSEMBLE_MODELS} independent {kernels.ENSEMBLE_LAYERS}-layer "
@@ -146,7 +163,10 @@ class Command(Workload):
         return {"kind": self.kind, "command": list(self.command), "framework": self.framework}
 
 
-KINDS: dict[str, type[Workload]] = {c.kind: c for c in (Matmul, Elementwise, Ensemble, Stmt, Module, Command)}
+#: The built-in workloads by name, the default first: each name is declared once, as its class's ``kind``.
+BUILTIN: dict[str, type[Workload]] = {c.kind: c for c in (Matmul, Elementwise, Ensemble)}
+DEFAULT = Matmul.kind
+KINDS: dict[str, type[Workload]] = {**BUILTIN, **{c.kind: c for c in (Stmt, Module, Command)}}
 
 
 def from_dict(data: dict[str, Any]) -> Workload:
@@ -205,22 +225,19 @@ def _fits_in_memory(size: int) -> int:
 
 
 def _builtin(name: str, framework: str, size: Any) -> Workload:
-    if name not in BUILTIN:
+    cls = BUILTIN.get(name)
+    if cls is None:
         raise UsageError(f"unknown workload {name!r}: use one of {', '.join(BUILTIN)}, "
                          f"or --stmt, --module, -- COMMAND")
     need = "torch" if framework == "torch" else "numpy"
     if importlib.util.find_spec(need) is None:
         raise UsageError(f"the {name} workload with --framework {framework} needs {need}: pip install {need}")
-    if name == "matmul":
-        return Matmul(framework=framework, size=_fits_in_memory(check_int("--size", size)))
-    if name == "ensemble":
-        try:
-            from parinfo.runtime import fork, wait  # noqa: F401
-        except ImportError:
-            raise UsageError("the ensemble workload needs parinfo.runtime (fork/wait), which is missing "
-                             "from this installation") from None
-        return Ensemble(framework=framework)
-    return Elementwise(framework=framework)
+    return cls.create(framework, size)
+
+
+def described() -> str:
+    """The built-in workloads' names for help texts: "matmul (default), elementwise, ensemble"."""
+    return ", ".join(f"{n} (default)" if n == DEFAULT else n for n in BUILTIN)
 
 
 def choose(workload: str | None, framework: str, size: Any, stmt: str | None, setup: str | None,
@@ -231,7 +248,7 @@ def choose(workload: str | None, framework: str, size: Any, stmt: str | None, se
         raise UsageError(f"give one workload, not {' and '.join(given)}")
     if framework not in FRAMEWORKS:
         raise UsageError(f"--framework {framework!r}: use one of {', '.join(FRAMEWORKS)}")
-    if given and workload not in (None, "matmul"):
+    if given and workload not in (None, DEFAULT):
         raise UsageError(f"give either a built-in workload ({workload}) or {given[0]}, not both")
     if setup and not stmt:
         raise UsageError("--setup needs --stmt")
@@ -241,4 +258,4 @@ def choose(workload: str | None, framework: str, size: Any, stmt: str | None, se
         return _module(module, framework)
     if command:
         return _command(command, framework)
-    return _builtin(workload or "matmul", framework, size)
+    return _builtin(workload or DEFAULT, framework, size)

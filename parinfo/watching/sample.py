@@ -28,9 +28,9 @@ from parinfo.process.tasks import (
     ProcessGone,
     ThreadStat,
     gone,
-    thread_group,
     thread_stats,
 )
+from parinfo.process.threads import thread_group
 from parinfo.record import record
 from parinfo.watching.model import GroupUse, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict
