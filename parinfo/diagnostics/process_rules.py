@@ -14,6 +14,7 @@ from collections.abc import Callable
 from parinfo.diagnostics import fleet_rules, live_rules
 from parinfo.diagnostics.findings import SEVERITIES, Finding, at_least, sort_findings
 from parinfo.diagnostics.model import Report
+from parinfo.diagnostics.wording import plural
 from parinfo.machine import rounding, scheduler
 from parinfo.process import libraries as reg
 from parinfo.process.pools import PoolRow
@@ -428,21 +429,29 @@ def _fractional_quota(r: Report) -> list[Finding]:
     if here:
         message += f"; counts in force here: {here}"
     down, up = rounding.round_quota(quota, "floor"), rounding.round_quota(quota, "ceil")
-    if m.quota_rounding == "floor":
-        fix = (f"keep floor where latency matters; to use the fraction, set {rounding.ROUNDING_VAR}=ceil or "
-               f"'quota_rounding: ceil' in a profile, or give the cgroup a whole number of CPUs ({up})")
-    else:
-        fix = (f"where throttling hurts (latency, barriers), set {rounding.ROUNDING_VAR}=floor or "
-               f"'quota_rounding: floor' in a profile ({down} thread{'s' if down != 1 else ''}), or give "
-               f"the cgroup a whole number of CPUs")
-    return [Finding(
-        "fractional-quota", "info", message,
-        f"floor never throttles: {down} busy thread{'s' if down != 1 else ''} use{'s' if down == 1 else ''} "
-        f"{down} of the {quota:g} CPUs each period and leave{'s' if down == 1 else ''} {quota - down:g} CPU "
-        f"unused; ceil uses it, but "
-        f"{up} busy threads spend the quota early in each period and all of them wait for the next one",
-        fix,
-    )]
+    why, fix = _rounding_trade(quota, down, up, m.quota_rounding)
+    return [Finding("fractional-quota", "info", message, why, fix)]
+
+
+def _rounding_trade(quota: float, down: int, up: int, rule: str | None) -> tuple[str, str]:
+    """Why the rounding matters and what to do, for a fractional ``quota``: below one CPU every
+    rule gives 1 thread, and that one thread outruns the quota, so only a bigger quota helps."""
+    var = rounding.ROUNDING_VAR
+    if quota < 1:
+        return (f"below one CPU every rounding gives 1 thread, and 1 busy thread spends the {quota:g}-CPU "
+                f"quota in {quota:.0%} of each period and waits for the rest; a runtime that counts more "
+                "threads only makes more of them wait",
+                "where throttling hurts (latency, barriers), give the cgroup at least 1 CPU: no rounding "
+                "avoids it below one")
+    why = (f"floor never throttles: {plural(down, 'busy thread')} use{'s' if down == 1 else ''} {down} of the "
+           f"{quota:g} CPUs each period and leave{'s' if down == 1 else ''} {quota - down:g} CPU unused; ceil "
+           f"uses it, but {plural(up, 'busy thread')} spend the quota early in each period and all of them "
+           "wait for the next one")
+    if rule == "floor":
+        return why, (f"keep floor where latency matters; to use the fraction, set {var}=ceil or "
+                     f"'quota_rounding: ceil' in a profile, or give the cgroup a whole number of CPUs ({up})")
+    return why, (f"where throttling hurts (latency, barriers), set {var}=floor or 'quota_rounding: floor' "
+                 f"in a profile ({plural(down, 'thread')}), or give the cgroup a whole number of CPUs")
 
 
 def _scheduler_unbound(r: Report) -> list[Finding]:
