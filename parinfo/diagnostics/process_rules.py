@@ -205,8 +205,9 @@ def _above_physical(r: Report) -> list[Finding]:
 
 def _invalid_variables(r: Report) -> list[Finding]:
     out = []
+    machine_said = r.machine.invalid or {}  # PARINFO_QUOTA_ROUNDING: the machine's own finding says it
     for row in r.environment:
-        if row.value is not None and row.valid is False:
+        if row.value is not None and row.valid is False and row.name not in machine_said:
             readers = ", ".join(row.readers) or "its readers"
             out.append(Finding(
                 "invalid-variable", "warning",
