@@ -362,17 +362,19 @@ def _openblas_pthreads_with_openmp(r: Report) -> list[Finding]:
 
 
 def _kmp_duplicate(r: Report) -> list[Finding]:
-    """KMP_DUPLICATE_LIB_OK says who set it; it is dangerous only while Intel libiomp and LLVM libomp
-    are both loaded (error then, info otherwise)."""
+    """KMP_DUPLICATE_LIB_OK where it can hurt: Intel libiomp and LLVM libomp both loaded (error: it
+    lets them share a process), or set by the user while a runtime that reads it is loaded (info: it
+    would hide that conflict). Set by an import (threadpoolctl, scikit-learn) with no such runtime
+    loaded it changes nothing, and nothing fires."""
     var = reg.role_var("duplicate_ok")
     row = next((e for e in r.environment if e.name == var and e.value is not None), None)
-    if row is None:
+    if row is None or reg.is_false(row.value):
         return []
-    who = row.set_by or "set by an unknown party"
-    by_import = who.startswith("set by the import of")
-    what = f"{var}={row.value} is set ({who})"
+    by_import = bool(row.importers)
+    what = f"{var}={row.value} is set ({row.set_by or 'set by an unknown party'})"
     pair = reg.conflicting_openmp()
-    if {lib.name for lib in pair} <= _openmp_libs(r):
+    loaded = _openmp_libs(r)
+    if {lib.name for lib in pair} <= loaded:
         return [Finding(
             "kmp-duplicate-lib-ok", "error", what + f" while {_both(pair)} are both loaded",
             "it lets the second OpenMP runtime start instead of stopping with OMP Error #15; the two "
@@ -380,12 +382,15 @@ def _kmp_duplicate(r: Report) -> list[Finding]:
             "load a single OpenMP runtime (packages built against one); "
             + ("the variable then does no harm" if by_import else f"then unset {var}"),
         )]
+    readers = [name for name in reg.THREAD_VARS[var].readers if name in loaded]
+    if by_import or not readers:
+        return []
     return [Finding(
-        "kmp-duplicate-lib-ok", "info", what,
-        f"it silences Intel OpenMP's check for a second OpenMP runtime; {_both(pair)} "
-        "are not loaded together here, so it hides nothing now",
-        "nothing to do" + (" (that import sets it in every process)" if by_import
-                           else "; unset it if it was set to silence an OMP Error #15"),
+        "kmp-duplicate-lib-ok", "info", what + f" while {' and '.join(readers)} is loaded",
+        f"it silences {readers[0]}'s check for a second OpenMP runtime: {_both(pair)} are not loaded "
+        "together now, but if the other loads, they share state instead of stopping with OMP Error #15",
+        f"unset {var} unless it was set on purpose; if it was set to silence an OMP Error #15, load a "
+        "single OpenMP runtime instead",
     )]
 
 
