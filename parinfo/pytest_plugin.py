@@ -10,12 +10,15 @@ applied as a profile (``parinfo.apply``: the variables for libraries not yet loa
 path for pools already loaded): before the worker's conftest files are imported when the plugin is
 registered that early (``-p``, an entry point), else at ``pytest_configure``, which pytest replays to
 a plugin a conftest registers, still before any test module is imported. Without the option the
-header warns when workers x the widest pool exceed the usable CPUs. Without xdist the whole
-session is one worker.
+header warns when workers x the widest pool exceed the usable CPUs, among the pools that will load:
+those loaded in the controller, and those shipped by the modules the session's test and conftest
+files import (read from the files, never imported); it says which and how it knows. Without xdist
+the whole session is one worker.
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any
 
@@ -206,24 +209,101 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if config.getoption("parinfo_budget"):
         return [*lines, f"parinfo: budget: {who} share {usable} usable CPUs: each gets {share} thread"
                 f"{'s' if share != 1 else ''} for every pool (OpenMP, BLAS, MKL, torch intra- and inter-op)"]
-    widest = _widest_default(facts)
+    expected = _expected_pools(config)
+    widest = _widest_default(facts, expected)
     if widest is None or plan.count * widest[0] <= usable:
         return lines
     count, library, why = widest
-    return [*lines, f"parinfo: warning: {who} x {count} threads ({library}, {why}) = {plan.count * count} threads "
+    return [*lines, f"parinfo: warning: {who} x {count} threads ({library}; {why}) = {plan.count * count} threads "
             f"on {usable} usable CPUs; add --parinfo-budget to give each worker {share}"]
 
 
-def _widest_default(facts: Any) -> tuple[int, str, str] | None:
-    """The widest pool a worker's libraries would start from this environment, as their rules say."""
+def _widest_default(facts: Any, expected: dict[str, str]) -> tuple[int, str, str] | None:
+    """The widest pool a worker would start from this environment, as the libraries' rules say,
+    among the pools ``expected`` to load ({model name: how the plugin knows})."""
     from parinfo.process.provenance import MODELS, predict
 
     best: tuple[int, str, str] | None = None
-    for name, model in MODELS.items():
-        guess = predict(model, os.environ, facts)
+    for name, how in expected.items():
+        guess = predict(MODELS[name], os.environ, facts)
         if guess.count is not None and (best is None or guess.count > best[0]):
-            best = (guess.count, name, guess.phrase)
+            best = (guess.count, f"{name}, {how}", guess.phrase)
     return best
+
+
+def _expected_pools(config: pytest.Config) -> dict[str, str]:
+    """The pools this session's workers will load, and how the plugin knows, without importing a
+    library: those loaded in this process (conftest files and plugins imported them), then those
+    that the modules imported by the session's test and conftest files ship."""
+    from parinfo.process import libraries as reg
+    from parinfo.process.pools import loaded_objects
+    from parinfo.process.provenance import MODELS
+    from parinfo.process.shipped import shipped_runtimes
+
+    found: dict[str, str] = {}
+    for path in loaded_objects():
+        rec = reg.by_prefix(os.path.basename(path).lower())
+        if rec is not None and rec.name in MODELS:
+            found.setdefault(rec.name, "loaded in this process")
+    for rec in reg.records():
+        if rec.module is not None and rec.module in sys.modules:
+            for name in _models_of(rec.name):
+                found.setdefault(name, "loaded in this process")
+    for module in sorted(_session_imports(config)):
+        for rec in reg.records():
+            if rec.module == module:
+                for name in _models_of(rec.name):
+                    found.setdefault(name, f"the tests import {module}")
+        for library in shipped_runtimes(module):
+            if library in MODELS:
+                found.setdefault(library, f"shipped by {module}, which the tests import")
+    return found
+
+
+def _models_of(library: str) -> list[str]:
+    """The count models of a library: its own, or a framework's intra- and inter-op ones."""
+    from parinfo.process.provenance import MODELS
+
+    if library in MODELS:
+        return [library]
+    return [name for name in (f"{library} intra-op", f"{library} inter-op") if name in MODELS]
+
+
+_IMPORT = re.compile(rb"^[ \t]*(?:import|from)[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+_MAX_FILES = 5000  # test and conftest files read at most
+_SKIPPED_DIRS = ("__pycache__", "node_modules", "site-packages", "venv")
+
+
+def _session_imports(config: pytest.Config) -> set[str]:
+    """Top-level modules that the session's test and conftest files import (read, not imported),
+    under the paths given on the command line (else the rootdir)."""
+    roots = [str(a).split("::", 1)[0] for a in (config.args or [str(config.rootpath)])]
+    names: set[str] = set()
+    files = 0
+    for root in roots:
+        for path in _test_files(root):
+            files += 1
+            if files > _MAX_FILES:
+                return names
+            try:
+                with open(path, "rb") as fh:
+                    names.update(m.decode() for m in _IMPORT.findall(fh.read(1 << 20)))
+            except OSError:
+                continue
+    return names
+
+
+def _test_files(root: str) -> list[str]:
+    if os.path.isfile(root):
+        return [root]
+    out = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS]
+        out += [os.path.join(folder, f) for f in files
+                if f == "conftest.py" or (f.endswith(".py") and (f.startswith("test_") or f.endswith("_test.py")))]
+        if len(out) > _MAX_FILES:
+            break
+    return out
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -142,20 +142,39 @@ def test_openblas_pthreads_beside_openmp():
     assert "openblas-pthreads-with-openmp" not in ids(s)
 
 
-@pytest.mark.parametrize("set_by, pair, severity, words", [
-    ("set by the import of scikit-learn", False, "info", "nothing to do"),
-    ("set at launch", False, "info", "unset it if"),
-    ("set by the import of scikit-learn", True, "error", "single OpenMP runtime"),
-    ("set at launch", True, "error", "unset KMP_DUPLICATE_LIB_OK"),
+_BY_IMPORT = ("set by the import of scikit-learn", ["scikit-learn"])
+_AT_LAUNCH = ("set at launch", [])
+
+
+@pytest.mark.parametrize("who, loaded, severity, words", [
+    (_BY_IMPORT, [], None, ""),
+    (_AT_LAUNCH, [], None, ""),
+    (_BY_IMPORT, ["libgomp"], None, ""),
+    (_BY_IMPORT, ["libomp"], None, ""),
+    (_AT_LAUNCH, ["libgomp"], None, ""),
+    (_AT_LAUNCH, ["libiomp"], "info", "unset KMP_DUPLICATE_LIB_OK unless"),
+    (_BY_IMPORT, ["libiomp", "libomp"], "error", "single OpenMP runtime"),
+    (_AT_LAUNCH, ["libiomp", "libomp"], "error", "unset KMP_DUPLICATE_LIB_OK"),
 ])
-def test_kmp_duplicate_lib_ok_says_who_and_is_an_error_only_with_the_pair(set_by, pair, severity, words):
+def test_kmp_duplicate_lib_ok_fires_only_where_it_can_hurt(who, loaded, severity, words):
+    set_by, importers = who
     s = base()
     s["environment"] = [{"name": "KMP_DUPLICATE_LIB_OK", "value": "True", "valid": True, "readers": [],
-                         "set_by": set_by}]
-    if pair:
-        s["pools"] = [{"library": "libiomp", "user_api": "openmp"}, {"library": "libomp", "user_api": "openmp"}]
-    found = next(f for f in diagnose(s) if f.id == "kmp-duplicate-lib-ok")
-    assert found.severity == severity and set_by in found.message and words in found.fix
+                         "set_by": set_by, "importers": importers}]
+    s["pools"] = [{"library": lib, "user_api": "openmp"} for lib in loaded]
+    found = [f for f in diagnose(s) if f.id == "kmp-duplicate-lib-ok"]
+    if severity is None:
+        assert found == []
+        return
+    (f,) = found
+    assert f.severity == severity and set_by in f.message and words in f.fix
+
+
+def test_kmp_duplicate_lib_ok_set_false_is_no_finding():
+    s = base()
+    s["environment"] = [{"name": "KMP_DUPLICATE_LIB_OK", "value": "FALSE", "valid": True, "set_by": "set at launch"}]
+    s["pools"] = [{"library": "libiomp", "user_api": "openmp"}, {"library": "libomp", "user_api": "openmp"}]
+    assert "kmp-duplicate-lib-ok" not in ids(s)
 
 
 def test_duplicate_copies_are_info():

@@ -287,3 +287,96 @@ def test_rule_numbers_on_hand_made_loads():
     (f,) = fleet_rules.cgroup_findings("m", 4, [_load(i, 4, command="python serve.py", parent=10 + i)
                                                 for i in range(2)])
     assert "parinfo apply multi-instance --instances 2 -- python serve.py" in f.fix and "=2" in f.fix
+
+
+# A starter that launches 3 numpy workers and exits, leaving them to pid 1 or to a subreaper. Each worker
+# prints threadpoolctl's OpenBLAS count (ground truth inside it) and runs until the stop file exists.
+ORPHAN_WORKER = """
+import os, sys, time, threadpoolctl, numpy
+pool = [p for p in threadpoolctl.threadpool_info() if p["internal_api"] == "openblas"][0]
+print(pool["num_threads"], flush=True)
+end = time.time() + 60
+while not os.path.exists(sys.argv[1]) and time.time() < end:
+    time.sleep(0.05)
+"""
+
+STARTER = """
+import json, os, subprocess, sys
+worker, stop = sys.argv[1], sys.argv[2]
+procs = [subprocess.Popen([sys.executable, "-c", worker, stop], stdout=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL, text=True) for _ in range(3)]
+print(json.dumps({p.pid: int(p.stdout.readline()) for p in procs}), flush=True)
+os._exit(0)
+"""
+
+# A subreaper (PR_SET_CHILD_SUBREAPER) that runs the starter as a job of its own (its own process group,
+# as a shell runs a job) and prints what it printed; orphans then come to the subreaper, not pid 1.
+REAPER = """
+import ctypes, subprocess, sys
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+job = subprocess.Popen([sys.executable, "-c", {starter!r}, {worker!r}, {stop!r}], stdout=subprocess.PIPE,
+                       text=True, start_new_session=True)
+print(job.stdout.readline().strip(), flush=True)
+job.wait()
+sys.stdin.readline()
+"""
+
+
+def _orphans(targets: Targets, stop: str, reaper: bool, env: dict[str, str] | None = None) -> dict[int, int]:
+    """Start 3 numpy workers whose starter exits; wait until they are adopted; their counts by pid."""
+    if reaper:
+        proc, line = targets.start(REAPER.format(starter=STARTER, worker=ORPHAN_WORKER, stop=stop), env=env)
+        adopter = proc.pid
+    else:
+        args = f"import sys\nsys.argv[1:] = [{ORPHAN_WORKER!r}, {stop!r}]\n"
+        _, line = targets.start(args + STARTER, env=env)
+        adopter = 1
+    truth = {int(pid): n for pid, n in json.loads(line).items()}
+    for _ in range(200):
+        if all(_ppid(pid) == adopter for pid in truth):
+            break
+        time.sleep(0.05)
+    assert all(_ppid(pid) == adopter for pid in truth)
+    return truth
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.parametrize("reaper", [False, True], ids=["pid1", "subreaper"])
+def test_orphans_are_not_a_family_to_fix_at_their_adopter(targets, cgroup, tmp_path, reaper):
+    stop = str(tmp_path / "stop")
+    try:
+        truth = _orphans(targets, stop, reaper)
+        report = _scan(cgroup)
+        (family,) = [f for f in report.families if sorted(f.pids) == sorted(truth)]
+        assert family.adopted_by is not None and family.adopted_by.startswith(f"pid {family.parent} (")
+        for pid, n in truth.items():
+            assert report.process(pid).widest == ("openblas", n)
+        (finding,) = [f for c in report.cgroups for f in c.findings]
+        assert "workers of pid" not in finding.fix and "environment pid" not in finding.fix
+        assert f"the 3 processes under pid {family.parent} (" in finding.fix
+        given = dict(re.findall(r"\b([A-Z_]+_NUM_THREADS)=(\d+)", finding.fix))
+        assert given == {"OPENBLAS_NUM_THREADS": "1"}
+        text = run_cli("host", "--cgroup", cgroup, "--once", "--interval", "0.2").stdout
+        assert f"{family.adopted_by}: 3 processes it adopted" in text and "3 workers" not in text
+    finally:
+        open(stop, "w").close()
+    # the fix as printed: start each one with the variable; threadpoolctl inside agrees, no finding
+    targets.stop()
+    targets.procs = []
+    stop = str(tmp_path / "stop2")
+    try:
+        fixed = _orphans(targets, stop, reaper, env=clean_env(**given))
+        assert set(fixed.values()) == {1}
+        assert [f for c in _scan(cgroup).cgroups for f in c.findings] == []
+    finally:
+        open(stop, "w").close()
+
+
+def test_a_family_started_by_its_parent_is_not_adopted(targets, cgroup):
+    parent, _ = targets.start(FAMILY)
+    (family,) = _scan(cgroup).families
+    assert family.parent == parent.pid and family.adopted_by is None

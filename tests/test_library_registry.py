@@ -80,8 +80,14 @@ def test_no_string_in_code_outside_the_registry_names_a_library_fact():
         if rel == "process/libraries.py":
             continue
         for node in _code_strings(path):
-            found += [f"{rel}:{node.lineno} {m.group(1)}" for m in pattern.finditer(node.value)]
+            found += [f"{rel}:{node.lineno} {m.group(1)}" for m in pattern.finditer(node.value)
+                      if (rel, m.group(1)) not in _BELOW_THE_REGISTRY]
     assert found == []
+
+
+# Facts read below the registry's layer (machine/ cannot import process/): the registry takes them
+# from there, so they are still written once.
+_BELOW_THE_REGISTRY = {("machine/rounding.py", "PARINFO_QUOTA_ROUNDING")}
 
 
 def test_the_scan_sees_a_fact_written_in_code(tmp_path):

@@ -199,3 +199,41 @@ def test_xdist_workers_take_xdists_count_whatever_the_controller_had(tmp_path):
                         env={"PYTEST_XDIST_WORKER_COUNT": "abc"})
     assert sum("PYTEST_XDIST_WORKER_COUNT='abc' ignored" in line for line in _lines(out)) == 1, out
     assert {k: set(v["pools"].values()) for k, v in held.items()} == {"gw0-numpy": {share}, "gw1-numpy": {share}}
+
+
+def _worker_pools(held: dict[str, dict]) -> set[str]:
+    return {api for seen in held.values() for api in seen["pools"]}
+
+
+@needs_xdist
+def test_the_warning_names_only_pools_the_suite_loads(tmp_path):
+    # numpy alone loads OpenBLAS: libgomp, which would take OMP_NUM_THREADS=8 as it is, never loads
+    out, held = _pytest(_project(tmp_path), "-n", "2", "--dist", "each", env={"OMP_NUM_THREADS": "8"})
+    assert _worker_pools(held) == {"openblas"}  # threadpoolctl inside each worker
+    truth = {seen["pools"]["openblas"] for seen in held.values()}
+    (warning,) = [line for line in _lines(out) if "warning" in line]
+    (count,) = truth
+    assert warning.startswith(f"parinfo: warning: 2 xdist workers x {count} threads (openblas, shipped by numpy, "
+                              "which the tests import; env OMP_NUM_THREADS=8"), out
+    assert "libgomp" not in out
+
+
+@needs_xdist
+def test_the_warning_names_an_openmp_runtime_a_test_import_brings(tmp_path):
+    pytest.importorskip("sklearn")
+    project = _project(tmp_path)
+    (project / "test_sklearn.py").write_text("import sklearn.utils\nfrom recorder import record\n\n"
+                                             "def test_sk():\n    record('sklearn')\n")
+    out, held = _pytest(project, "-n", "2", "--dist", "each", env={"OMP_NUM_THREADS": "8"})
+    truth = {seen["pools"].get("openmp") for name, seen in held.items() if name.endswith("-sklearn")}
+    assert truth == {8}  # libgomp loaded by scikit-learn takes 8 on any machine
+    (warning,) = [line for line in _lines(out) if "warning" in line]
+    assert warning.startswith("parinfo: warning: 2 xdist workers x 8 threads (libgomp, shipped by sklearn, "
+                              "which the tests import; env OMP_NUM_THREADS=8)"), out
+
+
+def test_no_warning_when_the_suite_loads_no_pool(tmp_path):
+    (tmp_path / "test_plain.py").write_text("import json\n\ndef test_plain():\n    assert json.dumps(1) == '1'\n")
+    (tmp_path / "out").mkdir()
+    out, _ = _pytest(tmp_path, "-p", "no:xdist", env={"OMP_NUM_THREADS": "64"})
+    assert [line for line in _lines(out) if "warning" in line] == [], out

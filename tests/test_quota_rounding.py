@@ -177,6 +177,21 @@ def test_fractional_quota_finding_under_ceil_offers_floor(tmp_path):
     assert "(ceil, env PARINFO_QUOTA_ROUNDING=ceil)" in found.message and "PARINFO_QUOTA_ROUNDING=floor" in found.fix
 
 
+def test_fractional_quota_below_one_cpu_counts_no_negative_cpu_and_one_thread(tmp_path):
+    f = machine_facts(_v2(tmp_path, 2, {"/job": "50000 100000"}), environ={})
+    (found,) = [x for x in diagnose(_report(f, [])) if x.id == "fractional-quota"]
+    assert "-0.5" not in found.why and "1 busy threads" not in found.why
+    assert "every rounding gives 1 thread" in found.why and "1 busy thread spends the 0.5-CPU quota" in found.why
+    assert "at least 1 CPU" in found.fix and "=ceil" not in found.fix
+
+
+def test_fractional_quota_plurals_above_one_cpu(tmp_path):
+    f = machine_facts(_v2(tmp_path, 4, {"/job": "150000 100000"}), environ={})
+    (found,) = [x for x in diagnose(_report(f, [])) if x.id == "fractional-quota"]
+    assert "1 busy thread uses 1 of the 1.5 CPUs each period and leaves 0.5 CPU unused" in found.why
+    assert "2 busy threads spend the quota" in found.why
+
+
 @pytest.mark.parametrize(("cpu_max", "affinity"), [("200000 100000", None), ("250000 100000", [0, 1])])
 def test_no_fractional_finding_when_rounding_cannot_matter(tmp_path, cpu_max, affinity):
     m = FakeMachine(tmp_path).cpus(4).cgroup_v2("/job", cpu_max={"/job": cpu_max})
@@ -276,10 +291,17 @@ def test_every_installed_runtime_agrees_with_its_rule(v1_quota, tmp_path):
 @pytest.mark.timeout(120)
 def test_show_under_a_real_fractional_quota(v1_quota):
     cg, cpus = v1_quota
-    if cpus != 1.5 or len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs the 1.5-CPU quota and 2 CPUs")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
+    out = _in(cg, [sys.executable, "-m", "parinfo", "show", "--json"])
+    why = {f["id"]: f["why"] for f in json.loads(out.stdout)["findings"]}.get("fractional-quota", "")
     out = _in(cg, [sys.executable, "-m", "parinfo", "show"])
     assert out.returncode == 0, out.stderr
+    assert "-0.5" not in why and "1 busy threads" not in why
+    if cpus == 0.5:
+        assert "fractional-quota: the cgroup CPU quota is 0.5 CPUs" in out.stdout
+        assert "1 busy thread spends the 0.5-CPU quota in 50% of each period" in why
+        return
     assert "quota rounding     floor (default)" in out.stdout
     assert "by runtime         go 2, jdk 2, dotnet 2, loky 2, rust 1, nproc 2" in out.stdout
     assert "fractional-quota: the cgroup CPU quota is 1.5 CPUs: parinfo counts 1 usable CPU" in out.stdout

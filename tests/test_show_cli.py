@@ -7,7 +7,7 @@ import shutil
 
 import jsonschema
 import pytest
-from conftest import REPO, clean_env, run_cli, run_json
+from conftest import REPO, clean_env, run_cli, run_json, run_py
 
 SCHEMA = json.loads((REPO / "parinfo" / "diagnostics" / "report.schema.json").read_text())
 
@@ -86,15 +86,38 @@ def test_rich_report_names_every_section_and_has_no_colour_when_piped():
     assert "usable CPUs" in proc.stdout
 
 
-def test_torch_format_starts_like_torch_and_adds_ours():
-    proc = run_cli("show", "--format", "torch", "-i", "none")
+def _without_torch(tmp_path) -> dict[str, str]:
+    """An environment where ``import torch`` fails, as where torch is not installed."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('no torch in this environment')\n")
+    return clean_env(PYTHONPATH=str(tmp_path))
+
+
+def test_torch_format_without_torch_says_so_and_adds_ours(tmp_path):
+    proc = run_cli("show", "--format", "torch", "-i", "none", env=_without_torch(tmp_path))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "parinfo/Parallel:"
-    assert lines[1].startswith("\tparinfo.get_num_threads() : ")
+    assert lines[0] == "torch: not imported (ImportError: no torch in this environment): no ATen/Parallel lines"
+    assert lines[1] == "parinfo/Parallel:"
+    assert lines[2].startswith("\tparinfo.get_num_threads() : ")
     assert "Environment variables:" in lines and "\tOMP_NUM_THREADS : [not set]" in lines
     assert any(line.startswith("parinfo parallel backend: native") for line in lines)
     assert "\tusable CPUs : 2 = " in "\n".join(lines) or "usable CPUs" in proc.stdout
+
+
+@pytest.mark.torch
+def test_torch_format_loads_torch_and_starts_with_its_own_block():
+    theirs = run_py("import torch; print(torch.__config__.parallel_info(), end='')", timeout=120).stdout
+    proc = run_cli("show", "--format", "torch", "-i", "none", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first = theirs.splitlines()
+    assert proc.stdout.splitlines()[: len(first)] == first and first[0] == "ATen/Parallel:"
+    assert "torch: not imported" not in proc.stdout
+
+
+def test_the_api_block_says_torch_is_not_imported_and_how():
+    text = run_json("import json, parinfo; print(json.dumps(parinfo.parallel_info()))")
+    assert text.splitlines()[0].startswith("torch: not imported: ") and "--torch" in text.splitlines()[0]
 
 
 def test_parallel_info_api_returns_the_same_block():
@@ -103,7 +126,7 @@ import json, parinfo
 text = parinfo.parallel_info()
 print(json.dumps({"text": text, "torch_loaded": __import__("sys").modules.get("torch") is not None}))
 """)
-    assert out["text"].startswith("parinfo/Parallel:\n") and not out["torch_loaded"]
+    assert "\nparinfo/Parallel:\n" in out["text"] and not out["torch_loaded"]
     assert "Thread counts in force (count : source):" in out["text"]
 
 

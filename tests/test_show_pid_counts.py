@@ -168,3 +168,50 @@ def test_a_process_that_exits_during_the_read_gets_one_line():
     finally:
         proc.kill()
         reaper.join(timeout=10)
+
+
+# A parent that starts two numpy children with multiprocessing (one limited after import); each child
+# reports threadpoolctl's counts (ground truth inside it); the parent prints them and waits on stdin.
+TREE_TARGET = """
+import json, multiprocessing, os, sys
+
+def work(limit, queue, stop):
+    import numpy, threadpoolctl
+    if limit:
+        threadpoolctl.threadpool_limits(limit)
+    queue.put((os.getpid(), {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info()}))
+    stop.wait(60)
+
+ctx = multiprocessing.get_context("fork")
+queue, stop = ctx.Queue(), ctx.Event()
+children = [ctx.Process(target=work, args=(limit, queue, stop)) for limit in (None, 1)]
+for child in children:
+    child.start()
+print(json.dumps(dict(queue.get(timeout=60) for _ in children)), flush=True)
+sys.stdin.readline()
+stop.set()
+for child in children:
+    child.join()
+"""
+
+
+def test_show_pid_children_lists_each_childs_pools_with_its_pid():
+    pytest.importorskip("numpy")
+    proc, truth = start_target(TREE_TARGET)
+    try:
+        truth = {int(pid): pools for pid, pools in truth.items()}
+        report = json.loads(run_cli("show", "--pid", str(proc.pid), "--children", "--json").stdout)
+        rows = [p for p in report["pools"] if p["library"] == "openblas"]
+        assert {p["pid"] for p in rows} == set(truth), report["pools"]
+        for row in rows:
+            assert row["num_threads"] == truth[row["pid"]][row["filepath"]]  # threadpoolctl inside the child
+            assert row["count_source"] == IN_FORCE
+        assert sorted(row["num_threads"] for row in rows) == sorted(
+            n for pools in truth.values() for n in pools.values())
+        text = run_cli("show", "--pid", str(proc.pid), "--children").stdout
+        for pid in truth:
+            assert any(line.strip().startswith(f"pid {pid}: OpenBLAS") for line in text.splitlines()), text
+        alone = json.loads(run_cli("show", "--pid", str(proc.pid), "--json").stdout)
+        assert alone["pools"] == [] or all("pid" not in p for p in alone["pools"])
+    finally:
+        stop_target(proc)

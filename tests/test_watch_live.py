@@ -69,7 +69,8 @@ def test_show_pid_lists_runtimes_from_maps_and_children():
         time.sleep(1.0)
         report = json.loads(run_cli("show", "--pid", str(parent.pid), "--children", "--json").stdout)
         assert any(p["user_api"] == "blas" for p in report["pools"]), report["pools"]
-        assert all(p["seen_by"] == f"/proc/{parent.pid}/maps" for p in report["pools"])
+        assert all(p["seen_by"] == f"/proc/{p['pid']}/maps" for p in report["pools"])
+        assert len({p["pid"] for p in report["pools"]}) == 2  # the forked child's copy is listed as its own
         # OpenBLAS keeps its count in an exported variable: read from memory (tests/test_inforce.py)
         assert all(p["num_threads"] == len(os.sched_getaffinity(0)) and p["count_source"].startswith("in force")
                    for p in report["pools"] if p["library"] == "openblas")
@@ -222,3 +223,59 @@ def test_watch_on_a_terminal_ends_with_one_line_when_the_process_exits():
     assert code == 0 and err == f"parinfo: pid {child.pid} exited; watch ended\n", err
     assert b"\x1b[H\x1b[2J" in screen and f"pid {child.pid}:".encode() in screen  # it did refresh in place
     assert b"Traceback" not in screen
+
+
+def _on_a_terminal(*args: str, seconds: float = 2.5) -> str:
+    """What ``parinfo watch ARGS`` writes to a terminal (a pty) in ``seconds``, then after Ctrl-C."""
+    import pty
+    import select
+    import signal
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "parinfo", "watch", *args], stdin=follower, stdout=follower,
+                            stderr=follower, env=clean_env(), close_fds=True)
+    os.close(follower)
+    out = b""
+    try:
+        end = time.time() + seconds
+        while time.time() < end:
+            if select.select([leader], [], [], 0.1)[0]:
+                try:
+                    out += os.read(leader, 65536)
+                except OSError:
+                    break
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+        while select.select([leader], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        os.close(leader)
+    assert proc.returncode == 0, out
+    return out.decode(errors="replace")
+
+
+def test_watch_on_a_terminal_says_how_to_stop_once_per_screen():
+    out = _on_a_terminal("--interval", "0.3")
+    frames = [f for f in out.split("\x1b[H\x1b[2J") if f.strip()]
+    assert frames and all(f.count("Ctrl-C") == 1 for f in frames), out
+    assert "Traceback" not in out
+
+
+def test_watch_says_nothing_about_stopping_in_json_or_piped_output():
+    assert "Ctrl-C" not in _on_a_terminal("--interval", "0.3", "--json", seconds=1.5)
+    assert "Ctrl-C" not in _on_a_terminal("--once", "--interval", "0.2", seconds=1.5)
+    proc = subprocess.Popen([sys.executable, "-m", "parinfo", "watch", "--interval", "0.2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=clean_env())
+    time.sleep(1.5)
+    proc.terminate()
+    out, err = proc.communicate(timeout=10)
+    assert out.strip() and "Ctrl-C" not in out + err

@@ -43,11 +43,13 @@ def _show(
     imports: Optional[list[str]] = typer.Option(
         None, "--import", "-i", metavar="MOD[,MOD]",
         help="Import these modules first so their native pools load (default: numpy if installed; "
-             "'none' for nothing). torch is never imported unless named here or with --torch."),
+             "'none' for nothing). torch is never imported unless named here, with --torch or with "
+             "--format torch."),
     torch: bool = typer.Option(False, "--torch", help="Import torch and report its pools and counts."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (schema_version 1)."),
     fmt: show.Format = typer.Option(show.Format.rich, "--format", "-f",
-                                    help="rich (tables), json, or torch (torch.__config__.parallel_info() style)."),
+                                    help="rich (tables), json, or torch (torch.__config__.parallel_info() "
+                                         "style: imports torch, whose own lines come first)."),
     check: Optional[str] = typer.Option(
         None, "--check", metavar="[=LEVEL]",
         help="Exit 1 when a finding at LEVEL or above exists: warning (the default of a bare --check), "

@@ -97,6 +97,8 @@ def run(a: ShowArgs) -> int:
     """Print the report in the format asked; the exit code: 1 when ``--check`` finds a problem at its
     level, else 0. Bad values raise UsageError."""
     level = check_level(a.check)
+    if a.fmt is Format.torch and a.pid is None:
+        a = a._replace(torch=True)  # torch's block is what the format asks for: its lines need torch
     report = gather(a)
     if a.json_out or a.fmt is Format.json:
         import json

@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from parinfo.diagnostics.model import Report
 
 
+def _no_torch(r: Report) -> str:
+    """The one line that says why torch's own lines are missing, so their absence is not silent."""
+    failed = r.probes.failed.get("torch")
+    if failed:
+        return f"torch: not imported ({failed}): no ATen/Parallel lines"
+    return "torch: not imported: no ATen/Parallel lines (import torch first; `parinfo show --torch` imports it)"
+
+
 def torch_block(report: Report) -> str:
     """Render ``report`` as torch-style text."""
     r = report
@@ -25,6 +33,8 @@ def torch_block(report: Report) -> str:
     torch = r.frameworks.torch
     if torch is not None and torch.parallel_info_text:
         lines.extend(torch.parallel_info_text.rstrip("\n").splitlines())
+    elif torch is None:
+        lines.append(_no_torch(r))
     rt = r.runtime
     lines.append("parinfo/Parallel:")
     lines.append(f"\tparinfo.get_num_threads() : {show_value(rt.intra_op and rt.intra_op.count)}")

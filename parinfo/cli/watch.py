@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from parinfo.watching.sample import Sample
 
 
+#: The last line of a live (terminal) frame; never in --json, --once or piped output.
+STOP_HINT = "(Ctrl-C stops)"
+
+
 def _pct(value: float | str) -> str:
     return value if isinstance(value, str) else f"{value:.0f}%"
 
@@ -122,8 +126,8 @@ def watch(
             got = True
             if json_out or (not once and not sys.stdout.isatty()):
                 typer.echo(json.dumps(sample.to_dict()))
-            elif live:
-                typer.echo("\x1b[H\x1b[2J" + render_sample(sample, title), nl=True)
+            elif live:  # the screen is redrawn each time: the line that says how to stop stays, once
+                typer.echo("\x1b[H\x1b[2J" + render_sample(sample, title) + "\n" + STOP_HINT, nl=True)
             else:
                 typer.echo(render_sample(sample, title))
             sys.stdout.flush()

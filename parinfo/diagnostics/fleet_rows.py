@@ -168,7 +168,9 @@ class ProcessLoad:
     is one outer worker; a family's size counts its members), the family it belongs to (``family``:
     the pids with its parent and command, itself included), its ``command`` (escaped, quoted for a
     shell), the ``variables`` that decide its pools' counts (one per pool library, first in its
-    precedence), and ``unknown``: why its pools could not be read (then it is never guessed)."""
+    precedence), ``unknown``: why its pools could not be read (then it is never guessed), and
+    ``adopted_by``: the parent in words when it adopted the family (pid 1 or a subreaper), whose
+    environment is no place to fix them."""
 
     pid: int
     name: str
@@ -180,3 +182,4 @@ class ProcessLoad:
     command: str = ""
     variables: tuple[str, ...] = ()
     unknown: str | None = None
+    adopted_by: str | None = None

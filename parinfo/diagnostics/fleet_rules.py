@@ -171,6 +171,13 @@ def cgroup_findings(where: str, usable: int, loads: Sequence[ProcessLoad]) -> li
             families.setdefault(p.parent, []).append(p)
     for parent, members in families.items():
         widest = max(p.threads or 1 for p in members)
+        adopter = members[0].adopted_by
+        if adopter is not None:
+            fixes.append(f"the {len(members)} processes under {adopter} are not workers it started with one "
+                         f"environment (it took them in when their parent exited, or starts each on its own): "
+                         f"set {assign} where each one is started (its service unit or start command) and "
+                         "restart it, or stop the ones left over")
+            continue
         fixes.append(f"for the {len(members)} workers of pid {parent}: set it in the environment pid {parent} "
                      f"starts them with (they inherit it), or run at most {max(1, usable // widest)} "
                      f"worker{'s' if usable // widest > 1 else ''} there")

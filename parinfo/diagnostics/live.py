@@ -146,6 +146,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         except NoAccess:
             runtimes, unreadable["pools"] = [], unknown(Proc(pid).permission_reason())
         members = [pid, *(remote.children(pid) if children else [])]
+        descendants = _descendants_pools(members[1:], root, unreadable) if children else []
         tree, stats = _tree(members, sample_seconds)
         if pid not in stats:
             raise exited_during_read(pid)
@@ -179,8 +180,41 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         threads=listing,
         live=live,
     )
-    report.findings = diagnose(report)
+    report.findings = diagnose(report)  # the process's own pools: a rule over pools is per process
+    if children:
+        for row in report.pools:
+            row.pid = pid
+        report.pools += [pools.PoolRow.from_dict(row) for row in descendants]
     return report
+
+
+def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str]) -> list[dict]:
+    """The pool rows of each descendant (``pid`` set), read as the parent's are: from its maps, its
+    memory and its launch environment. One that ends meanwhile is left out; one this user may not
+    read is named in ``unreadable``."""
+    from parinfo.machine.procfs import Proc
+    from parinfo.machine.topology import machine_facts
+    from parinfo.process import remote
+    from parinfo.process.inforce import unknown
+    from parinfo.process.tasks import NoAccess, ProcessGone
+
+    out: list[dict] = []
+    for child in pids:
+        try:
+            try:
+                env: dict[str, str] | None = remote.environment(child)
+            except NoAccess:
+                env = None
+            maps = remote.maps_text(child)
+            rows = remote.loaded_runtimes(child, maps)
+            remote.read_counts(child, rows, maps, env, machine_facts(root, child))
+        except NoAccess:
+            unreadable[f"pools of pid {child}"] = unknown(Proc(child).permission_reason())
+            continue
+        except ProcessGone:
+            continue
+        out += [dict(row, pid=child) for row in rows]
+    return out
 
 
 def pid_is_self(pid: int | None) -> bool:

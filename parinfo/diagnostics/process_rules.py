@@ -14,6 +14,7 @@ from collections.abc import Callable
 from parinfo.diagnostics import fleet_rules, live_rules
 from parinfo.diagnostics.findings import Finding, Severity, at_least, sort_findings
 from parinfo.diagnostics.model import Report
+from parinfo.diagnostics.wording import plural
 from parinfo.machine import rounding, scheduler
 from parinfo.process import libraries as reg
 from parinfo.process.pools import PoolRow
@@ -204,8 +205,9 @@ def _above_physical(r: Report) -> list[Finding]:
 
 def _invalid_variables(r: Report) -> list[Finding]:
     out = []
+    machine_said = r.machine.invalid or {}  # PARINFO_QUOTA_ROUNDING: the machine's own finding says it
     for row in r.environment:
-        if row.value is not None and row.valid is False:
+        if row.value is not None and row.valid is False and row.name not in machine_said:
             readers = ", ".join(row.readers) or "its readers"
             out.append(Finding(
                 "invalid-variable", Severity.WARNING,
@@ -360,17 +362,19 @@ def _openblas_pthreads_with_openmp(r: Report) -> list[Finding]:
 
 
 def _kmp_duplicate(r: Report) -> list[Finding]:
-    """KMP_DUPLICATE_LIB_OK says who set it; it is dangerous only while Intel libiomp and LLVM libomp
-    are both loaded (error then, info otherwise)."""
+    """KMP_DUPLICATE_LIB_OK where it can hurt: Intel libiomp and LLVM libomp both loaded (error: it
+    lets them share a process), or set by the user while a runtime that reads it is loaded (info: it
+    would hide that conflict). Set by an import (threadpoolctl, scikit-learn) with no such runtime
+    loaded it changes nothing, and nothing fires."""
     var = reg.role_var("duplicate_ok")
     row = next((e for e in r.environment if e.name == var and e.value is not None), None)
-    if row is None:
+    if row is None or reg.is_false(row.value):
         return []
-    who = row.set_by or "set by an unknown party"
-    by_import = who.startswith("set by the import of")
-    what = f"{var}={row.value} is set ({who})"
+    by_import = bool(row.importers)
+    what = f"{var}={row.value} is set ({row.set_by or 'set by an unknown party'})"
     pair = reg.conflicting_openmp()
-    if {lib.name for lib in pair} <= _openmp_libs(r):
+    loaded = _openmp_libs(r)
+    if {lib.name for lib in pair} <= loaded:
         return [Finding(
             "kmp-duplicate-lib-ok", Severity.ERROR, what + f" while {_both(pair)} are both loaded",
             "it lets the second OpenMP runtime start instead of stopping with OMP Error #15; the two "
@@ -378,12 +382,15 @@ def _kmp_duplicate(r: Report) -> list[Finding]:
             "load a single OpenMP runtime (packages built against one); "
             + ("the variable then does no harm" if by_import else f"then unset {var}"),
         )]
+    readers = [name for name in reg.THREAD_VARS[var].readers if name in loaded]
+    if by_import or not readers:
+        return []
     return [Finding(
-        "kmp-duplicate-lib-ok", Severity.INFO, what,
-        f"it silences Intel OpenMP's check for a second OpenMP runtime; {_both(pair)} "
-        "are not loaded together here, so it hides nothing now",
-        "nothing to do" + (" (that import sets it in every process)" if by_import
-                           else "; unset it if it was set to silence an OMP Error #15"),
+        "kmp-duplicate-lib-ok", Severity.INFO, what + f" while {' and '.join(readers)} is loaded",
+        f"it silences {readers[0]}'s check for a second OpenMP runtime: {_both(pair)} are not loaded "
+        "together now, but if the other loads, they share state instead of stopping with OMP Error #15",
+        f"unset {var} unless it was set on purpose; if it was set to silence an OMP Error #15, load a "
+        "single OpenMP runtime instead",
     )]
 
 
@@ -428,21 +435,29 @@ def _fractional_quota(r: Report) -> list[Finding]:
     if here:
         message += f"; counts in force here: {here}"
     down, up = rounding.round_quota(quota, "floor"), rounding.round_quota(quota, "ceil")
-    if m.quota_rounding == "floor":
-        fix = (f"keep floor where latency matters; to use the fraction, set {rounding.ROUNDING_VAR}=ceil or "
-               f"'quota_rounding: ceil' in a profile, or give the cgroup a whole number of CPUs ({up})")
-    else:
-        fix = (f"where throttling hurts (latency, barriers), set {rounding.ROUNDING_VAR}=floor or "
-               f"'quota_rounding: floor' in a profile ({down} thread{'s' if down != 1 else ''}), or give "
-               f"the cgroup a whole number of CPUs")
-    return [Finding(
-        "fractional-quota", Severity.INFO, message,
-        f"floor never throttles: {down} busy thread{'s' if down != 1 else ''} use{'s' if down == 1 else ''} "
-        f"{down} of the {quota:g} CPUs each period and leave{'s' if down == 1 else ''} {quota - down:g} CPU "
-        f"unused; ceil uses it, but "
-        f"{up} busy threads spend the quota early in each period and all of them wait for the next one",
-        fix,
-    )]
+    why, fix = _rounding_trade(quota, down, up, m.quota_rounding)
+    return [Finding("fractional-quota", Severity.INFO, message, why, fix)]
+
+
+def _rounding_trade(quota: float, down: int, up: int, rule: str | None) -> tuple[str, str]:
+    """Why the rounding matters and what to do, for a fractional ``quota``: below one CPU every
+    rule gives 1 thread, and that one thread outruns the quota, so only a bigger quota helps."""
+    var = rounding.ROUNDING_VAR
+    if quota < 1:
+        return (f"below one CPU every rounding gives 1 thread, and 1 busy thread spends the {quota:g}-CPU "
+                f"quota in {quota:.0%} of each period and waits for the rest; a runtime that counts more "
+                "threads only makes more of them wait",
+                "where throttling hurts (latency, barriers), give the cgroup at least 1 CPU: no rounding "
+                "avoids it below one")
+    why = (f"floor never throttles: {plural(down, 'busy thread')} use{'s' if down == 1 else ''} {down} of the "
+           f"{quota:g} CPUs each period and leave{'s' if down == 1 else ''} {quota - down:g} CPU unused; ceil "
+           f"uses it, but {plural(up, 'busy thread')} spend the quota early in each period and all of them "
+           "wait for the next one")
+    if rule == "floor":
+        return why, (f"keep floor where latency matters; to use the fraction, set {var}=ceil or "
+                     f"'quota_rounding: ceil' in a profile, or give the cgroup a whole number of CPUs ({up})")
+    return why, (f"where throttling hurts (latency, barriers), set {var}=floor or 'quota_rounding: floor' "
+                 f"in a profile ({plural(down, 'thread')}), or give the cgroup a whole number of CPUs")
 
 
 def _scheduler_unbound(r: Report) -> list[Finding]:

@@ -198,6 +198,16 @@ def settings(r: Report) -> Section:
     return Section("settings", "Thread counts in force", rows, columns=("who", "count", "decided by"))
 
 
+def _readers_text(row: EnvRow) -> str:
+    """Who reads a variable, from the library registry; a variable the registry does not know is
+    not claimed to be read by nothing, only unknown to parinfo."""
+    if row.readers:
+        return "read by " + ", ".join(row.readers)
+    if not row.known:
+        return "reader unknown to parinfo: " + str(row.summary)
+    return "read by nothing here: " + str(row.summary)
+
+
 def environment(r: Report) -> Section:
     rows, unset = [], []
     for row in r.environment:
@@ -212,7 +222,7 @@ def environment(r: Report) -> Section:
             state += f", capped: {plural(row.capped_to, 'thread')} run"
         if row.changed_after_launch:
             state += f"; changed after launch (was {row.launch_value!r})"
-        who = "read by " + ", ".join(row.readers) if row.readers else "read by nothing here: " + str(row.summary)
+        who = _readers_text(row)
         wrong = (value is not None and row.valid is False) or row.changed_after_launch
         rows.append(Row((f"{row.name}={shown}", state.strip("; "), who), "warning" if wrong else ""))
     notes = []

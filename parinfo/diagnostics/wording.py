@@ -66,6 +66,8 @@ def pool_title(pool: PoolRow) -> str:
         bits.append(f"[{pool.owner}]")
     if pool.duplicate_of:
         bits.append("(another copy)")
+    if pool.pid is not None:  # a process tree's report: whose pool it is
+        bits.insert(0, f"pid {pool.pid}:")
     return " ".join(bits)
 
 

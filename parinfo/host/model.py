@@ -147,12 +147,15 @@ class CgroupRow:
 @record
 class Family:
     """Processes with one parent and one command (server workers, a multiprocessing or loky pool,
-    torchrun ranks, pytest-xdist workers): together they are the outer workers of one program."""
+    torchrun ranks, pytest-xdist workers): together they are the outer workers of one program.
+    ``adopted_by`` names the parent when it did not start them as one program's workers: pid 1 or
+    a subreaper that took them in after their own parent exited (:mod:`parinfo.host.adoption`)."""
 
     key: str
     parent: int
     command: str
     pids: list[int]
+    adopted_by: str | None = None
 
     @property
     def size(self) -> int:
@@ -160,7 +163,7 @@ class Family:
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "parent": self.parent, "command": self.command, "pids": list(self.pids),
-                "size": self.size}
+                "size": self.size, "adopted_by": self.adopted_by}
 
 
 @record
@@ -307,7 +310,9 @@ def _render(r: HostReport, *, all_processes: bool = False) -> str:
         lines += ["", "families (one parent, one command)"]
         for f in r.families:
             members = ", ".join(map(str, f.pids[:10])) + (" ..." if len(f.pids) > 10 else "")
-            lines.append(f"  pid {f.parent}: {f.size} workers ({members}): {_cut(f.command, 80)}")
+            who = (f"{f.adopted_by}: {f.size} processes it adopted or started each on its own" if f.adopted_by
+                   else f"pid {f.parent}: {f.size} workers")
+            lines.append(f"  {who} ({members}): {_cut(f.command, 80)}")
     found = r.findings()
     lines.append("")
     if not found:

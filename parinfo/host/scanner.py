@@ -33,6 +33,7 @@ import parinfo.checks as checks
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.fleet_rows import ProcessLoad
 from parinfo.errors import UsageError
+from parinfo.host import adoption
 from parinfo.host.model import (
     FROM_LAUNCH,
     CgroupRow,
@@ -450,7 +451,7 @@ def _load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:
             variables.append(lib.count_vars[0])
     return ProcessLoad(p.pid, p.name, library, count, p.outer_threads, p.ppid,
                        tuple(family.pids) if family is not None else (p.pid,), p.command,
-                       tuple(dict.fromkeys(variables)), unknown)
+                       tuple(dict.fromkeys(variables)), unknown, family.adopted_by if family is not None else None)
 
 
 def _families(processes: list[HostProcess]) -> list[Family]:
@@ -467,7 +468,8 @@ def _families(processes: list[HostProcess]) -> list[Family]:
         key = f"{parent}:{members[0].pid}"
         for p in members:
             p.family = key
-        out.append(Family(key, parent, members[0].command, sorted(p.pid for p in members)))
+        out.append(Family(key, parent, members[0].command, sorted(p.pid for p in members),
+                          adoption.adopter(parent, members[0].pid)))
     return out
 
 

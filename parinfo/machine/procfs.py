@@ -91,6 +91,7 @@ class Stat:
     ticks: int  # utime + stime, in clock ticks
     start: int  # start time after boot, in clock ticks: with the pid, the process's identity
     cpu: int | None  # the CPU it last ran on
+    pgrp: int = 0  # its process group: a worker keeps its starter's group when it is orphaned
 
     @property
     def kernel_thread(self) -> bool:
@@ -109,7 +110,8 @@ def parse_stat(data: bytes, pid: int = 0) -> Stat:
         rest = data[close + 2:].split()
         return Stat(pid or int(data[:data.index(b" ")]), data[data.index(b"(") + 1:close].decode(
             "utf-8", "surrogateescape"), rest[0].decode("ascii"), int(rest[1]), int(rest[6]),
-            int(rest[11]) + int(rest[12]), int(rest[19]), int(rest[36]) if len(rest) > 36 else None)
+            int(rest[11]) + int(rest[12]), int(rest[19]), int(rest[36]) if len(rest) > 36 else None,
+            int(rest[2]))
     except (IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"not a stat line: {exc}") from None
 

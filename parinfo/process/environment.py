@@ -41,6 +41,8 @@ class EnvRow:
       None (unset, or the launch environment is unknown).
     - ``capped_to``: the count parinfo's runtime runs when this variable decides its count and asks
       for more than the pool ceiling (only then in ``to_dict``).
+    - ``importers``: the packages whose import set it (``set_by`` in words), [] when the user or the
+      launch environment did (only when not empty in ``to_dict``): rules ask this, not the words.
     """
 
     name: str
@@ -54,6 +56,7 @@ class EnvRow:
     known: bool = False
     set_by: str | None = None
     capped_to: int | None = None
+    importers: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EnvRow:
@@ -62,12 +65,14 @@ class EnvRow:
         return cls(text(d.get("name")) or "?", text(d.get("value")), text(d.get("launch_value")),
                    flag(d.get("changed_after_launch")), flag(d.get("valid")), text(d.get("problem")),
                    texts(d.get("readers")), text(d.get("summary")), d.get("known") is True,
-                   text(d.get("set_by")), integer(d.get("capped_to")))
+                   text(d.get("set_by")), integer(d.get("capped_to")), texts(d.get("importers")))
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         if self.capped_to is None:
             del out["capped_to"]
+        if not self.importers:
+            del out["importers"]
         return out
 
 
@@ -122,12 +127,18 @@ def _summary_here(spec) -> str:
     return spec.summary
 
 
-def _set_by(spec, value: str | None, launch_value: str | None, launch_known: bool) -> str | None:
+def _importers(spec, value: str | None, launch_value: str | None, launch_known: bool) -> list[str]:
+    """The imported packages known to set the variable, when it was set after launch (else [])."""
+    if value is None or not launch_known or launch_value == value:
+        return []
+    return [package for module, package in (spec.set_on_import if spec else ()) if module in sys.modules]
+
+
+def _set_by(value: str | None, launch_value: str | None, launch_known: bool, importers: list[str]) -> str | None:
     if value is None or not launch_known:
         return None
     if launch_value == value:
         return "set at launch"
-    importers = [package for module, package in (spec.set_on_import if spec else ()) if module in sys.modules]
     if importers:
         return "set by the import of " + " or ".join(importers)
     return "set after launch by this process"
@@ -168,7 +179,9 @@ def environment_report(environ: Mapping[str, str] | None = None,
             changed = launch_value != value
         problem = validate(name, value) if value is not None else None
         valid = None if value is None or spec is None else problem is None
+        at = launch_value if launch_known else None
+        importers = _importers(spec, value, at, launch_known)
         rows.append(EnvRow(name, value, launch_value, changed, valid, problem, _readers_here(spec),
-                           _summary_here(spec), spec is not None,
-                           _set_by(spec, value, launch_value if launch_known else None, launch_known)).to_dict())
+                           _summary_here(spec), spec is not None, _set_by(value, at, launch_known, importers),
+                           importers=importers).to_dict())
     return rows

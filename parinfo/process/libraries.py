@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from parinfo.machine.rounding import ROUNDING_VAR, ROUNDINGS
 from parinfo.process import defaults
 from parinfo.record import record
 
@@ -63,6 +64,8 @@ _VARIABLES: tuple[Var, ...] = (
     Var("MKL_NUM_THREADS", "count", "MKL thread count; torch's first choice"),
     Var("OPENBLAS_NUM_THREADS", "count", "OpenBLAS thread count"),
     Var("GOTO_NUM_THREADS", "count", "OpenBLAS thread count (legacy name)"),
+    Var("OPENBLAS_CORETYPE", "text", "OpenBLAS kernels: a CPU name (Haswell, SkylakeX...) that replaces its "
+        "CPU detection"),
     Var("BLIS_NUM_THREADS", "count", "BLIS thread count"),
     Var("VECLIB_MAXIMUM_THREADS", "count", "Apple Accelerate thread cap"),
     Var("NUMEXPR_NUM_THREADS", "count", "numexpr thread count"),
@@ -90,6 +93,7 @@ _VARIABLES: tuple[Var, ...] = (
     Var("PARINFO_VERIFY", "enum", "what a program launched by `parinfo apply` checks at exit", ("auto", "full", "off")),
     Var("PARINFO_ADAPTIVE", "bool", "parinfo runtime's per-call-site choices (0 turns them off)"),
     Var("PARINFO_FOLLOW_QUOTA", "bool", "parinfo runtime's defaults follow a changing CPU quota (0 turns it off)"),
+    Var(ROUNDING_VAR, "enum", "how parinfo rounds a fractional CPU quota to usable CPUs", ROUNDINGS),
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -356,8 +360,9 @@ _RECORDS: tuple[Library, ...] = (
     Library("openblas", "OpenBLAS", prefixes=("libopenblas", "libscipy_openblas"), user_api="blas",
             internal_api="openblas", env_prefixes=("OPENBLAS_", "GOTO_"),
             precedence=("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
-            default=defaults.affinity_cpus, cap=defaults.affinity_cap, profile_key="blas",
-            profile_var="OPENBLAS_NUM_THREADS", native_getter="openblas_get_num_threads()", scope="process",
+            reads=("OPENBLAS_CORETYPE",), default=defaults.affinity_cpus, cap=defaults.affinity_cap,
+            profile_key="blas", profile_var="OPENBLAS_NUM_THREADS", native_getter="openblas_get_num_threads()",
+            scope="process",
             # openblas_get_num_threads() returns this int: exported by 0.3.31 and older, a local
             # symbol of .symtab from 0.3.34 (numpy 2.5); scipy-openblas builds prefix the getter
             # (scipy_openblas_get_num_threads64_) but not the variable. blas_thread_buffer is
@@ -414,10 +419,10 @@ _RECORDS: tuple[Library, ...] = (
     Library("parinfo", "parinfo", kind="parinfo", env_prefixes=("PARINFO_",),
             precedence=("PARINFO_NUM_THREADS",), follows="torch",
             reads=("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY", "PARINFO_ADAPTIVE",
-                   "PARINFO_FOLLOW_QUOTA"),
+                   "PARINFO_FOLLOW_QUOTA", ROUNDING_VAR),
             roles=(("inter_op", "PARINFO_NUM_INTEROP_THREADS"), ("backend", "PARINFO_BACKEND"),
                    ("verify", "PARINFO_VERIFY"), ("adaptive", "PARINFO_ADAPTIVE"),
-                   ("follow", "PARINFO_FOLLOW_QUOTA")),
+                   ("follow", "PARINFO_FOLLOW_QUOTA"), ("quota_rounding", ROUNDING_VAR)),
             push="runtime", scope="process"),
 )
 

@@ -48,7 +48,8 @@ class PoolRow:
       ``count_source``: "in force (read from the process's memory)" when ``num_threads`` was read
       there, "from its launch environment; the process may have changed it" when only
       ``launch_count`` is known (``launch_from`` says which variable asked for it), or
-      "unknown (why)".
+      "unknown (why)". ``pid``: the process of the tree the row belongs to (``show --pid P
+      --children``), else None.
     """
 
     library: str
@@ -68,6 +69,7 @@ class PoolRow:
     count_source: str | None = None
     launch_count: int | None = None
     launch_from: str | None = None
+    pid: int | None = None
 
     @classmethod
     def of_file(cls, path: str, family: tuple[str, str, str], *, seen_by: str, note: str | None) -> PoolRow:
@@ -88,7 +90,7 @@ class PoolRow:
                    seen_by=text(d.get("seen_by")) or "unknown", duplicate_of=text(d.get("duplicate_of")),
                    copies=integer(d.get("copies")) or 1, note=text(d.get("note")),
                    count_source=text(d.get("count_source")), launch_count=integer(d.get("launch_count")),
-                   launch_from=text(d.get("launch_from")))
+                   launch_from=text(d.get("launch_from")), pid=integer(d.get("pid")))
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -99,7 +101,7 @@ class PoolRow:
 
 
 #: PoolRow fields that only a process read from outside has.
-_OUTSIDE_ONLY = ("count_source", "launch_count", "launch_from")
+_OUTSIDE_ONLY = ("count_source", "launch_count", "launch_from", "pid")
 
 
 def loaded_objects(maps_text: str | None = None) -> list[str]:
