@@ -154,38 +154,38 @@ class InteropPool:
                 fut = Future(fn, args, kwargs, copy_context(), self)
                 fut.run_if_unclaimed()
                 return fut
-        fut = Future(fn, args, kwargs, copy_context(), self)
         adaptive = self.adaptive
         on = adaptive.on
         if on is None:
             on = adaptive.enabled
+        site = None
         if on:
             site = adaptive.forks.get(getattr(fn, "__code__", None)) or adaptive.fork_site(fn)
-            if site is not None:
-                fut._native = site.long
-                if site.left > 0:  # exploiting its choice: no batch accounting, a sample timed
-                    if not self.ledger.unclaimed:  # nothing waits to be claimed: a batch starts
-                        site.left -= 1
-                    site.forks += 1
-                    if not site.forks & SAMPLE_MASK:
-                        fut._site = site
-                        fut._batch = False
-                    # inline: due after twice the task time for each inline task ahead of it, + 1 ms
-                    due = (perf_counter_ns() + site.grace_ns * (len(self.deferred) + 1) + 1_000_000
-                           if site.pick == INLINE else 0)
-                else:  # choosing: every task of the batch is timed
-                    fut._site = site
-                    fut._batch = True
-                    due = site.begin(perf_counter_ns())
-                if due:  # inline mode: left to its waiter; a worker takes it only when late
-                    fut._due = due
-                    fut.enqueue(self.deferred_sink)
-                    if not self.watching:
-                        self.watching = True
-                        self.tasks.put(_WATCH)
-                    if not self.workers:
-                        self._grow()
-                    return fut
+        if site is not None:
+            if site.left > 0:  # exploiting its choice: no batch accounting, a sample timed
+                if not self.ledger.unclaimed:  # nothing waits to be claimed: a batch starts
+                    site.left -= 1
+                site.forks += 1
+                timer = None if site.forks & SAMPLE_MASK else site
+                batch = False
+                # inline: due after twice the task time for each inline task ahead of it, + 1 ms
+                due = (perf_counter_ns() + site.grace_ns * (len(self.deferred) + 1) + 1_000_000
+                       if site.pick == INLINE else 0)
+            else:  # choosing: every task of the batch is timed
+                timer = site
+                batch = True
+                due = site.begin(perf_counter_ns())
+            fut = Future(fn, args, kwargs, copy_context(), self, site.long, timer, batch, due)
+            if due:  # inline mode: left to its waiter; a worker takes it only when late
+                fut.enqueue(self.deferred_sink)
+                if not self.watching:
+                    self.watching = True
+                    self.tasks.put(_WATCH)
+                if not self.workers:
+                    self._grow()
+                return fut
+        else:
+            fut = Future(fn, args, kwargs, copy_context(), self)
         fut.enqueue(self.tasks)
         ledger = self.ledger
         if len(self.workers) < self.size and ledger.unclaimed + ledger.running > len(self.workers):
@@ -219,7 +219,7 @@ class InteropPool:
             slot_get()
             if fut.claim():
                 running[index] = fut
-                fut.run(False, 0 if fut._due else min(ledger.unclaimed, others))
+                fut.run(False, 0 if fut.due else min(ledger.unclaimed, others))
                 if self.epoch != epoch:  # the task called os.fork() and this is the child
                     exit_forked_child()
                 running[index] = None
@@ -240,7 +240,7 @@ class InteropPool:
                 if not fut.pending():
                     deferred.popleft()
                     continue
-                left = fut._due - perf_counter_ns()
+                left = fut.due - perf_counter_ns()
                 if left <= 0:
                     deferred.popleft()
                     self.tasks.put(_WATCH)  # the watch goes on (here or on another worker) meanwhile
@@ -263,7 +263,7 @@ class InteropPool:
         held = self._thread.held
         # a worker, a waiter inside a task, or an inline-mode task: a call of its waiter, as if
         # it had not been forked (no slot: its site chose not to use the pool)
-        if held or fut._due or self.state is not _RUNNING:
+        if held or fut.due or self.state is not _RUNNING:
             fut.run(True)
             return
         try:
