@@ -9,24 +9,21 @@ them, whatever the number of calling threads. Inside a region, a nested ``parall
 """
 from __future__ import annotations
 
-import atexit
 import contextvars
 import itertools
 import operator
 import queue
 import threading
-import time
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
 from parinfo.runtime import tracing
 from parinfo.runtime.adaptive import Adaptive
+from parinfo.runtime.crew import STOP, Crew
 from parinfo.runtime.follow import BudgetFollower
-from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings
-from parinfo.runtime.threadname import set_os_name
 from parinfo.runtime.tracing import Recorders
 from parinfo.runtime.workers import SyncToken, WorkerSetup
 
@@ -97,13 +94,15 @@ class _Job:
         self.by_thread = False  # more chunks than threads: get_thread_num() numbers the threads
         self.joined = itertools.count(1).__next__  # thread numbers of the workers that help
 
-    def help(self) -> None:
-        """A pool worker's share: claim and run chunks until none is left."""
+    def help(self) -> bool:
+        """A pool worker's share: claim and run chunks until none is left (True: it ran, see
+        ``Crew.serve``)."""
         if self.posted:
             self.pool.note_wake(perf_counter_ns() - self.posted)
         if self.native:
             self.pool.limits.sync_lane()
         self.work(self.joined())
+        return True
 
     def work(self, number: int = 0) -> None:
         """Claim and run chunks until none is left (``number``: this thread's number in the region)."""
@@ -156,8 +155,8 @@ class IntraopPool:
     """The intra-op workers, their job queue and the regions run on them; one per process
     (``Runtime.intra``).
 
-    Created empty; ``resize`` starts workers on the first region that needs them, ``shutdown``
-    stops them at exit, after which regions run inline.
+    Created empty; ``resize`` starts workers (through the pool's ``Crew``) on the first region
+    that needs them, ``shutdown`` stops them at exit, after which regions run inline.
     """
 
     def __init__(self, settings: RuntimeSettings, limits: NativeLimits, adaptive: Adaptive,
@@ -167,16 +166,13 @@ class IntraopPool:
         self.follow = follow
         self.adaptive = adaptive
         self.recorders = recorders
-        self.setup = setup
         self.view = _RegionView()  # each thread's place in a region
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.workers: list[threading.Thread] = []
+        self.crew = Crew("parinfo-intra", setup, limits)
+        self.workers = self.crew.workers
         self.size = 0  # workers asked to run (the ones told to stop are not counted)
         self.closing = False
-        self._lock = threading.Lock()
-        self._serial = itertools.count(1)  # worker names
-        self._atexit_registered = False
-        self.epoch = 0  # bumped in a forked child: workers inherited from the parent see it
+        self._serial = itertools.count(1)  # worker numbers
         self.wake_ns = 0  # how long a posted region waits for a worker to start (moving average)
 
     def note_wake(self, ns: int) -> None:
@@ -187,57 +183,27 @@ class IntraopPool:
         """Hold ``n`` workers: start the missing ones, tell surplus ones to stop."""
         if n == self.size:
             return
-        with self._lock:
-            if not self._atexit_registered:
-                atexit.register(self.shutdown)
-                self._atexit_registered = True
-            self.workers = [t for t in self.workers if t.is_alive()]
+        crew = self.crew
+        with crew.lock:
+            crew.at_exit(self.shutdown)
+            workers = crew.workers
+            workers[:] = [t for t in workers if t.is_alive()]
             while self.size < n:
-                t = threading.Thread(target=self._work, daemon=True,
-                                     name=f"parinfo-intra-{next(self._serial)}")
                 # counted before it starts, so an interrupted start leaves no uncounted worker
-                self.workers.append(t)
+                listed = len(workers)
                 self.size += 1
                 try:
-                    t.start()
+                    crew.start(next(self._serial), self._work)
                 except BaseException:
-                    self._settle_interrupted_start(t)
+                    if len(workers) == listed:  # its thread never came to life
+                        self.size -= 1
                     raise
             while self.size > n:
-                self.jobs.put(None)
+                self.jobs.put(STOP)
                 self.size -= 1
 
-    def _settle_interrupted_start(self, t: threading.Thread) -> None:
-        """After an interrupt inside ``t.start()``: keep ``t`` counted if its thread came to
-        life, otherwise forget it (its OS thread was never created)."""
-        for _ in range(400):
-            if t.is_alive() or t.ident is not None:
-                return
-            time.sleep(0.005)
-        self.workers.remove(t)
-        self.size -= 1
-
     def _work(self) -> None:
-        set_os_name(threading.current_thread().name)
-        get, jobs_empty = self.jobs.get, self.jobs.empty
-        epoch = self.epoch
-        setup = self.setup
-        seen = setup.seen
-        setup.catch_up()  # functions stored by on_every_worker run before the first job
-        while True:
-            job = get()
-            if job is None:
-                return
-            if type(job) is SyncToken:
-                job.run()
-                continue
-            job.help()
-            if self.epoch != epoch:  # a chunk called os.fork() and this is the child
-                exit_forked_child()
-            if seen.version != setup.version:
-                setup.catch_up()
-            if jobs_empty():  # going idle: free any OpenMP team its chunks made
-                self.limits.release_teams()
+        self.crew.serve(self.jobs, _Job.help)
 
     def post(self, token: SyncToken) -> None:
         """Queue an ``on_every_worker`` token for one worker."""
@@ -247,28 +213,21 @@ class IntraopPool:
         return self.size > 0
 
     def alive_threads(self) -> int:
-        return sum(t.is_alive() for t in self.workers)
+        return self.crew.alive_threads()
 
     def shutdown(self) -> None:
         """Stop and join the workers (registered with atexit when the pool starts); later regions
         run inline."""
         self.closing = True
         self.resize(0)
-        current = threading.current_thread()
-        for t in list(self.workers):
-            while t is not current and t.is_alive():
-                t.join(0.1)
-                if t.is_alive():  # a stop token taken by a worker nobody counted: send another
-                    self.jobs.put(None)
+        self.crew.join(lambda: self.jobs.put(STOP))
 
     def after_fork_in_child(self) -> None:
         """A fresh pool in the child: the parent's workers do not exist here."""
-        self.epoch += 1
+        self.crew.after_fork_in_child()
         self.jobs = queue.SimpleQueue()
-        self.workers = []
         self.size = 0
         self.closing = False
-        self._lock = threading.Lock()
 
     # regions -------------------------------------------------------------------------------
     def in_region(self) -> bool:
