@@ -23,16 +23,10 @@ from parinfo.runtime.adaptive import Adaptive
 from parinfo.runtime.crew import STOP, Crew
 from parinfo.runtime.follow import BudgetFollower
 from parinfo.runtime.native import NativeLimits
+from parinfo.runtime.region import ThreadRegions
 from parinfo.runtime.settings import RuntimeSettings
 from parinfo.runtime.tracing import Recorders
 from parinfo.runtime.workers import SyncToken, WorkerSetup
-
-
-class _RegionView(threading.local):
-    """This thread's place in a parallel region."""
-
-    active = False  # running a chunk of a region
-    chunk = 0  # index of the running chunk
 
 
 class _Job:
@@ -107,42 +101,38 @@ class _Job:
     def work(self, number: int = 0) -> None:
         """Claim and run chunks until none is left (``number``: this thread's number in the region)."""
         i = self.claim()
-        if i >= self.n:
-            return
-        region = self.pool.view
+        if i < self.n:
+            self.pool.regions.guard.run(self._chunks, i, number)
+
+    def _chunks(self, i: int, number: int) -> None:
+        """Run chunk ``i`` and every chunk claimed after it, inside this thread's region guard."""
+        guard = self.pool.regions.guard
         recorders = self.pool.recorders
-        prev_region = region.active
-        prev_num = region.chunk
-        region.active = True
-        try:
-            while i < self.n:
-                if self.error is None:
-                    if i:
-                        a = self.first + (i - 1) * self.step
-                        b = min(self.end, a + self.step)
-                    else:
-                        a, b = self.begin, self.first
-                    region.chunk = number if self.by_thread else i
-                    t0 = tracing.now() if recorders.active else 0
-                    try:
-                        r = self.ctx.copy().run(self.fn, a, b)  # each chunk sees the caller's context
-                        if self.results is not None:
-                            self.results[i] = r
-                    except BaseException as exc:  # re-raised in the caller
-                        with self.lock:
-                            if self.error is None:
-                                self.error = exc
-                            else:
-                                self.also_raised.append((a, b, exc))
-                    if t0:
-                        recorders.record(tracing.task_name(self.fn), "chunk", t0, tracing.now(),
-                                         {"begin": a, "end": b})
-                if self.finished() == self.n:
-                    self.done.release()
-                i = self.claim()
-        finally:
-            region.active = prev_region
-            region.chunk = prev_num
+        while i < self.n:
+            if self.error is None:
+                if i:
+                    a = self.first + (i - 1) * self.step
+                    b = min(self.end, a + self.step)
+                else:
+                    a, b = self.begin, self.first
+                guard.chunk = number if self.by_thread else i
+                t0 = tracing.now() if recorders.active else 0
+                try:
+                    r = self.ctx.copy().run(self.fn, a, b)  # each chunk sees the caller's context
+                    if self.results is not None:
+                        self.results[i] = r
+                except BaseException as exc:  # re-raised in the caller
+                    with self.lock:
+                        if self.error is None:
+                            self.error = exc
+                        else:
+                            self.also_raised.append((a, b, exc))
+                if t0:
+                    recorders.record(tracing.task_name(self.fn), "chunk", t0, tracing.now(),
+                                     {"begin": a, "end": b})
+            if self.finished() == self.n:
+                self.done.release()
+            i = self.claim()
 
     def cancel(self, exc: BaseException) -> None:
         """Skip the chunks not started yet: the caller was interrupted by ``exc``."""
@@ -156,7 +146,8 @@ class IntraopPool:
     (``Runtime.intra``).
 
     Created empty; ``resize`` starts workers (through the pool's ``Crew``) on the first region
-    that needs them, ``shutdown`` stops them at exit, after which regions run inline.
+    that needs them, ``shutdown`` stops them at exit, after which regions run inline. Every
+    region is entered through the calling thread's ``RegionGuard`` (``regions.guard``).
     """
 
     def __init__(self, settings: RuntimeSettings, limits: NativeLimits, adaptive: Adaptive,
@@ -166,7 +157,7 @@ class IntraopPool:
         self.follow = follow
         self.adaptive = adaptive
         self.recorders = recorders
-        self.view = _RegionView()  # each thread's place in a region
+        self.regions = ThreadRegions()  # each thread's place in a region
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.crew = Crew("parinfo-intra", setup, limits)
         self.workers = self.crew.workers
@@ -230,14 +221,6 @@ class IntraopPool:
         self.closing = False
 
     # regions -------------------------------------------------------------------------------
-    def in_region(self) -> bool:
-        """True while the calling thread runs a chunk of a parallel region."""
-        return self.view.active
-
-    def thread_num(self) -> int:
-        """The calling thread's chunk (or thread) number in its region; 0 outside regions."""
-        return self.view.chunk
-
     def region(self, begin: int, end: int, grain_size: int, fn: Callable, reduce: bool,
                site_fn: Callable | None = None) -> list[Any] | None:
         """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order.
@@ -251,14 +234,15 @@ class IntraopPool:
         count = settings.intra_now or settings.intra_count()
         if limits.pushed is not None:
             limits.refresh_if_new_modules()
-        if self.size >= count and not self.view.active:  # the count went down: retire the surplus
+        nested = self.regions.guard.active
+        if self.size >= count and not nested:  # the count went down: retire the surplus
             self.resize(count - 1)
         most = min(count, settings.ceiling)
         n = min(most, size // grain_size)
         # at most once a second each path re-reads the usable CPUs (follow.check); the adaptive
         # path compares the timestamp it takes anyway, the others read the clock
         follow = self.follow
-        if n <= 1 or self.view.active or self.closing or settings.sequential():
+        if n <= 1 or nested or self.closing or settings.sequential():
             if perf_counter_ns() >= follow.due_ns:
                 follow.check()
             return self._inline(begin, end, fn, reduce)
@@ -321,18 +305,11 @@ class IntraopPool:
         return job.results
 
     def _inline(self, begin: int, end: int, fn: Callable, reduce: bool) -> list[Any] | None:
-        region = self.view
-        prev_region = region.active
-        prev_num = region.chunk
-        region.active = True
-        region.chunk = 0
         recorders = self.recorders
         t0 = tracing.now() if recorders.active else 0
         try:
-            r = fn(begin, end)
+            r = self.regions.guard.run(fn, begin, end)
         finally:
-            region.active = prev_region
-            region.chunk = prev_num
             if t0:
                 recorders.record(tracing.task_name(fn), "chunk", t0, tracing.now(), {"begin": begin, "end": end})
         return [r] if reduce else None
