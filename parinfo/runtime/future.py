@@ -4,7 +4,10 @@ A task is PENDING until one thread claims it (``Future.claim``): a pool worker, 
 calling ``wait()`` / ``result()`` on it, which then runs it inline. That claim is what keeps
 nested fork/wait with one inter-op thread free of deadlock. Only a thread that must block on a
 task another thread runs allocates a lock, and only for that wait. Every state change is a method
-of ``Future``: ``claim`` (PENDING -> RUNNING), ``run``, ``fail`` and ``_finish`` (-> DONE).
+of ``Future``: ``enqueue`` (counted as waiting for a worker), ``claim`` (PENDING -> RUNNING),
+``run``, ``fail`` and ``_finish`` (-> DONE); how the pool schedules the task (timed by an adaptive
+site, left to its waiter until ``due``) is fixed when the pool creates it, and read, never
+written, from outside.
 """
 from __future__ import annotations
 
@@ -70,7 +73,6 @@ class Future:
         "_callbacks",
         "_claimer",
         "_ctx",
-        "_due",
         "_exc",
         "_fn",
         "_kwargs",
@@ -82,6 +84,7 @@ class Future:
         "_site",
         "_state",
         "_waiters",
+        "due",
     )
 
     # set later, not here (one store less per fork each): _claimer (the thread id of the thread
@@ -91,7 +94,13 @@ class Future:
     _ran_ns: int
     _batch: bool  # set with _site: the site counts the task in its batch (it is choosing)
 
-    def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict, ctx: Any, runner: Runner) -> None:
+    def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict, ctx: Any, runner: Runner,
+                 native: bool = True, site: Any = None, batch: bool = False, due: int = 0) -> None:
+        """A PENDING task. How the pool schedules it is fixed here, by the pool that forks it:
+        ``native`` False when its adaptive site measured it short (it leaves native limits alone);
+        ``site`` the adaptive site that times it (None: not timed), counting it in its batch
+        with ``batch``; ``due`` for a task left to its waiter (inline mode), when a worker may
+        take it instead (perf_counter_ns; 0: workers take it at once)."""
         self._fn: Any = fn  # fn, args, kwargs and ctx are dropped (None) once the task is done
         self._args: Any = args
         self._kwargs: Any = kwargs
@@ -102,9 +111,11 @@ class Future:
         self._exc: BaseException | None = None
         self._waiters: dict[Any, None] | None = None  # locks of blocked waiters (a dict: no call to drop one)
         self._callbacks: list[Callable[[Future], Any]] | None = None
-        self._site: Any = None  # the adaptive fork site that times this task (None: not timed)
-        self._native = True  # the task may touch native limits (its site is not measured short)
-        self._due = 0  # inline-mode task: perf_counter_ns after which a worker may run it
+        self._native = native
+        self._site: Any = site
+        if site is not None:
+            self._batch = batch
+        self.due = due  # read by the pool; never changed after this
 
     def __repr__(self) -> str:
         state = ("pending", "running", "done")[self._state]

@@ -10,7 +10,6 @@ finalisation.
 """
 from __future__ import annotations
 
-import atexit
 import collections
 import enum
 import itertools
@@ -24,17 +23,15 @@ from time import perf_counter_ns
 from typing import Any
 
 from parinfo.runtime.adaptive import INLINE, SAMPLE_MASK, Adaptive
+from parinfo.runtime.crew import STOP, Crew
 from parinfo.runtime.follow import BudgetFollower
-from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.future import Future, TaskLedger
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings
-from parinfo.runtime.threadname import set_os_name
 from parinfo.runtime.torchfork import TorchForks
 from parinfo.runtime.tracing import Recorders
 from parinfo.runtime.workers import SyncToken, WorkerSetup
 
-_STOP = None  # sentinel put on the task queue once per worker at shutdown
 _WATCH = object()  # token: a worker starts watching the inline-mode tasks
 
 
@@ -67,7 +64,7 @@ class _SlotHolder(threading.local):
 
 
 class InteropPool:
-    """Workers, task queue and run slots of the inter-op pool; one instance per process."""
+    """Task queue, run slots and workers (its ``Crew``) of the inter-op pool; one per process."""
 
     def __init__(self, settings: RuntimeSettings, limits: NativeLimits, adaptive: Adaptive,
                  ledger: TaskLedger, recorders: Recorders, setup: WorkerSetup, torch_forks: TorchForks,
@@ -79,28 +76,25 @@ class InteropPool:
         self.adaptive = adaptive
         self.ledger = ledger
         self.recorders = recorders
-        self.setup = setup
         self.state = PoolState.IDLE
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
         # size slots: a task runs only while holding one, so at most size tasks run at once even
         # when waiters run tasks inline (a waiter that finds no free slot still runs its task).
         self.slots: queue.SimpleQueue = queue.SimpleQueue()
         self.size = 0
-        self.workers: list[threading.Thread] = []
+        self.crew = Crew("parinfo-interop", setup, limits)
+        self.workers = self.crew.workers
         self.running: list[Future | None] = []  # the task each worker runs (for os.fork children)
-        self._start_lock = threading.Lock()
-        self._atexit_registered = False
         self._thread = _SlotHolder()
         self.deferred: collections.deque[Future] = collections.deque()  # inline-mode tasks
         self.deferred_sink = _Sink(self.deferred)
         self.watching = False  # a worker watches ``deferred`` (or a _WATCH token is queued)
-        self.epoch = 0  # bumped in a forked child: workers inherited from the parent see it
 
     def started(self) -> bool:
         return self.state is not PoolState.IDLE
 
     def _start(self) -> None:
-        with self._start_lock:
+        with self.crew.lock:
             if self.state is not PoolState.IDLE:
                 return
             n = self.settings.consume_inter()
@@ -112,22 +106,18 @@ class InteropPool:
                 self.slots.put(1)
             self.size = n
             self.running = [None] * n
-            if not self._atexit_registered:
-                atexit.register(self.shutdown)
-                self._atexit_registered = True
+            self.crew.at_exit(self.shutdown)
             self.state = PoolState.RUNNING
 
     def _grow(self) -> None:
         """Start workers up to the tasks in flight now, queued or running (never past ``size``):
         a huge count costs threads only for work that is there at once."""
-        with self._start_lock:
+        crew = self.crew
+        with crew.lock:
             want = min(self.size, self.ledger.unclaimed + self.ledger.running)
-            while len(self.workers) < want and self.state is PoolState.RUNNING:
-                i = len(self.workers)
-                t = threading.Thread(target=self._work, args=(i,), daemon=True,
-                                     name=f"parinfo-interop-{i}")
-                self.workers.append(t)  # listed before it starts: shutdown stops it either way
-                t.start()
+            while len(crew.workers) < want and self.state is PoolState.RUNNING:
+                i = len(crew.workers)
+                crew.start(i, self._work, i)
 
     def fork(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` as an inter-op task; ``wait()`` the returned Future for its value.
@@ -154,38 +144,38 @@ class InteropPool:
                 fut = Future(fn, args, kwargs, copy_context(), self)
                 fut.run_if_unclaimed()
                 return fut
-        fut = Future(fn, args, kwargs, copy_context(), self)
         adaptive = self.adaptive
         on = adaptive.on
         if on is None:
             on = adaptive.enabled
+        site = None
         if on:
             site = adaptive.forks.get(getattr(fn, "__code__", None)) or adaptive.fork_site(fn)
-            if site is not None:
-                fut._native = site.long
-                if site.left > 0:  # exploiting its choice: no batch accounting, a sample timed
-                    if not self.ledger.unclaimed:  # nothing waits to be claimed: a batch starts
-                        site.left -= 1
-                    site.forks += 1
-                    if not site.forks & SAMPLE_MASK:
-                        fut._site = site
-                        fut._batch = False
-                    # inline: due after twice the task time for each inline task ahead of it, + 1 ms
-                    due = (perf_counter_ns() + site.grace_ns * (len(self.deferred) + 1) + 1_000_000
-                           if site.pick == INLINE else 0)
-                else:  # choosing: every task of the batch is timed
-                    fut._site = site
-                    fut._batch = True
-                    due = site.begin(perf_counter_ns())
-                if due:  # inline mode: left to its waiter; a worker takes it only when late
-                    fut._due = due
-                    fut.enqueue(self.deferred_sink)
-                    if not self.watching:
-                        self.watching = True
-                        self.tasks.put(_WATCH)
-                    if not self.workers:
-                        self._grow()
-                    return fut
+        if site is not None:
+            if site.left > 0:  # exploiting its choice: no batch accounting, a sample timed
+                if not self.ledger.unclaimed:  # nothing waits to be claimed: a batch starts
+                    site.left -= 1
+                site.forks += 1
+                timer = None if site.forks & SAMPLE_MASK else site
+                batch = False
+                # inline: due after twice the task time for each inline task ahead of it, + 1 ms
+                due = (perf_counter_ns() + site.grace_ns * (len(self.deferred) + 1) + 1_000_000
+                       if site.pick == INLINE else 0)
+            else:  # choosing: every task of the batch is timed
+                timer = site
+                batch = True
+                due = site.begin(perf_counter_ns())
+            fut = Future(fn, args, kwargs, copy_context(), self, site.long, timer, batch, due)
+            if due:  # inline mode: left to its waiter; a worker takes it only when late
+                fut.enqueue(self.deferred_sink)
+                if not self.watching:
+                    self.watching = True
+                    self.tasks.put(_WATCH)
+                if not self.workers:
+                    self._grow()
+                return fut
+        else:
+            fut = Future(fn, args, kwargs, copy_context(), self)
         fut.enqueue(self.tasks)
         ledger = self.ledger
         if len(self.workers) < self.size and ledger.unclaimed + ledger.running > len(self.workers):
@@ -193,41 +183,29 @@ class InteropPool:
         return fut
 
     def _work(self, index: int) -> None:
-        set_os_name(threading.current_thread().name)
-        get, tasks_empty = self.tasks.get, self.tasks.empty
         slot_get, slot_put = self.slots.get, self.slots.put
         running = self.running
         others = self.size - 1
-        epoch = self.epoch
+        ledger = self.ledger
         self._thread.held.append(0)  # nested waits inside tasks run inline without a slot
-        setup, ledger, limits = self.setup, self.ledger, self.limits
-        seen = setup.seen
-        setup.catch_up()  # functions stored by on_every_worker run before the first task
-        while True:
-            fut = get()
-            if fut is _STOP:
-                return
-            if type(fut) is SyncToken:
-                fut.run()
-                continue
+
+        def take(fut: Any) -> bool:
+            """Run a task unless a waiter claimed it first (False: nothing ran)."""
             if fut is _WATCH:
                 fut = self._watch()
                 if fut is None:
-                    continue
+                    return False
             elif not fut.pending():  # a waiter ran it already
-                continue
+                return False
             slot_get()
             if fut.claim():
                 running[index] = fut
-                fut.run(False, 0 if fut._due else min(ledger.unclaimed, others))
-                if self.epoch != epoch:  # the task called os.fork() and this is the child
-                    exit_forked_child()
+                fut.run(False, 0 if fut.due else min(ledger.unclaimed, others))
                 running[index] = None
             slot_put(1)
-            if seen.version != setup.version:
-                setup.catch_up()
-            if tasks_empty():  # going idle: free any OpenMP team its tasks made
-                limits.release_teams()
+            return True
+
+        self.crew.serve(self.tasks, take)
 
     def _watch(self) -> Future | None:
         """Watch the tasks left to their waiters (inline mode) on this worker: the first that is
@@ -240,7 +218,7 @@ class InteropPool:
                 if not fut.pending():
                     deferred.popleft()
                     continue
-                left = fut._due - perf_counter_ns()
+                left = fut.due - perf_counter_ns()
                 if left <= 0:
                     deferred.popleft()
                     self.tasks.put(_WATCH)  # the watch goes on (here or on another worker) meanwhile
@@ -263,7 +241,7 @@ class InteropPool:
         held = self._thread.held
         # a worker, a waiter inside a task, or an inline-mode task: a call of its waiter, as if
         # it had not been forked (no slot: its site chose not to use the pool)
-        if held or fut._due or self.state is not _RUNNING:
+        if held or fut.due or self.state is not _RUNNING:
             fut.run(True)
             return
         try:
@@ -279,7 +257,7 @@ class InteropPool:
                 self.slots.put(held.pop())
 
     def alive_threads(self) -> int:
-        return sum(t.is_alive() for t in self.workers)
+        return self.crew.alive_threads()
 
     def shutdown(self) -> None:
         """Finish queued tasks and join the workers (registered with atexit when the pool starts)."""
@@ -287,28 +265,23 @@ class InteropPool:
             return
         self.state = PoolState.CLOSING
         for _ in self.workers:
-            self.tasks.put(_STOP)
-            self.slots.put(1)  # a slot lost to an interrupt must not keep a worker from its stop
-        current = threading.current_thread()
-        for t in list(self.workers):
-            while t is not current and t.is_alive():
-                t.join(0.1)
-                if t.is_alive():  # a stop token taken by a worker nobody listed: send another
-                    self.tasks.put(_STOP)
-                    self.slots.put(1)
+            self._stop_one()
+        self.crew.join(self._stop_one)
+
+    def _stop_one(self) -> None:
+        self.tasks.put(STOP)
+        self.slots.put(1)  # a slot lost to an interrupt must not keep a worker from its stop
 
     def after_fork_in_child(self) -> None:
         """Fresh, unstarted pool in the child; tasks the parent's workers were running fail."""
         # the forking thread's own task (when it is a worker) goes on here; the others cannot
         orphans = [f for f in self.running if f is not None and not f.claimed_here()]
-        self.epoch += 1
+        self.crew.after_fork_in_child()
         self.state = PoolState.IDLE
         self.tasks = queue.SimpleQueue()
         self.slots = queue.SimpleQueue()
         self.size = 0
-        self.workers = []
         self.running = []
-        self._start_lock = threading.Lock()
         self._thread.held = []
         # tasks left to their waiters can still be waited on here (they then run), like queued ones
         self.deferred = collections.deque()
@@ -317,4 +290,3 @@ class InteropPool:
         for fut in orphans:
             fut.fail(RuntimeError("the task was running in the parent process when os.fork() "
                                   "was called; it cannot finish in the child"))
-

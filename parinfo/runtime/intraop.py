@@ -9,33 +9,24 @@ them, whatever the number of calling threads. Inside a region, a nested ``parall
 """
 from __future__ import annotations
 
-import atexit
 import contextvars
 import itertools
 import operator
 import queue
 import threading
-import time
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
 from parinfo.runtime import tracing
 from parinfo.runtime.adaptive import Adaptive
+from parinfo.runtime.crew import STOP, Crew
 from parinfo.runtime.follow import BudgetFollower
-from parinfo.runtime.forkexit import exit_forked_child
 from parinfo.runtime.native import NativeLimits
+from parinfo.runtime.region import ThreadRegions
 from parinfo.runtime.settings import RuntimeSettings
-from parinfo.runtime.threadname import set_os_name
 from parinfo.runtime.tracing import Recorders
 from parinfo.runtime.workers import SyncToken, WorkerSetup
-
-
-class _RegionView(threading.local):
-    """This thread's place in a parallel region."""
-
-    active = False  # running a chunk of a region
-    chunk = 0  # index of the running chunk
 
 
 class _Job:
@@ -97,53 +88,51 @@ class _Job:
         self.by_thread = False  # more chunks than threads: get_thread_num() numbers the threads
         self.joined = itertools.count(1).__next__  # thread numbers of the workers that help
 
-    def help(self) -> None:
-        """A pool worker's share: claim and run chunks until none is left."""
+    def help(self) -> bool:
+        """A pool worker's share: claim and run chunks until none is left (True: it ran, see
+        ``Crew.serve``)."""
         if self.posted:
             self.pool.note_wake(perf_counter_ns() - self.posted)
         if self.native:
             self.pool.limits.sync_lane()
         self.work(self.joined())
+        return True
 
     def work(self, number: int = 0) -> None:
         """Claim and run chunks until none is left (``number``: this thread's number in the region)."""
         i = self.claim()
-        if i >= self.n:
-            return
-        region = self.pool.view
+        if i < self.n:
+            self.pool.regions.guard.run(self._chunks, i, number)
+
+    def _chunks(self, i: int, number: int) -> None:
+        """Run chunk ``i`` and every chunk claimed after it, inside this thread's region guard."""
+        guard = self.pool.regions.guard
         recorders = self.pool.recorders
-        prev_region = region.active
-        prev_num = region.chunk
-        region.active = True
-        try:
-            while i < self.n:
-                if self.error is None:
-                    if i:
-                        a = self.first + (i - 1) * self.step
-                        b = min(self.end, a + self.step)
-                    else:
-                        a, b = self.begin, self.first
-                    region.chunk = number if self.by_thread else i
-                    t0 = tracing.now() if recorders.active else 0
-                    try:
-                        r = self.ctx.copy().run(self.fn, a, b)  # each chunk sees the caller's context
-                        if self.results is not None:
-                            self.results[i] = r
-                    except BaseException as exc:  # re-raised in the caller
-                        with self.lock:
-                            if self.error is None:
-                                self.error = exc
-                            else:
-                                self.also_raised.append((a, b, exc))
-                    if t0:
-                        recorders.record(tracing.task_name(self.fn), "chunk", t0, tracing.now(),
-                                         {"begin": a, "end": b})
-                if self.finished() == self.n:
-                    self.done.release()
-                i = self.claim()
-        finally:
-            region.active = prev_region
-            region.chunk = prev_num
+        while i < self.n:
+            if self.error is None:
+                if i:
+                    a = self.first + (i - 1) * self.step
+                    b = min(self.end, a + self.step)
+                else:
+                    a, b = self.begin, self.first
+                guard.chunk = number if self.by_thread else i
+                t0 = tracing.now() if recorders.active else 0
+                try:
+                    r = self.ctx.copy().run(self.fn, a, b)  # each chunk sees the caller's context
+                    if self.results is not None:
+                        self.results[i] = r
+                except BaseException as exc:  # re-raised in the caller
+                    with self.lock:
+                        if self.error is None:
+                            self.error = exc
+                        else:
+                            self.also_raised.append((a, b, exc))
+                if t0:
+                    recorders.record(tracing.task_name(self.fn), "chunk", t0, tracing.now(),
+                                     {"begin": a, "end": b})
+            if self.finished() == self.n:
+                self.done.release()
+            i = self.claim()
 
     def cancel(self, exc: BaseException) -> None:
         """Skip the chunks not started yet: the caller was interrupted by ``exc``."""
@@ -156,8 +145,9 @@ class IntraopPool:
     """The intra-op workers, their job queue and the regions run on them; one per process
     (``Runtime.intra``).
 
-    Created empty; ``resize`` starts workers on the first region that needs them, ``shutdown``
-    stops them at exit, after which regions run inline.
+    Created empty; ``resize`` starts workers (through the pool's ``Crew``) on the first region
+    that needs them, ``shutdown`` stops them at exit, after which regions run inline. Every
+    region is entered through the calling thread's ``RegionGuard`` (``regions.guard``).
     """
 
     def __init__(self, settings: RuntimeSettings, limits: NativeLimits, adaptive: Adaptive,
@@ -167,16 +157,13 @@ class IntraopPool:
         self.follow = follow
         self.adaptive = adaptive
         self.recorders = recorders
-        self.setup = setup
-        self.view = _RegionView()  # each thread's place in a region
+        self.regions = ThreadRegions()  # each thread's place in a region
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.workers: list[threading.Thread] = []
+        self.crew = Crew("parinfo-intra", setup, limits)
+        self.workers = self.crew.workers
         self.size = 0  # workers asked to run (the ones told to stop are not counted)
         self.closing = False
-        self._lock = threading.Lock()
-        self._serial = itertools.count(1)  # worker names
-        self._atexit_registered = False
-        self.epoch = 0  # bumped in a forked child: workers inherited from the parent see it
+        self._serial = itertools.count(1)  # worker numbers
         self.wake_ns = 0  # how long a posted region waits for a worker to start (moving average)
 
     def note_wake(self, ns: int) -> None:
@@ -187,57 +174,27 @@ class IntraopPool:
         """Hold ``n`` workers: start the missing ones, tell surplus ones to stop."""
         if n == self.size:
             return
-        with self._lock:
-            if not self._atexit_registered:
-                atexit.register(self.shutdown)
-                self._atexit_registered = True
-            self.workers = [t for t in self.workers if t.is_alive()]
+        crew = self.crew
+        with crew.lock:
+            crew.at_exit(self.shutdown)
+            workers = crew.workers
+            workers[:] = [t for t in workers if t.is_alive()]
             while self.size < n:
-                t = threading.Thread(target=self._work, daemon=True,
-                                     name=f"parinfo-intra-{next(self._serial)}")
                 # counted before it starts, so an interrupted start leaves no uncounted worker
-                self.workers.append(t)
+                listed = len(workers)
                 self.size += 1
                 try:
-                    t.start()
+                    crew.start(next(self._serial), self._work)
                 except BaseException:
-                    self._settle_interrupted_start(t)
+                    if len(workers) == listed:  # its thread never came to life
+                        self.size -= 1
                     raise
             while self.size > n:
-                self.jobs.put(None)
+                self.jobs.put(STOP)
                 self.size -= 1
 
-    def _settle_interrupted_start(self, t: threading.Thread) -> None:
-        """After an interrupt inside ``t.start()``: keep ``t`` counted if its thread came to
-        life, otherwise forget it (its OS thread was never created)."""
-        for _ in range(400):
-            if t.is_alive() or t.ident is not None:
-                return
-            time.sleep(0.005)
-        self.workers.remove(t)
-        self.size -= 1
-
     def _work(self) -> None:
-        set_os_name(threading.current_thread().name)
-        get, jobs_empty = self.jobs.get, self.jobs.empty
-        epoch = self.epoch
-        setup = self.setup
-        seen = setup.seen
-        setup.catch_up()  # functions stored by on_every_worker run before the first job
-        while True:
-            job = get()
-            if job is None:
-                return
-            if type(job) is SyncToken:
-                job.run()
-                continue
-            job.help()
-            if self.epoch != epoch:  # a chunk called os.fork() and this is the child
-                exit_forked_child()
-            if seen.version != setup.version:
-                setup.catch_up()
-            if jobs_empty():  # going idle: free any OpenMP team its chunks made
-                self.limits.release_teams()
+        self.crew.serve(self.jobs, _Job.help)
 
     def post(self, token: SyncToken) -> None:
         """Queue an ``on_every_worker`` token for one worker."""
@@ -247,38 +204,23 @@ class IntraopPool:
         return self.size > 0
 
     def alive_threads(self) -> int:
-        return sum(t.is_alive() for t in self.workers)
+        return self.crew.alive_threads()
 
     def shutdown(self) -> None:
         """Stop and join the workers (registered with atexit when the pool starts); later regions
         run inline."""
         self.closing = True
         self.resize(0)
-        current = threading.current_thread()
-        for t in list(self.workers):
-            while t is not current and t.is_alive():
-                t.join(0.1)
-                if t.is_alive():  # a stop token taken by a worker nobody counted: send another
-                    self.jobs.put(None)
+        self.crew.join(lambda: self.jobs.put(STOP))
 
     def after_fork_in_child(self) -> None:
         """A fresh pool in the child: the parent's workers do not exist here."""
-        self.epoch += 1
+        self.crew.after_fork_in_child()
         self.jobs = queue.SimpleQueue()
-        self.workers = []
         self.size = 0
         self.closing = False
-        self._lock = threading.Lock()
 
     # regions -------------------------------------------------------------------------------
-    def in_region(self) -> bool:
-        """True while the calling thread runs a chunk of a parallel region."""
-        return self.view.active
-
-    def thread_num(self) -> int:
-        """The calling thread's chunk (or thread) number in its region; 0 outside regions."""
-        return self.view.chunk
-
     def region(self, begin: int, end: int, grain_size: int, fn: Callable, reduce: bool,
                site_fn: Callable | None = None) -> list[Any] | None:
         """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order.
@@ -292,14 +234,15 @@ class IntraopPool:
         count = settings.intra_now or settings.intra_count()
         if limits.pushed is not None:
             limits.refresh_if_new_modules()
-        if self.size >= count and not self.view.active:  # the count went down: retire the surplus
+        nested = self.regions.guard.active
+        if self.size >= count and not nested:  # the count went down: retire the surplus
             self.resize(count - 1)
         most = min(count, settings.ceiling)
         n = min(most, size // grain_size)
         # at most once a second each path re-reads the usable CPUs (follow.check); the adaptive
         # path compares the timestamp it takes anyway, the others read the clock
         follow = self.follow
-        if n <= 1 or self.view.active or self.closing or settings.sequential():
+        if n <= 1 or nested or self.closing or settings.sequential():
             if perf_counter_ns() >= follow.due_ns:
                 follow.check()
             return self._inline(begin, end, fn, reduce)
@@ -362,18 +305,11 @@ class IntraopPool:
         return job.results
 
     def _inline(self, begin: int, end: int, fn: Callable, reduce: bool) -> list[Any] | None:
-        region = self.view
-        prev_region = region.active
-        prev_num = region.chunk
-        region.active = True
-        region.chunk = 0
         recorders = self.recorders
         t0 = tracing.now() if recorders.active else 0
         try:
-            r = fn(begin, end)
+            r = self.regions.guard.run(fn, begin, end)
         finally:
-            region.active = prev_region
-            region.chunk = prev_num
             if t0:
                 recorders.record(tracing.task_name(fn), "chunk", t0, tracing.now(), {"begin": begin, "end": end})
         return [r] if reduce else None

@@ -167,13 +167,13 @@ class Runtime:
 
     def in_parallel_region(self) -> bool:
         """True while this thread runs a chunk of a parallel region."""
-        return self.intra.view.active
+        return self.intra.regions.guard.active
 
     def get_thread_num(self) -> int:
         """The index of the running chunk in its region (0 outside regions): distinct and below
         ``get_num_threads()`` for chunks that run at the same time. When the runtime cuts a region
         finer than one chunk per thread, it numbers the threads of the region instead (the caller 0)."""
-        return self.intra.view.chunk
+        return self.intra.regions.guard.chunk
 
     def on_every_worker(self, key: str, fn: Callable[[], Any], timeout: float = 5.0) -> dict[str, Any]:
         """Run ``fn()`` once on every live worker of both pools, and first on every worker started
