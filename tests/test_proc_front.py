@@ -338,3 +338,20 @@ def test_a_vanished_process_is_one_line_through_the_cli():
                             f"counts_in_force({proc.pid})"], capture_output=True, text=True, timeout=60,
                            env=clean_env(PYTHONPATH=str(REPO)))
     assert "ProcessGone" in probe.stderr
+
+
+def test_a_count_the_kernel_refused_is_never_replaced_by_a_launch_environment_guess(monkeypatch):
+    """The host scan tells a refusal by its type (procfs.Denied carried as CountInForce.denied), not
+    by its words: a refused read stays unknown with its reason, another failure falls back to what
+    the launch environment asks for (said so)."""
+    from parinfo.host import scanner as sc
+    from parinfo.machine.topology import machine_facts
+
+    row = {"library": "openblas", "filepath": "/lib/libopenblas.so", "owner": "numpy"}
+    static = sc._Static(("python",), "python", 0, {"OPENBLAS_NUM_THREADS": "1"}, symbol_maps="x")
+    for denied, expect_count in ((True, None), (False, 1)):
+        monkeypatch.setattr(sc, "_in_force", lambda pid, maps, d=denied: {
+            "/lib/libopenblas.so": (None, "unknown (the reason, in any words)", d)})
+        (pool,) = Scanner()._counts(1, [row], static, machine_facts())
+        assert pool.count == expect_count and not pool.in_force
+        assert (pool.source == "unknown (the reason, in any words)") is denied, pool.source

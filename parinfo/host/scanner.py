@@ -262,7 +262,7 @@ class Scanner:
             found = read.get(path)
             if found is not None and found[0] is not None:
                 count, source, in_force = found[0], IN_FORCE, True
-            elif found is not None and found[1].startswith("unknown (permission"):
+            elif found is not None and found[2]:
                 source = found[1]  # the launch environment would be a guess: memory is closed to us
             elif isinstance(static.environ, str):
                 source = static.environ
@@ -486,8 +486,8 @@ def _symbol_lines(maps: bytes, rows: list[dict[str, Any]]) -> str | None:
                      if line.split(None, 5)[-1].removesuffix(" (deleted)") in paths)
 
 
-def _in_force(pid: int, symbol_maps: str | None) -> dict[str, tuple[int | None, str]]:
-    """{library file: (count or None, source)}: each count read from the process's memory
+def _in_force(pid: int, symbol_maps: str | None) -> dict[str, tuple[int | None, str, bool]]:
+    """{library file: (count or None, source, denied)}: each count read from the process's memory
     (:mod:`parinfo.process.inforce`) for the files of ``symbol_maps`` (:func:`_symbol_lines`); {}
     when there are none (nothing is read then)."""
     if symbol_maps is None:
@@ -499,4 +499,4 @@ def _in_force(pid: int, symbol_maps: str | None) -> dict[str, tuple[int | None, 
         found = counts_in_force(pid, symbol_maps)
     except (ProcessGone, NoAccess):
         return {}
-    return {c.path: (c.count, c.source) for c in found}
+    return {c.path: (c.count, c.source, c.denied) for c in found}

@@ -23,7 +23,7 @@ import os
 from parinfo.errors import UsageError
 from parinfo.record import record
 
-__all__ = ["PERMISSION", "PF_KTHREAD", "Memory", "NoAccess", "NotAProcess", "Proc", "ProcessGone", "Stat",
+__all__ = ["PERMISSION", "PF_KTHREAD", "Denied", "Memory", "NoAccess", "NotAProcess", "Proc", "ProcessGone", "Stat",
            "exited_during_read", "gone", "kernel_thread", "no_access", "parse_environ", "parse_stat", "pids",
            "zombie"]
 
@@ -35,6 +35,13 @@ PERMISSION = "permission: run as the process's user or root"
 #: tens of thousands of lines.
 LIMIT = 1 << 24
 MAPS_LIMIT = 1 << 26
+
+
+class Denied(str):
+    """A reason that is a refusal by the kernel's permission rules (the words say which rule):
+    callers tell it from other reasons by its type, never by its words."""
+
+    __slots__ = ()
 
 
 class ProcessGone(UsageError):
@@ -222,25 +229,25 @@ class Proc:
             return "the process has exited"
         return f"cannot read {what}: {exc.strerror or exc}"
 
-    def permission_reason(self) -> str:
+    def permission_reason(self) -> Denied:
         """Why this user may not read the process's memory or maps: another user's process, or rules
         the kernel applies even to its own user or to root (capabilities the target holds and this
         process lacks, a process that is not dumpable, Yama's ptrace_scope, a security module)."""
         mine = self._status_of(b"/proc/self")
         theirs = self._status_of(self._base)
         if os.geteuid() != 0 and str(os.geteuid()) not in theirs.get("Uid", "").split():
-            return PERMISSION
+            return Denied(PERMISSION)
         try:
             extra = int(theirs.get("CapPrm", "0"), 16) & ~int(mine.get("CapEff", "0"), 16)
         except ValueError:
             extra = 0
         if extra:
-            return (f"permission: refused{' even to root' if os.geteuid() == 0 else ''}: the process holds "
-                    f"capabilities this one lacks ({_capability_names(extra)}); run parinfo with them")
+            return Denied(f"permission: refused{' even to root' if os.geteuid() == 0 else ''}: the process holds "
+                          f"capabilities this one lacks ({_capability_names(extra)}); run parinfo with them")
         if os.geteuid() == 0:
-            return "permission: refused even to root (a security module's rule, or another user namespace)"
-        return ("permission: the kernel lets only root read this process's memory (kernel.yama.ptrace_scope, "
-                "or a process that is not dumpable): run as root")
+            return Denied("permission: refused even to root (a security module's rule, or another user namespace)")
+        return Denied("permission: the kernel lets only root read this process's memory "
+                      "(kernel.yama.ptrace_scope, or a process that is not dumpable): run as root")
 
     @staticmethod
     def _status_of(base: bytes) -> dict[str, str]:
@@ -468,7 +475,7 @@ class Proc:
             try:
                 fd = os.open(candidate, os.O_RDONLY | os.O_CLOEXEC)
             except PermissionError:
-                why = self.permission_reason() if not deleted else (
+                why = self.permission_reason() if not deleted else Denied(
                     "the library file was deleted or replaced after load: only root can open the copy the "
                     "process maps")
                 continue
@@ -499,7 +506,7 @@ class Memory:
     def __init__(self, proc: Proc) -> None:
         self.proc = proc
         self.fd: int | None = None
-        self.refused: str | None = None
+        self.refused: str | None = None  # a Denied when the kernel refused
 
     def read(self, address: int, size: int) -> bytes | str:
         """``size`` bytes at ``address``, or why they cannot be read. ProcessGone when the process ends."""

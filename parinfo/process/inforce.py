@@ -28,7 +28,7 @@ import functools
 import os
 from typing import Any
 
-from parinfo.machine.procfs import PERMISSION, Memory, Proc, gone
+from parinfo.machine.procfs import PERMISSION, Denied, Memory, Proc, gone
 from parinfo.process import libraries as reg
 from parinfo.record import record
 
@@ -58,7 +58,7 @@ class CountInForce:
     ``library``: the registry record's name (openblas); ``path``: the mapped file as the process
     names it; ``count``: the count read from the process's memory, or None when unknown; ``source``:
     :data:`IN_FORCE`, or ``unknown (reason)``; ``deleted``: maps says the file was deleted or replaced
-    after load.
+    after load; ``denied``: the kernel's permission rules refused the read (the reason says which).
     """
 
     library: str
@@ -66,6 +66,7 @@ class CountInForce:
     count: int | None
     source: str
     deleted: bool = False
+    denied: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"library": self.library, "path": self.path, "count": self.count, "source": self.source}
@@ -173,14 +174,14 @@ def _place(fd: int, m: MappedFile, spec: reg.CountSymbol) -> Any:
 def _row(proc: Proc, m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, mem: Memory) -> CountInForce:
     fd, why = proc.open_mapping(m.start, m.end, m.path, m.inode, m.deleted)
     if fd is None:
-        return CountInForce(rec.name, m.path, None, unknown(why), m.deleted)
+        return CountInForce(rec.name, m.path, None, unknown(why), m.deleted, isinstance(why, Denied))
     try:
         place = _place(fd, m, spec)
     finally:
         os.close(fd)
     found = place.missing if place.missing is not None else _count(m, rec, spec, place, mem)
     if isinstance(found, str):
-        return CountInForce(rec.name, m.path, None, unknown(found), m.deleted)
+        return CountInForce(rec.name, m.path, None, unknown(found), m.deleted, isinstance(found, Denied))
     return CountInForce(rec.name, m.path, found, IN_FORCE, m.deleted)
 
 
