@@ -225,14 +225,14 @@ def test_watch_on_a_terminal_ends_with_one_line_when_the_process_exits():
     assert b"Traceback" not in screen
 
 
-def _on_a_terminal(*args: str, seconds: float = 2.5) -> str:
-    """What ``parinfo watch ARGS`` writes to a terminal (a pty) in ``seconds``, then after Ctrl-C."""
+def _on_a_terminal(*args: str, seconds: float = 2.5, command: str = "watch") -> str:
+    """What ``parinfo COMMAND ARGS`` writes to a terminal (a pty) in ``seconds``, then after Ctrl-C."""
     import pty
     import select
     import signal
 
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "parinfo", "watch", *args], stdin=follower, stdout=follower,
+    proc = subprocess.Popen([sys.executable, "-m", "parinfo", command, *args], stdin=follower, stdout=follower,
                             stderr=follower, env=clean_env(), close_fds=True)
     os.close(follower)
     out = b""
@@ -268,6 +268,14 @@ def test_watch_on_a_terminal_says_how_to_stop_once_per_screen():
     frames = [f for f in out.split("\x1b[H\x1b[2J") if f.strip()]
     assert frames and all(f.count("Ctrl-C") == 1 for f in frames), out
     assert "Traceback" not in out
+
+
+def test_host_refreshing_on_a_terminal_says_how_to_stop_once_per_screen():
+    out = _on_a_terminal("--interval", "0.3", command="host")
+    frames = [f for f in out.split("\x1b[H\x1b[2J") if f.strip()]
+    assert frames and all(f.count("Ctrl-C") == 1 for f in frames), out
+    assert "Traceback" not in out
+    assert "Ctrl-C" not in _on_a_terminal("--once", "--interval", "0.2", seconds=2.5, command="host")
 
 
 def test_watch_says_nothing_about_stopping_in_json_or_piped_output():

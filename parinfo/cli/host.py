@@ -61,6 +61,8 @@ def host(
         scope = ", ".join(f"{k} {v}" for k, v in (("cgroup", cgroup), ("user", user)) if v)
         serve_until_stopped(HostCollector(scanner), serve, f"this host{' (' + scope + ')' if scope else ''}")
         return
+    from parinfo.cli.watch import STOP_HINT
+
     live = not json_out and sys.stdout.isatty() and not once
     as_json = json_out or (not once and not sys.stdout.isatty())
     try:
@@ -70,8 +72,8 @@ def host(
             report = scanner.scan()
             if as_json:
                 typer.echo(json.dumps(report.to_dict(), default=str, indent=2 if once else None))
-            elif live:
-                typer.echo("\x1b[H\x1b[2J" + report.table(all_processes=all_processes))
+            elif live:  # the screen is redrawn each time: the line that says how to stop stays, once
+                typer.echo("\x1b[H\x1b[2J" + report.table(all_processes=all_processes) + "\n" + STOP_HINT)
             else:
                 typer.echo(report.table(all_processes=all_processes))
             sys.stdout.flush()
