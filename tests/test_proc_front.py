@@ -355,3 +355,15 @@ def test_a_count_the_kernel_refused_is_never_replaced_by_a_launch_environment_gu
         (pool,) = Scanner()._counts(1, [row], static, machine_facts())
         assert pool.count == expect_count and not pool.in_force
         assert (pool.source == "unknown (the reason, in any words)") is denied, pool.source
+
+
+def test_a_process_whose_threads_vanish_while_it_is_read_is_no_crash(tmp_path):
+    """The main thread says Z and the task folder is already gone (the process ended between the two
+    reads): no live thread to follow, so it is a zombie to check() and no row to a scan, never an error."""
+    base = tmp_path / "proc" / "62"
+    base.mkdir(parents=True)
+    (base / "stat").write_bytes(_stat_line(62, b"ending", "Z"))
+    proc = Proc(62, str(tmp_path))
+    assert proc.follow_live_thread() is False
+    with pytest.raises(NotAProcess, match="zombie"):
+        proc.check()

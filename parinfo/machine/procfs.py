@@ -343,8 +343,13 @@ class Proc:
 
     def follow_live_thread(self) -> bool:
         """When the main thread has exited and another thread runs on, read the per-process files
-        through that thread; False when no thread is alive (a zombie)."""
-        for tid in self.thread_ids():
+        through that thread; False when no thread is alive (a zombie) or none can be listed (the
+        process has gone meanwhile, or its threads may not be read)."""
+        try:
+            tids = self.thread_ids()
+        except UsageError:
+            return False
+        for tid in tids:
             st = self.thread_stat(tid)
             if st is not None and not st.dead:
                 self._via = b"%s/task/%d" % (self._base, tid)
