@@ -46,7 +46,7 @@ def apply_cmd(
     elif export:
         typer.echo(export_lines(plan, force=force), nl=False)
     else:
-        _print_plan(plan)
+        _print_plan(plan, profile)
 
 
 def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | None = None) -> str:
@@ -87,7 +87,9 @@ def _comment(text: str) -> str:
     return "# " + escape_controls(text)
 
 
-def _print_plan(plan: Plan) -> None:
+def _print_plan(plan: Plan, given: str) -> None:
+    """The plan as a table, and the line that says nothing was applied and how to apply it (with the
+    profile as the user named it: a name, or a path)."""
     from rich import box
     from rich.console import Console
     from rich.markup import escape as escape_markup
@@ -115,11 +117,19 @@ def _print_plan(plan: Plan) -> None:
     for name, value in plan.env.items():
         table.add_row(name, escape(value), escape(plan.env_why.get(name, "")))
     table.add_section()
-    table.add_row("affinity", "inherited" if plan.affinity is None else format_cpu_list(plan.affinity),
-                  escape(plan.affinity_why))
+    if plan.affinity is not None:
+        affinity = format_cpu_list(plan.affinity)
+    else:
+        affinity = "per instance" if len(plan.instances) > 1 else "inherited"
+    table.add_row("affinity", affinity, escape(plan.affinity_why))
     for inst in plan.instances:
         table.add_row(f"instance {inst.index}", format_cpu_list(inst.cpus),
                       f"intra_op {inst.intra_op}, inter_op {inst.inter_op}")
     console.print(table)
     for note in plan.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
+    import shlex
+
+    console.print(f"[dim]nothing applied: this is the plan. Run a program under it with `parinfo apply "
+                  f"{escape(shlex.quote(given))} -- COMMAND`, or call parinfo.apply(\"{escape(given)}\") at the "
+                  f"top of a Python program[/dim]", soft_wrap=True)
