@@ -46,7 +46,7 @@ from parinfo.host.model import (
 from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ, pids
 from parinfo.machine.topology import REREAD_S
 from parinfo.process import libraries as reg
-from parinfo.process.inforce import IN_FORCE
+from parinfo.process.inforce import IN_FORCE, unknown
 from parinfo.process.tasks import CLOCK_TICKS
 from parinfo.process.threads import thread_group
 from parinfo.record import record
@@ -84,10 +84,6 @@ def _user(uid: int) -> str:
 
 def _uid_of(name: str | int) -> int:
     return checks.uid(name, "--user")
-
-
-def _unknown(why: str) -> str:
-    return f"unknown ({why})"
 
 
 @record
@@ -195,7 +191,7 @@ class Scanner:
             block = proc.read_or_why("environ", 1 << 22)
         except ProcessGone:
             return None
-        environ = _unknown(block) if isinstance(block, str) else {
+        environ = unknown(block) if isinstance(block, str) else {
             k: v for k, v in parse_environ(block).items() if k in reg.THREAD_VARS}
         static = _Static(tuple(raw), command, uid, environ)
         self._static[key] = static
@@ -240,7 +236,7 @@ class Scanner:
         except ProcessGone:
             return "unknown (the process has exited)"
         if isinstance(maps, str):
-            return _unknown(maps)
+            return unknown(maps)
         if static.pools is None or maps != static.maps:
             from parinfo.process.pools import runtimes_in_maps
 

@@ -21,6 +21,7 @@ import errno
 import os
 
 from parinfo.errors import UsageError
+from parinfo.machine.sysfs import Unreadable, read_bytes
 from parinfo.record import record
 
 __all__ = ["PERMISSION", "PF_KTHREAD", "Denied", "Memory", "NoAccess", "NotAProcess", "Proc", "ProcessGone", "Stat",
@@ -133,22 +134,6 @@ def read_small(path: bytes | str) -> bytes:
         os.close(fd)
 
 
-def _read(path: bytes, limit: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        size = 0
-        while size < limit:
-            chunk = os.read(fd, min(65536, limit - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def pids(root: str = "/") -> list[int]:
     """The pids /proc lists now; UsageError when /proc cannot be listed."""
     try:
@@ -252,7 +237,7 @@ class Proc:
     @staticmethod
     def _status_of(base: bytes) -> dict[str, str]:
         try:
-            raw = _read(base + b"/status", 1 << 16)
+            raw = read_bytes(base + b"/status", 1 << 16)
         except OSError:
             return {}
         out = {}
@@ -268,7 +253,7 @@ class Proc:
         Per-process files of a process whose main thread exited are read through a live thread."""
         path = self._file(name)
         try:
-            return _read(path, limit)
+            return read_bytes(path, limit)
         except OSError as exc:
             raise self.failure(exc, self.shown(name)) from None
 
@@ -277,7 +262,7 @@ class Proc:
         ProcessGone when the process has gone."""
         path = self._file(name)
         try:
-            return _read(path, limit)
+            return read_bytes(path, limit)
         except OSError as exc:
             if isinstance(exc, (FileNotFoundError, ProcessLookupError)) or exc.errno == errno.ESRCH \
                     or not self.exists():
@@ -288,11 +273,10 @@ class Proc:
         """The stripped text of one file, for a fact of the machine layer (surrogateescape keeps a
         cgroup name that is not UTF-8 exact); :class:`~parinfo.machine.sysfs.Unreadable` ("cannot
         read /proc/PID/NAME: why") when it is missing, unreadable or empty."""
-        from parinfo.machine.sysfs import Unreadable
 
         path = self._file(name)
         try:
-            found = _read(path, limit).decode("utf-8", "surrogateescape").strip()
+            found = read_bytes(path, limit).decode("utf-8", "surrogateescape").strip()
         except OSError as exc:
             raise Unreadable(f"cannot read {self.shown(name)}: {exc.strerror or exc}") from None
         if not found:
@@ -433,7 +417,7 @@ class Proc:
     def thread_file(self, tid: int, name: str, limit: int = 1 << 16) -> bytes | None:
         """One of a thread's files; None when it cannot be read (ended, or not permitted)."""
         try:
-            return _read(self.path(name, tid), limit)
+            return read_bytes(self.path(name, tid), limit)
         except OSError:
             return None
 

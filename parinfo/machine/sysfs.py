@@ -26,7 +26,7 @@ def shown(rel: str) -> str:
     return "/" + rel.lstrip("/")
 
 
-def read_bytes(path: str, limit: int = 1 << 20, stop: bytes | None = None) -> bytes:
+def read_bytes(path: str | bytes, limit: int = 1 << 20, stop: bytes | None = None) -> bytes:
     """The bytes of ``path`` (at most ``limit``; up to ``stop`` when given), read with plain system
     calls: a buffered text file costs several times more per small sysfs file."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -34,7 +34,7 @@ def read_bytes(path: str, limit: int = 1 << 20, stop: bytes | None = None) -> by
         chunks = []
         size = 0
         while size < limit:
-            chunk = os.read(fd, 65536)
+            chunk = os.read(fd, min(65536, limit - size))
             if not chunk:
                 break
             chunks.append(chunk)
