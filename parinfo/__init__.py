@@ -17,6 +17,8 @@ _EXPORTS: dict[str, str] = {
     "Report": "parinfo.diagnostics.report",
     "machine_facts": "parinfo.machine.topology",
     "MachineFacts": "parinfo.machine.topology",
+    "Source": "parinfo.source",
+    "SourceKind": "parinfo.source",
     # runtime
     "set_num_threads": "parinfo.runtime",
     "get_num_threads": "parinfo.runtime",
@@ -116,6 +118,7 @@ if TYPE_CHECKING:  # pragma: no cover
         set_num_threads as set_num_threads,
         wait as wait,
     )
+    from parinfo.source import Source as Source, SourceKind as SourceKind
     from parinfo.tuning.sweep import tune as tune
     from parinfo.watching.model import Sample as Sample
     from parinfo.watching.sample import watch as watch

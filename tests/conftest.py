@@ -53,6 +53,18 @@ def run_json(code: str, **kw) -> object:
     return json.loads(out[-1])
 
 
+def words(value: Any) -> Any:
+    """``value`` (JSON data) with each source object replaced by its words: for tests that check
+    what a person reads; the kinds are checked where the test is about who decided."""
+    if isinstance(value, dict):
+        if set(value) in ({"kind", "detail", "text"}, {"kind", "detail", "text", "when"}):
+            return value["text"]
+        return {k: words(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [words(v) for v in value]
+    return value
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, prefix: list[str] | None = None,
             timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m parinfo ARGS`` in a fresh process; never raises on a non-zero exit."""

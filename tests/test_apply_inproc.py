@@ -62,7 +62,7 @@ def test_runtime_counts_follow_the_profile():
     """)
     assert (out["intra"], out["inter"]) == (3, 2)
     assert out["heavy"] == [], "apply() imports neither torch nor numpy"
-    assert out["src"] == "profile t"
+    assert out["src"] == {"kind": "profile", "detail": "t", "text": "profile t"}
     assert "runtime intra-op count 3" in out["r"]["applied"]
     assert out["r"]["plan"]["name"] == "t"
 

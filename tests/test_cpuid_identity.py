@@ -59,7 +59,7 @@ def test_x86_sapphire_rapids_isa_and_caches(tmp_path):
     assert d["isa_checked"] == d["isa"]
     assert d["caches"] == {"L1d": 48 * 1024, "L1i": 32 * 1024, "L2": 2 * 1024**2, "L3": 105 * 1024**2}
     assert d["unknown"] == {}
-    assert "py-cpuinfo" not in d["source"]
+    assert "py-cpuinfo" not in d["source"]["text"]
 
 
 def test_x86_without_avx512(tmp_path):
@@ -127,7 +127,7 @@ def test_slow_result_cached_per_boot_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(cpuid, "_boot_id", lambda root: "1234abcd-0000-4000-8000-000000000001")
     d = cpu_identity(slow=True)
-    assert d["hz_advertised"] == "3.0 GHz" and "py-cpuinfo" in d["source"]
+    assert d["hz_advertised"] == "3.0 GHz" and "py-cpuinfo" in d["source"]["text"]
     stored = tmp_path / "cache" / "parinfo" / "cpuinfo-1234abcd-0000-4000-8000-000000000001.json"
     assert json.loads(stored.read_text())["brand_raw"] == "Fake CPU 9000"
     cpuid._slow_for_boot.cache_clear()  # a new process: only the file remains
@@ -195,7 +195,7 @@ def test_real_py_cpuinfo_runs_once_per_boot(tmp_path):
     env = clean_env(XDG_CACHE_HOME=str(tmp_path))
     first = run_json(code, env=env, timeout=100)
     assert first["imported"] is True
-    assert "py-cpuinfo" in first["source"]
+    assert "py-cpuinfo" in first["source"]["text"]
     if not os.path.exists("/proc/sys/kernel/random/boot_id"):
         pytest.skip("no boot id on this machine: nothing is cached on disk")
     assert list((tmp_path / "parinfo").glob("cpuinfo-*.json"))

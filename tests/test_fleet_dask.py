@@ -100,7 +100,7 @@ def test_gather_flags_each_worker_and_the_host(client):
     assert [f.id for f in host.findings] == ["host-oversubscribed"]
     assert {f.id for _, f in report.problems()} >= {"outer-times-inner", "host-oversubscribed"}
     data = report.to_dict()
-    assert data["schema_version"] == 1 and data["cluster"]["kind"] == "dask"
+    assert data["schema_version"] == 2 and data["cluster"]["kind"] == "dask"
     assert "outer-times-inner" in report.table() and "host-oversubscribed" in report.table()
 
 
@@ -116,7 +116,7 @@ def test_cli_show_fails_check_and_prints_json(client):
     import json
 
     data = json.loads(proc.stdout)
-    assert data["schema_version"] == 1 and len(data["workers"]) == 2
+    assert data["schema_version"] == 2 and len(data["workers"]) == 2
 
 
 def test_a_bad_profile_raises_here_and_leaves_no_plugin(client):

@@ -61,7 +61,7 @@ def test_host_oversubscribed_sums_the_workers_of_one_host():
     rows = [_row("dask", 1, [("openblas", 2)], usable=2, worker=w, host=w) for w in ("a", "b")]
     report = FleetReport.from_rows({"kind": "dask"}, rows)
     assert len(report.hosts) == 2 and all(h.findings == [] for h in report.hosts)
-    assert json.loads(json.dumps(report.to_dict()))["schema_version"] == 1
+    assert json.loads(json.dumps(report.to_dict()))["schema_version"] == 2
 
 
 def test_inspect_outer_threads():

@@ -135,7 +135,7 @@ def test_numpy_processes_at_different_counts_in_force(targets, cgroup):
         row = report.process(proc.pid)
         (pool,) = [p for p in row.pools if not p.duplicate_of]
         assert pool.library == "openblas" and pool.in_force and pool.count == truth, pool
-        assert pool.source == "in force (read from the process's memory)"
+        assert pool.source.text == "in force (read from the process's memory)"
         assert row.threads == _tasks(proc.pid) and row.usable_cpus == 2
         assert sum(row.states.values()) == row.threads
     # limited after import: its launch environment asked for 2, memory says 1, and 1 is shown
@@ -240,7 +240,7 @@ def test_cli_text_json_and_bad_input(targets, cgroup):
     assert proc.returncode == 1, proc.stderr
     assert "[host-oversubscribed]" in proc.stdout and "openblas 2 (in force)" in proc.stdout
     payload = json.loads(run_cli("host", "--once", "--json", "--interval", "0.2", "--cgroup", cgroup).stdout)
-    assert payload["schema_version"] == 1 and payload["interval"] >= 0.2
+    assert payload["schema_version"] == 2 and payload["interval"] >= 0.2
     assert payload["cgroups"][0]["throttling"] is not None
     for args, words in ((["--user", "no-such-user"], "no such user"),
                         (["--cgroup", "/no/such/cgroup"], "no such cgroup"), (["--interval", "-1"], "give seconds")):

@@ -19,6 +19,7 @@ import parinfo.host
 from parinfo.process import elfcount, inforce
 from parinfo.process.inforce import IN_FORCE, PERMISSION, counts_in_force, mapped_files
 from parinfo.process.tasks import ProcessGone
+from parinfo.source import Source, SourceKind
 
 pytest.importorskip("numpy")
 pytest.importorskip("scipy")
@@ -107,7 +108,7 @@ def test_process_of_another_user_is_read_by_root_and_refused_to_a_third():
         got = json.loads(out.stdout)
         assert "run parinfo as the process's user or as root" in got["refused"]
         assert len(got["rows"]) == 2
-        assert all(r["count"] is None and r["source"] == f"unknown ({PERMISSION})" for r in got["rows"])
+        assert all(r["count"] is None and r["source"]["text"] == f"unknown ({PERMISSION})" for r in got["rows"])
     finally:
         stop_target(proc)
 
@@ -169,7 +170,8 @@ def test_a_file_without_the_count_variable_is_unknown_with_why(tmp_path):
                            "sys.stdin.readline()", str(fake))
     try:
         (row,) = counts_in_force(proc.pid)
-        assert row.count is None and row.source.startswith("unknown (the file exports none of openblas_get_num_threads")
+        assert row.count is None and row.source.kind is SourceKind.UNKNOWN
+        assert row.source.detail.startswith("the file exports none of openblas_get_num_threads")
     finally:
         stop_target(proc)
 
@@ -202,11 +204,12 @@ def test_process_in_another_mount_and_pid_namespace_is_read_as_it_sees_its_files
         assert [(r.path, r.count, r.source) for r in counts_in_force(target)] == expected
         # the process's own user may not use map_files: it goes through /proc/PID/root
         probe = ("import json, sys; from parinfo.process.inforce import counts_in_force\n"
-                 "print(json.dumps([[r.path, r.count, r.source] for r in counts_in_force(int(sys.argv[1]))]))")
+                 "rows = counts_in_force(int(sys.argv[1]))\n"
+                 "print(json.dumps([[r.path, r.count, r.source.to_json()] for r in rows]))")
         out = subprocess.run([*NOBODY, sys.executable, "-c", probe, str(target)], capture_output=True, text=True,
                              timeout=60, env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
         assert out.returncode == 0, out.stderr
-        assert [tuple(r) for r in json.loads(out.stdout)] == expected
+        assert [(r[0], r[1], Source.from_json(r[2])) for r in json.loads(out.stdout)] == expected
     finally:
         stop_target(proc)
         shutil.rmtree(inside, ignore_errors=True)
@@ -280,7 +283,7 @@ def _every_reader_says(pid: int, truth: dict[str, int]) -> None:
     report = json.loads(run_cli("show", "--pid", str(pid), "--json").stdout)
     shown = {plain(p["filepath"]): (p["num_threads"], p["count_source"]) for p in report["pools"]
              if p["library"] == "openblas"}
-    assert shown == {p: (n, IN_FORCE) for p, n in want.items()}, report["pools"]
+    assert shown == {p: (n, IN_FORCE.to_json()) for p, n in want.items()}, report["pools"]
     (row,) = [p for p in parinfo.host.scan(interval=0).processes if p.pid == pid]
     scanned = {plain(c.path): (c.count, c.in_force) for c in row.pools if c.library == "openblas"}
     assert scanned == {p: (n, True) for p, n in want.items()}, row.pools

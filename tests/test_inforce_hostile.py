@@ -23,6 +23,7 @@ from crafted_elf import after_load_bloom_zero, build, poke, section, sparse_dyns
 import parinfo.host
 from parinfo.process import elfcount, getter_code, inforce, libraries as reg
 from parinfo.process.inforce import IN_FORCE, counts_in_force
+from parinfo.source import SourceKind, unknown as unknown_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("gcc") is None,
                                 reason="needs Linux and gcc")
@@ -171,7 +172,7 @@ def test_a_lying_broken_or_huge_library_is_unknown_with_why(corpus, case):
         if after is not None:
             after(path)
         row, took = _read(proc.pid)
-        assert row.count is None and row.source.startswith("unknown (") and why in row.source, row
+        assert row.count is None and row.source.kind is SourceKind.UNKNOWN and why in row.source.detail, row
         assert took < SLOW
     finally:
         stop_target(proc)
@@ -186,7 +187,7 @@ def test_a_truncated_library_is_unknown(corpus, keep):
     proc, _ = _mapped(path, load=False)  # the loader could crash on it: the target maps the bytes itself
     try:
         row, took = _read(proc.pid)
-        assert row.count is None and row.source.startswith("unknown ("), row
+        assert row.count is None and row.source.kind is SourceKind.UNKNOWN, row
         assert took < SLOW
     finally:
         stop_target(proc)
@@ -213,7 +214,7 @@ def test_show_and_the_host_scan_survive_crafted_libraries(corpus):
             shown = run_cli("show", "--pid", str(proc.pid), "--json")
             assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
             (row,) = json.loads(shown.stdout)["pools"]
-            assert row.get("num_threads") == count and (count or row["count_source"].startswith("unknown (")), row
+            assert row.get("num_threads") == count and (count or row["count_source"]["kind"] == "unknown"), row
     finally:
         for proc in procs:
             stop_target(proc)
@@ -240,7 +241,7 @@ def test_new_files_past_the_shared_time_are_tried_on_a_later_read(corpus, monkey
     try:
         monkeypatch.setattr(elfcount, "SHARED_S", 0.0)
         row, _ = _read(proc.pid)
-        assert row.count is None and "read again later" in row.source, row
+        assert row.count is None and "read again later" in row.source.text, row
         monkeypatch.setattr(elfcount, "SHARED_S", 1.0)
         monkeypatch.setattr(elfcount._Window, "spent", 0.0)
         row, _ = _read(proc.pid)
@@ -342,7 +343,7 @@ def test_the_getter_decoder_reads_the_forms_builds_use(machine, code, want):
 def test_what_the_registry_says_bounds_the_reader():
     spec = reg.library("openblas").count_symbol
     assert spec is not None and spec.getters and spec.max_symbol and spec.max_count >= 64
-    assert json.loads(json.dumps(inforce.CountInForce("openblas", "/x", None, "unknown (y)").to_dict()))
+    assert json.loads(json.dumps(inforce.CountInForce("openblas", "/x", None, unknown_source("y")).to_dict()))
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
@@ -354,7 +355,7 @@ def test_a_deleted_library_read_by_its_own_user_is_unknown_with_why(corpus):
         path.unlink()
         probe = ("import json, sys; from parinfo.process.inforce import counts_in_force\n"
                  "rows = counts_in_force(int(sys.argv[1]))\n"
-                 "print(json.dumps([[r.count, r.source, r.path, r.deleted] for r in rows]))")
+                 "print(json.dumps([[r.count, str(r.source), r.path, r.deleted] for r in rows]))")
         out = subprocess.run([*AS_NOBODY, sys.executable, "-c", probe, str(proc.pid)], capture_output=True,
                              text=True, timeout=60, env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
         assert out.returncode == 0, out.stderr

@@ -42,7 +42,7 @@ def test_this_interpreter_is_a_default_build_with_the_gil():
 def test_default_build_facts_from_sysconfig():
     f = facts(config_var={"Py_GIL_DISABLED": 0}.get, is_gil_enabled=None)
     assert f.free_threaded_build is False and f.gil_enabled is True
-    assert f.gil_source == "a default build always holds the GIL"
+    assert f.gil_source.text == "a default build always holds the GIL"
 
 
 def test_free_threaded_gil_off_counts_threads_times_per_thread_pools():
@@ -65,8 +65,8 @@ def test_with_the_gil_on_threads_do_not_multiply():
 
 def test_free_threaded_build_without_the_getter_is_unknown():
     f = facts(is_gil_enabled=None)
-    assert f.gil_enabled is None and f.gil_source.startswith("unknown")
-    assert facts(is_gil_enabled=lambda: 1 / 0).gil_source.startswith("unknown (sys._is_gil_enabled() failed")
+    assert f.gil_enabled is None and f.gil_source.text.startswith("unknown")
+    assert facts(is_gil_enabled=lambda: 1 / 0).gil_source.text.startswith("unknown (sys._is_gil_enabled() failed")
 
 
 def test_x_option_wins_over_the_variable_and_says_who_asked():

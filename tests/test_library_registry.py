@@ -22,8 +22,8 @@ HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 
 SETTINGS = ("import json, os, sys, numba; from parinfo.process.provenance import library_settings; "
             "from parinfo.machine.topology import machine_facts; {before}"
-            "rows = [r for r in library_settings([], None, os.environ, None, machine_facts()) "
-            "if r['library'] == 'numba']; "
+            "rows = [r.to_dict() for r in library_settings([], None, os.environ, None, machine_facts()) "
+            "if r.library == 'numba']; "
             "p = sys.modules['numba.np.ufunc.parallel']; "
             "print(json.dumps({{'rows': rows, 'launched': bool(p._is_initialized)}}))")
 
@@ -149,12 +149,13 @@ def test_numba_stand_in_is_read_without_launching_its_threads(tmp_path):
     rows = run_json(SETTINGS.format(before=""), env=clean_env(PYTHONPATH=str(tmp_path), NUMBA_NUM_THREADS="3"))
     assert rows["launched"] is False
     (row,) = rows["rows"]
-    assert (row["count"], row["source"], row["precedence"]) == (3, "env NUMBA_NUM_THREADS=3", ["NUMBA_NUM_THREADS"])
+    assert (row["count"], row["source"]["text"], row["precedence"]) == (3, "env NUMBA_NUM_THREADS=3",
+                                                                        ["NUMBA_NUM_THREADS"])
     rows = run_json(SETTINGS.format(before="numba.set_num_threads(2); "), env=clean_env(PYTHONPATH=str(tmp_path)))
     (row,) = rows["rows"]
-    assert row["count"] == 2 and row["source"] == "set at run time (numba.set_num_threads)"
+    assert row["count"] == 2 and row["source"]["text"] == "set at run time (numba.set_num_threads)"
     rows = run_json(SETTINGS.format(before=""), env=clean_env(PYTHONPATH=str(tmp_path)))
-    assert rows["rows"][0]["source"].startswith("default: 6 (numba.config.NUMBA_DEFAULT_NUM_THREADS")
+    assert rows["rows"][0]["source"]["text"].startswith("default: 6 (numba.config.NUMBA_DEFAULT_NUM_THREADS")
 
 
 @pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed")
@@ -162,8 +163,9 @@ def test_real_numba_count_and_source_without_launching_its_threads():
     rows = run_json(SETTINGS.format(before=""), env=clean_env(NUMBA_NUM_THREADS="1"))
     assert rows["launched"] is False
     (row,) = rows["rows"]
-    assert row["count"] == 1 and row["source"] == "env NUMBA_NUM_THREADS=1" and row["kind"] == "env"
+    assert row["count"] == 1 and row["source"]["kind"] == "variable"
+    assert row["source"]["text"] == "env NUMBA_NUM_THREADS=1"
     rows = run_json(SETTINGS.format(before="numba.set_num_threads(1); "), env=clean_env())
     (row,) = rows["rows"]
     assert rows["launched"] is True and row["count"] == 1
-    assert row["kind"] in ("runtime", "default")  # default when this machine has one CPU
+    assert row["source"]["kind"] in ("run-time call", "library default")  # default when this machine has one CPU

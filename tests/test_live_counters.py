@@ -80,7 +80,7 @@ def test_pressure_v2_system_and_cgroup(tmp_path):
             .file("proc/pressure/cpu", PSI).file("sys/fs/cgroup/job/cpu.pressure", PSI).build())
     p = cpu_pressure(root)
     assert p.system.some_avg10 == 12.5 and p.system.some_total_usec == 4000000
-    assert p.cgroup.full_total_usec == 900000 and p.cgroup.source == "/sys/fs/cgroup/job/cpu.pressure"
+    assert p.cgroup.full_total_usec == 900000 and p.cgroup.source.text == "/sys/fs/cgroup/job/cpu.pressure"
 
 
 def test_pressure_missing_garbage_and_v1_only(tmp_path):
@@ -101,8 +101,8 @@ def test_memory_limit_v2_tightest_ancestor_and_tasks(tmp_path):
             .file("sys/fs/cgroup/a/memory.max", str(512 << 20)).file("sys/fs/cgroup/a/b/memory.max", "max")
             .file("sys/fs/cgroup/a/b/pids.current", "40").build())
     m = memory_facts(root)
-    assert (m.limit, m.limit_source) == (512 << 20, "/sys/fs/cgroup/a/memory.max")
-    assert (m.tasks, m.tasks_source) == (40, "/sys/fs/cgroup/a/b/pids.current")
+    assert (m.limit, m.limit_source.detail) == (512 << 20, "/sys/fs/cgroup/a/memory.max")
+    assert (m.tasks, m.tasks_source.detail) == (40, "/sys/fs/cgroup/a/b/pids.current")
 
 
 def test_memory_limit_v1_unlimited_value_is_none(tmp_path):
@@ -111,7 +111,7 @@ def test_memory_limit_v1_unlimited_value_is_none(tmp_path):
                   "40 22 0:40 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")
             .file("sys/fs/cgroup/memory/job/memory.limit_in_bytes", "9223372036854771712").build())
     m = memory_facts(root)
-    assert m.limit is None and m.limit_source == "none" and "limit" not in m.unknown
+    assert m.limit is None and m.limit_source.text == "none" and "limit" not in m.unknown
 
 
 def test_parse_stat_names_with_spaces_and_parentheses():

@@ -182,7 +182,7 @@ def test_parinfo_magic_displays_html_and_text():
     assert "no module imported to probe" in call["data"]["text/plain"]  # the kernel as it is
     (call,) = as_json["calls"]
     payload = call["data"]["application/json"]
-    assert payload["schema_version"] == 1 and payload["process"]["pid"] == out["pid"]
+    assert payload["schema_version"] == 2 and payload["process"]["pid"] == out["pid"]
     assert json.loads(call["data"]["text/plain"]) == payload
     (call,) = torch["calls"]
     assert call["data"]["text/plain"].startswith("torch: not imported: ")  # the kernel has not imported it

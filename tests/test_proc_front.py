@@ -25,6 +25,7 @@ from parinfo.host.scanner import FOLLOW_S, Scanner
 from parinfo.machine import procfs
 from parinfo.machine.procfs import NotAProcess, Proc, ProcessGone
 from parinfo.process.inforce import IN_FORCE, counts_in_force
+from parinfo.source import unknown as unknown_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -88,7 +89,7 @@ def test_a_process_whose_main_thread_exited_is_read_through_its_live_threads():
         assert out.returncode == 0, out.stderr
         report = json.loads(out.stdout)
         blas = [p for p in report["pools"] if p["library"] == "openblas"]
-        assert blas and all(p["num_threads"] == truth and p["count_source"] == IN_FORCE for p in blas), blas
+        assert blas and all(p["num_threads"] == truth and p["count_source"] == IN_FORCE.to_json() for p in blas), blas
         assert "main thread has exited" in report["process"]["note"]
 
         rows = [p for p in parinfo.host.scan(interval=0).processes if p.pid == proc.pid]
@@ -351,10 +352,10 @@ def test_a_count_the_kernel_refused_is_never_replaced_by_a_launch_environment_gu
     static = sc._Static(("python",), "python", 0, {"OPENBLAS_NUM_THREADS": "1"}, symbol_maps="x")
     for denied, expect_count in ((True, None), (False, 1)):
         monkeypatch.setattr(sc, "_in_force", lambda pid, maps, d=denied: {
-            "/lib/libopenblas.so": (None, "unknown (the reason, in any words)", d)})
+            "/lib/libopenblas.so": (None, unknown_source("the reason, in any words"), d)})
         (pool,) = Scanner()._counts(1, [row], static, machine_facts())
         assert pool.count == expect_count and not pool.in_force
-        assert (pool.source == "unknown (the reason, in any words)") is denied, pool.source
+        assert (pool.source.text == "unknown (the reason, in any words)") is denied, pool.source
 
 
 def test_a_process_whose_threads_vanish_while_it_is_read_is_no_crash(tmp_path):

@@ -9,6 +9,7 @@ from conftest import HAVE_NUMPY, clean_env, run_json
 
 from parinfo.machine.topology import machine_facts
 from parinfo.process.provenance import MODELS, RUNTIME, explain, library_settings, predict
+from parinfo.source import SourceKind
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
@@ -17,7 +18,8 @@ SETTINGS = ("import json, os{imports}; {before}from parinfo.process.pools import
             "from parinfo.process.frameworks import torch_info; "
             "from parinfo.process.provenance import library_settings; "
             "from parinfo.machine.topology import machine_facts; "
-            "print(json.dumps(library_settings(native_pools(), torch_info(), os.environ, None, machine_facts())))")
+            "print(json.dumps([r.to_dict() for r in library_settings(native_pools(), torch_info(), os.environ, None, "
+            "machine_facts())]))")
 
 
 def settings(imports: str = ", numpy", before: str = "", **kw) -> list[dict]:
@@ -46,7 +48,7 @@ def test_openblas_precedence_and_cap_at_affinity():
     p = predict(m, {"OPENBLAS_NUM_THREADS": "16"}, f)
     assert p.count == 4 and p.phrase == "env OPENBLAS_NUM_THREADS=16, capped at 4 CPUs in affinity"
     p = predict(m, {"MKL_NUM_THREADS": "1"}, f)  # OpenBLAS ignores MKL's variable
-    assert (p.count, p.kind, p.phrase) == (4, "default", "default: 4 CPUs in affinity")
+    assert (p.count, p.source.kind, p.phrase) == (4, SourceKind.LIBRARY_DEFAULT, "default: 4 CPUs in affinity")
 
 
 def test_libgomp_takes_the_first_list_element_and_is_not_capped():
@@ -84,18 +86,18 @@ def test_blis_defaults_to_one_and_torch_inter_op_to_hardware_concurrency():
 def test_explain_launch_value_now_value_and_run_time():
     m, f = MODELS["openblas"], facts(cpus=4)
     launch, now = {"OPENBLAS_NUM_THREADS": "2"}, {"OPENBLAS_NUM_THREADS": "1"}
-    row = explain("openblas", 2, m, now, launch, f)
-    assert row["source"] == "env OPENBLAS_NUM_THREADS=2" and row["kind"] == "env"
+    row = explain("openblas", 2, m, now, launch, f).to_dict()
+    assert row["source"]["text"] == "env OPENBLAS_NUM_THREADS=2" and row["source"]["kind"] == "variable"
     assert "changed after launch" in row["note"]
-    row = explain("openblas", 1, m, now, launch, f)
-    assert row["source"] == "env OPENBLAS_NUM_THREADS=1 (set after launch, before this library loaded)"
-    row = explain("openblas", 3, m, now, launch, f)
-    assert (row["source"], row["kind"], row["variable"]) == (RUNTIME, "runtime", None)
+    row = explain("openblas", 1, m, now, launch, f).to_dict()
+    assert row["source"]["text"] == "env OPENBLAS_NUM_THREADS=1 (set after launch, before this library loaded)"
+    row = explain("openblas", 3, m, now, launch, f).to_dict()
+    assert (row["source"], row["variable"]) == (RUNTIME.to_json(), None) and RUNTIME.kind is SourceKind.RUN_TIME
     assert row["expected_from_env"] == 2
-    row = explain("openblas", None, m, now, launch, f)
-    assert row["kind"] == "unknown" and row["source"].startswith("unknown (")
-    row = explain("openblas", 4, m, {}, "unknown (AccessDenied)", f)
-    assert row["source"] == "default: 4 CPUs in affinity" and "unknown (AccessDenied)" in row["note"]
+    row = explain("openblas", None, m, now, launch, f).to_dict()
+    assert row["source"]["kind"] == "unknown" and row["source"]["text"].startswith("unknown (")
+    row = explain("openblas", 4, m, {}, "unknown (AccessDenied)", f).to_dict()
+    assert row["source"]["text"] == "default: 4 CPUs in affinity" and "unknown (AccessDenied)" in row["note"]
 
 
 # ---- real processes ------------------------------------------------------------------------------
@@ -103,7 +105,7 @@ def test_explain_launch_value_now_value_and_run_time():
 @needs_numpy
 def test_openblas_num_threads_decides_openblas():
     row = one(settings(env=clean_env(OPENBLAS_NUM_THREADS="1")), "openblas")
-    assert row["count"] == 1 and row["source"] == "env OPENBLAS_NUM_THREADS=1"
+    assert row["count"] == 1 and row["source"]["text"] == "env OPENBLAS_NUM_THREADS=1"
     assert row["variable"] == "OPENBLAS_NUM_THREADS" and row["expected_from_env"] == 1
     assert row["precedence"] == ["OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"]
 
@@ -111,13 +113,14 @@ def test_openblas_num_threads_decides_openblas():
 @needs_numpy
 def test_omp_num_threads_alone_decides_openblas():
     row = one(settings(env=clean_env(OMP_NUM_THREADS="1")), "openblas")
-    assert row["count"] == 1 and row["source"] == "env OMP_NUM_THREADS=1"
+    assert row["count"] == 1 and row["source"]["text"] == "env OMP_NUM_THREADS=1"
 
 
 @needs_numpy
 def test_affinity_decides_the_default():
     row = one(settings(prefix=["taskset", "-c", "0"]), "openblas")
-    assert row["count"] == 1 and row["source"] == "default: 1 CPU in affinity" and row["kind"] == "default"
+    assert row["count"] == 1 and row["source"]["kind"] == "library default"
+    assert row["source"]["text"] == "default: 1 CPU in affinity"
 
 
 @needs_numpy
@@ -125,7 +128,8 @@ def test_a_limit_set_at_run_time_is_said():
     row = one(settings(before="import threadpoolctl; threadpoolctl.threadpool_limits(1); "), "openblas")
     if row["expected_from_env"] == 1:
         pytest.skip("one CPU: a limit of 1 cannot be told from the default")
-    assert row["count"] == 1 and row["source"].startswith("set at run time") and row["kind"] == "runtime"
+    assert row["count"] == 1 and row["source"]["kind"] == "run-time call"
+    assert row["source"]["text"].startswith("set at run time")
 
 
 @needs_numpy
@@ -135,10 +139,10 @@ def test_variable_set_after_numpy_but_before_scipy():
     numpy_row, scipy_row = one(rows, "openblas", "numpy"), one(rows, "openblas", "scipy")
     if numpy_row["count"] == 1:
         pytest.skip("one CPU: the default cannot be told from the variable")
-    assert numpy_row["source"].startswith("default:")
+    assert numpy_row["source"]["text"].startswith("default:")
     assert "changed after launch" in numpy_row["note"]
     assert scipy_row["count"] == 1
-    assert scipy_row["source"] == "env OPENBLAS_NUM_THREADS=1 (set after launch, before this library loaded)"
+    assert scipy_row["source"]["text"] == "env OPENBLAS_NUM_THREADS=1 (set after launch, before this library loaded)"
 
 
 def test_numexpr_is_modelled_when_imported(tmp_path):
@@ -151,23 +155,23 @@ def test_numexpr_is_modelled_when_imported(tmp_path):
             "from parinfo.machine.topology import machine_facts; "
             "rows = library_settings([], None, os.environ, None, machine_facts()); "
             "numexpr.nthreads = 5; rows += library_settings([], None, os.environ, None, machine_facts()); "
-            "print(json.dumps(rows))")
+            "print(json.dumps([r.to_dict() for r in rows]))")
     rows = run_json(code, env=clean_env(PYTHONPATH=str(tmp_path), NUMEXPR_NUM_THREADS="3"))
     assert [r["library"] for r in rows] == ["numexpr", "numexpr"]
-    assert rows[0]["source"] == "env NUMEXPR_NUM_THREADS=3" and rows[0]["count"] == 3
+    assert rows[0]["source"]["text"] == "env NUMEXPR_NUM_THREADS=3" and rows[0]["count"] == 3
     assert rows[0]["precedence"] == ["NUMEXPR_NUM_THREADS", "OMP_NUM_THREADS"]
-    assert rows[1]["source"] == "set at run time (numexpr.set_num_threads)"
+    assert rows[1]["source"]["text"] == "set at run time (numexpr.set_num_threads)"
     rows = run_json(code, env=clean_env(PYTHONPATH=str(tmp_path)))
-    assert rows[0]["count"] == 8 and rows[0]["source"].startswith("default: 8 ")
+    assert rows[0]["count"] == 8 and rows[0]["source"]["text"].startswith("default: 8 ")
 
 
 def test_a_library_without_a_model_is_unknown_not_run_time():
     pools = [{"library": "flexiblas", "num_threads": 4, "owner": "system", "filepath": "/usr/lib/libflexiblas.so"},
              {"library": "vcomp", "num_threads": 2, "owner": "unknown", "filepath": "/x/vcomp140.dll"}]
-    rows = library_settings(pools, None, {}, {}, facts())
-    assert [r["kind"] for r in rows] == ["unknown", "unknown"]
-    assert rows[0]["source"] == "unknown (decided by FlexiBLAS's backend)"
-    assert rows[1]["source"] == "unknown (parinfo has no model for vcomp)"
+    rows = [r.to_dict() for r in library_settings(pools, None, {}, {}, facts())]
+    assert [r["source"]["kind"] for r in rows] == ["unknown", "unknown"]
+    assert rows[0]["source"]["text"] == "unknown (decided by FlexiBLAS's backend)"
+    assert rows[1]["source"]["text"] == "unknown (parinfo has no model for vcomp)"
     assert rows[0]["owner"] == "system" and rows[0]["count"] == 4
 
 
@@ -198,8 +202,10 @@ def test_a_library_loaded_after_apply_read_the_profiles_variable_even_when_the_d
     profile.write_text(SAME_AS_DEFAULT)
     late = run_json(AFTER_APPLY.format(profile=str(profile), late="import numpy"))
     row = one(late, "openblas")
-    assert row["kind"] == "env" and row["variable"] == "OPENBLAS_NUM_THREADS", row
-    assert row["source"].endswith("(set by parinfo.apply, profile same-as-default, before this library loaded)")
+    # the variable decided it, and apply() set the variable: the source is the profile, naming both
+    assert row["source"]["kind"] == "profile" and row["variable"] == "OPENBLAS_NUM_THREADS", row
+    assert row["source"]["detail"] == "same-as-default (OPENBLAS_NUM_THREADS)", row
+    assert row["source"]["text"].endswith("(set by parinfo.apply, profile same-as-default, before this library loaded)")
     assert row["count"] == row["expected_from_env"]
 
 
@@ -209,4 +215,4 @@ def test_a_library_loaded_before_apply_is_said_to_be_set_by_its_push_not_by_the_
     profile.write_text(SAME_AS_DEFAULT)
     early = run_json("import numpy\n" + AFTER_APPLY.format(profile=str(profile), late=""))
     row = one(early, "openblas")
-    assert row["source"] == "set at run time by parinfo.apply (profile same-as-default)", row
+    assert row["source"]["text"] == "set at run time by parinfo.apply (profile same-as-default)", row

@@ -9,7 +9,8 @@ pytestmark = pytest.mark.torch
 CODE = ("import json, os, torch; {before}from parinfo.process.pools import native_pools; "
         "from parinfo.process.frameworks import torch_info; from parinfo.process.provenance import library_settings; "
         "from parinfo.machine.topology import machine_facts; "
-        "print(json.dumps(library_settings(native_pools(), torch_info(), os.environ, None, machine_facts())))")
+        "print(json.dumps([r.to_dict() for r in library_settings(native_pools(), torch_info(), os.environ, None, "
+        "machine_facts())]))")
 
 
 def rows_for(before: str = "", **kw) -> dict[str, dict]:
@@ -22,20 +23,21 @@ def test_torch_rows_follow_mkl_then_omp():
     intra = rows[("torch intra-op", "torch")]
     if intra["precedence"] == ["OMP_NUM_THREADS"]:
         pytest.skip("torch built without MKL")
-    assert intra["count"] == 1 and intra["source"] == "env MKL_NUM_THREADS=1"
+    assert intra["count"] == 1 and intra["source"]["text"] == "env MKL_NUM_THREADS=1"
     assert intra["precedence"] == ["MKL_NUM_THREADS", "OMP_NUM_THREADS"]
     inter = rows[("torch inter-op", "torch")]
-    assert inter["kind"] == "default" and "hardware_concurrency" in inter["source"]
+    assert inter["source"]["kind"] == "library default" and "hardware_concurrency" in inter["source"]["text"]
     assert inter["precedence"] == []
 
 
 def test_torch_setters_are_run_time_sources():
     rows = rows_for("torch.set_num_threads(7); torch.set_num_interop_threads(5); ")
     intra = rows[("torch intra-op", "torch")]
-    assert intra["count"] == 7 and intra["kind"] == "runtime"
-    assert intra["source"].startswith("set at run time") and "torch.set_num_threads" in intra["source"]
+    assert intra["count"] == 7 and intra["source"]["kind"] == "run-time call"
+    assert intra["source"]["text"].startswith("set at run time") and "torch.set_num_threads" in intra["source"]["text"]
     inter = rows[("torch inter-op", "torch")]
-    assert (inter["count"], inter["source"]) == (5, "set at run time (torch.set_num_interop_threads)")
+    assert (inter["count"], inter["source"]) == (5, {"kind": "run-time call", "detail": "torch.set_num_interop_threads",
+                                                     "text": "set at run time (torch.set_num_interop_threads)"})
 
 
 def test_torch_libgomp_set_by_torch_is_said():
@@ -46,17 +48,17 @@ def test_torch_libgomp_set_by_torch_is_said():
     intra = rows[("torch intra-op", "torch")]
     # libgomp alone would take 8; torch sets its runtime to its own (capped) intra-op count.
     if intra["count"] == 8:
-        assert gomp[0]["source"] == "env OMP_NUM_THREADS=8"
+        assert gomp[0]["source"]["text"] == "env OMP_NUM_THREADS=8"
     else:
         assert gomp[0]["count"] == intra["count"]
-        assert gomp[0]["source"].startswith("set by torch") and gomp[0]["kind"] == "framework"
+        assert gomp[0]["source"]["text"].startswith("set by torch") and gomp[0]["source"]["kind"] == "framework"
 
 
 def test_taskset_gives_intra_from_affinity_but_inter_from_all_cpus():
     rows = rows_for(prefix=["taskset", "-c", "0"])
     intra, inter = rows[("torch intra-op", "torch")], rows[("torch inter-op", "torch")]
-    assert intra["count"] == 1 and intra["source"] == "default: 1 physical core in affinity"
-    assert inter["kind"] == "default" and inter["count"] == inter["expected_from_env"]
+    assert intra["count"] == 1 and intra["source"]["text"] == "default: 1 physical core in affinity"
+    assert inter["source"]["kind"] == "library default" and inter["count"] == inter["expected_from_env"]
 
 
 def test_an_openmp_limit_after_import_torch_is_not_said_to_be_torch_set_num_threads_alone():
@@ -68,5 +70,6 @@ def test_an_openmp_limit_after_import_torch_is_not_said_to_be_torch_set_num_thre
         pytest.skip("this torch build does not read the thread's OpenMP count")
     for row in [intra, *(r for (lib, owner), r in rows.items() if owner == "torch" and r["count"] == 1
                          and lib in ("libgomp", "libiomp", "libomp", "mkl"))]:
-        assert "torch.set_num_threads" in row["source"] and "OpenMP limit in this thread" in row["source"], row
-        assert "set_num_threads(1), which sets" not in row["source"]
+        said = row["source"]["text"]
+        assert "torch.set_num_threads" in said and "OpenMP limit in this thread" in said, row
+        assert "set_num_threads(1), which sets" not in row["source"]["text"]

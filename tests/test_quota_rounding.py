@@ -21,6 +21,7 @@ from parinfo.errors import ProfileError, UsageError
 from parinfo.machine.rounding import round_quota
 from parinfo.machine.topology import MachineFacts, machine_facts
 from parinfo.profiles.loading import resolve_profile
+from parinfo.source import SourceKind, profile, variable
 
 
 def _v2(tmp_path, cpus: int, cpu_max: dict[str, str], path: str = "/job") -> str:
@@ -32,7 +33,7 @@ def _v2(tmp_path, cpus: int, cpu_max: dict[str, str], path: str = "/job") -> str
 def test_one_and_a_half_cpus_on_a_v2_host(tmp_path):
     f = machine_facts(_v2(tmp_path, 4, {"/job": "150000 100000"}), environ={})
     assert f.quota == 1.5 and f.usable_cpus == 1
-    assert f.quota_rounding == "floor" and f.quota_rounding_source == "default"
+    assert f.quota_rounding == "floor" and f.quota_rounding_source.kind is SourceKind.PARINFO_DEFAULT
     assert "floor(cgroup quota)" in f.usable_rule
     # loky reads /sys/fs/cgroup/cpu.max only: the job's cgroup is below it, so loky sees no limit.
     assert f.usable_by_rule == {"go": 2, "jdk": 2, "dotnet": 2, "loky": 4, "rust": 1, "nproc": 2}
@@ -91,7 +92,7 @@ def test_rounding_from_the_variable(tmp_path):
     root = _v2(tmp_path, 4, {"/job": "150000 100000"})
     f = machine_facts(root, environ={"PARINFO_QUOTA_ROUNDING": "ceil"})
     assert f.usable_cpus == 2 and f.quota_rounding == "ceil"
-    assert f.quota_rounding_source == "env PARINFO_QUOTA_ROUNDING=ceil"
+    assert f.quota_rounding_source == variable("PARINFO_QUOTA_ROUNDING", "ceil")
     assert "ceil(cgroup quota)" in f.usable_rule and f.invalid == {}
     assert machine_facts(root, environ={"PARINFO_QUOTA_ROUNDING": " Nearest "}).usable_cpus == 2
 
@@ -99,15 +100,16 @@ def test_rounding_from_the_variable(tmp_path):
 @pytest.mark.parametrize("bad", ["bogus", "", "2", "floor,ceil", "\x1b[31m"])
 def test_bad_rounding_variable_is_invalid_and_floor_stays(tmp_path, bad):
     f = machine_facts(_v2(tmp_path, 4, {"/job": "150000 100000"}), environ={"PARINFO_QUOTA_ROUNDING": bad})
-    assert f.usable_cpus == 1 and f.quota_rounding == "floor" and f.quota_rounding_source == "default"
+    assert f.usable_cpus == 1 and f.quota_rounding == "floor" and f.quota_rounding_source.text == "default"
     assert "is not one of floor, ceil, nearest" in f.invalid["PARINFO_QUOTA_ROUNDING"]
 
 
 def test_argument_wins_over_the_variable(tmp_path):
     root = _v2(tmp_path, 4, {"/job": "150000 100000"})
     f = machine_facts(root, environ={"PARINFO_QUOTA_ROUNDING": "floor"}, quota_rounding="ceil",
-                      rounding_source="profile p")
-    assert (f.usable_cpus, f.quota_rounding_source) == (2, "profile p")
+                      rounding_source=profile("p", "quota_rounding"))
+    assert (f.usable_cpus, f.quota_rounding_source.kind, f.quota_rounding_source.text) == (
+        2, SourceKind.PROFILE, "profile p (quota_rounding)")
     with pytest.raises(UsageError, match="floor, ceil, nearest"):
         machine_facts(root, environ={}, quota_rounding="up")
 
@@ -116,8 +118,8 @@ def test_rounded_and_the_round_trip(tmp_path):
     f = machine_facts(FakeMachine(tmp_path).cpus(4, smt=2).cgroup_v2("/j", cpu_max={"/j": "250000 100000"}).build(),
                       environ={})
     assert (f.usable_cpus, f.usable_physical_cores) == (2, 2)
-    g = f.rounded("ceil", "profile x")
-    assert (g.usable_cpus, g.usable_physical_cores, g.quota_rounding_source) == (3, 2, "profile x")
+    g = f.rounded("ceil", profile("x"))
+    assert (g.usable_cpus, g.usable_physical_cores, str(g.quota_rounding_source)) == (3, 2, "profile x")
     back = MachineFacts.from_dict(json.loads(json.dumps(g.to_dict())))
     assert back == g
     d = g.to_dict()
@@ -308,4 +310,4 @@ def test_show_under_a_real_fractional_quota(v1_quota):
     ceil = _in(cg, [sys.executable, "-m", "parinfo", "show", "--json"],
                env=clean_env(PARINFO_QUOTA_ROUNDING="ceil"))
     m = json.loads(ceil.stdout)["machine"]
-    assert m["usable_cpus"] == 2 and m["quota_rounding_source"] == "env PARINFO_QUOTA_ROUNDING=ceil"
+    assert m["usable_cpus"] == 2 and m["quota_rounding_source"]["text"] == "env PARINFO_QUOTA_ROUNDING=ceil"

@@ -73,7 +73,7 @@ def test_a_payload_with_torch_parses_back_to_itself():
 def test_the_payload_keeps_its_sections_and_the_version_that_made_it():
     report = Report.from_dict({"parinfo_version": "9.9", "machine": {"usable_cpus": 3}})
     data = report.to_dict()
-    assert data["parinfo_version"] == "9.9" and data["schema_version"] == 1
+    assert data["parinfo_version"] == "9.9" and data["schema_version"] == 2
     assert list(data) == ["schema_version", "parinfo_version", *SECTIONS]
     assert data["outer"] == {} and data["live"] == {} and data["frameworks"] == {"torch": None}
     assert report.machine.usable_cpus == 3

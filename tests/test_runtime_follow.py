@@ -144,19 +144,19 @@ def test_defaults_follow_a_quota_down_and_up():
 
             set_quota(cg, kind, 1)
             down = child.until(lambda s: s["intra"] == 1 and s["blas"] == [1], FOLLOW_S)
-            assert "default: usable physical cores, re-read at " in down["source"]
+            assert "default: usable physical cores, re-read at " in down["source"]["text"]
             child.until(lambda s: s["workers"] == 0, FOLLOW_S)  # the pool shrank
             report = child.report()
             rows = {r["library"]: r for r in report["settings"]}
             assert rows["openblas"]["count"] == 1
-            assert rows["openblas"]["source"].startswith("default: usable CPUs, re-read at ")
-            assert rows["parinfo intra-op"]["source"].startswith("default: usable physical cores, re-read at ")
+            assert rows["openblas"]["source"]["text"].startswith("default: usable CPUs, re-read at ")
+            assert rows["parinfo intra-op"]["source"]["text"].startswith("default: usable physical cores, re-read at ")
             assert report["runtime"]["follow"]["changes"][-1]["usable_cpus"] == [2, 1]
             assert not [f for f in report["findings"] if f["id"] == "count-above-quota"]
 
             set_quota(cg, kind, None)
             up = child.until(lambda s: s["intra"] == 2 and s["blas"] == [2], FOLLOW_S)
-            assert "re-read at" in up["source"]
+            assert "re-read at" in up["source"]["text"]
             child.until(lambda s: s["workers"] == 1, FOLLOW_S)  # and grew again
         finally:
             child.stop()
@@ -174,7 +174,7 @@ def test_a_count_set_by_a_call_stays_and_the_finding_says_so():
             # the re-read happened (the follower saw 1 usable CPU) and nothing moved
             seen = child.until(lambda s: s["follow"]["usable_cpus"] == 1, FOLLOW_S)
             later = child.until(lambda s: s["follow"]["rereads"] >= seen["follow"]["rereads"] + 2, FOLLOW_S)
-            assert later["intra"] == 2 and later["blas"] == [2] and later["source"] == "explicit call"
+            assert later["intra"] == 2 and later["blas"] == [2] and later["source"]["text"] == "explicit call"
             report = child.report()
             found = [f for f in report["findings"] if f["id"] == "count-above-quota"]
             intra = [f for f in found if f["message"].startswith("parinfo intra-op")]
@@ -295,8 +295,9 @@ def test_the_finding_says_a_count_was_kept_only_after_a_change():
     from test_diagnostics_rules import base, diagnose
 
     s = base(1, quota=1.0, affinity=[0, 1], logical_cpus=2)
-    s["settings"] = [{"library": "openblas", "count": 2, "source": "env OPENBLAS_NUM_THREADS=2", "kind": "env",
-                      "variable": "OPENBLAS_NUM_THREADS"}]
+    s["settings"] = [{"library": "openblas", "count": 2, "variable": "OPENBLAS_NUM_THREADS",
+                      "source": {"kind": "variable", "detail": "OPENBLAS_NUM_THREADS=2",
+                                 "text": "env OPENBLAS_NUM_THREADS=2"}}]
     before = [f for f in diagnose(s) if f.id == "count-above-quota"]
     assert len(before) == 1 and "kept" not in before[0].message
     s["runtime"]["follow"] = {"enabled": True, "changes": [{"at": "12:34:56", "usable_cpus": [2, 1]}]}

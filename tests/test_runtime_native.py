@@ -24,7 +24,7 @@ def test_push_is_visible_through_threadpoolctl_with_numpy_loaded():
     assert out["one"] == [1]
     assert out["after_profile"] == [1]  # the explicit call outranks the profile
     push = out["push"]
-    assert push["count"] == 1 and push["source"] == "explicit call"
+    assert push["count"] == 1 and push["source"]["text"] == "explicit call"
     assert any(p["internal_api"] in ("openblas", "mkl", "blis") and p["num_threads"] == 1
                for p in push["pools"])
 
@@ -37,7 +37,7 @@ def test_profile_push_and_libraries_loaded_after_the_push_get_the_count():
         "rt.parallel_for(0, 10, 1, lambda a, b: None)\n"
         "print(json.dumps({'blas': blas(), 'push': rt.info()['native_push']}))")
     assert out["blas"] == [1]
-    assert out["push"]["source"] == "profile latency"
+    assert out["push"]["source"]["text"] == "profile latency"
 
 
 def test_importing_and_reading_pushes_nothing():

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from conftest import clean_env, words
 
 pytestmark = pytest.mark.torch
 
@@ -148,7 +148,8 @@ def test_pool_threads_get_the_budgets_native_threads_per_lane(tmp_path: Path) ->
                           "threads": [alone, with_team, waited],
                           "same": all(torch.allclose(o, h(a, 40)) for o in outs)}))
     """, PARINFO_NUM_THREADS="2", PARINFO_NUM_INTEROP_THREADS="2")
-    assert out["pool"] == {"threads": 2, "native_per_lane": 1, "source": "parinfo", "pinned": 2}
+    assert words(out["pool"]) == {"threads": 2, "native_per_lane": 1, "source": "parinfo", "pinned": 2}
+    assert out["pool"]["source"]["kind"] == "run-time call"
     assert out["pt"] == 2 and out["main"] == 2 and out["same"]
     _alone, with_team, waited = out["threads"]
     assert with_team > waited

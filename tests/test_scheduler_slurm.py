@@ -15,6 +15,7 @@ from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
 from parinfo.machine.scheduler import allocation
 from parinfo.machine.topology import machine_facts
+from parinfo.source import SourceKind
 
 
 @pytest.mark.parametrize(("env", "cpus", "source"), [
@@ -27,12 +28,13 @@ from parinfo.machine.topology import machine_facts
 ])
 def test_the_count_and_its_source(env, cpus, source):
     a = allocation({"SLURM_JOB_ID": "77", **env})
-    assert (a.cpus, a.source, a.job, a.invalid) == (cpus, source, "77", {})
+    assert (a.cpus, a.source.text, a.job, a.invalid) == (cpus, source, "77", {})
+    assert a.source.kind is SourceKind.VARIABLE and a.source.detail == source.split(": ", 1)[1]
 
 
 def test_outside_a_job_nothing_counts():
     a = allocation({"SLURM_CPUS_PER_TASK": "4", "SLURM_CPUS_ON_NODE": "8"})
-    assert (a.cpus, a.source, a.invalid) == (None, "none", {})
+    assert (a.cpus, a.source.kind, a.invalid) == (None, SourceKind.NONE, {})
 
 
 @pytest.mark.parametrize(("name", "value"), [
@@ -55,7 +57,7 @@ def test_garbage_is_invalid_and_the_next_variable_counts(name, value):
 def test_a_garbage_job_id_is_invalid_but_the_count_holds():
     a = allocation({"SLURM_JOB_ID": "x;y", "SLURM_CPUS_PER_TASK": "2"})
     assert a.cpus == 2 and a.job is None and "SLURM_JOB_ID" in a.invalid
-    assert a.source == "Slurm job: SLURM_CPUS_PER_TASK=2"
+    assert a.source.text == "Slurm job: SLURM_CPUS_PER_TASK=2"
 
 
 def _facts(tmp_path, env, cpus=8, affinity=None):
@@ -68,7 +70,7 @@ def _facts(tmp_path, env, cpus=8, affinity=None):
 def test_the_allocation_bounds_usable_cpus(tmp_path):
     f = _facts(tmp_path, {"SLURM_JOB_ID": "9", "SLURM_CPUS_PER_TASK": "2"})
     assert (f.usable_cpus, f.usable_physical_cores, f.allocation) == (2, 2, 2)
-    assert f.allocation_source == "Slurm job 9: SLURM_CPUS_PER_TASK=2"
+    assert f.allocation_source.text == "Slurm job 9: SLURM_CPUS_PER_TASK=2"
     assert f.usable_rule == "min(affinity CPUs, cpuset CPUs, floor(cgroup quota), Slurm allocation), at least 1"
     # An allocation larger than what the process may run on changes nothing.
     g = _facts(tmp_path, {"SLURM_JOB_ID": "9", "SLURM_CPUS_PER_TASK": "16"})
@@ -79,7 +81,7 @@ def test_environment_read_from_the_process_under_root(tmp_path):
     root = FakeMachine(tmp_path).cpus(8).file(
         "proc/self/environ", "PATH=/bin\0SLURM_JOB_ID=3\0SLURM_JOB_CPUS_PER_NODE=4(x2)\0").build()
     f = machine_facts(root)
-    assert f.usable_cpus == 4 and f.allocation_source == "Slurm job 3: SLURM_JOB_CPUS_PER_NODE=4(x2)"
+    assert f.usable_cpus == 4 and f.allocation_source.text == "Slurm job 3: SLURM_JOB_CPUS_PER_NODE=4(x2)"
 
 
 def _report(facts, settings=()):
@@ -124,7 +126,7 @@ def test_show_in_an_unbound_job():
     d = json.loads(out.stdout)
     m = d["machine"]
     assert (m["usable_cpus"], m["allocation"]) == (1, 1)
-    assert m["allocation_source"] == "Slurm job 41: SLURM_CPUS_PER_TASK=1"
+    assert m["allocation_source"]["text"] == "Slurm job 41: SLURM_CPUS_PER_TASK=1"
     assert "scheduler-unbound" in {f["id"] for f in d["findings"]}
     intra = [s for s in d["settings"] if s["library"] == "parinfo intra-op"]
     assert intra and intra[0]["count"] == 1  # parinfo's own default follows the allocation
@@ -158,7 +160,7 @@ def test_another_process_allocation_is_read_from_its_environment():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
     try:
         f = machine_facts(pid=child.pid)
-        assert f.allocation == 1 and f.allocation_source == "Slurm job 8: SLURM_CPUS_ON_NODE=1"
+        assert f.allocation == 1 and f.allocation_source.text == "Slurm job 8: SLURM_CPUS_ON_NODE=1"
     finally:
         child.kill()
         child.wait()

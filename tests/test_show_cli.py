@@ -21,7 +21,7 @@ def show_json(*args: str, **kw) -> dict:
 def test_json_report_follows_the_published_schema():
     report = show_json()
     jsonschema.validate(report, SCHEMA)
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
     assert "numpy" in report["probes"]["imported"]  # numpy is probed by default
 
 

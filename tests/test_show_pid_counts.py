@@ -62,7 +62,7 @@ def test_numpy_limited_after_import_shows_the_count_read_from_memory():
         report = json.loads(run_cli("show", "--pid", str(proc.pid), "--json").stdout)
         blas = [p for p in report["pools"] if p["library"] == "openblas"]
         assert blas and {p["filepath"]: p["num_threads"] for p in blas} == truth == {p["filepath"]: 1 for p in blas}
-        assert all(p["count_source"] == IN_FORCE and "launch_count" not in p for p in blas)
+        assert all(p["count_source"] == IN_FORCE.to_json() and "launch_count" not in p for p in blas)
         text = run_cli("show", "--pid", str(proc.pid))
         assert text.returncode == 0 and f"1 thread   {IN_FORCE}" in text.stdout, text.stdout
         assert "read from the process's memory: 1 of 1 pools" in text.stdout
@@ -78,7 +78,7 @@ def test_a_count_only_the_launch_environment_gives_is_marked_never_in_force():
         report = json.loads(run_cli("show", "--pid", str(proc.pid), "--json").stdout)
         (row,) = [p for p in report["pools"] if p["library"] == "libgomp"]
         assert row["num_threads"] is None
-        assert (row["launch_count"], row["count_source"]) == (3, FROM_LAUNCH)
+        assert (row["launch_count"], row["count_source"]) == (3, FROM_LAUNCH.to_json())
         assert "OMP_NUM_THREADS=3" in row["launch_from"]
         text = run_cli("show", "--pid", str(proc.pid)).stdout
         assert f"3 threads at launch   {FROM_LAUNCH}" in text and "in force (read" not in text
@@ -93,8 +93,8 @@ def test_a_count_neither_readable_nor_set_at_launch_is_unknown_with_why():
         report = json.loads(run_cli("show", "--pid", str(proc.pid), "--json").stdout)
         (row,) = [p for p in report["pools"] if p["library"] == "libgomp"]
         assert row["num_threads"] is None and "launch_count" not in row
-        assert row["count_source"].startswith("unknown (kept inside the process")
-        assert "none of OMP_NUM_THREADS was set at launch" in row["count_source"]
+        assert row["count_source"]["text"].startswith("unknown (kept inside the process")
+        assert "none of OMP_NUM_THREADS was set at launch" in row["count_source"]["text"]
     finally:
         stop_target(proc)
 
@@ -205,7 +205,7 @@ def test_show_pid_children_lists_each_childs_pools_with_its_pid():
         assert {p["pid"] for p in rows} == set(truth), report["pools"]
         for row in rows:
             assert row["num_threads"] == truth[row["pid"]][row["filepath"]]  # threadpoolctl inside the child
-            assert row["count_source"] == IN_FORCE
+            assert row["count_source"] == IN_FORCE.to_json()
         assert sorted(row["num_threads"] for row in rows) == sorted(
             n for pools in truth.values() for n in pools.values())
         text = run_cli("show", "--pid", str(proc.pid), "--children").stdout

@@ -107,7 +107,7 @@ def test_plain_show_loads_neither_typer_nor_rich():
             "from parinfo.cli import main\n"
             "main()\n")
     proc = run_py(code, env=clean_env())
-    assert json.loads(proc.stdout)["schema_version"] == 1
+    assert json.loads(proc.stdout)["schema_version"] == 2
     assert proc.stderr.strip().splitlines()[-1] == "[]"
 
 

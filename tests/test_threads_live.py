@@ -13,7 +13,7 @@ def test_counts_this_process_threads_and_follows_a_new_one():
 
     before = live_threads()
     assert before["count"] == psutil.Process().num_threads() == len(before["threads"])
-    assert before["source"] == "/proc/self/task"
+    assert before["source"]["text"] == "/proc/self/task"
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()

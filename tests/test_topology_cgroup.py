@@ -24,7 +24,7 @@ def test_v2_cpu_max(tmp_path, cpu_max, quota, usable):
     f = _v2(tmp_path, {"/job": cpu_max})
     assert f.quota == quota
     assert f.usable_cpus == usable
-    assert f.quota_source == ("none" if quota is None else "/sys/fs/cgroup/job/cpu.max")
+    assert f.quota_source.text == ("none" if quota is None else "/sys/fs/cgroup/job/cpu.max")
     assert f.cgroup_version == "v2" and f.cgroup_path == "/job"
     assert "quota" not in f.unknown
 
@@ -41,7 +41,7 @@ def test_v1_cfs_quota(tmp_path, quota_us, period_us, quota, usable):
     assert f.quota == quota
     assert f.usable_cpus == usable
     if quota is not None:
-        assert f.quota_source == "/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us"
+        assert f.quota_source.text == "/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us"
     assert f.cgroup_version == "v1"
 
 
@@ -49,7 +49,7 @@ def test_ancestor_tighter_than_leaf_wins_v2(tmp_path):
     f = _v2(tmp_path, {"/a": "200000 100000", "/a/b": "max 100000", "/a/b/c": "800000 100000"},
             path="/a/b/c")
     assert f.quota == 2.0
-    assert f.quota_source == "/sys/fs/cgroup/a/cpu.max"
+    assert f.quota_source.text == "/sys/fs/cgroup/a/cpu.max"
     assert f.usable_cpus == 2
 
 
@@ -60,17 +60,17 @@ def test_ancestor_tighter_than_leaf_wins_v1(tmp_path):
             .build())
     f = machine_facts(root)
     assert f.quota == 3.0 and f.usable_cpus == 3
-    assert f.quota_source.endswith("/slurm/job1/cpu.cfs_quota_us")
+    assert f.quota_source.text.endswith("/slurm/job1/cpu.cfs_quota_us")
 
 
 def test_leaf_tighter_than_ancestor(tmp_path):
     f = _v2(tmp_path, {"/a": "400000 100000", "/a/b": "100000 100000"}, path="/a/b")
-    assert f.quota == 1.0 and f.quota_source == "/sys/fs/cgroup/a/b/cpu.max"
+    assert f.quota == 1.0 and f.quota_source.text == "/sys/fs/cgroup/a/b/cpu.max"
 
 
 def test_no_cgroup_at_all(tmp_path):
     f = machine_facts(FakeMachine(tmp_path).cpus(4).build())
-    assert f.quota is None and f.quota_source == "none"
+    assert f.quota is None and f.quota_source.text == "none"
     assert f.cpuset is None and f.cgroup_version is None
     assert f.usable_cpus == 4
     assert "quota" not in f.unknown and "cpuset" not in f.unknown
@@ -123,7 +123,7 @@ def test_container_mount_root_is_the_process_cgroup(tmp_path):
             .build())
     f = machine_facts(root)
     assert f.quota == 2.0
-    assert f.quota_source == "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"
+    assert f.quota_source.text == "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"
     assert f.notes == ()
 
 
@@ -133,7 +133,7 @@ def test_container_with_nested_path_below_mount_root(tmp_path):
                        cpu_max={"/kubepods/pod1": "100000 100000", "/kubepods/pod1/ctr": "max 100000"})
             .build())
     f = machine_facts(root)
-    assert f.quota == 1.0 and f.quota_source == "/sys/fs/cgroup/cpu.max"
+    assert f.quota == 1.0 and f.quota_source.text == "/sys/fs/cgroup/cpu.max"
 
 
 def test_cgroup_path_missing_under_mount_falls_back_to_mount_point(tmp_path):
@@ -141,7 +141,7 @@ def test_cgroup_path_missing_under_mount_falls_back_to_mount_point(tmp_path):
             .cgroup_v2("/gone/away", cpu_max={"/": "400000 100000"})
             .remove("sys/fs/cgroup/gone").build())
     f = machine_facts(root)
-    assert f.quota == 4.0 and f.quota_source == "/sys/fs/cgroup/cpu.max"
+    assert f.quota == 4.0 and f.quota_source.text == "/sys/fs/cgroup/cpu.max"
     assert any("/gone/away does not exist" in n for n in f.notes)
 
 
@@ -173,7 +173,7 @@ def test_cpuset_smaller_than_affinity_v2(tmp_path):
     root = (FakeMachine(tmp_path).cpus(16).cgroup_v2("/job", cpuset={"/job": "4-7"}).build())
     f = machine_facts(root)
     assert f.cpuset == (4, 5, 6, 7)
-    assert f.cpuset_source == "/sys/fs/cgroup/job/cpuset.cpus.effective"
+    assert f.cpuset_source.text == "/sys/fs/cgroup/job/cpuset.cpus.effective"
     assert f.usable_cpus == 4 and f.usable_cpu_list == (4, 5, 6, 7)
 
 

@@ -19,7 +19,7 @@ def test_two_sockets_28_cores_smt_numa(tmp_path):
     assert all(len(c) == 2 for c in f.core_siblings)
     assert f.affinity == tuple(range(112))
     assert (f.usable_cpus, f.usable_physical_cores) == (112, 56)
-    assert f.quota is None and f.quota_source == "none" and f.cpuset is None
+    assert f.quota is None and f.quota_source.text == "none" and f.cpuset is None
     assert f.core_types == {}
     assert f.unknown == {}
 

@@ -69,7 +69,7 @@ def test_real_cgroup_quota_half_a_cpu(quota_cgroup):
     assert d["quota"] == 0.5
     assert d["usable_cpus"] == 1
     name = "cpu.cfs_quota_us" if kind == "v1" else "cpu.max"
-    assert d["quota_source"] == str(cg / name)
+    assert d["quota_source"]["text"] == str(cg / name)
     assert d["cgroup_path"].endswith(cg.name)
 
 

@@ -103,7 +103,7 @@ torch.set_num_threads(1)
 r = parinfo.inspect()
 truth = [p["num_threads"] for p in threadpoolctl.threadpool_info()
          if p["user_api"] == "openmp" and "torch" in p["filepath"]]
-rows = [(s.count, s.source) for s in r.settings if s.library in ("libgomp", "libiomp", "libomp")
+rows = [(s.count, str(s.source)) for s in r.settings if s.library in ("libgomp", "libiomp", "libomp")
         and s.owner == "torch"]
 print(json.dumps({"truth": truth, "rows": rows, "torch": torch.get_num_threads()}))
 """, timeout=120)
@@ -131,8 +131,8 @@ def test_numexpr_count_above_its_pool_is_refused_and_said():
     assert "NUMEXPR_MAX_THREADS" in proc.stderr  # numexpr's own complaint
     row = out["row"]
     assert out["pool"] == 4 and row["count"] == out["truth"] == 1  # refused, not capped at 4
-    assert row["kind"] == "env" and row["variable"] == "NUMEXPR_NUM_THREADS"
-    assert row["source"] == ("env NUMEXPR_NUM_THREADS=8 refused: above its pool of NUMEXPR_MAX_THREADS=4, "
+    assert row["source"]["kind"] == "variable" and row["variable"] == "NUMEXPR_NUM_THREADS"
+    assert row["source"]["text"] == ("env NUMEXPR_NUM_THREADS=8 refused: above its pool of NUMEXPR_MAX_THREADS=4, "
                              "so 1 runs instead")
     finding = out["findings"]["count-refused"]
     assert finding["severity"] == "warning" and "runs 1 thread, not 8" in finding["message"]
@@ -145,7 +145,7 @@ def test_numexpr_count_above_its_pool_is_refused_and_said():
 def test_numexpr_count_matches_its_getter(env):
     out = run_json(_NUMEXPR_TRUTH, env=clean_env(**env))
     row = out["row"]
-    assert row["count"] == out["truth"] and row["kind"] in ("env", "default"), row
+    assert row["count"] == out["truth"] and row["source"]["kind"] in ("variable", "library default"), row
     assert row["refused"] is None and "count-refused" not in out["findings"]
 
 
@@ -157,7 +157,7 @@ def openblas():
     r = parinfo.inspect()
     row = next(x for x in r.settings if x.library == "openblas")
     truth = next(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["filepath"] == row.filepath)
-    return {"count": row.count, "truth": truth, "source": row.source, "kind": row.kind,
+    return {"count": row.count, "truth": truth, "source": row.source.to_json(),
             "findings": sorted(f.id for f in r.findings)}
 default = openblas()
 parinfo.apply("single-thread")
@@ -170,9 +170,10 @@ print(json.dumps({"default": default, "applied": applied, "explicit": explicit})
         pytest.skip("one CPU: the profile's count cannot be told from the default")
     applied, explicit = out["applied"], out["explicit"]
     assert applied["count"] == applied["truth"] == 1
-    assert applied["source"] == "set at run time by parinfo.apply (profile single-thread)"
-    assert applied["kind"] == "runtime" and "variable-after-load" not in applied["findings"]
+    assert applied["source"]["text"] == "set at run time by parinfo.apply (profile single-thread)"
+    assert applied["source"]["kind"] == "profile" and "variable-after-load" not in applied["findings"]
     n = out["default"]["count"]
     assert explicit["count"] == explicit["truth"] == n
-    assert explicit["source"] == f"set at run time by parinfo.set_num_threads({n})"
+    assert explicit["source"]["text"] == f"set at run time by parinfo.set_num_threads({n})"
+    assert explicit["source"]["kind"] == "explicit call"
     assert "variable-after-load" not in explicit["findings"]

@@ -20,7 +20,7 @@ r = parinfo.inspect(imports=[])
 blas = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["internal_api"] == "openblas"]
 rows = [s for s in r.settings if s.library == "openblas"]
 print(json.dumps({"findings": {f.id: f.message for f in r.findings}, "truth": blas,
-                  "ours": [s.count for s in rows], "sources": [s.source for s in rows],
+                  "ours": [s.count for s in rows], "sources": [str(s.source) for s in rows],
                   "notes": [s.note for s in rows]}))
 """
 

@@ -23,12 +23,12 @@ def test_the_runtimes_boolean_readers_agree_with_the_reports_check(monkeypatch, 
     problem = validate("PARINFO_FOLLOW_QUOTA", raw)
     if raw in OFF:
         assert (on, adaptive, problem) == (False, False, None)
-        assert source == f"env PARINFO_FOLLOW_QUOTA={raw}"
+        assert source.text == f"env PARINFO_FOLLOW_QUOTA={raw}"
     elif raw in ON:
         assert (on, adaptive, problem) == (True, True, None)
     else:  # invalid: passed over, the default (on) stays, and the source says what was ignored
         assert on and adaptive and problem is not None
-        assert source == f"default (ignored invalid PARINFO_FOLLOW_QUOTA={raw!r})"
+        assert source.text == f"default (ignored invalid PARINFO_FOLLOW_QUOTA={raw!r})"
 
 
 @pytest.mark.parametrize("raw, backend, source", [
@@ -42,7 +42,8 @@ def test_the_backend_is_read_by_its_kind(monkeypatch, raw, backend, source):
         monkeypatch.delenv("PARINFO_BACKEND", raising=False)
     else:
         monkeypatch.setenv("PARINFO_BACKEND", raw)
-    assert settings._read_backend() == (backend, source)
+    got, said = settings._read_backend()
+    assert (got, said.text) == (backend, source)
 
 
 def test_a_count_variable_reads_as_an_int_and_a_bad_one_as_invalid():

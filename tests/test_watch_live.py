@@ -72,7 +72,7 @@ def test_show_pid_lists_runtimes_from_maps_and_children():
         assert all(p["seen_by"] == f"/proc/{p['pid']}/maps" for p in report["pools"])
         assert len({p["pid"] for p in report["pools"]}) == 2  # the forked child's copy is listed as its own
         # OpenBLAS keeps its count in an exported variable: read from memory (tests/test_inforce.py)
-        assert all(p["num_threads"] == len(os.sched_getaffinity(0)) and p["count_source"].startswith("in force")
+        assert all(p["num_threads"] == len(os.sched_getaffinity(0)) and p["count_source"]["text"].startswith("in force")
                    for p in report["pools"] if p["library"] == "openblas")
         assert report["live"]["tree"]["processes"] == 2
     finally:

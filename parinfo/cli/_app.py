@@ -46,7 +46,7 @@ def _show(
              "'none' for nothing). torch is never imported unless named here, with --torch or with "
              "--format torch."),
     torch: bool = typer.Option(False, "--torch", help="Import torch and report its pools and counts."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (schema_version 1)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (schema_version 2)."),
     fmt: show.Format = typer.Option(show.Format.rich, "--format", "-f",
                                     help="rich (tables), json, or torch (torch.__config__.parallel_info() "
                                          "style: imports torch, whose own lines come first)."),

@@ -42,7 +42,7 @@ def show(
                                        help="A Dask scheduler, e.g. tcp://127.0.0.1:8786."),
     ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS",
                                       help="A running Ray, e.g. 127.0.0.1:6379 or auto."),
-    json_out: bool = typer.Option(False, "--json", help="Print the fleet report as JSON (schema_version 1)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the fleet report as JSON (schema_version 2)."),
     per_thread: bool = typer.Option(False, "--per-thread", help="Dask: also read every executor thread's counts."),
     check: Optional[str] = typer.Option(
         None, "--check", metavar="[=LEVEL]",

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from parinfo.diagnostics.model import LiveSection, ProcessTree, Report, StackBudget, StackLimit, TreeMember
+from parinfo.source import Kind, Source
 
 if TYPE_CHECKING:
     from parinfo.machine.memlimit import MemoryFacts
@@ -24,6 +25,9 @@ SAMPLE_SECONDS = 0.3
 
 COUNTS_UNKNOWN = ("the thread counts in force live inside the process and cannot be read from outside: "
                   "its pools are listed from the files it has loaded, without counts")
+
+SOFT_LIMIT = Source(Kind.FILE, "getrlimit", "soft limit")
+THIS_PROCESS = Source(Kind.FILE, "/proc/PID/task", "this process")
 
 
 def _counts_text(readable: tuple[str, ...]) -> str:
@@ -45,13 +49,13 @@ def _stack_budget(pid: int | None, threads: int | None, memory: MemoryFacts) -> 
     rows = []
     for name, value in (("RLIMIT_DATA", lim.data), ("RLIMIT_AS", lim.address_space)):
         if value is not None and threads is not None:
-            rows.append(StackLimit(name, value, threads, "soft limit"))
+            rows.append(StackLimit(name, value, threads, SOFT_LIMIT))
     if memory.limit is not None:
         tasks = memory.tasks
         cg_threads = max(tasks, threads or 0) if tasks is not None else threads
         if cg_threads is not None:
             rows.append(StackLimit("the cgroup memory limit", memory.limit, cg_threads, memory.limit_source,
-                                   memory.tasks_source if tasks is not None else "this process"))
+                                   memory.tasks_source if tasks is not None else THIS_PROCESS))
     return StackBudget(lim, lim.thread_stack, rows)
 
 
@@ -125,8 +129,8 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     from parinfo.machine.cpuid import CpuIdentity, cpu_identity
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
+    from parinfo.machine.unknown import unknown
     from parinfo.process import environment as envmod, libraries as reg, pools, remote, threads as thr
-    from parinfo.process.inforce import unknown
     from parinfo.process.probing import Probes
     from parinfo.process.tasks import NoAccess, ProcessGone, exited_during_read
 
@@ -194,8 +198,8 @@ def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str]) -
     read is named in ``unreadable``."""
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
+    from parinfo.machine.unknown import unknown
     from parinfo.process import remote
-    from parinfo.process.inforce import unknown
     from parinfo.process.tasks import NoAccess, ProcessGone
 
     out: list[dict] = []

@@ -47,7 +47,7 @@ from parinfo.record import record
 from parinfo.version import __version__
 
 #: Version of the ``--json`` payload; bumped on any incompatible change (docs/report-schema.md).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @record

@@ -18,6 +18,7 @@ from parinfo.process.interpreter import InterpreterFacts
 from parinfo.process.pools import ThreadingLayers
 from parinfo.process.remote import Limits
 from parinfo.record import record
+from parinfo.source import Source
 
 
 @record
@@ -72,7 +73,7 @@ class PoolCount:
     it can no longer change), ``capped_to`` (the pool ceiling, when the count is above it)."""
 
     count: int | None = None
-    source: str | None = None
+    source: Source | None = None
     not_applied: list[str] | None = None
     locked: bool | None = None
     capped_to: int | None = None
@@ -80,12 +81,12 @@ class PoolCount:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PoolCount:
         d = section(data)
-        return cls(integer(d.get("count")), text(d.get("source")),
+        return cls(integer(d.get("count")), Source.from_json(d.get("source")),
                    None if d.get("not_applied") is None else texts(d.get("not_applied")),
                    flag(d.get("locked")), integer(d.get("capped_to")))
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"count": self.count, "source": self.source}
+        out: dict[str, Any] = {"count": self.count, "source": None if self.source is None else self.source.to_json()}
         for key in ("not_applied", "locked", "capped_to"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -100,7 +101,7 @@ class RuntimeSection:
     (why the counts cannot be read) is set, and ``to_dict`` is that alone."""
 
     backend: str | None = None
-    backend_source: str | None = None
+    backend_source: Source | None = None
     intra_op: PoolCount | None = None
     inter_op: PoolCount | None = None
     pool_ceiling: int | None = None
@@ -121,7 +122,7 @@ class RuntimeSection:
         def record(key: str) -> dict[str, Any] | None:
             return None if d.get(key) is None else plain_map(d.get(key))
 
-        return cls(text(d.get("backend")), text(d.get("backend_source")),
+        return cls(text(d.get("backend")), Source.from_json(d.get("backend_source")),
                    PoolCount.from_dict(d["intra_op"]) if isinstance(d.get("intra_op"), Mapping) else None,
                    PoolCount.from_dict(d["inter_op"]) if isinstance(d.get("inter_op"), Mapping) else None,
                    integer(d.get("pool_ceiling")), d.get("intra_pool_started") is True,
@@ -145,7 +146,8 @@ class RuntimeSection:
     def to_dict(self) -> dict[str, Any]:
         if self.unknown is not None:
             return {"unknown": self.unknown}
-        return {"backend": self.backend, "backend_source": self.backend_source,
+        return {"backend": self.backend,
+                "backend_source": None if self.backend_source is None else self.backend_source.to_json(),
                 "intra_op": None if self.intra_op is None else self.intra_op.to_dict(),
                 "inter_op": None if self.inter_op is None else self.inter_op.to_dict(),
                 "pool_ceiling": self.pool_ceiling, "intra_pool_started": self.intra_pool_started,
@@ -204,20 +206,20 @@ class StackLimit:
     name: str
     bytes: int | None
     threads: int | None
-    source: str | None = None
-    threads_source: str | None = None
+    source: Source | None = None
+    threads_source: Source | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StackLimit:
         d = section(data)
         return cls(text(d.get("name")) or "a memory limit", integer(d.get("bytes")), integer(d.get("threads")),
-                   text(d.get("source")), text(d.get("threads_source")))
+                   Source.from_json(d.get("source")), Source.from_json(d.get("threads_source")))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "bytes": self.bytes, "threads": self.threads,
-                               "source": self.source}
+                               "source": None if self.source is None else self.source.to_json()}
         if self.threads_source is not None:
-            out["threads_source"] = self.threads_source
+            out["threads_source"] = self.threads_source.to_json()
         return out
 
 

@@ -19,6 +19,7 @@ from parinfo.machine import rounding, scheduler
 from parinfo.process import libraries as reg
 from parinfo.process.pools import PoolRow
 from parinfo.process.provenance import SettingRow
+from parinfo.source import Kind
 
 __all__ = ["RULES", "Finding", "Rule", "Severity", "at_least", "diagnose", "interop_fix"]
 
@@ -120,7 +121,7 @@ def _count_fix(row: SettingRow, env: dict[str, str], usable: int, profile: str |
         if profile:
             text += f", or run under `parinfo apply {profile} --force` (without --force it keeps your {var})"
         return text
-    if row.kind == "runtime":
+    if row.source is not None and row.source.kind in (Kind.RUN_TIME, Kind.EXPLICIT):
         return f"lower the count your program sets at run time to {usable}"
     first = row.precedence[0] if row.precedence else None
     if first:
@@ -166,7 +167,7 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
             ))
         elif quota is not None:
             kept = ""
-            if changed_at is not None and row.source:  # the runtime followed a change; this count stayed
+            if changed_at is not None and row.source is not None and row.source.chosen:  # followed; this stayed
                 kept = (f" (kept when the usable CPUs changed at {changed_at}: {row.source} chose it, "
                         "and parinfo changes only counts nobody chose)")
             out.append(Finding(

@@ -18,6 +18,7 @@ from parinfo.process.outer import OuterThreads
 from parinfo.process.provenance import SettingRow
 from parinfo.runtime.settings import EXPLICIT, INTER_VARS, INTRA_VARS
 from parinfo.runtime.state import RUNTIME
+from parinfo.source import Kind
 
 __all__ = ["SCHEMA_VERSION", "Report", "inspect"]
 
@@ -28,8 +29,8 @@ def _runtime_rows(runtime: RuntimeSection) -> list[SettingRow]:
     for recorded, label, variables in ((runtime.intra_op, "parinfo intra-op", INTRA_VARS),
                                        (runtime.inter_op, "parinfo inter-op", INTER_VARS)):
         entry = recorded or PoolCount()
-        rows.append(SettingRow(label, entry.count, entry.source, [EXPLICIT, "profile", *variables, "default"],
-                               capped_to=entry.capped_to))
+        rows.append(SettingRow(label, entry.count, entry.source, [EXPLICIT.text, "profile", *variables, "default"],
+                               own=True, capped_to=entry.capped_to))
     return rows
 
 
@@ -39,7 +40,8 @@ def _mark_capped(env_rows: list[EnvRow], runtime: RuntimeSection) -> None:
         if entry is None or entry.capped_to is None:
             continue
         for row in env_rows:
-            if entry.source == f"env {row.name}":
+            said = entry.source
+            if said is not None and said.kind is Kind.VARIABLE and said.detail == row.name:
                 row.capped_to = entry.capped_to
 
 
@@ -99,8 +101,8 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     runtime = RuntimeSection.from_dict(rt)
     env_rows = [EnvRow.from_dict(row) for row in env_dicts]
     _mark_capped(env_rows, runtime)
-    settings = _runtime_rows(runtime) + [SettingRow.from_dict(row) for row in provenance.library_settings(
-        pool_rows, torch_info, os.environ, launch_env, facts, rt.get("native_push"), RUNTIME.applied_env())]
+    settings = _runtime_rows(runtime) + provenance.library_settings(
+        pool_rows, torch_info, os.environ, launch_env, facts, rt.get("native_push"), RUNTIME.applied_env())
     framework_info = Frameworks.from_dict({"torch": torch_info})
 
     report = Report(

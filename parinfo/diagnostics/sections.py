@@ -31,6 +31,7 @@ from parinfo.diagnostics.wording import (
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process.threads import thread_group
 from parinfo.record import record
+from parinfo.source import Kind, Source
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.findings import Finding, Severity
@@ -120,7 +121,7 @@ def machine(r: Report) -> Section:
         ("cpuset", "none" if m.cpuset is None else format_cpu_list(m.cpuset)),
         ("cgroup CPU quota", quota_text(m)),
     ]
-    if m.quota is not None or m.quota_rounding_source != "default":
+    if m.quota is not None or m.quota_rounding_source.kind is not Kind.PARINFO_DEFAULT:
         rows.append(("quota rounding", f"{m.quota_rounding} ({m.quota_rounding_source})"))
     if m.quota is not None and m.usable_by_rule:
         rows.append(("by runtime", ", ".join(f"{k} {v}" for k, v in m.usable_by_rule.items())))
@@ -162,7 +163,8 @@ def backend(r: Report) -> Section:
     follow = rt.follow or {}
     if follow:
         changes = follow.get("changes") or []
-        what = "on" if follow.get("enabled") else f"off ({follow.get('enabled_source')})"
+        said = Source.from_json(follow.get("enabled_source"))
+        what = "on" if follow.get("enabled") else f"off ({said or 'default'})"
         if follow.get("enabled") and changes:
             last = changes[-1]
             cpus = last.get("usable_cpus") or ["?", "?"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process.libraries import find
+from parinfo.source import Kind
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.parts import StackBudget
@@ -45,7 +46,7 @@ def quota_text(m: MachineFacts) -> str:
     """The cgroup CPU quota and the file that decided it, or why it is unknown."""
     unknown = m.unknown.get("quota")
     text = f"{m.quota:g} CPUs" if m.quota is not None else f"unknown ({unknown})" if unknown else "none"
-    if m.quota_source and m.quota_source != "none":
+    if m.quota_source.kind is not Kind.NONE:
         text += f" ({m.quota_source})"
     if m.cgroup_version:
         text += f", cgroup {m.cgroup_version}"
@@ -78,11 +79,11 @@ def pool_count(p: PoolRow) -> tuple[str, str]:
     if p.count_source is None:
         return f"{show_value(p.num_threads)} threads", f"seen by {p.seen_by}"
     if p.num_threads is not None:
-        return plural(p.num_threads, "thread"), p.count_source
+        return plural(p.num_threads, "thread"), p.count_source.text
     if p.launch_count is not None:
         return (plural(p.launch_count, "thread") + " at launch",
-                p.count_source + (f" ({p.launch_from})" if p.launch_from else ""))
-    return "count unknown", p.count_source
+                p.count_source.text + (f" ({p.launch_from})" if p.launch_from else ""))
+    return "count unknown", p.count_source.text
 
 
 def python_text(py: InterpreterFacts) -> str:

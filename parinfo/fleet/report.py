@@ -17,7 +17,7 @@ from parinfo.diagnostics.fleet_rows import HostSummary, WorkerRow
 from parinfo.record import record
 
 #: Version of :meth:`FleetReport.to_dict`; bumped on any incompatible change (docs/fleet.md).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @record

@@ -12,10 +12,11 @@ from typing import Any
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.record import record
 from parinfo.safe_text import escape_controls
+from parinfo.source import Source, plain
 from parinfo.watching.model import ThrottleUse
 
 #: Version of :meth:`HostReport.to_dict`; bumped on any incompatible change (docs/host.md).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: The end of a count's source when it comes from the launch environment.
 FROM_LAUNCH = "the process may have changed it"
@@ -31,12 +32,12 @@ class PoolCount:
     path: str
     owner: str
     count: int | None
-    source: str
+    source: Source
     in_force: bool = False
     duplicate_of: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return plain(self)
 
 
 @record(frozen=True)

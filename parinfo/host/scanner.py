@@ -45,11 +45,13 @@ from parinfo.host.model import (
 )
 from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ, pids
 from parinfo.machine.topology import REREAD_S
+from parinfo.machine.unknown import unknown
 from parinfo.process import libraries as reg
-from parinfo.process.inforce import IN_FORCE, unknown
+from parinfo.process.inforce import IN_FORCE
 from parinfo.process.tasks import CLOCK_TICKS
 from parinfo.process.threads import thread_group
 from parinfo.record import record
+from parinfo.source import Kind, Source, unknown as unknown_source
 
 if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters, PressureFacts
@@ -221,9 +223,9 @@ class Scanner:
         online = self.facts.logical_cpus or len(self.facts.affinity) or 1
         narrower = cg.cpuset is not None and len(cg.cpuset) < online
         if cg.quota is not None:
-            key = os.path.dirname(cg.quota_source)
+            key = os.path.dirname(cg.quota_source.detail)
         elif narrower:
-            key = os.path.dirname(cg.cpuset_source.split(", ")[0])
+            key = os.path.dirname(cg.cpuset_files[0])
         else:
             key = "/"
         cpus = len(cg.cpuset) if cg.cpuset is not None else online
@@ -254,23 +256,25 @@ class Scanner:
         out = []
         for row in rows:
             library, path = row["library"], row["filepath"]
-            count, source, in_force = None, "", False
+            count, in_force = None, False
+            source: Source
             found = read.get(path)
             if found is not None and found[0] is not None:
                 count, source, in_force = found[0], IN_FORCE, True
             elif found is not None and found[2]:
                 source = found[1]  # the launch environment would be a guess: memory is closed to us
             elif isinstance(static.environ, str):
-                source = static.environ
+                source = unknown_source(static.environ, static.environ)
             else:
                 lib = reg.find(library)
                 if lib is not None:
                     guess = predict(model_of(lib), static.environ, facts)
                     count = guess.count
-                    source = (f"from its launch environment ({guess.phrase}); {FROM_LAUNCH}"
-                              if count is not None else guess.phrase)
+                    source = (Source(Kind.LAUNCH_ENVIRONMENT, guess.source.detail,
+                                     f"from its launch environment ({guess.phrase}); {FROM_LAUNCH}")
+                              if count is not None else guess.source)
                 else:
-                    source = f"unknown (parinfo has no record for {library})"
+                    source = unknown_source(f"parinfo has no record for {library}")
             out.append(PoolCount(library, path, row.get("owner") or "unknown", count, source, in_force,
                                  row.get("duplicate_of")))
         return out
@@ -438,7 +442,7 @@ class Scanner:
 
 def _load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:
     library, count = p.widest
-    unknown = p.pools_unknown or (next(x.source for x in p.pools if x.count is None) if count is None else None)
+    unknown = p.pools_unknown or (next(x.source.text for x in p.pools if x.count is None) if count is None else None)
     family = families.get(p.family or "")
     variables = []
     for pool in p.pools:
@@ -482,7 +486,7 @@ def _symbol_lines(maps: bytes, rows: list[dict[str, Any]]) -> str | None:
                      if line.split(None, 5)[-1].removesuffix(" (deleted)") in paths)
 
 
-def _in_force(pid: int, symbol_maps: str | None) -> dict[str, tuple[int | None, str, bool]]:
+def _in_force(pid: int, symbol_maps: str | None) -> dict[str, tuple[int | None, Source, bool]]:
     """{library file: (count or None, source, denied)}: each count read from the process's memory
     (:mod:`parinfo.process.inforce`) for the files of ``symbol_maps`` (:func:`_symbol_lines`); {}
     when there are none (nothing is read then)."""

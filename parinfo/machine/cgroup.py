@@ -19,6 +19,7 @@ from dataclasses import field
 from parinfo.machine.procfs import Proc
 from parinfo.machine.sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
 from parinfo.record import record
+from parinfo.source import NO_LIMIT, Source, file
 
 
 @record
@@ -26,9 +27,10 @@ class CgroupFacts:
     """The cgroup view of one process. ``unknown`` maps a field to why it could not be read."""
 
     quota: float | None = None
-    quota_source: str = "none"
+    quota_source: Source = NO_LIMIT
     cpuset: tuple[int, ...] | None = None
-    cpuset_source: str = "none"
+    cpuset_source: Source = NO_LIMIT
+    cpuset_files: tuple[str, ...] = ()  # the cpuset files that narrow it, nearest the root first
     leaf_quota: float | None = None  # the CPU controller's own cgroup's quota (a v1 cpu hierarchy wins; no ancestors)
     v2_quota: float | None = None  # the tightest quota of the v2 hierarchy alone
     version: str | None = None  # "v1", "v2", "hybrid" or None (no cgroup mounted)
@@ -199,7 +201,7 @@ def _walk_quota(root: str, leaf: str, top: str, quota_file: str, reader: Callabl
         if quota is not None and (tightest is None or quota < tightest):
             tightest = quota
         if quota is not None and (facts.quota is None or quota < facts.quota):
-            facts.quota, facts.quota_source = quota, shown(rel)
+            facts.quota, facts.quota_source = quota, file(shown(rel))
     return own, tightest
 
 
@@ -297,7 +299,8 @@ def cgroup_facts(root: str, pid: int | None = None) -> CgroupFacts:
         for other, _ in cpusets[1:]:
             cpus &= set(other)
         facts.cpuset = tuple(sorted(cpus))
-        facts.cpuset_source = ", ".join(src for _, src in cpusets)
+        facts.cpuset_files = tuple(src for _, src in cpusets)
+        facts.cpuset_source = file(", ".join(facts.cpuset_files))
     return facts
 
 

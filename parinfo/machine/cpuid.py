@@ -20,6 +20,7 @@ from typing import Any
 from parinfo.machine.sysfs import Unreadable, read, read_bytes, shown
 from parinfo.payload import int_map, section, text, text_map, texts
 from parinfo.record import record
+from parinfo.source import Source, file, unknown
 
 # (name shown, /proc/cpuinfo flag). py-cpuinfo's names differ only by underscores.
 X86_ISA: tuple[tuple[str, str], ...] = (
@@ -41,6 +42,9 @@ _X86_ARCHES = ("x86_64", "amd64", "i386", "i686", "x86")
 CACHE_FORMAT = 1
 
 
+#: Where the fast path reads the CPU's identity.
+FAST_SOURCE = file("/proc/cpuinfo + sysfs")
+
 @record
 class CpuIdentity:
     """The CPU as :func:`cpu_identity` describes it: the report's ``cpu`` section (``to_dict``).
@@ -54,7 +58,7 @@ class CpuIdentity:
     isa: list[str] = field(default_factory=list)
     isa_checked: list[str] = field(default_factory=list)
     caches: dict[str, int] = field(default_factory=dict)
-    source: str = "/proc/cpuinfo + sysfs"
+    source: Source = FAST_SOURCE
     unknown: dict[str, str] = field(default_factory=dict)
     hz_advertised: str | None = None
 
@@ -63,11 +67,12 @@ class CpuIdentity:
         """The identity of :meth:`to_dict` (or :func:`cpu_identity`); a missing field is unknown."""
         d = section(data)
         return cls(text(d.get("brand")), text(d.get("vendor")), text(d.get("arch")), texts(d.get("isa")),
-                   texts(d.get("isa_checked")), int_map(d.get("caches")), text(d.get("source")) or "unknown",
+                   texts(d.get("isa_checked")), int_map(d.get("caches")),
+                   Source.from_json(d.get("source")) or unknown("not in the report"),
                    text_map(d.get("unknown")), text(d.get("hz_advertised")))
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = {**asdict(self), "source": self.source.to_json()}
         if self.hz_advertised is None:
             del out["hz_advertised"]
         return out
@@ -334,4 +339,4 @@ def _merge_slow(info: dict[str, Any], data: dict[str, Any], slow: bool) -> None:
         info["hz_advertised"] = data.get("hz_advertised_friendly")
         used = True
     if used:
-        info["source"] += " + py-cpuinfo"
+        info["source"] = file(f"{FAST_SOURCE.detail} + py-cpuinfo").to_json()

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any
 
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
-from parinfo.payload import integer, section, text, text_map
+from parinfo.payload import integer, section, text_map
 from parinfo.record import record
+from parinfo.source import NO_LIMIT, Source, file, plain
 
 # v1 writes "no limit" as the largest page-aligned signed 64-bit value; anything this large is none.
 _V1_UNLIMITED = 1 << 62
@@ -27,20 +28,21 @@ class MemoryFacts:
     process's cgroup (None: unknown); ``unknown`` maps a field to why it could not be read."""
 
     limit: int | None = None
-    limit_source: str = "none"
+    limit_source: Source = NO_LIMIT
     tasks: int | None = None
-    tasks_source: str = "none"
+    tasks_source: Source = NO_LIMIT
     unknown: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MemoryFacts:
         """The facts of a report's ``live.memory`` (:meth:`to_dict`); a missing one is unknown."""
         d = section(data)
-        return cls(integer(d.get("limit")), text(d.get("limit_source")) or "none", integer(d.get("tasks")),
-                   text(d.get("tasks_source")) or "none", text_map(d.get("unknown")))
+        return cls(integer(d.get("limit")), Source.from_json(d.get("limit_source")) or NO_LIMIT,
+                   integer(d.get("tasks")), Source.from_json(d.get("tasks_source")) or NO_LIMIT,
+                   text_map(d.get("unknown")))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return plain(self)
 
 
 def _limit_at(root: str, d: str, version: str) -> tuple[int | None, str] | None:
@@ -70,7 +72,7 @@ def memory_facts(root: str = "/", pid: int | None = None) -> MemoryFacts:
     except Unreadable as exc:
         facts.unknown["limit"] = facts.unknown["tasks"] = str(exc)
         return facts
-    limit, source, problems = None, "none", []
+    limit, source, problems = None, NO_LIMIT, []
     levels = [(d, mem.version) for d in mem.levels] if mem is not None else []
     for d, version in levels:
         try:
@@ -79,14 +81,14 @@ def memory_facts(root: str = "/", pid: int | None = None) -> MemoryFacts:
             problems.append(str(exc))
             continue
         if found is not None and found[0] is not None and (limit is None or found[0] < limit):
-            limit, source = found[0], shown(found[1])
+            limit, source = found[0], file(shown(found[1]))
     if problems and limit is None:
         facts.unknown["limit"] = "; ".join(problems)
-    tasks, tasks_source = None, "none"
+    tasks, tasks_source = None, NO_LIMIT
     if pids is not None:
         rel = f"{pids.leaf}/pids.current"
         try:
-            tasks, tasks_source = int(read(root, rel)), shown(rel)
+            tasks, tasks_source = int(read(root, rel)), file(shown(rel))
         except ValueError:
             facts.unknown["tasks"] = f"unexpected content in {shown(rel)}"
         except Unreadable as exc:

@@ -20,6 +20,7 @@ from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
 from parinfo.payload import integer, number, rows, section, text, texts
 from parinfo.record import record
+from parinfo.source import Source, file
 
 #: What a report read from elsewhere says of a pressure it does not carry.
 NOT_IN_REPORT = "unknown (not in the report)"
@@ -162,7 +163,7 @@ class Pressure:
     """CPU pressure stall information: the share of time some (or all) runnable tasks waited for
     a CPU, as 10 s averages (percent) and cumulative totals (microseconds)."""
 
-    source: str
+    source: Source  # the pressure file
     some_avg10: float
     some_total_usec: int
     full_avg10: float | None = None  # "full" is reported for cgroups (and systems since 5.13)
@@ -172,13 +173,14 @@ class Pressure:
     def from_dict(cls, data: Mapping[str, Any]) -> Pressure | None:
         """The pressure of :meth:`to_dict`; None when its source or ``some`` figures are missing."""
         d = section(data)
-        source, avg, total = text(d.get("source")), number(d.get("some_avg10")), integer(d.get("some_total_usec"))
+        source = Source.from_json(d.get("source"))
+        avg, total = number(d.get("some_avg10")), integer(d.get("some_total_usec"))
         if source is None or avg is None or total is None:
             return None
         return cls(source, avg, total, number(d.get("full_avg10")), integer(d.get("full_total_usec")))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "source": self.source.to_json()}
 
 
 def read_pressure(root: str, rel: str) -> Pressure:
@@ -195,7 +197,7 @@ def read_pressure(root: str, rel: str) -> Pressure:
     if "some" not in found:
         raise garbage(rel, text)
     full = found.get("full")
-    return Pressure(shown(rel), found["some"][0], found["some"][1],
+    return Pressure(file(shown(rel)), found["some"][0], found["some"][1],
                     None if full is None else full[0], None if full is None else full[1])
 
 

@@ -28,6 +28,7 @@ import math
 from collections.abc import Mapping
 
 from parinfo.machine.sysfs import Unreadable, read
+from parinfo.source import PARINFO_DEFAULT, Source, variable
 
 ROUNDINGS = ("floor", "ceil", "nearest")
 DEFAULT = "floor"
@@ -50,16 +51,16 @@ def round_quota(quota: float, rule: str) -> int:
     return max(1, n)
 
 
-def rounding_from_env(environ: Mapping[str, str]) -> tuple[str, str, str | None]:
+def rounding_from_env(environ: Mapping[str, str]) -> tuple[str, Source, str | None]:
     """(rule, source, problem) from PARINFO_QUOTA_ROUNDING: the default with no problem when it is
     unset, the default and why when its value is not one of :data:`ROUNDINGS`."""
     value = environ.get(ROUNDING_VAR)
     if value is None:
-        return DEFAULT, "default", None
+        return DEFAULT, PARINFO_DEFAULT, None
     rule = value.strip().lower()
     if rule in ROUNDINGS:
-        return rule, f"env {ROUNDING_VAR}={value.strip()}", None
-    return DEFAULT, "default", f"{value!r} is not one of {', '.join(ROUNDINGS)}; used {DEFAULT}"
+        return rule, variable(ROUNDING_VAR, value.strip()), None
+    return DEFAULT, PARINFO_DEFAULT, f"{value!r} is not one of {', '.join(ROUNDINGS)}; used {DEFAULT}"
 
 
 def _ceil(quota: float | None) -> int | None:

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import field
 
 from parinfo.record import record
+from parinfo.source import NO_LIMIT, Source, variable
 
 JOB_VAR = "SLURM_JOB_ID"
 #: The count variables, in the order they are tried.
@@ -42,7 +43,7 @@ class Allocation:
     and ``invalid``: {variable: why} for each scheduler variable whose value was garbage."""
 
     cpus: int | None = None
-    source: str = "none"
+    source: Source = NO_LIMIT
     job: str | None = None
     invalid: dict[str, str] = field(default_factory=dict)
 
@@ -85,5 +86,6 @@ def allocation(environ: Mapping[str, str]) -> Allocation:
             invalid[name] = str(exc)
             continue
         where = f"Slurm job {job_text}" if job_text else "Slurm job"
-        return Allocation(n, f"{where}: {name}={value.strip()}", job_text or None, invalid)
-    return Allocation(None, "none", job_text or None, invalid)
+        return Allocation(n, variable(name, value.strip(), f"{where}: {name}={value.strip()}"), job_text or None,
+                          invalid)
+    return Allocation(None, NO_LIMIT, job_text or None, invalid)

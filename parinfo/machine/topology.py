@@ -20,6 +20,7 @@ from parinfo.machine import cgroup as _cgroup, rounding as _rounding, scheduler 
 from parinfo.machine.cpulist import parse_cpu_list
 from parinfo.payload import flag, int_lists, integer, ints, number, section, text, text_map, texts
 from parinfo.record import record
+from parinfo.source import NO_LIMIT, PARINFO_DEFAULT, Source, argument
 
 
 def usable_rule(rounding: str = _rounding.DEFAULT, allocation: bool = False) -> str:
@@ -29,6 +30,8 @@ def usable_rule(rounding: str = _rounding.DEFAULT, allocation: bool = False) -> 
 
 
 USABLE_RULE = usable_rule()
+#: The source of a quota rounding given to :func:`machine_facts` by its caller.
+QUOTA_ROUNDING_ARGUMENT = argument("quota_rounding", "argument")
 
 
 @record(frozen=True)
@@ -45,19 +48,19 @@ class MachineFacts:
     affinity: tuple[int, ...]
     cpuset: tuple[int, ...] | None
     quota: float | None
-    quota_source: str
+    quota_source: Source
     usable_cpus: int
     usable_physical_cores: int
     usable_rule: str = USABLE_RULE
     unknown: dict[str, str] = field(default_factory=dict)
     cgroup_version: str | None = None
     cgroup_path: str | None = None
-    cpuset_source: str = "none"
+    cpuset_source: Source = NO_LIMIT
     notes: tuple[str, ...] = ()
     quota_rounding: str = _rounding.DEFAULT
-    quota_rounding_source: str = "default"
+    quota_rounding_source: Source = PARINFO_DEFAULT
     allocation: int | None = None
-    allocation_source: str = "none"
+    allocation_source: Source = NO_LIMIT
     usable_by_rule: dict[str, int] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)
 
@@ -105,19 +108,19 @@ class MachineFacts:
             affinity=affinity,
             cpuset=cpuset,
             quota=quota,
-            quota_source=text(d.get("quota_source")) or "none",
+            quota_source=Source.from_json(d.get("quota_source")) or NO_LIMIT,
             usable_cpus=usable,
             usable_physical_cores=integer(d.get("usable_physical_cores")) or usable,
             usable_rule=text(d.get("usable_rule")) or USABLE_RULE,
             unknown=unknown,
             cgroup_version=text(d.get("cgroup_version")),
             cgroup_path=text(d.get("cgroup_path")),
-            cpuset_source=text(d.get("cpuset_source")) or "none",
+            cpuset_source=Source.from_json(d.get("cpuset_source")) or NO_LIMIT,
             notes=tuple(notes),
             quota_rounding=rounding,
-            quota_rounding_source=text(d.get("quota_rounding_source")) or "default",
+            quota_rounding_source=Source.from_json(d.get("quota_rounding_source")) or PARINFO_DEFAULT,
             allocation=allocation,
-            allocation_source=text(d.get("allocation_source")) or "none",
+            allocation_source=Source.from_json(d.get("allocation_source")) or NO_LIMIT,
             usable_by_rule={k: v for k, v in section(d.get("usable_by_rule")).items()
                             if isinstance(v, int) and not isinstance(v, bool) and v > 0},
             invalid=text_map(d.get("invalid")),
@@ -136,9 +139,11 @@ class MachineFacts:
         d["notes"] = list(self.notes)
         d["usable_by_rule"] = dict(self.usable_by_rule)
         d["invalid"] = dict(self.invalid)
+        for key in ("quota_source", "cpuset_source", "quota_rounding_source", "allocation_source"):
+            d[key] = getattr(self, key).to_json()
         return d
 
-    def rounded(self, rule: str, source: str) -> MachineFacts:
+    def rounded(self, rule: str, source: Source) -> MachineFacts:
         """These facts with the quota rounded by ``rule`` (one of ``ROUNDINGS``), said to come from
         ``source`` (a profile's ``quota_rounding``): the usable CPUs and cores worked out again."""
         usable_list = self.usable_cpu_list
@@ -195,7 +200,7 @@ def _environment(root: str, pid: int | None, unknown: dict[str, str]) -> dict[st
 
 
 def machine_facts(root: str = "/", pid: int | None = None, *, environ: Mapping[str, str] | None = None,
-                  quota_rounding: str | None = None, rounding_source: str = "argument") -> MachineFacts:
+                  quota_rounding: str | None = None, rounding_source: Source = QUOTA_ROUNDING_ARGUMENT) -> MachineFacts:
     """Read the machine's facts (under ``root`` for tests) for process ``pid`` (default: this one).
 
     The Slurm variables and PARINFO_QUOTA_ROUNDING come from ``environ`` when given, else from the

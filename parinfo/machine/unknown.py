@@ -11,3 +11,8 @@ def describe(exc: BaseException) -> str:
 def because(exc: BaseException) -> str:
     """"unknown (ExceptionType: message)" for an error met while reading a fact."""
     return f"unknown ({describe(exc)})"
+
+
+def unknown(why: str) -> str:
+    """The words of a value that could not be read: ``unknown (why)``."""
+    return f"unknown ({why})"

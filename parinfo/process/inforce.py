@@ -31,24 +31,18 @@ from typing import Any
 from parinfo.machine.procfs import PERMISSION, Denied, Memory, Proc, gone
 from parinfo.process import libraries as reg
 from parinfo.record import record
+from parinfo.source import Kind, Source, unknown
 
 __all__ = ["IN_FORCE", "PERMISSION", "CountInForce", "MappedFile", "counts_in_force", "mapped_files", "reason",
            "unknown"]
 
 #: The source of a count read from the process's memory.
-IN_FORCE = "in force (read from the process's memory)"
+IN_FORCE = Source(Kind.MEMORY, "", "in force (read from the process's memory)")
 
 
-def unknown(why: str) -> str:
-    """The source of a count that could not be read, with its reason."""
-    return f"unknown ({why})"
-
-
-def reason(source: str) -> str:
-    """The reason inside an ``unknown (reason)`` source (the source itself otherwise)."""
-    if source.startswith("unknown (") and source.endswith(")"):
-        return source[len("unknown ("):-1]
-    return source
+def reason(source: Source) -> str:
+    """Why a count is unknown: the detail of an unknown source (its words otherwise)."""
+    return source.detail if source.kind is Kind.UNKNOWN else source.text
 
 
 @record(frozen=True)
@@ -64,12 +58,12 @@ class CountInForce:
     library: str
     path: str
     count: int | None
-    source: str
+    source: Source
     deleted: bool = False
     denied: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"library": self.library, "path": self.path, "count": self.count, "source": self.source}
+        return {"library": self.library, "path": self.path, "count": self.count, "source": self.source.to_json()}
 
 
 @record(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 from parinfo.payload import flag, integer, section, text
 from parinfo.process import libraries as reg
 from parinfo.record import record
+from parinfo.source import Kind, Source, plain, unknown
 
 # CPython's words: "The global interpreter lock (GIL) has been enabled to load module 'NAME', which
 # has not declared that it can run safely without the GIL."
@@ -52,7 +53,7 @@ class InterpreterFacts:
 
     free_threaded_build: bool | None = None
     gil_enabled: bool | None = None
-    gil_source: str | None = None
+    gil_source: Source | None = None
     gil_requested: str | None = None
     gil_requested_by: str | None = None
     gil_reenabled_by: str | None = None
@@ -69,13 +70,14 @@ class InterpreterFacts:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> InterpreterFacts:
         d = section(data)
-        return cls(flag(d.get("free_threaded_build")), flag(d.get("gil_enabled")), text(d.get("gil_source")),
+        return cls(flag(d.get("free_threaded_build")), flag(d.get("gil_enabled")),
+                   Source.from_json(d.get("gil_source")),
                    text(d.get("gil_requested")), text(d.get("gil_requested_by")), text(d.get("gil_reenabled_by")),
                    integer(d.get("python_threads")), text(d.get("per_thread_pool")),
                    integer(d.get("per_thread_threads")), integer(d.get("threads_at_once")))
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return plain(self)
 
 
 def _build_flag(config_var: Callable[[str], Any] | None) -> bool | None:
@@ -129,13 +131,13 @@ def interpreter_facts(*, config_var: Callable[[str], Any] | None = None,
     if callable(is_gil_enabled):
         try:
             gil: bool | None = bool(is_gil_enabled())
-            source = "sys._is_gil_enabled()"
+            source = Source(Kind.GETTER, "sys._is_gil_enabled()", "sys._is_gil_enabled()")
         except Exception as exc:
-            gil, source = None, f"unknown (sys._is_gil_enabled() failed: {exc})"
+            gil, source = None, unknown(f"sys._is_gil_enabled() failed: {exc}")
     elif build is False:
-        gil, source = True, "a default build always holds the GIL"
+        gil, source = True, Source(Kind.LIBRARY_DEFAULT, "default build", "a default build always holds the GIL")
     else:
-        gil, source = None, "unknown (this interpreter has no sys._is_gil_enabled())"
+        gil, source = None, unknown("this interpreter has no sys._is_gil_enabled()")
     value, who = _requested(sys._xoptions if xoptions is None else xoptions,
                             os.environ if environ is None else environ)
     module = _seen.get("module") if reenabled_by is True else reenabled_by or None

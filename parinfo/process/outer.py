@@ -18,6 +18,7 @@ from typing import Any
 from parinfo.payload import integer, section, text
 from parinfo.process import libraries as reg
 from parinfo.record import record
+from parinfo.source import Kind, Source, argument
 
 #: Variable that lists, in a launched worker's environment, the variables parinfo put there.
 PARINFO_SET_VAR = "_PARINFO_FLEET_SET"
@@ -47,7 +48,7 @@ class OuterThreads:
     framework: str | None = None
     threads: int | None = None
     cpus: int | None = None
-    source: str | None = None
+    source: Source | None = None
     variables_set_by: dict[str, str] | None = None
 
     @classmethod
@@ -55,12 +56,13 @@ class OuterThreads:
         """The section of :meth:`to_dict`; a missing or odd field is unknown (None)."""
         d = section(data)
         set_by = d.get("variables_set_by")
-        return cls(text(d.get("framework")), integer(d.get("threads")), integer(d.get("cpus")), text(d.get("source")),
+        return cls(text(d.get("framework")), integer(d.get("threads")), integer(d.get("cpus")),
+                   Source.from_json(d.get("source")),
                    None if set_by is None else {str(k): v for k, v in section(set_by).items() if isinstance(v, str)})
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"framework": self.framework, "threads": self.threads, "cpus": self.cpus,
-                               "source": self.source}
+                               "source": None if self.source is None else self.source.to_json()}
         if self.variables_set_by is not None:
             out["variables_set_by"] = dict(self.variables_set_by)
         return out
@@ -70,12 +72,14 @@ def outer_threads(explicit: int | None = None, usable: int | None = None) -> Out
     """The outer parallelism of this process. ``explicit`` (``inspect(outer_threads=N)``) wins over
     detection (Dask, then Ray, then loky: a framework already imported, never imported here)."""
     if explicit is not None:
-        return OuterThreads("user", int(explicit), None, f"given: outer_threads={int(explicit)}")
+        return OuterThreads("user", int(explicit), None,
+                            argument("outer_threads", f"given: outer_threads={int(explicit)}"))
     for detect in (_dask, _ray, _loky):
         found = detect(usable)
         if found is not None:
             return found
-    return OuterThreads(None, None, None, "none detected (not a Dask, Ray or loky worker); pass outer_threads=N")
+    return OuterThreads(None, None, None,
+                        Source(Kind.NONE, "", "none detected (not a Dask, Ray or loky worker); pass outer_threads=N"))
 
 
 def _dask(usable: int | None) -> OuterThreads | None:
@@ -92,8 +96,8 @@ def _dask(usable: int | None) -> OuterThreads | None:
         return None
     threads = sum(int(w.state.nthreads) for w in workers)
     where = "dask worker" if len(workers) == 1 else f"{len(workers)} dask workers in this process"
-    return OuterThreads("dask", threads, None,
-                        f"{where}: {threads} thread{'s' if threads != 1 else ''} run tasks at once (nthreads)")
+    return OuterThreads("dask", threads, None, Source(
+        Kind.FRAMEWORK, "dask", f"{where}: {threads} thread{'s' if threads != 1 else ''} run tasks at once (nthreads)"))
 
 
 def _ray(usable: int | None) -> OuterThreads | None:
@@ -111,7 +115,8 @@ def _ray(usable: int | None) -> OuterThreads | None:
         return None
     cpus = max(math.floor(granted), 1) if granted else 1
     what = f"{granted:g} CPU{'s' if granted != 1 else ''}" if granted else "no CPU (counted as 1, as ray does)"
-    return OuterThreads("ray", 1, cpus, f"ray worker: one task at a time, granted {what}")
+    return OuterThreads("ray", 1, cpus,
+                        Source(Kind.FRAMEWORK, "ray", f"ray worker: one task at a time, granted {what}"))
 
 
 def loky_siblings() -> int | None:
@@ -146,11 +151,11 @@ def _loky(usable: int | None) -> OuterThreads | None:
         return None
     n = loky_siblings()
     if n is None:
-        return OuterThreads("loky", 1, None,
-                            "loky worker: one task at a time (its sibling workers could not be counted)")
+        return OuterThreads("loky", 1, None, Source(
+            Kind.FRAMEWORK, "loky", "loky worker: one task at a time (its sibling workers could not be counted)"))
     share = max(1, (usable or 1) // n)
-    return OuterThreads("loky", 1, share,
-                        f"loky worker: one of {n} on this host, so {share} of {usable} usable CPUs each")
+    return OuterThreads("loky", 1, share, Source(
+        Kind.FRAMEWORK, "loky", f"loky worker: one of {n} on this host, so {share} of {usable} usable CPUs each"))
 
 
 # -- who set a variable ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from parinfo.machine.unknown import describe
 from parinfo.payload import integer, section, text, texts
 from parinfo.process import libraries as reg
 from parinfo.record import record
+from parinfo.source import Source
 
 # Wheel folders that are not the distribution's import name.
 _OWNER_ALIASES = {"sklearn": "scikit-learn", "scikit_learn": "scikit-learn", "torch_cpu": "torch"}
@@ -66,7 +67,7 @@ class PoolRow:
     duplicate_of: str | None = None
     copies: int = 1
     note: str | None = None
-    count_source: str | None = None
+    count_source: Source | None = None
     launch_count: int | None = None
     launch_from: str | None = None
     pid: int | None = None
@@ -89,11 +90,13 @@ class PoolRow:
                    architecture=text(d.get("architecture")), owner=text(d.get("owner")) or "unknown",
                    seen_by=text(d.get("seen_by")) or "unknown", duplicate_of=text(d.get("duplicate_of")),
                    copies=integer(d.get("copies")) or 1, note=text(d.get("note")),
-                   count_source=text(d.get("count_source")), launch_count=integer(d.get("launch_count")),
+                   count_source=Source.from_json(d.get("count_source")), launch_count=integer(d.get("launch_count")),
                    launch_from=text(d.get("launch_from")), pid=integer(d.get("pid")))
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        if self.count_source is not None:
+            out["count_source"] = self.count_source.to_json()
         for key in _OUTSIDE_ONLY:
             if out[key] is None:
                 del out[key]

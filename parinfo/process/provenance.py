@@ -22,11 +22,12 @@ from parinfo.process.defaults import Cap, Rule, hardware_concurrency
 from parinfo.process.pools import CONFLICT_NOTE
 from parinfo.process.variables import count_from_env
 from parinfo.record import record
+from parinfo.source import Kind, Source, library_default, run_time, unknown, variable
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
 
-RUNTIME = "set at run time (API call)"
+RUNTIME = run_time("an API call", "set at run time (API call)")
 
 #: The launch environment: a dict, or "unknown (reason)" when it cannot be read.
 LaunchEnviron = Mapping[str, str] | str
@@ -65,12 +66,13 @@ class SettingRow:
       "torch inter-op", a Python-module library's name (numexpr...), or one of parinfo's own pools
       ("parinfo intra-op", "parinfo inter-op").
     - ``count``: the count in force (int), or None when it cannot be read.
-    - ``source``: one phrase: "env MKL_NUM_THREADS=1", "env OMP_NUM_THREADS=8, capped at 2 CPUs
-      in affinity", "default: 2 CPUs in affinity", "set at run time (API call)", "unknown (...)".
+    - ``source``: the :class:`~parinfo.source.Source` that decided it; its kind is a variable, a
+      library default, a run-time call, a framework (torch on its libgomp), a profile, unknown...;
+      its words: "env MKL_NUM_THREADS=1", "env OMP_NUM_THREADS=8, capped at 2 CPUs in affinity",
+      "default: 2 CPUs in affinity", "set at run time (API call)", "unknown (...)".
     - ``precedence``: the variables this library reads, first wins (for parinfo's pools: every
       source in order, "explicit call" first).
-    - ``kind``: env, default, runtime, framework (set by another library, e.g. torch on its libgomp)
-      or unknown; None for parinfo's own pools, whose runtime records the source itself: their rows
+    - ``own``: one of parinfo's own pools, whose runtime records the source itself: their rows
       carry only library, count, source, precedence and ``capped_to``.
     - ``variable``: the variable that decided it, or None.
     - ``expected_from_env``: the count the environment (and default) predicts, or None.
@@ -88,9 +90,9 @@ class SettingRow:
 
     library: str
     count: int | None = None
-    source: str | None = None
+    source: Source | None = None
     precedence: list[str] = field(default_factory=list)
-    kind: str | None = None
+    own: bool = False
     variable: str | None = None
     expected_from_env: int | None = None
     cap_vars: list[str] = field(default_factory=list)
@@ -106,19 +108,20 @@ class SettingRow:
     def from_dict(cls, data: Mapping[str, Any]) -> SettingRow:
         """The row of :meth:`to_dict`; a missing or odd field is unknown (None, or empty)."""
         d = section(data)
-        return cls(text(d.get("library")) or "unknown", integer(d.get("count")), text(d.get("source")),
-                   texts(d.get("precedence")), text(d.get("kind")), text(d.get("variable")),
+        return cls(text(d.get("library")) or "unknown", integer(d.get("count")), Source.from_json(d.get("source")),
+                   texts(d.get("precedence")), d.get("own") is True, text(d.get("variable")),
                    integer(d.get("expected_from_env")), texts(d.get("cap_vars")), text(d.get("note")),
                    integer(d.get("asked_now")), texts(d.get("ignored_changes")),
                    Refused.from_dict(section(d.get("refused"))), text(d.get("owner")), text(d.get("filepath")),
                    integer(d.get("capped_to")))
 
     def to_dict(self) -> dict[str, Any]:
-        head: dict[str, Any] = {"library": self.library, "count": self.count, "source": self.source}
-        if self.kind is None:  # one of parinfo's own pools
-            out = {**head, "precedence": list(self.precedence)}
+        head: dict[str, Any] = {"library": self.library, "count": self.count,
+                                "source": None if self.source is None else self.source.to_json()}
+        if self.own:
+            out = {**head, "own": True, "precedence": list(self.precedence)}
         else:
-            out = {**head, "kind": self.kind, "variable": self.variable, "expected_from_env": self.expected_from_env,
+            out = {**head, "variable": self.variable, "expected_from_env": self.expected_from_env,
                    "precedence": list(self.precedence), "cap_vars": list(self.cap_vars), "note": self.note,
                    "asked_now": self.asked_now, "ignored_changes": list(self.ignored_changes),
                    "refused": None if self.refused is None else self.refused.to_dict(),
@@ -157,10 +160,13 @@ class _Prediction:
     """What a library's rule predicts."""
 
     count: int | None
-    kind: str  # env | default | unknown
+    source: Source  # a variable, the library's default, or unknown
     variable: str | None
-    phrase: str
     refused: Refused | None = None
+
+    @property
+    def phrase(self) -> str:
+        return self.source.text
 
 
 class Model(NamedTuple):
@@ -217,20 +223,20 @@ def predict(model: Model, env: Mapping[str, str], facts: MachineFacts,
         n = count_from_env(var, env)
         if n is None:
             continue
-        phrase = f"env {var}={env[var]}"
+        said = variable(var, env[var])
         if model.cap is not None:
             cap, why = model.cap(facts, env, ctx)
             if cap is not None and n > cap and model.refused is not None:
                 refused = Refused(var, n, cap, why, model.refused)
-                return _Prediction(model.refused, "env", var,
-                                   f"{phrase} refused: above {why}, so {model.refused} runs instead", refused)
+                return _Prediction(model.refused, said.with_text(
+                    f"{said.text} refused: above {why}, so {model.refused} runs instead"), var, refused)
             if cap is not None and n > cap:
-                n, phrase = cap, f"{phrase}, capped at {why}"
-        return _Prediction(n, "env", var, phrase)
+                n, said = cap, said.with_text(f"{said.text}, capped at {why}")
+        return _Prediction(n, said, var)
     n, why = model.default(facts, ctx)
     if n is None:
-        return _Prediction(None, "unknown", None, f"unknown ({why})")
-    return _Prediction(n, "default", None, f"default: {why}")
+        return _Prediction(None, unknown(why), None)
+    return _Prediction(n, library_default(why), None)
 
 
 def _changes(model: Model, env: Mapping[str, str], launch: Mapping[str, str]) -> list[str]:
@@ -243,29 +249,19 @@ def _changes(model: Model, env: Mapping[str, str], launch: Mapping[str, str]) ->
 
 def explain(library: str, count: int | None, model: Model, environ: Mapping[str, str],
             launch_environ: LaunchEnviron, facts: MachineFacts, ctx: Mapping[str, Any] | None = None,
-            runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None,
+            runtime: Source = RUNTIME, extra_match: tuple[int | None, Source] | None = None,
             unread: str = "not readable without changing it",
-            pushed: tuple[int, str] | None = None) -> dict[str, Any]:
-    """One provenance row (a :class:`SettingRow` as a dict, without owner and filepath): ``count``
-    in force for ``library`` and the source that decided it; the arguments as in :func:`_explain`."""
-    return _explain(library, count, model, environ, launch_environ, facts, ctx, runtime_phrase, extra_match,
-                    unread, pushed).to_dict()
+            pushed: tuple[int, Source] | None = None, after_apply: SetByApply | None = None) -> SettingRow:
+    """The provenance row of ``count`` in force for ``library`` (without owner and filepath).
 
-
-def _explain(library: str, count: int | None, model: Model, environ: Mapping[str, str],
-             launch_environ: LaunchEnviron, facts: MachineFacts, ctx: Mapping[str, Any] | None = None,
-             runtime_phrase: str = RUNTIME, extra_match: tuple[int | None, str, str] | None = None,
-             unread: str = "not readable without changing it",
-             pushed: tuple[int, str] | None = None, after_apply: SetByApply | None = None) -> SettingRow:
-    """The provenance row of ``count`` in force for ``library``.
-
-    ``extra_match`` is (count, kind, phrase): another explanation tried before run time (e.g. torch
-    setting its own OpenMP runtime's count); ``pushed`` is (count, phrase) when parinfo's runtime
-    pushed a count into this very library: it wrote last, so it is tried before the environment
-    (``parinfo.apply`` also sets the variables, after the library read them); ``after_apply`` is the
-    apply() whose variables this library read because it loaded after them (:func:`read_after_apply`):
-    the environment of now decided its count, even where the launch environment predicts the same;
-    ``unread`` says why a ``count`` of None was not read.
+    ``runtime`` is the source of a count no variable or default explains (set at run time by the
+    calls it names); ``extra_match`` is (count, source): another explanation tried before run time
+    (e.g. torch setting its own OpenMP runtime's count); ``pushed`` is (count, source) when
+    parinfo's runtime pushed a count into this very library: it wrote last, so it is tried before the
+    environment (``parinfo.apply`` also sets the variables, after the library read them);
+    ``after_apply`` is the apply() whose variables this library read because it loaded after them
+    (:func:`read_after_apply`): the environment of now decided its count, even where the launch
+    environment predicts the same; ``unread`` says why a ``count`` of None was not read.
     """
     launch = None if isinstance(launch_environ, str) else launch_environ
     launch_pred = predict(model, environ if launch is None else launch, facts, ctx)
@@ -277,37 +273,38 @@ def _explain(library: str, count: int | None, model: Model, environ: Mapping[str
     expected = launch_pred.count
     ignored: list[str] = []
     refused: Refused | None = None
+    variable_: str | None = None
+    source: Source
     if count is None:
-        kind, variable = "unknown", launch_pred.variable
-        source = f"unknown ({unread})"
+        variable_ = launch_pred.variable
+        source = unknown(unread)
         if launch_pred.count is not None:
-            source += f"; would be {launch_pred.count} by {launch_pred.phrase}"
+            source = source.with_text(f"{source.text}; would be {launch_pred.count} by {launch_pred.phrase}")
     elif pushed is not None and count == pushed[0]:  # parinfo's runtime set it last
-        kind, variable, source = "runtime", None, pushed[1]
-    elif after_apply is not None and now_pred.kind == "env" and count == now_pred.count:
-        kind, variable, expected = "env", now_pred.variable, now_pred.count
-        source = f"{now_pred.phrase} (set by parinfo.apply, profile {after_apply.profile}, before this library loaded)"
-        refused = now_pred.refused
+        source = pushed[1]
+    elif after_apply is not None and now_pred.source.kind is Kind.VARIABLE and count == now_pred.count:
+        variable_, expected, refused = now_pred.variable, now_pred.count, now_pred.refused
+        source = Source(Kind.PROFILE, f"{after_apply.profile} ({now_pred.variable})",
+                        f"{now_pred.phrase} (set by parinfo.apply, profile {after_apply.profile}, "
+                        "before this library loaded)")
     elif launch_pred.count is None:  # no model predicts this library's count
-        kind, variable, source = "unknown", None, launch_pred.phrase
+        source = launch_pred.source
     elif count == launch_pred.count:
-        kind, variable, source = launch_pred.kind, launch_pred.variable, launch_pred.phrase
-        refused = launch_pred.refused
+        variable_, source, refused = launch_pred.variable, launch_pred.source, launch_pred.refused
         if changes and now_pred.count is not None and now_pred.count != count:
             notes.append("changed after launch, after this library read it (ignored): " + "; ".join(changes))
             ignored = [var for var in model.precedence + model.cap_vars
                        if launch is not None and environ.get(var) != launch.get(var)]
     elif count == now_pred.count:
-        kind, variable, expected = now_pred.kind, now_pred.variable, now_pred.count
-        source = now_pred.phrase + " (set after launch, before this library loaded)"
-        refused = now_pred.refused
+        variable_, expected, refused = now_pred.variable, now_pred.count, now_pred.refused
+        source = now_pred.source.noted("set after launch, before this library loaded")
     elif extra_match is not None and extra_match[0] == count:
-        kind, variable, source = extra_match[1], None, extra_match[2]
+        source = extra_match[1]
     else:
-        kind, variable, source = "runtime", None, runtime_phrase
+        source = runtime
         if changes:
             notes.append("; ".join(changes))
-    return SettingRow(library, count, source, list(model.precedence), kind, variable, expected,
+    return SettingRow(library, count, source, list(model.precedence), False, variable_, expected,
                       list(model.cap_vars), "; ".join(notes) or None, now_pred.count, ignored, refused)
 
 
@@ -321,47 +318,46 @@ def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: La
     env = environ if isinstance(launch_environ, str) else launch_environ
     ctx = lib.context(module, env) if lib.context is not None else {}
     model = model_of(lib)
-    row = _explain(lib.name, count, model, environ, launch_environ, facts, ctx,
-                   runtime_phrase=f"set at run time ({lib.module}.{lib.setter})",
+    row = explain(lib.name, count, model, environ, launch_environ, facts, ctx,
+                  runtime=run_time(f"{lib.module}.{lib.setter}"),
                    after_apply=read_after_apply(model, lib.module, environ, applied))
     row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
     return row
 
 
-def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, str]]:
-    """Library path -> (count, phrase) for the pools parinfo's runtime pushed a count into.
+def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, Source]]:
+    """Library path -> (count, source) for the pools parinfo's runtime pushed a count into.
 
-    ``push`` is the runtime's record of its last push (``parinfo.runtime.info()["native_push"]``):
-    its source is "profile NAME" for ``parinfo.apply``, "explicit call" for
-    ``parinfo.set_num_threads``, and "default: usable CPUs, re-read at HH:MM:SS" when the libraries'
-    defaults followed a change of the usable CPUs (that phrase is then the row's source).
+    ``push`` is the runtime's record of its last push (``parinfo.runtime.info()["native_push"]``),
+    whose source says who pushed: ``parinfo.apply`` (a profile), ``parinfo.set_num_threads`` (an
+    explicit call), ``parinfo.runtime.configure``, or the defaults that followed a change of the
+    usable CPUs (that source is then the row's own).
     """
     if not push:
         return {}
-    source = str(push.get("source") or "")
-    if source.startswith("default: "):  # defaults that followed the usable CPUs: nobody chose them
-        out_default: dict[str, tuple[int, str]] = {}
-        for pool in push.get("pools") or ():
-            if pool.get("filepath") and isinstance(pool.get("num_threads"), int):
-                out_default[pool["filepath"]] = (pool["num_threads"], source)
-        return out_default
-    if source.startswith("profile "):
-        who = f"parinfo.apply ({source})"
-    elif source == "explicit call":
-        who = f"parinfo.set_num_threads({push.get('count')})"
+    said = Source.from_json(push.get("source"))
+    if said is None:
+        return {}
+    if said.kind.default:  # defaults that followed the usable CPUs: nobody chose them
+        source = said
+    elif said.kind is Kind.PROFILE:
+        source = Source(Kind.PROFILE, said.detail, f"set at run time by parinfo.apply ({said.text})")
+    elif said.kind is Kind.EXPLICIT:
+        call = f"parinfo.set_num_threads({push.get('count')})"
+        source = Source(Kind.EXPLICIT, call, f"set at run time by {call}")
     else:
-        who = f"parinfo's runtime ({source})"
-    out: dict[str, tuple[int, str]] = {}
+        source = run_time("parinfo's runtime", f"set at run time by parinfo's runtime ({said.text})")
+    out: dict[str, tuple[int, Source]] = {}
     for pool in push.get("pools") or ():
         if pool.get("filepath") and isinstance(pool.get("num_threads"), int):
-            out[pool["filepath"]] = (pool["num_threads"], f"set at run time by {who}")
+            out[pool["filepath"]] = (pool["num_threads"], source)
     return out
 
 
 def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, environ: Mapping[str, str],
                      launch_environ: LaunchEnviron | None, facts: MachineFacts,
                      runtime_push: Mapping[str, Any] | None = None,
-                     applied: Mapping[str, SetByApply] | None = None) -> list[dict[str, Any]]:
+                     applied: Mapping[str, SetByApply] | None = None) -> list[SettingRow]:
     """For each library in force, the count and the source that decided it.
 
     ``pools``: :func:`parinfo.process.pools.native_pools`; ``torch``: :func:`parinfo.process.frameworks.torch_info`
@@ -372,7 +368,7 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
     variables ``parinfo.apply`` set and what was loaded then (``Runtime.applied_env()``), which
     explains a library that loaded after them. One row per pool row, then torch's intra-op and
     inter-op rows when torch is given, then each Python-module library (numexpr...) that is
-    imported: each a :class:`SettingRow` as a dict.
+    imported.
     """
     if launch_environ is None:
         from parinfo.process.environment import launch_environment
@@ -382,7 +378,8 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
     pushed = pushed_counts(runtime_push)
     torch_intra = torch.get("intra_op") if torch else None
     torch_rows = _torch_rows(torch, environ, launch_environ, facts, applied) if torch else []
-    torch_set_at_run_time = bool(torch_rows) and torch_rows[0].kind == "runtime"
+    first = torch_rows[0].source if torch_rows else None
+    torch_set_at_run_time = first is not None and first.kind is Kind.RUN_TIME
     for pool in pools:
         library = pool["library"]
         model = MODELS.get(library) or _no_model(library)
@@ -390,9 +387,9 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
         if pool.get("owner") == "torch" and torch_intra:
             extra = _set_by_torch(library, torch_intra, torch_set_at_run_time, _openmp_build(torch))
         unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
-        row = _explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
-                       extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""),
-                       after_apply=read_after_apply(model, pool.get("filepath"), environ, applied))
+        row = explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
+                      extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""),
+                      after_apply=read_after_apply(model, pool.get("filepath"), environ, applied))
         row.owner, row.filepath = pool.get("owner"), pool.get("filepath")
         rows.append(row)
     rows.extend(torch_rows)
@@ -400,7 +397,7 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
         module_row = _module_row(lib, environ, launch_environ, facts, applied)
         if module_row is not None:
             rows.append(module_row)
-    return [row.to_dict() for row in rows]
+    return rows
 
 
 #: What changes torch's intra-op count at run time in its OpenMP build, where torch reads the calling
@@ -414,9 +411,9 @@ def _openmp_build(torch: Mapping[str, Any] | None) -> bool:
 
 
 def _set_by_torch(library: str, intra: int, set_at_run_time: bool,
-                  openmp_build: bool) -> tuple[int | None, str, str] | None:
+                  openmp_build: bool) -> tuple[int | None, Source] | None:
     """How torch, with intra-op count ``intra``, set the count of its own OpenMP runtime or MKL
-    (``library``): (count, kind, phrase) for :func:`explain`'s ``extra_match``; None for other
+    (``library``): (count, source) for :func:`explain`'s ``extra_match``; None for other
     libraries. Changed at run time in torch's OpenMP build, the count may come from
     torch.set_num_threads (which sets its OpenMP runtime and MKL too) or from an OpenMP limit set in
     this thread (which torch and MKL's OpenMP layer read): the words name both."""
@@ -425,11 +422,12 @@ def _set_by_torch(library: str, intra: int, set_at_run_time: bool,
     if set_at_run_time:
         what = "OpenMP runtime" if library != "mkl" else "MKL"
         if openmp_build:
-            return intra, "runtime", f"set at run time to torch's intra-op count ({intra}): by {_OPENMP_CALLERS}"
-        return intra, "runtime", f"set at run time by torch.set_num_threads({intra}), which sets torch's {what} too"
-    if library == "mkl":
-        return intra, "framework", f"set by torch to its intra-op count ({intra})"
-    return intra, "framework", f"set by torch to its intra-op count ({intra}) when it initialised"
+            return intra, run_time(_OPENMP_CALLERS,
+                                   f"set at run time to torch's intra-op count ({intra}): by {_OPENMP_CALLERS}")
+        return intra, run_time(f"torch.set_num_threads({intra})",
+                               f"set at run time by torch.set_num_threads({intra}), which sets torch's {what} too")
+    said = f"set by torch to its intra-op count ({intra})"
+    return intra, Source(Kind.FRAMEWORK, "torch", said if library == "mkl" else f"{said} when it initialised")
 
 
 def _torch_rows(torch: dict[str, Any], environ: Mapping[str, str], launch_environ: LaunchEnviron,
@@ -438,17 +436,16 @@ def _torch_rows(torch: dict[str, Any], environ: Mapping[str, str], launch_enviro
     rows = []
     if torch:
         intra_model = MODELS["torch intra-op" if torch.get("mkl_available") else "torch intra-op (no MKL)"]
-        row = _explain("torch intra-op", torch.get("intra_op"), intra_model, environ, launch_environ, facts,
-                       runtime_phrase=(f"set at run time in this thread: by {_OPENMP_CALLERS}, which torch reads here"
-                                       if _openmp_build(torch)
-                                       else "set at run time (torch.set_num_threads)"),
-                       after_apply=read_after_apply(intra_model, "torch", environ, applied))
+        row = explain("torch intra-op", torch.get("intra_op"), intra_model, environ, launch_environ, facts,
+                      runtime=(run_time(_OPENMP_CALLERS, f"set at run time in this thread: by {_OPENMP_CALLERS}, "
+                                        "which torch reads here")
+                               if _openmp_build(torch) else run_time("torch.set_num_threads")),
+                      after_apply=read_after_apply(intra_model, "torch", environ, applied))
         row.owner = "torch"
         rows.append(row)
         ctx = {"hardware_concurrency": torch.get("hardware_concurrency")}
-        row = _explain("torch inter-op", torch.get("inter_op"), MODELS["torch inter-op"], environ,
-                       launch_environ, facts, ctx,
-                       runtime_phrase="set at run time (torch.set_num_interop_threads)")
+        row = explain("torch inter-op", torch.get("inter_op"), MODELS["torch inter-op"], environ,
+                      launch_environ, facts, ctx, runtime=run_time("torch.set_num_interop_threads"))
         row.owner = "torch"
         rows.append(row)
     return rows

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from parinfo.machine.procfs import Proc, gone, pids
 from parinfo.record import record
+from parinfo.source import Kind, Source, unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -75,7 +76,7 @@ def loaded_runtimes(pid: int, maps: str | None = None) -> list[dict]:
     return runtimes_in_maps(text.encode("utf-8", "surrogateescape"), Proc(pid).shown("maps"))
 
 #: The source of a count taken from the environment the process was launched with.
-FROM_LAUNCH = "from its launch environment; the process may have changed it"
+FROM_LAUNCH = Source(Kind.LAUNCH_ENVIRONMENT, "", "from its launch environment; the process may have changed it")
 
 
 def read_counts(pid: int, rows: list[dict], maps: str, launch_env: dict[str, str] | None,
@@ -93,28 +94,28 @@ def read_counts(pid: int, rows: list[dict], maps: str, launch_env: dict[str, str
     process ends during the read.
     """
     from parinfo.process import libraries as reg
-    from parinfo.process.inforce import counts_in_force, reason, unknown
+    from parinfo.process.inforce import counts_in_force, reason
     from parinfo.process.provenance import model_of, predict
 
     read = {row.path: row for row in counts_in_force(pid, maps)}
     for row in rows:
         got = read.get(row.get("filepath") or "")
         if got is not None and got.count is not None:
-            row.update(num_threads=got.count, count_source=got.source)
+            row.update(num_threads=got.count, count_source=got.source.to_json())
             continue
         why = reason(got.source) if got is not None else "kept inside the process: not readable from outside"
         rec = reg.find(row["library"])
         names = rec.count_vars if rec is not None else ()
         if launch_env is None:
-            row["count_source"] = unknown(f"{why}; its launch environment cannot be read either")
+            row["count_source"] = unknown(f"{why}; its launch environment cannot be read either").to_json()
             continue
         guess = predict(model_of(rec), launch_env, facts) if rec is not None and names else None
-        if guess is not None and guess.kind == "env" and guess.count is not None:
-            row.update(launch_count=guess.count, launch_from=guess.phrase, count_source=FROM_LAUNCH)
+        if guess is not None and guess.source.kind is Kind.VARIABLE and guess.count is not None:
+            row.update(launch_count=guess.count, launch_from=guess.phrase, count_source=FROM_LAUNCH.to_json())
         elif names:
-            row["count_source"] = unknown(f"{why}; none of {', '.join(names)} was set at launch")
+            row["count_source"] = unknown(f"{why}; none of {', '.join(names)} was set at launch").to_json()
         else:
-            row["count_source"] = unknown(why)
+            row["count_source"] = unknown(why).to_json()
 
 
 def environment(pid: int) -> dict[str, str]:

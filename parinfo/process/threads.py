@@ -6,12 +6,14 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from parinfo.machine.unknown import because
+from parinfo.machine.unknown import because, describe
 from parinfo.payload import count_or_reason, int_map, integer, rows, section, text
 from parinfo.record import record
+from parinfo.source import Kind, Source, file, unknown
 
 #: What a report read from elsewhere says of a thread fact it does not carry.
 NOT_IN_REPORT = "unknown (not in the report)"
+NOT_READ = unknown("not in the report")
 
 #: A trailing worker number: separators, then digits, possibly repeated ("-3", " #2", "-0_1").
 _WORKER_NUMBER = re.compile(r"([-_.:/# ]+)\d+(?:[-_.:/# ]+\d+)*$")
@@ -51,7 +53,7 @@ class ThreadList:
 
     count: int | str = NOT_IN_REPORT
     threads: list[OsThread] = field(default_factory=list)
-    source: str = NOT_IN_REPORT
+    source: Source = NOT_READ
     states: dict[str, int] | None = None
 
     @classmethod
@@ -64,12 +66,12 @@ class ThreadList:
             if tid is not None:
                 threads.append(OsThread(tid, text(row.get("name")) or NOT_IN_REPORT))
         count = count_or_reason(d.get("count"))
-        return cls(NOT_IN_REPORT if count is None else count, threads, text(d.get("source")) or NOT_IN_REPORT,
+        return cls(NOT_IN_REPORT if count is None else count, threads, Source.from_json(d.get("source")) or NOT_READ,
                    None if d.get("states") is None else int_map(d.get("states")))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"count": self.count, "threads": [{"tid": t.tid, "name": t.name} for t in self.threads],
-                               "source": self.source}
+                               "source": self.source.to_json()}
         if self.states is not None:
             out["states"] = dict(self.states)
         return out
@@ -90,7 +92,7 @@ def live_threads(pid: int | None = None) -> dict:
     except UsageError as exc:
         return _from_psutil(pid, f"unknown ({exc})")
     threads = [OsThread(tid, name) for tid, name in names if name is not None]  # None: ended while listed
-    return ThreadList(len(threads), threads, proc.shown("task")).to_dict()
+    return ThreadList(len(threads), threads, file(proc.shown("task"))).to_dict()
 
 
 def _from_psutil(pid: int | None, proc_reason: str) -> dict:
@@ -100,6 +102,6 @@ def _from_psutil(pid: int | None, proc_reason: str) -> dict:
         tids = sorted(t.id for t in psutil.Process(pid).threads())
     except Exception as exc:  # NoSuchProcess, AccessDenied, no procfs
         why = because(exc)
-        return ThreadList(why, [], why).to_dict()
+        return ThreadList(why, [], unknown(describe(exc), why)).to_dict()
     name = f"unknown (thread names not readable: {proc_reason})"
-    return ThreadList(len(tids), [OsThread(t, name) for t in tids], "psutil").to_dict()
+    return ThreadList(len(tids), [OsThread(t, name) for t in tids], Source(Kind.GETTER, "psutil", "psutil")).to_dict()

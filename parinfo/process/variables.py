@@ -19,6 +19,7 @@ from parinfo.process.libraries import (
     openmp_runtimes,
 )
 from parinfo.record import record
+from parinfo.source import PARINFO_DEFAULT, Source, variable
 
 __all__ = ["LIBRARY_VARS", "OPENMP", "THREAD_PREFIXES", "THREAD_VARS", "Setting", "Var", "count_from_env",
            "is_false", "looks_thread_related", "parse_count", "read_setting", "validate"]
@@ -105,14 +106,14 @@ class Setting:
     raw: str | None = None
     problem: str | None = None
 
-    def source(self, name: str, default: str = "default") -> str:
-        """The words of where a setting read from it came from: the variable, or ``default`` (with
-        the invalid value it passed over)."""
+    def source(self, name: str, default: Source = PARINFO_DEFAULT) -> Source:
+        """Where a setting read from it came from: the variable, or ``default`` (noting the invalid
+        value it passed over)."""
         if self.value is not None:
-            return f"env {name}"
+            return variable(name)
         if self.raw is None:
             return default
-        return f"{default} (ignored invalid {name}={self.raw!r})"
+        return default.noted(f"ignored invalid {name}={self.raw!r}")
 
 
 def read_setting(name: str, environ: Mapping[str, str]) -> Setting:

@@ -18,6 +18,7 @@ from parinfo.process import libraries as reg, setter
 from parinfo.process.setter import NativePool
 from parinfo.profiles.plan import Plan
 from parinfo.runtime.state import RUNTIME
+from parinfo.source import profile as profile_source
 
 
 def _plan_of(profile: Any) -> Plan:
@@ -162,7 +163,7 @@ def _configure(plan: Plan, intra: int, inter: int, counts: dict[str, int | None]
     else:
         kwargs["inter_op"] = inter
     try:
-        RUNTIME.configure(**kwargs, libraries=counts, source=f"profile {plan.name}")
+        RUNTIME.configure(**kwargs, libraries=counts, source=profile_source(plan.name))
     except RuntimeError as exc:
         raise ApplyError(f"cannot apply profile {plan.name}: {exc}") from None
     applied += [f"runtime {k.replace('_', '-')} count {v}" for k, v in kwargs.items()]

@@ -16,6 +16,7 @@ from parinfo.profiles import expr
 from parinfo.profiles.grammar import DERIVED_VARS, LIBRARIES, MAX_COUNT
 from parinfo.profiles.model import Profile
 from parinfo.profiles.plan import InstancePlan, Plan, Setting
+from parinfo.source import profile as profile_source
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -108,7 +109,7 @@ class _Resolver:
         self.prof = prof
         rule = prof.get("quota_rounding")
         if rule is not None and rule != facts.quota_rounding:
-            facts = facts.rounded(rule, f"profile {prof.get('name', 'profile')} (quota_rounding)")
+            facts = facts.rounded(rule, profile_source(str(prof.get("name", "profile")), "quota_rounding"))
         self.facts = facts
         self.override = instances
         self.values, notes = fact_values(facts)

@@ -41,6 +41,7 @@ from parinfo.process.setter import TORCH
 from parinfo.process.variables import read_setting
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings, read_facts
+from parinfo.source import PARINFO_DEFAULT, Source, clock, followed_default, variable
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -57,16 +58,16 @@ _FOLLOW_VAR = reg.library("parinfo").var("follow")
 _NEVER = 1 << 63  # an int, as perf_counter_ns is: the comparison stays int against int
 
 #: (count, source, {record name: count or None}) -> None: how the follower pushes defaults.
-Push = Callable[[int, str, "dict[str, int | None]"], None]
+Push = Callable[[int, Source, "dict[str, int | None]"], None]
 
 
-def _enabled() -> tuple[bool, str]:
+def _enabled() -> tuple[bool, Source]:
     """(on, source) from PARINFO_FOLLOW_QUOTA: on unless it says off (0, false, no, off); an
     invalid value is passed over, and said so."""
     setting = read_setting(_FOLLOW_VAR, os.environ)
     if setting.value is None:
         return True, setting.source(_FOLLOW_VAR)
-    return bool(setting.value), f"env {_FOLLOW_VAR}={setting.raw}"
+    return bool(setting.value), variable(_FOLLOW_VAR, setting.raw)
 
 
 def _followable() -> tuple[reg.Library, ...]:
@@ -103,7 +104,7 @@ class BudgetFollower:
         #: perf_counter_ns of the next re-read on the runtime's paths (0: at the first use; _NEVER: off)
         self.due_ns = 0
         self.enabled: bool | None = None  # read from PARINFO_FOLLOW_QUOTA at first use
-        self.enabled_source = "default"
+        self.enabled_source = PARINFO_DEFAULT
         self.rereads = 0
         self.changes: list[dict[str, Any]] = []  # the re-reads that changed the usable CPUs (last 8)
         self.expected: dict[str, int] = {}  # pool path (or torch) -> the count following last gave it
@@ -151,14 +152,14 @@ class BudgetFollower:
         self.usable = int(facts.usable_cpus)
         if old is not None and _budget(old) == _budget(facts):
             return
-        at = time.strftime("%H:%M:%S")
+        at = time.time()
         counts = settings.follow_machine(facts, at)
         self.limits.set_usable(self.usable)
         libraries = self._follow_libraries(old, facts, at)
-        self.changes = [*self.changes[-7:], {"at": at, "usable_cpus": [before[1], self.usable],
+        self.changes = [*self.changes[-7:], {"at": clock(at), "usable_cpus": [before[1], self.usable],
                                              "counts": counts + libraries}]
 
-    def _follow_libraries(self, old: MachineFacts | None, new: MachineFacts, at: str) -> list[str]:
+    def _follow_libraries(self, old: MachineFacts | None, new: MachineFacts, at: float) -> list[str]:
         """Push the libraries' defaults on ``new`` into the pools nobody chose; what changed."""
         limits = self.limits
         if limits.pushed is not None and not limits.follow_push:
@@ -179,7 +180,7 @@ class BudgetFollower:
             self._judge(TORCH, "torch intra-op", reg.library(TORCH), limits.torch_before_cap(), old, by_library)
         if all(n is None for n in by_library.values()):
             return []
-        self._push(self.settings.intra()[0], f"default: usable CPUs, re-read at {at}", by_library)
+        self._push(self.settings.intra()[0], followed_default("usable CPUs", at), by_library)
         changed = []
         for key, label, name in [*((p.path, p.name, p.record.name) for p in pools),
                                  *([(TORCH, "torch intra-op", TORCH)] if torch_loaded else [])]:
@@ -209,7 +210,7 @@ class BudgetFollower:
     def state(self) -> dict[str, Any]:
         """What following did, for ``info()``: on or off and why, the usable CPUs last read, the
         re-reads that changed them, and the counts it leaves alone."""
-        return {"enabled": self.enabled is not False, "enabled_source": self.enabled_source,
+        return {"enabled": self.enabled is not False, "enabled_source": self.enabled_source.to_json(),
                 "interval_s": INTERVAL_S, "rereads": self.rereads, "usable_cpus": self.usable,
                 "changes": [dict(c) for c in self.changes], "not_followed": dict(self.chosen)}
 

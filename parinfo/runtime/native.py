@@ -26,6 +26,7 @@ from typing import Any
 from parinfo.process import setter
 from parinfo.process.setter import NativePool
 from parinfo.runtime.settings import RuntimeSettings
+from parinfo.source import Source
 
 
 def _torch() -> Any:
@@ -135,7 +136,7 @@ class NativeLimits:
                 self.teams_released += 1
 
     # the push ------------------------------------------------------------------------------
-    def push(self, count: int, source: str, by_library: dict[str, int | None] | None = None,
+    def push(self, count: int, source: Source, by_library: dict[str, int | None] | None = None,
              follow: bool = False) -> None:
         """Put ``count`` into every loaded native pool and into torch (when imported); a library
         named in ``by_library`` (record name -> count, a profile's ``libraries``) gets its own count
@@ -148,7 +149,7 @@ class NativeLimits:
             self._pushes += 1
             self.version += 1
             self._pushed_to = set()
-            self._push_record = {"count": count, "source": source, "pools": [], "torch": None}
+            self._push_record = {"count": count, "source": source.to_json(), "pools": [], "torch": None}
             self._push_new()
 
     def _base(self, pool: NativePool) -> int | None:

@@ -17,12 +17,12 @@ from __future__ import annotations
 import enum
 import operator
 import os
-import re
 import threading
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process.libraries import library
 from parinfo.process.variables import count_from_env, read_setting
+from parinfo.source import EXPLICIT_CALL, Kind, Source, followed_default, parinfo_default, profile, variable
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 INTEROP_ERROR = ("Error: cannot set number of interop threads after parallel work has started "
                  "or set_num_interop_threads called")
 
-EXPLICIT = "explicit call"
+EXPLICIT = EXPLICIT_CALL
 
 # The variables each count reads, first wins (after an explicit call and a profile).
 INTRA_VARS = library("parinfo").count_vars  # PARINFO_NUM_THREADS, then torch's variables
@@ -68,9 +68,14 @@ def check_count(n: object, what: str) -> int:
     return value
 
 
-def _from_env(names: tuple[str, ...], default: int, default_source: str,
-              environ: dict[str, str]) -> tuple[int, str, list[dict[str, Any]]]:
-    """(count, source, ignored invalid variables) from the first valid variable in ``names``."""
+#: A count, the source that decided it, and the note on variables passed over ("ignored invalid ...").
+Decided = tuple[int, Source, str | None]
+
+
+def _from_env(names: tuple[str, ...], default: int, default_source: Source,
+              environ: dict[str, str]) -> Decided:
+    """(count, source, note on the invalid variables passed over) from the first valid variable in
+    ``names``; ``default`` from ``default_source`` when none is valid."""
     ignored: list[dict[str, Any]] = []
     for name in names:
         raw = environ.get(name)
@@ -80,23 +85,22 @@ def _from_env(names: tuple[str, ...], default: int, default_source: str,
         if n is None:
             ignored.append({"variable": name, "value": raw, "why": "invalid"})
             continue
-        profile = environ.get("PARINFO_PROFILE")
-        source = f"profile {profile} ({name})" if name.startswith("PARINFO_") and profile else f"env {name}"
-        return n, _with_ignored(source, ignored), ignored
-    return default, _with_ignored(default_source, ignored), ignored
+        name_of = environ.get("PARINFO_PROFILE")
+        source = profile(name_of, name) if name.startswith("PARINFO_") and name_of else variable(name)
+        note = _ignored_note(ignored)
+        return n, source.noted(note), note
+    note = _ignored_note(ignored)
+    return default, default_source.noted(note), note
 
 
-def _with_ignored(source: str, ignored: list[dict[str, Any]]) -> str:
+def _ignored_note(ignored: list[dict[str, Any]]) -> str | None:
     if not ignored:
-        return source
-    what = ", ".join(f"{i['variable']}={i['value']!r}" for i in ignored)
-    return f"{source} (ignored invalid {what})"
+        return None
+    return "ignored invalid " + ", ".join(f"{i['variable']}={i['value']!r}" for i in ignored)
 
 
-INTRA_DEFAULT = "default: usable physical cores"
-INTER_DEFAULT = "default: usable CPUs"
-# a default's source, with the time of the re-read that changed it when there was one
-_DEFAULT_SOURCE = re.compile(r"^(default: usable (?:physical cores|CPUs))(?:, re-read at \d\d:\d\d:\d\d)?")
+INTRA_DEFAULT = parinfo_default("usable physical cores")
+INTER_DEFAULT = parinfo_default("usable CPUs")
 
 
 def read_facts() -> MachineFacts | None:
@@ -118,7 +122,7 @@ def machine_of(facts: MachineFacts | None) -> tuple[int, int]:
     return max(1, n), max(1, n)
 
 
-def _read_backend() -> tuple[str, str]:
+def _read_backend() -> tuple[str, Source]:
     """(backend, source) from PARINFO_BACKEND=native|sequential."""
     setting = read_setting(BACKEND_VAR, os.environ)
     return str(setting.value or "native"), setting.source(BACKEND_VAR)
@@ -133,14 +137,14 @@ class RuntimeSettings:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._intra_choice: tuple[int, str] | None = None  # set by an explicit call or a profile
-        self._inter_choice: tuple[int, str] | None = None
-        self._intra_default: tuple[int, str] | None = None
-        self._inter_default: tuple[int, str] | None = None
+        self._intra_choice: tuple[int, Source] | None = None  # set by an explicit call or a profile
+        self._inter_choice: tuple[int, Source] | None = None
+        self._intra_default: Decided | None = None
+        self._inter_default: Decided | None = None
         self._intra_outranked: list[str] = []  # profile requests an explicit call outranked
         self._machine: tuple[int, int] | None = None
         self.facts: MachineFacts | None = None  # the facts ``_machine`` came from
-        self._backend: tuple[str, str] | None = None
+        self._backend: tuple[str, Source] | None = None
         self.interop_state = InteropState.NOT_SET
         self.intra_now: int | None = None
         self.ceiling = pool_ceiling()
@@ -157,7 +161,7 @@ class RuntimeSettings:
         """CPUs this process may use (affinity and quota respected)."""
         return self.machine()[1]
 
-    def backend(self) -> tuple[str, str]:
+    def backend(self) -> tuple[str, Source]:
         """(backend, source): PARINFO_BACKEND=native|sequential, read once at first use."""
         if self._backend is None:
             self._backend = _read_backend()
@@ -167,16 +171,15 @@ class RuntimeSettings:
         return self.backend()[0] == "sequential"
 
     # intra-op ------------------------------------------------------------------------------
-    def intra(self) -> tuple[int, str]:
+    def intra(self) -> tuple[int, Source]:
         """The current intra-op (count, source)."""
         with self._lock:
             if self._intra_choice is not None:
                 cur = self._intra_choice
             else:
                 if self._intra_default is None:
-                    n, src, _ = _from_env(INTRA_VARS, self.machine()[0], INTRA_DEFAULT, dict(os.environ))
-                    self._intra_default = (n, src)
-                cur = self._intra_default
+                    self._intra_default = _from_env(INTRA_VARS, self.machine()[0], INTRA_DEFAULT, dict(os.environ))
+                cur = self._intra_default[:2]
             self.intra_now = cur[0]
             return cur
 
@@ -185,11 +188,11 @@ class RuntimeSettings:
         n = self.intra_now
         return n if n is not None else self.intra()[0]
 
-    def set_intra(self, n: int, source: str) -> bool:
+    def set_intra(self, n: int, source: Source) -> bool:
         """Record a new intra-op count; False when an explicit call outranks ``source`` (a profile)."""
         with self._lock:
             choice = self._intra_choice
-            if source != EXPLICIT and choice is not None and choice[1] == EXPLICIT:
+            if source.kind is not Kind.EXPLICIT and choice is not None and choice[1].kind is Kind.EXPLICIT:
                 self._intra_outranked.append(f"{source} asked {n}; the explicit call ({choice[0]}) "
                                              "takes precedence")
                 return False
@@ -203,22 +206,21 @@ class RuntimeSettings:
             return list(self._intra_outranked)
 
     # inter-op (set once) -------------------------------------------------------------------
-    def inter(self) -> tuple[int, str]:
+    def inter(self) -> tuple[int, Source]:
         """The current inter-op (count, source); reading never starts the pool."""
         with self._lock:
             if self._inter_choice is not None:
                 return self._inter_choice
             if self._inter_default is None:
-                n, src, _ = _from_env(INTER_VARS, self.machine()[1], INTER_DEFAULT, dict(os.environ))
-                self._inter_default = (n, src)
-            return self._inter_default
+                self._inter_default = _from_env(INTER_VARS, self.machine()[1], INTER_DEFAULT, dict(os.environ))
+            return self._inter_default[:2]
 
     def check_inter_settable(self) -> None:
         """Raise the set-once RuntimeError unless the inter-op count is still NOT_SET."""
         if self.interop_state is not InteropState.NOT_SET:
             raise RuntimeError(INTEROP_ERROR)
 
-    def set_inter(self, n: int, source: str) -> None:
+    def set_inter(self, n: int, source: Source) -> None:
         """NOT_SET -> SET; any other state raises the set-once RuntimeError."""
         with self._lock:
             self.check_inter_settable()
@@ -240,8 +242,8 @@ class RuntimeSettings:
         """True when someone chose the intra-op count (an explicit call or a profile)."""
         return self._intra_choice is not None
 
-    def follow_machine(self, facts: MachineFacts | None, at: str) -> list[str]:
-        """The usable CPUs changed (re-read at ``at``, HH:MM:SS): take ``facts`` as the machine's, and
+    def follow_machine(self, facts: MachineFacts | None, at: float) -> list[str]:
+        """The usable CPUs changed (re-read at ``at``, seconds since the epoch): take ``facts`` as the machine's, and
         let the defaults nobody chose follow them. The intra-op default follows unless a call or a
         profile set the count; the inter-op default only while the count is not set (a started
         pool keeps its size: the set-once rule). A count from a variable stays. Returns the counts
@@ -269,13 +271,12 @@ class RuntimeSettings:
         return changed
 
     @staticmethod
-    def _followed(default: tuple[int, str], n: int, at: str) -> tuple[int, str]:
-        """``default`` (count, source) with the machine's new count, when it came from the machine."""
-        source = default[1]
-        m = _DEFAULT_SOURCE.match(source)
-        if m is None:  # a variable decided it
+    def _followed(default: Decided, n: int, at: float) -> Decided:
+        """``default`` with the machine's new count, when it came from the machine."""
+        _, source, note = default
+        if not source.kind.default:  # a variable decided it
             return default
-        return n, f"{m.group(1)}, re-read at {at}{source[m.end():]}"
+        return n, followed_default(source.detail, at).noted(note), note
 
     def after_fork_in_child(self) -> None:
         """Fresh lock in a forked child; counts and rules carry over from the parent."""

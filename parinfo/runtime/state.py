@@ -26,6 +26,7 @@ from parinfo.runtime.settings import EXPLICIT, RuntimeSettings, check_count
 from parinfo.runtime.torchfork import TorchForks
 from parinfo.runtime.tracing import Profile, Recorders
 from parinfo.runtime.workers import WorkerSetup
+from parinfo.source import Kind, Source
 
 if TYPE_CHECKING:
     from parinfo.process.provenance import SetByApply
@@ -84,8 +85,10 @@ class Runtime:
         return self.settings.inter()[0]
 
     def configure(self, *, intra_op: int | None = None, inter_op: int | None = None,
-                  libraries: dict[str, int | None] | None = None, source: str) -> None:
-        """Set counts on behalf of ``source`` (e.g. "profile latency"), with the setters' rules.
+                  libraries: dict[str, int | None] | None = None, source: Source | str) -> None:
+        """Set counts on behalf of ``source``, with the setters' rules: a :class:`~parinfo.Source`, or
+        the words naming a profile or whoever configures on its behalf (``"profile latency"``), which
+        become a profile source shown in those words.
 
         Both values are checked before either is applied. The inter-op count follows the set-once
         rule; an intra-op count from a profile does not replace one set by an explicit call.
@@ -93,8 +96,10 @@ class Runtime:
         alone) go into the native pools and torch with the push, each pool once, in place of the
         intra-op count.
         """
-        if not isinstance(source, str) or not source.strip():
-            raise TypeError("configure() expects source to be a non-empty str")
+        if isinstance(source, str) and source.strip():
+            source = Source(Kind.PROFILE, source, source)
+        if not isinstance(source, Source):
+            raise TypeError("configure() expects source to be a non-empty str or a parinfo.Source")
         if intra_op is not None:
             check_count(intra_op, "configure intra_op")
         if inter_op is not None:
@@ -105,7 +110,7 @@ class Runtime:
         if intra_op is not None or libraries:
             self._set_intra(intra_op, source, libraries)
 
-    def _set_intra(self, n: int | None, source: str, libraries: dict[str, int | None] | None = None) -> None:
+    def _set_intra(self, n: int | None, source: Source, libraries: dict[str, int | None] | None = None) -> None:
         """Record ``n`` (None: keep the count) and push it, with ``libraries`` over it per library.
         An intra-op count an explicit call outranks is not taken, but the libraries' counts still are."""
         taken = n is not None and self.settings.set_intra(n, source)
@@ -117,7 +122,7 @@ class Runtime:
             if reach["ran"] or reach["pending"]:
                 limits.note_workers(reach)
 
-    def _push_defaults(self, n: int, source: str, libraries: dict[str, int | None]) -> None:
+    def _push_defaults(self, n: int, source: Source, libraries: dict[str, int | None]) -> None:
         """Push the defaults that follow the usable CPUs (``follow``): ``libraries`` per record,
         None where someone chose the count. Busy workers take them before their next job."""
         self.limits.push(n, source, libraries, follow=True)
@@ -210,17 +215,17 @@ class Runtime:
         backend, backend_source = settings.backend()
         intra, intra_src = settings.intra()
         inter, inter_src = settings.inter()
-        intra_d: dict[str, Any] = {"count": intra, "source": intra_src}
+        intra_d: dict[str, Any] = {"count": intra, "source": intra_src.to_json()}
         notes = settings.intra_outranked()
         if notes:
             intra_d["not_applied"] = notes
-        inter_d: dict[str, Any] = {"count": inter, "source": inter_src, "locked": settings.inter_locked()}
+        inter_d: dict[str, Any] = {"count": inter, "source": inter_src.to_json(), "locked": settings.inter_locked()}
         for d in (intra_d, inter_d):
             if d["count"] > settings.ceiling:  # valid, but the pool runs at most the ceiling
                 d["capped_to"] = settings.ceiling
         return {
             "backend": backend,
-            "backend_source": backend_source,
+            "backend_source": backend_source.to_json(),
             "intra_op": intra_d,
             "inter_op": inter_d,
             "pool_ceiling": settings.ceiling,

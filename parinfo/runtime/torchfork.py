@@ -19,6 +19,7 @@ from typing import Any
 from parinfo.process import setter
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings
+from parinfo.source import Kind, Source
 
 _CACHE_SIZE = 256  # launchers kept (each holds its target alive): the first compiled go first
 
@@ -133,11 +134,13 @@ class TorchForks:
             sized = setter.set_torch(inter=n, torch=torch, inter_if_changed=False)[0]
             if sized.error:  # torch's pool already started or was sized by the program: keep it
                 self.pool = {"threads": sized.now, "native_per_lane": None,
-                             "source": "torch (started or sized before parinfo's first fork)"}
+                             "source": Source(Kind.FRAMEWORK, "torch",
+                                              "torch (started or sized before parinfo's first fork)").to_json()}
                 return
             base = setter.torch_intra_now() or 1
             per_lane = max(1, min(base, self.settings.usable_cpus() // n))
-            self.pool = {"threads": n, "native_per_lane": per_lane, "source": "parinfo"}
+            self.pool = {"threads": n, "native_per_lane": per_lane,
+                         "source": Source(Kind.RUN_TIME, "parinfo's first fork", "parinfo").to_json()}
             if per_lane < base:
                 self.pool["pinned"] = self._pin_threads(torch, n, per_lane, base)
 
