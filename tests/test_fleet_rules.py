@@ -13,6 +13,7 @@ from parinfo.diagnostics.fleet_rows import WorkerRow
 from parinfo.errors import UsageError
 from parinfo.fleet.report import FleetReport
 from parinfo.process import outer
+from parinfo.process.environment import EnvRow
 
 
 def _row(framework, threads, pools, usable=4, cpus=None, worker="w", host="h"):
@@ -86,7 +87,8 @@ print(json.dumps([f.id for f in r.findings]))
 def test_who_set_a_variable():
     rows = [{"name": "A", "value": "1", "launch_value": "1"}, {"name": "B", "value": "2", "launch_value": None},
             {"name": "C", "value": "3", "launch_value": "3"}, {"name": "D", "value": None, "launch_value": None}]
-    got = outer.set_by(rows, None, parinfo_set={"B": "2"}, launch_env={outer.PARINFO_SET_VAR: "C"})
+    got = outer.set_by([EnvRow.from_dict(r) for r in rows], None, parinfo_set={"B": "2"},
+                       launch_env={outer.PARINFO_SET_VAR: "C"})
     assert got == {"A": "the user (at launch)", "B": outer.PARINFO, "C": outer.PARINFO}
 
 
@@ -96,7 +98,7 @@ def test_who_set_dask_nanny():
     rows = [{"name": "X_NUM", "value": "1", "launch_value": "1"}, {"name": "Y_NUM", "value": "1", "launch_value": None}]
     with dask.config.set({"distributed.nanny.pre-spawn-environ": {"X_NUM": 1},
                           "distributed.nanny.environ": {"Y_NUM": 1}}):
-        got = outer.set_by(rows, "dask", parinfo_set={})
+        got = outer.set_by([EnvRow.from_dict(r) for r in rows], "dask", parinfo_set={})
     assert got == {"X_NUM": outer.NANNY_PRE_SPAWN, "Y_NUM": outer.NANNY_ENVIRON}
 
 

@@ -135,12 +135,12 @@ def test_numba_is_one_record_with_its_variables():
 
 def test_numba_variables_are_listed_only_when_set_or_numba_is_loaded():
     code = ("import json, sys; from parinfo.process.environment import environment_report; "
-            "names = [r['name'] for r in environment_report({}, {})]; "
-            "set_ = [r['name'] for r in environment_report({'NUMBA_NUM_THREADS': '2'}, {})]; "
+            "names = [r.name for r in environment_report({}, {})]; "
+            "set_ = [r.name for r in environment_report({'NUMBA_NUM_THREADS': '2'}, {})]; "
             "print(json.dumps([names, set_, 'numba' in sys.modules]))")
     names, with_value, imported = run_json(code, env=clean_env())
     assert "NUMBA_NUM_THREADS" not in names and "NUMBA_NUM_THREADS" in with_value and not imported
-    rows = {r["name"]: r for r in environment_report({"NUMBA_NUM_THREADS": "x"}, {})}
+    rows = {r.name: r.to_dict() for r in environment_report({"NUMBA_NUM_THREADS": "x"}, {})}
     assert rows["NUMBA_NUM_THREADS"]["readers"] == ["numba"] and rows["NUMBA_NUM_THREADS"]["valid"] is False
 
 

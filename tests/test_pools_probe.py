@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
-PROBE = "import json, sys; from parinfo.process.probing import import_probes; r = import_probes({arg}); "
+PROBE = "import json, sys; from parinfo.process.probing import import_probes; r = import_probes({arg}).to_dict(); "
 
 
 def probe(arg: str, tail: str = "print(json.dumps(r))", **kw):

@@ -11,14 +11,14 @@ from parinfo.process.threads import live_threads
 def test_counts_this_process_threads_and_follows_a_new_one():
     import psutil
 
-    before = live_threads()
+    before = live_threads().to_dict()
     assert before["count"] == psutil.Process().num_threads() == len(before["threads"])
     assert before["source"]["text"] == "/proc/self/task"
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()
     try:
-        during = live_threads()
+        during = live_threads().to_dict()
         assert during["count"] == before["count"] + 1
         assert all(isinstance(x["tid"], int) and isinstance(x["name"], str) for x in during["threads"])
     finally:
@@ -31,7 +31,7 @@ def test_reads_another_process_by_pid():
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"  # exec'd: its name is no longer the parent's
-        out = live_threads(proc.pid)
+        out = live_threads(proc.pid).to_dict()
         assert out["count"] >= 1
         assert out["threads"][0]["tid"] == proc.pid
         with open(f"/proc/{proc.pid}/comm") as fh:  # the interpreter's file name: python, python3, ...
@@ -42,6 +42,6 @@ def test_reads_another_process_by_pid():
 
 
 def test_a_missing_process_is_unknown_not_a_crash():
-    out = live_threads(2**22 + 12345)
+    out = live_threads(2**22 + 12345).to_dict()
     assert isinstance(out["count"], str) and out["count"].startswith("unknown (")
     assert out["threads"] == []

@@ -68,7 +68,7 @@ def live_section(pid: int | None = None, root: str = "/", threads: int | None = 
     if threads is None:
         from parinfo.process.threads import live_threads
 
-        count = live_threads(pid).get("count")
+        count = live_threads(pid).count
         threads = count if isinstance(count, int) else None
     memory = memory_facts(root, pid)
     return LiveSection(cpu_counters(root, pid), cpu_pressure(root, pid), memory, _stack_budget(pid, threads, memory))
@@ -126,7 +126,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     """
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo, RuntimeSection
     from parinfo.diagnostics.process_rules import diagnose
-    from parinfo.machine.cpuid import CpuIdentity, cpu_identity
+    from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
     from parinfo.machine.unknown import unknown
@@ -155,7 +155,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         if pid not in stats:
             raise exited_during_read(pid)
         live = live_section(pid, root, threads=len(stats[pid]))
-        listing = thr.ThreadList.from_dict(thr.live_threads(pid))
+        listing = thr.live_threads(pid)
     except ProcessGone:
         raise exited_during_read(pid) from None
     live.tree = tree
@@ -173,14 +173,13 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         machine=facts,
         process=process,
         probes=Probes(note="read from outside: nothing was imported into the process"),
-        cpu=CpuIdentity.from_dict(cpu_identity(root)),
+        cpu=cpu_identity(root),
         runtime=RuntimeSection(unknown=COUNTS_UNKNOWN),
         backend=Backend(None, any(n.startswith("parinfo-") for n in names),
                         pools.ThreadingLayers.from_dict(pools.threading_layers(runtimes))),
         pools=[pools.PoolRow.from_dict(row) for row in runtimes],
         frameworks=Frameworks(),
-        environment=[] if env is None else [envmod.EnvRow.from_dict(row)
-                                            for row in envmod.environment_report(env, env)],
+        environment=[] if env is None else envmod.environment_report(env, env),
         threads=listing,
         live=live,
     )

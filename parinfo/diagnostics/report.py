@@ -75,7 +75,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     if not live.pid_is_self(pid) or children:
         return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo
-    from parinfo.machine.cpuid import CpuIdentity, cpu_identity
+    from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
     from parinfo.process.interpreter import interpreter_facts, watch_gil_warning
@@ -96,10 +96,9 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     pool_rows = pools.native_pools()
     torch_info = frameworks.torch_info(import_if_missing=False)
     launch_env = environment.launch_environment()
-    env_dicts = environment.environment_report(os.environ, launch_env)
+    env_rows = environment.environment_report(os.environ, launch_env)
     rt = RUNTIME.info()
     runtime = RuntimeSection.from_dict(rt)
-    env_rows = [EnvRow.from_dict(row) for row in env_dicts]
     _mark_capped(env_rows, runtime)
     settings = _runtime_rows(runtime) + provenance.library_settings(
         pool_rows, torch_info, os.environ, launch_env, facts, rt.get("native_push"), RUNTIME.applied_env())
@@ -110,8 +109,8 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         process=ProcessInfo(pid=os.getpid(), python=_python_version(), executable=sys.executable,
                             implementation=_IMPLEMENTATIONS.get(sys.implementation.name, sys.implementation.name),
                             platform=sys.platform),
-        probes=probe.Probes.from_dict(probes),
-        cpu=CpuIdentity.from_dict(cpu_identity(root)),
+        probes=probes,
+        cpu=cpu_identity(root),
         runtime=runtime,
         backend=Backend(runtime.backend, runtime.started,
                         pools.ThreadingLayers.from_dict(pools.threading_layers(pool_rows)),
@@ -122,15 +121,15 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         frameworks=framework_info,
         settings=settings,
         environment=env_rows,
-        threads=threads.ThreadList.from_dict(threads.live_threads()),
+        threads=threads.live_threads(),
         live=live.live_section(None, root),
-        outer=_outer_section(outer_threads, facts.usable_cpus, env_dicts, launch_env),
+        outer=_outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env),
     )
     report.findings = diagnose(report)
     return report
 
 
-def _outer_section(explicit: int | None, usable: int, env_rows: list[dict[str, Any]],
+def _outer_section(explicit: int | None, usable: int, env_rows: list[EnvRow],
                    launch_env: Any) -> OuterThreads:
     from parinfo.process import outer
 

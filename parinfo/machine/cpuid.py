@@ -78,7 +78,7 @@ class CpuIdentity:
         return out
 
 
-def cpu_identity(root: str = "/", slow: bool = False) -> dict[str, Any]:
+def cpu_identity(root: str = "/", slow: bool = False) -> CpuIdentity:
     """Describe the CPU: ``brand``, ``vendor``, ``arch``, ``isa`` (the kernel-relevant extensions
     present, e.g. ["AVX", "AVX2", "FMA"]), ``isa_checked`` (every extension looked for on this arch,
     so "AVX-512F not in isa" means absent), ``caches`` ({"L1d": bytes, ...}), ``source`` and
@@ -88,17 +88,17 @@ def cpu_identity(root: str = "/", slow: bool = False) -> dict[str, Any]:
     root = os.path.abspath(root)
     info = copy.deepcopy(_fast(root))
     real = root == "/"
-    if real and (slow or info["brand"] is None or "proc_cpuinfo" in info["unknown"]):
+    if real and (slow or info.brand is None or "proc_cpuinfo" in info.unknown):
         _merge_slow(info, _slow(root), slow)
-    info["unknown"].pop("proc_cpuinfo", None)
+    info.unknown.pop("proc_cpuinfo", None)
     for name in ("brand", "vendor", "arch"):
-        if info[name] is None and name not in info["unknown"]:
-            info["unknown"][name] = "not in /proc/cpuinfo"
+        if getattr(info, name) is None and name not in info.unknown:
+            info.unknown[name] = "not in /proc/cpuinfo"
     return info
 
 
 @lru_cache(maxsize=8)
-def _fast(root: str) -> dict[str, Any]:
+def _fast(root: str) -> CpuIdentity:
     unknown: dict[str, str] = {}
     fields: dict[str, str] = {}
     try:
@@ -118,7 +118,7 @@ def _fast(root: str) -> dict[str, Any]:
         unknown["isa"] = "no flags/Features line in /proc/cpuinfo"
     return CpuIdentity(brand, vendor, arch, _isa(arch, flags.split() if flags else None),
                        [name for name, _ in _isa_table(arch)] if flags else [], caches,
-                       unknown=unknown).to_dict()
+                       unknown=unknown)
 
 
 def _first_processor(root: str) -> dict[str, str]:
@@ -318,25 +318,26 @@ def _store(path: str, data: dict[str, Any]) -> None:
         pass  # an unwritable cache only costs the next process another py-cpuinfo call
 
 
-def _merge_slow(info: dict[str, Any], data: dict[str, Any], slow: bool) -> None:
+def _merge_slow(info: CpuIdentity, data: dict[str, Any], slow: bool) -> None:
     if "error" in data:
-        if info["brand"] is None:
-            info["unknown"]["brand"] = data["error"]
+        if info.brand is None:
+            info.unknown["brand"] = data["error"]
         return
     used = False
     for field_, key in (("brand", "brand_raw"), ("vendor", "vendor_id_raw"), ("arch", "arch_string_raw")):
-        if info[field_] is None and isinstance(data.get(key), str) and data[key]:
-            info[field_] = data[key]
-            info["unknown"].pop(field_, None)
+        if getattr(info, field_) is None and isinstance(data.get(key), str) and data[key]:
+            setattr(info, field_, data[key])
+            info.unknown.pop(field_, None)
             used = True
-    if not info["isa_checked"] and isinstance(data.get("flags"), list):
-        info["isa"] = _isa(info["arch"], [str(f) for f in data["flags"]])
-        info["isa_checked"] = [name for name, _ in _isa_table(info["arch"])]
-        if info["isa_checked"]:
-            info["unknown"].pop("isa", None)
+    if not info.isa_checked and isinstance(data.get("flags"), list):
+        info.isa = _isa(info.arch, [str(f) for f in data["flags"]])
+        info.isa_checked = [name for name, _ in _isa_table(info.arch)]
+        if info.isa_checked:
+            info.unknown.pop("isa", None)
             used = True
     if slow:
-        info["hz_advertised"] = data.get("hz_advertised_friendly")
+        hz = data.get("hz_advertised_friendly")
+        info.hz_advertised = hz if isinstance(hz, str) else None
         used = True
     if used:
-        info["source"] = file(f"{FAST_SOURCE.detail} + py-cpuinfo").to_json()
+        info.source = file(f"{FAST_SOURCE.detail} + py-cpuinfo")

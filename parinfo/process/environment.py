@@ -145,15 +145,13 @@ def _set_by(value: str | None, launch_value: str | None, launch_known: bool, imp
 
 
 def environment_report(environ: Mapping[str, str] | None = None,
-                       launch_environ: Mapping[str, str] | str | None = None) -> list[dict]:
+                       launch_environ: Mapping[str, str] | str | None = None) -> list[EnvRow]:
     """One row per thread-steering variable: every variable of THREAD_VARS (set or not; a variable whose
     libraries ask to be listed only once loaded is left out while it is unset and they are not
     loaded), then every other set variable whose name looks thread-related (OMP_*, KMP_*, MKL_*, ...).
 
     ``environ`` defaults to ``os.environ``; ``launch_environ`` defaults to this process's launch
     environment (:func:`launch_environment`); pass a string "unknown (reason)" when it is not known.
-
-    Each row is an :class:`EnvRow` as a dict.
     """
     env = os.environ if environ is None else environ
     launch = launch_environment() if launch_environ is None else launch_environ
@@ -183,5 +181,5 @@ def environment_report(environ: Mapping[str, str] | None = None,
         importers = _importers(spec, value, at, launch_known)
         rows.append(EnvRow(name, value, launch_value, changed, valid, problem, _readers_here(spec),
                            _summary_here(spec), spec is not None, _set_by(value, at, launch_known, importers),
-                           importers=importers).to_dict())
+                           importers=importers))
     return rows

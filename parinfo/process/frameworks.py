@@ -13,7 +13,7 @@ from typing import Any
 
 from parinfo.payload import count_or_reason, flag, integer, section, text
 from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
-from parinfo.process.threads import live_threads
+from parinfo.process.threads import ThreadList, live_threads
 from parinfo.process.torch_config import parse_parallel_info
 from parinfo.record import record
 
@@ -85,12 +85,12 @@ class TorchInfo:
         return asdict(self)
 
 
-def torch_pool_threads(threads: dict | None = None) -> int | str:
+def torch_pool_threads(threads: ThreadList | None = None) -> int | str:
     """How many OS threads are torch pool workers (named PTThreadPool), or "unknown (reason)"."""
     threads = live_threads() if threads is None else threads
-    if isinstance(threads["count"], str):
-        return threads["count"]
-    return sum(1 for t in threads["threads"] if t["name"].lower() in _POOL_THREAD_NAMES)
+    if isinstance(threads.count, str):
+        return threads.count
+    return sum(1 for t in threads.threads if t.name.lower() in _POOL_THREAD_NAMES)
 
 
 def torch_info(import_if_missing: bool = False) -> dict | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from parinfo.payload import integer, section, text
 from parinfo.process import libraries as reg
+from parinfo.process.environment import EnvRow
 from parinfo.record import record
 from parinfo.source import Kind, Source, argument
 
@@ -181,7 +182,7 @@ def _loky_vars() -> tuple[str, ...]:
         return ()
 
 
-def set_by(env_rows: list[dict[str, Any]], framework: str | None = None,
+def set_by(env_rows: list[EnvRow], framework: str | None = None,
            parinfo_set: Mapping[str, str] | None = None,
            launch_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Who set each thread variable that is set: {name: who} for the rows of an environment report.
@@ -201,17 +202,17 @@ def set_by(env_rows: list[dict[str, Any]], framework: str | None = None,
     loky = _loky_vars() if framework == "loky" else ()
     out: dict[str, str] = {}
     for row in env_rows:
-        name, value = row.get("name"), row.get("value")
-        if name is None or value is None:
+        name, value = row.name, row.value
+        if value is None:
             continue
-        at_launch = row.get("launch_value") == value
+        at_launch = row.launch_value == value
         if parinfo_set.get(name) == value or (at_launch and (name in listed or name == PARINFO_SET_VAR)):
             out[name] = PARINFO
         elif at_launch and pre_spawn.get(name) == value:
             out[name] = NANNY_PRE_SPAWN
         elif not at_launch and after.get(name) == value:
             out[name] = NANNY_ENVIRON
-        elif framework == "ray" and name == omp and row.get("launch_value") is None:
+        elif framework == "ray" and name == omp and row.launch_value is None:
             out[name] = RAY
         elif at_launch and name in loky:
             out[name] = LOKY

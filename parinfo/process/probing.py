@@ -72,9 +72,9 @@ def default_modules() -> list[str]:
     return out
 
 
-def import_probes(modules: list[str] | None = None) -> dict:
-    """Import ``modules`` (None: :func:`default_modules`) so their native pools load: a
-    :class:`Probes` as a dict.
+def import_probes(modules: list[str] | None = None) -> Probes:
+    """Import ``modules`` (None: :func:`default_modules`) so their native pools load; what
+    happened, as :class:`Probes`.
 
     A module that fails to import is reported, never raised. Imports may touch the environment
     (scikit-learn's and threadpoolctl's imports set KMP_DUPLICATE_LIB_OK): what they set stays, as it
@@ -112,4 +112,4 @@ def import_probes(modules: list[str] | None = None) -> dict:
     for key in set(before) | set(os.environ):
         if looks_thread_related(key) and before.get(key) != os.environ.get(key):
             changed[key] = os.environ.get(key)
-    return Probes(requested, imported, already, failed, dict(sorted(changed.items()))).to_dict()
+    return Probes(requested, imported, already, failed, dict(sorted(changed.items())))

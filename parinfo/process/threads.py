@@ -77,8 +77,8 @@ class ThreadList:
         return out
 
 
-def live_threads(pid: int | None = None) -> dict:
-    """The OS threads of process ``pid`` (default: this one): a :class:`ThreadList` as a dict.
+def live_threads(pid: int | None = None) -> ThreadList:
+    """The OS threads of process ``pid`` (default: this one).
 
     Read from ``/proc/<pid>/task/*/comm``; when that directory cannot be listed, psutil's thread list
     (ids only) is used.
@@ -92,16 +92,16 @@ def live_threads(pid: int | None = None) -> dict:
     except UsageError as exc:
         return _from_psutil(pid, f"unknown ({exc})")
     threads = [OsThread(tid, name) for tid, name in names if name is not None]  # None: ended while listed
-    return ThreadList(len(threads), threads, file(proc.shown("task"))).to_dict()
+    return ThreadList(len(threads), threads, file(proc.shown("task")))
 
 
-def _from_psutil(pid: int | None, proc_reason: str) -> dict:
+def _from_psutil(pid: int | None, proc_reason: str) -> ThreadList:
     try:
         import psutil
 
         tids = sorted(t.id for t in psutil.Process(pid).threads())
     except Exception as exc:  # NoSuchProcess, AccessDenied, no procfs
         why = because(exc)
-        return ThreadList(why, [], unknown(describe(exc), why)).to_dict()
+        return ThreadList(why, [], unknown(describe(exc), why))
     name = f"unknown (thread names not readable: {proc_reason})"
-    return ThreadList(len(tids), [OsThread(t, name) for t in tids], Source(Kind.GETTER, "psutil", "psutil")).to_dict()
+    return ThreadList(len(tids), [OsThread(t, name) for t in tids], Source(Kind.GETTER, "psutil", "psutil"))

@@ -52,8 +52,8 @@ def cpu_model() -> str:
         ident = cpu_identity()
     except Exception as exc:  # a description, never a failure
         return f"unknown ({exc})"
-    brand = ident.get("brand") or f"unknown ({ident.get('unknown', {}).get('brand', 'no brand')})"
-    extra = [x for x in (ident.get("arch"), " ".join(ident.get("isa") or [])) if x]
+    brand = ident.brand or f"unknown ({ident.unknown.get('brand', 'no brand')})"
+    extra = [x for x in (ident.arch, " ".join(ident.isa)) if x]
     return brand + (f" ({', '.join(extra)})" if extra else "")
 
 
