@@ -25,10 +25,8 @@ from parinfo.diagnostics.parts import (
     Backend as Backend,
     Frameworks as Frameworks,
     LiveSection as LiveSection,
-    PoolCount as PoolCount,
     ProcessInfo as ProcessInfo,
     ProcessTree as ProcessTree,
-    RuntimeSection as RuntimeSection,
     StackBudget as StackBudget,
     StackLimit as StackLimit,
     TreeMember as TreeMember,
@@ -44,6 +42,7 @@ from parinfo.process.probing import Probes
 from parinfo.process.provenance import SettingRow
 from parinfo.process.threads import ThreadList
 from parinfo.record import record
+from parinfo.runtime.snapshot import PoolCount as PoolCount, RuntimeSection as RuntimeSection
 from parinfo.version import __version__
 
 #: Version of the ``--json`` payload; bumped on any incompatible change (docs/report-schema.md).

@@ -97,11 +97,10 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     torch_info = frameworks.torch_info(import_if_missing=False)
     launch_env = environment.launch_environment()
     env_rows = environment.environment_report(os.environ, launch_env)
-    rt = RUNTIME.info()
-    runtime = RuntimeSection.from_dict(rt)
+    runtime = RUNTIME.snapshot()
     _mark_capped(env_rows, runtime)
     settings = _runtime_rows(runtime) + provenance.library_settings(
-        pool_rows, torch_info, os.environ, launch_env, facts, rt.get("native_push"), RUNTIME.applied_env())
+        pool_rows, torch_info, os.environ, launch_env, facts, runtime.native_push, RUNTIME.applied_env())
     framework_info = Frameworks.from_dict({"torch": torch_info})
 
     report = Report(

@@ -35,7 +35,7 @@ from parinfo.source import Kind, Source
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.findings import Finding, Severity
-    from parinfo.diagnostics.parts import Backend, Frameworks, LiveSection, ProcessInfo, RuntimeSection
+    from parinfo.diagnostics.parts import Backend, Frameworks, LiveSection, ProcessInfo
     from parinfo.machine.cpuid import CpuIdentity
     from parinfo.machine.topology import MachineFacts
     from parinfo.process.environment import EnvRow
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from parinfo.process.probing import Probes
     from parinfo.process.provenance import SettingRow
     from parinfo.process.threads import ThreadList
+    from parinfo.runtime.snapshot import RuntimeSection
 
     class Report(Protocol):
         """What the sections read of a report (parinfo.diagnostics.model.Report, which renders

@@ -328,7 +328,7 @@ def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: La
 def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, Source]]:
     """Library path -> (count, source) for the pools parinfo's runtime pushed a count into.
 
-    ``push`` is the runtime's record of its last push (``parinfo.runtime.info()["native_push"]``),
+    ``push`` is the runtime's record of its last push (``parinfo.runtime.snapshot().native_push``),
     whose source says who pushed: ``parinfo.apply`` (a profile), ``parinfo.set_num_threads`` (an
     explicit call), ``parinfo.runtime.configure``, or the defaults that followed a change of the
     usable CPUs (that source is then the row's own).
@@ -364,7 +364,7 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
     or None; ``environ``: the environment now; ``launch_environ``: the launch environment
     (:func:`parinfo.process.environment.launch_environment`), "unknown (reason)", or None to read it here; ``facts``: a
     :class:`parinfo.machine.topology.MachineFacts`; ``runtime_push``: the runtime's last push
-    (``parinfo.runtime.info()["native_push"]``), which explains the pools it set; ``applied``: the
+    (``parinfo.runtime.snapshot().native_push``), which explains the pools it set; ``applied``: the
     variables ``parinfo.apply`` set and what was loaded then (``Runtime.applied_env()``), which
     explains a library that loaded after them. One row per pool row, then torch's intra-op and
     inter-op rows when torch is given, then each Python-module library (numexpr...) that is

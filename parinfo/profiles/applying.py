@@ -155,11 +155,11 @@ def _configure(plan: Plan, intra: int, inter: int, counts: dict[str, int | None]
         skipped.append(f"runtime intra-op: {intra_var} set by the user stays in force")
     else:
         kwargs["intra_op"] = intra
-    state = RUNTIME.info()["inter_op"]
+    state = RUNTIME.snapshot().inter_op
     if inter_var in kept:
         skipped.append(f"runtime inter-op: {inter_var} set by the user stays in force")
-    elif state.get("locked") and state.get("count") == inter:
-        applied.append(f"runtime inter-op count {inter} (already in force, from {state.get('source')})")
+    elif state is not None and state.locked and state.count == inter:
+        applied.append(f"runtime inter-op count {inter} (already in force, from {state.source})")
     else:
         kwargs["inter_op"] = inter
     try:
@@ -174,7 +174,7 @@ def _workers_reached() -> frozenset[int]:
     thread (the push asks each one; workers started later take them before their first job)."""
     import threading
 
-    push = RUNTIME.info()["native_push"] or {}
+    push = RUNTIME.limits.push_record() or {}
     ran = set((push.get("workers") or {}).get("ran") or ())
     return frozenset(t.native_id for t in threading.enumerate() if t.name in ran and t.native_id is not None)
 
@@ -185,7 +185,7 @@ def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str
 
     Pools whose limit holds in the calling thread only go to ``per_thread`` as (pool, name, count).
     """
-    push = RUNTIME.info()["native_push"] or {}
+    push = RUNTIME.limits.push_record() or {}
     pushed = {row.get("filepath"): row for row in push.get("pools") or ()}
     expected: list[tuple[str, str, int]] = []
     for pool in pools:
@@ -277,11 +277,11 @@ def _verify(intra: int, inter: int, loaded: list[NativePool], pools: list[tuple[
             torch_want: tuple[int | None, int | None], cpus: tuple[int, ...] | None, kept: dict[str, str]) -> list[str]:
     """Read every count back; one line for each that is not what the plan asked for."""
     bad: list[str] = []
-    state = RUNTIME.info()
+    state = RUNTIME.snapshot()
     for key, want, var in zip(("intra_op", "inter_op"), (intra, inter), reg.RUNTIME_VARS, strict=True):
-        got = state[key]
-        if var not in kept and got["count"] != want:
-            bad.append(f"runtime {key.replace('_', '-')} count is {got['count']} (from {got['source']}), not {want}")
+        got = getattr(state, key)
+        if var not in kept and got is not None and got.count != want:
+            bad.append(f"runtime {key.replace('_', '-')} count is {got.count} (from {got.source}), not {want}")
     if pools:
         now = {pool.path: pool.get() for pool in loaded}
         for path, name, want in pools:

@@ -23,6 +23,7 @@ from parinfo.runtime.interop import InteropPool
 from parinfo.runtime.intraop import IntraopPool
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import EXPLICIT, RuntimeSettings, check_count
+from parinfo.runtime.snapshot import PoolCount, RuntimeSection
 from parinfo.runtime.torchfork import TorchForks
 from parinfo.runtime.tracing import Profile, Recorders
 from parinfo.runtime.workers import WorkerSetup
@@ -51,7 +52,7 @@ class Runtime:
         self.inter = InteropPool(self.settings, self.limits, self.adaptive, self.ledger, self.recorders,
                                  self.setup, self.torch_forks, self.follow)
         #: ``fork(fn, /, *args, **kwargs)``: the inter-op pool's (see :meth:`InteropPool.fork`)
-        self.fork = self.inter.fork
+        self.fork: Callable[..., Any] = self.inter.fork
         self._env_lock = threading.Lock()
         self._env_set: dict[str, SetByApply] = {}  # variables parinfo.apply() set in this process
 
@@ -209,35 +210,34 @@ class Runtime:
             return dict(self._env_set)
 
     # state ---------------------------------------------------------------------------------
-    def info(self) -> dict[str, Any]:
-        """The runtime's state as plain JSON-ready data; starts no pool and imports nothing heavy."""
+    def snapshot(self) -> RuntimeSection:
+        """The runtime's state now, as a record; starts no pool and imports nothing heavy."""
         settings = self.settings
         backend, backend_source = settings.backend()
         intra, intra_src = settings.intra()
         inter, inter_src = settings.inter()
-        intra_d: dict[str, Any] = {"count": intra, "source": intra_src.to_json()}
-        notes = settings.intra_outranked()
-        if notes:
-            intra_d["not_applied"] = notes
-        inter_d: dict[str, Any] = {"count": inter, "source": inter_src.to_json(), "locked": settings.inter_locked()}
-        for d in (intra_d, inter_d):
-            if d["count"] > settings.ceiling:  # valid, but the pool runs at most the ceiling
-                d["capped_to"] = settings.ceiling
-        return {
-            "backend": backend,
-            "backend_source": backend_source.to_json(),
-            "intra_op": intra_d,
-            "inter_op": inter_d,
-            "pool_ceiling": settings.ceiling,
-            "intra_pool_started": self.intra.started(),
-            "inter_pool_started": self.inter.started(),
-            "pool_threads": self.intra.alive_threads() + self.inter.alive_threads(),
-            "native_push": self.limits.push_record(),
-            "budget": self.limits.state(),
-            "adaptive": self.adaptive.state(),
-            "torch_pool": self.torch_forks.pool,  # torch's inter-op pool as parinfo's first scripted fork found it
-            "follow": self.follow.state(),
-        }
+        ceiling = settings.ceiling
+        return RuntimeSection(
+            backend=backend,
+            backend_source=backend_source,
+            intra_op=PoolCount(intra, intra_src, settings.intra_outranked() or None,
+                               capped_to=ceiling if intra > ceiling else None),
+            inter_op=PoolCount(inter, inter_src, locked=settings.inter_locked(),
+                               capped_to=ceiling if inter > ceiling else None),
+            pool_ceiling=ceiling,
+            intra_pool_started=self.intra.started(),
+            inter_pool_started=self.inter.started(),
+            pool_threads=self.intra.alive_threads() + self.inter.alive_threads(),
+            native_push=self.limits.push_record(),
+            budget=self.limits.state(),
+            adaptive=self.adaptive.state(),
+            torch_pool=self.torch_forks.pool,  # torch's inter-op pool as parinfo's first scripted fork found it
+            follow=self.follow.state(),
+        )
+
+    def info(self) -> dict[str, Any]:
+        """The runtime's state as plain JSON-ready data (:meth:`snapshot`'s JSON form)."""
+        return self.snapshot().to_dict()
 
     def after_fork_in_child(self) -> None:
         """In the child of an ``os.fork``: fresh locks and unstarted pools; tasks the parent's

@@ -256,11 +256,11 @@ class _ExitCheck:
                      "loaded after the change read the new value" % (name, start, now, _profile()))
 
     def _runtime(self):
-        runtime = sys.modules.get("parinfo.runtime")
-        info = getattr(runtime, "info", None)
-        if info is None:
+        state = sys.modules.get("parinfo.runtime.state")  # the program used parinfo's runtime
+        runtime = getattr(state, "RUNTIME", None)
+        if runtime is None:
             return
-        data = info()
+        data = runtime.info()
         for key, var in zip(("intra_op", "inter_op"), self.facts.runtime_vars):
             want = self.launch.get(var)
             row = data.get(key) or {}
