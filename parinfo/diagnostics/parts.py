@@ -13,11 +13,16 @@ from typing import Any
 from parinfo.machine.memlimit import MemoryFacts
 from parinfo.machine.pressure import CpuCounters, PressureFacts
 from parinfo.payload import flag, integer, number, plain_map, rows, section, text, texts
+from parinfo.process.environment import EnvRow
 from parinfo.process.frameworks import TorchInfo
 from parinfo.process.interpreter import InterpreterFacts
 from parinfo.process.pools import ThreadingLayers
+from parinfo.process.provenance import SettingRow
 from parinfo.process.remote import Limits
 from parinfo.record import record
+
+# platform.python_implementation()'s names, without importing platform (1 ms of every start-up)
+IMPLEMENTATIONS = {"cpython": "CPython", "pypy": "PyPy", "ironpython": "IronPython", "jython": "Jython"}
 
 
 @record
@@ -27,7 +32,8 @@ class ProcessInfo:
     process, ``name``, ``ppid``, ``cmdline``, ``inspected_from`` (the pid that read it), ``hint`` (how
     to get the full report), ``counts`` (which counts are read and which are unknown),
     ``unreadable`` (section -> "unknown (why)": what this user may not read) and ``note`` (a main
-    thread that exited while the others run on) for one read from outside."""
+    thread that exited while the others run on) for one read from outside; ``attached`` (how it was
+    read from inside, and how long that took) for one attached to."""
 
     pid: int | None = None
     python: str | None = None
@@ -42,6 +48,7 @@ class ProcessInfo:
     counts: str | None = None
     unreadable: dict[str, str] | None = None
     note: str | None = None  # what is odd about the process read from outside (its main thread exited)
+    attached: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProcessInfo:
@@ -53,12 +60,12 @@ class ProcessInfo:
                    integer(d.get("ppid")), None if cmdline is None else texts(cmdline),
                    integer(d.get("inspected_from")), text(d.get("hint")), text(d.get("counts")),
                    {str(k): str(v) for k, v in unreadable.items()} if isinstance(unreadable, dict) else None,
-                   text(d.get("note")))
+                   text(d.get("note")), text(d.get("attached")))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pid": self.pid}
         for key in ("name", "ppid", "cmdline", "python", "implementation", "executable", "platform",
-                    "inspected_from", "hint", "counts", "unreadable", "note"):
+                    "inspected_from", "attached", "hint", "counts", "unreadable", "note"):
             value = getattr(self, key)
             if value is not None or key in ("python", "executable"):
                 out[key] = list(value) if key == "cmdline" else dict(value) if key == "unreadable" else value
@@ -133,6 +140,27 @@ class RuntimeSection:
     def started(self) -> bool:
         """Whether either of parinfo's pools has started."""
         return self.intra_pool_started or self.inter_pool_started
+
+    def setting_rows(self) -> list[SettingRow]:
+        """The settings rows of parinfo's own pools: their counts and sources as the runtime records them."""
+        from parinfo.runtime.settings import EXPLICIT, INTER_VARS, INTRA_VARS
+
+        rows = []
+        for recorded, label, variables in ((self.intra_op, "parinfo intra-op", INTRA_VARS),
+                                           (self.inter_op, "parinfo inter-op", INTER_VARS)):
+            entry = recorded or PoolCount()
+            rows.append(SettingRow(label, entry.count, entry.source, [EXPLICIT, "profile", *variables, "default"],
+                                   capped_to=entry.capped_to))
+        return rows
+
+    def mark_capped(self, env_rows: list[EnvRow]) -> None:
+        """A valid variable whose count parinfo's runtime caps at its pool ceiling says what runs."""
+        for entry in (self.intra_op, self.inter_op):
+            if entry is None or entry.capped_to is None:
+                continue
+            for row in env_rows:
+                if entry.source == f"env {row.name}":
+                    row.capped_to = entry.capped_to
 
     @property
     def followed_at(self) -> str | None:
