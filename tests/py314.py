@@ -1,6 +1,6 @@
-"""A Python 3.14 interpreter (sys.remote_exec) with numpy, threadpoolctl and parinfo's dependencies, for
-the attach tests: Debian sid's python3.14 binary packages unpacked next to sid's own libc6, never
-installed into the system.
+"""A Python 3.14 interpreter (sys.remote_exec) with numpy, threadpoolctl, numexpr, scikit-learn and
+parinfo's dependencies, for the attach tests: Debian sid's python3.14 binary packages unpacked next to
+sid's own libc6, never installed into the system.
 
 Made once under PARINFO_TEST_CACHE (default ~/.cache/parinfo-tests)/py314 and reused:
 
@@ -11,7 +11,7 @@ Made once under PARINFO_TEST_CACHE (default ~/.cache/parinfo-tests)/py314 and re
    library folder, so it runs with the libc it was built for (patchelf is installed with apt-get when
    missing and this runs as root);
 4. a venv from it (``--without-pip``: Debian strips ensurepip's wheels), pip installed from sid's pip
-   wheel, then numpy, threadpoolctl and parinfo's dependencies with that pip.
+   wheel, then numpy, threadpoolctl, numexpr, scikit-learn and parinfo's dependencies with that pip.
 
 ``python tests/py314.py`` makes it ahead of time (CI does) and prints the venv's python, or one line
 saying why it cannot, with exit code 1. PARINFO_TEST_PY314 names an interpreter to use instead.
@@ -34,8 +34,9 @@ PACKAGES = (f"python{VERSION}", f"python{VERSION}-minimal", f"libpython{VERSION}
             f"libpython{VERSION}-stdlib", "python3-pip-whl", "libc6", "libgcc-s1", "libstdc++6", "zlib1g",
             "libexpat1", "libssl3t64", "libffi8", "libbz2-1.0", "liblzma5", "libzstd1", "libsqlite3-0",
             "libuuid1", "libncursesw6", "libtinfo6", "libreadline8t64", "libdb5.3t64")
-WANTED = ("numpy", "threadpoolctl")
-_CHECK = ("import sys, numpy, threadpoolctl, psutil, yaml, typer; "
+# numpy's OpenBLAS, scikit-learn's OpenMP runtime (libgomp), numexpr's Python-module pool.
+WANTED = ("numpy", "threadpoolctl", "numexpr", "scikit-learn")
+_CHECK = ("import sys, numpy, threadpoolctl, numexpr, sklearn, psutil, yaml, typer; "
           "sys.exit(0 if sys.version_info[:2] >= (3, 14) and hasattr(sys, 'remote_exec') else 1)")
 # Debian's multiarch triplet and dynamic loader per architecture.
 _ARCH = {"amd64": ("x86_64-linux-gnu", "ld-linux-x86-64.so.2"), "arm64": ("aarch64-linux-gnu", "ld-linux-aarch64.so.1")}
@@ -138,7 +139,7 @@ def _make(folder: Path) -> Path:
     _run([str(python), f"{wheels[-1]}/pip", "install", "-q", "--no-index", "--disable-pip-version-check",
           str(wheels[-1])], "pip from its wheel")
     _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *_requirements()],
-         "pip install numpy threadpoolctl")
+         f"pip install {' '.join(WANTED)}")
     return python
 
 
@@ -150,11 +151,11 @@ def _works(python: str | Path) -> bool:
 
 
 def venv_python() -> tuple[str | None, str]:
-    """(a Python 3.14 interpreter with numpy and threadpoolctl, "") or (None, why not, in one line)."""
+    """(a Python 3.14 interpreter with WANTED, "") or (None, why not, in one line)."""
     given = os.environ.get("PARINFO_TEST_PY314")
     if given:
         return (given, "") if _works(given) else (None, f"PARINFO_TEST_PY314={given} is not a Python 3.14 "
-                                                         "with numpy, threadpoolctl and parinfo's dependencies")
+                                                         f"with {', '.join(WANTED)} and parinfo's dependencies")
     folder = _cache() / "py314"
     python = folder / "venv" / "bin" / "python"
     try:
@@ -165,7 +166,7 @@ def venv_python() -> tuple[str | None, str]:
                 return str(python), ""
             made = _make(folder)
             if not _works(made):
-                raise Unavailable(f"{made} was made but does not import numpy and threadpoolctl")
+                raise Unavailable(f"{made} was made but does not import {', '.join(WANTED)}")
             return str(made), ""
     except Unavailable as exc:
         return None, f"no Python 3.14: {exc}"

@@ -45,6 +45,8 @@ while True:
         break
     if line.strip() == "state":
         print(json.dumps(state()), flush=True)
+    elif line.strip() == "events":
+        print(json.dumps(globals().get("audit", [])), flush=True)
     elif line.strip() == "report":
         import parinfo
         print(json.dumps(parinfo.inspect().to_dict(), default=str), flush=True)
@@ -58,6 +60,15 @@ os.environ["OMP_NUM_THREADS"] = "3"
 stop = threading.Event()
 for name in ("ingest-worker", "score-worker-1"):
     threading.Thread(target=stop.wait, name=name, daemon=True).start()
+'''
+
+# numpy's and scipy's OpenBLAS, scikit-learn's libgomp limited in the main thread, numexpr set at run time
+THREE_POOLS = '''
+import numpy, scipy.linalg, numexpr
+from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
+from threadpoolctl import threadpool_limits
+threadpool_limits(1, user_api="openmp")
+numexpr.set_num_threads(1)
 '''
 
 PARINFO_RUNTIME = NUMPY_LIMITED + '''
@@ -155,6 +166,27 @@ def test_counts_agree_with_the_targets_own_inspect(py314_python: str, side: str)
 
 
 @pytest.mark.parametrize("side", SIDES)
+def test_openmp_and_python_module_pools_agree_with_the_targets_own_inspect(py314_python: str, side: str) -> None:
+    """Two OpenBLAS copies, libgomp limited in the main thread (where the script runs), numexpr set at
+    run time: the attached counts and sources are the target's own."""
+    target = Target(py314_python, THREE_POOLS)
+    try:
+        before = target.ask("state")
+        attached = _attached(_parinfo_on(side, py314_python), target.pid)
+        after = target.ask("state")
+        own = target.ask("report")
+    finally:
+        err = target.stop()
+    assert before == after
+    assert err == ""
+    assert _settings(attached, own_pools=False) == _settings(own, own_pools=False)
+    assert _pools(attached) == _pools(own)
+    counts = {r["library"]: r["count"] for r in attached["settings"]}
+    assert counts["libgomp"] == 1 and counts["numexpr"] == 1
+    assert sorted(p["library"] for p in attached["pools"]) == ["libgomp", "openblas", "openblas"]
+
+
+@pytest.mark.parametrize("side", SIDES)
 def test_parinfos_runtime_in_the_target_is_read_as_it_reports_itself(py314_python: str, side: str) -> None:
     """A target that runs parinfo's runtime (set_num_threads(1), pushed into OpenBLAS): its own
     pools' rows and the pushed count's source read as its own report has them."""
@@ -176,7 +208,7 @@ def test_parinfos_runtime_in_the_target_is_read_as_it_reports_itself(py314_pytho
 
 
 def _attach_dirs() -> set[str]:
-    return {p.name for p in Path("/tmp").glob(chan.PREFIX + "*")}
+    return {str(p) for base in chan.BASES for p in Path(base).glob(chan.PREFIX + "*")}
 
 
 def test_a_main_thread_in_a_long_c_call_times_out_and_the_late_run_leaves_nothing(py314_python: str) -> None:
@@ -203,6 +235,36 @@ def test_a_main_thread_in_a_long_c_call_times_out_and_the_late_run_leaves_nothin
     assert before == after == again
     assert err == ""
     assert _attach_dirs() <= dirs
+
+
+AUDITED = '''
+audit = []
+sys.addaudithook(lambda event, args: audit.append([event, *map(str, args)]) if "remote_debugger" in event else None)
+'''
+
+
+def test_the_target_audits_each_script_as_cpython_documents(py314_python: str) -> None:
+    """The target's audit hooks see the script run (CPython's remote_debugger_script event, with its
+    path in the private folder), and a withdrawn request as /dev/null."""
+    target = Target(py314_python, AUDITED)
+    try:
+        _attached(sys.executable, target.pid)
+        events = target.ask("events")
+    finally:
+        target.stop()
+    assert len(events) == 1, events
+    event, path = events[0]
+    assert event.endswith("remote_debugger_script")
+    assert path.startswith(tuple(f"{base}/{chan.PREFIX}" for base in chan.BASES))
+    assert path.endswith(f"/{chan.SCRIPT}")
+    waiting = Target(py314_python, AUDITED, wait_in_c=True)
+    try:
+        done = _parinfo(sys.executable, "show", "--pid", str(waiting.pid), "--attach", "--timeout", "0.5")
+        events = waiting.ask("events")  # wakes it: the pending request runs, as /dev/null
+    finally:
+        waiting.stop()
+    assert done.returncode == 2
+    assert [e[1] for e in events] == [os.devnull]
 
 
 def _nobody_can_run(python: str) -> str | None:
@@ -284,7 +346,7 @@ def test_each_refusal_is_one_line_and_exit_2_in_bounded_time(py314_python: str, 
 ADVERSARY = r'''
 import json, os, sys
 folder = sys.argv[1]
-mine = "/tmp/parinfo-test-nobody-%d" % os.getpid()
+mine = os.path.join(os.path.dirname(folder), "parinfo-test-nobody-%d" % os.getpid())
 open(mine, "w").close()
 found = {}
 def attempt(name, fn):
@@ -320,7 +382,7 @@ def test_another_user_can_neither_read_nor_replace_the_channel(py314_python: str
         while not (new := _attach_dirs() - dirs) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert new, "no channel appeared"
-        folder = f"/tmp/{new.pop()}"
+        folder = new.pop()
         st = os.stat(folder)
         assert (st.st_mode & 0o777, st.st_uid) == (0o700, os.geteuid())
         tried = subprocess.run(["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups",
@@ -410,7 +472,7 @@ def test_the_channel_is_private_bounded_and_removed() -> None:
     from parinfo.machine.procfs import Proc
 
     with chan.Channel(Proc(os.getpid()), os.geteuid(), os.getegid()) as ch:
-        folder = f"/tmp/{ch.name}"
+        folder = ch.folder
         path = ch.write_script("main({})\n")
         assert path == f"{folder}/{chan.SCRIPT}" and ch.fifo == f"{folder}/{chan.FIFO}"
         assert os.stat(folder).st_mode & 0o777 == 0o700

@@ -1,7 +1,9 @@
 """The private channel between parinfo and the script it runs inside another process.
 
-A folder made for one attach in the target's /tmp (as the target sees it: through
-``/proc/PID/root`` when it lives in another mount namespace), mode 0700 and owned by the target's
+A folder made for one attach in the target's /dev/shm, else its /tmp (as the target sees them:
+through ``/proc/PID/root`` when it lives in another mount namespace; a base is used only when root
+owns it and nobody else may write there, or its sticky bit keeps others from renaming or removing
+what is not theirs; /dev/shm first: memory, no disk), mode 0700 and owned by the target's
 user (parinfo's own, or, for root attaching to another user's process, that user's: the script must
 be readable there), holding two entries made with O_EXCL: the script (0400) and a FIFO (0600) whose
 read end parinfo holds open. Every entry is opened through the folder's descriptor without
@@ -25,7 +27,9 @@ import time
 from parinfo.errors import UsageError
 from parinfo.machine.procfs import Proc
 
-#: Name of the folder's entries, and of the folder (a random suffix follows).
+#: Where the folder is made, first fit first (as the target sees them), its name (a random suffix
+#: follows) and its entries.
+BASES = ("/dev/shm", "/tmp")
 PREFIX = "parinfo-attach-"
 SCRIPT = "s.py"
 FIFO = "r"
@@ -62,16 +66,30 @@ class Channel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _open(self) -> None:
+    def _base(self) -> tuple[str, str]:
+        """Open the first base fit for the channel (:attr:`base_fd`); (its path as the target sees
+        it, as this process names it)."""
         mine = Proc(None).mount_namespace()
         same = mine is not None and mine == self.proc.mount_namespace()
-        base = b"/tmp" if same else self.proc.path("root") + b"/tmp"
-        shown = "/tmp" if same else self.proc.shown("root") + "/tmp"
-        try:
-            self.base_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise ChannelError(f"cannot open {shown}, where the process can read the attach script: "
-                               f"{exc.strerror or exc}") from None
+        why = ""
+        for base in BASES:
+            path = base.encode() if same else self.proc.path("root") + base.encode()
+            shown = base if same else self.proc.shown("root") + base
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as exc:
+                why = f"cannot open {shown}: {exc.strerror or exc}"
+                continue
+            st = os.fstat(fd)
+            if st.st_uid == 0 and (not st.st_mode & 0o022 or st.st_mode & stat.S_ISVTX):
+                self.base_fd = fd
+                return base, shown
+            os.close(fd)
+            why = f"{shown} is not root's, or others may rename what is in it (no sticky bit)"
+        raise ChannelError(f"no private place the process can read the attach script from: {why}")
+
+    def _open(self) -> None:
+        base, shown = self._base()
         for _ in range(16):
             name = PREFIX + secrets.token_hex(8)
             try:
@@ -84,7 +102,7 @@ class Channel:
             break
         else:
             raise ChannelError(f"cannot make a private folder in {shown}: every name tried exists")
-        self.folder = f"/tmp/{self.name}"
+        self.folder = f"{base}/{self.name}"
         self.dir_fd = os.open(self.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                               dir_fd=self.base_fd)
         self._check(os.fstat(self.dir_fd), stat.S_IFDIR, os.geteuid(), "the folder")

@@ -1,6 +1,8 @@
-"""The script parinfo's attach runs inside another Python process (``sys.remote_exec``): its source is
-sent as it is, followed by one call, ``main(DATA)``, whose DATA (a Python literal parinfo writes) says
-where to answer and what to read. parinfo itself never imports this module.
+"""The script parinfo's attach runs inside another Python process (``sys.remote_exec``): a small runner
+(:func:`parinfo.process.attach.script`) executes this module's code in a fresh namespace, compiled by
+parinfo when the target is its very version and build, else from this source, then calls
+``main(DATA)``, whose DATA (a Python literal parinfo writes) says where to answer and what to read.
+parinfo itself never imports this module.
 
 It runs on the target's main thread, between two bytecodes of whatever that thread was doing, so:
 

@@ -45,7 +45,7 @@ class AttachError(UsageError):
     """Attaching cannot work for this process: one line saying why (exit code 2)."""
 
 
-def _here() -> bool:
+def can_call_here() -> bool:
     """Whether parinfo's own interpreter can make the call."""
     return sys.implementation.name == "cpython" and sys.version_info[:2] >= MIN_VERSION \
         and hasattr(sys, "remote_exec")
@@ -136,7 +136,7 @@ def _through_target(pid: int, path: str, deadline: float, earlier: str) -> str:
 def send(pid: int, path: str, deadline: float) -> str:
     """Ask process ``pid`` to run the script at ``path`` (as it sees it) at its next chance; how
     the call was made, in words. Raises :class:`AttachError` with the one line that says why not."""
-    if not _here():
+    if not can_call_here():
         return _through_target(pid, path, deadline, f"parinfo runs on Python {_version(sys.version_info[:3])}, "
                                                     f"without sys.remote_exec")
     try:
