@@ -511,3 +511,39 @@ def test_attach_refuses_option_mixes_and_this_process() -> None:
                               env=clean_env(), cwd=str(REPO))
         assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
             done.stderr
+
+
+def test_host_attach_reads_314_processes_inside_marked_and_bounded(py314_python: str) -> None:
+    """``host --attach``: a 3.14 numpy process's counts are read inside, marked attached, with the
+    sources of its own report; a 3.11 one and a 3.14 one asleep in C keep their counts read from
+    memory, the notes say why, and the scan's attaches stay within their budget."""
+    limited = Target(py314_python, NUMPY_LIMITED)
+    older = subprocess.Popen([sys.executable, "-c", "import numpy, time; print('up', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    asleep = subprocess.Popen([py314_python, "-c", "import numpy, time; print('up', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        for proc in (older, asleep):
+            assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+        began = time.monotonic()
+        done = _parinfo(sys.executable, "host", "--once", "--attach", "--timeout", "1.5", "--json",
+                        "--interval", "0.1")
+        took = time.monotonic() - began
+        own = limited.ask("report")
+    finally:
+        for proc in (older, asleep):
+            proc.kill()
+            proc.wait()
+        limited.stop()
+    assert done.returncode == 0, done.stderr
+    host = json.loads(done.stdout)
+    rows = {p["pid"]: p for p in host["processes"]}
+    inside = rows[limited.pid]["pools"]
+    assert inside and all(p["attached"] and p["in_force"] for p in inside)
+    assert {(p["library"], p["path"]): (p["count"], p["source"]) for p in inside} == _settings(own, own_pools=False)
+    for proc in (older, asleep):
+        assert all(not p["attached"] and p["in_force"] for p in rows[proc.pid]["pools"])
+    notes = "\n".join(host["notes"])
+    assert f"pid {older.pid} runs Python 3.11" in notes
+    assert f"pid {asleep.pid} did not run the attach script" in notes
+    assert took < 1.5 + 6

@@ -14,13 +14,15 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from parinfo.diagnostics.model import Report
+from parinfo.record import record
 
 if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
     from parinfo.process.attach import Attached
     from parinfo.process.attach.result import Answer
     from parinfo.process.provenance import ModuleLibrary
 
-__all__ = ["inspect_attached"]
+__all__ = ["Inside", "inspect_attached", "read_inside"]
 
 
 def _pool_rows(attached: Attached, runtimes: list[dict], objects: list[str]) -> list[dict]:
@@ -82,6 +84,50 @@ def _threads(pid: int, answer: Answer) -> Any:
     return listing
 
 
+@record
+class Inside:
+    """What an attach gives, made into the report's rows: the answer (``found``); the pool rows
+    (``pools``) with what each library said of itself; the OS threads with their Python names;
+    torch's settings (None: not imported); parinfo's runtime state there (``runtime``, None: not
+    read); each count in force with the source that decided it (``settings``: rows of
+    :func:`parinfo.process.provenance.library_settings`, parinfo's own pools aside)."""
+
+    found: Attached
+    pools: list[dict]
+    threads: Any
+    torch: dict | None
+    runtime: dict | None
+    settings: list[dict]
+
+
+def read_inside(pid: int, runtimes: list[dict], objects: list[str], launch: dict[str, str] | str,
+                facts: MachineFacts, timeout: float) -> Inside:
+    """Attach to ``pid`` (its runtime rows and loaded objects from its maps, its launch environment
+    and machine facts read outside) and explain what it answered, as ``parinfo.inspect()`` would
+    inside it. Raises the one-line errors of :func:`parinfo.process.attach.attach`."""
+    from parinfo.process import attach, pools, provenance
+    from parinfo.process.frameworks import torch_info_of, torch_unread
+    from parinfo.runtime.settings import machine_of
+
+    conflict = bool(pools.openmp_conflict(objects))
+    found = attach.attach(pid, [(r["filepath"], r["library"]) for r in runtimes if r.get("filepath")],
+                          machine_of(facts), timeout=timeout, skip_native=conflict)
+    answer = found.answer
+    pool_rows = _pool_rows(found, runtimes, objects)
+    listing = _threads(pid, answer)
+    torch = None
+    if "torch" in answer.modules or answer.torch is not None:
+        torch = (torch_unread(None, pools.CONFLICT_NOTE) if conflict
+                 else torch_info_of(answer.torch, listing.to_dict()) if answer.torch is not None else None)
+    inside = answer.parinfo
+    rt = inside.info if inside is not None else None
+    applied = inside.applied if inside is not None else None
+    settings = provenance.library_settings(pool_rows, torch, answer.environ, launch, facts,
+                                           (rt or {}).get("native_push"), applied,
+                                           modules=_module_libraries(answer))
+    return Inside(found, pool_rows, listing, torch, rt, settings)
+
+
 def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/") -> Report:
     """The report of process ``pid`` (CPython 3.14+) read from inside through ``sys.remote_exec``.
 
@@ -96,43 +142,31 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     from parinfo.machine.cpuid import CpuIdentity, cpu_identity
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
-    from parinfo.process import attach, environment as envmod, outer, pools, provenance, remote
+    from parinfo.process import attach, environment as envmod, outer, pools, remote
     from parinfo.process.environment import EnvRow
-    from parinfo.process.frameworks import torch_info_of, torch_unread
     from parinfo.process.inforce import unknown
     from parinfo.process.interpreter import interpreter_facts
     from parinfo.process.probing import Probes
     from parinfo.process.provenance import SettingRow
     from parinfo.process.tasks import NoAccess
-    from parinfo.runtime.settings import machine_of
 
     remote.check_pid(pid)
     try:
         maps = remote.maps_text(pid)
     except NoAccess:
         raise attach.AttachError(f"cannot attach to pid {pid}: {Proc(pid).attach_refusal()}") from None
-    runtimes = remote.loaded_runtimes(pid, maps)
-    objects = pools.loaded_objects(maps)
-    conflict = bool(pools.openmp_conflict(objects))
-    facts = machine_facts(root, pid)
-    found = attach.attach(pid, [(r["filepath"], r["library"]) for r in runtimes if r.get("filepath")],
-                          machine_of(facts), timeout=attach.DEFAULT_TIMEOUT if timeout is None else timeout,
-                          skip_native=conflict)
-    answer = found.answer
-    ident = remote.identity(pid)
     try:
         launch: dict[str, str] | str = remote.environment(pid)
     except NoAccess:
         launch = unknown(Proc(pid).permission_reason())
+    facts = machine_facts(root, pid)
+    read = read_inside(pid, remote.loaded_runtimes(pid, maps), pools.loaded_objects(maps), launch, facts,
+                       attach.DEFAULT_TIMEOUT if timeout is None else timeout)
+    found, pool_rows, listing, torch, rt = read.found, read.pools, read.threads, read.torch, read.runtime
+    answer = found.answer
+    ident = remote.identity(pid)
     environ = answer.environ
-    pool_rows = _pool_rows(found, runtimes, objects)
-    listing = _threads(pid, answer)
-    torch = None
-    if "torch" in answer.modules or answer.torch is not None:
-        torch = (torch_unread(None, pools.CONFLICT_NOTE) if conflict
-                 else torch_info_of(answer.torch, listing.to_dict()) if answer.torch is not None else None)
     inside = answer.parinfo
-    rt = inside.info if inside is not None else None
     if rt is not None:
         runtime = RuntimeSection.from_dict(rt)
     elif inside is None or not inside.runtime_loaded:
@@ -147,10 +181,7 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     env_rows = [EnvRow.from_dict(row) for row in env_dicts]
     runtime.mark_capped(env_rows)
     applied = inside.applied if inside is not None else None
-    settings = (runtime.setting_rows() if rt is not None else []) + [
-        SettingRow.from_dict(row) for row in provenance.library_settings(
-            pool_rows, torch, environ, launch, facts, (rt or {}).get("native_push"), applied,
-            modules=_module_libraries(answer))]
+    settings = (runtime.setting_rows() if rt is not None else []) + [SettingRow.from_dict(r) for r in read.settings]
     framework_info = Frameworks.from_dict({"torch": torch})
     gil = python.gil_enabled
     interpreter = interpreter_facts(
