@@ -547,3 +547,25 @@ def test_host_attach_reads_314_processes_inside_marked_and_bounded(py314_python:
     assert f"pid {older.pid} runs Python 3.11" in notes
     assert f"pid {asleep.pid} did not run the attach script" in notes
     assert took < 1.5 + 6
+
+
+@pytest.mark.torch
+def test_the_script_reads_torch_as_the_report_does_and_imports_nothing() -> None:
+    """In a process with torch (this Python's): the script's torch reading, which walks only what is
+    imported, gives the facts parinfo's own report reads, and loads no module."""
+    code = (
+        "import json, sys, torch\n"
+        "torch.set_num_threads(1)\n"
+        "from parinfo.process.attach import in_target, script_data\n"
+        "from parinfo.process.torch_config import torch_facts\n"
+        "data = script_data('/nowhere/r', 't', 1 << 16, [], False, (2, 2))\n"
+        "before = set(sys.modules)\n"
+        "read = in_target._torch(sys.modules, data)\n"
+        "loaded = sorted(set(sys.modules) - before)\n"
+        "print(json.dumps([read, torch_facts(torch), loaded]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    read, expected, loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert read == expected
+    assert read["intra_op"] == 1 and read["parallel_info"]
+    assert loaded == []

@@ -196,6 +196,8 @@ def settings(r: Report) -> Section:
     rows = tuple(Row((row.library + (f" [{row.owner}]" if libs[row.library] > 1 and row.owner else ""),
                       show_value(row.count) + (f" ({row.capped_to} run)" if row.capped_to else ""),
                       str(row.source))) for row in r.settings)
+    if not rows:  # a process attached to that runs no pool, no framework and no parinfo runtime
+        return Section("settings", "Thread counts in force", notes=(Note("none: no thread pool is loaded"),))
     return Section("settings", "Thread counts in force", rows, columns=("who", "count", "decided by"))
 
 

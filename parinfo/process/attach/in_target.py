@@ -28,6 +28,18 @@ def _ready(module):
     return module
 
 
+def _in_module(obj, part, module_type):
+    """What module ``obj``'s ``__dict__`` holds under ``part``, or, for a module object that stands in
+    for another (torch's backends wrap theirs), what the wrapped module's holds; never through a
+    ``__getattr__``, which may import."""
+    found = vars(obj).get(part)
+    if found is None and type(obj) is not module_type:
+        for inner in list(vars(obj).values()):
+            if type(inner) is module_type and part in vars(inner):
+                return vars(inner)[part]
+    return found
+
+
 def _member(obj, dotted, modules, qualname):
     """``obj.a.b`` for ``dotted`` "a.b" (``obj`` is the module named ``qualname``): of a module only an
     imported submodule or what its ``__dict__`` holds, so that nothing loads on access; None when a
@@ -37,7 +49,7 @@ def _member(obj, dotted, modules, qualname):
         if isinstance(obj, module_type):
             qualname = qualname + "." + part if qualname else None
             sub = _ready(modules.get(qualname)) if qualname else None
-            obj = sub if sub is not None else vars(obj).get(part)
+            obj = sub if sub is not None else _in_module(obj, part, module_type)
         else:
             qualname, obj = None, getattr(obj, part, None)
         if obj is None:
