@@ -11,7 +11,7 @@ process, so that every count and its source read the same as the process's own `
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from parinfo.diagnostics.model import Report
 from parinfo.record import record
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from parinfo.process.attach import Attached
     from parinfo.process.attach.result import Answer
     from parinfo.process.provenance import ModuleLibrary
+    from parinfo.process.threads import ThreadList
 
 __all__ = ["Inside", "inspect_attached", "read_inside"]
 
@@ -73,7 +74,7 @@ def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
     return out
 
 
-def _threads(pid: int, answer: Answer) -> Any:
+def _threads(pid: int, answer: Answer) -> ThreadList:
     """The OS threads of ``pid`` from /proc, each with the name of the Python thread it runs."""
     from parinfo.process.threads import ThreadList, live_threads
 
@@ -94,7 +95,7 @@ class Inside:
 
     found: Attached
     pools: list[dict]
-    threads: Any
+    threads: ThreadList
     torch: dict | None
     runtime: dict | None
     settings: list[dict]
