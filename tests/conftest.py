@@ -110,6 +110,19 @@ def numpy25_python() -> str:
     return python
 
 
+@pytest.fixture(scope="session")
+def py314_python() -> str:
+    """A Python 3.14 interpreter (sys.remote_exec) with numpy, threadpoolctl and parinfo's dependencies
+    (Debian sid's packages unpacked under a cache folder, see tests/py314.py); skipped, with why,
+    where none can be had."""
+    from py314 import venv_python
+
+    python, why = venv_python()
+    if python is None:
+        pytest.skip(why)
+    return python
+
+
 @pytest.fixture
 def quota_cgroup():
     """A fresh cgroup with a 0.5-CPU quota (its path), removed afterwards; skipped where none can be made."""

@@ -60,10 +60,16 @@ def _show(
              "launch environment, threads and throttling."),
     children: bool = typer.Option(False, "--children",
                                   help="With --pid: sum the whole process tree (e.g. gunicorn and its workers)."),
+    attach: bool = typer.Option(False, "--attach",
+                                help="With --pid: read a running CPython 3.14+ process from inside (sys.remote_exec): "
+                                     "every count in force with its source, as its own parinfo.inspect() gives "
+                                     "them. Imports, sets and leaves nothing there (docs/process.md)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S", parser=values.attach_timeout,
+                                            help="With --attach: seconds to wait for the process (default 5)."),
 ) -> None:
     """Show the CPUs, backends, native pools, thread counts with their sources, and what is wrong."""
     code = show.run(show.ShowArgs(imports=imports, torch=torch, json_out=json_out, fmt=fmt, check=check, pid=pid,
-                                  children=children))
+                                  children=children, attach=attach, timeout=timeout))
     if code:
         raise typer.Exit(code)
 

@@ -28,6 +28,13 @@ def host(
     check: Optional[str] = typer.Option(
         None, "--check", metavar="[=LEVEL]",
         help="With --once: exit 1 when a finding at LEVEL or above exists: warning (bare --check), error, or info."),
+    attach: bool = typer.Option(
+        False, "--attach",
+        help="Read each CPython 3.14+ process with native pools from inside (sys.remote_exec): its counts in "
+             "force, marked attached, with the source its own report gives (docs/process.md)."),
+    timeout: Optional[float] = typer.Option(
+        None, "--timeout", metavar="S", parser=values.attach_timeout,
+        help="With --attach: seconds all attaches of one scan may take together (default 5; 2 at most each)."),
     serve: Optional[str] = typer.Option(
         None, "--serve", metavar="HOST:PORT",
         help="Serve Prometheus metrics on HOST:PORT (default host 127.0.0.1; one scan per scrape) until "
@@ -53,7 +60,15 @@ def host(
         check_serve(serve)  # bad input is refused before anything is read
     elif not once and seconds < 0.05:
         raise UsageError(f"--interval {interval:g}: a refreshing report needs at least 0.05 s between scans")
-    scanner = Scanner(cgroup=cgroup, user=user)
+    if timeout is not None and not attach:
+        raise UsageError("--timeout applies to --attach only (parinfo host --attach --timeout S)")
+    if attach:
+        from parinfo.process.attach import DEFAULT_TIMEOUT
+
+        budget: float | None = DEFAULT_TIMEOUT if timeout is None else timeout
+    else:
+        budget = None
+    scanner = Scanner(cgroup=cgroup, user=user, attach=budget)
     if serve is not None:
         from parinfo.cli.watch import serve_until_stopped
         from parinfo.host.metrics import HostCollector
@@ -66,7 +81,7 @@ def host(
     live = not json_out and sys.stdout.isatty() and not once
     as_json = json_out or (not once and not sys.stdout.isatty())
     try:
-        scanner.scan()
+        scanner.scan(attach=False)  # a first reading, to count CPU use over the interval: never shown
         while True:
             time.sleep(seconds)
             report = scanner.scan()

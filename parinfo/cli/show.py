@@ -35,12 +35,15 @@ class ShowArgs(NamedTuple):
     check: str | None = None
     pid: int | None = None
     children: bool = False
+    attach: bool = False
+    timeout: float | None = None
 
 
 # The spellings a plain command line may use. Anything else (help, a positional, short options run
 # together like -fjson, a value that starts with "-", an option given twice) is left to typer.
-_FLAGS = {"--torch": "torch", "--json": "json_out", "--children": "children"}
-_WITH_VALUE = {"--import": "imports", "-i": "imports", "--format": "fmt", "-f": "fmt", "--pid": "pid"}
+_FLAGS = {"--torch": "torch", "--json": "json_out", "--children": "children", "--attach": "attach"}
+_WITH_VALUE = {"--import": "imports", "-i": "imports", "--format": "fmt", "-f": "fmt", "--pid": "pid",
+               "--timeout": "timeout"}
 
 
 def plain_args(args: Sequence[str]) -> ShowArgs | None:
@@ -83,11 +86,11 @@ def _typed(key: str, value: str) -> Any:
     """``value`` converted as typer converts it for ``key``; None where typer would refuse it."""
     if key == "fmt":
         return Format(value) if value in {f.value for f in Format} else None
-    if key == "pid":
-        from parinfo.checks import pid
+    if key in ("pid", "timeout"):
+        from parinfo.cli import values
 
         try:
-            return pid(value)
+            return values.pid(value) if key == "pid" else values.attach_timeout(value)
         except UsageError:
             return None  # typer refuses it, with the same check's line
     return value
@@ -124,6 +127,9 @@ def gather(a: ShowArgs, default_imports: list[str] | None = None) -> Report:
 
     if a.json_out and a.fmt is Format.torch:
         raise UsageError("--json and --format torch ask for two formats: pick one")
+    if a.attach or a.timeout is not None:
+        attach_conflicts(a)
+        return inspect(pid=a.pid, attach=True, timeout=a.timeout)
     if a.pid is not None or a.children:
         outside_conflicts(a.pid, a.children, a.imports is not None or a.torch, a.fmt is Format.torch)
         return inspect(pid=a.pid, children=a.children)
@@ -182,6 +188,20 @@ def outside_conflicts(pid: int | None, children: bool, probes: bool, torch_forma
                          "is read from outside and nothing is imported into it")
     if torch_format:
         raise UsageError("--format torch shows counts in force, which cannot be read from outside: use rich or json")
+
+
+def attach_conflicts(a: ShowArgs) -> None:
+    """Refuse option mixes that make no sense with --attach."""
+    if not a.attach:
+        raise UsageError("--timeout applies to --attach only (parinfo show --pid PID --attach --timeout S)")
+    if a.pid is None:
+        raise UsageError("--attach needs --pid PID (the running Python 3.14+ process to read from inside)")
+    if a.children:
+        raise UsageError("--attach reads one process from inside; --children sums a tree read from outside: "
+                         "pick one")
+    if a.imports is not None or a.torch:
+        raise UsageError("--import and --torch load modules into parinfo itself; --attach imports nothing into "
+                         "the other process either")
 
 
 def check_level(value: str | None) -> str | None:

@@ -34,3 +34,10 @@ def seconds(option: str, low: float = 0.0, high: float = 3600.0) -> Callable[[An
 def pid(value: Any) -> int:
     """A parser of ``--pid``."""
     return checks.pid(value, "--pid")
+
+
+def attach_timeout(value: Any) -> float:
+    """A parser of ``--timeout`` (attach): seconds from 0.1 to the most an attach may wait."""
+    from parinfo.process.attach import MAX_TIMEOUT
+
+    return checks.seconds(value, "--timeout", 0.1, MAX_TIMEOUT)

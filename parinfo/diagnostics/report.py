@@ -11,42 +11,14 @@ import os
 import sys
 from typing import Any
 
-from parinfo.diagnostics.model import SCHEMA_VERSION, PoolCount, Report, RuntimeSection
+from parinfo.diagnostics.model import SCHEMA_VERSION, Report
+from parinfo.diagnostics.parts import IMPLEMENTATIONS
 from parinfo.diagnostics.process_rules import diagnose
 from parinfo.process.environment import EnvRow
 from parinfo.process.outer import OuterThreads
-from parinfo.process.provenance import SettingRow
-from parinfo.runtime.settings import EXPLICIT, INTER_VARS, INTRA_VARS
 from parinfo.runtime.state import RUNTIME
-from parinfo.source import Kind
 
 __all__ = ["SCHEMA_VERSION", "Report", "inspect"]
-
-
-def _runtime_rows(runtime: RuntimeSection) -> list[SettingRow]:
-    """The settings rows of parinfo's own pools: their counts and sources as the runtime records them."""
-    rows = []
-    for recorded, label, variables in ((runtime.intra_op, "parinfo intra-op", INTRA_VARS),
-                                       (runtime.inter_op, "parinfo inter-op", INTER_VARS)):
-        entry = recorded or PoolCount()
-        rows.append(SettingRow(label, entry.count, entry.source, [EXPLICIT.text, "profile", *variables, "default"],
-                               own=True, capped_to=entry.capped_to))
-    return rows
-
-
-def _mark_capped(env_rows: list[EnvRow], runtime: RuntimeSection) -> None:
-    """A valid variable whose count parinfo's runtime caps at its pool ceiling says what runs."""
-    for entry in (runtime.intra_op, runtime.inter_op):
-        if entry is None or entry.capped_to is None:
-            continue
-        for row in env_rows:
-            said = entry.source
-            if said is not None and said.kind is Kind.VARIABLE and said.detail == row.name:
-                row.capped_to = entry.capped_to
-
-
-# platform.python_implementation()'s names, without importing platform (1 ms of every start-up)
-_IMPLEMENTATIONS = {"cpython": "CPython", "pypy": "PyPy", "ironpython": "IronPython", "jython": "Jython"}
 
 
 def _python_version() -> str:
@@ -55,9 +27,12 @@ def _python_version() -> str:
 
 
 def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/",
-            pid: int | None = None, children: bool = False, outer_threads: int | None = None) -> Report:
-    """Inspect this process, or process ``pid`` from outside (with ``children``: its whole tree).
-    Changes nothing: no variable, no thread count, no thread, no import.
+            pid: int | None = None, children: bool = False, outer_threads: int | None = None,
+            attach: bool = False, timeout: float | None = None) -> Report:
+    """Inspect this process, or process ``pid`` from outside (with ``children``: its whole tree), or
+    from inside with ``attach`` (a CPython 3.14+ process: a script run there through
+    ``sys.remote_exec`` reads its counts, within ``timeout`` seconds, 5 by default; see
+    docs/process.md). Changes nothing: no variable, no thread count, no thread, no import.
 
     ``imports`` are modules to import first so their native pools load (None or []: none; an import
     can start threads, so only what is asked is imported; ``parinfo show`` asks for numpy);
@@ -72,6 +47,12 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         from parinfo.checks import pid as checked_pid
 
         pid = checked_pid(pid, "pid")
+    if attach:
+        return _attached(pid, children, timeout, root, imports, torch, outer_threads)
+    if timeout is not None:
+        from parinfo.errors import UsageError
+
+        raise UsageError("timeout applies to attach only (attach=True, or --attach)")
     if not live.pid_is_self(pid) or children:
         return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo
@@ -98,15 +79,15 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     launch_env = environment.launch_environment()
     env_rows = environment.environment_report(os.environ, launch_env)
     runtime = RUNTIME.snapshot()
-    _mark_capped(env_rows, runtime)
-    settings = _runtime_rows(runtime) + provenance.library_settings(
+    runtime.mark_capped(env_rows)
+    settings = runtime.setting_rows() + provenance.library_settings(
         pool_rows, torch_info, os.environ, launch_env, facts, runtime.native_push, RUNTIME.applied_env())
     framework_info = Frameworks.from_dict({"torch": torch_info})
 
     report = Report(
         machine=facts,
         process=ProcessInfo(pid=os.getpid(), python=_python_version(), executable=sys.executable,
-                            implementation=_IMPLEMENTATIONS.get(sys.implementation.name, sys.implementation.name),
+                            implementation=IMPLEMENTATIONS.get(sys.implementation.name, sys.implementation.name),
                             platform=sys.platform),
         probes=probes,
         cpu=cpu_identity(root),
@@ -126,6 +107,27 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     )
     report.findings = diagnose(report)
     return report
+
+
+def _attached(pid: int | None, children: bool, timeout: Any, root: str, imports: list[str] | None,
+              torch: bool, outer_threads: int | None) -> Report:
+    """The report of ``pid`` read from inside; option mixes that make no sense raise UsageError."""
+    from parinfo.diagnostics.live import pid_is_self as live_pid_is_self
+    from parinfo.errors import UsageError
+
+    if pid is None or live_pid_is_self(pid):
+        raise UsageError("attach reads another process (--pid PID): this one's report needs no attach")
+    if timeout is not None:
+        from parinfo.checks import seconds
+        from parinfo.process.attach import MAX_TIMEOUT
+
+        timeout = seconds(timeout, "timeout", 0.1, MAX_TIMEOUT)
+    if children or imports or torch or outer_threads is not None:
+        raise UsageError("attach reads one process as it is: children, imports, torch and outer_threads do not "
+                         "apply to it")
+    from parinfo.diagnostics.attached import inspect_attached
+
+    return inspect_attached(pid, timeout=timeout, root=root)
 
 
 def _outer_section(explicit: int | None, usable: int, env_rows: list[EnvRow],

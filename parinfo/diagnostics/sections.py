@@ -148,7 +148,8 @@ def cpu(r: Report) -> Section:
 def backend(r: Report) -> Section:
     b, rt = r.backend, r.runtime
     started = "running" if b.runtime_started else "not started (pools start on first use)"
-    rows = [("parinfo runtime", f"{b.runtime} ({rt.backend_source or 'default'}), {started}")]
+    rows = [("parinfo runtime", f"{b.runtime} ({rt.backend_source or 'default'}), {started}" if rt.unknown is None
+             else rt.unknown)]
     layers = b.layers
     for label, value in (("OpenMP", layers.openmp), ("MKL layer", layers.mkl),
                          ("OpenBLAS layer", layers.openblas), ("BLIS layer", layers.blis),
@@ -198,6 +199,8 @@ def settings(r: Report) -> Section:
     rows = tuple(Row((row.library + (f" [{row.owner}]" if libs[row.library] > 1 and row.owner else ""),
                       show_value(row.count) + (f" ({row.capped_to} run)" if row.capped_to else ""),
                       str(row.source))) for row in r.settings)
+    if not rows:  # a process attached to that runs no pool, no framework and no parinfo runtime
+        return Section("settings", "Thread counts in force", notes=(Note("none: no thread pool is loaded"),))
     return Section("settings", "Thread counts in force", rows, columns=("who", "count", "decided by"))
 
 
@@ -245,6 +248,10 @@ def threads(r: Report) -> Section:
     if t.states:
         states = ", ".join(f"{n} {THREAD_STATES.get(s, s)}" for s, n in sorted(t.states.items()))
         notes = (Note(f"now: {states}"),)
+    python = Counter(thread_group(th.python_name) for th in t.threads if th.python_name is not None)
+    if python:  # a process attached to: the names its Python threads have
+        named = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in python.most_common())
+        notes += (Note(f"Python threads: {named}"),)
     return Section("threads", "Live OS threads", (Row((show_value(t.count), listing)),), notes=notes)
 
 
@@ -290,13 +297,17 @@ _FROM_OUTSIDE: tuple[Callable[[Report], Section | None], ...] = (
 
 def sections(report: Report) -> list[Section]:
     """The report's sections in the order people read them, findings aside."""
-    parts = _FROM_OUTSIDE if report.process.inspected_from is not None else _OWN
+    outside = report.process.inspected_from is not None and report.process.attached is None
+    parts = _FROM_OUTSIDE if outside else _OWN
     return [s for s in (part(report) for part in parts) if s is not None]
 
 
 def title(report: Report) -> list[Span]:
     """The report's first line as (text, tone) spans: which process, and what was imported to see it."""
     p = report.process
+    if p.attached is not None:  # another process, read from inside
+        return [("parinfo", "strong"), (f" report for pid {p.pid} (Python {p.python}), attached: ", ""),
+                (p.attached, "dim")]
     if p.inspected_from is not None:  # another process, read from /proc
         cmd = " ".join(p.cmdline or ()) or p.name or "?"
         if len(cmd) > 100:

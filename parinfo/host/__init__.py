@@ -5,7 +5,9 @@ native pools mapped into it with each count in force where the library exposes i
 process's memory, see :mod:`parinfo.process.inforce`) or else the count its launch environment
 asks for (said so, never shown as in force), its OS threads by state; per cgroup whose limit binds
 (the machine's root when none) the threads its processes can run at once against its usable CPUs,
-the runnable threads, and throttling and CPU pressure over the interval; families (processes with
+the runnable threads, and throttling and CPU pressure over the interval; with ``attach``, the
+counts of each CPython 3.14+ process read from inside it (opt-in, bounded in total time, marked
+attached: :mod:`parinfo.process.attach`); families (processes with
 one parent and one command: server workers, multiprocessing and loky pools, torchrun ranks) and the
 finding ``host-oversubscribed``. The processes are never stopped, traced or signalled.
 
@@ -24,19 +26,21 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["HostReport", "scan"]
 
 
-def scan(cgroup: str | None = None, user: str | int | None = None, interval: float = 1.0) -> HostReport:
+def scan(cgroup: str | None = None, user: str | int | None = None, interval: float = 1.0,
+         attach: float | None = None) -> HostReport:
     """The processes of this machine (those in cgroup ``cgroup`` and below, and of user ``user``
     when given: a name, or a uid as text or int) against their CPUs, with what happened over
-    ``interval`` seconds (0: one reading, cumulative counters only). Raises UsageError for an
-    unknown user or cgroup or a bad interval."""
+    ``interval`` seconds (0: one reading, cumulative counters only). With ``attach`` (seconds, all
+    attaches together), each CPython 3.14+ process with native pools is read from inside
+    (docs/process.md). Raises UsageError for an unknown user or cgroup or a bad interval or budget."""
     from parinfo.host.scanner import Scanner, check_interval
 
     seconds = check_interval(interval)
-    scanner = Scanner(cgroup=cgroup, user=user)
+    scanner = Scanner(cgroup=cgroup, user=user, attach=attach)
     if seconds:
         import time
 
-        scanner.scan()
+        scanner.scan(attach=False)
         time.sleep(seconds)
     return scanner.scan()
 

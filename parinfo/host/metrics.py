@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from parinfo.host.model import HostProcess, HostReport
     from parinfo.host.scanner import Scanner
 
-#: The ``source`` label of a pool count: read from the process's memory, or asked for by its launch environment.
-IN_FORCE, LAUNCH_ENV = "memory", "launch-env"
+#: The ``source`` label of a pool count: read from the process's memory, read inside it (``--attach``), or
+#: asked for by its launch environment.
+IN_FORCE, ATTACHED, LAUNCH_ENV = "memory", "attached", "launch-env"
 
 
 def pool_counts(p: HostProcess) -> dict[tuple[str, str], int]:
@@ -27,7 +28,7 @@ def pool_counts(p: HostProcess) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
     for pool in p.pools:
         if pool.count is not None:
-            key = (pool.library, IN_FORCE if pool.in_force else LAUNCH_ENV)
+            key = (pool.library, ATTACHED if pool.attached else IN_FORCE if pool.in_force else LAUNCH_ENV)
             out[key] = out.get(key, 0) + pool.count
     return out
 
@@ -39,7 +40,7 @@ class HostCollector:
     def __init__(self, scanner: Scanner) -> None:
         self.scanner = scanner
         self._lock = threading.Lock()  # scrapes may overlap: one scan at a time
-        self.scanner.scan()  # the first reading, so the first scrape already has an interval
+        self.scanner.scan(attach=False)  # the first reading, so the first scrape already has an interval
 
     def collect(self) -> Iterator[Any]:
         with self._lock:
@@ -65,8 +66,9 @@ def _families(report: HostReport, counters: dict[str, Any]) -> Iterator[Any]:
     yield usable
 
     pools = GaugeMetricFamily("parinfo_pool_threads", "Threads of each native pool library in each process, "
-                              "summed over its loaded copies; source: memory (in force) or launch-env (what "
-                              "its launch environment asks for)", labels=["library", "pid", "name", "cgroup", "source"])
+                              "summed over its loaded copies; source: memory (in force), attached (in force, "
+                              "read inside the process) or launch-env (what its launch environment asks for)",
+                              labels=["library", "pid", "name", "cgroup", "source"])
     for p in report.processes:
         for (library, source), threads in sorted(pool_counts(p).items()):
             pools.add_metric([library, str(p.pid), p.name, p.group, source], threads)

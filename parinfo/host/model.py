@@ -25,8 +25,9 @@ FROM_LAUNCH = "the process may have changed it"
 @record(frozen=True)
 class PoolCount:
     """One native pool (a loaded copy of a thread runtime) of a process and its count: ``in_force``
-    when read from the process's memory; else what its launch environment asks for (``source``
-    says so), or None with "unknown (why)"."""
+    when read from the process's memory, or, with ``attached``, from inside the process (``host
+    --attach``: ``source`` is then what decided the count, as the process's own report says); else
+    what its launch environment asks for (``source`` says so), or None with "unknown (why)"."""
 
     library: str
     path: str
@@ -35,6 +36,7 @@ class PoolCount:
     source: Source
     in_force: bool = False
     duplicate_of: str | None = None
+    attached: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return plain(self)
@@ -237,7 +239,7 @@ def _pct(value: float | str | None) -> str:
 def _pool(p: PoolCount) -> str:
     if p.count is None:
         return f"{p.library} ?"
-    kind = "in force" if p.in_force else "launch env"
+    kind = "attached" if p.attached else "in force" if p.in_force else "launch env"
     return f"{p.library} {p.count} ({kind})"
 
 
@@ -306,7 +308,10 @@ def _render(r: HostReport, *, all_processes: bool = False) -> str:
     if hidden:
         lines.append(f"  ... and {hidden} more processes without native pools (--json lists them all)")
     lines.append("  run: runnable now / of them in pools;  in force: read from the process's memory;  "
-                 "launch env: what its launch environment asks for (the process may have changed it)")
+                 "launch env: what its launch environment asks for (the process may have changed it)"
+                 + (";  attached: read inside the process (sys.remote_exec)"
+                    if any(x.attached for p in shown for x in p.pools) else ""))
+    lines += [escape_controls(f"  {note}") for note in r.notes]
     if r.families:
         lines += ["", "families (one parent, one command)"]
         for f in r.families:

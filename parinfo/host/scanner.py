@@ -63,6 +63,28 @@ FOLLOW_S = REREAD_S
 _DIGITS = re.compile(r"\d+")
 
 
+#: ``host --attach``: the most one process may take, and the least left worth trying another.
+ATTACH_EACH_S = 2.0
+ATTACH_LEAST_S = 0.05
+
+
+def _attach_budget(seconds: float) -> float:
+    from parinfo.process.attach import MAX_TIMEOUT
+
+    return checks.seconds(seconds, "--timeout", 0.1, MAX_TIMEOUT)
+
+
+@record
+class _AttachLog:
+    """What ``--attach`` did in one scan: the pids read inside, those refused (and why), how many
+    were not tried for want of time, and the seconds spent."""
+
+    read: list[int] = dataclasses.field(default_factory=list)
+    refused: dict[int, str] = dataclasses.field(default_factory=dict)
+    skipped: int = 0
+    seconds: float = 0.0
+
+
 def check_interval(interval: float) -> float:
     """``interval`` as seconds; UsageError unless it is a number from 0 to 3600."""
     return checks.seconds(interval, "interval", 0, 3600)
@@ -138,9 +160,13 @@ class Scanner:
     """Scans of the processes (of ``user``, in ``cgroup``), each made against the previous one:
     CPU use, throttling and pressure are counted over the time between them."""
 
-    def __init__(self, cgroup: str | None = None, user: str | int | None = None) -> None:
+    def __init__(self, cgroup: str | None = None, user: str | int | None = None,
+                 attach: float | None = None) -> None:
         from parinfo.machine.topology import machine_facts
 
+        self.attach = None if attach is None else _attach_budget(attach)
+        self._attach_deadline = 0.0
+        self._attach_log = _AttachLog()
         self.uid = None if user is None else _uid_of(user)
         self.user = None if user is None else str(user)
         self.facts: MachineFacts = machine_facts()
@@ -279,10 +305,58 @@ class Scanner:
                                  row.get("duplicate_of")))
         return out
 
+    def _inside(self, pid: int, rows: list[dict[str, Any]], static: _Static,
+                facts: MachineFacts) -> list[PoolCount] | None:
+        """Each pool's count read inside a Python process (``host --attach``), with the source that
+        decided it as the process's own report gives it; None when the attach was refused or not
+        tried (the scan's budget is spent), and the scan's notes say which."""
+        log = self._attach_log
+        left = self._attach_deadline - time.monotonic()
+        if left < ATTACH_LEAST_S:
+            log.skipped += 1
+            return None
+        from parinfo.diagnostics.attached import read_inside
+        from parinfo.process.pools import loaded_objects
+
+        began = time.monotonic()
+        try:
+            inside = read_inside(pid, [dict(r) for r in rows], loaded_objects(
+                (static.maps or b"").decode("utf-8", "surrogateescape")), static.environ, facts,
+                min(left, ATTACH_EACH_S))
+        except UsageError as exc:
+            log.refused[pid] = str(exc)
+            return None
+        finally:
+            log.seconds += time.monotonic() - began
+        log.read.append(pid)
+        explained = {row.filepath: row for row in inside.settings}
+        out = []
+        for row in inside.pools:
+            setting = explained.get(row.get("filepath"))
+            count = row.get("num_threads") if setting is None else setting.count
+            source = (setting.source if setting is not None and setting.source is not None
+                      else unknown_source(row.get("note") or "not read inside the process"))
+            out.append(PoolCount(row["library"], row["filepath"], row.get("owner") or "unknown", count, source,
+                                 count is not None, row.get("duplicate_of"), attached=True))
+        return out
+
+    def _attach_notes(self) -> list[str]:
+        """What ``--attach`` did in the last scan, in lines."""
+        log = self._attach_log
+        notes = [f"attach: {len(log.read)} Python process{'es' if len(log.read) != 1 else ''} read inside "
+                 f"({log.seconds * 1e3:.0f} ms of a {self.attach:g} s budget)"]
+        notes += [f"attach refused: {why}" for why in log.refused.values()]
+        if log.skipped:
+            notes.append(f"attach not tried for {log.skipped} process{'es' if log.skipped != 1 else ''}: the "
+                         f"{self.attach:g} s budget was spent (--timeout gives more)")
+        return notes
+
     # -- one scan ---------------------------------------------------------------------------------
 
-    def scan(self) -> HostReport:
-        """One reading of every process in scope, judged; counted over the time since the last one."""
+    def scan(self, attach: bool = True) -> HostReport:
+        """One reading of every process in scope, judged; counted over the time since the last one.
+        ``attach`` False leaves the processes unattached this time (a first reading only taken to
+        count the next one's CPU use over the interval)."""
         started = time.perf_counter()
         clock = time.monotonic()
         before = self._last
@@ -295,6 +369,9 @@ class Scanner:
         self._cgroups_seen = set()
         if clock - self._facts_at >= FOLLOW_S:
             self._refresh_facts(clock)
+        attaching = self.attach is not None and attach
+        if attaching:
+            self._attach_deadline, self._attach_log = time.monotonic() + (self.attach or 0.0), _AttachLog()
         for pid in pids():
             proc = Proc(pid)
             try:
@@ -322,7 +399,7 @@ class Scanner:
                 continue
             name, ppid, cpu = st.name, st.ppid, st.ticks
             start = st.start
-            row = self._process(proc, ppid, name, static, cg)
+            row = self._process(proc, ppid, name, static, cg, attaching)
             if row is None:
                 continue
             ticks[(pid, start)] = cpu
@@ -339,12 +416,15 @@ class Scanner:
                             scope={"cgroup": self.cgroup_given, "user": self.user},
                             logical_cpus=self.facts.logical_cpus, processes=processes, families=families,
                             kernel_threads=kernel_threads, kernel_runnable=kernel_runnable)
+        if attaching:
+            report.notes += self._attach_notes()
         reading = self._judge(report, reps, clock, ticks, before, dt)
         self._last = reading
         report.elapsed_ms = round((time.perf_counter() - started) * 1e3, 2)
         return report
 
-    def _process(self, proc: Proc, ppid: int, name: str, static: _Static, cg: _CgroupInfo) -> HostProcess | None:
+    def _process(self, proc: Proc, ppid: int, name: str, static: _Static, cg: _CgroupInfo,
+                 attaching: bool = False) -> HostProcess | None:
         pid = proc.pid or 0
         try:
             affinity = proc.affinity()
@@ -386,7 +466,10 @@ class Scanner:
         elif maps:
             facts = dataclasses.replace(self.facts, affinity=tuple(sorted(affinity)), cpuset=cg.cpuset,
                                         quota=cg.quota, usable_cpus=usable)
-            pools = self._counts(pid, maps, static, facts)
+            inside = None
+            if attaching and pid != os.getpid() and b"python" in (static.maps or b""):
+                inside = self._inside(pid, maps, static, facts)
+            pools = self._counts(pid, maps, static, facts) if inside is None else inside
         multi = sorted({p.library for p in pools if not p.duplicate_of})
         own = thread_group(name)
         groups = [ThreadGroup(n, v[0], v[1], ", ".join(multi) if n == own and multi else None)

@@ -26,7 +26,7 @@ from parinfo.record import record
 
 __all__ = ["PERMISSION", "PF_KTHREAD", "Denied", "Memory", "NoAccess", "NotAProcess", "Proc", "ProcessGone", "Stat",
            "exited_during_read", "gone", "kernel_thread", "no_access", "parse_environ", "parse_stat", "pids",
-           "zombie"]
+           "ptrace_scope", "zombie"]
 
 #: The task flag of a kernel thread (include/linux/sched.h).
 PF_KTHREAD = 0x00200000
@@ -233,6 +233,45 @@ class Proc:
             return Denied("permission: refused even to root (a security module's rule, or another user namespace)")
         return Denied("permission: the kernel lets only root read this process's memory "
                       "(kernel.yama.ptrace_scope, or a process that is not dumpable): run as root")
+
+    def attach_refusal(self) -> Denied:
+        """Why the kernel refused to let this process write into this one's memory (what
+        ``sys.remote_exec`` does, with a debugger's rights): another user's process, Yama's
+        ptrace_scope, capabilities the target holds, or a rule of a security module. parinfo never
+        asks for more rights than it has; the words say which rule refused and what would be allowed."""
+        mine, theirs = self._status_of(b"/proc/self"), self._status_of(self._base)
+        scope = ptrace_scope()
+        cap_ptrace = _has_capability(mine.get("CapEff", "0"), _CAPABILITIES.index("CAP_SYS_PTRACE"))
+        owners = theirs.get("Uid", "").split()
+        if not cap_ptrace and owners and any(uid != str(os.getuid()) for uid in owners[:3]):
+            return Denied("permission: another user's process (the kernel lets a process attach only to its "
+                          "own user's, without CAP_SYS_PTRACE): run parinfo as its user or as root")
+        if scope == 3:
+            return Denied("permission: kernel.yama.ptrace_scope is 3: no process may attach to another on this "
+                          "machine until it reboots")
+        if scope == 2 and not cap_ptrace:
+            return Denied("permission: kernel.yama.ptrace_scope is 2: only a process with CAP_SYS_PTRACE may "
+                          "attach: run parinfo as root")
+        if scope == 1 and not cap_ptrace:
+            return Denied("permission: kernel.yama.ptrace_scope is 1: a process may attach only to its own "
+                          "descendants (or a process that allowed it with prctl PR_SET_PTRACER): run parinfo "
+                          "as root, or start the program under it")
+        return self.permission_reason()
+
+    def mount_namespace(self) -> int | None:
+        """The inode of the process's mount namespace (None when it cannot be read): two processes
+        with the same see the same files under the same paths."""
+        try:
+            return os.stat(self._base + b"/ns/mnt").st_ino
+        except OSError:
+            return None
+
+    def inner_pid(self) -> int | None:
+        """The pid as the process itself sees it (the last of NSpid: its own pid namespace)."""
+        try:
+            return int(self.status().get("NSpid", "").split()[-1])
+        except (IndexError, ValueError):
+            return None
 
     @staticmethod
     def _status_of(base: bytes) -> dict[str, str]:
@@ -549,6 +588,22 @@ _CAPABILITIES = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FO
                  "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE", "CAP_AUDIT_WRITE", "CAP_AUDIT_CONTROL",
                  "CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG", "CAP_WAKE_ALARM",
                  "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE")
+
+
+def _has_capability(mask: str, bit: int) -> bool:
+    try:
+        return bool(int(mask, 16) >> bit & 1)
+    except ValueError:
+        return False
+
+
+def ptrace_scope(root: str = "/") -> int | None:
+    """Yama's kernel.yama.ptrace_scope (0 classic rules, 1 descendants only, 2 CAP_SYS_PTRACE only,
+    3 none), or None where Yama is not in the kernel."""
+    try:
+        return int(read_bytes(os.path.join(root, "proc/sys/kernel/yama/ptrace_scope"), 64))
+    except (OSError, ValueError):
+        return None
 
 
 def _capability_names(mask: int) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, field
 from typing import Any
 
@@ -106,32 +106,33 @@ def _psutil_environ(pid: int | None) -> dict[str, str] | str:
 
 
 
-def _python_too_old(spec) -> bool:
-    return spec is not None and spec.python is not None and sys.version_info[:2] < spec.python
+def _python_too_old(spec, python: tuple[int, int]) -> bool:
+    return spec is not None and spec.python is not None and python < spec.python
 
 
-def _readers_here(spec) -> list[str]:
-    """The readers of a variable in this process: Python itself only from the version that reads it."""
+def _readers_here(spec, python: tuple[int, int]) -> list[str]:
+    """The readers of a variable in the process: Python itself only from the version that reads it."""
     if spec is None:
         return []
-    return [r for r in spec.readers if not (r == "python" and _python_too_old(spec))]
+    return [r for r in spec.readers if not (r == "python" and _python_too_old(spec, python))]
 
 
-def _summary_here(spec) -> str:
+def _summary_here(spec, python: tuple[int, int]) -> str:
     if spec is None:
         return "not in parinfo's table; its name looks thread-related"
-    if _python_too_old(spec):
+    if _python_too_old(spec, python):
         major, minor = spec.python
-        return (f"{spec.summary}; this Python {sys.version_info[0]}.{sys.version_info[1]} does not read it "
+        return (f"{spec.summary}; this Python {python[0]}.{python[1]} does not read it "
                 f"(Python reads it from {major}.{minor})")
     return spec.summary
 
 
-def _importers(spec, value: str | None, launch_value: str | None, launch_known: bool) -> list[str]:
+def _importers(spec, value: str | None, launch_value: str | None, launch_known: bool,
+               modules: Collection[str]) -> list[str]:
     """The imported packages known to set the variable, when it was set after launch (else [])."""
     if value is None or not launch_known or launch_value == value:
         return []
-    return [package for module, package in (spec.set_on_import if spec else ()) if module in sys.modules]
+    return [package for module, package in (spec.set_on_import if spec else ()) if module in modules]
 
 
 def _set_by(value: str | None, launch_value: str | None, launch_known: bool, importers: list[str]) -> str | None:
@@ -145,20 +146,26 @@ def _set_by(value: str | None, launch_value: str | None, launch_known: bool, imp
 
 
 def environment_report(environ: Mapping[str, str] | None = None,
-                       launch_environ: Mapping[str, str] | str | None = None) -> list[EnvRow]:
+                       launch_environ: Mapping[str, str] | str | None = None, *,
+                       modules: Collection[str] | None = None, python: tuple[int, int] | None = None) -> list[EnvRow]:
     """One row per thread-steering variable: every variable of THREAD_VARS (set or not; a variable whose
     libraries ask to be listed only once loaded is left out while it is unset and they are not
     loaded), then every other set variable whose name looks thread-related (OMP_*, KMP_*, MKL_*, ...).
 
     ``environ`` defaults to ``os.environ``; ``launch_environ`` defaults to this process's launch
     environment (:func:`launch_environment`); pass a string "unknown (reason)" when it is not known.
+
+    ``modules`` are the modules the process has imported and ``python`` its Python version (default:
+    this process's), for a process read from inside by parinfo's attach.
     """
     env = os.environ if environ is None else environ
+    imported: Collection[str] = sys.modules if modules is None else modules
+    version = sys.version_info[:2] if python is None else python
     launch = launch_environment() if launch_environ is None else launch_environ
     launch_known = not isinstance(launch, str)
     at_launch: Mapping[str, str] = {} if isinstance(launch, str) else launch
 
-    names = [n for n in THREAD_VARS if listed_unset(n) or n in env or n in at_launch]
+    names = [n for n in THREAD_VARS if listed_unset(n, imported) or n in env or n in at_launch]
     extra = sorted(n for n in env if n not in THREAD_VARS and looks_thread_related(n))
     if launch_known:
         extra_launch = {n for n in at_launch if n not in THREAD_VARS and looks_thread_related(n)}
@@ -178,8 +185,8 @@ def environment_report(environ: Mapping[str, str] | None = None,
         problem = validate(name, value) if value is not None else None
         valid = None if value is None or spec is None else problem is None
         at = launch_value if launch_known else None
-        importers = _importers(spec, value, at, launch_known)
-        rows.append(EnvRow(name, value, launch_value, changed, valid, problem, _readers_here(spec),
-                           _summary_here(spec), spec is not None, _set_by(value, at, launch_known, importers),
+        importers = _importers(spec, value, at, launch_known, imported)
+        rows.append(EnvRow(name, value, launch_value, changed, valid, problem, _readers_here(spec, version),
+                           _summary_here(spec, version), spec is not None, _set_by(value, at, launch_known, importers),
                            importers=importers))
     return rows

@@ -14,7 +14,7 @@ from typing import Any
 from parinfo.payload import count_or_reason, flag, integer, section, text
 from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 from parinfo.process.threads import ThreadList, live_threads
-from parinfo.process.torch_config import parse_parallel_info
+from parinfo.process.torch_config import parse_parallel_info, torch_facts
 from parinfo.record import record
 
 # c10::ThreadPool names its workers "PTThreadPool"; older builds used "pt_thread_pool".
@@ -93,6 +93,46 @@ def torch_pool_threads(threads: ThreadList | None = None) -> int | str:
     return sum(1 for t in threads.threads if t.name.lower() in _POOL_THREAD_NAMES)
 
 
+def torch_info_of(facts: Mapping[str, Any], threads: ThreadList | None = None) -> dict:
+    """torch's thread settings (a :class:`TorchInfo` as a dict) from its raw facts
+    (:func:`torch_facts`: read here, or inside another process) and the process's OS threads
+    (:func:`parinfo.process.threads.live_threads`; None: this process's)."""
+    info_text = text(facts.get("parallel_info")) or ""
+    parsed = parse_parallel_info(info_text)
+    pool_threads = torch_pool_threads(threads)
+    backend = parsed["aten_backend"]
+    started: bool | str
+    if isinstance(pool_threads, str):
+        started = pool_threads
+    elif pool_threads == 0:
+        started = False
+    elif backend and "native" in backend.lower():
+        started = ("unknown (native thread pool backend: intra-op and inter-op workers share the "
+                   f"name PTThreadPool; {pool_threads} such threads)")
+    else:
+        started = True
+    mkl, mkldnn = facts.get("mkl_available"), facts.get("mkldnn_available")
+    return TorchInfo(
+        version=text(facts.get("version")),
+        intra_op=integer(facts.get("intra_op")),
+        inter_op=integer(facts.get("inter_op")),
+        aten_backend=backend,
+        openmp=parsed["openmp"],
+        omp_max_threads=parsed["omp_max_threads"],
+        mkl_max_threads=parsed["mkl_max_threads"],
+        mkl_available=None if mkl is None else bool(mkl),
+        mkl_version=parsed["mkl_version"],
+        mkl_line=parsed["mkl_line"],
+        mkldnn_available=None if mkldnn is None else bool(mkldnn),
+        mkldnn_version=parsed["mkldnn_version"],
+        hardware_concurrency=parsed["hardware_concurrency"],
+        pool_threads=pool_threads,
+        interop_started=started,
+        env=parsed["env"],
+        parallel_info_text=text(facts.get("parallel_info")),
+    ).to_dict()
+
+
 def torch_info(import_if_missing: bool = False) -> dict | None:
     """torch's thread settings (a :class:`TorchInfo` as a dict), or None when torch is not imported
     and ``import_if_missing`` is False.
@@ -107,51 +147,10 @@ def torch_info(import_if_missing: bool = False) -> dict | None:
         torch = importlib.import_module("torch")  # asked for explicitly
 
     if openmp_conflict():  # torch's getters call omp_get_max_threads(): never with the pair loaded
-        return _torch_unread(torch, CONFLICT_NOTE)
-    info_text = torch.__config__.parallel_info()
-    parsed = parse_parallel_info(info_text)
-    pool_threads = torch_pool_threads()
-    backend = parsed["aten_backend"]
-    started: bool | str
-    if isinstance(pool_threads, str):
-        started = pool_threads
-    elif pool_threads == 0:
-        started = False
-    elif backend and "native" in backend.lower():
-        started = ("unknown (native thread pool backend: intra-op and inter-op workers share the "
-                   f"name PTThreadPool; {pool_threads} such threads)")
-    else:
-        started = True
-
-    def backend_flag(path: str) -> bool | None:
-        obj = torch.backends
-        for part in path.split("."):
-            obj = getattr(obj, part, None)
-            if obj is None:
-                return None
-        return bool(obj())
-
-    return TorchInfo(
-        version=str(torch.__version__),
-        intra_op=torch.get_num_threads(),
-        inter_op=torch.get_num_interop_threads(),
-        aten_backend=backend,
-        openmp=parsed["openmp"],
-        omp_max_threads=parsed["omp_max_threads"],
-        mkl_max_threads=parsed["mkl_max_threads"],
-        mkl_available=backend_flag("mkl.is_available"),
-        mkl_version=parsed["mkl_version"],
-        mkl_line=parsed["mkl_line"],
-        mkldnn_available=backend_flag("mkldnn.is_available"),
-        mkldnn_version=parsed["mkldnn_version"],
-        hardware_concurrency=parsed["hardware_concurrency"],
-        pool_threads=pool_threads,
-        interop_started=started,
-        env=parsed["env"],
-        parallel_info_text=info_text,
-    ).to_dict()
+        return torch_unread(str(torch.__version__), CONFLICT_NOTE)
+    return torch_info_of(torch_facts(torch))
 
 
-def _torch_unread(torch, why: str) -> dict:
+def torch_unread(version: str | None, why: str) -> dict:
     """torch_info with only the version filled in: the counts are not read, and why."""
-    return TorchInfo(version=str(torch.__version__), not_read=why).to_dict()
+    return TorchInfo(version=version, not_read=why).to_dict()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.rounding import ROUNDING_VAR, ROUNDINGS
@@ -199,6 +199,40 @@ class CountSymbol:
 
 
 @record(frozen=True)
+class NativeReads:
+    """The C functions that read a loaded library's facts without changing anything, called (through
+    ctypes, on the copy already loaded) by the script parinfo's attach runs inside another process
+    (:mod:`parinfo.process.attach`): names without the build's affixes, every one optional but ``count``.
+
+    ``count``: ``int f(void)``, the count in force for the calling thread (the target's main thread).
+    ``affixes``: (prefix, suffix) pairs a build may put around every name (scipy-openblas builds);
+    the first pair under which ``count`` is exported is used for the others. ``version``: ``const
+    char *f(void)``, or with ``version_buffer`` ``void f(char *buf, int len)``; the version is the word
+    after ``version_after`` in that text ("" : the whole text). ``layer``: ``int f(void)`` whose
+    value ``layer_codes`` names (the threading layer); with the layer "openmp" the count is
+    ``openmp_count``'s instead (the calling thread's OpenMP limit, as threadpoolctl reads it).
+    ``architecture``: ``const char *f(void)``, the kernels in use.
+    """
+
+    count: str
+    affixes: tuple[tuple[str, str], ...] = (("", ""),)
+    version: str = ""
+    version_buffer: bool = False
+    version_after: str = ""
+    layer: str = ""
+    layer_codes: tuple[tuple[int, str], ...] = ()
+    openmp_count: str = ""
+    architecture: str = ""
+
+    def to_data(self) -> dict[str, Any]:
+        """Its fields as plain data (the attach script takes nothing else)."""
+        return {"count": self.count, "affixes": [list(a) for a in self.affixes], "version": self.version,
+                "version_buffer": self.version_buffer, "version_after": self.version_after, "layer": self.layer,
+                "layer_codes": {str(code): name for code, name in self.layer_codes},
+                "openmp_count": self.openmp_count, "architecture": self.architecture}
+
+
+@record(frozen=True)
 class Library:
     """Everything parinfo knows about one library, in the manner of threadpoolctl's controllers.
 
@@ -222,7 +256,10 @@ class Library:
     otherwise (:meth:`scope_of` adds the threading layer).
     Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch.
     From outside: ``count_symbol`` (:class:`CountSymbol`) names the getter and variable that hold the
-    count in force, and its bounds, when the library keeps it in one.
+    count in force, and its bounds, when the library keeps it in one. Attached (a script run inside
+    the process): ``native`` (:class:`NativeReads`) names the C getters of a loaded copy;
+    ``module_facts`` the attributes of a Python-module library that ``context`` reads (dotted, from
+    the module), read there beside ``getter``'s count.
     """
 
     name: str
@@ -264,6 +301,8 @@ class Library:
     linked_into: tuple[tuple[str, str], ...] = ()  # (file prefix, framework): a copy linked inside it
     layer_from_openmp: tuple[tuple[str, str], ...] = ()  # (OpenMP runtime, layer) when no layer file says
     count_symbol: CountSymbol | None = None
+    native: NativeReads | None = None
+    module_facts: tuple[str, ...] = ()
     note: str = ""
 
     def var(self, role: str) -> str:
@@ -318,9 +357,10 @@ class Library:
         on an OpenMP runtime follows the calling thread's OpenMP limit."""
         return "thread" if self.scope == "thread" or threading_layer == "openmp" else "process"
 
-    def is_loaded(self) -> bool:
-        """True when its Python module is imported (always False for a native library)."""
-        return self.module is not None and self.module in sys.modules
+    def is_loaded(self, modules: Collection[str] | None = None) -> bool:
+        """True when its Python module is imported (in ``modules``, default this process's; always
+        False for a native library)."""
+        return self.module is not None and self.module in (sys.modules if modules is None else modules)
 
 
 _OMP_STEER = ("OMP_DYNAMIC", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY")
@@ -334,7 +374,8 @@ def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], r
         name, label, prefixes=(name,), not_prefixes=("libomptarget",), user_api="openmp", internal_api="openmp",
         vendor=vendor, env_prefixes=env_prefixes, precedence=("OMP_NUM_THREADS",), reads=_OMP_STEER + reads,
         default=defaults.affinity_cpus, profile_key="openmp", profile_var="OMP_NUM_THREADS",
-        native_getter="omp_get_max_threads()", team_release=team_release, scope="thread",
+        native_getter="omp_get_max_threads()", native=NativeReads("omp_get_max_threads"), team_release=team_release,
+        scope="thread",
         roles=(("wait_policy", "OMP_WAIT_POLICY"), *kmp), conflicts=conflicts, warns_invalid=warns_invalid,
         note="no cap: a request above the CPUs is taken as it is (libgomp takes 8 on 2 CPUs)")
 
@@ -352,6 +393,8 @@ _RECORDS: tuple[Library, ...] = (
             reads=("MKL_DYNAMIC", "MKL_THREADING_LAYER"), default=defaults.physical_in_affinity, cap=_mkl_cap,
             cap_vars=("MKL_DYNAMIC",), profile_key="mkl", profile_var="MKL_NUM_THREADS",
             native_getter="mkl_get_max_threads()", scope="process",
+            native=NativeReads("MKL_Get_Max_Threads", version="MKL_Get_Version_String", version_buffer=True,
+                               version_after="Version"),
             layer_files=(("libmkl_intel_thread", "intel"), ("libmkl_gnu_thread", "gnu"),
                          ("libmkl_tbb_thread", "tbb"), ("libmkl_sequential", "sequential")),
             layer_var="MKL_THREADING_LAYER", roles=(("dynamic", "MKL_DYNAMIC"),),
@@ -363,6 +406,11 @@ _RECORDS: tuple[Library, ...] = (
             reads=("OPENBLAS_CORETYPE",), default=defaults.affinity_cpus, cap=defaults.affinity_cap,
             profile_key="blas", profile_var="OPENBLAS_NUM_THREADS", native_getter="openblas_get_num_threads()",
             scope="process",
+            native=NativeReads("openblas_get_num_threads", affixes=tuple((p, s) for p in ("", "scipy_")
+                                                                          for s in ("", "64_", "_64")),
+                               version="openblas_get_config", version_after="OpenBLAS", layer="openblas_get_parallel",
+                               layer_codes=((0, "disabled"), (1, "pthreads"), (2, "openmp")),
+                               openmp_count="omp_get_max_threads", architecture="openblas_get_corename"),
             # openblas_get_num_threads() returns this int: exported by 0.3.31 and older, a local
             # symbol of .symtab from 0.3.34 (numpy 2.5); scipy-openblas builds prefix the getter
             # (scipy_openblas_get_num_threads64_) but not the variable. blas_thread_buffer is
@@ -380,10 +428,12 @@ _RECORDS: tuple[Library, ...] = (
     Library("blis", "BLIS", prefixes=("libblis",), user_api="blas", internal_api="blis",
             env_prefixes=("BLIS_",), precedence=("BLIS_NUM_THREADS", "OMP_NUM_THREADS"), default=defaults.single_thread,
             profile_key="blas", profile_var="BLIS_NUM_THREADS",
-            native_getter="bli_thread_get_num_threads()", scope="process"),
+            native_getter="bli_thread_get_num_threads()", scope="process",
+            native=NativeReads("bli_thread_get_num_threads", version="bli_info_get_version_str")),
     Library("flexiblas", "FlexiBLAS", prefixes=("libflexiblas",), user_api="blas", internal_api="flexiblas",
             default=defaults.backend_decides, profile_key="blas", profile_var="OPENBLAS_NUM_THREADS",
-            native_getter="flexiblas_get_num_threads()", scope="process"),
+            native_getter="flexiblas_get_num_threads()", scope="process",
+            native=NativeReads("flexiblas_get_num_threads")),
     Library("accelerate", "Apple Accelerate", env_prefixes=("VECLIB_",), reads=("VECLIB_MAXIMUM_THREADS",),
             push="none"),
     Library("tbb", "oneTBB", prefixes=("libtbb",),
@@ -393,7 +443,7 @@ _RECORDS: tuple[Library, ...] = (
     Library("numexpr", "numexpr", kind="python", module="numexpr", env_prefixes=("NUMEXPR_",),
             precedence=("NUMEXPR_NUM_THREADS", "OMP_NUM_THREADS"), reads=("NUMEXPR_MAX_THREADS",),
             default=_numexpr_default, cap=_numexpr_pool, cap_vars=("NUMEXPR_MAX_THREADS",), refused=1,
-            context=_numexpr_context, profile_key="numexpr",
+            context=_numexpr_context, module_facts=("ncores", "MAX_THREADS"), profile_key="numexpr",
             profile_var="NUMEXPR_NUM_THREADS", push="setter", getter="get_num_threads",
             setter="set_num_threads", scope="process",
             note="pool of NUMEXPR_MAX_THREADS (read at import, 64 unset); a count above it is refused with "
@@ -408,7 +458,8 @@ _RECORDS: tuple[Library, ...] = (
                  "(std::thread::hardware_concurrency)"),
     Library("numba", "numba", kind="python", module="numba",
             precedence=("NUMBA_NUM_THREADS",), reads=("NUMBA_THREADING_LAYER",), default=_numba_default,
-            context=_numba_context, read=_numba_read, push="setter", getter="get_num_threads",
+            context=_numba_context, module_facts=("config.NUMBA_DEFAULT_NUM_THREADS",), read=_numba_read,
+            push="setter", getter="get_num_threads",
             setter="set_num_threads", scope="thread", layer_var="NUMBA_THREADING_LAYER",
             layer_files=(("tbbpool", "tbb"), ("omppool", "omp"), ("workqueue", "workqueue")),
             listed="loaded",
@@ -511,11 +562,12 @@ LIBRARY_VARS: dict[str, tuple[str, ...]] = _library_vars()
 THREAD_PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(p for r in _RECORDS for p in r.env_prefixes))
 
 
-def listed_unset(name: str) -> bool:
+def listed_unset(name: str, modules: Collection[str] | None = None) -> bool:
     """Whether the report lists ``name`` while it is unset: always, unless every reader asks to be
-    listed only when its module is loaded and none of those is."""
+    listed only when its module is loaded and none of those is (in ``modules``, the modules the
+    process imported; default: this process's)."""
     readers = [_BY_NAME[n] for n in THREAD_VARS[name].readers] if name in THREAD_VARS else []
-    return not readers or any(r.listed == "always" or r.is_loaded() for r in readers)
+    return not readers or any(r.listed == "always" or r.is_loaded(modules) for r in readers)
 
 
 def role_var(role: str) -> str:

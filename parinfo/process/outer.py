@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from parinfo.payload import integer, section, text
 from parinfo.process import libraries as reg
 from parinfo.process.environment import EnvRow
 from parinfo.record import record
-from parinfo.source import Kind, Source, argument
+from parinfo.source import Kind, Source, argument, unknown
 
 #: Variable that lists, in a launched worker's environment, the variables parinfo put there.
 PARINFO_SET_VAR = "_PARINFO_FLEET_SET"
@@ -69,6 +69,23 @@ class OuterThreads:
         return out
 
 
+#: The modules whose frameworks run a process's work several at a time (Dask, Ray, loky): without
+#: one of them imported, nothing is detected.
+FRAMEWORK_MODULES = ("distributed", "ray", "joblib.externals.loky", "loky")
+NONE_DETECTED = Source(Kind.NONE, "", "none detected (not a Dask, Ray or loky worker); pass outer_threads=N")
+
+
+def outer_of_modules(modules: Collection[str]) -> OuterThreads:
+    """The outer parallelism of a process known only by the modules it imported (read from inside
+    by parinfo's attach): none when no framework of :data:`FRAMEWORK_MODULES` is imported; else
+    unknown, since a worker's count lives in the framework's objects."""
+    found = [m for m in FRAMEWORK_MODULES if m in modules]
+    if not found:
+        return OuterThreads(None, None, None, NONE_DETECTED)
+    return OuterThreads(None, None, None, unknown(f"{', '.join(found)} imported: a worker's outer threads are "
+                                                  "read by parinfo.inspect() inside the process, not by attach"))
+
+
 def outer_threads(explicit: int | None = None, usable: int | None = None) -> OuterThreads:
     """The outer parallelism of this process. ``explicit`` (``inspect(outer_threads=N)``) wins over
     detection (Dask, then Ray, then loky: a framework already imported, never imported here)."""
@@ -79,8 +96,7 @@ def outer_threads(explicit: int | None = None, usable: int | None = None) -> Out
         found = detect(usable)
         if found is not None:
             return found
-    return OuterThreads(None, None, None,
-                        Source(Kind.NONE, "", "none detected (not a Dask, Ray or loky worker); pass outer_threads=N"))
+    return OuterThreads(None, None, None, NONE_DETECTED)
 
 
 def _dask(usable: int | None) -> OuterThreads | None:

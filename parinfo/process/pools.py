@@ -234,26 +234,35 @@ def _object_row(path: str, library: str, user_api: str, internal_api: str, note:
 
 
 
-def _torch_mkl_row(objects: list[str], rows: list[dict]) -> dict | None:
-    """A row for MKL linked inside torch's library, when torch is imported and reports MKL."""
-    mkl = reg.library("mkl")
-    (prefix, owner), = mkl.linked_into
+def _torch_facts(owner: str) -> dict[str, Any] | None:
+    """torch's raw facts (:func:`parinfo.process.torch_config.torch_facts`) when it is imported, else None."""
     torch = sys.modules.get(owner)
     if torch is None:
         return None
+    from parinfo.process.torch_config import torch_facts
+
     try:
-        if not torch.backends.mkl.is_available():
-            return None
+        return torch_facts(torch)
     except Exception:  # a torch without backends.mkl, or one still importing
+        return None
+
+
+def torch_mkl_row(objects: list[str], rows: list[dict], facts: Mapping[str, Any] | None) -> dict | None:
+    """A row for MKL linked inside torch's library, when torch reports MKL: from torch's raw facts
+    (:func:`parinfo.process.torch_config.torch_facts`, read in this process or inside another) and
+    the process's loaded objects."""
+    mkl = reg.library("mkl")
+    (prefix, owner), = mkl.linked_into
+    if not facts or not facts.get("mkl_available"):
         return None
     if any(r["library"] == mkl.name and r["owner"] == owner for r in rows):
         return None  # a torch build with a separate MKL runtime file: threadpoolctl already shows it
     lib = next((p for p in objects if os.path.basename(p).startswith(prefix)), None)
     if lib is None:
         return None
-    from parinfo.process.torch_config import parallel_info_text, parse_parallel_info
+    from parinfo.process.torch_config import parse_parallel_info
 
-    parsed = parse_parallel_info(parallel_info_text() or "")
+    parsed = parse_parallel_info(text(facts.get("parallel_info")) or "")
     row = _object_row(lib, mkl.name, str(mkl.user_api), str(mkl.internal_api),
                       f"MKL linked into {prefix}; count is {mkl.native_getter} from "
                       "torch.__config__.parallel_info(), which changes nothing")
@@ -368,7 +377,7 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
                               "MKL linked without mkl_rt: threadpoolctl has no controller for it")
             row["threading_layer"] = mkl_layer
             rows.append(row)
-    torch_row = None if conflict else _torch_mkl_row(objects, rows)
+    torch_row = None if conflict else torch_mkl_row(objects, rows, _torch_facts(reg.library("mkl").linked_into[0][1]))
     if torch_row is not None:
         rows.append(torch_row)
     mark_duplicates(rows)

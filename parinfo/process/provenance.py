@@ -308,19 +308,31 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
                       list(model.cap_vars), "; ".join(notes) or None, now_pred.count, ignored, refused)
 
 
-def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: LaunchEnviron,
-                facts: MachineFacts, applied: Mapping[str, SetByApply] | None = None) -> SettingRow | None:
-    """The row of a library that is a Python module (numexpr...), read only when it is imported."""
-    module = sys.modules.get(lib.module or "")
-    if module is None:
-        return None
-    count = lib.read_count(module)
+#: A Python-module library as a process has it: its record, the module (or what stands for it: the
+#: attributes its ``context`` reads, and ``__file__``) and its count in force (None: not read).
+ModuleLibrary = tuple[reg.Library, Any, "int | None"]
+
+
+def imported_libraries() -> list[ModuleLibrary]:
+    """The Python-module libraries (numexpr...) this process has imported, with their counts."""
+    out = []
+    for lib in reg.python_libraries():
+        module = sys.modules.get(lib.module or "")
+        if module is not None:
+            out.append((lib, module, lib.read_count(module)))
+    return out
+
+
+def _module_row(lib: reg.Library, module: Any, count: int | None, environ: Mapping[str, str],
+                launch_environ: LaunchEnviron, facts: MachineFacts,
+                applied: Mapping[str, SetByApply] | None = None) -> SettingRow:
+    """The row of a library that is a Python module (numexpr...), imported in the process."""
     env = environ if isinstance(launch_environ, str) else launch_environ
     ctx = lib.context(module, env) if lib.context is not None else {}
     model = model_of(lib)
     row = explain(lib.name, count, model, environ, launch_environ, facts, ctx,
                   runtime=run_time(f"{lib.module}.{lib.setter}"),
-                   after_apply=read_after_apply(model, lib.module, environ, applied))
+                  after_apply=read_after_apply(model, lib.module, environ, applied))
     row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
     return row
 
@@ -357,7 +369,8 @@ def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, Source
 def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, environ: Mapping[str, str],
                      launch_environ: LaunchEnviron | None, facts: MachineFacts,
                      runtime_push: Mapping[str, Any] | None = None,
-                     applied: Mapping[str, SetByApply] | None = None) -> list[SettingRow]:
+                     applied: Mapping[str, SetByApply] | None = None,
+                     modules: list[ModuleLibrary] | None = None) -> list[SettingRow]:
     """For each library in force, the count and the source that decided it.
 
     ``pools``: :func:`parinfo.process.pools.native_pools`; ``torch``: :func:`parinfo.process.frameworks.torch_info`
@@ -368,7 +381,7 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
     variables ``parinfo.apply`` set and what was loaded then (``Runtime.applied_env()``), which
     explains a library that loaded after them. One row per pool row, then torch's intra-op and
     inter-op rows when torch is given, then each Python-module library (numexpr...) that is
-    imported.
+    imported (``modules``; default: this process's, :func:`imported_libraries`).
     """
     if launch_environ is None:
         from parinfo.process.environment import launch_environment
@@ -393,10 +406,8 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
         row.owner, row.filepath = pool.get("owner"), pool.get("filepath")
         rows.append(row)
     rows.extend(torch_rows)
-    for lib in reg.python_libraries():
-        module_row = _module_row(lib, environ, launch_environ, facts, applied)
-        if module_row is not None:
-            rows.append(module_row)
+    for lib, module, count in imported_libraries() if modules is None else modules:
+        rows.append(_module_row(lib, module, count, environ, launch_environ, facts, applied))
     return rows
 
 

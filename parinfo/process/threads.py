@@ -34,10 +34,12 @@ def thread_group(name: str) -> str:
 @record
 class OsThread:
     """One OS thread: its id and the kernel's name for it (at most 15 characters, e.g. "python",
-    "PTThreadPool"), or "unknown (reason)"."""
+    "PTThreadPool"), or "unknown (reason)"; ``python_name``: the name of the Python thread it runs,
+    when that was read (a process attached to), else None (and then not in the payload)."""
 
     tid: int
     name: str
+    python_name: str | None = None
 
 
 @record
@@ -64,14 +66,15 @@ class ThreadList:
         for row in rows(d.get("threads")):
             tid = integer(row.get("tid"))
             if tid is not None:
-                threads.append(OsThread(tid, text(row.get("name")) or NOT_IN_REPORT))
+                threads.append(OsThread(tid, text(row.get("name")) or NOT_IN_REPORT, text(row.get("python_name"))))
         count = count_or_reason(d.get("count"))
         return cls(NOT_IN_REPORT if count is None else count, threads, Source.from_json(d.get("source")) or NOT_READ,
                    None if d.get("states") is None else int_map(d.get("states")))
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"count": self.count, "threads": [{"tid": t.tid, "name": t.name} for t in self.threads],
-                               "source": self.source.to_json()}
+        listed = [{"tid": t.tid, "name": t.name} if t.python_name is None
+                  else {"tid": t.tid, "name": t.name, "python_name": t.python_name} for t in self.threads]
+        out: dict[str, Any] = {"count": self.count, "threads": listed, "source": self.source.to_json()}
         if self.states is not None:
             out["states"] = dict(self.states)
         return out

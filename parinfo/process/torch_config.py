@@ -7,6 +7,33 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
+
+from parinfo.process import libraries as reg
+
+#: torch's getters a report reads (key -> the call, from the torch module), all of which change
+#: nothing; the same calls are made inside another process by parinfo's attach.
+TORCH_CALLS: dict[str, str] = {
+    "intra_op": reg.library("torch").getter or "get_num_threads",
+    "inter_op": reg.library("torch").interop_getter or "get_num_interop_threads",
+    "parallel_info": "__config__.parallel_info",
+    "mkl_available": "backends.mkl.is_available",
+    "mkldnn_available": "backends.mkldnn.is_available",
+}
+
+
+def torch_facts(torch: Any) -> dict[str, Any]:
+    """What :data:`TORCH_CALLS` return in this process, with torch's version (the raw facts of
+    :func:`torch_info_of`)."""
+    out: dict[str, Any] = {"version": str(torch.__version__)}
+    for key, dotted in TORCH_CALLS.items():
+        obj = torch
+        for part in dotted.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        out[key] = obj() if callable(obj) else None
+    return out
 
 
 def parallel_info_text() -> str | None:

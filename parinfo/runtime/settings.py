@@ -170,6 +170,19 @@ class RuntimeSettings:
     def sequential(self) -> bool:
         return self.backend()[0] == "sequential"
 
+    def peek(self, machine: tuple[int, int]) -> tuple[tuple[str, Source], tuple[int, Source], tuple[int, Source]]:
+        """(backend, intra, inter) as they stand, resolving nothing: one not resolved yet is what it
+        would resolve to now, from the environment and ``machine`` ((usable physical cores, usable
+        CPUs), read elsewhere, e.g. by parinfo's attach from outside), and is not kept. Reads no
+        machine fact and imports nothing."""
+        with self._lock:
+            env = dict(os.environ)
+            cores, cpus = self._machine or machine
+            backend = self._backend or _read_backend()
+            intra = self._intra_choice or (self._intra_default or _from_env(INTRA_VARS, cores, INTRA_DEFAULT, env))[:2]
+            inter = self._inter_choice or (self._inter_default or _from_env(INTER_VARS, cpus, INTER_DEFAULT, env))[:2]
+            return backend, (intra[0], intra[1]), (inter[0], inter[1])
+
     # intra-op ------------------------------------------------------------------------------
     def intra(self) -> tuple[int, Source]:
         """The current intra-op (count, source)."""

@@ -8,11 +8,15 @@ does not build the runtime (a report read from another process or a fleet worker
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.payload import flag, integer, plain_map, section, text, texts
 from parinfo.record import record
-from parinfo.source import Source
+from parinfo.source import Kind, Source
+
+if TYPE_CHECKING:
+    from parinfo.process.environment import EnvRow
+    from parinfo.process.provenance import SettingRow
 
 
 @record
@@ -83,6 +87,29 @@ class RuntimeSection:
     def started(self) -> bool:
         """Whether either of parinfo's pools has started."""
         return self.intra_pool_started or self.inter_pool_started
+
+    def setting_rows(self) -> list[SettingRow]:
+        """The settings rows of parinfo's own pools: their counts and sources as the runtime records them."""
+        from parinfo.process.provenance import SettingRow
+        from parinfo.runtime.settings import EXPLICIT, INTER_VARS, INTRA_VARS
+
+        rows = []
+        for recorded, label, variables in ((self.intra_op, "parinfo intra-op", INTRA_VARS),
+                                           (self.inter_op, "parinfo inter-op", INTER_VARS)):
+            entry = recorded or PoolCount()
+            rows.append(SettingRow(label, entry.count, entry.source, [EXPLICIT.text, "profile", *variables, "default"],
+                                   own=True, capped_to=entry.capped_to))
+        return rows
+
+    def mark_capped(self, env_rows: list[EnvRow]) -> None:
+        """A valid variable whose count parinfo's runtime caps at its pool ceiling says what runs."""
+        for entry in (self.intra_op, self.inter_op):
+            if entry is None or entry.capped_to is None:
+                continue
+            said = entry.source
+            for row in env_rows:
+                if said is not None and said.kind is Kind.VARIABLE and said.detail == row.name:
+                    row.capped_to = entry.capped_to
 
     @property
     def followed_at(self) -> str | None:

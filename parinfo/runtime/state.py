@@ -210,12 +210,17 @@ class Runtime:
             return dict(self._env_set)
 
     # state ---------------------------------------------------------------------------------
-    def snapshot(self) -> RuntimeSection:
-        """The runtime's state now, as a record; starts no pool and imports nothing heavy."""
+    def snapshot(self, machine: tuple[int, int] | None = None) -> RuntimeSection:
+        """The runtime's state now, as a record; starts no pool and imports nothing heavy. With
+        ``machine`` ((usable physical cores, usable CPUs) read elsewhere) it resolves nothing: a
+        count not resolved yet is shown as it would resolve now, and not kept
+        (:meth:`RuntimeSettings.peek`)."""
         settings = self.settings
-        backend, backend_source = settings.backend()
-        intra, intra_src = settings.intra()
-        inter, inter_src = settings.inter()
+        if machine is None:
+            (backend, backend_source), (intra, intra_src), (inter, inter_src) = \
+                settings.backend(), settings.intra(), settings.inter()
+        else:
+            (backend, backend_source), (intra, intra_src), (inter, inter_src) = settings.peek(machine)
         ceiling = settings.ceiling
         return RuntimeSection(
             backend=backend,
@@ -235,9 +240,31 @@ class Runtime:
             follow=self.follow.state(),
         )
 
-    def info(self) -> dict[str, Any]:
+    def info(self, machine: tuple[int, int] | None = None) -> dict[str, Any]:
         """The runtime's state as plain JSON-ready data (:meth:`snapshot`'s JSON form)."""
-        return self.snapshot().to_dict()
+        return self.snapshot(machine).to_dict()
+
+    def attach_state(self, machine: tuple[int, int]) -> dict[str, Any]:
+        """What parinfo's attach reads of this runtime from a script it runs on the main thread of
+        this process (:mod:`parinfo.process.attach`), as plain data: ``info`` (:meth:`info` with
+        ``machine``, the machine's numbers as parinfo read them outside: nothing is resolved or kept
+        behind the process's back); ``applied`` (:meth:`applied_env`, each with ``value``,
+        ``profile`` and the sorted ``loaded``); ``gil_reenabled_by`` (the module CPython's warning
+        named, as the interpreter facts saw it). A lock the main thread might hold is never waited
+        for: when it is taken, ``applied`` is None and ``busy`` says so."""
+        out: dict[str, Any] = {"info": self.info((int(machine[0]), int(machine[1]))), "applied": None}
+        if self._env_lock.acquire(blocking=False):
+            try:
+                out["applied"] = {name: {"value": found.value, "profile": found.profile, "loaded": sorted(found.loaded)}
+                                  for name, found in self._env_set.items()}
+            finally:
+                self._env_lock.release()
+        else:
+            out["busy"] = "the variables parinfo.apply set were being changed"
+        interpreter = sys.modules.get("parinfo.process.interpreter")
+        seen = getattr(interpreter, "_seen", None)
+        out["gil_reenabled_by"] = seen.get("module") if isinstance(seen, dict) else None
+        return out
 
     def after_fork_in_child(self) -> None:
         """In the child of an ``os.fork``: fresh locks and unstarted pools; tasks the parent's

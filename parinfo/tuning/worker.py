@@ -23,9 +23,9 @@ def counts_in_force(framework: str) -> dict:
             seen.setdefault(pool.internal_api or "?", []).append(pool.get())
     except Exception as exc:  # a report, never a failure
         seen["native"] = f"unknown ({exc})"
-    if "parinfo.runtime" in sys.modules:
+    if "parinfo.runtime.state" in sys.modules:  # the workload used parinfo's runtime
         try:
-            info = sys.modules["parinfo.runtime"].info()
+            info = sys.modules["parinfo.runtime.state"].RUNTIME.info()
             seen["parinfo"] = {"intra_op": info["intra_op"]["count"], "inter_op": info["inter_op"]["count"]}
         except Exception as exc:
             seen["parinfo"] = f"unknown ({exc})"

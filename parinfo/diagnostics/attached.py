@@ -1,0 +1,225 @@
+"""The report of another process read from inside: ``parinfo show --pid PID --attach``.
+
+What the process holds inside (each pool's count through the library's own getter, torch's counts,
+the environment now, its Python threads, parinfo's runtime when it runs there) comes from the
+script :func:`parinfo.process.attach.attach` runs in it; the rest (its files, launch environment,
+OS threads, machine facts, live counters) is read from /proc as for ``show --pid``. The report is
+then assembled by the same functions :func:`parinfo.diagnostics.report.inspect` uses inside a
+process, so that every count and its source read the same as the process's own ``parinfo.inspect()``
+(counts that hold per thread are the main thread's, where the script runs).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+from parinfo.diagnostics.model import Report
+from parinfo.record import record
+
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
+    from parinfo.process.attach import Attached
+    from parinfo.process.attach.result import Answer
+    from parinfo.process.provenance import ModuleLibrary, SettingRow
+    from parinfo.process.threads import ThreadList
+
+__all__ = ["Inside", "inspect_attached", "read_inside"]
+
+
+def _pool_rows(attached: Attached, runtimes: list[dict], objects: list[str]) -> list[dict]:
+    """The runtime rows of the process's maps, with what each library said of itself inside."""
+    from parinfo.process import libraries as reg
+    from parinfo.process.pools import mark_duplicates, torch_mkl_row
+
+    answer = attached.answer
+    mkl_layer = reg.library("mkl").layer_in(objects)
+    rows = []
+    for row in runtimes:
+        read = answer.pools.get(row.get("filepath") or "")
+        if read is not None:
+            row.update(num_threads=read.count, version=read.version, threading_layer=read.layer,
+                       architecture=read.architecture, seen_by="attach (the library's own getters)")
+            if read.why is not None:
+                row["note"] = f"not read inside the process: {read.why}"
+        elif "pools" in answer.errors:
+            row["note"] = f"not read inside the process: {answer.errors['pools']}"
+        if row["library"] == "mkl" and row.get("threading_layer") is None:
+            row["threading_layer"] = mkl_layer
+        rows.append(row)
+    torch_row = torch_mkl_row(objects, rows, answer.torch)
+    if torch_row is not None:
+        rows.append(torch_row)
+    mark_duplicates(rows)
+    return rows
+
+
+def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
+    """The Python-module libraries the process imported, as :func:`library_settings` takes them:
+    a stand-in module holding what was read inside (its file and the attributes its record names)."""
+    from parinfo.process import libraries as reg
+
+    out: list[ModuleLibrary] = []
+    for read in answer.python_libs:
+        lib = reg.find(read.name)
+        if lib is None or lib.kind != "python":
+            continue
+        module = SimpleNamespace(__file__=read.file)
+        for dotted, value in read.facts.items():
+            holder = module
+            *parts, last = dotted.split(".")
+            for part in parts:
+                holder = holder.__dict__.setdefault(part, SimpleNamespace())
+            setattr(holder, last, value)
+        out.append((lib, module, read.count))
+    return out
+
+
+def _threads(pid: int, answer: Answer) -> ThreadList:
+    """The OS threads of ``pid`` from /proc, each with the name of the Python thread it runs."""
+    from parinfo.process.threads import live_threads
+
+    listing = live_threads(pid)
+    names = {t.native_id: t.name for t in answer.threads or () if t.native_id is not None}
+    for thread in listing.threads:
+        thread.python_name = names.get(thread.tid)
+    return listing
+
+
+@record
+class Inside:
+    """What an attach gives, made into the report's rows: the answer (``found``); the pool rows
+    (``pools``) with what each library said of itself; the OS threads with their Python names;
+    torch's settings (None: not imported); parinfo's runtime state there (``runtime``, None: not
+    read); each count in force with the source that decided it (``settings``: rows of
+    :func:`parinfo.process.provenance.library_settings`, parinfo's own pools aside)."""
+
+    found: Attached
+    pools: list[dict]
+    threads: ThreadList
+    torch: dict | None
+    runtime: dict | None
+    settings: list[SettingRow]
+
+
+def read_inside(pid: int, runtimes: list[dict], objects: list[str], launch: dict[str, str] | str,
+                facts: MachineFacts, timeout: float) -> Inside:
+    """Attach to ``pid`` (its runtime rows and loaded objects from its maps, its launch environment
+    and machine facts read outside) and explain what it answered, as ``parinfo.inspect()`` would
+    inside it. Raises the one-line errors of :func:`parinfo.process.attach.attach`."""
+    from parinfo.process import attach, pools, provenance
+    from parinfo.process.frameworks import torch_info_of, torch_unread
+    from parinfo.runtime.settings import machine_of
+
+    conflict = bool(pools.openmp_conflict(objects))
+    found = attach.attach(pid, [(r["filepath"], r["library"]) for r in runtimes if r.get("filepath")],
+                          machine_of(facts), timeout=timeout, skip_native=conflict)
+    answer = found.answer
+    pool_rows = _pool_rows(found, runtimes, objects)
+    listing = _threads(pid, answer)
+    torch = None
+    if "torch" in answer.modules or answer.torch is not None:
+        torch = (torch_unread(None, pools.CONFLICT_NOTE) if conflict
+                 else torch_info_of(answer.torch, listing) if answer.torch is not None else None)
+    inside = answer.parinfo
+    rt = inside.info if inside is not None else None
+    applied = inside.applied if inside is not None else None
+    settings = provenance.library_settings(pool_rows, torch, answer.environ, launch, facts,
+                                           (rt or {}).get("native_push"), applied,
+                                           modules=_module_libraries(answer))
+    return Inside(found, pool_rows, listing, torch, rt, settings)
+
+
+def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/") -> Report:
+    """The report of process ``pid`` (CPython 3.14+) read from inside through ``sys.remote_exec``.
+
+    Raises a one-line usage error when it cannot be had: ProcessGone, NotAProcess (a kernel thread,
+    a zombie), or :class:`parinfo.process.attach.AttachError` (an older Python, remote debugging
+    off, not permitted, no Python code run within ``timeout`` seconds...).
+    """
+    from parinfo.diagnostics.live import live_section
+    from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo, RuntimeSection
+    from parinfo.diagnostics.parts import IMPLEMENTATIONS
+    from parinfo.diagnostics.process_rules import diagnose
+    from parinfo.machine.cpuid import cpu_identity
+    from parinfo.machine.procfs import Proc
+    from parinfo.machine.topology import machine_facts
+    from parinfo.machine.unknown import unknown
+    from parinfo.process import attach, environment as envmod, outer, pools, remote
+    from parinfo.process.interpreter import interpreter_facts
+    from parinfo.process.probing import Probes
+    from parinfo.process.tasks import NoAccess
+
+    remote.check_pid(pid)
+    try:
+        maps = remote.maps_text(pid)
+    except NoAccess:
+        raise attach.AttachError(f"cannot attach to pid {pid}: {Proc(pid).attach_refusal()}") from None
+    try:
+        launch: dict[str, str] | str = remote.environment(pid)
+    except NoAccess:
+        launch = unknown(Proc(pid).permission_reason())
+    facts = machine_facts(root, pid)
+    read = read_inside(pid, remote.loaded_runtimes(pid, maps), pools.loaded_objects(maps), launch, facts,
+                       attach.DEFAULT_TIMEOUT if timeout is None else timeout)
+    found, pool_rows, listing, torch, rt = read.found, read.pools, read.threads, read.torch, read.runtime
+    answer = found.answer
+    ident = remote.identity(pid)
+    environ = answer.environ
+    inside = answer.parinfo
+    if rt is not None:
+        runtime = RuntimeSection.from_dict(rt)
+    elif inside is None or not inside.runtime_loaded:
+        runtime = RuntimeSection(unknown="parinfo's runtime is not loaded in the process: it has no counts there")
+    else:
+        runtime = RuntimeSection(unknown=f"parinfo {inside.version or '(version unknown)'} in the process is older "
+                                         "than attach: its runtime cannot be read from inside")
+    python = answer.python
+    version = python.version_info[:2] if len(python.version_info) >= 2 else None
+    env_rows = envmod.environment_report(environ, launch, modules=answer.modules,
+                                         python=(version[0], version[1]) if version else None)
+    runtime.mark_capped(env_rows)
+    applied = inside.applied if inside is not None else None
+    settings = (runtime.setting_rows() if rt is not None else []) + read.settings
+    framework_info = Frameworks.from_dict({"torch": torch})
+    gil = python.gil_enabled
+    interpreter = interpreter_facts(
+        config_var=lambda name: None if python.free_threaded is None else int(python.free_threaded),
+        is_gil_enabled=(lambda: gil) if gil is not None else None,
+        xoptions={} if python.x_gil is None else {"gil": python.x_gil}, environ=environ,
+        reenabled_by=(inside.gil_reenabled_by if inside is not None else None) or False,
+        python_threads=answer.python_threads, pools=pool_rows,
+        torch_intra=None if torch is None else torch.get("intra_op"))
+    process = ProcessInfo.from_dict(ident)
+    process.python, process.executable = python.version or process.python, python.executable or process.executable
+    process.implementation = IMPLEMENTATIONS.get(python.implementation or "", python.implementation)
+    process.platform = python.platform
+    process.attached = f"{found.means}, {found.seconds * 1000:.0f} ms"
+    process.note = ident.get("note")
+    if answer.errors:
+        process.unreadable = {f"inside: {part}": unknown(why) for part, why in answer.errors.items()}
+    if inside is not None and inside.busy:
+        process.unreadable = {**(process.unreadable or {}), "parinfo.apply's variables": unknown(inside.busy)}
+    outer_section = outer.outer_of_modules(answer.modules)
+    outer_section.variables_set_by = outer.set_by(
+        env_rows, outer_section.framework,
+        parinfo_set={name: s.value for name, s in (applied or {}).items()},
+        launch_env=launch if isinstance(launch, dict) else None)
+    report = Report(
+        machine=facts,
+        process=process,
+        probes=Probes(note="attached: nothing was imported into the process"),
+        cpu=cpu_identity(root),
+        runtime=runtime,
+        backend=Backend(runtime.backend, runtime.started,
+                        pools.ThreadingLayers.from_dict(pools.threading_layers(pool_rows)),
+                        None if framework_info.torch is None else framework_info.torch.aten_backend, interpreter),
+        pools=[pools.PoolRow.from_dict(row) for row in pool_rows],
+        frameworks=framework_info,
+        settings=settings,
+        environment=env_rows,
+        threads=listing,
+        live=live_section(pid, root, threads=listing.count if isinstance(listing.count, int) else None),
+        outer=outer_section,
+    )
+    report.findings = diagnose(report)
+    return report

@@ -1,0 +1,180 @@
+"""Attach: read a running Python 3.14+ process from inside, through ``sys.remote_exec`` (PEP 768).
+
+:func:`attach` runs :mod:`parinfo.process.attach.in_target` on the target's main thread at its next
+bytecode: a script that imports nothing, sets nothing, starts no thread, prints nothing, and answers
+through a private FIFO (:mod:`parinfo.process.attach.channel`) with the facts only the inside knows:
+each loaded pool's count through the library's own getter, torch's counts, the environment now,
+the Python threads, parinfo's runtime when it runs there. The report is then built outside by
+parinfo's usual code (:mod:`parinfo.diagnostics.attached`).
+
+Bounded in time (``timeout``, :data:`DEFAULT_TIMEOUT` seconds by default): a main thread that runs
+no Python code meanwhile (a long C call: a sleep, a lock, I/O) never runs the script in time; the
+request is then withdrawn (its path replaced by /dev/null, which runs nothing), the channel removed,
+and a script that still runs later finds nobody and does nothing. The process's identity (pid and
+start time) is checked before and after. Every way it cannot work is one :class:`AttachError` line.
+"""
+from __future__ import annotations
+
+import functools
+import marshal
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from parinfo.machine.procfs import Proc, exited_during_read
+from parinfo.process import libraries as reg
+from parinfo.process.attach import sender
+from parinfo.process.attach.channel import Channel
+from parinfo.process.attach.result import MAX_ITEMS, MAX_TEXT, Answer, BadAnswer, parse
+from parinfo.process.attach.sender import AttachError, send
+from parinfo.process.outer import FRAMEWORK_MODULES
+from parinfo.record import record
+
+__all__ = ["DEFAULT_TIMEOUT", "MAX_TIMEOUT", "Answer", "AttachError", "Attached", "attach", "script_data"]
+
+#: Seconds an attach waits for the target by default, and the most it may be given.
+DEFAULT_TIMEOUT = 5.0
+MAX_TIMEOUT = 600.0
+#: Seconds the script file outlives a withdrawn request: a target that copied the old path just
+#: before it was replaced still finds the script (which then finds nobody and does nothing).
+_GRACE = 0.2
+#: Modules whose presence the script reports (what the report's rules and rows ask about).
+_MODULES_ASKED = ("parinfo", *FRAMEWORK_MODULES)
+
+
+@record(frozen=True)
+class Attached:
+    """An attach's answer (:class:`~parinfo.process.attach.result.Answer`), how the call was made
+    (``means``, in words) and how long the round trip took (``seconds``)."""
+
+    answer: Answer
+    means: str
+    seconds: float
+
+
+def script_data(fifo: str, token: str, cap: int, pools: list[tuple[str, str]], skip_native: bool,
+                machine: tuple[int, int]) -> dict[str, Any]:
+    """The script's DATA: where to answer, and what to read, taken from the library registry.
+
+    ``pools`` are (file, library) pairs of the runtimes mapped into the target; ``skip_native``
+    (Intel's and LLVM's OpenMP runtimes both loaded) leaves every native getter and torch uncalled,
+    as parinfo's own report does in such a process; ``machine`` is (usable physical cores, usable
+    CPUs) of the target as read outside, with which parinfo's runtime there shows the counts it has
+    not resolved yet without resolving them.
+    """
+    from parinfo.process.torch_config import TORCH_CALLS
+
+    torch = reg.library("torch")
+    return {
+        "fifo": fifo, "token": token, "cap": cap, "max_items": MAX_ITEMS, "max_text": MAX_TEXT,
+        "machine": [int(machine[0]), int(machine[1])],
+        "env_names": sorted(reg.THREAD_VARS), "env_prefixes": list(reg.THREAD_PREFIXES),
+        "modules": sorted({*_MODULES_ASKED, *(r.module for r in reg.records() if r.module),
+                           *(m for v in reg.THREAD_VARS.values() for m, _ in v.set_on_import)}),
+        "pools": [list(p) for p in pools],
+        "native": {r.name: r.native.to_data() for r in reg.records() if r.native is not None},
+        "skip_native": skip_native,
+        "torch": {"module": torch.module, "calls": dict(TORCH_CALLS)},
+        "python_libs": [[r.name, r.module, "" if r.read is not None else r.getter or "", list(r.module_facts)]
+                        for r in reg.python_libraries()],
+    }
+
+
+@functools.cache
+def _source() -> str:
+    return (Path(__file__).with_name("in_target.py")).read_text(encoding="utf-8")
+
+
+@functools.cache
+def _compiled() -> bytes:
+    """The script compiled by this interpreter, marshalled (what a target of this very version runs
+    instead of compiling the source: 2 ms less of its main thread)."""
+    return marshal.dumps(compile(_source(), _NAME, "exec"))
+
+
+_NAME = "<parinfo attach>"
+# Runs the script: this interpreter's compiled code when the target is this very version and build
+# (marshal, a built-in module every interpreter has loaded), else the source, compiled there.
+_RUN = """
+def _parinfo_attach(data, source, code, version):
+    try:
+        sys = __import__("sys")
+        loads = getattr(sys.modules.get("marshal"), "loads", None)
+        if code and loads is not None and (sys.hexversion, sys.abiflags) == version:
+            compiled = loads(code)
+        else:
+            compiled = compile(source, {name!r}, "exec")
+        namespace = {{}}
+        exec(compiled, namespace)
+        namespace["main"](data)
+    except Exception:
+        pass
+
+
+_parinfo_attach({data!r}, {source!r}, {code!r}, {version!r})
+"""
+
+
+def script(data: dict[str, Any]) -> str:
+    """The text sent to the target: :mod:`in_target`'s source and ``main(data)``, with the code this
+    interpreter compiled when it can make the call itself (the target may be its very version)."""
+    here = sender.can_call_here()
+    return _RUN.format(name=_NAME, data=data, source=_source(), code=_compiled() if here else b"",
+                       version=(sys.hexversion, getattr(sys, "abiflags", "")) if here else None)
+
+
+def _owner(proc: Proc) -> tuple[int, int]:
+    """The target's real uid and gid (who must be able to read the script)."""
+    status = proc.status()
+    try:
+        return int(status["Uid"].split()[0]), int(status["Gid"].split()[0])
+    except (KeyError, IndexError, ValueError):
+        raise exited_during_read(proc.pid or 0) from None
+
+
+def _withdraw(pid: int) -> None:
+    """Replace the pending script's path with /dev/null (an empty script): a target that reaches its
+    next bytecode later runs nothing of parinfo's. Best effort: a failure leaves the path, whose
+    script will be gone and whose channel finds nobody."""
+    try:
+        send(pid, os.devnull, time.monotonic() + 2.0)
+    except AttachError:
+        pass
+
+
+def attach(pid: int, pools: list[tuple[str, str]], machine: tuple[int, int], *, timeout: float = DEFAULT_TIMEOUT,
+           skip_native: bool = False) -> Attached:
+    """Run the script inside process ``pid`` and return its answer. ``pools``: (file, library) of
+    the runtimes in its maps; ``machine`` and ``skip_native``: see :func:`script_data`. Raises
+    ProcessGone or NotAProcess (gone, a kernel thread, a zombie), or AttachError: one line each."""
+    started = time.monotonic()
+    deadline = started + timeout
+    proc = Proc(pid)
+    proc.check()
+    uid, gid = _owner(proc)
+    inner = proc.inner_pid()
+    token = secrets.token_hex(16)
+    with Channel(proc, uid, gid) as channel:
+        data = script_data(channel.fifo, token, channel.cap, pools, skip_native, machine)
+        path = channel.write_script(script(data))
+        means = send(pid, path, deadline)
+        raw = channel.receive(deadline)
+        if raw is None:
+            _withdraw(pid)
+            time.sleep(_GRACE)
+            if not proc.same():
+                raise exited_during_read(pid)
+            raise AttachError(f"pid {pid} did not run the attach script within {timeout:g} s: its main thread ran "
+                              "no Python code meanwhile (a long call into C: a sleep, a lock, I/O); the request "
+                              "was withdrawn. Try again, or give more time with --timeout")
+    seconds = time.monotonic() - started
+    if not proc.same():
+        raise exited_during_read(pid)
+    try:
+        answer = parse(raw, token, inner)
+    except BadAnswer as exc:
+        raise AttachError(f"pid {pid}'s answer cannot be read: {exc}") from None
+    return Attached(answer, means, seconds)

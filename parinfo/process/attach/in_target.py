@@ -1,0 +1,333 @@
+"""The script parinfo's attach runs inside another Python process (``sys.remote_exec``): a small runner
+(:func:`parinfo.process.attach.script`) executes this module's code in a fresh namespace, compiled by
+parinfo when the target is its very version and build, else from this source, then calls
+``main(DATA)``, whose DATA (a Python literal parinfo writes) says where to answer and what to read.
+parinfo itself never imports this module.
+
+It runs on the target's main thread, between two bytecodes of whatever that thread was doing, so:
+
+- it imports nothing: every module it uses is taken from ``sys.modules`` (a module still being
+  imported is left alone), and of a module only what its ``__dict__`` holds (no lazy attribute);
+- it calls only getters (the C getters the library registry names, through the ctypes the process
+  already imported, on copies already loaded; torch's and Python-module libraries' getters), never
+  a setter; it starts no thread and takes no lock the main thread could hold (the thread lists are
+  copied without the lock ``threading.enumerate()`` takes);
+- it prints nothing and raises nothing (a part that fails is named in the answer);
+- it writes only into the FIFO parinfo holds open, without ever blocking: when that FIFO is gone
+  or nobody reads it (parinfo timed out, or has exited), it returns at once and leaves no trace.
+"""
+# The names below live only in the fresh namespace CPython runs the script in.
+
+_S_IFMT, _S_IFIFO = 0o170000, 0o010000
+
+
+def _ready(module):
+    """The module when it is fully imported, else None (one half-imported is never touched)."""
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
+
+
+def _in_module(obj, part, module_type):
+    """What module ``obj``'s ``__dict__`` holds under ``part``, or, for a module object that stands in
+    for another (torch's backends wrap theirs), what the wrapped module's holds; never through a
+    ``__getattr__``, which may import."""
+    found = vars(obj).get(part)
+    if found is None and type(obj) is not module_type:
+        for inner in list(vars(obj).values()):
+            if type(inner) is module_type and part in vars(inner):
+                return vars(inner)[part]
+    return found
+
+
+def _member(obj, dotted, modules, qualname):
+    """``obj.a.b`` for ``dotted`` "a.b" (``obj`` is the module named ``qualname``): of a module only an
+    imported submodule or what its ``__dict__`` holds, so that nothing loads on access; None when a
+    part is missing."""
+    module_type = type(modules["sys"])
+    for part in dotted.split("."):
+        if isinstance(obj, module_type):
+            qualname = qualname + "." + part if qualname else None
+            sub = _ready(modules.get(qualname)) if qualname else None
+            obj = sub if sub is not None else _in_module(obj, part, module_type)
+        else:
+            qualname, obj = None, getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _plain(value):
+    """``value`` when it is JSON-ready data (str, bool, int, float, None), else None."""
+    return value if value is None or type(value) in (str, bool, int, float) else None
+
+
+def _quote(text, out):
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        out.append('"' + text + '"')
+        return
+    parts = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\':
+            parts.append("\\" + ch)
+        elif 0x20 <= code < 0x7F:
+            parts.append(ch)
+        elif code > 0xFFFF:
+            code -= 0x10000
+            parts.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            parts.append(f"\\u{code:04x}")
+    parts.append('"')
+    out.append("".join(parts))
+
+
+def _encode(value, out, depth):
+    """JSON text of ``value`` into ``out`` (ASCII only; a float that is not finite is null)."""
+    kind = type(value)
+    if depth > 12:
+        out.append("null")
+    elif value is None or value is True or value is False:
+        out.append("null" if value is None else "true" if value else "false")
+    elif kind is int:
+        out.append(str(value))
+    elif kind is float:
+        out.append(repr(value) if value - value == 0 else "null")
+    elif kind is str:
+        _quote(value, out)
+    elif kind in (list, tuple):
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _encode(item, out, depth + 1)
+        out.append("]")
+    elif kind is dict:
+        out.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            if i:
+                out.append(",")
+            _quote(str(key), out)
+            out.append(":")
+            _encode(item, out, depth + 1)
+        out.append("}")
+    else:
+        out.append("null")
+
+
+def _why(exc):
+    return (type(exc).__name__ + ": " + str(exc))[:300]
+
+
+def _python(sys):
+    gil = getattr(sys, "_is_gil_enabled", None)
+    x_gil = sys._xoptions.get("gil")
+    return {"version": sys.version.split()[0], "version_info": list(sys.version_info[:3]),
+            "executable": sys.executable, "implementation": sys.implementation.name, "platform": sys.platform,
+            "abiflags": getattr(sys, "abiflags", ""), "gil_enabled": bool(gil()) if gil is not None else None,
+            "x_gil": x_gil if isinstance(x_gil, str) else None}
+
+
+def _environ(modules, posix, data):
+    os = _ready(modules.get("os"))
+    if os is not None:
+        items = list(os.environ.items())
+    else:  # no os module: nothing in Python can have changed the environment since launch
+        items = [(k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+                 for k, v in posix.environ.items()]
+    names, prefixes = set(data["env_names"]), tuple(data["env_prefixes"])
+    found: dict = {}
+    for key, value in items:
+        if (key in names or key.startswith(prefixes)) and len(found) < data["max_items"]:
+            found[key] = value[:data["max_text"]]
+    return found
+
+
+def _threads(modules, data):
+    """(python threads now, [[native id, name, daemon]...] or None when threading is not imported)."""
+    threading = _ready(modules.get("threading"))
+    if threading is None:
+        thread = modules.get("_thread")
+        return (1 + thread._count() if thread is not None else None), None
+    # what threading.enumerate() lists, copied without its lock: the main thread may hold it now
+    active, limbo = vars(threading)["_active"].copy(), vars(threading)["_limbo"].copy()
+    rows = []
+    for t in list(active.values())[:data["max_items"]]:
+        rows.append([_plain(getattr(t, "native_id", None)), str(getattr(t, "_name", ""))[:data["max_text"]],
+                     bool(getattr(t, "_daemonic", False))])
+    return len(active) + len(limbo), rows
+
+
+def _symbol(ctypes, dll, name, restype):
+    try:
+        fn = getattr(dll, name)
+    except AttributeError:
+        return None
+    fn.restype, fn.argtypes = restype, ()
+    return fn
+
+
+def _text(raw):
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None
+
+
+def _pool(ctypes, posix, path, spec):
+    """What one loaded library says of itself through its own getters."""
+    try:
+        dll = ctypes.CDLL(path, mode=posix.RTLD_NOLOAD)
+    except OSError as exc:
+        return {"path": path, "why": "not loaded any more (" + _why(exc) + ")"}
+    prefix, suffix, count = "", "", None
+    for prefix, suffix in spec["affixes"]:
+        count = _symbol(ctypes, dll, prefix + spec["count"] + suffix, ctypes.c_int)
+        if count is not None:
+            break
+    if count is None:
+        return {"path": path, "why": "exports no " + spec["count"]}
+    row = {"path": path}
+
+    def named(key, restype):
+        return _symbol(ctypes, dll, prefix + spec[key] + suffix, restype) if spec[key] else None
+
+    layer = named("layer", ctypes.c_int)
+    if layer is not None:
+        row["layer"] = spec["layer_codes"].get(str(layer()), "unknown")
+    if row.get("layer") == "openmp" and spec["openmp_count"]:
+        count = _symbol(ctypes, dll, spec["openmp_count"], ctypes.c_int) or count
+    row["count"] = count()
+    version = named("version", None if spec["version_buffer"] else ctypes.c_char_p)
+    if version is not None:
+        if spec["version_buffer"]:
+            buffer = ctypes.create_string_buffer(256)
+            version.argtypes = (ctypes.c_char_p, ctypes.c_int)
+            version(buffer, 256)
+            words = (_text(buffer.value) or "").split()
+        else:
+            words = (_text(version()) or "").split()
+        after = spec["version_after"]
+        if after:
+            words = words[words.index(after) + 1:][:1] if after in words else []
+        row["version"] = " ".join(words)[:200] or None
+    arch = named("architecture", ctypes.c_char_p)
+    if arch is not None:
+        row["architecture"] = (_text(arch()) or "").strip()[:100] or None
+    return row
+
+
+def _pools(modules, posix, data, errors):
+    ctypes = _ready(modules.get("ctypes"))
+    if ctypes is None:
+        errors["pools"] = "ctypes is not imported in the process, and attach imports nothing there"
+        return []
+    rows = []
+    for path, library in data["pools"]:
+        spec = data["native"].get(library)
+        if spec is None:
+            continue
+        try:
+            rows.append(_pool(ctypes, posix, path, spec))
+        except Exception as exc:
+            rows.append({"path": path, "why": _why(exc)})
+    return rows
+
+
+def _torch(modules, data):
+    spec = data["torch"]
+    torch = _ready(modules.get(spec["module"]))
+    if torch is None:
+        return None
+    out: dict = {"version": str(vars(torch).get("__version__"))}
+    for key, dotted in spec["calls"].items():
+        fn = _member(torch, dotted, modules, spec["module"])
+        out[key] = _plain(fn()) if callable(fn) else None
+    return out
+
+
+def _python_libraries(modules, data):
+    rows = []
+    for name, module_name, getter, facts in data["python_libs"]:
+        module = _ready(modules.get(module_name))
+        if module is None:
+            continue
+        fn = vars(module).get(getter) if getter else None
+        row = {"name": name, "file": _plain(vars(module).get("__file__")),
+               "count": _plain(fn()) if callable(fn) else None,
+               "facts": {fact: _plain(_member(module, fact, modules, module_name)) for fact in facts}}
+        rows.append(row)
+    return rows
+
+
+def _parinfo(modules, data):
+    state = _ready(modules.get("parinfo.runtime.state"))
+    version = _ready(modules.get("parinfo.version"))
+    out = {"version": _plain(vars(version).get("__version__")) if version is not None else None}
+    runtime = vars(state).get("RUNTIME") if state is not None else None
+    read = getattr(runtime, "attach_state", None)
+    out["state"] = read(machine=tuple(data["machine"])) if callable(read) else None
+    out["runtime_loaded"] = runtime is not None
+    return out
+
+
+def _gather(sys, modules, posix, data):
+    errors: dict = {}
+    out = {"token": data["token"], "pid": posix.getpid(), "errors": errors}
+    parts = (("python", lambda: _python(sys)), ("environ", lambda: _environ(modules, posix, data)),
+             ("modules", lambda: [m for m in data["modules"] if _ready(modules.get(m)) is not None]),
+             ("threads", lambda: _threads(modules, data)),
+             ("pools", lambda: [] if data["skip_native"] else _pools(modules, posix, data, errors)),
+             ("torch", lambda: None if data["skip_native"] else _torch(modules, data)),
+             ("python_libs", lambda: _python_libraries(modules, data)),
+             ("parinfo", lambda: _parinfo(modules, data) if "parinfo" in modules else None))
+    for key, read in parts:
+        try:
+            out[key] = read()
+        except Exception as exc:
+            out[key] = None
+            errors[key] = _why(exc)
+    return out
+
+
+def _write(posix, modules, fd, body):
+    """Write ``body`` without ever blocking the thread: what does not fit now is dropped (parinfo
+    then says the answer was cut short). SIGPIPE, when the process has not left it ignored, is held
+    back for the write and a pending one taken off, so a reader that has just gone ends nothing."""
+    signal = modules.get("_signal")
+    held = signal is not None and signal.getsignal(signal.SIGPIPE) != signal.SIG_IGN
+    if held:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+    try:
+        view = memoryview(body)
+        while view:
+            view = view[posix.write(fd, view):]
+    except OSError:
+        if held:
+            signal.sigtimedwait({signal.SIGPIPE}, 0)
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def main(data):
+    """Answer parinfo through its FIFO, or do nothing when parinfo is not there to read."""
+    sys = __import__("sys")
+    modules = sys.modules
+    posix = modules["posix"]
+    try:
+        fd = posix.open(data["fifo"], posix.O_WRONLY | posix.O_NONBLOCK | posix.O_CLOEXEC | posix.O_NOFOLLOW)
+    except OSError:  # gone (timed out, exited) or nobody reading: a late run leaves no trace
+        return
+    try:
+        if posix.fstat(fd).st_mode & _S_IFMT != _S_IFIFO:
+            return
+        out: list = []
+        _encode(_gather(sys, modules, posix, data), out, 0)
+        body = "".join(out).encode("ascii")
+        if len(body) > data["cap"]:
+            out = []
+            _encode({"token": data["token"], "pid": posix.getpid(), "too_big": len(body)}, out, 0)
+            body = "".join(out).encode("ascii")
+        _write(posix, modules, fd, body)
+    except Exception:
+        pass
+    finally:
+        posix.close(fd)
