@@ -207,7 +207,8 @@ def _torch_models() -> dict[str, Model]:
 
 
 MODELS: dict[str, Model] = {
-    **{lib.name: model_of(lib) for lib in reg.records() if lib.default is not None and lib.kind != "framework"},
+    **{lib.name: model_of(lib) for lib in reg.records()
+       if lib.default is not None and lib.kind is not reg.LibraryKind.FRAMEWORK},
     **_torch_models(),
 }
 
@@ -319,7 +320,7 @@ def _module_row(lib: reg.Library, environ: Mapping[str, str], launch_environ: La
     ctx = lib.context(module, env) if lib.context is not None else {}
     model = model_of(lib)
     row = explain(lib.name, count, model, environ, launch_environ, facts, ctx,
-                  runtime=run_time(f"{lib.module}.{lib.setter}"),
+                  runtime=run_time(lib.set_call()),
                    after_apply=read_after_apply(model, lib.module, environ, applied))
     row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
     return row
@@ -439,13 +440,13 @@ def _torch_rows(torch: dict[str, Any], environ: Mapping[str, str], launch_enviro
         row = explain("torch intra-op", torch.get("intra_op"), intra_model, environ, launch_environ, facts,
                       runtime=(run_time(_OPENMP_CALLERS, f"set at run time in this thread: by {_OPENMP_CALLERS}, "
                                         "which torch reads here")
-                               if _openmp_build(torch) else run_time("torch.set_num_threads")),
+                               if _openmp_build(torch) else run_time(reg.library("torch").set_call())),
                       after_apply=read_after_apply(intra_model, "torch", environ, applied))
         row.owner = "torch"
         rows.append(row)
         ctx = {"hardware_concurrency": torch.get("hardware_concurrency")}
         row = explain("torch inter-op", torch.get("inter_op"), MODELS["torch inter-op"], environ,
-                      launch_environ, facts, ctx, runtime=run_time("torch.set_num_interop_threads"))
+                      launch_environ, facts, ctx, runtime=run_time(reg.library("torch").interop_call()))
         row.owner = "torch"
         rows.append(row)
     return rows
