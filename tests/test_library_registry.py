@@ -206,6 +206,7 @@ def test_every_record_is_consistent():
         # a module that parinfo sets through its functions says which; no other record names any
         assert (rec.calls is not None) == (rec.push is reg.Push.SETTER) == rec.set_in_module, rec.name
         assert rec.interop_calls is None or rec.calls is not None, rec.name
+        assert rec.set_along is None or reg.library(rec.set_along.framework).set_in_module, rec.name
     for var in THREAD_VARS.values():
         assert var.readers, f"{var.name} is read by no library"
 

@@ -169,6 +169,59 @@ def _numexpr_context(module: Any, env: Mapping[str, str]) -> dict[str, Any]:
             "max_set": bool(env.get("NUMEXPR_MAX_THREADS"))}
 
 
+def _mkl_plan_note(counts: Mapping[str, int], values: Mapping[str, int], env: Mapping[str, str]) -> str | None:
+    """A profile's MKL count above the usable physical cores: MKL caps it there unless MKL_DYNAMIC
+    is FALSE (``counts`` by profile key, ``values`` the machine's profile values)."""
+    n, cores, dynamic = counts["mkl"], values["usable_physical_cores"], role_var("dynamic")
+    if n > cores and not is_false(env.get(dynamic)):
+        return (f"MKL uses at most the physical cores ({cores} usable) unless {dynamic}=FALSE; "
+                f"libraries.mkl asks for {n}")
+    return None
+
+
+def _torch_plan_note(counts: Mapping[str, int], values: Mapping[str, int], env: Mapping[str, str]) -> str | None:
+    """A profile's torch count other than its MKL count: torch reads MKL's variable at import, so
+    its own count is set afterwards."""
+    mkl, torch = counts["mkl"], counts["torch"]
+    if torch != mkl:
+        return (f"torch reads {library('torch').precedence[0]} ({mkl}) at import; its intra-op count {torch} "
+                "is set by the start-up hook or parinfo.apply()")
+    return None
+
+
+_TBB_MAX_CONCURRENCY = "_ZN3tbb6detail2r115max_concurrencyEPKNS0_2d115task_arena_baseE"
+_TBB_ACTIVE_VALUE = "_ZN3tbb6detail2r127global_control_active_valueEi"
+
+
+def _tbb_facts(path: str) -> tuple[str | None, int | None]:
+    """TBB's version and its thread count for the calling thread, through oneTBB's getters.
+
+    The count is ``this_task_arena::max_concurrency()`` limited by the active
+    ``global_control(max_allowed_parallelism)``; both only read state. (None, None) parts when the
+    library or the entry point is missing (TBB before 2021 has other entry points).
+    """
+    import ctypes
+    import os
+
+    try:
+        lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+    except OSError:
+        return None, None
+    version = None
+    fn = getattr(lib, "TBB_runtime_version", None)
+    if fn is not None:
+        fn.restype, fn.argtypes = ctypes.c_char_p, []
+        raw = fn()
+        version = raw.decode("ascii", "replace") if raw else None
+    count = None
+    conc = getattr(lib, _TBB_MAX_CONCURRENCY, None)
+    active = getattr(lib, _TBB_ACTIVE_VALUE, None)
+    if conc is not None and active is not None:
+        conc.restype, conc.argtypes = ctypes.c_int, [ctypes.c_void_p]
+        active.restype, active.argtypes = ctypes.c_size_t, [ctypes.c_int]
+        count = min(conc(None), active(0))  # 0 is global_control::max_allowed_parallelism
+    return version, count
+
 
 # ---------------------------------------------------------------------------------------------
 # Library records
@@ -248,6 +301,29 @@ class Calls:
 
 
 @record(frozen=True)
+class DirectRead:
+    """How a loaded copy that threadpoolctl does not see is read without changing anything (TBB):
+    ``read(path)`` gives (version, count) through the library's own getters, None parts when they
+    are missing; ``how`` is the pool row's note when the count was read, ``unread`` when it was not."""
+
+    read: Callable[[str], tuple[str | None, int | None]]
+    how: str
+    unread: str
+
+
+@record(frozen=True)
+class SetAlong:
+    """A framework that sets this library's count to its own intra-op count (torch sets its OpenMP
+    runtime's and MKL's): ``framework`` (its record name, also the package that ships the copy it
+    sets), ``named`` (how the words name this library: "OpenMP runtime", "MKL"), and ``when``
+    (appended to say when the framework sets it unasked: " when it initialised", or "")."""
+
+    framework: str
+    named: str
+    when: str = ""
+
+
+@record(frozen=True)
 class CountSymbol:
     """Where a library keeps its count in force, so that the count of another process can be read
     from its memory (:mod:`parinfo.process.inforce`) without stopping it.
@@ -295,10 +371,13 @@ class Library:
     all. ``native_getter`` names the C call that reads it; ``team_release`` the C call that frees the
     calling thread's idle team. ``scope`` (:class:`Scope`) is THREAD when a set limit holds for the
     calling thread only (OpenMP's ICVs), PROCESS otherwise (:attr:`per_thread`;
-    :meth:`per_thread_in` adds the threading layer).
+    :meth:`per_thread_in` adds the threading layer). ``set_along``: the framework that sets its count
+    with its own (:class:`SetAlong`). ``direct``: how a copy threadpoolctl does not see is read
+    (:class:`DirectRead`). ``avoid_with``: the user APIs of runtimes not to mix with it in one build.
     ``kind`` (:class:`LibraryKind`) says what it is: a native library, a Python module with its own
     count, a framework, the interpreter, parinfo.
-    Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch.
+    Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch; ``plan_note``
+    says what a plan's counts (by profile key) mean for it on the machine (MKL's cap, torch's import).
     From outside: ``count_symbol`` (:class:`CountSymbol`) names the getter and variable that hold the
     count in force, and its bounds, when the library keeps it in one.
     """
@@ -339,6 +418,11 @@ class Library:
     linked_into: tuple[tuple[str, str], ...] = ()  # (file prefix, framework): a copy linked inside it
     layer_from_openmp: tuple[tuple[str, str], ...] = ()  # (OpenMP runtime, layer) when no layer file says
     count_symbol: CountSymbol | None = None
+    set_along: SetAlong | None = None
+    direct: DirectRead | None = None
+    static_note: str = ""  # the pool row's note for a file of static_prefixes
+    avoid_with: tuple[str, ...] = ()  # user APIs of runtimes whose threads its scheduler does not know
+    plan_note: Callable[[Mapping[str, int], Mapping[str, int], Mapping[str, str]], str | None] | None = None
     note: str = ""
 
     def var(self, role: str) -> str:
@@ -451,6 +535,8 @@ def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], r
         default=defaults.affinity_cpus, profile_key="openmp", profile_var="OMP_NUM_THREADS",
         native_getter="omp_get_max_threads()", team_release=team_release, scope=Scope.THREAD,
         roles=(("wait_policy", "OMP_WAIT_POLICY"), *kmp), conflicts=conflicts, warns_invalid=warns_invalid,
+        # torch sets the OpenMP runtime it ships with to its intra-op count when it initialises
+        set_along=SetAlong("torch", "OpenMP runtime", " when it initialised"),
         note="no cap: a request above the CPUs is taken as it is (libgomp takes 8 on 2 CPUs)")
 
 
@@ -470,8 +556,10 @@ _RECORDS: tuple[Library, ...] = (
             layer_files=(("libmkl_intel_thread", "intel"), ("libmkl_gnu_thread", "gnu"),
                          ("libmkl_tbb_thread", "tbb"), ("libmkl_sequential", "sequential")),
             layer_var="MKL_THREADING_LAYER", roles=(("dynamic", "MKL_DYNAMIC"),),
-            static_prefixes=("libmkl_core",), linked_into=(("libtorch_cpu", "torch"),),
-            layer_from_openmp=(("libgomp", "gnu"), ("libiomp", "intel"))),
+            static_prefixes=("libmkl_core",),
+            static_note="MKL linked without mkl_rt: threadpoolctl has no controller for it",
+            linked_into=(("libtorch_cpu", "torch"),), layer_from_openmp=(("libgomp", "gnu"), ("libiomp", "intel")),
+            set_along=SetAlong("torch", "MKL"), plan_note=_mkl_plan_note),
     Library("openblas", "OpenBLAS", prefixes=("libopenblas", "libscipy_openblas"), user_api="blas",
             internal_api="openblas", env_prefixes=("OPENBLAS_", "GOTO_"),
             precedence=("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
@@ -504,6 +592,12 @@ _RECORDS: tuple[Library, ...] = (
     Library("tbb", "oneTBB", prefixes=("libtbb",),
             not_prefixes=("libtbbmalloc", "libtbbbind"), user_api="tbb", internal_api="tbb", env_prefixes=("TBB_",),
             default=defaults.affinity_no_variable, push=Push.NONE, scope=Scope.THREAD,
+            direct=DirectRead(_tbb_facts,
+                              "TBB is not visible to threadpoolctl; count from "
+                              "this_task_arena::max_concurrency() and global_control",
+                              "TBB is not visible to threadpoolctl; its count cannot be read without changing it"),
+            # PyTorch's threading note: do not mix OpenMP and TBB within one build
+            avoid_with=("openmp",),
             note="count from this_task_arena::max_concurrency() and global_control, read through ctypes"),
     Library("numexpr", "numexpr", kind=LibraryKind.PYTHON, module="numexpr", env_prefixes=("NUMEXPR_",),
             precedence=("NUMEXPR_NUM_THREADS", "OMP_NUM_THREADS"), reads=("NUMEXPR_MAX_THREADS",),
@@ -517,6 +611,7 @@ _RECORDS: tuple[Library, ...] = (
             precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"), default=defaults.physical_in_affinity, cap=_mkl_cap,
             cap_vars=("MKL_DYNAMIC",), profile_key="torch", push=Push.SETTER, calls=Calls(),
             interop_calls=Calls("set_num_interop_threads", "get_num_interop_threads"), scope=Scope.THREAD,
+            plan_note=_torch_plan_note,
             note="intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "
                  "(std::thread::hardware_concurrency)"),
     Library("numba", "numba", kind=LibraryKind.PYTHON, module="numba",
