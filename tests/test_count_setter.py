@@ -14,9 +14,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
 
-# Calls that change a library's count; only the setter module may make them.
+# Calls that change a library's count (the record's push_count/push_interop among them: the
+# registry says how, the setter module asks it); only the setter module may make them.
 SETTING_CALLS = {"set_num_threads", "set_num_interop_threads", "threadpool_limits", "limit",
-                 "omp_set_num_threads", "_real_set_num_threads"}
+                 "omp_set_num_threads", "_real_set_num_threads", "push_count", "push_interop"}
 
 
 def test_no_module_but_the_setter_sets_a_library_count():
@@ -63,7 +64,7 @@ def test_thread_scope_sets_only_per_thread_limits():
         "def counts():\n"
         "    return {p['internal_api']: p['num_threads'] for p in threadpoolctl.threadpool_info()}\n"
         "before = counts()\n"
-        "done = setter.set_counts({'openmp': 1, 'blas': 1}, scope='thread')\n"
+        "done = setter.set_counts({'openmp': 1, 'blas': 1}, per_thread_only=True)\n"
         "seen = []\n"
         "t = threading.Thread(target=lambda: seen.append(counts())); t.start(); t.join()\n"
         "print(json.dumps({'done': [[o.library, o.scope, o.now] for o in done], 'before': before,\n"

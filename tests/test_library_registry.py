@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,15 +97,116 @@ def test_the_scan_sees_a_fact_written_in_code(tmp_path):
     assert [n.value for n in _code_strings(planted)] == ["set ", " OMP_NUM_THREADS"]
 
 
+# A record's behaviour fields and the enums of their values: outside the registry, code asks the
+# record (set_by_threadpoolctl, set_in_module, per_thread, per_thread_in, kind is LibraryKind.X...)
+# instead of comparing these fields, or what scope_of answers, with words.
+_BEHAVIOUR = {"push": reg.Push, "scope": reg.Scope, "scope_of": reg.Scope, "kind": reg.LibraryKind}
+
+
+def _operand_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Call):
+        node = node.func
+    return node.attr if isinstance(node, ast.Attribute) else None
+
+
+def _operand_words(node: ast.expr) -> set[str]:
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {n.value for n in items if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def _behaviour_by_word(path: Path) -> list[str]:
+    """``rec.push == "setter"``, ``lib.kind != "python"``, ``scope_of(x) == "thread"``,
+    ``rec.scope in ("thread", ...)``: comparisons of a behaviour field with one of its words."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        words = set().union(*map(_operand_words, operands))
+        for name in {_operand_name(o) for o in operands} & _BEHAVIOUR.keys():
+            if words & {m.value for m in _BEHAVIOUR[name]}:
+                found.append(f"{node.lineno} .{name}")
+    return found
+
+
+def test_no_code_outside_the_registry_dispatches_on_a_behaviour_word():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel != "process/libraries.py":
+            found += [f"{rel}:{hit}" for hit in _behaviour_by_word(path)]
+    assert found == []
+
+
+def test_the_behaviour_scan_sees_a_comparison_with_a_word(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text('a = rec.push == "threadpoolctl"\nb = "python" != lib.kind\n'
+                       'c = r.scope_of(x) == "thread"\nd = r.scope in ("process", "x")\n'
+                       'e = tok.kind == "op"\nf = rec.push is Push.SETTER\n')
+    assert _behaviour_by_word(planted) == ["1 .push", "2 .kind", "3 .scope_of", "4 .scope"]
+
+
+class _Module:
+    """A stand-in for a Python-module library: a count, and a setter that refuses 0."""
+
+    def __init__(self) -> None:
+        self.n, self.inter = 3, 1
+
+    def get_num_threads(self) -> int:
+        return self.n
+
+    def set_num_threads(self, n: int) -> None:
+        if n < 1:
+            raise ValueError("must be positive")
+        self.n = n
+
+    def get_num_interop_threads(self) -> int:
+        return self.inter
+
+    def set_num_interop_threads(self, n: int) -> None:
+        self.inter = n
+
+
+def test_a_record_sets_and_reads_its_module_as_it_says():
+    module = _Module()
+    numexpr, torch = reg.library("numexpr"), reg.library("torch")
+    assert numexpr.read_count(module) == 3
+    numexpr.push_count(module, 2)
+    assert numexpr.read_count(module) == 2
+    with pytest.raises(ValueError, match="positive"):  # a refusal reaches the setter module
+        numexpr.push_count(module, 0)
+    torch.push_interop(module, 4)
+    assert (torch.read_count(module), torch.read_interop(module)) == (2, 4)
+    assert (torch.set_call(), torch.interop_call(2)) == ("torch.set_num_threads", "torch.set_num_interop_threads(2)")
+    module.get_num_threads = lambda: True  # not a count
+    assert numexpr.read_count(module) is None
+    with pytest.raises(TypeError):  # a native pool is set through threadpoolctl, not a module
+        reg.library("openblas").push_count(module, 1)
+    assert reg.library("openblas").read_count(module) is None
+
+
+def test_numba_is_read_without_calling_its_getter(monkeypatch):
+    monkeypatch.delitem(sys.modules, "numba.np.ufunc.parallel", raising=False)  # its threads not launched
+    module = _Module()
+    module.config = type("config", (), {"NUMBA_NUM_THREADS": 5})
+    module.get_num_threads = lambda: pytest.fail("numba's getter launches its threads")
+    assert reg.library("numba").read_count(module) == 5
+
+
 def test_every_record_is_consistent():
     names = [r.name for r in reg.records()]
     assert len(names) == len(set(names))
     for rec in reg.records():
         assert set(rec.variables) <= set(THREAD_VARS), rec.name
-        assert rec.scope in ("thread", "process") and rec.listed in ("always", "loaded")
+        assert isinstance(rec.scope, reg.Scope) and rec.listed in ("always", "loaded")
+        assert isinstance(rec.push, reg.Push) and isinstance(rec.kind, reg.LibraryKind)
         assert rec.profile_var is None or rec.profile_var in rec.count_vars or rec.name == "flexiblas"
         if rec.cap_vars:
             assert rec.cap is not None
+        # a module that parinfo sets through its functions says which; no other record names any
+        assert (rec.calls is not None) == (rec.push is reg.Push.SETTER) == rec.set_in_module, rec.name
+        assert rec.interop_calls is None or rec.calls is not None, rec.name
+        assert rec.set_along is None or reg.library(rec.set_along.framework).set_in_module, rec.name
     for var in THREAD_VARS.values():
         assert var.readers, f"{var.name} is read by no library"
 
@@ -112,7 +214,12 @@ def test_every_record_is_consistent():
 def test_facts_from_the_records():
     assert reg.library("mkl").count_vars == ("MKL_NUM_THREADS", "OMP_NUM_THREADS")
     assert reg.library("parinfo").count_vars == ("PARINFO_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
-    assert reg.library("libgomp").scope == "thread" and reg.library("openblas").scope == "process"
+    assert reg.library("libgomp").per_thread and not reg.library("openblas").per_thread
+    assert reg.library("openblas").per_thread_in("openmp") and not reg.library("openblas").per_thread_in("pthreads")
+    assert reg.library("openblas").scope_of("pthreads") is reg.Scope.PROCESS
+    assert reg.library("libgomp").scope_of(None) == "thread"  # the word an Outcome carries
+    assert reg.library("openblas").set_by_threadpoolctl and not reg.library("tbb").set_by_threadpoolctl
+    assert [r.name for r in reg.python_libraries()] == ["numexpr", "numba"]
     assert reg.by_prefix("libscipy_openblas64_-32a4b2a6.so").name == "openblas"
     assert reg.by_prefix("libtbbmalloc.so.2") is None and reg.by_prefix("libomptarget.so") is None
     assert THREAD_VARS["PYTHON_CPU_COUNT"].python == (3, 13)
@@ -125,8 +232,8 @@ def test_facts_from_the_records():
 def test_numba_is_one_record_with_its_variables():
     rec = reg.library("numba")
     assert rec.module == "numba" and rec.count_vars == ("NUMBA_NUM_THREADS",)
-    assert (rec.getter, rec.setter, rec.scope, rec.profile_key) == ("get_num_threads", "set_num_threads",
-                                                                    "thread", None)
+    assert rec.calls is not None and (rec.calls.getter, rec.calls.setter) == ("get_num_threads", "set_num_threads")
+    assert (rec.per_thread, rec.profile_key, rec.set_call(2)) == (True, None, "numba.set_num_threads(2)")
     assert {"tbb", "omp", "workqueue"} <= set(THREAD_VARS[rec.layer_var or ""].choices)
     assert validate("NUMBA_THREADING_LAYER", "omp") is None
     assert validate("NUMBA_THREADING_LAYER", "pthreads") is not None

@@ -175,6 +175,37 @@ def test_a_library_without_a_model_is_unknown_not_run_time():
     assert rows[0]["owner"] == "system" and rows[0]["count"] == 4
 
 
+def _torch_copies(env: dict[str, str], counts: dict[str, int], intra: int, mkl: bool = True) -> dict[str, dict]:
+    """The rows of copies of libgomp, MKL and OpenBLAS that torch ships (and a libgomp of numpy's),
+    with torch's intra-op count ``intra``."""
+    pools = [{"library": lib, "owner": owner, "filepath": f"/{owner}/{lib}.so", "num_threads": counts[lib]}
+             for lib, owner in (("libgomp", "torch"), ("mkl", "torch"), ("openblas", "torch"), ("libgomp", "numpy"))]
+    torch = {"intra_op": intra, "inter_op": 1, "mkl_available": mkl, "aten_backend": "native thread pool",
+             "hardware_concurrency": 2}
+    rows = [r.to_dict() for r in library_settings(pools, torch, env, env, facts())]
+    return {f"{r['library']} {r['owner']}": r["source"] for r in rows}
+
+
+def test_torch_sets_the_libraries_its_records_say_it_sets_along():
+    """torch sets its OpenMP runtime's and MKL's count to its intra-op count (their records'
+    set_along): at run time by its setter, otherwise by itself (its OpenMP runtime when it initialised)."""
+    said = _torch_copies({}, {"libgomp": 3, "mkl": 3, "openblas": 3}, 3)  # 3: no variable or default says so
+    assert said["torch intra-op torch"]["kind"] == "run-time call"
+    assert said["libgomp torch"] == {
+        "kind": "run-time call", "detail": "torch.set_num_threads(3)",
+        "text": "set at run time by torch.set_num_threads(3), which sets torch's OpenMP runtime too"}
+    assert said["mkl torch"]["text"] == "set at run time by torch.set_num_threads(3), which sets torch's MKL too"
+    assert said["openblas torch"]["text"] == said["libgomp numpy"]["text"] == "set at run time (API call)"
+    said = _torch_copies({"MKL_NUM_THREADS": "1"}, {"libgomp": 1, "mkl": 1, "openblas": 2}, 1)
+    assert said["libgomp torch"] == {"kind": "framework", "detail": "torch",
+                                     "text": "set by torch to its intra-op count (1) when it initialised"}
+    assert said["libgomp numpy"]["kind"] == "run-time call"  # another package's copy: torch did not set it
+    said = _torch_copies({"MKL_NUM_THREADS": "1", "OMP_NUM_THREADS": "2"}, {"libgomp": 2, "mkl": 2, "openblas": 2}, 2,
+                         mkl=False)
+    assert said["mkl torch"] == {"kind": "framework", "detail": "torch",
+                                 "text": "set by torch to its intra-op count (2)"}
+
+
 # A profile whose counts are the machine's defaults for OpenBLAS (CPUs in affinity), applied before
 # numpy loads: OpenBLAS reads the variable the profile set, though the launch environment predicts
 # the same count. The source must say so, from the evidence of what apply() found loaded.

@@ -61,7 +61,7 @@ def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
     out: list[ModuleLibrary] = []
     for read in answer.python_libs:
         lib = reg.find(read.name)
-        if lib is None or lib.kind != "python":
+        if lib is None or lib.kind is not reg.LibraryKind.PYTHON:
             continue
         module = SimpleNamespace(__file__=read.file)
         for dotted, value in read.facts.items():

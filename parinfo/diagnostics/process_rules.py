@@ -317,8 +317,11 @@ def _several_openmp(r: Report) -> list[Finding]:
 
 
 def _openmp_and_tbb(r: Report) -> list[Finding]:
-    has_tbb = any(p.library == "tbb" for p in r.pools)
-    if has_tbb and _openmp_libs(r):
+    """A runtime loaded beside one its record says not to mix with (TBB beside OpenMP)."""
+    loaded_apis = {p.user_api for p in r.pools}
+    mixed = [rec for rec in map(reg.find, {p.library for p in r.pools})
+             if rec is not None and loaded_apis & set(rec.avoid_with)]
+    if mixed:
         return [Finding(
             "openmp-tbb-mixed", Severity.WARNING,
             "OpenMP and TBB are both loaded",

@@ -125,5 +125,5 @@ def push_thread_limits(counts: dict[str, int]) -> list[str]:
     ``libraries`` counts; the one-line results (``library=count``, a refusal named)."""
     from parinfo.process import setter
 
-    done = setter.set_counts(counts, scope="thread", torch=False)
+    done = setter.set_counts(counts, per_thread_only=True, torch=False)
     return sorted({f"{o.library}={o.asked}" + (f" (refused: {o.error})" if o.error else "") for o in done})

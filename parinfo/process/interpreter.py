@@ -160,7 +160,7 @@ def _widest_per_thread(pools: list[dict[str, Any]], torch_intra: int | None) -> 
         n = row.get("num_threads")
         if record is None or not isinstance(n, int) or row.get("duplicate_of"):
             continue
-        if record.scope_of(row.get("threading_layer")) == "thread" and n > best[1]:
+        if record.per_thread_in(row.get("threading_layer")) and n > best[1]:
             best = (str(row.get("library")), n)
     if isinstance(torch_intra, int) and torch_intra > best[1]:
         best = ("torch intra-op", torch_intra)

@@ -14,6 +14,7 @@ when it brings its own). Nothing else needs editing; docs/process.md says more.
 """
 from __future__ import annotations
 
+import enum
 import functools
 import sys
 from collections.abc import Callable, Collection, Mapping
@@ -168,8 +169,158 @@ def _numexpr_context(module: Any, env: Mapping[str, str]) -> dict[str, Any]:
             "max_set": bool(env.get("NUMEXPR_MAX_THREADS"))}
 
 
+def _mkl_plan_note(counts: Mapping[str, int], values: Mapping[str, int], env: Mapping[str, str]) -> str | None:
+    """A profile's MKL count above the usable physical cores: MKL caps it there unless MKL_DYNAMIC
+    is FALSE (``counts`` by profile key, ``values`` the machine's profile values)."""
+    n, cores, dynamic = counts["mkl"], values["usable_physical_cores"], role_var("dynamic")
+    if n > cores and not is_false(env.get(dynamic)):
+        return (f"MKL uses at most the physical cores ({cores} usable) unless {dynamic}=FALSE; "
+                f"libraries.mkl asks for {n}")
+    return None
+
+
+def _torch_plan_note(counts: Mapping[str, int], values: Mapping[str, int], env: Mapping[str, str]) -> str | None:
+    """A profile's torch count other than its MKL count: torch reads MKL's variable at import, so
+    its own count is set afterwards."""
+    mkl, torch = counts["mkl"], counts["torch"]
+    if torch != mkl:
+        return (f"torch reads {library('torch').precedence[0]} ({mkl}) at import; its intra-op count {torch} "
+                "is set by the start-up hook or parinfo.apply()")
+    return None
+
+
+_TBB_MAX_CONCURRENCY = "_ZN3tbb6detail2r115max_concurrencyEPKNS0_2d115task_arena_baseE"
+_TBB_ACTIVE_VALUE = "_ZN3tbb6detail2r127global_control_active_valueEi"
+
+
+def _tbb_facts(path: str) -> tuple[str | None, int | None]:
+    """TBB's version and its thread count for the calling thread, through oneTBB's getters.
+
+    The count is ``this_task_arena::max_concurrency()`` limited by the active
+    ``global_control(max_allowed_parallelism)``; both only read state. (None, None) parts when the
+    library or the entry point is missing (TBB before 2021 has other entry points).
+    """
+    import ctypes
+    import os
+
+    try:
+        lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+    except OSError:
+        return None, None
+    version = None
+    fn = getattr(lib, "TBB_runtime_version", None)
+    if fn is not None:
+        fn.restype, fn.argtypes = ctypes.c_char_p, []
+        raw = fn()
+        version = raw.decode("ascii", "replace") if raw else None
+    count = None
+    conc = getattr(lib, _TBB_MAX_CONCURRENCY, None)
+    active = getattr(lib, _TBB_ACTIVE_VALUE, None)
+    if conc is not None and active is not None:
+        conc.restype, conc.argtypes = ctypes.c_int, [ctypes.c_void_p]
+        active.restype, active.argtypes = ctypes.c_size_t, [ctypes.c_int]
+        count = min(conc(None), active(0))  # 0 is global_control::max_allowed_parallelism
+    return version, count
+
+
 # ---------------------------------------------------------------------------------------------
 # Library records
+
+
+class LibraryKind(str, enum.Enum):
+    """What a library is, which says where parinfo finds it and its count."""
+
+    NATIVE = "native"  # a shared object, found by its file name among the loaded objects
+    PYTHON = "python"  # a Python module with its own count (numexpr, numba), read when imported
+    FRAMEWORK = "framework"  # a Python framework with its own pools (torch)
+    INTERPRETER = "interpreter"  # Python itself
+    PARINFO = "parinfo"  # parinfo's own runtime
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Push(str, enum.Enum):
+    """How parinfo sets a library's count (:mod:`parinfo.process.setter` does it, asking the record)."""
+
+    THREADPOOLCTL = "threadpoolctl"  # threadpoolctl's controller for its ``internal_api``, per loaded copy
+    SETTER = "setter"  # the module's own functions (:class:`Calls`)
+    RUNTIME = "runtime"  # parinfo's own runtime
+    NONE = "none"  # parinfo cannot set it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Scope(str, enum.Enum):
+    """For whom a set limit holds: the calling thread only (OpenMP's ICVs), or the whole process.
+    Its value is the word an :class:`~parinfo.process.setter.Outcome` carries."""
+
+    THREAD = "thread"
+    PROCESS = "process"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@record(frozen=True)
+class Calls:
+    """A count set and read through a Python module's own functions: ``setter(n)`` and
+    ``getter()``; ``read(module)`` replaces the getter where calling it would change something
+    (numba's launches its threads). Counts are set through it by :mod:`parinfo.process.setter` only
+    (:meth:`Library.push_count`)."""
+
+    setter: str = "set_num_threads"
+    getter: str = "get_num_threads"
+    read: Callable[[Any], Any] | None = None
+
+    def set(self, module: Any, n: int) -> None:
+        """Set the count; raises what the module raises when it refuses."""
+        getattr(module, self.setter)(n)
+
+    def get(self, module: Any) -> int | None:
+        """The count in force, read without changing it; None when it cannot be read (a
+        half-initialised module, no getter, not an int)."""
+        try:
+            if self.read is not None:
+                count = self.read(module)
+            else:
+                getter = getattr(module, self.getter, None)
+                count = getter() if callable(getter) else getattr(module, "nthreads", None)
+        except Exception:
+            return None
+        return _count(count)
+
+    def call(self, owner: str, n: int | None = None) -> str:
+        """How a report names the setter: ``numba.set_num_threads``, or with ``n``: ``...(2)``."""
+        return f"{owner}.{self.setter}" + ("" if n is None else f"({n})")
+
+
+@record(frozen=True)
+class DirectRead:
+    """How a loaded copy that threadpoolctl does not see is read without changing anything (TBB):
+    ``read(path)`` gives (version, count) through the library's own getters, None parts when they
+    are missing; ``how`` is the pool row's note when the count was read, ``unread`` when it was not."""
+
+    read: Callable[[str], tuple[str | None, int | None]]
+    how: str
+    unread: str
+
+
+@record(frozen=True)
+class SetAlong:
+    """A framework that sets this library's count to its own intra-op count (torch sets its OpenMP
+    runtime's and MKL's): ``framework`` (its record name, also the package that ships the copy it
+    sets), ``named`` (how the words name this library: "OpenMP runtime", "MKL"), and ``when``
+    (appended to say when the framework sets it unasked: " when it initialised", or "")."""
+
+    framework: str
+    named: str
+    when: str = ""
 
 
 @record(frozen=True)
@@ -246,15 +397,21 @@ class Library:
     cap, as numexpr does; ``context`` gathers what only the loaded module can tell the default and
     the cap). ``layer_files`` tell its threading layer from the files loaded beside it;
     ``layer_var`` chooses that layer.
-    Set and read back (by :mod:`parinfo.process.setter`, the one module that sets counts): ``push``
-    says how, "threadpoolctl" (its controller for ``internal_api``), "setter" (the module's
-    ``getter`` / ``setter`` functions, and ``interop_getter`` / ``interop_setter`` for a framework's
-    inter-op pool; ``read`` replaces the getter where calling it would change something),
-    "runtime" (parinfo's own) or "none" (parinfo cannot set it). ``native_getter`` names the C call
-    that reads it; ``team_release`` the C call that frees the calling thread's idle team. ``scope``
-    is "thread" when a set limit holds for the calling thread only (OpenMP's ICVs), "process"
-    otherwise (:meth:`scope_of` adds the threading layer).
-    Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch.
+    Set and read back (by :mod:`parinfo.process.setter`, the one module that sets counts, asking
+    the record): ``push`` (:class:`Push`) says how: through threadpoolctl's controller for
+    ``internal_api`` (:attr:`set_by_threadpoolctl`), through the module's own functions
+    (``calls``, and ``interop_calls`` for a framework's inter-op pool: :meth:`push_count`,
+    :meth:`read_count`, :meth:`push_interop`, :meth:`read_interop`), by parinfo's runtime, or not at
+    all. ``native_getter`` names the C call that reads it; ``team_release`` the C call that frees the
+    calling thread's idle team. ``scope`` (:class:`Scope`) is THREAD when a set limit holds for the
+    calling thread only (OpenMP's ICVs), PROCESS otherwise (:attr:`per_thread`;
+    :meth:`per_thread_in` adds the threading layer). ``set_along``: the framework that sets its count
+    with its own (:class:`SetAlong`). ``direct``: how a copy threadpoolctl does not see is read
+    (:class:`DirectRead`). ``avoid_with``: the user APIs of runtimes not to mix with it in one build.
+    ``kind`` (:class:`LibraryKind`) says what it is: a native library, a Python module with its own
+    count, a framework, the interpreter, parinfo.
+    Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch; ``plan_note``
+    says what a plan's counts (by profile key) mean for it on the machine (MKL's cap, torch's import).
     From outside: ``count_symbol`` (:class:`CountSymbol`) names the getter and variable that hold the
     count in force, and its bounds, when the library keeps it in one. Attached (a script run inside
     the process): ``native`` (:class:`NativeReads`) names the C getters of a loaded copy;
@@ -264,7 +421,7 @@ class Library:
 
     name: str
     label: str
-    kind: str = "native"  # native | framework | python | interpreter | parinfo
+    kind: LibraryKind = LibraryKind.NATIVE
     prefixes: tuple[str, ...] = ()
     not_prefixes: tuple[str, ...] = ()
     module: str | None = None
@@ -280,17 +437,14 @@ class Library:
     cap_vars: tuple[str, ...] = ()
     refused: int | None = None
     context: Callable[[Any, Mapping[str, str]], dict[str, Any]] | None = None
-    read: Callable[[Any], Any] | None = None
     profile_key: str | None = None
     profile_var: str | None = None
-    push: str = "threadpoolctl"  # threadpoolctl | setter | environment | runtime | none
-    getter: str | None = None
-    setter: str | None = None
-    interop_getter: str | None = None
-    interop_setter: str | None = None
+    push: Push = Push.THREADPOOLCTL
+    calls: Calls | None = None
+    interop_calls: Calls | None = None
     native_getter: str | None = None
     team_release: str | None = None
-    scope: str = "process"
+    scope: Scope = Scope.PROCESS
     layer_files: tuple[tuple[str, str], ...] = ()
     layer_var: str | None = None
     listed: str = "always"  # always | loaded: list its unset variables only when the module is loaded
@@ -303,6 +457,11 @@ class Library:
     count_symbol: CountSymbol | None = None
     native: NativeReads | None = None
     module_facts: tuple[str, ...] = ()
+    set_along: SetAlong | None = None
+    direct: DirectRead | None = None
+    static_note: str = ""  # the pool row's note for a file of static_prefixes
+    avoid_with: tuple[str, ...] = ()  # user APIs of runtimes whose threads its scheduler does not know
+    plan_note: Callable[[Mapping[str, int], Mapping[str, int], Mapping[str, str]], str | None] | None = None
     note: str = ""
 
     def var(self, role: str) -> str:
@@ -340,22 +499,62 @@ class Library:
         variables, then the other steering ones."""
         return tuple(dict.fromkeys(self.precedence + self.reads))
 
-    def read_count(self, module: Any) -> int | None:
-        """The count in force in an imported Python-module library, read without changing it."""
-        try:
-            if self.read is not None:
-                count = self.read(module)
-            else:
-                getter = getattr(module, self.getter or "", None)
-                count = getter() if callable(getter) else getattr(module, "nthreads", None)
-        except Exception:  # a half-initialised module
-            return None
-        return count if isinstance(count, int) and not isinstance(count, bool) else None
+    @property
+    def set_by_threadpoolctl(self) -> bool:
+        """Whether its loaded copies are set through threadpoolctl's controller for them."""
+        return self.push is Push.THREADPOOLCTL
 
-    def scope_of(self, threading_layer: str | None) -> str:
+    @property
+    def set_in_module(self) -> bool:
+        """Whether its count is set through its Python module's own functions (:meth:`push_count`)."""
+        return self.push is Push.SETTER and self.calls is not None
+
+    def _calls(self, calls: Calls | None) -> Calls:
+        if calls is None or self.push is not Push.SETTER:
+            raise TypeError(f"{self.name}'s count is not set through its module's functions")
+        return calls
+
+    def push_count(self, module: Any, n: int) -> None:
+        """Set its count in its imported ``module`` (torch: the intra-op count); raises what the
+        module raises when it refuses. Only :mod:`parinfo.process.setter` calls it."""
+        self._calls(self.calls).set(module, n)
+
+    def read_count(self, module: Any) -> int | None:
+        """The count in force in its imported ``module`` (torch: the intra-op count), read without
+        changing it; None when it cannot be read."""
+        return None if self.calls is None else self.calls.get(module)
+
+    def push_interop(self, module: Any, n: int) -> None:
+        """Set a framework's inter-op count (torch's); raises what the module raises when it refuses.
+        Only :mod:`parinfo.process.setter` calls it."""
+        self._calls(self.interop_calls).set(module, n)
+
+    def read_interop(self, module: Any) -> int | None:
+        """A framework's inter-op count in force; None when it cannot be read."""
+        return None if self.interop_calls is None else self.interop_calls.get(module)
+
+    def set_call(self, n: int | None = None) -> str:
+        """How a report names the call that sets its count: ``numexpr.set_num_threads``, with ``n``
+        ``numexpr.set_num_threads(4)``."""
+        return self._calls(self.calls).call(str(self.module), n)
+
+    def interop_call(self, n: int | None = None) -> str:
+        """How a report names the call that sets a framework's inter-op count."""
+        return self._calls(self.interop_calls).call(str(self.module), n)
+
+    @property
+    def per_thread(self) -> bool:
+        """Whether a limit set on it holds for the calling thread only (whatever its build)."""
+        return self.scope is Scope.THREAD
+
+    def scope_of(self, threading_layer: str | None) -> Scope:
         """Whose limit a set count is for a loaded copy with this threading layer: a library built
         on an OpenMP runtime follows the calling thread's OpenMP limit."""
-        return "thread" if self.scope == "thread" or threading_layer == "openmp" else "process"
+        return Scope.THREAD if self.per_thread or threading_layer == "openmp" else Scope.PROCESS
+
+    def per_thread_in(self, threading_layer: str | None) -> bool:
+        """Whether a limit set on a loaded copy with this threading layer holds per calling thread."""
+        return self.scope_of(threading_layer) is Scope.THREAD
 
     def is_loaded(self, modules: Collection[str] | None = None) -> bool:
         """True when its Python module is imported (in ``modules``, default this process's; always
@@ -375,8 +574,10 @@ def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], r
         vendor=vendor, env_prefixes=env_prefixes, precedence=("OMP_NUM_THREADS",), reads=_OMP_STEER + reads,
         default=defaults.affinity_cpus, profile_key="openmp", profile_var="OMP_NUM_THREADS",
         native_getter="omp_get_max_threads()", native=NativeReads("omp_get_max_threads"), team_release=team_release,
-        scope="thread",
+        scope=Scope.THREAD,
         roles=(("wait_policy", "OMP_WAIT_POLICY"), *kmp), conflicts=conflicts, warns_invalid=warns_invalid,
+        # torch sets the OpenMP runtime it ships with to its intra-op count when it initialises
+        set_along=SetAlong("torch", "OpenMP runtime", " when it initialised"),
         note="no cap: a request above the CPUs is taken as it is (libgomp takes 8 on 2 CPUs)")
 
 
@@ -392,20 +593,22 @@ _RECORDS: tuple[Library, ...] = (
             env_prefixes=("MKL_",), precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
             reads=("MKL_DYNAMIC", "MKL_THREADING_LAYER"), default=defaults.physical_in_affinity, cap=_mkl_cap,
             cap_vars=("MKL_DYNAMIC",), profile_key="mkl", profile_var="MKL_NUM_THREADS",
-            native_getter="mkl_get_max_threads()", scope="process",
+            native_getter="mkl_get_max_threads()", scope=Scope.PROCESS,
             native=NativeReads("MKL_Get_Max_Threads", version="MKL_Get_Version_String", version_buffer=True,
                                version_after="Version"),
             layer_files=(("libmkl_intel_thread", "intel"), ("libmkl_gnu_thread", "gnu"),
                          ("libmkl_tbb_thread", "tbb"), ("libmkl_sequential", "sequential")),
             layer_var="MKL_THREADING_LAYER", roles=(("dynamic", "MKL_DYNAMIC"),),
-            static_prefixes=("libmkl_core",), linked_into=(("libtorch_cpu", "torch"),),
-            layer_from_openmp=(("libgomp", "gnu"), ("libiomp", "intel"))),
+            static_prefixes=("libmkl_core",),
+            static_note="MKL linked without mkl_rt: threadpoolctl has no controller for it",
+            linked_into=(("libtorch_cpu", "torch"),), layer_from_openmp=(("libgomp", "gnu"), ("libiomp", "intel")),
+            set_along=SetAlong("torch", "MKL"), plan_note=_mkl_plan_note),
     Library("openblas", "OpenBLAS", prefixes=("libopenblas", "libscipy_openblas"), user_api="blas",
             internal_api="openblas", env_prefixes=("OPENBLAS_", "GOTO_"),
             precedence=("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"),
             reads=("OPENBLAS_CORETYPE",), default=defaults.affinity_cpus, cap=defaults.affinity_cap,
             profile_key="blas", profile_var="OPENBLAS_NUM_THREADS", native_getter="openblas_get_num_threads()",
-            scope="process",
+            scope=Scope.PROCESS,
             native=NativeReads("openblas_get_num_threads", affixes=tuple((p, s) for p in ("", "scipy_")
                                                                           for s in ("", "64_", "_64")),
                                version="openblas_get_config", version_after="OpenBLAS", layer="openblas_get_parallel",
@@ -428,53 +631,57 @@ _RECORDS: tuple[Library, ...] = (
     Library("blis", "BLIS", prefixes=("libblis",), user_api="blas", internal_api="blis",
             env_prefixes=("BLIS_",), precedence=("BLIS_NUM_THREADS", "OMP_NUM_THREADS"), default=defaults.single_thread,
             profile_key="blas", profile_var="BLIS_NUM_THREADS",
-            native_getter="bli_thread_get_num_threads()", scope="process",
+            native_getter="bli_thread_get_num_threads()", scope=Scope.PROCESS,
             native=NativeReads("bli_thread_get_num_threads", version="bli_info_get_version_str")),
     Library("flexiblas", "FlexiBLAS", prefixes=("libflexiblas",), user_api="blas", internal_api="flexiblas",
             default=defaults.backend_decides, profile_key="blas", profile_var="OPENBLAS_NUM_THREADS",
-            native_getter="flexiblas_get_num_threads()", scope="process",
+            native_getter="flexiblas_get_num_threads()", scope=Scope.PROCESS,
             native=NativeReads("flexiblas_get_num_threads")),
     Library("accelerate", "Apple Accelerate", env_prefixes=("VECLIB_",), reads=("VECLIB_MAXIMUM_THREADS",),
-            push="none"),
+            push=Push.NONE),
     Library("tbb", "oneTBB", prefixes=("libtbb",),
             not_prefixes=("libtbbmalloc", "libtbbbind"), user_api="tbb", internal_api="tbb", env_prefixes=("TBB_",),
-            default=defaults.affinity_no_variable, push="none", scope="thread",
+            default=defaults.affinity_no_variable, push=Push.NONE, scope=Scope.THREAD,
+            direct=DirectRead(_tbb_facts,
+                              "TBB is not visible to threadpoolctl; count from "
+                              "this_task_arena::max_concurrency() and global_control",
+                              "TBB is not visible to threadpoolctl; its count cannot be read without changing it"),
+            # PyTorch's threading note: do not mix OpenMP and TBB within one build
+            avoid_with=("openmp",),
             note="count from this_task_arena::max_concurrency() and global_control, read through ctypes"),
-    Library("numexpr", "numexpr", kind="python", module="numexpr", env_prefixes=("NUMEXPR_",),
+    Library("numexpr", "numexpr", kind=LibraryKind.PYTHON, module="numexpr", env_prefixes=("NUMEXPR_",),
             precedence=("NUMEXPR_NUM_THREADS", "OMP_NUM_THREADS"), reads=("NUMEXPR_MAX_THREADS",),
             default=_numexpr_default, cap=_numexpr_pool, cap_vars=("NUMEXPR_MAX_THREADS",), refused=1,
             context=_numexpr_context, module_facts=("ncores", "MAX_THREADS"), profile_key="numexpr",
-            profile_var="NUMEXPR_NUM_THREADS", push="setter", getter="get_num_threads",
-            setter="set_num_threads", scope="process",
+            profile_var="NUMEXPR_NUM_THREADS", push=Push.SETTER, calls=Calls(), scope=Scope.PROCESS,
             note="pool of NUMEXPR_MAX_THREADS (read at import, 64 unset); a count above it is refused with "
                  "an 'Error.' line on stderr and 1 thread runs; 16 at most when neither it nor "
                  "OMP_NUM_THREADS is set"),
-    Library("torch", "torch", kind="framework", module="torch",
+    Library("torch", "torch", kind=LibraryKind.FRAMEWORK, module="torch",
             precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"), default=defaults.physical_in_affinity, cap=_mkl_cap,
-            cap_vars=("MKL_DYNAMIC",), profile_key="torch", push="setter", getter="get_num_threads",
-            setter="set_num_threads", interop_getter="get_num_interop_threads",
-            interop_setter="set_num_interop_threads", scope="thread",
+            cap_vars=("MKL_DYNAMIC",), profile_key="torch", push=Push.SETTER, calls=Calls(),
+            interop_calls=Calls("set_num_interop_threads", "get_num_interop_threads"), scope=Scope.THREAD,
+            plan_note=_torch_plan_note,
             note="intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "
                  "(std::thread::hardware_concurrency)"),
-    Library("numba", "numba", kind="python", module="numba",
+    Library("numba", "numba", kind=LibraryKind.PYTHON, module="numba",
             precedence=("NUMBA_NUM_THREADS",), reads=("NUMBA_THREADING_LAYER",), default=_numba_default,
-            context=_numba_context, module_facts=("config.NUMBA_DEFAULT_NUM_THREADS",), read=_numba_read,
-            push="setter", getter="get_num_threads",
-            setter="set_num_threads", scope="thread", layer_var="NUMBA_THREADING_LAYER",
+            context=_numba_context, module_facts=("config.NUMBA_DEFAULT_NUM_THREADS",), push=Push.SETTER,
+            calls=Calls(read=_numba_read), scope=Scope.THREAD, layer_var="NUMBA_THREADING_LAYER",
             layer_files=(("tbbpool", "tbb"), ("omppool", "omp"), ("workqueue", "workqueue")),
             listed="loaded",
             note="launches NUMBA_NUM_THREADS threads once; set_num_threads masks them for the calling "
                  "thread only and refuses more than were launched"),
-    Library("python", "Python", kind="interpreter", reads=("PYTHON_CPU_COUNT", "PYTHON_GIL"), push="none",
-            roles=(("gil", "PYTHON_GIL"),)),
-    Library("parinfo", "parinfo", kind="parinfo", env_prefixes=("PARINFO_",),
+    Library("python", "Python", kind=LibraryKind.INTERPRETER, reads=("PYTHON_CPU_COUNT", "PYTHON_GIL"),
+            push=Push.NONE, roles=(("gil", "PYTHON_GIL"),)),
+    Library("parinfo", "parinfo", kind=LibraryKind.PARINFO, env_prefixes=("PARINFO_",),
             precedence=("PARINFO_NUM_THREADS",), follows="torch",
             reads=("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY", "PARINFO_ADAPTIVE",
                    "PARINFO_FOLLOW_QUOTA", ROUNDING_VAR),
             roles=(("inter_op", "PARINFO_NUM_INTEROP_THREADS"), ("backend", "PARINFO_BACKEND"),
                    ("verify", "PARINFO_VERIFY"), ("adaptive", "PARINFO_ADAPTIVE"),
                    ("follow", "PARINFO_FOLLOW_QUOTA"), ("quota_rounding", ROUNDING_VAR)),
-            push="runtime", scope="process"),
+            push=Push.RUNTIME, scope=Scope.PROCESS),
 )
 
 _BY_NAME: dict[str, Library] = {r.name: r for r in _RECORDS}
@@ -513,7 +720,7 @@ def by_internal_api(internal_api: str | None) -> Library | None:
 
 def python_libraries() -> tuple[Library, ...]:
     """Libraries that are Python modules with their own count (numexpr...), read when imported."""
-    return tuple(r for r in _RECORDS if r.kind == "python")
+    return tuple(r for r in _RECORDS if r.kind is LibraryKind.PYTHON)
 
 
 def openmp_runtimes() -> tuple[str, ...]:
@@ -544,7 +751,7 @@ def _readers() -> dict[str, tuple[str, ...]]:
     found: dict[str, list[tuple[int, int, str]]] = {}
     for i, rec in enumerate(_RECORDS):
         for var in rec.variables:
-            group = 0 if var.startswith(rec.env_prefixes or ("\0",)) else 1 if rec.kind == "framework" else 2
+            group = 0 if var.startswith(rec.env_prefixes or ("\0",)) else 1 if rec.kind is LibraryKind.FRAMEWORK else 2
             found.setdefault(var, []).append((group, i, rec.name))
     return {v: tuple(n for _, _, n in sorted(rows)) for v, rows in found.items()}
 
@@ -604,13 +811,14 @@ def hook_facts() -> str:
     threadpoolctl's import sets; ``torch=SET,GET,SET_INTEROP,GET_INTEROP`` torch's setters."""
     fields: dict[str, str] = {}
     for rec in _RECORDS:
-        if rec.internal_api and rec.push == "threadpoolctl" and rec.count_vars:
+        if rec.internal_api and rec.set_by_threadpoolctl and rec.count_vars:
             fields.setdefault(f"pool.{rec.internal_api}", ",".join(rec.count_vars))
     torch = library("torch")
+    calls = (torch.calls or Calls(), torch.interop_calls or Calls())
     fields.update({
         "runtime": ",".join(RUNTIME_VARS),
         "verify": library("parinfo").var("verify"),
         "undo": ",".join(set_on_import("threadpoolctl")),
-        "torch": ",".join(str(f) for f in (torch.setter, torch.getter, torch.interop_setter, torch.interop_getter)),
+        "torch": ",".join(name for c in calls for name in (c.setter, c.getter)),
     })
     return " ".join(f"{k}={v}" for k, v in fields.items())

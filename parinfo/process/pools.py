@@ -280,39 +280,6 @@ def torch_mkl_row(objects: list[str], rows: list[dict], facts: Mapping[str, Any]
     return row
 
 
-_TBB_MAX_CONCURRENCY = "_ZN3tbb6detail2r115max_concurrencyEPKNS0_2d115task_arena_baseE"
-_TBB_ACTIVE_VALUE = "_ZN3tbb6detail2r127global_control_active_valueEi"
-
-
-def _tbb_facts(path: str) -> tuple[str | None, int | None]:
-    """TBB's version and its thread count for the calling thread, through oneTBB's getters.
-
-    The count is ``this_task_arena::max_concurrency()`` limited by the active
-    ``global_control(max_allowed_parallelism)``; both only read state. (None, None) parts when the
-    library or the entry point is missing (TBB before 2021 has other entry points).
-    """
-    import ctypes
-
-    try:
-        lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
-    except OSError:
-        return None, None
-    version = None
-    fn = getattr(lib, "TBB_runtime_version", None)
-    if fn is not None:
-        fn.restype, fn.argtypes = ctypes.c_char_p, []
-        raw = fn()
-        version = raw.decode("ascii", "replace") if raw else None
-    count = None
-    conc = getattr(lib, _TBB_MAX_CONCURRENCY, None)
-    active = getattr(lib, _TBB_ACTIVE_VALUE, None)
-    if conc is not None and active is not None:
-        conc.restype, conc.argtypes = ctypes.c_int, [ctypes.c_void_p]
-        active.restype, active.argtypes = ctypes.c_size_t, [ctypes.c_int]
-        count = min(conc(None), active(0))  # 0 is global_control::max_allowed_parallelism
-    return version, count
-
-
 def mark_duplicates(rows: list[dict]) -> None:
     """Fill ``copies`` and ``duplicate_of`` of pool rows: the copies of one library, first seen first."""
     groups: dict[str, list[dict]] = {}
@@ -346,14 +313,14 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
             rows, tpc_error = [], describe(exc)
     known = {os.path.realpath(r["filepath"]) for r in rows if r["filepath"]}
     known |= {r["filepath"] for r in rows if r["filepath"]}
-    mkl_layer = reg.library("mkl").layer_in(objects)
     for path in objects:
         family = classify(path)
         if family is None or path in known:
             continue
         library, user_api, internal_api = family
-        if library == "tbb":
-            note = "TBB is not visible to threadpoolctl; its count cannot be read without changing it"
+        rec = reg.library(library)
+        if rec.direct is not None:  # read through its own getters (TBB)
+            note = rec.direct.unread
         else:
             note = "loaded, but threadpoolctl has no controller for it; count not readable"
         if tpc_error is not None:
@@ -361,21 +328,22 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
         if conflict:
             note = CONFLICT_NOTE
         row = _object_row(path, library, user_api, internal_api, note)
-        if library == "tbb" and maps_text is None and not conflict:
-            row["version"], row["num_threads"] = _tbb_facts(path)
+        if rec.direct is not None and maps_text is None and not conflict:
+            row["version"], row["num_threads"] = rec.direct.read(path)
             if row["num_threads"] is not None:
-                row["note"] = ("TBB is not visible to threadpoolctl; count from "
-                               "this_task_arena::max_concurrency() and global_control")
-        if library == "mkl":
-            row["threading_layer"] = mkl_layer
+                row["note"] = rec.direct.how
+        if rec.layer_files:  # its threading layer is told by the files loaded beside it (MKL)
+            row["threading_layer"] = rec.layer_in(objects)
         rows.append(row)
         known.add(path)
-    if not any(r["library"] == "mkl" for r in rows):
-        core = next((p for p in objects if os.path.basename(p).startswith(reg.library("mkl").static_prefixes)), None)
+    for rec in reg.records():  # a library linked without the file threadpoolctl controls (MKL's core)
+        if not rec.static_prefixes or any(r["library"] == rec.name for r in rows):
+            continue
+        core = next((p for p in objects if os.path.basename(p).startswith(rec.static_prefixes)), None)
         if core is not None:
-            row = _object_row(core, "mkl", "blas", "mkl",
-                              "MKL linked without mkl_rt: threadpoolctl has no controller for it")
-            row["threading_layer"] = mkl_layer
+            row = _object_row(core, rec.name, str(rec.user_api), str(rec.internal_api), rec.static_note)
+            if rec.layer_files:
+                row["threading_layer"] = rec.layer_in(objects)
             rows.append(row)
     torch_row = None if conflict else torch_mkl_row(objects, rows, _torch_facts(reg.library("mkl").linked_into[0][1]))
     if torch_row is not None:

@@ -207,7 +207,8 @@ def _torch_models() -> dict[str, Model]:
 
 
 MODELS: dict[str, Model] = {
-    **{lib.name: model_of(lib) for lib in reg.records() if lib.default is not None and lib.kind != "framework"},
+    **{lib.name: model_of(lib) for lib in reg.records()
+       if lib.default is not None and lib.kind is not reg.LibraryKind.FRAMEWORK},
     **_torch_models(),
 }
 
@@ -331,7 +332,7 @@ def _module_row(lib: reg.Library, module: Any, count: int | None, environ: Mappi
     ctx = lib.context(module, env) if lib.context is not None else {}
     model = model_of(lib)
     row = explain(lib.name, count, model, environ, launch_environ, facts, ctx,
-                  runtime=run_time(f"{lib.module}.{lib.setter}"),
+                  runtime=run_time(lib.set_call()),
                   after_apply=read_after_apply(model, lib.module, environ, applied))
     row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
     return row
@@ -397,8 +398,10 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
         library = pool["library"]
         model = MODELS.get(library) or _no_model(library)
         extra = None
-        if pool.get("owner") == "torch" and torch_intra:
-            extra = _set_by_torch(library, torch_intra, torch_set_at_run_time, _openmp_build(torch))
+        rec = reg.find(library)
+        along = rec.set_along if rec is not None else None
+        if along is not None and pool.get("owner") == along.framework and torch_intra:
+            extra = _set_by_torch(along, torch_intra, torch_set_at_run_time, _openmp_build(torch))
         unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
         row = explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
                       extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""),
@@ -421,24 +424,21 @@ def _openmp_build(torch: Mapping[str, Any] | None) -> bool:
     return bool(torch) and "openmp" in str((torch or {}).get("aten_backend") or "").lower()
 
 
-def _set_by_torch(library: str, intra: int, set_at_run_time: bool,
-                  openmp_build: bool) -> tuple[int | None, Source] | None:
-    """How torch, with intra-op count ``intra``, set the count of its own OpenMP runtime or MKL
-    (``library``): (count, source) for :func:`explain`'s ``extra_match``; None for other
-    libraries. Changed at run time in torch's OpenMP build, the count may come from
-    torch.set_num_threads (which sets its OpenMP runtime and MKL too) or from an OpenMP limit set in
-    this thread (which torch and MKL's OpenMP layer read): the words name both."""
-    if library not in (*reg.openmp_runtimes(), "mkl"):
-        return None
+def _set_by_torch(along: reg.SetAlong, intra: int, set_at_run_time: bool,
+                  openmp_build: bool) -> tuple[int | None, Source]:
+    """How torch, with intra-op count ``intra``, set the count of a library it sets along with its
+    own (its OpenMP runtime, MKL: the library record's ``set_along``): (count, source) for
+    :func:`explain`'s ``extra_match``. Changed at run time in torch's OpenMP build, the count may
+    come from torch.set_num_threads (which sets its OpenMP runtime and MKL too) or from an OpenMP
+    limit set in this thread (which torch and MKL's OpenMP layer read): the words name both."""
+    framework = along.framework
     if set_at_run_time:
-        what = "OpenMP runtime" if library != "mkl" else "MKL"
         if openmp_build:
             return intra, run_time(_OPENMP_CALLERS,
                                    f"set at run time to torch's intra-op count ({intra}): by {_OPENMP_CALLERS}")
-        return intra, run_time(f"torch.set_num_threads({intra})",
-                               f"set at run time by torch.set_num_threads({intra}), which sets torch's {what} too")
-    said = f"set by torch to its intra-op count ({intra})"
-    return intra, Source(Kind.FRAMEWORK, "torch", said if library == "mkl" else f"{said} when it initialised")
+        call = reg.library(framework).set_call(intra)
+        return intra, run_time(call, f"set at run time by {call}, which sets {framework}'s {along.named} too")
+    return intra, Source(Kind.FRAMEWORK, framework, f"set by {framework} to its intra-op count ({intra}){along.when}")
 
 
 def _torch_rows(torch: dict[str, Any], environ: Mapping[str, str], launch_environ: LaunchEnviron,
@@ -450,13 +450,13 @@ def _torch_rows(torch: dict[str, Any], environ: Mapping[str, str], launch_enviro
         row = explain("torch intra-op", torch.get("intra_op"), intra_model, environ, launch_environ, facts,
                       runtime=(run_time(_OPENMP_CALLERS, f"set at run time in this thread: by {_OPENMP_CALLERS}, "
                                         "which torch reads here")
-                               if _openmp_build(torch) else run_time("torch.set_num_threads")),
+                               if _openmp_build(torch) else run_time(reg.library("torch").set_call())),
                       after_apply=read_after_apply(intra_model, "torch", environ, applied))
         row.owner = "torch"
         rows.append(row)
         ctx = {"hardware_concurrency": torch.get("hardware_concurrency")}
         row = explain("torch inter-op", torch.get("inter_op"), MODELS["torch inter-op"], environ,
-                      launch_environ, facts, ctx, runtime=run_time("torch.set_num_interop_threads"))
+                      launch_environ, facts, ctx, runtime=run_time(reg.library("torch").interop_call()))
         row.owner = "torch"
         rows.append(row)
     return rows

@@ -5,10 +5,12 @@ pinning of torch's pool threads, an in-process ``apply``, the start-up hook of a
 the fleet probe and tune's measurers. How a count is set is the library's registry record's to say:
 
 * a loaded native pool (OpenBLAS, MKL, BLIS, an OpenMP runtime) through threadpoolctl's controller
-  for it; the limit holds for the calling thread where the record's scope is "thread", or where
-  the pool's threading layer is an OpenMP runtime (OpenBLAS built with OpenMP);
-* a Python-module library (numexpr, numba) through the setter its record names;
-* torch through its own setters (``setter``/``getter``, ``interop_setter``/``interop_getter``).
+  for it, where the record says so (``set_by_threadpoolctl``); the limit holds for the calling
+  thread where the record says (``per_thread_in`` the pool's threading layer: OpenMP runtimes, and
+  OpenBLAS built with OpenMP);
+* a Python-module library (numexpr, numba) through its module's functions (``record.push_count``,
+  ``record.read_count``);
+* torch the same way, and its inter-op pool through ``record.push_interop``/``read_interop``.
 
 Each set is read back: an :class:`Outcome` says what was asked, what is in force now and for whom.
 The start-up hook loads this file by path in interpreters that may not have parinfo, so it imports
@@ -103,12 +105,14 @@ def import_threadpoolctl(undo: Iterable[str] | None = None) -> Any:
 class NativePool:
     """One loaded native pool: threadpoolctl's controller for it, and the record that knows it."""
 
-    __slots__ = ("_release", "_set", "controller", "per_thread", "record")
+    __slots__ = ("_release", "_set", "controller", "per_thread", "record", "scope")
 
     def __init__(self, controller: Any, record: Any) -> None:
         self.controller = controller
         self.record = record
-        self.per_thread = record.scope_of(getattr(controller, "threading_layer", None)) == "thread"
+        layer = getattr(controller, "threading_layer", None)
+        self.per_thread: bool = record.per_thread_in(layer)
+        self.scope = str(record.scope_of(layer))  # for whom a limit set on it holds: "thread" or "process"
         # threadpoolctl lets one "controlling" thread change a process-wide OpenBLAS pool; callers of
         # this module serialise their own changes, so the library's setter is called directly where
         # threadpoolctl keeps it, and otherwise control is taken for the call and handed back.
@@ -130,10 +134,6 @@ class NativePool:
     def name(self) -> str:
         """How a report names it: ``openblas pool (libscipy_openblas.so)``."""
         return f"{self.internal_api} pool ({os.path.basename(self.path) or '?'})"
-
-    @property
-    def scope(self) -> str:
-        return "thread" if self.per_thread else "process"
 
     def _take_control_and_set(self, n: int) -> None:
         lib = self.controller
@@ -192,7 +192,7 @@ def native_pools(controller: Any = None) -> list[NativePool]:
         # the file tells the runtime (libgomp, libiomp and libomp share the internal_api "openmp")
         name = os.path.basename(str(getattr(lib, "filepath", "") or getattr(lib, "prefix", "") or "")).lower()
         record = by_prefix(name) or by_internal_api(getattr(lib, "internal_api", None))
-        if record is not None and record.push == "threadpoolctl":
+        if record is not None and record.set_by_threadpoolctl:
             pools.append(NativePool(lib, record))
     return pools
 
@@ -202,22 +202,56 @@ def native_pools(controller: Any = None) -> list[NativePool]:
 
 
 def set_module(record: Any, n: int) -> Outcome | None:
-    """Set an imported Python-module library's count through its record's setter; None when the
-    module is not imported or has no setter."""
+    """Set an imported Python-module library's count through its module's functions, as its record
+    says; None when the module is not imported or its record does not set it that way."""
     module = sys.modules.get(record.module or "")
-    if module is None or record.push != "setter" or not record.setter:
+    if module is None or not record.set_in_module:
         return None
     before = record.read_count(module)
     error = ""
     try:
-        getattr(module, record.setter)(n)
+        record.push_count(module, n)
     except Exception as exc:
         error = _refusal(exc)
-    return Outcome(record.name, str(record.module), n, record.read_count(module), before, record.scope, error)
+    return Outcome(record.name, str(record.module), n, record.read_count(module), before, str(record.scope), error)
 
 
 #: torch's record name (the registry's): what the runtime's push keys torch's count by.
 TORCH = "torch"
+
+
+class ByName:
+    """A framework's record where the registry cannot be imported (the start-up hook): the names
+    of its intra-op and inter-op setters and getters, as the registry passed them
+    (``libraries.hook_facts``), answering what this module asks of a record."""
+
+    def __init__(self, name: str, setter: str, getter: str, interop_setter: str, interop_getter: str,
+                 scope: str = "thread") -> None:
+        self.name, self.module, self.scope = name, name, scope
+        self.setter, self.getter = setter, getter
+        self.interop_setter, self.interop_getter = interop_setter, interop_getter
+
+    def push_count(self, module: Any, n: int) -> None:
+        getattr(module, self.setter)(n)
+
+    def read_count(self, module: Any) -> int | None:
+        return _read(lambda: getattr(module, self.getter)())
+
+    def push_interop(self, module: Any, n: int) -> None:
+        getattr(module, self.interop_setter)(n)
+
+    def read_interop(self, module: Any) -> int | None:
+        return _read(lambda: getattr(module, self.interop_getter)())
+
+    def set_call(self, n: int | None = None) -> str:
+        return f"{self.module}.{self.setter}" + ("" if n is None else f"({n})")
+
+
+def _read(get: Callable[[], Any]) -> int | None:
+    try:
+        return _count(get())
+    except Exception:
+        return None
 
 
 def _torch_record(record: Any) -> Any:
@@ -230,7 +264,7 @@ def _torch_record(record: Any) -> Any:
 
 def torch_call(n: int, record: Any = None) -> str:
     """How a report names setting torch's intra-op count to ``n``."""
-    return f"torch.{_torch_record(record).setter}({n})"
+    return str(_torch_record(record).set_call(n))
 
 
 def torch_intra(n: int, record: Any = None) -> None:
@@ -239,22 +273,15 @@ def torch_intra(n: int, record: Any = None) -> None:
     torch = sys.modules.get(TORCH)
     if torch is not None:
         try:
-            getattr(torch, _torch_record(record).setter)(n)
+            _torch_record(record).push_count(torch, n)
         except Exception:
             pass
-
-
-def _torch_get(torch: Any, name: str) -> int | None:
-    try:
-        return _count(getattr(torch, name)())
-    except Exception:
-        return None
 
 
 def torch_intra_now(record: Any = None) -> int | None:
     """torch's intra-op count for the calling thread (None when torch is not imported)."""
     torch = sys.modules.get(TORCH)
-    return None if torch is None else _torch_get(torch, _torch_record(record).getter)
+    return None if torch is None else _torch_record(record).read_count(torch)
 
 
 def torch_counts(record: Any = None) -> tuple[int | None, int | None]:
@@ -263,7 +290,7 @@ def torch_counts(record: Any = None) -> tuple[int | None, int | None]:
     if torch is None:
         return None, None
     rec = _torch_record(record)
-    return _torch_get(torch, rec.getter), _torch_get(torch, rec.interop_getter)
+    return rec.read_count(torch), rec.read_interop(torch)
 
 
 def set_torch(intra: int | None = None, inter: int | None = None, *, record: Any = None,
@@ -274,7 +301,7 @@ def set_torch(intra: int | None = None, inter: int | None = None, *, record: Any
     accepts one call, before its pool starts, and refuses a second even with the same value (with
     ``inter_if_changed`` False the call is made anyway, so its refusal tells that the pool was
     started or sized). ``torch`` defaults to the imported module (none: nothing is set);
-    ``record`` to the registry's torch record.
+    ``record`` to the registry's torch record (the start-up hook gives a :class:`ByName`).
     """
     torch = torch if torch is not None else sys.modules.get(TORCH)
     if torch is None:
@@ -282,23 +309,22 @@ def set_torch(intra: int | None = None, inter: int | None = None, *, record: Any
     rec = _torch_record(record)
     out = []
     if inter is not None:
-        before = _torch_get(torch, rec.interop_getter)
+        before = rec.read_interop(torch)
         error = ""
         if before != inter or not inter_if_changed:
             try:
-                getattr(torch, rec.interop_setter)(inter)
+                rec.push_interop(torch, inter)
             except Exception as exc:
                 error = _refusal(exc)
-        out.append(Outcome(rec.name, "inter-op", inter, _torch_get(torch, rec.interop_getter), before,
-                           "process", error))
+        out.append(Outcome(rec.name, "inter-op", inter, rec.read_interop(torch), before, "process", error))
     if intra is not None:
-        before = _torch_get(torch, rec.getter)
+        before = rec.read_count(torch)
         error = ""
         try:
-            getattr(torch, rec.setter)(intra)
+            rec.push_count(torch, intra)
         except Exception as exc:
             error = _refusal(exc)
-        out.append(Outcome(rec.name, "intra-op", intra, _torch_get(torch, rec.getter), before, rec.scope, error))
+        out.append(Outcome(rec.name, "intra-op", intra, rec.read_count(torch), before, str(rec.scope), error))
     return out
 
 
@@ -306,10 +332,10 @@ def set_torch(intra: int | None = None, inter: int | None = None, *, record: Any
 # Every loaded library at once
 
 
-def set_counts(counts: Mapping[str, int] | int, *, scope: str | None = None, torch: bool = True,
+def set_counts(counts: Mapping[str, int] | int, *, per_thread_only: bool = False, torch: bool = True,
                pools: list[NativePool] | None = None) -> list[Outcome]:
     """Set the count of every loaded library: ``counts`` by profile key (blas, openmp, mkl, torch,
-    numexpr...) or one count for all; ``scope`` "thread" keeps only the limits that hold per
+    numexpr...) or one count for all; ``per_thread_only`` keeps only the limits that hold per
     calling thread. Native pools first, then Python-module libraries, then torch's intra-op count
     (when ``torch``). Returns one Outcome per count set; libraries not loaded are left alone."""
     from parinfo.process.libraries import python_libraries
@@ -322,18 +348,18 @@ def set_counts(counts: Mapping[str, int] | int, *, scope: str | None = None, tor
     out = []
     for pool in native_pools() if pools is None else pools:
         n = wanted(pool.record)
-        if n is not None and (scope is None or pool.scope == scope):
+        if n is not None and (pool.per_thread or not per_thread_only):
             out.append(pool.set_checked(n))
     for lib in python_libraries():
         n = wanted(lib)
-        if n is not None and (scope is None or lib.scope == scope):
+        if n is not None and (lib.per_thread or not per_thread_only):
             done = set_module(lib, n)
             if done is not None:
                 out.append(done)
     if torch:
         rec = _torch_record(None)
         n = wanted(rec)
-        if n is not None and (scope is None or rec.scope == scope):
+        if n is not None and (rec.per_thread or not per_thread_only):
             out += set_torch(intra=n, record=rec)
     return out
 
@@ -353,7 +379,7 @@ def restore(outcomes: Iterable[Outcome], pools: list[NativePool] | None = None) 
         record = find(done.library)
         if record is None:
             continue
-        if record.kind == "python":
+        if done.target == record.module:  # a Python-module library's count (set_module)
             set_module(record, done.before)
         elif done.target == "intra-op":
             torch_intra(done.before, record)

@@ -41,7 +41,7 @@ def _runtimes_in(folder: str, depth: int, budget: list[int]) -> dict[str, str]:
         name = entry.name.lower()
         if ".so" in name and entry.is_file():
             rec = reg.by_prefix(name)
-            if rec is not None and rec.kind == "native":
+            if rec is not None and rec.kind is reg.LibraryKind.NATIVE:
                 found.setdefault(rec.name, entry.path)
         elif depth > 0 and entry.is_dir(follow_symlinks=False) and not name.startswith(("__pycache__", "test")):
             for lib, path in _runtimes_in(entry.path, depth - 1, budget).items():

@@ -11,11 +11,13 @@ from typing import Any
 
 from parinfo.process import libraries as reg
 
+_TORCH = reg.library("torch")
+
 #: torch's getters a report reads (key -> the call, from the torch module), all of which change
 #: nothing; the same calls are made inside another process by parinfo's attach.
 TORCH_CALLS: dict[str, str] = {
-    "intra_op": reg.library("torch").getter or "get_num_threads",
-    "inter_op": reg.library("torch").interop_getter or "get_num_interop_threads",
+    "intra_op": _TORCH.calls.getter if _TORCH.calls is not None else "get_num_threads",
+    "inter_op": _TORCH.interop_calls.getter if _TORCH.interop_calls is not None else "get_num_interop_threads",
     "parallel_info": "__config__.parallel_info",
     "mkl_available": "backends.mkl.is_available",
     "mkldnn_available": "backends.mkldnn.is_available",

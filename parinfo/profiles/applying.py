@@ -221,7 +221,7 @@ def _modules(counts: dict[str, int | None], applied: list[str]) -> None:
             continue
         done = setter.set_module(rec, n)
         if done is not None and not done.error:
-            applied.append(f"{rec.module}.{rec.setter}({n})")
+            applied.append(rec.set_call(n))
 
 
 def _torch(counts: dict[str, int | None], inter: int, kept: dict[str, str], applied: list[str],
@@ -246,7 +246,7 @@ def _torch(counts: dict[str, int | None], inter: int, kept: dict[str, str], appl
     if sized.error:
         skipped.append(f"torch inter-op stays {sized.now}: {sized.error}")
     else:
-        applied.append(f"torch.{rec.interop_setter}({inter})")
+        applied.append(rec.interop_call(inter))
     return want_intra, inter
 
 

@@ -370,15 +370,12 @@ class _Resolver:
         )
 
     def library_notes(self, counts: dict[str, Setting], env: dict[str, str]) -> None:
-        mkl = counts["mkl"].value
-        dynamic = reg.role_var("dynamic")
-        if mkl > self.values["usable_physical_cores"] and not reg.is_false(env.get(dynamic)):
-            self.notes.append(f"MKL uses at most the physical cores ({self.values['usable_physical_cores']} usable) "
-                              f"unless {dynamic}=FALSE; libraries.mkl asks for {mkl}")
-        torch = counts["torch"].value
-        if torch != mkl:
-            self.notes.append(f"torch reads {reg.library('torch').precedence[0]} ({mkl}) at import; its intra-op "
-                              f"count {torch} is set by the start-up hook or parinfo.apply()")
+        """What each library's record says about the plan's counts (MKL's cap, torch's import)."""
+        by_key = {key: counts[key].value for key in LIBRARIES}
+        for rec in reg.records():
+            note = rec.plan_note(by_key, self.values, env) if rec.plan_note is not None else None
+            if note is not None:
+                self.notes.append(note)
 
 
 def resolve(prof: Profile, facts: MachineFacts, *, instances: int | None = None) -> Plan:

@@ -72,7 +72,7 @@ def _enabled() -> tuple[bool, Source]:
 
 def _followable() -> tuple[reg.Library, ...]:
     """The records whose count the runtime's push sets: native pools and torch."""
-    return tuple(r for r in reg.records() if r.push == "threadpoolctl" or r.name == TORCH)
+    return tuple(r for r in reg.records() if r.set_by_threadpoolctl or r.name == TORCH)
 
 
 def _budget(facts: MachineFacts) -> tuple[Any, ...]:

@@ -78,8 +78,8 @@ def script_data(fifo: str, token: str, cap: int, pools: list[tuple[str, str]], s
         "native": {r.name: r.native.to_data() for r in reg.records() if r.native is not None},
         "skip_native": skip_native,
         "torch": {"module": torch.module, "calls": dict(TORCH_CALLS)},
-        "python_libs": [[r.name, r.module, "" if r.read is not None else r.getter or "", list(r.module_facts)]
-                        for r in reg.python_libraries()],
+        "python_libs": [[r.name, r.module, "" if r.calls is None or r.calls.read is not None else r.calls.getter,
+                         list(r.module_facts)] for r in reg.python_libraries()],
     }
 
 

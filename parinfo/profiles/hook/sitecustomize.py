@@ -202,6 +202,7 @@ def _set_torch(torch, intra, inter, rec):
     """Set torch's counts and check them; one line on stderr per count not in force."""
     try:
         setter = _setter()
+        rec = setter.ByName(rec.name, rec.setter, rec.getter, rec.interop_setter, rec.interop_getter, rec.scope)
         if inter is not None:
             sized = setter.set_torch(inter=inter, record=rec, torch=torch, inter_if_changed=False)[0]
             if sized.error:
