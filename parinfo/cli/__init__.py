@@ -89,10 +89,12 @@ def _run_app(args: list[str]) -> int:
     except click_errors.UsageError as exc:
         hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
         _error(_one_line(exc.format_message()) + hint)
-        return exc.exit_code
+        code: int = exc.exit_code
+        return code
     except click_errors.ClickException as exc:
         _error(_one_line(exc.format_message()))
-        return exc.exit_code
+        code = exc.exit_code
+        return code
     except (getattr(click_errors, "Abort", typer.Abort), typer.Abort):
         return 130
     return result if isinstance(result, int) else 0
