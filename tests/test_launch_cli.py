@@ -125,14 +125,15 @@ def test_multi_instance_children_report_disjoint_affinities():
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["apply", "p", "--", "x"], ("p", ["x"], False, None)),
-    (["apply", "--force", "p", "--instances", "3", "--", "x", "--json"], ("p", ["x", "--json"], True, 3)),
-    (["apply", "p", "--instances=2", "--", "x", "--", "y"], ("p", ["x", "--", "y"], False, 2)),
+    (["apply", "p", "--", "x"], dict(profile="p", command=["x"])),
+    (["apply", "--force", "p", "--instances", "3", "--", "x", "--json"],
+     dict(profile="p", command=["x", "--json"], force=True, instances=3)),
+    (["apply", "p", "--instances=2", "--", "x", "--", "y"], dict(profile="p", command=["x", "--", "y"], instances=2)),
 ])
 def test_plain_launches_skip_the_cli_framework(argv, expected):
-    from parinfo.cli.launch import plain_launch
+    from parinfo.cli.launch import ApplyArgs, plain_launch
 
-    assert plain_launch(argv) == expected
+    assert plain_launch(argv) == ApplyArgs(**expected)
 
 
 @pytest.mark.parametrize("argv", [

@@ -6,8 +6,10 @@ stderr and exits 2; usage errors are the CLI framework's, also exit 2.
 Loading the CLI framework (typer, which loads rich for its help) costs more than a launch itself and
 a large share of a report's start-up. So ``main()`` runs two plain forms without it: a launch (``parinfo apply PROFILE
 [--force] [--instances N] -- COMMAND ...``, see parinfo.cli.launch) and ``parinfo show`` with plain
-options (see parinfo.cli.show). Every other form (help, other commands, unusual spellings, mistakes)
-goes to the typer app in ``_app``, whose commands run through the same functions.
+options (see parinfo.cli.show). Both are read from the command's one declaration of its options
+(parinfo.cli.options), from which its typer command is also built. Every other form (help, other
+commands, unusual spellings, mistakes) goes to the typer app in ``_app``, whose commands run through
+the same functions.
 """
 from __future__ import annotations
 
@@ -51,9 +53,8 @@ def _run_plain(args: list[str]) -> int | None:
     from parinfo.cli.launch import launch, plain_launch
 
     plain = plain_launch(args)
-    if plain is not None:
-        profile, command, force, instances = plain
-        return launch(profile, command, force=force, instances=instances)
+    if plain is not None and plain.command is not None:
+        return launch(plain.profile, plain.command, force=plain.force, instances=plain.instances)
     from parinfo.cli import show
 
     options = show.plain_args(args)
@@ -88,10 +89,12 @@ def _run_app(args: list[str]) -> int:
     except click_errors.UsageError as exc:
         hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
         _error(_one_line(exc.format_message()) + hint)
-        return exc.exit_code
+        code: int = exc.exit_code
+        return code
     except click_errors.ClickException as exc:
         _error(_one_line(exc.format_message()))
-        return exc.exit_code
+        code = exc.exit_code
+        return code
     except (getattr(click_errors, "Abort", typer.Abort), typer.Abort):
         return 130
     return result if isinstance(result, int) else 0

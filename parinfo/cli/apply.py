@@ -1,52 +1,40 @@
 """`parinfo apply PROFILE [-- COMMAND ...]`: show a profile's plan for this machine, or run under it."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
-from parinfo.cli import values
-
 if TYPE_CHECKING:
+    from parinfo.cli.launch import ApplyArgs
     from parinfo.profiles.plan import Plan
 
 
-def apply_cmd(
-    profile: str = typer.Argument(..., metavar="PROFILE",
-                                  help="A shipped profile name (see `parinfo profiles`) or a .yaml path."),
-    command: Optional[list[str]] = typer.Argument(
-        None, metavar="[-- COMMAND [ARGS]...]",
-        help="Run COMMAND (no shell) with the profile in force; without it, print the plan."),
-    json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-    export: bool = typer.Option(False, "--export",
-                                help="Print `export NAME=value` lines, for eval \"$(parinfo apply P --export)\"."),
-    instances: Optional[int] = typer.Option(None, "--instances", metavar="N", parser=values.whole("--instances", 1),
-                                            help="Run N pinned instances (overrides the profile's instances)."),
-    force: bool = typer.Option(False, "--force", help="Override variables already set in the environment."),
-) -> None:
+def apply_cmd(a: ApplyArgs) -> int:
     """Show what PROFILE means on this machine (every setting, its value and why), or run COMMAND under it."""
     from parinfo.errors import UsageError
     from parinfo.profiles.loading import resolve_profile
 
-    if json_out and export:
+    if a.json_out and a.export:
         raise UsageError("--json and --export cannot be used together (pick one output format)")
-    if instances is not None and instances < 1:
-        raise UsageError(f"--instances {instances}: must be 1 or more")
-    if command:
-        if json_out or export:
+    if a.instances is not None and a.instances < 1:
+        raise UsageError(f"--instances {a.instances}: must be 1 or more")
+    if a.command:
+        if a.json_out or a.export:
             raise UsageError("--json and --export print the plan; they cannot be used with a command")
         from parinfo.cli.launch import launch
 
-        raise typer.Exit(launch(profile, command, force=force, instances=instances))
-    plan = resolve_profile(profile, instances=instances)
-    if json_out:
+        return launch(a.profile, a.command, force=a.force, instances=a.instances)
+    plan = resolve_profile(a.profile, instances=a.instances)
+    if a.json_out:
         import json
 
         typer.echo(json.dumps(plan.to_dict(), indent=2))
-    elif export:
-        typer.echo(export_lines(plan, force=force), nl=False)
+    elif a.export:
+        typer.echo(export_lines(plan, force=a.force), nl=False)
     else:
-        _print_plan(plan, profile)
+        _print_plan(plan, a.profile)
+    return 0
 
 
 def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | None = None) -> str:

@@ -1,13 +1,37 @@
-"""``parinfo apply PROFILE [--force] [--instances N] -- COMMAND ...``: the launch, and its plain form.
+"""``parinfo apply PROFILE [--force] [--instances N] -- COMMAND ...``: the launch, its plain form, and
+``apply``'s options.
 
 Launching is the one path whose start-up cost every launched program pays, and loading the CLI
-framework costs more than the launch itself. So ``main()`` recognises exactly the plain form
-(:func:`plain_launch`) and launches without loading typer; every other form (help, other options,
-mistakes) goes to the typer app, whose ``apply`` command launches through the same :func:`launch`.
+framework costs more than the launch itself. So ``apply``'s options are declared here, free of typer,
+as the fields of :class:`ApplyArgs`; ``main()`` reads a plain launch from them (:func:`plain_launch`)
+and launches without loading typer. Every other form (help, the plan, mistakes) goes to the typer
+command built from the same fields (parinfo.cli._app), which launches through the same :func:`launch`.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated, NamedTuple
+
+from parinfo.cli import values
+from parinfo.cli.options import Argument, Flag, Rest, Value, plain
+
+
+class ApplyArgs(NamedTuple):
+    """``parinfo apply``'s arguments and options: each field's value, and in its annotation the
+    argument or option that sets it."""
+
+    profile: Annotated[str, Argument(
+        "PROFILE", help="A shipped profile name (see `parinfo profiles`) or a .yaml path.")]
+    command: Annotated[list[str] | None, Rest(
+        "[-- COMMAND [ARGS]...]",
+        help="Run COMMAND (no shell) with the profile in force; without it, print the plan.")] = None
+    json_out: Annotated[bool, Flag("--json", help="Print the plan as JSON.")] = False
+    export: Annotated[bool, Flag(
+        "--export", help="Print `export NAME=value` lines, for eval \"$(parinfo apply P --export)\".")] = False
+    instances: Annotated[int | None, Value(
+        "--instances", metavar="N", convert=values.whole("--instances", 1),
+        help="Run N pinned instances (overrides the profile's instances).")] = None
+    force: Annotated[bool, Flag("--force", help="Override variables already set in the environment.")] = False
 
 
 def launch(profile: str, command: list[str], *, force: bool = False, instances: int | None = None) -> int:
@@ -18,47 +42,13 @@ def launch(profile: str, command: list[str], *, force: bool = False, instances: 
     return run_plan(resolve_profile(profile, instances=instances), command, force=force)
 
 
-def plain_launch(args: Sequence[str]) -> tuple[str, list[str], bool, int | None] | None:
-    """``(profile, command, force, instances)`` when ``args`` is a plain ``apply P [--force]
-    [--instances N] -- COMMAND...``; None for anything else, which the full CLI then parses (so its
-    help and error messages stay the only ones)."""
-    args = list(args)
-    if len(args) < 4 or args[0] != "apply" or "--" not in args:
+def plain_launch(args: Sequence[str]) -> ApplyArgs | None:
+    """The arguments of a plain launch, ``apply P [--force] [--instances N] -- COMMAND...``; None for
+    anything else (the plan, ``--json``, ``--export``, and whatever parinfo.cli.options.plain leaves
+    to typer), which the full CLI then parses, so its help and error messages stay the only ones."""
+    if not args or args[0] != "apply":
         return None
-    split = args.index("--")
-    head, command = args[1:split], args[split + 1:]
-    if not command:
+    given = plain(ApplyArgs, args[1:])
+    if given is None or not given.command or given.json_out or given.export:
         return None
-    profile: str | None = None
-    force = False
-    instances: int | None = None
-    i = 0
-    while i < len(head):
-        arg = head[i]
-        if arg == "--force":
-            force = True
-        elif arg == "--instances" or arg.startswith("--instances="):
-            if "=" in arg:
-                value = arg.split("=", 1)[1]
-            elif i + 1 < len(head):
-                i += 1
-                value = head[i]
-            else:
-                return None
-            if instances is not None:
-                return None
-            from parinfo.checks import integer
-            from parinfo.errors import UsageError
-
-            try:
-                instances = integer(value, "--instances", 1, 1_000_000)
-            except UsageError:
-                return None  # typer refuses it, with the same check's line
-        elif arg.startswith("-") or profile is not None:
-            return None
-        else:
-            profile = arg
-        i += 1
-    if profile is None:
-        return None
-    return profile, command, force, instances
+    return given

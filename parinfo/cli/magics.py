@@ -10,7 +10,7 @@ traceback and which marks the cell failed. ``%parinfo`` imports nothing into the
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -65,11 +65,13 @@ def show_args(line: str) -> ShowArgs:
 
 
 def _display(bundle: dict[str, Any], handle: Any = None) -> Any:
-    """Show a MIME bundle (a new display, or an update of ``handle``); the handle to update it."""
-    from IPython.display import display
+    """Show a MIME bundle (a new display, or an update of ``handle``, IPython's DisplayHandle); the
+    handle to update it."""
+    from IPython.display import DisplayHandle, display
 
     if handle is None:
-        return display(bundle, raw=True, display_id=True)
+        show: Callable[..., DisplayHandle | None] = display  # IPython leaves display unannotated
+        return show(bundle, raw=True, display_id=True)
     handle.update(bundle, raw=True)
     return handle
 

@@ -1,17 +1,20 @@
 """`parinfo show`: what this process's parallelism really is, and why.
 
 The command itself, from option values to output and exit code (:func:`run`), without the CLI
-framework: ``main()`` runs a plain ``parinfo show`` command line (:func:`plain_args`) straight through
-it, so the commonest command never pays for loading typer. The typer app (parinfo.cli._app) declares
-the same options, for help, mistakes and every other spelling, and calls the same :func:`run`.
+framework. Its options are declared once, as the fields of :class:`ShowArgs`; from them come the
+typer command (parinfo.cli._app: help, mistakes, every spelling) and the plain reading
+(:func:`plain_args`) that ``main()`` runs a plain ``parinfo show`` through, so the commonest command
+never pays for loading typer. Both call the same :func:`run`.
 """
 from __future__ import annotations
 
 import enum
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
+from parinfo.cli import values
+from parinfo.cli.options import Choice, Flag, Many, Value, plain
 from parinfo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -24,76 +27,51 @@ class Format(str, enum.Enum):
     torch = "torch"
 
 
+#: The value of a bare ``--check``.
+CHECK_BARE = "warning"
+
+
 class ShowArgs(NamedTuple):
-    """The values of ``parinfo show``'s options, as typer passes them. (A NamedTuple: it is defined on
-    every ``parinfo show``, and a frozen dataclass costs several times as much to define.)"""
+    """``parinfo show``'s options: each field's value, and in its annotation the option that sets it.
+    (A NamedTuple: it is defined on every ``parinfo show``, and a frozen dataclass costs several times
+    as much to define.)"""
 
-    imports: list[str] | None = None
-    torch: bool = False
-    json_out: bool = False
-    fmt: Format = Format.rich
-    check: str | None = None
-    pid: int | None = None
-    children: bool = False
-    attach: bool = False
-    timeout: float | None = None
-
-
-# The spellings a plain command line may use. Anything else (help, a positional, short options run
-# together like -fjson, a value that starts with "-", an option given twice) is left to typer.
-_FLAGS = {"--torch": "torch", "--json": "json_out", "--children": "children", "--attach": "attach"}
-_WITH_VALUE = {"--import": "imports", "-i": "imports", "--format": "fmt", "-f": "fmt", "--pid": "pid",
-               "--timeout": "timeout"}
+    imports: Annotated[list[str] | None, Many(
+        "--import", "-i", metavar="MOD[,MOD]",
+        help="Import these modules first so their native pools load (default: numpy if installed; "
+             "'none' for nothing). torch is never imported unless named here, with --torch or with "
+             "--format torch.")] = None
+    torch: Annotated[bool, Flag("--torch", help="Import torch and report its pools and counts.")] = False
+    json_out: Annotated[bool, Flag("--json", help="Print the report as JSON (schema_version 2).")] = False
+    fmt: Annotated[Format, Choice(
+        "--format", "-f",
+        help="rich (tables), json, or torch (torch.__config__.parallel_info() style: imports torch, whose "
+             "own lines come first).")] = Format.rich
+    check: Annotated[str | None, Value(
+        "--check", metavar="[=LEVEL]", bare=CHECK_BARE,
+        help="Exit 1 when a finding at LEVEL or above exists: warning (the default of a bare --check), "
+             "error, or info.")] = None
+    pid: Annotated[int | None, Value(
+        "--pid", metavar="PID", convert=values.pid,
+        help="Report on another process, read from /proc (same user or root): its CPUs, loaded runtimes, "
+             "launch environment, threads and throttling.")] = None
+    children: Annotated[bool, Flag(
+        "--children", help="With --pid: sum the whole process tree (e.g. gunicorn and its workers).")] = False
+    attach: Annotated[bool, Flag(
+        "--attach", help="With --pid: read a running CPython 3.14+ process from inside (sys.remote_exec): every "
+                         "count in force with its source, as its own parinfo.inspect() gives them. Imports, sets "
+                         "and leaves nothing there (docs/process.md).")] = False
+    timeout: Annotated[float | None, Value(
+        "--timeout", metavar="S", convert=values.attach_timeout,
+        help="With --attach: seconds to wait for the process (default 5).")] = None
 
 
 def plain_args(args: Sequence[str]) -> ShowArgs | None:
     """The option values of a plain ``show [OPTION]...`` command line, read as typer reads them; None
-    for any other command line, which typer then parses, so its help and error messages stay the only
-    ones."""
+    for any other command line, which typer then parses (see parinfo.cli.options.plain)."""
     if not args or args[0] != "show":
         return None
-    values: dict[str, Any] = {}
-    imports: list[str] = []
-    rest = iter(args[1:])
-    for arg in rest:
-        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        parsed: Any
-        if name in _FLAGS and not eq:
-            key, parsed = _FLAGS[name], True
-        elif name == "--check":
-            key, parsed = "check", value if eq else "warning"  # a bare --check is --check=warning
-        elif name in _WITH_VALUE:
-            if not eq:
-                following = next(rest, None)
-                if following is None or following.startswith("-"):
-                    return None
-                value = following
-            key, parsed = _WITH_VALUE[name], _typed(_WITH_VALUE[name], value)
-            if parsed is None:
-                return None
-        else:
-            return None
-        if key == "imports":
-            imports.append(parsed)
-        elif key in values:
-            return None
-        else:
-            values[key] = parsed
-    return ShowArgs(imports=imports or None, **values)
-
-
-def _typed(key: str, value: str) -> Any:
-    """``value`` converted as typer converts it for ``key``; None where typer would refuse it."""
-    if key == "fmt":
-        return Format(value) if value in {f.value for f in Format} else None
-    if key in ("pid", "timeout"):
-        from parinfo.cli import values
-
-        try:
-            return values.pid(value) if key == "pid" else values.attach_timeout(value)
-        except UsageError:
-            return None  # typer refuses it, with the same check's line
-    return value
+    return plain(ShowArgs, args[1:])
 
 
 def run(a: ShowArgs) -> int:
@@ -205,7 +183,7 @@ def attach_conflicts(a: ShowArgs) -> None:
 
 
 def check_level(value: str | None) -> str | None:
-    """The severity ``--check`` fails on; a bare ``--check`` arrives as "warning" (see normalise_check)."""
+    """The severity ``--check`` fails on; a bare ``--check`` arrives as CHECK_BARE (see normalise_check)."""
     from parinfo.diagnostics.findings import Severity
 
     if value is None:
@@ -218,5 +196,6 @@ def check_level(value: str | None) -> str | None:
 
 
 def normalise_check(args: list[str]) -> list[str]:
-    """A bare ``--check`` means ``--check=warning``: the CLI framework has no optional option values."""
-    return ["--check=warning" if a == "--check" else a for a in args]
+    """A bare ``--check`` means ``--check=warning``, for ``show``, ``host`` and ``fleet show``: the CLI
+    framework has no optional option values."""
+    return [f"--check={CHECK_BARE}" if a == "--check" else a for a in args]

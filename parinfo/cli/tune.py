@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.table import Table
 
     from parinfo.tuning.result import TuneResult
+    from parinfo.tuning.search import Point
 
 _WORKLOADS = described()
 
@@ -141,7 +142,7 @@ class _Bar:
         self.task: TaskID | None = None
         self.closed = False
 
-    def __call__(self, event: str, info: dict) -> None:
+    def __call__(self, event: str, info: dict[str, Any]) -> None:
         if event == "start":
             self.progress.start()
             self.task = self.progress.add_task("tuning", total=info["candidates"])
@@ -214,7 +215,7 @@ def _render(result: TuneResult, write: str | None, plot: str | None) -> None:
     if not con.is_terminal:  # piped: as wide as the table needs, so no header is cut
         con = Console(highlight=False, width=max(con.width, Console(width=1000).measure(table).maximum))
     con.print(table)
-    by_reason: dict[str, list] = {}
+    by_reason: dict[str, list[Point]] = {}
     for p, r in result.skipped:
         by_reason.setdefault(r, []).append(p)
     if by_reason:

@@ -10,7 +10,7 @@ import typer
 from parinfo.cli import values
 
 if TYPE_CHECKING:
-    from parinfo.watching.sample import Sample
+    from parinfo.watching.model import Sample
 
 
 #: The last line of a live (terminal) frame; never in --json, --once or piped output.

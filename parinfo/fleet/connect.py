@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -182,9 +183,11 @@ def connect_dask(address: str, timeout: float = CONNECT_TIMEOUT_S) -> Any:
     client = Client.__new__(Client)
     failed: list[BaseException] = []
 
+    connect: Callable[..., None] = Client.__init__  # distributed leaves it unannotated
+
     def run() -> None:
         try:
-            Client.__init__(client, address, timeout=max(_left(deadline), 0.1), set_as_default=False)
+            connect(client, address, timeout=max(_left(deadline), 0.1), set_as_default=False)
         except BaseException as exc:  # reported by the waiting thread
             failed.append(exc)
 

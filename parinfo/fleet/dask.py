@@ -122,7 +122,8 @@ def apply(client: Any, profile: Any, *, restart: bool = False) -> dict[str, Any]
         if isinstance(exc, ParinfoError):
             raise
         raise ApplyError(f"applying {source} on the workers failed: {type(exc).__name__}: {exc}") from None
-    return client.run(_result_on_worker)
+    results: dict[str, Any] = client.run(_result_on_worker)  # the worker's address -> what it applied
+    return results
 
 
 def _unregister(client: Any, nanny: bool) -> None:

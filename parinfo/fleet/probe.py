@@ -9,7 +9,7 @@ import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from parinfo.errors import ProfileError
 
@@ -85,8 +85,11 @@ def worker_row(worker: str, per_thread: list[dict[str, Any]] | None = None) -> d
     return row.to_dict()
 
 
-def in_each_thread(submit: Callable[[Callable[[], Any]], Future], threads: int,
-                   fn: Callable[[], Any], timeout: float = THREAD_TIMEOUT) -> list[tuple[str, Any]]:
+T = TypeVar("T")
+
+
+def in_each_thread(submit: Callable[[Callable[[], tuple[str, T]]], Future[tuple[str, T]]], threads: int,
+                   fn: Callable[[], T], timeout: float = THREAD_TIMEOUT) -> list[tuple[str, T]]:
     """Run ``fn`` once in each of a pool's ``threads`` threads: (thread name, result) per run.
 
     Each call waits at a barrier until all ``threads`` calls have started, so no thread takes two.
@@ -95,7 +98,7 @@ def in_each_thread(submit: Callable[[Callable[[], Any]], Future], threads: int,
     """
     barrier = threading.Barrier(threads)
 
-    def one() -> tuple[str, Any]:
+    def one() -> tuple[str, T]:
         try:
             barrier.wait(timeout)
         except threading.BrokenBarrierError:

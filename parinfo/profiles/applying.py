@@ -29,7 +29,7 @@ def _plan_of(profile: Any) -> Plan:
     return resolve_profile(profile)
 
 
-def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int] = ()) -> dict:
+def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int] = ()) -> dict[str, Any]:
     """Apply ``profile`` (a shipped name, a path, a dict or a resolved Plan) to this process.
 
     Variables the user set to other values are kept unless ``force``. Returns ``{"plan": ...,

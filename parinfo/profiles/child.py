@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import ApplyError
@@ -26,6 +26,7 @@ from parinfo.safe_text import shorten
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
+    from types import FrameType
 
     from parinfo.profiles.plan import InstancePlan, Plan
 
@@ -165,7 +166,7 @@ def not_started(command: Sequence[str], exc: OSError) -> int:
     return EXIT_NOT_EXECUTABLE
 
 
-def spawn(command: list[str], child: ChildEnv, **kw: Any) -> subprocess.Popen:
+def spawn(command: list[str], child: ChildEnv, **kw: Any) -> subprocess.Popen[bytes]:
     """Start one child pinned to ``child.cpus``: it inherits this process's affinity, set around Popen."""
     import subprocess
 
@@ -182,7 +183,7 @@ def spawn(command: list[str], child: ChildEnv, **kw: Any) -> subprocess.Popen:
 class Relay:
     """Forwards the signals this process receives to its children while installed."""
 
-    def __init__(self, send) -> None:
+    def __init__(self, send: Callable[[int], None]) -> None:
         self.send = send
         self.saved: dict[int, Any] = {}  # what signal.signal returned: a handler, SIG_DFL or None
 
@@ -193,9 +194,9 @@ class Relay:
                 self.saved[sig] = signal.signal(sig, self._handle)
         return self
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.send(signum)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for sig, handler in self.saved.items():
             signal.signal(sig, handler)

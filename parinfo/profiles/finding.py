@@ -42,7 +42,7 @@ def _looks_like_path(text: str) -> bool:
     return os.sep in text or "/" in text or text.endswith((".yaml", ".yml")) or text.startswith(".")
 
 
-def find_profile(source: str | os.PathLike, relative_to: Path | None = None) -> Path:
+def find_profile(source: str | os.PathLike[str], relative_to: Path | None = None) -> Path:
     """The file that ``source`` names: a path (relative to ``relative_to``) or a shipped name."""
     text = os.fspath(source)
     if "\0" in text:

@@ -52,7 +52,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) ->
                 print(line, file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
-    procs: list[tuple[int, subprocess.Popen]] = []
+    procs: list[tuple[int, subprocess.Popen[bytes]]] = []
     send = _sender(procs)
     die_with_us = _parent_death_hook(os.getpid())
     with Relay(send), _JobControl(send):
@@ -77,7 +77,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) ->
                     proc.wait()
 
 
-def _sender(procs: list[tuple[int, subprocess.Popen]]) -> Callable[[int], None]:
+def _sender(procs: list[tuple[int, subprocess.Popen[bytes]]]) -> Callable[[int], None]:
     def send(signum: int) -> None:
         for _, proc in procs:
             if proc.returncode is None:
@@ -205,7 +205,7 @@ class _Prefixed:
         _write(self.out, b"".join(parts))
 
 
-def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
+def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]]) -> int:
     """Relay prefixed output until every instance has exited; the first failure's status."""
     import selectors
     import time
@@ -229,7 +229,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen]]) -> int:
     first_failure = 0
     running = {proc.pid for _, proc in procs}
 
-    def reap(proc: subprocess.Popen) -> None:
+    def reap(proc: subprocess.Popen[bytes]) -> None:
         nonlocal first_failure
         if proc.pid in running and proc.poll() is not None:
             running.discard(proc.pid)
@@ -281,7 +281,7 @@ def _timeout(relays: list[_Prefixed], now: float, idle: float | None) -> float |
 
 
 def _pidfd(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
+    opener: Callable[[int], int] | None = getattr(os, "pidfd_open", None)  # Linux 5.3+ and Python 3.9+
     if opener is None:
         return None
     try:

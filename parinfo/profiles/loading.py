@@ -69,7 +69,7 @@ def list_profiles() -> list[dict[str, str]]:
 # Loading and validation
 
 
-def load_profile(source: str | os.PathLike) -> Profile:
+def load_profile(source: str | os.PathLike[str]) -> Profile:
     """Load, validate and merge (``extends``) the profile at a path or with a shipped name."""
     return _load(find_profile(source), ())
 

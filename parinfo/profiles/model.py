@@ -11,11 +11,11 @@ from parinfo.errors import ProfileError
 from parinfo.profiles.yaml_nodes import PATH_LIMIT, KeyPath, Mark, shown
 
 
-class Profile(dict):
+class Profile(dict[str, Any]):
     """A validated profile (plain values, ``extends`` already merged) that remembers where each
     value was written, so that resolution errors can still name file:line:column."""
 
-    def __init__(self, data: dict, *, source: str, marks: dict[KeyPath, Mark] | None = None,
+    def __init__(self, data: dict[str, Any], *, source: str, marks: dict[KeyPath, Mark] | None = None,
                  chain: tuple[str, ...] = ()) -> None:
         super().__init__(data)
         self.source = source

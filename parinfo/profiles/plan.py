@@ -6,6 +6,7 @@ force in this process, in a launched program, or across pinned instances.
 from __future__ import annotations
 
 from dataclasses import field
+from typing import Any
 
 from parinfo.record import record
 
@@ -51,8 +52,8 @@ class Plan:
     instances: tuple[InstancePlan, ...] = ()
     notes: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
-        def s(x: Setting) -> dict:
+    def to_dict(self) -> dict[str, Any]:
+        def s(x: Setting) -> dict[str, Any]:
             return {"value": x.value, "why": x.why}
 
         return {

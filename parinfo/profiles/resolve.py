@@ -158,7 +158,7 @@ class _Resolver:
 
     # -- instances ------------------------------------------------------------------------------
 
-    def instance_spec(self) -> dict | None:
+    def instance_spec(self) -> dict[str, Any] | None:
         spec = self.prof.get("instances")
         if self.override is None:
             return spec
@@ -171,7 +171,7 @@ class _Resolver:
             out["cores_per_instance"] = spec["cores_per_instance"]
         return out
 
-    def blocks(self, spec: dict) -> list[list[tuple[int, ...]]]:
+    def blocks(self, spec: dict[str, Any]) -> list[list[tuple[int, ...]]]:
         """Split the usable cores into one block of whole cores per instance."""
         explicit = self.prof.get("affinity")
         restrict = set(explicit) if isinstance(explicit, list) else None

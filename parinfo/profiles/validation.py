@@ -25,7 +25,7 @@ class DocumentChecker:
         mark = marks.get(keypath) or self.doc.marks.get(keypath)
         return error_at(mark, self.doc.path, message, fix, column_in_value)
 
-    def keys(self, mapping: dict, keypath: KeyPath, allowed: tuple[str, ...]) -> None:
+    def keys(self, mapping: dict[str, Any], keypath: KeyPath, allowed: tuple[str, ...]) -> None:
         for k in mapping:
             if k not in allowed:
                 k = shown(str(k), 80)
@@ -51,7 +51,7 @@ def validate_document(doc: Document) -> dict[str, Any]:
     return {key: rule.check(c, data[key], (key,)) for key, rule in LANGUAGE.items() if key in data}
 
 
-def _check_keys_are_text(c: DocumentChecker, data: dict) -> None:
+def _check_keys_are_text(c: DocumentChecker, data: dict[Any, Any]) -> None:
     """Refuse keys that are not text anywhere in an in-memory profile (YAML keys always are)."""
     stack: list[tuple[Any, KeyPath, int]] = [(data, (), 0)]
     while stack:

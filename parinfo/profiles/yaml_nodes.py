@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,28 +190,33 @@ def parse(text: str, path: str) -> Document:
         nodes = 0
         aliases = 0
         depth = 0
+        peek_event: Callable[[], yaml.Event]  # PyYAML's stub leaves it untyped
 
-        def compose_node(self, parent, index):  # PyYAML hook
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:  # PyYAML hook
             if self.depth >= MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise _error(f"nested more than {MAX_DEPTH} levels deep", path, mark.line + 1, mark.column + 1,
-                             fix="a profile needs only two or three levels")
+                raise self.fault(f"nested more than {MAX_DEPTH} levels deep",
+                                 "a profile needs only two or three levels")
             if self.check_event(yaml.AliasEvent):
                 self.aliases += 1
                 if self.aliases > MAX_ALIASES:
-                    mark = self.peek_event().start_mark
-                    raise _error(f"more than {MAX_ALIASES} aliases", path, mark.line + 1, mark.column + 1,
-                                 fix="profiles do not need many anchors; write the values out")
+                    raise self.fault(f"more than {MAX_ALIASES} aliases",
+                                     "profiles do not need many anchors; write the values out")
             self.nodes += 1
             if self.nodes > MAX_NODES:
-                mark = self.peek_event().start_mark
-                raise _error(f"more than {MAX_NODES} YAML nodes", path, mark.line + 1, mark.column + 1,
-                             fix="a profile is a few lines of YAML; check that this is the right file")
+                raise self.fault(f"more than {MAX_NODES} YAML nodes",
+                                 "a profile is a few lines of YAML; check that this is the right file")
             self.depth += 1
             try:
                 return super().compose_node(parent, index)
             finally:
                 self.depth -= 1
+
+        def fault(self, message: str, fix: str) -> ProfileError:
+            """The error for ``message`` at the start of the next event."""
+            mark = self.peek_event().start_mark
+            if mark is None:
+                return _error(message, path, fix=fix)
+            return _error(message, path, mark.line + 1, mark.column + 1, fix=fix)
 
     loader = None
     try:

@@ -92,7 +92,7 @@ def ensemble(framework: str) -> Callable[[], Any]:
         models = [[torch.randn(ENSEMBLE_WIDTH, ENSEMBLE_WIDTH, generator=g) / ENSEMBLE_WIDTH ** 0.5
                    for _ in range(ENSEMBLE_LAYERS)] for _ in range(ENSEMBLE_MODELS)]
 
-        def run(ws: list) -> Any:
+        def run(ws: list[Any]) -> Any:  # torch tensors or numpy arrays
             h = x
             for w in ws:
                 h = torch.tanh(torch.mm(h, w))
@@ -106,7 +106,7 @@ def ensemble(framework: str) -> Callable[[], Any]:
                    / np.float32(ENSEMBLE_WIDTH ** 0.5) for _ in range(ENSEMBLE_LAYERS)]
                   for _ in range(ENSEMBLE_MODELS)]
 
-        def run(ws: list) -> Any:
+        def run(ws: list[Any]) -> Any:  # torch tensors or numpy arrays
             h = x
             for w in ws:
                 h = np.tanh(h @ w)

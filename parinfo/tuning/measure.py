@@ -236,7 +236,7 @@ class InProcessMeasurer(Measurer):
         except UserCodeError as exc:
             raise WorkloadFailed(exc.summary, exit_code=1, output=exc.text) from None
         finally:
-            in_force: dict = {}
+            in_force: dict[str, Any] = {}
             for pool in pools:
                 in_force.setdefault(pool.internal_api or "?", []).append(pool.get())
             setter.restore([o for o in done if o.target != "intra-op"], pools)

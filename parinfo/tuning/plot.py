@@ -9,6 +9,7 @@ from parinfo.errors import TuneError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from parinfo.tuning.outcome import TuneOutcome
+    from parinfo.tuning.search import Point, Stats
 
 PLOT_SUFFIXES = (".svg", ".png")
 TITLE_CHARS = 90  # what fits across the figure at the title's font size
@@ -22,7 +23,7 @@ def shorten(text: str, limit: int) -> str:
     return one if len(one) <= limit else one[:limit - 1].rstrip() + "\u2026"
 
 
-def check_plot_path(path: str | os.PathLike) -> None:
+def check_plot_path(path: str | os.PathLike[str]) -> None:
     """Refuse a --plot target before any measuring: wrong suffix, missing folder, no matplotlib."""
     p = os.fspath(path)
     suffix = os.path.splitext(p)[1].lower()
@@ -56,7 +57,7 @@ def text_plot(result: TuneOutcome, width: int = 50) -> str:
     return "\n".join(lines)
 
 
-def save_plot(result: TuneOutcome, path: str | os.PathLike) -> None:
+def save_plot(result: TuneOutcome, path: str | os.PathLike[str]) -> None:
     """Median with its interquartile band against the thread count; one line per inter-op count."""
     check_plot_path(path)
     import matplotlib
@@ -65,7 +66,7 @@ def save_plot(result: TuneOutcome, path: str | os.PathLike) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups: dict[int, list] = {}
+    groups: dict[int, list[tuple[Point, Stats]]] = {}
     for p, s in result.measured:
         groups.setdefault(p.inter if result.pairs else 1, []).append((p, s))
     for inter, rows in sorted(groups.items()):

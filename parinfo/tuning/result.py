@@ -22,7 +22,7 @@ class TuneResult(TuneOutcome):
         """A profile (``version: 1``) with the winning counts, and comments recording how they were found."""
         return writers.profile_yaml(self, name)
 
-    def write_profile(self, path: str | os.PathLike, name: str | None = None) -> None:
+    def write_profile(self, path: str | os.PathLike[str], name: str | None = None) -> None:
         """Write :meth:`to_profile_yaml` to ``path``."""
         writers.write_profile(self, path, name)
 
@@ -30,6 +30,6 @@ class TuneResult(TuneOutcome):
         """Median time per measured point as horizontal bars (the terminal plot)."""
         return plots.text_plot(self, width)
 
-    def plot(self, path: str | os.PathLike) -> None:
+    def plot(self, path: str | os.PathLike[str]) -> None:
         """Save the curve as SVG or PNG with matplotlib (the ``plot`` extra)."""
         plots.save_plot(self, path)

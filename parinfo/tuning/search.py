@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import field
+from typing import Any
 
 from parinfo.record import record
 
@@ -73,7 +74,7 @@ class Stats:
         med = self.median
         return (q3 - q1) / med if med > 0 else 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         q1, q3 = self.quartiles
         return {"median_s": self.median, "q1_s": q1, "q3_s": q3, "min_s": self.min, "max_s": self.max,
                 "spread": self.spread, "repeats": len(self.samples), "number": self.number,

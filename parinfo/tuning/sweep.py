@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NOISY_SPREAD", "OBJECTIVES", "TuneOptions", "TuneResult", "WorkloadFailed", "run", "tune"]
 
-Progress = Callable[[str, dict], None]
+Progress = Callable[[str, dict[str, Any]], None]
 
 
 def tune(workload: str | None = None, *, objective: str = "latency", framework: str = "numpy",

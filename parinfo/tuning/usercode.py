@@ -95,7 +95,7 @@ def build_module(target: str) -> Callable[[], Any]:
         raise user_error(exc) from None
     except (Exception, SystemExit) as exc:
         raise user_error(exc) from None
-    func = getattr(mod, func_name, None)
+    func: object = getattr(mod, func_name, None)
     if func is None:
         raise WorkloadUsageError(f"--module {target}: module {mod_name!r} has no attribute {func_name!r}")
     if not callable(func):

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 
-def counts_in_force(framework: str) -> dict:
+def counts_in_force(framework: str) -> dict[str, Any]:
     """The counts the loaded libraries report now (read-only: nothing is probed by setting)."""
     from parinfo.process import setter
 
-    seen: dict = {}
+    seen: dict[str, Any] = {}
     try:
         for pool in setter.native_pools():
             seen.setdefault(pool.internal_api or "?", []).append(pool.get())
@@ -35,7 +36,7 @@ def counts_in_force(framework: str) -> dict:
     return seen
 
 
-def run(job: dict) -> dict:
+def run(job: dict[str, Any]) -> dict[str, Any]:
     """Build the workload under this process's counts and time it; returns the result dict."""
     from parinfo.tuning.timing import time_calls
     from parinfo.tuning.usercode import UserCodeError, WorkloadUsageError

@@ -115,7 +115,7 @@ def profile_yaml(r: TuneOutcome, name: str | None = None) -> str:
     return comments + yaml.safe_dump(body, sort_keys=False, width=1000)
 
 
-def write_profile(r: TuneOutcome, path: str | os.PathLike, name: str | None = None) -> None:
+def write_profile(r: TuneOutcome, path: str | os.PathLike[str], name: str | None = None) -> None:
     """Write :func:`profile_yaml` to ``path``; UsageError when the file cannot be written."""
     text = profile_yaml(r, name)
     try:

@@ -6,6 +6,7 @@ The sampler (:mod:`parinfo.watching.sample`) makes these from two readings; the 
 from __future__ import annotations
 
 from dataclasses import asdict, field
+from typing import Any
 
 from parinfo.record import record
 
@@ -59,7 +60,7 @@ class Sample:
     verdict: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["groups"] = [asdict(g) for g in self.groups]
         d["notes"] = list(self.notes)

@@ -16,16 +16,28 @@ the hook only chains. torch's counts are set through parinfo's one setting modul
 Checks: right after torch's import (torch's counts), and at exit (a watched variable the program
 changed, parinfo's runtime counts when it was used); the verify variable set to ``full`` adds the
 native pools (threadpoolctl) at exit, ``off`` turns checking off.
+
+Its type hints are quoted and its typing names imported for type checkers only: every launched
+program runs this file, so it neither imports typing nor needs a recent interpreter to do so.
 """
 import os
 import sys
-from types import SimpleNamespace
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing into every launched program
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from importlib.abc import Loader as _Loader
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
+else:
+    _Loader = object  # a loader is whatever has exec_module; the ABC's own methods must not shadow the wrapped ones
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SPEC_VAR = "_PARINFO_HOOK"
 
 
-def _say(text):
+def _say(text: "str") -> "None":
     try:
         sys.stderr.write("parinfo: " + text + "\n")
         sys.stderr.flush()
@@ -33,33 +45,54 @@ def _say(text):
         pass
 
 
-def _parse(spec):
+class _TorchFacts:
+    """torch's registry record as the setter module reads it: the names of its setters and getters."""
+
+    def __init__(self, setter: "str", getter: "str", interop_setter: "str", interop_getter: "str") -> "None":
+        self.name = "torch"
+        self.setter, self.getter = setter, getter
+        self.interop_setter, self.interop_getter = interop_setter, interop_getter
+        self.scope = "thread"
+
+
+class _Facts:
+    """The hook's instructions: torch's counts to set (None: leave it), the variables to watch, each
+    pool's count variables (first wins), parinfo's runtime variables, the verify variable, the
+    variables threadpoolctl's import sets, and torch's record."""
+
+    def __init__(self, intra: "int | None", inter: "int | None", watch: "list[str]",
+                 orders: "dict[str, tuple[str, ...]]", runtime_vars: "tuple[str, ...]", verify_var: "str",
+                 undo: "tuple[str, ...]", torch: "_TorchFacts") -> "None":
+        self.intra, self.inter, self.watch, self.orders = intra, inter, watch, orders
+        self.runtime_vars, self.verify_var, self.undo, self.torch = runtime_vars, verify_var, undo, torch
+
+
+def _parse(spec: "str") -> "_Facts | None":
     """``1 intra=2 inter=1 watch=A,B pool.X=V,W runtime=... verify=... undo=... torch=...`` -> the
-    instructions as a namespace; None when not understood."""
+    instructions; None when not understood."""
     parts = spec.split()
     if not parts or parts[0] != "1":
         return None
     fields = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
 
-    def count(key):
+    def count(key: "str") -> "int | None":
         value = fields.get(key, "-")
         return int(value) if value.isdigit() and int(value) > 0 else None
 
-    def names(key):
+    def names(key: "str") -> "tuple[str, ...]":
         return tuple(n for n in fields.get(key, "").split(",") if n)
 
     torch = names("torch")
     if len(torch) != 4 or len(names("runtime")) != 2:
         return None
-    return SimpleNamespace(
+    return _Facts(
         intra=count("intra"), inter=count("inter"), watch=list(names("watch")),
         orders={k[len("pool."):]: names(k) for k in fields if k.startswith("pool.")},
         runtime_vars=names("runtime"), verify_var=fields.get("verify", ""), undo=names("undo"),
-        torch=SimpleNamespace(name="torch", setter=torch[0], getter=torch[1], interop_setter=torch[2],
-                              interop_getter=torch[3], scope="thread"))
+        torch=_TorchFacts(setter=torch[0], getter=torch[1], interop_setter=torch[2], interop_getter=torch[3]))
 
 
-def _setter():
+def _setter() -> "ModuleType":
     """parinfo's one module that sets counts, loaded by path (this interpreter may not have parinfo)."""
     loaded = sys.modules.get("_parinfo_setter")
     if loaded is not None:
@@ -80,25 +113,26 @@ def _setter():
     return module
 
 
-class _AfterExec:
+class _AfterExec(_Loader):
     """Wraps a loader so ``after(module)`` runs once the module has executed."""
 
-    def __init__(self, loader, after):
+    def __init__(self, loader: "_Loader", after: "Callable[[ModuleType], None]") -> "None":
         self._loader = loader
         self._after = after
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: "str") -> "Any":
         return getattr(self._loader, name)
 
-    def create_module(self, spec):
+    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
         create = getattr(self._loader, "create_module", None)
         return create(spec) if create is not None else None
 
-    def exec_module(self, module):
+    def exec_module(self, module: "ModuleType") -> "None":
         # The module keeps its real loader: importlib.resources and friends look at it.
         module.__loader__ = self._loader
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self._loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None:
+            spec.loader = self._loader
         self._loader.exec_module(module)
         self._after(module)
 
@@ -106,16 +140,17 @@ class _AfterExec:
 class _TorchWatcher:
     """A sys.meta_path finder that fires once, when ``import torch`` has finished."""
 
-    def __init__(self, callback):
+    def __init__(self, callback: "Callable[[ModuleType], None]") -> "None":
         self._callback = callback
         self._busy = False
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: "str", path: "Sequence[str] | None" = None,
+                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
         if fullname != "torch" or self._busy:
             return None
         self._busy = True
         try:
-            spec = None
+            spec = None  # type: ModuleSpec | None
             for finder in list(sys.meta_path):
                 find = getattr(finder, "find_spec", None)
                 if finder is self or find is None:
@@ -130,7 +165,7 @@ class _TorchWatcher:
         spec.loader = _AfterExec(spec.loader, self._fire)
         return spec
 
-    def _fire(self, module):
+    def _fire(self, module: "ModuleType") -> "None":
         try:
             sys.meta_path.remove(self)
         except ValueError:
@@ -138,7 +173,7 @@ class _TorchWatcher:
         self._callback(module)
 
 
-def _profile():
+def _profile() -> "str":
     return os.environ.get("PARINFO_PROFILE") or "?"
 
 
@@ -149,7 +184,7 @@ _INTEROP_REFUSED = "cannot set number of interop threads"
 _POOL_THREAD = "PTThreadPool"
 
 
-def _interop_pool_started(torch):
+def _interop_pool_started(torch: "ModuleType") -> "bool | None":
     """Whether torch's inter-op pool has started (its threads exist); None when it cannot be told."""
     try:
         if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
@@ -163,7 +198,7 @@ def _interop_pool_started(torch):
         return None
 
 
-def _guard_interop(torch, inter, rec):
+def _guard_interop(torch: "ModuleType", inter: "int", rec: "_TorchFacts") -> "None":
     """Keep torch.set_num_interop_threads working for the program after the hook's own call.
 
     torch accepts one call per process and the hook has made it, so the program's first call would
@@ -175,7 +210,7 @@ def _guard_interop(torch, inter, rec):
     real = getattr(torch, rec.interop_setter)
     answered = []  # type: list[int]
 
-    def guarded(nthreads):
+    def guarded(nthreads: "Any") -> "Any":
         if answered:
             return real(nthreads)
         try:
@@ -198,7 +233,7 @@ def _guard_interop(torch, inter, rec):
     setattr(torch, rec.interop_setter, guarded)
 
 
-def _set_torch(torch, intra, inter, rec):
+def _set_torch(torch: "ModuleType", intra: "int | None", inter: "int | None", rec: "_TorchFacts") -> "None":
     """Set torch's counts and check them; one line on stderr per count not in force."""
     try:
         setter = _setter()
@@ -220,7 +255,7 @@ def _set_torch(torch, intra, inter, rec):
         _say("could not set torch's thread counts (%s: %s)" % (type(exc).__name__, exc))
 
 
-def _expected_pool_count(order, env):
+def _expected_pool_count(order: "Sequence[str]", env: "Mapping[str, str]") -> "tuple[str, int] | None":
     """The count a native pool reads from the launch environment (``order``: its variables, first
     wins), or None when none applies."""
     for name in order:
@@ -233,14 +268,14 @@ def _expected_pool_count(order, env):
 class _ExitCheck:
     """Checks at exit what the program may have undone; cheap unless PARINFO_VERIFY=full."""
 
-    def __init__(self, facts, full):
+    def __init__(self, facts: "_Facts", full: "bool") -> "None":
         self.start = {n: os.environ.get(n) for n in facts.watch}
         names = [n for order in facts.orders.values() for n in order] + list(facts.runtime_vars)
         self.launch = {n: os.environ.get(n) for n in names}
         self.facts = facts
         self.full = full
 
-    def __call__(self):
+    def __call__(self) -> "None":
         try:
             self._environment()
             self._runtime()
@@ -249,14 +284,14 @@ class _ExitCheck:
         except Exception as exc:
             _say("could not verify the thread counts (%s: %s)" % (type(exc).__name__, exc))
 
-    def _environment(self):
+    def _environment(self) -> "None":
         for name, start in self.start.items():
             now = os.environ.get(name)
             if now != start:
                 _say("not in force: the program changed %s from %r to %r (profile %s); libraries "
                      "loaded after the change read the new value" % (name, start, now, _profile()))
 
-    def _runtime(self):
+    def _runtime(self) -> "None":
         state = sys.modules.get("parinfo.runtime.state")  # the program used parinfo's runtime
         runtime = getattr(state, "RUNTIME", None)
         if runtime is None:
@@ -271,7 +306,7 @@ class _ExitCheck:
                 _say("not in force: parinfo %s threads = %s (%s), profile %s wants %s"
                      % (key.replace("_", "-"), got, source.get("text", "unknown"), _profile(), want))
 
-    def _pools(self):
+    def _pools(self) -> "None":
         try:
             threadpoolctl = _setter().import_threadpoolctl(self.facts.undo)
         except ImportError:
@@ -286,7 +321,7 @@ class _ExitCheck:
                         expected[0], expected[1], _profile()))
 
 
-def _install(spec):
+def _install(spec: "str") -> "None":
     facts = _parse(spec)
     if facts is None:
         _say("ignoring %s=%r: not understood by this start-up hook" % (_SPEC_VAR, spec))
@@ -304,7 +339,7 @@ def _install(spec):
         atexit.register(_ExitCheck(facts, full=verify == "full"))
 
 
-def _chain():
+def _chain() -> "None":
     """Run the sitecustomize that would have run without this hook, if there is one."""
     import importlib.machinery
     import importlib.util
@@ -323,7 +358,7 @@ def _chain():
                          % (type(exc).__name__, exc))
 
 
-def _main():
+def _main() -> "None":
     spec = os.environ.get(_SPEC_VAR)
     if spec:
         try:
