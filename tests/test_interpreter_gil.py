@@ -14,11 +14,12 @@ from conftest import run_json
 from test_diagnostics_rules import base, diagnose
 
 from parinfo.process.interpreter import InterpreterFacts, interpreter_facts
+from parinfo.process.pools import PoolRow
 
 FT = {"Py_GIL_DISABLED": 1}
-GOMP2 = [{"library": "libgomp", "user_api": "openmp", "internal_api": "openmp", "num_threads": 2}]
-PTHREADS_BLAS4 = [{"library": "openblas", "user_api": "blas", "internal_api": "openblas", "num_threads": 4,
-                   "threading_layer": "pthreads"}]
+GOMP2 = [PoolRow.from_dict({"library": "libgomp", "user_api": "openmp", "internal_api": "openmp", "num_threads": 2})]
+PTHREADS_BLAS4 = [PoolRow.from_dict({"library": "openblas", "user_api": "blas", "internal_api": "openblas",
+                                     "num_threads": 4, "threading_layer": "pthreads"})]
 MESSAGE = ("The global interpreter lock (GIL) has been enabled to load module 'fakepkg._speedups', which has "
            "not declared that it can run safely without the GIL. To override this behavior and keep the GIL "
            "disabled (at your own risk), run with PYTHON_GIL=0 or -Xgil=0.")

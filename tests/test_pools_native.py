@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
-from parinfo.process.pools import classify, loaded_objects, owner_of, threading_layers
+from parinfo.process.pools import PoolRow, classify, loaded_objects, owner_of, threading_layers
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
@@ -18,7 +18,7 @@ HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 @needs_numpy
 def test_numpy_pools_match_threadpoolctl():
     out = run_json("import json, numpy; from parinfo.process.pools import native_pools; import threadpoolctl; "
-                   "print(json.dumps([native_pools(), threadpoolctl.threadpool_info()]))")
+                   "print(json.dumps([[r.to_dict() for r in native_pools()], threadpoolctl.threadpool_info()]))")
     ours, theirs = out
     mine = [r for r in ours if r["seen_by"] == "threadpoolctl"]
     assert len(mine) == len(theirs) >= 1
@@ -36,7 +36,7 @@ def test_numpy_pools_match_threadpoolctl():
 @pytest.mark.skipif(not HAVE_SCIPY, reason="scipy is not installed")
 def test_numpy_and_scipy_openblas_are_two_copies_marked_duplicate():
     rows = run_json("import json, numpy, scipy.linalg; from parinfo.process.pools import native_pools; "
-                    "print(json.dumps(native_pools()))")
+                    "print(json.dumps([r.to_dict() for r in native_pools()]))")
     blas = [r for r in rows if r["library"] == "openblas"]
     assert len(blas) == 2
     assert {r["owner"] for r in blas} == {"numpy", "scipy"}
@@ -55,7 +55,8 @@ def test_two_libgomp_copies_loaded_by_path_are_duplicates(tmp_path):
     if not bundled.exists():
         pytest.skip("this torch build bundles no libgomp")
     rows = run_json(f"import ctypes, json; ctypes.CDLL({str(system)!r}); ctypes.CDLL({str(bundled)!r}); "
-                    "from parinfo.process.pools import native_pools; print(json.dumps(native_pools()))")
+                    "from parinfo.process.pools import native_pools; "
+                    "print(json.dumps([r.to_dict() for r in native_pools()]))")
     gomp = [r for r in rows if r["library"] == "libgomp"]
     assert len(gomp) == 2 and all(r["copies"] == 2 for r in gomp)
     assert sum(r["duplicate_of"] is not None for r in gomp) == 1
@@ -127,7 +128,8 @@ def test_classify_and_owner():
 
 def test_runtimes_threadpoolctl_cannot_see_come_from_loaded_objects():
     code = ("import json; from parinfo.process.pools import native_pools, threading_layers; "
-            f"rows = native_pools({FAKE_MAPS!r}); print(json.dumps([rows, threading_layers(rows)]))")
+            f"rows = native_pools({FAKE_MAPS!r}); "
+            "print(json.dumps([[r.to_dict() for r in rows], threading_layers(rows).to_dict()]))")
     rows, layers = run_json(code)
     fake = {r["library"]: r for r in rows if r["seen_by"] == "loaded objects"}
     assert set(fake) == {"libgomp", "tbb", "libiomp", "libomp", "mkl"}
@@ -148,20 +150,21 @@ def test_threading_layers_in_words():
         {"library": "libgomp", "threading_layer": None},
         {"library": "mkl", "threading_layer": None},
     ]
-    out = threading_layers(pools)
+    out = threading_layers([PoolRow.from_dict(p) for p in pools]).to_dict()
     assert out["openmp"] == "GNU libgomp"
     assert out["openblas"] == "pthreads, openmp"
     assert out["mkl"] == "unknown"
     assert out["blis"] is None and out["tbb"] is False
     assert out["summary"] == "OpenMP: GNU libgomp; MKL: unknown; OpenBLAS: pthreads, openmp (2 copies); TBB: no"
-    assert threading_layers([])["openmp"] is None
+    assert threading_layers([]).openmp is None
 
 
 @pytest.mark.torch
 def test_torch_libgomp_and_mkl_inside_torch_are_pools():
     out = run_json("import json, torch; from parinfo.process.pools import native_pools; "
                    "from parinfo.process.torch_config import parse_parallel_info; "
-                   "print(json.dumps([native_pools(), parse_parallel_info(torch.__config__.parallel_info()), "
+                   "print(json.dumps([[r.to_dict() for r in native_pools()],\n"
+                   "parse_parallel_info(torch.__config__.parallel_info()), "
                    "torch.backends.mkl.is_available()]))")
     rows, parsed, mkl = out
     gomp = [r for r in rows if r["library"] in ("libgomp", "libiomp") and r["owner"] == "torch"]
@@ -180,7 +183,7 @@ def test_torch_libgomp_and_mkl_inside_torch_are_pools():
 @pytest.mark.torch
 def test_mkl_inside_torch_follows_mkl_num_threads():
     rows = run_json("import json, torch; from parinfo.process.pools import native_pools; "
-                    "print(json.dumps(native_pools()))", env=clean_env(MKL_NUM_THREADS="1"))
+                    "print(json.dumps([r.to_dict() for r in native_pools()]))", env=clean_env(MKL_NUM_THREADS="1"))
     inside = [r for r in rows if r["library"] == "mkl" and r["owner"] == "torch"]
     if not inside:
         pytest.skip("this torch build has no MKL")
@@ -206,7 +209,8 @@ def test_tbb_is_a_pool_with_its_count_read_through_getters(prefix, cpus):
     if name is None:
         pytest.skip("no libtbb on this machine")
     code = (f"import ctypes, json, os; ctypes.CDLL({name!r}); from parinfo.process.pools import native_pools; "
-            "rows = native_pools(); print(json.dumps([rows, len(os.listdir('/proc/self/task'))]))")
+            "rows = [r.to_dict() for r in native_pools()]; "
+            "print(json.dumps([rows, len(os.listdir('/proc/self/task'))]))")
     rows, nthreads = run_json(code, prefix=prefix)
     tbb = [r for r in rows if r["library"] == "tbb"]
     assert len(tbb) == 1
@@ -225,7 +229,7 @@ def test_a_threadpoolctl_failure_still_lists_the_loaded_runtimes(monkeypatch):
 
     monkeypatch.setattr(pools, "_tpc_rows", broken)
     maps = "".join(line + "\n" for line in FAKE_MAPS.splitlines() if "libomp.so" not in line)
-    rows = pools.native_pools(maps)  # without the Intel+LLVM pair, which skips threadpoolctl
+    rows = [r.to_dict() for r in pools.native_pools(maps)]  # without the Intel+LLVM pair: threadpoolctl asked
     assert {r["library"] for r in rows} == {"libgomp", "tbb", "libiomp", "mkl"}
     assert all(r["num_threads"] is None for r in rows)
     assert "threadpoolctl failed (RuntimeError: boom)" in rows[0]["note"]
@@ -238,7 +242,7 @@ def test_the_intel_llvm_pair_asks_no_library(monkeypatch):
         raise AssertionError("threadpoolctl must not be asked with the pair loaded")
 
     monkeypatch.setattr(pools, "_tpc_rows", called)
-    rows = pools.native_pools(FAKE_MAPS)
+    rows = [r.to_dict() for r in pools.native_pools(FAKE_MAPS)]
     assert {r["library"] for r in rows} == {"libgomp", "tbb", "libiomp", "libomp", "mkl"}
     assert all(r["num_threads"] is None and r["note"] == pools.CONFLICT_NOTE for r in rows
                if r["seen_by"] == "loaded objects" and r["library"] != "mkl")

@@ -25,6 +25,7 @@ from parinfo.host.scanner import FOLLOW_S, Scanner
 from parinfo.machine import procfs
 from parinfo.machine.procfs import NotAProcess, Proc, ProcessGone
 from parinfo.process.inforce import IN_FORCE, counts_in_force
+from parinfo.process.pools import PoolRow
 from parinfo.source import unknown as unknown_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -348,7 +349,7 @@ def test_a_count_the_kernel_refused_is_never_replaced_by_a_launch_environment_gu
     from parinfo.host import scanner as sc
     from parinfo.machine.topology import machine_facts
 
-    row = {"library": "openblas", "filepath": "/lib/libopenblas.so", "owner": "numpy"}
+    row = PoolRow.from_dict({"library": "openblas", "filepath": "/lib/libopenblas.so", "owner": "numpy"})
     static = sc._Static(("python",), "python", 0, {"OPENBLAS_NUM_THREADS": "1"}, symbol_maps="x")
     for denied, expect_count in ((True, None), (False, 1)):
         monkeypatch.setattr(sc, "_in_force", lambda pid, maps, d=denied: {

@@ -20,13 +20,14 @@ if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
     from parinfo.process.attach import Attached
     from parinfo.process.attach.result import Answer
+    from parinfo.process.pools import PoolRow
     from parinfo.process.provenance import ModuleLibrary, SettingRow
     from parinfo.process.threads import ThreadList
 
 __all__ = ["Inside", "inspect_attached", "read_inside"]
 
 
-def _pool_rows(attached: Attached, runtimes: list[dict], objects: list[str]) -> list[dict]:
+def _pool_rows(attached: Attached, runtimes: list[PoolRow], objects: list[str]) -> list[PoolRow]:
     """The runtime rows of the process's maps, with what each library said of itself inside."""
     from parinfo.process import libraries as reg
     from parinfo.process.pools import mark_duplicates, torch_mkl_row
@@ -35,16 +36,16 @@ def _pool_rows(attached: Attached, runtimes: list[dict], objects: list[str]) -> 
     mkl_layer = reg.library("mkl").layer_in(objects)
     rows = []
     for row in runtimes:
-        read = answer.pools.get(row.get("filepath") or "")
+        read = answer.pools.get(row.filepath or "")
         if read is not None:
-            row.update(num_threads=read.count, version=read.version, threading_layer=read.layer,
-                       architecture=read.architecture, seen_by="attach (the library's own getters)")
+            row.num_threads, row.version, row.threading_layer = read.count, read.version, read.layer
+            row.architecture, row.seen_by = read.architecture, "attach (the library's own getters)"
             if read.why is not None:
-                row["note"] = f"not read inside the process: {read.why}"
+                row.note = f"not read inside the process: {read.why}"
         elif "pools" in answer.errors:
-            row["note"] = f"not read inside the process: {answer.errors['pools']}"
-        if row["library"] == "mkl" and row.get("threading_layer") is None:
-            row["threading_layer"] = mkl_layer
+            row.note = f"not read inside the process: {answer.errors['pools']}"
+        if row.library == "mkl" and row.threading_layer is None:
+            row.threading_layer = mkl_layer
         rows.append(row)
     torch_row = torch_mkl_row(objects, rows, answer.torch)
     if torch_row is not None:
@@ -94,14 +95,14 @@ class Inside:
     :func:`parinfo.process.provenance.library_settings`, parinfo's own pools aside)."""
 
     found: Attached
-    pools: list[dict]
+    pools: list[PoolRow]
     threads: ThreadList
     torch: dict | None
     runtime: dict | None
     settings: list[SettingRow]
 
 
-def read_inside(pid: int, runtimes: list[dict], objects: list[str], launch: dict[str, str] | str,
+def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: dict[str, str] | str,
                 facts: MachineFacts, timeout: float) -> Inside:
     """Attach to ``pid`` (its runtime rows and loaded objects from its maps, its launch environment
     and machine facts read outside) and explain what it answered, as ``parinfo.inspect()`` would
@@ -111,7 +112,7 @@ def read_inside(pid: int, runtimes: list[dict], objects: list[str], launch: dict
     from parinfo.runtime.settings import machine_of
 
     conflict = bool(pools.openmp_conflict(objects))
-    found = attach.attach(pid, [(r["filepath"], r["library"]) for r in runtimes if r.get("filepath")],
+    found = attach.attach(pid, [(r.filepath, r.library) for r in runtimes if r.filepath],
                           machine_of(facts), timeout=timeout, skip_native=conflict)
     answer = found.answer
     pool_rows = _pool_rows(found, runtimes, objects)
@@ -211,9 +212,9 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
         cpu=cpu_identity(root),
         runtime=runtime,
         backend=Backend(runtime.backend, runtime.started,
-                        pools.ThreadingLayers.from_dict(pools.threading_layers(pool_rows)),
+                        pools.threading_layers(pool_rows),
                         None if framework_info.torch is None else framework_info.torch.aten_backend, interpreter),
-        pools=[pools.PoolRow.from_dict(row) for row in pool_rows],
+        pools=pool_rows,
         frameworks=framework_info,
         settings=settings,
         environment=env_rows,

@@ -17,6 +17,7 @@ from parinfo.source import Kind, Source
 
 if TYPE_CHECKING:
     from parinfo.machine.memlimit import MemoryFacts
+    from parinfo.process.pools import PoolRow
 
 __all__ = ["inspect_pid", "live_section", "pid_is_self"]
 
@@ -176,8 +177,8 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         cpu=cpu_identity(root),
         runtime=RuntimeSection(unknown=COUNTS_UNKNOWN),
         backend=Backend(None, any(n.startswith("parinfo-") for n in names),
-                        pools.ThreadingLayers.from_dict(pools.threading_layers(runtimes))),
-        pools=[pools.PoolRow.from_dict(row) for row in runtimes],
+                        pools.threading_layers(runtimes)),
+        pools=runtimes,
         frameworks=Frameworks(),
         environment=[] if env is None else envmod.environment_report(env, env),
         threads=listing,
@@ -187,11 +188,11 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     if children:
         for row in report.pools:
             row.pid = pid
-        report.pools += [pools.PoolRow.from_dict(row) for row in descendants]
+        report.pools += descendants
     return report
 
 
-def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str]) -> list[dict]:
+def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str]) -> list[PoolRow]:
     """The pool rows of each descendant (``pid`` set), read as the parent's are: from its maps, its
     memory and its launch environment. One that ends meanwhile is left out; one this user may not
     read is named in ``unreadable``."""
@@ -201,7 +202,7 @@ def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str]) -
     from parinfo.process import remote
     from parinfo.process.tasks import NoAccess, ProcessGone
 
-    out: list[dict] = []
+    out: list[PoolRow] = []
     for child in pids:
         try:
             try:
@@ -216,7 +217,9 @@ def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str]) -
             continue
         except ProcessGone:
             continue
-        out += [dict(row, pid=child) for row in rows]
+        for row in rows:
+            row.pid = child
+        out += rows
     return out
 
 

@@ -119,8 +119,8 @@ def thread_pools() -> list[dict[str, Any]]:
     """The pools' counts as the calling thread sees them (OpenMP's limit is per thread)."""
     from parinfo.process.pools import native_pools
 
-    return [{"library": p["library"], "user_api": p.get("user_api"), "num_threads": p.get("num_threads")}
-            for p in native_pools() if not p.get("duplicate_of")]
+    return [{"library": p.library, "user_api": p.user_api, "num_threads": p.num_threads}
+            for p in native_pools() if not p.duplicate_of]
 
 
 def push_thread_limits(counts: dict[str, int]) -> list[str]:

@@ -27,7 +27,7 @@ import re
 import shlex
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import parinfo.checks as checks
 from parinfo.diagnostics import fleet_rules
@@ -56,6 +56,7 @@ from parinfo.source import Kind, Source, unknown as unknown_source
 if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters, PressureFacts
     from parinfo.machine.topology import MachineFacts
+    from parinfo.process.pools import PoolRow
 
 #: How old a cgroup's binding or the machine's facts may grow before a scan reads them again.
 FOLLOW_S = REREAD_S
@@ -119,7 +120,7 @@ class _Static:
     uid: int
     environ: dict[str, str] | str  # its thread variables at launch, or "unknown (why)"
     maps: bytes | None = None
-    pools: list[dict[str, Any]] | str | None = None  # rows of pools_in_maps, or "unknown (why)"
+    pools: list[PoolRow] | str | None = None  # rows of runtimes_in_maps, or "unknown (why)"
     symbol_maps: str | None = None  # the maps lines of its pools whose count can be read from memory
 
 
@@ -258,7 +259,7 @@ class Scanner:
         return _CgroupInfo(cg.path or "/", key, cg.quota, cg.cpuset if narrower else None,
                            usable_from(cpus, None, cg.quota), pid, clock)
 
-    def _pools(self, proc: Proc, static: _Static) -> list[dict[str, Any]] | str:
+    def _pools(self, proc: Proc, static: _Static) -> list[PoolRow] | str:
         try:
             maps = proc.read_or_why("maps", MAPS_LIMIT)
         except ProcessGone:
@@ -268,11 +269,11 @@ class Scanner:
         if static.pools is None or maps != static.maps:
             from parinfo.process.pools import runtimes_in_maps
 
-            static.maps, static.pools = maps, runtimes_in_maps(maps, "/proc/PID/maps")
-            static.symbol_maps = _symbol_lines(maps, static.pools)
+            rows = runtimes_in_maps(maps, "/proc/PID/maps")
+            static.maps, static.pools, static.symbol_maps = maps, rows, _symbol_lines(maps, rows)
         return static.pools if static.pools is not None else []
 
-    def _counts(self, pid: int, rows: list[dict[str, Any]], static: _Static,
+    def _counts(self, pid: int, rows: list[PoolRow], static: _Static,
                 facts: MachineFacts) -> list[PoolCount]:
         """Each pool's count: in force where it can be read from the process's memory, else what its
         launch environment asks for (said so), else unknown."""
@@ -281,7 +282,7 @@ class Scanner:
         read = _in_force(pid, static.symbol_maps)
         out = []
         for row in rows:
-            library, path = row["library"], row["filepath"]
+            library, path = row.library, row.filepath or ""
             count, in_force = None, False
             source: Source
             found = read.get(path)
@@ -301,11 +302,10 @@ class Scanner:
                               if count is not None else guess.source)
                 else:
                     source = unknown_source(f"parinfo has no record for {library}")
-            out.append(PoolCount(library, path, row.get("owner") or "unknown", count, source, in_force,
-                                 row.get("duplicate_of")))
+            out.append(PoolCount(library, path, row.owner, count, source, in_force, row.duplicate_of))
         return out
 
-    def _inside(self, pid: int, rows: list[dict[str, Any]], static: _Static,
+    def _inside(self, pid: int, rows: list[PoolRow], static: _Static,
                 facts: MachineFacts) -> list[PoolCount] | None:
         """Each pool's count read inside a Python process (``host --attach``), with the source that
         decided it as the process's own report gives it; None when the attach was refused or not
@@ -320,7 +320,7 @@ class Scanner:
 
         began = time.monotonic()
         try:
-            inside = read_inside(pid, [dict(r) for r in rows], loaded_objects(
+            inside = read_inside(pid, [dataclasses.replace(r) for r in rows], loaded_objects(
                 (static.maps or b"").decode("utf-8", "surrogateescape")), static.environ, facts,
                 min(left, ATTACH_EACH_S))
         except UsageError as exc:
@@ -332,12 +332,12 @@ class Scanner:
         explained = {row.filepath: row for row in inside.settings}
         out = []
         for row in inside.pools:
-            setting = explained.get(row.get("filepath"))
-            count = row.get("num_threads") if setting is None else setting.count
+            setting = explained.get(row.filepath)
+            count = row.num_threads if setting is None else setting.count
             source = (setting.source if setting is not None and setting.source is not None
-                      else unknown_source(row.get("note") or "not read inside the process"))
-            out.append(PoolCount(row["library"], row["filepath"], row.get("owner") or "unknown", count, source,
-                                 count is not None, row.get("duplicate_of"), attached=True))
+                      else unknown_source(row.note or "not read inside the process"))
+            out.append(PoolCount(row.library, row.filepath or "", row.owner, count, source,
+                                 count is not None, row.duplicate_of, attached=True))
         return out
 
     def _attach_notes(self) -> list[str]:
@@ -556,12 +556,12 @@ def _families(processes: list[HostProcess]) -> list[Family]:
     return out
 
 
-def _symbol_lines(maps: bytes, rows: list[dict[str, Any]]) -> str | None:
+def _symbol_lines(maps: bytes, rows: list[PoolRow]) -> str | None:
     """The lines of a maps file that map the pools among ``rows`` whose library keeps its count where
     it can be read from outside (the registry's ``count_symbol``), or None when none does. Reading the counts
     needs those lines only: kept per maps version, they spare each scan a parse of the whole file."""
-    paths = {r["filepath"] for r in rows
-             if (lib := reg.find(r["library"])) is not None and lib.count_symbol is not None}
+    paths = {r.filepath for r in rows
+             if (lib := reg.find(r.library)) is not None and lib.count_symbol is not None}
     if not paths:
         return None
     text = maps.decode("utf-8", "surrogateescape")

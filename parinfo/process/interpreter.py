@@ -20,12 +20,15 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.payload import flag, integer, section, text
 from parinfo.process import libraries as reg
 from parinfo.record import record
 from parinfo.source import Kind, Source, plain, unknown
+
+if TYPE_CHECKING:
+    from parinfo.process.pools import PoolRow
 
 # CPython's words: "The global interpreter lock (GIL) has been enabled to load module 'NAME', which
 # has not declared that it can run safely without the GIL."
@@ -116,7 +119,7 @@ def interpreter_facts(*, config_var: Callable[[str], Any] | None = None,
                       is_gil_enabled: Callable[[], bool] | bool | None = True,
                       xoptions: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
                       reenabled_by: str | bool | None = True, python_threads: int | None = None,
-                      pools: list[dict[str, Any]] | None = None, torch_intra: int | None = None) -> InterpreterFacts:
+                      pools: list[PoolRow] | None = None, torch_intra: int | None = None) -> InterpreterFacts:
     """The interpreter's GIL facts; every source can be given (tests), else it is this process's.
 
     ``config_var`` stands for ``sysconfig.get_config_var``; ``is_gil_enabled`` for
@@ -151,17 +154,17 @@ def interpreter_facts(*, config_var: Callable[[str], Any] | None = None,
     return facts
 
 
-def _widest_per_thread(pools: list[dict[str, Any]], torch_intra: int | None) -> tuple[str | None, int]:
+def _widest_per_thread(pools: list[PoolRow], torch_intra: int | None) -> tuple[str | None, int]:
     """The pool with the most threads among those whose limit holds per calling thread (OpenMP
     runtimes, BLAS built on one, torch): (name, count), or (None, 1)."""
     best: tuple[str | None, int] = (None, 1)
     for row in pools:
-        record = reg.find(str(row.get("library")))
-        n = row.get("num_threads")
-        if record is None or not isinstance(n, int) or row.get("duplicate_of"):
+        record = reg.find(row.library)
+        n = row.num_threads
+        if record is None or n is None or row.duplicate_of:
             continue
-        if record.per_thread_in(row.get("threading_layer")) and n > best[1]:
-            best = (str(row.get("library")), n)
+        if record.per_thread_in(row.threading_layer) and n > best[1]:
+            best = (row.library, n)
     if isinstance(torch_intra, int) and torch_intra > best[1]:
         best = ("torch intra-op", torch_intra)
     return best

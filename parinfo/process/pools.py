@@ -141,8 +141,8 @@ def _runtime_paths() -> re.Pattern[bytes]:
 DELETED = " (deleted)"
 
 
-def runtimes_in_maps(maps: bytes, seen_by: str) -> list[dict]:
-    """One row per thread runtime file mapped (a :class:`PoolRow` as a dict, copies marked), from the
+def runtimes_in_maps(maps: bytes, seen_by: str) -> list[PoolRow]:
+    """One row per thread runtime file mapped (copies marked), from the
     bytes of a process's maps. A file deleted after it was loaded (what a package upgrade does to
     every running process) keeps its path, with a note saying so."""
     rows = []
@@ -157,7 +157,7 @@ def runtimes_in_maps(maps: bytes, seen_by: str) -> list[dict]:
         family = classify(path)
         if family is not None:
             note = "deleted or replaced on disk since the process loaded it" if deleted else None
-            rows.append(PoolRow.of_file(path, family, seen_by=seen_by, note=note).to_dict())
+            rows.append(PoolRow.of_file(path, family, seen_by=seen_by, note=note))
     mark_duplicates(rows)
     return rows
 
@@ -211,7 +211,7 @@ CONFLICT_NOTE = (f"count not read: {' and '.join(r.vendor or r.name for r in reg
                  "loaded, and a call into either runtime can abort the process (OMP Error #15) or hang it at exit")
 
 
-def _tpc_rows() -> list[dict]:
+def _tpc_rows() -> list[PoolRow]:
     from parinfo.process.setter import import_threadpoolctl
 
     rows = []
@@ -224,12 +224,12 @@ def _tpc_rows() -> list[dict]:
             library, info.get("user_api"), info.get("internal_api"), path, prefix,
             version=info.get("version"), num_threads=info.get("num_threads"),
             threading_layer=info.get("threading_layer"), architecture=info.get("architecture"),
-            owner=owner_of(path or ""), seen_by="threadpoolctl").to_dict())
+            owner=owner_of(path or ""), seen_by="threadpoolctl"))
     return rows
 
 
-def _object_row(path: str, library: str, user_api: str, internal_api: str, note: str) -> dict:
-    return PoolRow.of_file(path, (library, user_api, internal_api), seen_by="loaded objects", note=note).to_dict()
+def _object_row(path: str, library: str, user_api: str, internal_api: str, note: str) -> PoolRow:
+    return PoolRow.of_file(path, (library, user_api, internal_api), seen_by="loaded objects", note=note)
 
 
 
@@ -247,7 +247,7 @@ def _torch_facts(owner: str) -> dict[str, Any] | None:
         return None
 
 
-def torch_mkl_row(objects: list[str], rows: list[dict], facts: Mapping[str, Any] | None) -> dict | None:
+def torch_mkl_row(objects: list[str], rows: list[PoolRow], facts: Mapping[str, Any] | None) -> PoolRow | None:
     """A row for MKL linked inside torch's library, when torch reports MKL: from torch's raw facts
     (:func:`parinfo.process.torch_config.torch_facts`, read in this process or inside another) and
     the process's loaded objects."""
@@ -255,7 +255,7 @@ def torch_mkl_row(objects: list[str], rows: list[dict], facts: Mapping[str, Any]
     (prefix, owner), = mkl.linked_into
     if not facts or not facts.get("mkl_available"):
         return None
-    if any(r["library"] == mkl.name and r["owner"] == owner for r in rows):
+    if any(r.library == mkl.name and r.owner == owner for r in rows):
         return None  # a torch build with a separate MKL runtime file: threadpoolctl already shows it
     lib = next((p for p in objects if os.path.basename(p).startswith(prefix)), None)
     if lib is None:
@@ -266,53 +266,51 @@ def torch_mkl_row(objects: list[str], rows: list[dict], facts: Mapping[str, Any]
     row = _object_row(lib, mkl.name, str(mkl.user_api), str(mkl.internal_api),
                       f"MKL linked into {prefix}; count is {mkl.native_getter} from "
                       "torch.__config__.parallel_info(), which changes nothing")
-    row["prefix"] = prefix
-    row["owner"] = owner
-    row["version"] = parsed["mkl_version"]
-    row["num_threads"] = parsed["mkl_max_threads"]
+    row.prefix, row.owner = prefix, owner
+    row.version, row.num_threads = parsed["mkl_version"], parsed["mkl_max_threads"]
     layer = mkl.layer_in(objects)
     if layer is None and (parsed["aten_backend"] or "").lower() == "openmp":
-        runtimes = {r["library"] for r in rows if r["user_api"] == "openmp" and r["owner"] == owner}
+        runtimes = {r.library for r in rows if r.user_api == "openmp" and r.owner == owner}
         layer = mkl.layer_given_openmp(runtimes)
         if layer is not None:
-            row["note"] += f"; layer inferred from torch's OpenMP runtime ({reg.library(runtimes.pop()).vendor})"
-    row["threading_layer"] = layer
+            row.note = (f"{row.note}; layer inferred from torch's OpenMP runtime "
+                        f"({reg.library(runtimes.pop()).vendor})")
+    row.threading_layer = layer
     return row
 
 
-def mark_duplicates(rows: list[dict]) -> None:
+def mark_duplicates(rows: list[PoolRow]) -> None:
     """Fill ``copies`` and ``duplicate_of`` of pool rows: the copies of one library, first seen first."""
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[PoolRow]] = {}
     for row in rows:
-        groups.setdefault(row["library"], []).append(row)
+        groups.setdefault(row.library, []).append(row)
     for group in groups.values():
         for row in group:
-            row["copies"] = len(group)
+            row.copies = len(group)
         for row in group[1:]:
-            row["duplicate_of"] = group[0]["filepath"]
+            row.duplicate_of = group[0].filepath
 
 
-def native_pools(maps_text: str | None = None) -> list[dict]:
+def native_pools(maps_text: str | None = None) -> list[PoolRow]:
     """Every native thread pool loaded in this process, one row per loaded copy of a runtime.
 
     Rows from threadpoolctl's ``threadpool_info()`` come first (in load order), then runtimes seen only
     among the loaded objects, then MKL inside torch. ``maps_text`` replaces /proc/self/maps (tests).
     When Intel libiomp and LLVM libomp are both loaded (:func:`openmp_conflict`), nothing is asked of
     any library: every row comes from the loaded objects, with its count unknown.
-    Each row is a :class:`PoolRow` as a dict.
     """
     objects = loaded_objects(maps_text)
     conflict = bool(openmp_conflict(objects))
     tpc_error: str | None = None
     if conflict:  # threadpoolctl would call omp_get_max_threads() in both runtimes
-        rows: list[dict] = []
+        rows: list[PoolRow] = []
     else:
         try:
             rows = _tpc_rows()
         except Exception as exc:  # a library threadpoolctl cannot handle must not break inspection
             rows, tpc_error = [], describe(exc)
-    known = {os.path.realpath(r["filepath"]) for r in rows if r["filepath"]}
-    known |= {r["filepath"] for r in rows if r["filepath"]}
+    known = {os.path.realpath(r.filepath) for r in rows if r.filepath}
+    known |= {r.filepath for r in rows if r.filepath}
     for path in objects:
         family = classify(path)
         if family is None or path in known:
@@ -329,21 +327,21 @@ def native_pools(maps_text: str | None = None) -> list[dict]:
             note = CONFLICT_NOTE
         row = _object_row(path, library, user_api, internal_api, note)
         if rec.direct is not None and maps_text is None and not conflict:
-            row["version"], row["num_threads"] = rec.direct.read(path)
-            if row["num_threads"] is not None:
-                row["note"] = rec.direct.how
+            row.version, row.num_threads = rec.direct.read(path)
+            if row.num_threads is not None:
+                row.note = rec.direct.how
         if rec.layer_files:  # its threading layer is told by the files loaded beside it (MKL)
-            row["threading_layer"] = rec.layer_in(objects)
+            row.threading_layer = rec.layer_in(objects)
         rows.append(row)
         known.add(path)
     for rec in reg.records():  # a library linked without the file threadpoolctl controls (MKL's core)
-        if not rec.static_prefixes or any(r["library"] == rec.name for r in rows):
+        if not rec.static_prefixes or any(r.library == rec.name for r in rows):
             continue
         core = next((p for p in objects if os.path.basename(p).startswith(rec.static_prefixes)), None)
         if core is not None:
             row = _object_row(core, rec.name, str(rec.user_api), str(rec.internal_api), rec.static_note)
             if rec.layer_files:
-                row["threading_layer"] = rec.layer_in(objects)
+                row.threading_layer = rec.layer_in(objects)
             rows.append(row)
     torch_row = None if conflict else torch_mkl_row(objects, rows, _torch_facts(reg.library("mkl").linked_into[0][1]))
     if torch_row is not None:
@@ -387,28 +385,28 @@ class ThreadingLayers:
         return asdict(self)
 
 
-def threading_layers(pools: list[dict]) -> dict:
+def threading_layers(pools: list[PoolRow]) -> ThreadingLayers:
     """The threading layer of each native library family loaded among ``pools`` (rows of
-    :func:`native_pools`): a :class:`ThreadingLayers` as a dict."""
+    :func:`native_pools`)."""
     vendors: list[str] = []
     for row in pools:
-        lib = reg.find(row["library"])
+        lib = reg.find(row.library)
         name = lib.vendor if lib is not None else None
         if name and name not in vendors:
             vendors.append(name)
 
     def layers(library: str) -> str | None:
-        found = [r.get("threading_layer") or "unknown" for r in pools if r["library"] == library]
+        found = [r.threading_layer or "unknown" for r in pools if r.library == library]
         if not found:
             return None
         return ", ".join(dict.fromkeys(found))
 
     def copies(library: str) -> str:
-        n = sum(1 for r in pools if r["library"] == library)
+        n = sum(1 for r in pools if r.library == library)
         return f" ({n} copies)" if n > 1 else ""
 
     out = ThreadingLayers(" + ".join(vendors) if vendors else None, vendors, layers("mkl"), layers("openblas"),
-                          layers("blis"), any(r["library"] == "tbb" for r in pools))
+                          layers("blis"), any(r.library == "tbb" for r in pools))
     parts = [f"OpenMP: {out.openmp or 'none'}"]
     for key, label, layer in (("mkl", "MKL", out.mkl), ("openblas", "OpenBLAS", out.openblas),
                               ("blis", "BLIS", out.blis)):
@@ -416,4 +414,4 @@ def threading_layers(pools: list[dict]) -> dict:
             parts.append(f"{label}: {layer}{copies(key)}")
     parts.append("TBB: " + ("yes" if out.tbb else "no"))
     out.summary = "; ".join(parts)
-    return out.to_dict()
+    return out

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from parinfo.payload import integer, section, text, texts
 from parinfo.process import libraries as reg
 from parinfo.process.defaults import Cap, Rule, hardware_concurrency
-from parinfo.process.pools import CONFLICT_NOTE
+from parinfo.process.pools import CONFLICT_NOTE, PoolRow
 from parinfo.process.variables import count_from_env
 from parinfo.record import record
 from parinfo.source import Kind, Source, library_default, run_time, unknown, variable
@@ -367,7 +367,7 @@ def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, Source
     return out
 
 
-def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, environ: Mapping[str, str],
+def library_settings(pools: list[PoolRow], torch: dict[str, Any] | None, environ: Mapping[str, str],
                      launch_environ: LaunchEnviron | None, facts: MachineFacts,
                      runtime_push: Mapping[str, Any] | None = None,
                      applied: Mapping[str, SetByApply] | None = None,
@@ -395,18 +395,18 @@ def library_settings(pools: list[dict[str, Any]], torch: dict[str, Any] | None, 
     first = torch_rows[0].source if torch_rows else None
     torch_set_at_run_time = first is not None and first.kind is Kind.RUN_TIME
     for pool in pools:
-        library = pool["library"]
+        library = pool.library
         model = MODELS.get(library) or _no_model(library)
         extra = None
         rec = reg.find(library)
         along = rec.set_along if rec is not None else None
-        if along is not None and pool.get("owner") == along.framework and torch_intra:
+        if along is not None and pool.owner == along.framework and torch_intra:
             extra = _set_by_torch(along, torch_intra, torch_set_at_run_time, _openmp_build(torch))
-        unread = CONFLICT_NOTE if pool.get("note") == CONFLICT_NOTE else "not readable without changing it"
-        row = explain(library, pool.get("num_threads"), model, environ, launch_environ, facts,
-                      extra_match=extra, unread=unread, pushed=pushed.get(pool.get("filepath") or ""),
-                      after_apply=read_after_apply(model, pool.get("filepath"), environ, applied))
-        row.owner, row.filepath = pool.get("owner"), pool.get("filepath")
+        unread = CONFLICT_NOTE if pool.note == CONFLICT_NOTE else "not readable without changing it"
+        row = explain(library, pool.num_threads, model, environ, launch_environ, facts,
+                      extra_match=extra, unread=unread, pushed=pushed.get(pool.filepath or ""),
+                      after_apply=read_after_apply(model, pool.filepath, environ, applied))
+        row.owner, row.filepath = pool.owner, pool.filepath
         rows.append(row)
     rows.extend(torch_rows)
     for lib, module, count in imported_libraries() if modules is None else modules:

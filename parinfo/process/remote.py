@@ -21,6 +21,7 @@ from parinfo.source import Kind, Source, unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
+    from parinfo.process.pools import PoolRow
 
 # glibc's default thread stack when RLIMIT_STACK is unlimited (x86-64 and most 64-bit targets).
 GLIBC_UNLIMITED_STACK = 2 << 20
@@ -66,9 +67,9 @@ def maps_text(pid: int) -> str:
     return _proc(pid).maps().decode("utf-8", "surrogateescape")
 
 
-def loaded_runtimes(pid: int, maps: str | None = None) -> list[dict]:
-    """One row per thread runtime file mapped into ``pid`` (the keys of the report's pool rows;
-    ``num_threads`` is None until :func:`read_counts` fills what can be read). ``maps`` is its
+def loaded_runtimes(pid: int, maps: str | None = None) -> list[PoolRow]:
+    """One pool row per thread runtime file mapped into ``pid`` (``num_threads`` is None until
+    :func:`read_counts` fills what can be read). ``maps`` is its
     /proc/PID/maps when the caller has read it."""
     from parinfo.process.pools import runtimes_in_maps
 
@@ -79,7 +80,7 @@ def loaded_runtimes(pid: int, maps: str | None = None) -> list[dict]:
 FROM_LAUNCH = Source(Kind.LAUNCH_ENVIRONMENT, "", "from its launch environment; the process may have changed it")
 
 
-def read_counts(pid: int, rows: list[dict], maps: str, launch_env: dict[str, str] | None,
+def read_counts(pid: int, rows: list[PoolRow], maps: str, launch_env: dict[str, str] | None,
                 facts: MachineFacts) -> None:
     """Fill the count of each pool row of ``pid`` (from :func:`loaded_runtimes`), in place:
 
@@ -99,23 +100,23 @@ def read_counts(pid: int, rows: list[dict], maps: str, launch_env: dict[str, str
 
     read = {row.path: row for row in counts_in_force(pid, maps)}
     for row in rows:
-        got = read.get(row.get("filepath") or "")
+        got = read.get(row.filepath or "")
         if got is not None and got.count is not None:
-            row.update(num_threads=got.count, count_source=got.source.to_json())
+            row.num_threads, row.count_source = got.count, got.source
             continue
         why = reason(got.source) if got is not None else "kept inside the process: not readable from outside"
-        rec = reg.find(row["library"])
+        rec = reg.find(row.library)
         names = rec.count_vars if rec is not None else ()
         if launch_env is None:
-            row["count_source"] = unknown(f"{why}; its launch environment cannot be read either").to_json()
+            row.count_source = unknown(f"{why}; its launch environment cannot be read either")
             continue
         guess = predict(model_of(rec), launch_env, facts) if rec is not None and names else None
         if guess is not None and guess.source.kind is Kind.VARIABLE and guess.count is not None:
-            row.update(launch_count=guess.count, launch_from=guess.phrase, count_source=FROM_LAUNCH.to_json())
+            row.launch_count, row.launch_from, row.count_source = guess.count, guess.phrase, FROM_LAUNCH
         elif names:
-            row["count_source"] = unknown(f"{why}; none of {', '.join(names)} was set at launch").to_json()
+            row.count_source = unknown(f"{why}; none of {', '.join(names)} was set at launch")
         else:
-            row["count_source"] = unknown(why).to_json()
+            row.count_source = unknown(why)
 
 
 def environment(pid: int) -> dict[str, str]:
