@@ -6,7 +6,9 @@ from conftest import clean_env, run_json
 
 from parinfo.process.torch_config import parse_parallel_info
 
-INFO = "import json, sys; from parinfo.process.frameworks import torch_info; "
+# torch_info() as the JSON the report carries (None when torch is not imported)
+INFO = ("import json, sys; from parinfo.process import frameworks; "
+        "torch_info = lambda **kw: (lambda t: None if t is None else t.to_dict())(frameworks.torch_info(**kw)); ")
 
 NATIVE_TEXT = """ATen/Parallel:
 \tat::get_num_threads() : 4

@@ -8,6 +8,7 @@ import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
 from parinfo.machine.topology import machine_facts
+from parinfo.process.frameworks import TorchInfo
 from parinfo.process.pools import PoolRow
 from parinfo.process.provenance import MODELS, RUNTIME, explain, library_settings, predict
 from parinfo.source import SourceKind
@@ -183,7 +184,8 @@ def _torch_copies(env: dict[str, str], counts: dict[str, int], intra: int, mkl: 
              for lib, owner in (("libgomp", "torch"), ("mkl", "torch"), ("openblas", "torch"), ("libgomp", "numpy"))]
     torch = {"intra_op": intra, "inter_op": 1, "mkl_available": mkl, "aten_backend": "native thread pool",
              "hardware_concurrency": 2}
-    rows = [r.to_dict() for r in library_settings([PoolRow.from_dict(p) for p in pools], torch, env, env, facts())]
+    rows = [r.to_dict() for r in library_settings([PoolRow.from_dict(p) for p in pools], TorchInfo.from_dict(torch),
+                                                  env, env, facts())]
     return {f"{r['library']} {r['owner']}": r["source"] for r in rows}
 
 

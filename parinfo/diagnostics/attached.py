@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
     from parinfo.process.attach import Attached
     from parinfo.process.attach.result import Answer
+    from parinfo.process.frameworks import TorchInfo
     from parinfo.process.pools import PoolRow
     from parinfo.process.provenance import ModuleLibrary, SettingRow
     from parinfo.process.threads import ThreadList
@@ -97,7 +98,7 @@ class Inside:
     found: Attached
     pools: list[PoolRow]
     threads: ThreadList
-    torch: dict | None
+    torch: TorchInfo | None
     runtime: dict | None
     settings: list[SettingRow]
 
@@ -181,7 +182,7 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     runtime.mark_capped(env_rows)
     applied = inside.applied if inside is not None else None
     settings = (runtime.setting_rows() if rt is not None else []) + read.settings
-    framework_info = Frameworks.from_dict({"torch": torch})
+    framework_info = Frameworks(torch)
     gil = python.gil_enabled
     interpreter = interpreter_facts(
         config_var=lambda name: None if python.free_threaded is None else int(python.free_threaded),
@@ -189,7 +190,7 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
         xoptions={} if python.x_gil is None else {"gil": python.x_gil}, environ=environ,
         reenabled_by=(inside.gil_reenabled_by if inside is not None else None) or False,
         python_threads=answer.python_threads, pools=pool_rows,
-        torch_intra=None if torch is None else torch.get("intra_op"))
+        torch_intra=None if torch is None else torch.intra_op)
     process = ProcessInfo.from_dict(ident)
     process.python, process.executable = python.version or process.python, python.executable or process.executable
     process.implementation = IMPLEMENTATIONS.get(python.implementation or "", python.implementation)

@@ -82,7 +82,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     runtime.mark_capped(env_rows)
     settings = runtime.setting_rows() + provenance.library_settings(
         pool_rows, torch_info, os.environ, launch_env, facts, runtime.native_push, RUNTIME.applied_env())
-    framework_info = Frameworks.from_dict({"torch": torch_info})
+    framework_info = Frameworks(torch_info)
 
     report = Report(
         machine=facts,
@@ -96,7 +96,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
                         pools.threading_layers(pool_rows),
                         None if framework_info.torch is None else framework_info.torch.aten_backend,
                         interpreter_facts(pools=pool_rows,
-                                          torch_intra=None if torch_info is None else torch_info.get("intra_op"))),
+                                          torch_intra=None if torch_info is None else torch_info.intra_op)),
         pools=pool_rows,
         frameworks=framework_info,
         settings=settings,

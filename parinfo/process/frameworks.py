@@ -93,8 +93,8 @@ def torch_pool_threads(threads: ThreadList | None = None) -> int | str:
     return sum(1 for t in threads.threads if t.name.lower() in _POOL_THREAD_NAMES)
 
 
-def torch_info_of(facts: Mapping[str, Any], threads: ThreadList | None = None) -> dict:
-    """torch's thread settings (a :class:`TorchInfo` as a dict) from its raw facts
+def torch_info_of(facts: Mapping[str, Any], threads: ThreadList | None = None) -> TorchInfo:
+    """torch's thread settings from its raw facts
     (:func:`torch_facts`: read here, or inside another process) and the process's OS threads
     (:func:`parinfo.process.threads.live_threads`; None: this process's)."""
     info_text = text(facts.get("parallel_info")) or ""
@@ -130,11 +130,11 @@ def torch_info_of(facts: Mapping[str, Any], threads: ThreadList | None = None) -
         interop_started=started,
         env=parsed["env"],
         parallel_info_text=text(facts.get("parallel_info")),
-    ).to_dict()
+    )
 
 
-def torch_info(import_if_missing: bool = False) -> dict | None:
-    """torch's thread settings (a :class:`TorchInfo` as a dict), or None when torch is not imported
+def torch_info(import_if_missing: bool = False) -> TorchInfo | None:
+    """torch's thread settings, or None when torch is not imported
     and ``import_if_missing`` is False.
 
     Everything is read through getters that change nothing (``get_num_interop_threads()`` does not
@@ -151,6 +151,6 @@ def torch_info(import_if_missing: bool = False) -> dict | None:
     return torch_info_of(torch_facts(torch))
 
 
-def torch_unread(version: str | None, why: str) -> dict:
+def torch_unread(version: str | None, why: str) -> TorchInfo:
     """torch_info with only the version filled in: the counts are not read, and why."""
-    return TorchInfo(version=version, not_read=why).to_dict()
+    return TorchInfo(version=version, not_read=why)

@@ -26,6 +26,7 @@ from parinfo.source import Kind, Source, library_default, run_time, unknown, var
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
+    from parinfo.process.frameworks import TorchInfo
 
 RUNTIME = run_time("an API call", "set at run time (API call)")
 
@@ -367,7 +368,7 @@ def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, Source
     return out
 
 
-def library_settings(pools: list[PoolRow], torch: dict[str, Any] | None, environ: Mapping[str, str],
+def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Mapping[str, str],
                      launch_environ: LaunchEnviron | None, facts: MachineFacts,
                      runtime_push: Mapping[str, Any] | None = None,
                      applied: Mapping[str, SetByApply] | None = None,
@@ -390,7 +391,7 @@ def library_settings(pools: list[PoolRow], torch: dict[str, Any] | None, environ
         launch_environ = launch_environment()
     rows: list[SettingRow] = []
     pushed = pushed_counts(runtime_push)
-    torch_intra = torch.get("intra_op") if torch else None
+    torch_intra = torch.intra_op if torch else None
     torch_rows = _torch_rows(torch, environ, launch_environ, facts, applied) if torch else []
     first = torch_rows[0].source if torch_rows else None
     torch_set_at_run_time = first is not None and first.kind is Kind.RUN_TIME
@@ -420,8 +421,8 @@ _OPENMP_CALLERS = ("torch.set_num_threads, or an OpenMP limit in this thread (th
                    "threadpool_limits, omp_set_num_threads)")
 
 
-def _openmp_build(torch: Mapping[str, Any] | None) -> bool:
-    return bool(torch) and "openmp" in str((torch or {}).get("aten_backend") or "").lower()
+def _openmp_build(torch: TorchInfo | None) -> bool:
+    return torch is not None and "openmp" in (torch.aten_backend or "").lower()
 
 
 def _set_by_torch(along: reg.SetAlong, intra: int, set_at_run_time: bool,
@@ -441,21 +442,21 @@ def _set_by_torch(along: reg.SetAlong, intra: int, set_at_run_time: bool,
     return intra, Source(Kind.FRAMEWORK, framework, f"set by {framework} to its intra-op count ({intra}){along.when}")
 
 
-def _torch_rows(torch: dict[str, Any], environ: Mapping[str, str], launch_environ: LaunchEnviron,
+def _torch_rows(torch: TorchInfo, environ: Mapping[str, str], launch_environ: LaunchEnviron,
                 facts: MachineFacts, applied: Mapping[str, SetByApply] | None = None) -> list[SettingRow]:
     """torch's intra-op and inter-op provenance rows."""
     rows = []
     if torch:
-        intra_model = MODELS["torch intra-op" if torch.get("mkl_available") else "torch intra-op (no MKL)"]
-        row = explain("torch intra-op", torch.get("intra_op"), intra_model, environ, launch_environ, facts,
+        intra_model = MODELS["torch intra-op" if torch.mkl_available else "torch intra-op (no MKL)"]
+        row = explain("torch intra-op", torch.intra_op, intra_model, environ, launch_environ, facts,
                       runtime=(run_time(_OPENMP_CALLERS, f"set at run time in this thread: by {_OPENMP_CALLERS}, "
                                         "which torch reads here")
                                if _openmp_build(torch) else run_time(reg.library("torch").set_call())),
                       after_apply=read_after_apply(intra_model, "torch", environ, applied))
         row.owner = "torch"
         rows.append(row)
-        ctx = {"hardware_concurrency": torch.get("hardware_concurrency")}
-        row = explain("torch inter-op", torch.get("inter_op"), MODELS["torch inter-op"], environ,
+        ctx = {"hardware_concurrency": torch.hardware_concurrency}
+        row = explain("torch inter-op", torch.inter_op, MODELS["torch inter-op"], environ,
                       launch_environ, facts, ctx, runtime=run_time(reg.library("torch").interop_call()))
         row.owner = "torch"
         rows.append(row)
