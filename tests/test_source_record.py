@@ -107,3 +107,26 @@ def test_every_source_of_a_report_is_a_record_and_every_json_source_an_object():
     again = Report.from_dict(json.loads(json.dumps(payload)))
     assert [s.source for s in again.settings] == [s.source for s in report.settings]
     assert all(isinstance(s.source, Source) for s in report.settings)
+
+
+def test_no_field_named_source_holds_words():
+    """A record's field or an object's attribute named *source* holds a Source, never a str."""
+    import ast
+    from pathlib import Path
+
+    root = Path(parinfo.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, (ast.Name, ast.Attribute)):
+                name = node.target.id if isinstance(node.target, ast.Name) else node.target.attr
+                shown = ast.unparse(node.annotation)
+                if "source" in name and "Source" not in shown:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {name}: {shown}")
+            words = isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            if words and isinstance(node.value.value, str):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and "source" in target.attr:
+                        found.append(f"{path.relative_to(root)}:{node.lineno} {target.attr} = {node.value.value!r}")
+    assert found == []

@@ -48,7 +48,7 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
 
     env = os.environ if environ is None else environ
     name = shlex.quote(plan.name)
-    lines = [_comment(f"parinfo profile {plan.name} ({plan.source})")]
+    lines = [_comment(f"parinfo profile {plan.name} ({plan.origin})")]
     for var, value in plan.env.items():
         user = env.get(var)
         if user is not None and user != value and not force:
@@ -90,7 +90,7 @@ def _print_plan(plan: Plan, given: str) -> None:
         return escape_markup(escape_controls(text))
 
     console = Console()
-    console.print(f"[bold]profile {escape(plan.name)}[/bold]  [dim]{escape(plan.source)}[/dim]", soft_wrap=True)
+    console.print(f"[bold]profile {escape(plan.name)}[/bold]  [dim]{escape(plan.origin)}[/dim]", soft_wrap=True)
     if plan.description:
         console.print(escape(plan.description), soft_wrap=True)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)

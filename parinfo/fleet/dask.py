@@ -57,16 +57,16 @@ class ProfilePlugin(WorkerPlugin):
     name = PLUGIN_NAME
     idempotent = False
 
-    def __init__(self, document: dict[str, Any], source: str) -> None:
+    def __init__(self, document: dict[str, Any], origin: str) -> None:
         self.document = document
-        self.source = source
+        self.origin = origin
         self.result: dict[str, Any] = {}
 
     def setup(self, worker: Any) -> None:
         from parinfo.profiles.applying import apply
 
         try:
-            plan = probe.resolve_here(self.document, self.source)
+            plan = probe.resolve_here(self.document, self.origin)
         except ParinfoError as exc:  # one line, in the client as in the worker
             raise type(exc)(f"worker {worker.address}: {exc}") from None
         counts = {key: s.value for key, s in plan.libraries.items()}
@@ -93,14 +93,14 @@ class EnvironPlugin(NannyPlugin):
     name = NANNY_PLUGIN_NAME
     restart = True
 
-    def __init__(self, document: dict[str, Any], source: str) -> None:
+    def __init__(self, document: dict[str, Any], origin: str) -> None:
         self.document = document
-        self.source = source
+        self.origin = origin
 
     def setup(self, nanny: Any) -> None:
         from parinfo.process.outer import PARINFO_SET_VAR
 
-        plan = probe.resolve_here(self.document, self.source)
+        plan = probe.resolve_here(self.document, self.origin)
         env = {name: str(value) for name, value in plan.env.items()}
         ours = ",".join(sorted([*env, "PARINFO_PROFILE"]))
         nanny.pre_spawn_env.update({**env, "PARINFO_PROFILE": plan.name, PARINFO_SET_VAR: ours})
@@ -112,16 +112,16 @@ def apply(client: Any, profile: Any, *, restart: bool = False) -> dict[str, Any]
     unregistered and its one-line error raised here (ProfileError or ApplyError).
     ``restart=True`` also sets the variables in the nanny's start-up environment and restarts the
     workers, so the counts are in force before any import. Returns {worker: what was applied}."""
-    document, source = probe.profile_document(profile)
+    document, origin = probe.profile_document(profile)
     try:
-        client.register_plugin(ProfilePlugin(document, source), name=PLUGIN_NAME)
+        client.register_plugin(ProfilePlugin(document, origin), name=PLUGIN_NAME)
         if restart:
-            client.register_plugin(EnvironPlugin(document, source), name=NANNY_PLUGIN_NAME)
+            client.register_plugin(EnvironPlugin(document, origin), name=NANNY_PLUGIN_NAME)
     except Exception as exc:
         _unregister(client, restart)
         if isinstance(exc, ParinfoError):
             raise
-        raise ApplyError(f"applying {source} on the workers failed: {type(exc).__name__}: {exc}") from None
+        raise ApplyError(f"applying {origin} on the workers failed: {type(exc).__name__}: {exc}") from None
     results: dict[str, Any] = client.run(_result_on_worker)  # the worker's address -> what it applied
     return results
 

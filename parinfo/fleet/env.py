@@ -25,12 +25,12 @@ def ray_runtime_env(profile: Any) -> dict[str, Any]:
     A bad profile raises ProfileError here, before Ray sees it."""
     from parinfo.profiles.loading import resolve_profile
 
-    document, source = probe.profile_document(profile)
+    document, origin = probe.profile_document(profile)
     plan = resolve_profile(document)
     env = {name: str(value) for name, value in plan.env.items()}
     ours = ",".join(sorted([*env, "PARINFO_PROFILE", PROFILE_DOC_VAR]))
     env.update({"PARINFO_PROFILE": plan.name, PARINFO_SET_VAR: ours,
-                PROFILE_DOC_VAR: json.dumps({"source": source, "document": document}, sort_keys=True)})
+                PROFILE_DOC_VAR: json.dumps({"origin": origin, "document": document}, sort_keys=True)})
     return {"env_vars": env, "worker_process_setup_hook": RAY_HOOK}
 
 

@@ -23,7 +23,7 @@ THREAD_TIMEOUT = 10.0
 
 def profile_document(profile: Any) -> tuple[dict[str, Any], str]:
     """A profile checked here without machine facts, as a plain dict any worker can resolve, and
-    its source for messages. A bad profile raises ProfileError before any worker is touched."""
+    its origin (file) for messages. A bad profile raises ProfileError before any worker is touched."""
     from parinfo.profiles.loading import as_profile
     from parinfo.profiles.plan import Plan
 
@@ -31,7 +31,7 @@ def profile_document(profile: Any) -> tuple[dict[str, Any], str]:
         raise ProfileError("a resolved Plan belongs to one machine; give the profile itself",
                            fix="pass its name, path or dict: each worker resolves it on its own CPUs")
     prof = as_profile(profile)
-    return _plain(dict(prof)), str(getattr(prof, "source", "<profile>"))
+    return _plain(dict(prof)), str(getattr(prof, "origin", "<profile>"))
 
 
 def _plain(value: Any) -> Any:
@@ -42,11 +42,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def resolve_here(document: dict[str, Any], source: str) -> Any:
+def resolve_here(document: dict[str, Any], origin: str) -> Any:
     """Resolve a profile document on this process's machine (its CPUs, cgroup and affinity)."""
     from parinfo.profiles.loading import resolve_profile, validate_profile
 
-    return resolve_profile(validate_profile(document, source))
+    return resolve_profile(validate_profile(document, origin))
 
 
 def host_identity(machine: MachineFacts) -> HostIdentity:

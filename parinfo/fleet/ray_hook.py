@@ -24,7 +24,7 @@ def setup() -> None:
         return
     try:
         carried = json.loads(raw)
-        done = apply(resolve_here(carried["document"], carried["source"]))
+        done = apply(resolve_here(carried["document"], carried["origin"]))
     except ParinfoError as exc:
         print(f"parinfo: profile not applied in Ray worker {os.getpid()}: {exc}", file=sys.stderr)
         return

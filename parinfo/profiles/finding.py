@@ -42,14 +42,14 @@ def _looks_like_path(text: str) -> bool:
     return os.sep in text or "/" in text or text.endswith((".yaml", ".yml")) or text.startswith(".")
 
 
-def find_profile(source: str | os.PathLike[str], relative_to: Path | None = None) -> Path:
-    """The file that ``source`` names: a path (relative to ``relative_to``) or a shipped name."""
-    text = os.fspath(source)
+def find_profile(name: str | os.PathLike[str], relative_to: Path | None = None) -> Path:
+    """The file that ``name`` names: a path (relative to ``relative_to``) or a shipped name."""
+    text = os.fspath(name)
     if "\0" in text:
         raise ProfileError(f"{shown(repr(text))} contains a NUL byte", fix="give a path or a shipped profile name")
     if not text.strip():
         raise ProfileError("empty profile name", fix=f"give a path or one of: {', '.join(shipped_names())}")
-    if isinstance(source, os.PathLike) or _looks_like_path(text):
+    if isinstance(name, os.PathLike) or _looks_like_path(text):
         p = Path(text).expanduser()
         if relative_to is not None and not p.is_absolute():
             p = relative_to / p

@@ -69,9 +69,9 @@ def list_profiles() -> list[dict[str, str]]:
 # Loading and validation
 
 
-def load_profile(source: str | os.PathLike[str]) -> Profile:
+def load_profile(name: str | os.PathLike[str]) -> Profile:
     """Load, validate and merge (``extends``) the profile at a path or with a shipped name."""
-    return _load(find_profile(source), ())
+    return _load(find_profile(name), ())
 
 
 def _load(path: Path, seen: tuple[Path, ...], via: tuple[Mark | None, str] | None = None) -> Profile:
@@ -81,12 +81,12 @@ def _load(path: Path, seen: tuple[Path, ...], via: tuple[Mark | None, str] | Non
         key = Path(os.path.abspath(path))
     if key in seen:
         loop = " -> ".join([*(p.name for p in seen[seen.index(key):]), key.name])
-        mark, source = via if via else (None, str(path))
-        raise error_at(mark, source, f"extends cycle: {loop}",
+        mark, where = via if via else (None, str(path))
+        raise error_at(mark, where, f"extends cycle: {loop}",
                        "remove one 'extends' so that the chain ends in a profile without one")
     if len(seen) >= MAX_EXTENDS:
-        mark, source = via if via else (None, str(path))
-        raise error_at(mark, source, f"extends chain is longer than {MAX_EXTENDS} profiles",
+        mark, where = via if via else (None, str(path))
+        raise error_at(mark, where, f"extends chain is longer than {MAX_EXTENDS} profiles",
                        "extend a profile that does not itself extend many others")
     doc = parse(read_text(path), str(path))
     return _extend(doc, (*seen, key), path.stem, path.parent)
@@ -101,7 +101,7 @@ def _extend(doc: Document, chain: tuple[Path, ...], default_name: str, base_dir:
     own = validate_document(doc)
     name = own.get("name", default_name)
     if "extends" not in own:
-        return Profile({**own, "name": name}, source=doc.path, marks=doc.marks, chain=(doc.path,))
+        return Profile({**own, "name": name}, origin=doc.path, marks=doc.marks, chain=(doc.path,))
     target = own.pop("extends")
     extends_mark = doc.marks.get(("extends",))
     try:
@@ -127,13 +127,13 @@ def _extend(doc: Document, chain: tuple[Path, ...], default_name: str, base_dir:
     merged["name"] = name
     if "description" not in own and "description" in parent:
         merged["description"] = parent["description"]
-    return Profile(merged, source=doc.path, marks=marks, chain=(doc.path, *parent.chain))
+    return Profile(merged, origin=doc.path, marks=marks, chain=(doc.path, *parent.chain))
 
 
-def validate_profile(data: Any, source: str = "<profile>") -> Profile:
+def validate_profile(data: Any, origin: str = "<profile>") -> Profile:
     """Validate an in-memory profile (a dict shaped like the YAML); ``extends`` is followed from
     the current directory."""
-    return _extend(Document(source, data, {}, {}), (), "profile", Path.cwd())
+    return _extend(Document(origin, data, {}, {}), (), "profile", Path.cwd())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,12 +15,12 @@ class Profile(dict[str, Any]):
     """A validated profile (plain values, ``extends`` already merged) that remembers where each
     value was written, so that resolution errors can still name file:line:column."""
 
-    def __init__(self, data: dict[str, Any], *, source: str, marks: dict[KeyPath, Mark] | None = None,
+    def __init__(self, data: dict[str, Any], *, origin: str, marks: dict[KeyPath, Mark] | None = None,
                  chain: tuple[str, ...] = ()) -> None:
         super().__init__(data)
-        self.source = source
+        self.origin = origin  # the file it was read from, or "<profile>" for data given in code
         self.marks: dict[KeyPath, Mark] = dict(marks or {})
-        self.chain = chain or (source,)
+        self.chain = chain or (origin,)
 
     def mark(self, *keypath: str) -> Mark | None:
         """Where the value at ``keypath`` was written, if it came from a file."""
@@ -29,16 +29,16 @@ class Profile(dict[str, Any]):
     def error(self, keypath: tuple[str, ...], message: str, fix: str | None = None,
               column_in_value: int | None = None) -> ProfileError:
         """A ProfileError positioned at the value of ``keypath`` (and a column inside it)."""
-        return error_at(self.marks.get(keypath), self.source, message, fix, column_in_value)
+        return error_at(self.marks.get(keypath), self.origin, message, fix, column_in_value)
 
 
-def error_at(mark: Mark | None, source: str, message: str, fix: str | None,
+def error_at(mark: Mark | None, origin: str, message: str, fix: str | None,
              column_in_value: int | None = None) -> ProfileError:
-    """A one-line ProfileError at ``mark`` (or naming ``source`` when the position is unknown)."""
+    """A one-line ProfileError at ``mark`` (or naming ``origin`` when the position is unknown)."""
     message = one_line(message)
     fix = one_line(fix) if fix else fix
     if mark is None:
-        return ProfileError(message, path=shown(source, PATH_LIMIT), fix=fix)
+        return ProfileError(message, path=shown(origin, PATH_LIMIT), fix=fix)
     column = mark.column
     if column_in_value is not None and mark.inline:
         column += column_in_value - 1

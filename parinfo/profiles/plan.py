@@ -41,7 +41,7 @@ class Plan:
 
     name: str
     description: str
-    source: str
+    origin: str  # the profile's file, or "<profile>"
     intra_op: Setting
     inter_op: Setting
     libraries: dict[str, Setting] = field(default_factory=dict)
@@ -59,7 +59,7 @@ class Plan:
         return {
             "name": self.name,
             "description": self.description,
-            "source": self.source,
+            "origin": self.origin,
             "intra_op": s(self.intra_op),
             "inter_op": s(self.inter_op),
             "libraries": {k: s(v) for k, v in self.libraries.items()},

@@ -357,7 +357,7 @@ class _Resolver:
         return Plan(
             name=prof.get("name", "profile"),
             description=prof.get("description", ""),
-            source=prof.source,
+            origin=prof.origin,
             intra_op=counts["intra_op"],
             inter_op=counts["inter_op"],
             libraries={lib: counts[lib] for lib in LIBRARIES},
