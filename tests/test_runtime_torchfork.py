@@ -144,7 +144,7 @@ def test_pool_threads_get_the_budgets_native_threads_per_lane(tmp_path: Path) ->
             outs = [parinfo.wait(f) for f in futs]
             time.sleep(0.05)  # freed team threads exit on their own
             waited = plain_threads()  # the waiting thread gave its team up
-        print(json.dumps({"pool": RUNTIME.torch_forks.pool, "pt": pt_threads(), "main": torch.get_num_threads(),
+        print(json.dumps({"pool": RUNTIME.info()["torch_pool"], "pt": pt_threads(), "main": torch.get_num_threads(),
                           "threads": [alone, with_team, waited],
                           "same": all(torch.allclose(o, h(a, 40)) for o in outs)}))
     """, PARINFO_NUM_THREADS="2", PARINFO_NUM_INTEROP_THREADS="2")
@@ -161,6 +161,6 @@ def test_a_pool_the_program_sized_is_left_alone(tmp_path: Path) -> None:
         h = torch.jit.script(heavy)
         f = parinfo.fork(h, torch.rand(8, 8), 2)
         parinfo.wait(f)
-        print(json.dumps({"pool": RUNTIME.torch_forks.pool, "torch": torch.get_num_interop_threads()}))
+        print(json.dumps({"pool": RUNTIME.info()["torch_pool"], "torch": torch.get_num_interop_threads()}))
     """)
     assert out["torch"] == 3 and out["pool"]["threads"] == 3 and out["pool"]["native_per_lane"] is None

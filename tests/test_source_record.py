@@ -6,9 +6,10 @@ import json
 import pytest
 
 import parinfo
+from parinfo.convert import load
 from parinfo.diagnostics.model import Report
-from parinfo.process.provenance import pushed_counts
 from parinfo.runtime.settings import RuntimeSettings
+from parinfo.runtime.snapshot import Push
 from parinfo.source import EXPLICIT_CALL, Kind, Source, SourceKind, parinfo_default, plain, profile, variable
 
 
@@ -54,6 +55,10 @@ def test_only_a_default_follows_the_machine_whatever_it_says():
     assert followed[1].text.startswith("default: reworded rule, re-read at ")
     chosen = (2, variable("X", text="default: usable CPUs"), None)  # a variable worded like a default
     assert settings._followed(chosen, 1, 0.0) is chosen
+
+
+def pushed_counts(data):
+    return load(Push, data).by_file()
 
 
 def test_who_pushed_a_count_is_read_from_the_kind():

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from parinfo.process.pools import PoolRow
     from parinfo.process.provenance import ModuleLibrary, SettingRow
     from parinfo.process.threads import ThreadList
+    from parinfo.runtime.snapshot import RuntimeSection
 
 __all__ = ["Inside", "inspect_attached", "read_inside"]
 
@@ -99,7 +100,7 @@ class Inside:
     pools: list[PoolRow]
     threads: ThreadList
     torch: TorchInfo | None
-    runtime: dict | None
+    runtime: RuntimeSection | None
     settings: list[SettingRow]
 
 
@@ -111,6 +112,7 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
     from parinfo.process import attach, pools, provenance
     from parinfo.process.frameworks import torch_info_of, torch_unread
     from parinfo.runtime.settings import machine_of
+    from parinfo.runtime.snapshot import RuntimeSection
 
     conflict = bool(pools.openmp_conflict(objects))
     found = attach.attach(pid, [(r.filepath, r.library) for r in runtimes if r.filepath],
@@ -123,10 +125,11 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
         torch = (torch_unread(None, pools.CONFLICT_NOTE) if conflict
                  else torch_info_of(answer.torch, listing) if answer.torch is not None else None)
     inside = answer.parinfo
-    rt = inside.info if inside is not None else None
+    rt = RuntimeSection.from_dict(inside.info) if inside is not None and inside.info is not None else None
     applied = inside.applied if inside is not None else None
+    push = rt.native_push if rt is not None else None
     settings = provenance.library_settings(pool_rows, torch, answer.environ, launch, facts,
-                                           (rt or {}).get("native_push"), applied,
+                                           push.by_file() if push is not None else None, applied,
                                            modules=_module_libraries(answer))
     return Inside(found, pool_rows, listing, torch, rt, settings)
 
@@ -169,7 +172,7 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     environ = answer.environ
     inside = answer.parinfo
     if rt is not None:
-        runtime = RuntimeSection.from_dict(rt)
+        runtime = rt
     elif inside is None or not inside.runtime_loaded:
         runtime = RuntimeSection(unknown="parinfo's runtime is not loaded in the process: it has no counts there")
     else:

@@ -31,7 +31,7 @@ from parinfo.diagnostics.wording import (
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process.threads import thread_group
 from parinfo.record import record
-from parinfo.source import Kind, Source
+from parinfo.source import Kind
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.findings import Finding, Severity
@@ -162,15 +162,13 @@ def backend(r: Report) -> Section:
         rows.append(("outer threads", f"{outer.threads} ({outer.source})"))
     if b.python is not None:
         rows.append(("Python", python_text(b.python)))
-    follow = rt.follow or {}
-    if follow:
-        changes = follow.get("changes") or []
-        said = Source.from_json(follow.get("enabled_source"))
-        what = "on" if follow.get("enabled") else f"off ({said or 'default'})"
-        if follow.get("enabled") and changes:
-            last = changes[-1]
-            cpus = last.get("usable_cpus") or ["?", "?"]
-            what += f"; usable CPUs {cpus[0]} -> {cpus[1]} at {last.get('at')}"
+    follow = rt.follow
+    if follow is not None:
+        what = "on" if follow.enabled else f"off ({follow.enabled_source or 'default'})"
+        if follow.enabled and follow.changes:
+            last = follow.changes[-1]
+            cpus = last.usable_cpus if len(last.usable_cpus) == 2 else ["?", "?"]
+            what += f"; usable CPUs {cpus[0]} -> {cpus[1]} at {last.at}"
         rows.append(("follows quota", what))
     return Section("backend", "Backend", _pairs(rows))
 

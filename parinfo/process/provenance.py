@@ -339,38 +339,9 @@ def _module_row(lib: reg.Library, module: Any, count: int | None, environ: Mappi
     return row
 
 
-def pushed_counts(push: Mapping[str, Any] | None) -> dict[str, tuple[int, Source]]:
-    """Library path -> (count, source) for the pools parinfo's runtime pushed a count into.
-
-    ``push`` is the runtime's record of its last push (``parinfo.runtime.snapshot().native_push``),
-    whose source says who pushed: ``parinfo.apply`` (a profile), ``parinfo.set_num_threads`` (an
-    explicit call), ``parinfo.runtime.configure``, or the defaults that followed a change of the
-    usable CPUs (that source is then the row's own).
-    """
-    if not push:
-        return {}
-    said = Source.from_json(push.get("source"))
-    if said is None:
-        return {}
-    if said.kind.default:  # defaults that followed the usable CPUs: nobody chose them
-        source = said
-    elif said.kind is Kind.PROFILE:
-        source = Source(Kind.PROFILE, said.detail, f"set at run time by parinfo.apply ({said.text})")
-    elif said.kind is Kind.EXPLICIT:
-        call = f"parinfo.set_num_threads({push.get('count')})"
-        source = Source(Kind.EXPLICIT, call, f"set at run time by {call}")
-    else:
-        source = run_time("parinfo's runtime", f"set at run time by parinfo's runtime ({said.text})")
-    out: dict[str, tuple[int, Source]] = {}
-    for pool in push.get("pools") or ():
-        if pool.get("filepath") and isinstance(pool.get("num_threads"), int):
-            out[pool["filepath"]] = (pool["num_threads"], source)
-    return out
-
-
 def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Mapping[str, str],
                      launch_environ: LaunchEnviron | None, facts: MachineFacts,
-                     runtime_push: Mapping[str, Any] | None = None,
+                     pushed: Mapping[str, tuple[int, Source]] | None = None,
                      applied: Mapping[str, SetByApply] | None = None,
                      modules: list[ModuleLibrary] | None = None) -> list[SettingRow]:
     """For each library in force, the count and the source that decided it.
@@ -378,8 +349,9 @@ def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Map
     ``pools``: :func:`parinfo.process.pools.native_pools`; ``torch``: :func:`parinfo.process.frameworks.torch_info`
     or None; ``environ``: the environment now; ``launch_environ``: the launch environment
     (:func:`parinfo.process.environment.launch_environment`), "unknown (reason)", or None to read it here; ``facts``: a
-    :class:`parinfo.machine.topology.MachineFacts`; ``runtime_push``: the runtime's last push
-    (``parinfo.runtime.snapshot().native_push``), which explains the pools it set; ``applied``: the
+    :class:`parinfo.machine.topology.MachineFacts`; ``pushed``: {library file: (count, source)} for
+    the pools parinfo's runtime pushed a count into, which explains them
+    (:meth:`parinfo.runtime.snapshot.Push.by_file`); ``applied``: the
     variables ``parinfo.apply`` set and what was loaded then (``Runtime.applied_env()``), which
     explains a library that loaded after them. One row per pool row, then torch's intra-op and
     inter-op rows when torch is given, then each Python-module library (numexpr...) that is
@@ -390,7 +362,7 @@ def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Map
 
         launch_environ = launch_environment()
     rows: list[SettingRow] = []
-    pushed = pushed_counts(runtime_push)
+    pushed = pushed or {}
     torch_intra = torch.intra_op if torch else None
     torch_rows = _torch_rows(torch, environ, launch_environ, facts, applied) if torch else []
     first = torch_rows[0].source if torch_rows else None

@@ -174,8 +174,8 @@ def _workers_reached() -> frozenset[int]:
     thread (the push asks each one; workers started later take them before their first job)."""
     import threading
 
-    push = RUNTIME.limits.push_record() or {}
-    ran = set((push.get("workers") or {}).get("ran") or ())
+    push = RUNTIME.limits.push_record()
+    ran = set(push.workers.ran) if push is not None and push.workers is not None else set()
     return frozenset(t.native_id for t in threading.enumerate() if t.name in ran and t.native_id is not None)
 
 
@@ -185,8 +185,8 @@ def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str
 
     Pools whose limit holds in the calling thread only go to ``per_thread`` as (pool, name, count).
     """
-    push = RUNTIME.limits.push_record() or {}
-    pushed = {row.get("filepath"): row for row in push.get("pools") or ()}
+    push = RUNTIME.limits.push_record()
+    pushed = {row.filepath: row for row in push.pools} if push is not None else {}
     expected: list[tuple[str, str, int]] = []
     for pool in pools:
         rec, row = pool.record, pushed.get(pool.path)
@@ -198,9 +198,11 @@ def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str
                 skipped.append(f"{pool.name}: left at {pool.get()} ({var}={kept[var]!r} set by "
                                f"the user is not a valid count)")
             continue
-        n = row["num_threads"]
-        if row.get("error"):
-            skipped.append(f"{pool.name}: could not set {n} threads ({row['error']})")
+        n = row.num_threads
+        if n is None:
+            continue
+        if row.error:
+            skipped.append(f"{pool.name}: could not set {n} threads ({row.error})")
             continue
         scope = " in this thread" if pool.per_thread else ""
         if var in kept:

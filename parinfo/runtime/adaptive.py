@@ -34,6 +34,7 @@ from typing import Any
 
 from parinfo.process.libraries import library
 from parinfo.process.variables import read_setting
+from parinfo.runtime.snapshot import AdaptiveState
 
 EXPLORE = 3  # samples per candidate in each round (the median decides)
 WARMUP = 2  # a site's first calls run the first candidate unrecorded (threads start, caches fill)
@@ -85,11 +86,11 @@ class Adaptive:
             site = self.forks.setdefault(key, ForkSite())
         return site
 
-    def state(self) -> dict[str, Any]:
-        """What the sites chose (for ``info()``)."""
-        return {"enabled": self.enabled, "region_sites": len(self.regions), "fork_sites": len(self.forks),
-                "regions_inline": sum(s.pick == 1 for s in list(self.regions.values())),
-                "forks_inline": sum(s.pick == INLINE for s in list(self.forks.values()))}
+    def state(self) -> AdaptiveState:
+        """What the sites chose."""
+        return AdaptiveState(self.enabled, len(self.regions), len(self.forks),
+                             sum(s.pick == 1 for s in list(self.regions.values())),
+                             sum(s.pick == INLINE for s in list(self.forks.values())))
 
     def after_fork_in_child(self) -> None:
         for site in list(self.forks.values()):

@@ -41,6 +41,7 @@ from parinfo.process.setter import TORCH
 from parinfo.process.variables import read_setting
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings, read_facts
+from parinfo.runtime.snapshot import Follow, FollowChange
 from parinfo.source import PARINFO_DEFAULT, Source, clock, followed_default, variable
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class BudgetFollower:
         self.enabled: bool | None = None  # read from PARINFO_FOLLOW_QUOTA at first use
         self.enabled_source = PARINFO_DEFAULT
         self.rereads = 0
-        self.changes: list[dict[str, Any]] = []  # the re-reads that changed the usable CPUs (last 8)
+        self.changes: list[FollowChange] = []  # the re-reads that changed the usable CPUs (last 8)
         self.expected: dict[str, int] = {}  # pool path (or torch) -> the count following last gave it
         self.chosen: dict[str, str] = {}  # pool path (or torch) -> why it is not followed
         self.usable: int | None = None
@@ -129,7 +130,7 @@ class BudgetFollower:
         finally:
             self._lock.release()
 
-    def refresh(self) -> dict[str, Any]:
+    def refresh(self) -> Follow:
         """Re-read affinity, cpuset and quota now and follow them (``parinfo.refresh()``)."""
         with self._lock:
             if self._switch():
@@ -156,8 +157,8 @@ class BudgetFollower:
         counts = settings.follow_machine(facts, at)
         self.limits.set_usable(self.usable)
         libraries = self._follow_libraries(old, facts, at)
-        self.changes = [*self.changes[-7:], {"at": clock(at), "usable_cpus": [before[1], self.usable],
-                                             "counts": counts + libraries}]
+        self.changes = [*self.changes[-7:], FollowChange(clock(at), [before[1], self.usable],
+                                                         counts + libraries)]
 
     def _follow_libraries(self, old: MachineFacts | None, new: MachineFacts, at: float) -> list[str]:
         """Push the libraries' defaults on ``new`` into the pools nobody chose; what changed."""
@@ -207,12 +208,11 @@ class BudgetFollower:
                                 if now is not None else f"{label}: its count cannot be read")
         by_library[record.name] = None
 
-    def state(self) -> dict[str, Any]:
-        """What following did, for ``info()``: on or off and why, the usable CPUs last read, the
-        re-reads that changed them, and the counts it leaves alone."""
-        return {"enabled": self.enabled is not False, "enabled_source": self.enabled_source.to_json(),
-                "interval_s": INTERVAL_S, "rereads": self.rereads, "usable_cpus": self.usable,
-                "changes": [dict(c) for c in self.changes], "not_followed": dict(self.chosen)}
+    def state(self) -> Follow:
+        """What following did: on or off and why, the usable CPUs last read, the re-reads that
+        changed them, and the counts it leaves alone."""
+        return Follow(self.enabled is not False, self.enabled_source, INTERVAL_S, self.rereads, self.usable,
+                      list(self.changes), dict(self.chosen))
 
     def after_fork_in_child(self) -> None:
         """A fresh lock in a forked child; what was learned carries over."""

@@ -19,6 +19,7 @@ All of it is the state of one ``NativeLimits`` object, held by the process's ``R
 """
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 from parinfo.process import setter
 from parinfo.process.setter import NativePool
 from parinfo.runtime.settings import RuntimeSettings
+from parinfo.runtime.snapshot import Budget, Push, PushedPool, Reached
 from parinfo.source import Source
 
 
@@ -33,13 +35,10 @@ def _torch() -> Any:
     return sys.modules.get("torch")
 
 
-def _describe(pool: NativePool, done: setter.Outcome) -> dict[str, Any]:
+def _describe(pool: NativePool, done: setter.Outcome, scope: str | None = None) -> PushedPool:
     lib = pool.controller
-    row = {"user_api": lib.user_api, "internal_api": lib.internal_api, "prefix": lib.prefix,
-           "filepath": lib.filepath, "library": pool.record.name, "num_threads": done.asked}
-    if done.error:
-        row["error"] = done.error
-    return row
+    return PushedPool(pool.record.name, lib.filepath, done.asked, lib.user_api, lib.internal_api, lib.prefix,
+                      done.error or None, scope)
 
 
 class _ThreadView(threading.local):
@@ -77,7 +76,7 @@ class NativeLimits:
         # a profile's per-library counts over it (record name -> count; None: leave that library alone)
         self.by_library: dict[str, int | None] = {}
         self._pushes = 0  # pushes made: a thread whose pools took an earlier one syncs again
-        self._push_record: dict[str, Any] | None = None
+        self._push_record: Push | None = None
         self._pushed_to: set[str] = set()  # library paths (and "torch") that have the pushed count
         self._push_controller: Any = None  # the controller the last push went through
         # the budget
@@ -149,7 +148,7 @@ class NativeLimits:
             self._pushes += 1
             self.version += 1
             self._pushed_to = set()
-            self._push_record = {"count": count, "source": source.to_json(), "pools": [], "torch": None}
+            self._push_record = Push(count, source)
             self._push_new()
 
     def _base(self, pool: NativePool) -> int | None:
@@ -182,21 +181,21 @@ class NativeLimits:
                 self._process_base[pool.path] = base
                 want = max(1, min(base, self.cap))
                 self._process_applied[pool.path] = want
-            record["pools"].append(_describe(pool, pool.set_checked(want)))
+            record.pools.append(_describe(pool, pool.set_checked(want)))
         for pool in per_thread:
             if pool.path in self._pushed_to:
                 continue
             self._pushed_to.add(pool.path)
             base = self._base(pool)
             if base is not None:
-                record["pools"].append({**_describe(pool, pool.set_checked(base)),
-                                        "scope": "calling thread; pools sync their threads"})
+                record.pools.append(_describe(pool, pool.set_checked(base),
+                                              "calling thread; pools sync their threads"))
         if _torch() is not None and setter.TORCH not in self._pushed_to:
             self._pushed_to.add(setter.TORCH)
             n = self._torch_pushed()
             if n is not None:
                 setter.torch_intra(n)
-                record["torch"] = setter.torch_call(n)
+                record.torch = setter.torch_call(n)
             self.version += 1  # other threads sync torch at their next task or region
         self.thread.applied = (self.pushed, None, self._controller, self._pushes)
 
@@ -213,14 +212,14 @@ class NativeLimits:
         """Record which pool workers took the last push (``on_every_worker``'s answer)."""
         with self.lock:
             if self._push_record is not None:
-                self._push_record["workers"] = {"ran": list(reach["ran"]), "pending": list(reach["pending"])}
+                self._push_record.workers = Reached(list(reach["ran"]), list(reach["pending"]))
 
-    def push_record(self) -> dict[str, Any] | None:
-        """What the last push did (for ``info()``), or None when nothing was pushed."""
+    def push_record(self) -> Push | None:
+        """What the last push did (a copy), or None when nothing was pushed."""
         with self.lock:
             if self._push_record is None:
                 return None
-            return {**self._push_record, "pools": [dict(p) for p in self._push_record["pools"]]}
+            return copy.deepcopy(self._push_record)
 
     def refresh_if_new_modules(self) -> None:
         """Give the pushed count to native libraries and torch imported since the last push only."""
@@ -401,10 +400,9 @@ class NativeLimits:
         while len(weights) > depth:
             self.lane_exit(restore)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> Budget:
         """The budget now: lanes running and the cap per lane (None when not capped)."""
-        return {"lanes": self.lanes, "cap_per_lane": self.cap, "usable_cpus": self._usable or None,
-                "native_changes": self.changes}
+        return Budget(self.lanes, self.cap, self._usable or None, self.changes)
 
     def after_fork_in_child(self) -> None:
         """Fresh locks and budget; the forking thread may be inside a task (then one lane runs)."""

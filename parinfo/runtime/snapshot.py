@@ -8,9 +8,10 @@ does not build the runtime (a report read from another process or a fleet worker
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from parinfo.payload import flag, integer, plain_map, section, text, texts
+from parinfo.convert import OMIT_NONE, dump, load
 from parinfo.record import record
 from parinfo.source import Kind, Source
 
@@ -27,31 +28,131 @@ class PoolCount:
 
     count: int | None = None
     source: Source | None = None
-    not_applied: list[str] | None = None
-    locked: bool | None = None
-    capped_to: int | None = None
+    not_applied: list[str] | None = field(default=None, metadata=OMIT_NONE)
+    locked: bool | None = field(default=None, metadata=OMIT_NONE)
+    capped_to: int | None = field(default=None, metadata=OMIT_NONE)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PoolCount:
-        d = section(data)
-        return cls(integer(d.get("count")), Source.from_json(d.get("source")),
-                   None if d.get("not_applied") is None else texts(d.get("not_applied")),
-                   flag(d.get("locked")), integer(d.get("capped_to")))
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"count": self.count, "source": None if self.source is None else self.source.to_json()}
-        for key in ("not_applied", "locked", "capped_to"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        return out
+@record
+class PushedPool:
+    """One loaded pool the last push set: which (``library``, ``filepath``, threadpoolctl's
+    ``user_api``, ``internal_api`` and ``prefix``), the count it asked (``num_threads``), why the
+    library refused it (``error``), and ``scope`` for a pool whose limit holds per calling thread."""
+
+    library: str = "unknown"
+    filepath: str | None = None
+    num_threads: int | None = None
+    user_api: str | None = None
+    internal_api: str | None = None
+    prefix: str | None = None
+    error: str | None = field(default=None, metadata=OMIT_NONE)
+    scope: str | None = field(default=None, metadata=OMIT_NONE)
+
+
+@record
+class Reached:
+    """The pool workers that took a push in their own thread (``ran``) and those that take it before
+    their next job (``pending``), by thread name."""
+
+    ran: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+
+@record
+class Push:
+    """What the runtime's last push did (``native_push``): the ``count``, who asked (``source``),
+    each pool it set, torch's setter call, and which workers took it."""
+
+    count: int | None = None
+    source: Source | None = None
+    pools: list[PushedPool] = field(default_factory=list)
+    torch: str | None = None
+    workers: Reached | None = field(default=None, metadata=OMIT_NONE)
+
+    def by_file(self) -> dict[str, tuple[int, Source]]:
+        """{library file: (count, source)} for the pools this push set: the source says who pushed,
+        from its kind: ``parinfo.apply`` (a profile), ``parinfo.set_num_threads`` (an explicit call),
+        ``parinfo.runtime.configure``, or the defaults that followed a change of the usable CPUs
+        (that source is then the pool's own)."""
+        said = self.source
+        if said is None:
+            return {}
+        if said.kind.default:  # defaults that followed the usable CPUs: nobody chose them
+            source = said
+        elif said.kind is Kind.PROFILE:
+            source = Source(Kind.PROFILE, said.detail, f"set at run time by parinfo.apply ({said.text})")
+        elif said.kind is Kind.EXPLICIT:
+            call = f"parinfo.set_num_threads({self.count})"
+            source = Source(Kind.EXPLICIT, call, f"set at run time by {call}")
+        else:
+            source = Source(Kind.RUN_TIME, "parinfo's runtime", f"set at run time by parinfo's runtime ({said.text})")
+        return {pool.filepath: (pool.num_threads, source) for pool in self.pools
+                if pool.filepath and pool.num_threads is not None}
+
+
+@record
+class Budget:
+    """The CPU budget now (``budget``): lanes running, the native cap per lane (None: not capped),
+    the usable CPUs it divides, and how many native limit changes it made."""
+
+    lanes: int = 0
+    cap_per_lane: int | None = None
+    usable_cpus: int | None = None
+    native_changes: int = 0
+
+
+@record
+class AdaptiveState:
+    """What the adaptive call sites chose (``adaptive``)."""
+
+    enabled: bool | None = None
+    region_sites: int = 0
+    fork_sites: int = 0
+    regions_inline: int = 0
+    forks_inline: int = 0
+
+
+@record
+class TorchPool:
+    """torch's inter-op pool as parinfo's first scripted fork found it (``torch_pool``): its
+    ``threads``, the native threads each lane got, who sized it, and how many threads took their
+    per-lane count (``pinned``)."""
+
+    threads: int | None = None
+    native_per_lane: int | None = None
+    source: Source | None = None
+    pinned: int | None = field(default=None, metadata=OMIT_NONE)
+
+
+@record
+class FollowChange:
+    """One re-read that changed the usable CPUs: when (HH:MM:SS), [before, after], what followed."""
+
+    at: str | None = None
+    usable_cpus: list[int] = field(default_factory=list)
+    counts: list[str] = field(default_factory=list)
+
+
+@record
+class Follow:
+    """Following a changing budget (``follow``): on or off and why, how often and how many re-reads,
+    the usable CPUs last read, the re-reads that changed them (last 8), and the counts left alone
+    ({pool file or torch: why})."""
+
+    enabled: bool = True
+    enabled_source: Source | None = None
+    interval_s: float | None = None
+    rereads: int = 0
+    usable_cpus: int | None = None
+    changes: list[FollowChange] = field(default_factory=list)
+    not_followed: dict[str, str] = field(default_factory=dict)
 
 
 @record
 class RuntimeSection:
-    """parinfo's own runtime (``runtime``), as ``parinfo.runtime.info()`` describes it; the runtime
-    owns that description, so its nested records (``native_push``, ``budget``, ``adaptive``,
-    ``torch_pool``, ``follow``) are kept as it gives them. For a process read from outside only ``unknown``
-    (why the counts cannot be read) is set, and ``to_dict`` is that alone."""
+    """parinfo's own runtime (``runtime``), as :meth:`parinfo.runtime.state.Runtime.snapshot` gives it.
+    For a process read from outside only ``unknown`` (why the counts cannot be read) is set, and its
+    JSON is that alone."""
 
     backend: str | None = None
     backend_source: Source | None = None
@@ -61,27 +162,23 @@ class RuntimeSection:
     intra_pool_started: bool = False
     inter_pool_started: bool = False
     pool_threads: int | None = None
-    native_push: dict[str, Any] | None = None
-    budget: dict[str, Any] | None = None
-    adaptive: dict[str, Any] | None = None
-    torch_pool: dict[str, Any] | None = None
-    unknown: str | None = None
-    follow: dict[str, Any] | None = None
+    native_push: Push | None = None
+    budget: Budget | None = None
+    adaptive: AdaptiveState | None = None
+    torch_pool: TorchPool | None = None
+    unknown: str | None = field(default=None, metadata=OMIT_NONE)
+    follow: Follow | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RuntimeSection:
-        d = section(data)
+        """The section of :meth:`to_dict` (or ``parinfo.runtime.info()``); odd parts are unknown."""
+        return load(cls, data)
 
-        def record(key: str) -> dict[str, Any] | None:
-            return None if d.get(key) is None else plain_map(d.get(key))
-
-        return cls(text(d.get("backend")), Source.from_json(d.get("backend_source")),
-                   PoolCount.from_dict(d["intra_op"]) if isinstance(d.get("intra_op"), Mapping) else None,
-                   PoolCount.from_dict(d["inter_op"]) if isinstance(d.get("inter_op"), Mapping) else None,
-                   integer(d.get("pool_ceiling")), d.get("intra_pool_started") is True,
-                   d.get("inter_pool_started") is True, integer(d.get("pool_threads")), record("native_push"),
-                   record("budget"), record("adaptive"), record("torch_pool"), text(d.get("unknown")),
-                   record("follow"))
+    def to_dict(self) -> dict[str, Any]:
+        if self.unknown is not None:
+            return {"unknown": self.unknown}
+        out: dict[str, Any] = dump(self)
+        return out
 
     @property
     def started(self) -> bool:
@@ -114,19 +211,5 @@ class RuntimeSection:
     @property
     def followed_at(self) -> str | None:
         """When the runtime last saw the usable CPUs change (HH:MM:SS), or None."""
-        changes = (self.follow or {}).get("changes")
-        if isinstance(changes, list) and changes and isinstance(changes[-1], Mapping):
-            return text(changes[-1].get("at"))
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.unknown is not None:
-            return {"unknown": self.unknown}
-        return {"backend": self.backend,
-                "backend_source": None if self.backend_source is None else self.backend_source.to_json(),
-                "intra_op": None if self.intra_op is None else self.intra_op.to_dict(),
-                "inter_op": None if self.inter_op is None else self.inter_op.to_dict(),
-                "pool_ceiling": self.pool_ceiling, "intra_pool_started": self.intra_pool_started,
-                "inter_pool_started": self.inter_pool_started, "pool_threads": self.pool_threads,
-                "native_push": self.native_push, "budget": self.budget, "adaptive": self.adaptive,
-                "torch_pool": self.torch_pool, **({} if self.follow is None else {"follow": self.follow})}
+        changes = self.follow.changes if self.follow is not None else []
+        return changes[-1].at if changes else None

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from parinfo.convert import dump
 from parinfo.runtime import workers
 from parinfo.runtime.adaptive import Adaptive
 from parinfo.runtime.follow import BudgetFollower
@@ -136,7 +137,8 @@ class Runtime:
         nobody chose follow them (as they do at most a second after a change while parallel_for
         and fork are in use). Counts set by a call, a profile or a variable stay. Returns what
         following did (``info()["follow"]``); with PARINFO_FOLLOW_QUOTA=0 it changes nothing."""
-        return self.follow.refresh()
+        followed: dict[str, Any] = dump(self.follow.refresh())
+        return followed
 
     def set_adaptive(self, on: bool) -> None:
         """Switch adaptive decisions on or off for this process (PARINFO_ADAPTIVE=0 starts it off)."""

@@ -19,6 +19,7 @@ from typing import Any
 from parinfo.process import setter
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings
+from parinfo.runtime.snapshot import TorchPool
 from parinfo.source import Kind, Source
 
 _CACHE_SIZE = 256  # launchers kept (each holds its target alive): the first compiled go first
@@ -98,7 +99,7 @@ class TorchForks:
         self._sized = False
         self._types: tuple[type, ...] | None = None
         self._holder: type | None = None  # the ScriptModule class that launcher modules are made of
-        self.pool: dict[str, Any] | None = None  # torch's inter-op pool as the first fork found it
+        self.pool: TorchPool | None = None  # torch's inter-op pool as the first fork found it
         # id(callable) -> (callable, launcher or None when its signature cannot be launched)
         self._launchers: collections.OrderedDict[int, tuple[Any, _Launcher | None]] = collections.OrderedDict()
 
@@ -133,16 +134,14 @@ class TorchForks:
             n = min(self.settings.consume_inter(), self.settings.ceiling)
             sized = setter.set_torch(inter=n, torch=torch, inter_if_changed=False)[0]
             if sized.error:  # torch's pool already started or was sized by the program: keep it
-                self.pool = {"threads": sized.now, "native_per_lane": None,
-                             "source": Source(Kind.FRAMEWORK, "torch",
-                                              "torch (started or sized before parinfo's first fork)").to_json()}
+                self.pool = TorchPool(sized.now, None, Source(
+                    Kind.FRAMEWORK, "torch", "torch (started or sized before parinfo's first fork)"))
                 return
             base = setter.torch_intra_now() or 1
             per_lane = max(1, min(base, self.settings.usable_cpus() // n))
-            self.pool = {"threads": n, "native_per_lane": per_lane,
-                         "source": Source(Kind.RUN_TIME, "parinfo's first fork", "parinfo").to_json()}
+            self.pool = TorchPool(n, per_lane, Source(Kind.RUN_TIME, "parinfo's first fork", "parinfo"))
             if per_lane < base:
-                self.pool["pinned"] = self._pin_threads(torch, n, per_lane, base)
+                self.pool.pinned = self._pin_threads(torch, n, per_lane, base)
 
     def _pin_threads(self, torch: Any, n: int, per_lane: int, base: int) -> int:
         """Give each of the pool's n threads ``per_lane`` native threads; returns how many took it.
