@@ -1,0 +1,84 @@
+"""The one converter: records to JSON and back, lenient on what another process or version sends."""
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import field
+
+import pytest
+
+from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.record import record
+from parinfo.runtime.snapshot import RuntimeSection
+from parinfo.source import Kind, Source, variable
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@record
+class Inner:
+    n: int = 0
+    tags: list[str] = field(default_factory=list)
+
+
+@record
+class Outer:
+    name: str
+    count: int | None = None
+    ratio: float | None = None
+    flag: bool = False
+    colour: Colour = Colour.RED
+    source: Source | None = None
+    inner: Inner | None = None
+    many: list[Inner] = field(default_factory=list)
+    by_name: dict[str, int] = field(default_factory=dict)
+    pair: tuple[int, int] | None = None
+    either: int | str | None = None
+    hidden: str | None = field(default=None, metadata=OMIT_NONE)
+    fallback: str = field(default="x", metadata={"missing": "unknown"})
+
+
+def test_round_trip_through_json():
+    value = Outer("a", 3, 0.5, True, Colour.BLUE, variable("OMP_NUM_THREADS", "2"), Inner(1, ["t"]),
+                  [Inner(2), Inner(3, ["u", "v"])], {"k": 4}, (1, 2), "why", "seen", "y")
+    data = json.loads(json.dumps(dump(value)))
+    assert data["colour"] == "blue" and data["source"]["kind"] == "variable" and data["pair"] == [1, 2]
+    assert load(Outer, data) == value
+
+
+def test_none_is_left_out_only_where_the_field_says_so():
+    data = dump(Outer("a"))
+    assert "hidden" not in data and data["count"] is None and data["inner"] is None
+
+
+@pytest.mark.parametrize("junk", [None, 3, "text", [], {"name": 5}, {"name": "a", "count": True}])
+def test_odd_data_never_raises(junk):
+    got = load(Outer, junk)
+    assert isinstance(got, Outer) and got.count is None and got.flag is False
+
+
+def test_each_odd_value_takes_its_default_and_odd_items_are_left_out():
+    got = load(Outer, {"name": "a", "count": "3", "ratio": True, "flag": 1, "colour": "green",
+                       "source": {"kind": "nonsense", "text": "w"}, "inner": [1], "many": [{"n": 1}, 7, {"n": "x"}],
+                       "by_name": {"k": 1, "j": "2"}, "pair": [1, "b"], "either": 2.5, "fallback": 9})
+    assert (got.count, got.ratio, got.flag, got.colour) == (None, None, False, Colour.RED)
+    assert got.source == Source(Kind.OTHER, "", "w")  # words from a report this parinfo cannot type
+    assert got.inner is None and got.many == [Inner(1), Inner(0)] and got.by_name == {"k": 1}
+    assert got.pair is None and got.either is None and got.fallback == "unknown"
+    assert load(Outer, {"name": "a", "either": "why"}).either == "why"
+    assert load(Outer, {}).name == ""  # a required field missing: its type's empty value
+
+
+def test_the_runtime_section_of_another_version_is_read_without_error():
+    push = {"count": 1, "pools": [{"library": "openblas", "filepath": "/x", "num_threads": 1}],
+            "source": {"kind": "profile", "detail": "p", "text": "profile p"}}
+    section = RuntimeSection.from_dict({"backend": "native", "intra_op": {"count": 2, "source": "explicit call"},
+                                        "native_push": push,
+                                        "follow": {"enabled": False, "changes": [{"at": "12:00:00"}, "odd"]}})
+    assert section.intra_op is not None and section.intra_op.source == Source(Kind.OTHER, "", "explicit call")
+    assert section.native_push is not None and section.native_push.by_file()["/x"][1].kind is Kind.PROFILE
+    assert section.follow is not None and section.followed_at == "12:00:00" and not section.follow.enabled
+    assert RuntimeSection.from_dict({"unknown": "read from outside"}).to_dict() == {"unknown": "read from outside"}
