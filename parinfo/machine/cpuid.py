@@ -13,12 +13,12 @@ import copy
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, field
+from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
+from parinfo.convert import OMIT_NONE, dump, load
 from parinfo.machine.sysfs import Unreadable, read, read_bytes, shown
-from parinfo.payload import int_map, section, text, text_map, texts
 from parinfo.record import record
 from parinfo.source import Source, file, unknown
 
@@ -58,23 +58,17 @@ class CpuIdentity:
     isa: list[str] = field(default_factory=list)
     isa_checked: list[str] = field(default_factory=list)
     caches: dict[str, int] = field(default_factory=dict)
-    source: Source = FAST_SOURCE
+    source: Source = field(default=FAST_SOURCE, metadata={"missing": unknown("not in the report")})
     unknown: dict[str, str] = field(default_factory=dict)
-    hz_advertised: str | None = None
+    hz_advertised: str | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CpuIdentity:
-        """The identity of :meth:`to_dict` (or :func:`cpu_identity`); a missing field is unknown."""
-        d = section(data)
-        return cls(text(d.get("brand")), text(d.get("vendor")), text(d.get("arch")), texts(d.get("isa")),
-                   texts(d.get("isa_checked")), int_map(d.get("caches")),
-                   Source.from_json(d.get("source")) or unknown("not in the report"),
-                   text_map(d.get("unknown")), text(d.get("hz_advertised")))
+        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
+        return load(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {**asdict(self), "source": self.source.to_json()}
-        if self.hz_advertised is None:
-            del out["hz_advertised"]
+        out: dict[str, Any] = dump(self)
         return out
 
 

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
+from parinfo.convert import dump, load
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
-from parinfo.payload import integer, section, text_map
 from parinfo.record import record
-from parinfo.source import NO_LIMIT, Source, file, plain
+from parinfo.source import NO_LIMIT, Source, file
 
 # v1 writes "no limit" as the largest page-aligned signed 64-bit value; anything this large is none.
 _V1_UNLIMITED = 1 << 62
@@ -35,14 +35,12 @@ class MemoryFacts:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MemoryFacts:
-        """The facts of a report's ``live.memory`` (:meth:`to_dict`); a missing one is unknown."""
-        d = section(data)
-        return cls(integer(d.get("limit")), Source.from_json(d.get("limit_source")) or NO_LIMIT,
-                   integer(d.get("tasks")), Source.from_json(d.get("tasks_source")) or NO_LIMIT,
-                   text_map(d.get("unknown")))
+        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
+        return load(cls, data)
 
-    def to_dict(self) -> dict:
-        return plain(self)
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dump(self)
+        return out
 
 
 def _limit_at(root: str, d: str, version: str) -> tuple[int | None, str] | None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any
 
-from parinfo.payload import count_or_reason, flag, integer, section, text
+from parinfo.convert import dump, load
+from parinfo.payload import integer, text
 from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 from parinfo.process.threads import ThreadList, live_threads
 from parinfo.process.torch_config import parse_parallel_info, torch_facts
@@ -68,21 +69,12 @@ class TorchInfo:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TorchInfo:
-        """The settings of :meth:`to_dict`; a missing or odd one is unknown (None)."""
-        d = section(data)
-        started = d.get("interop_started")
-        return cls(
-            text(d.get("version")), integer(d.get("intra_op")), integer(d.get("inter_op")),
-            text(d.get("aten_backend")), text(d.get("openmp")), integer(d.get("omp_max_threads")),
-            integer(d.get("mkl_max_threads")), flag(d.get("mkl_available")), text(d.get("mkl_version")),
-            text(d.get("mkl_line")), flag(d.get("mkldnn_available")), text(d.get("mkldnn_version")),
-            integer(d.get("hardware_concurrency")), count_or_reason(d.get("pool_threads")),
-            started if isinstance(started, str) else flag(started),
-            {str(k): v for k, v in section(d.get("env")).items() if isinstance(v, str)},
-            text(d.get("parallel_info_text")), text(d.get("not_read")))
+        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
+        return load(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out: dict[str, Any] = dump(self)
+        return out
 
 
 def torch_pool_threads(threads: ThreadList | None = None) -> int | str:

@@ -22,10 +22,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from parinfo.payload import flag, integer, section, text
+from parinfo.convert import dump, load
 from parinfo.process import libraries as reg
 from parinfo.record import record
-from parinfo.source import Kind, Source, plain, unknown
+from parinfo.source import Kind, Source, unknown
 
 if TYPE_CHECKING:
     from parinfo.process.pools import PoolRow
@@ -72,15 +72,12 @@ class InterpreterFacts:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> InterpreterFacts:
-        d = section(data)
-        return cls(flag(d.get("free_threaded_build")), flag(d.get("gil_enabled")),
-                   Source.from_json(d.get("gil_source")),
-                   text(d.get("gil_requested")), text(d.get("gil_requested_by")), text(d.get("gil_reenabled_by")),
-                   integer(d.get("python_threads")), text(d.get("per_thread_pool")),
-                   integer(d.get("per_thread_threads")), integer(d.get("threads_at_once")))
+        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
+        return load(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
-        return plain(self)
+        out: dict[str, Any] = dump(self)
+        return out
 
 
 def _build_flag(config_var: Callable[[str], Any] | None) -> bool | None:

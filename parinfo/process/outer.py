@@ -13,9 +13,10 @@ import math
 import os
 import sys
 from collections.abc import Collection, Mapping
+from dataclasses import field
 from typing import Any
 
-from parinfo.payload import integer, section, text
+from parinfo.convert import OMIT_NONE, dump, load
 from parinfo.process import libraries as reg
 from parinfo.process.environment import EnvRow
 from parinfo.record import record
@@ -50,22 +51,15 @@ class OuterThreads:
     threads: int | None = None
     cpus: int | None = None
     source: Source | None = None
-    variables_set_by: dict[str, str] | None = None
+    variables_set_by: dict[str, str] | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OuterThreads:
-        """The section of :meth:`to_dict`; a missing or odd field is unknown (None)."""
-        d = section(data)
-        set_by = d.get("variables_set_by")
-        return cls(text(d.get("framework")), integer(d.get("threads")), integer(d.get("cpus")),
-                   Source.from_json(d.get("source")),
-                   None if set_by is None else {str(k): v for k, v in section(set_by).items() if isinstance(v, str)})
+        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
+        return load(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"framework": self.framework, "threads": self.threads, "cpus": self.cpus,
-                               "source": None if self.source is None else self.source.to_json()}
-        if self.variables_set_by is not None:
-            out["variables_set_by"] = dict(self.variables_set_by)
+        out: dict[str, Any] = dump(self)
         return out
 
 

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, field
 from typing import Any
 
+from parinfo.convert import dump, load
 from parinfo.machine.unknown import describe
-from parinfo.payload import integer, section, text, texts
+from parinfo.payload import integer, section, text
 from parinfo.process import libraries as reg
 from parinfo.record import record
 from parinfo.source import Source
@@ -375,14 +376,12 @@ class ThreadingLayers:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ThreadingLayers:
-        """The layers of :meth:`to_dict` (the keys of a ``backend`` section); a missing one is unknown."""
-        d = section(data)
-        return cls(text(d.get("openmp")), texts(d.get("openmp_vendors")), text(d.get("mkl")),
-                   text(d.get("openblas")), text(d.get("blis")), d.get("tbb") is True,
-                   text(d.get("summary")) or "unknown")
+        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
+        return load(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out: dict[str, Any] = dump(self)
+        return out
 
 
 def threading_layers(pools: list[PoolRow]) -> ThreadingLayers:

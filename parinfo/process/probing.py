@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
+from parinfo.convert import OMIT_NONE, dump, load
 from parinfo.machine.unknown import describe
-from parinfo.payload import section, text, text_map, texts
 from parinfo.record import record
 
 DEFAULT_PROBES = ("numpy",)
@@ -39,24 +39,15 @@ class Probes:
     already_imported: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     environ_changed: dict[str, str | None] = field(default_factory=dict)
-    note: str | None = None
+    note: str | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Probes:
-        """The section of :meth:`to_dict`; a missing or odd field is empty."""
-        d = section(data)
-        changed = {str(k): v for k, v in section(d.get("environ_changed")).items() if v is None or isinstance(v, str)}
-        requested = None if d.get("requested", []) is None else texts(d.get("requested"))
-        return cls(requested, texts(d.get("imported")), texts(d.get("already_imported")), text_map(d.get("failed")),
-                   changed, text(d.get("note")))
+        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
+        return load(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "requested": None if self.requested is None else list(self.requested), "imported": list(self.imported),
-            "already_imported": list(self.already_imported), "failed": dict(self.failed),
-            "environ_changed": dict(self.environ_changed)}
-        if self.note is not None:
-            out["note"] = self.note
+        out: dict[str, Any] = dump(self)
         return out
 
 
