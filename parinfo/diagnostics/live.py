@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parinfo.diagnostics.model import LiveSection, ProcessTree, Report, StackBudget, StackLimit, TreeMember
 from parinfo.source import Kind, Source
@@ -75,12 +75,12 @@ def live_section(pid: int | None = None, root: str = "/", threads: int | None = 
     return LiveSection(cpu_counters(root, pid), cpu_pressure(root, pid), memory, _stack_budget(pid, threads, memory))
 
 
-def _tree(pids: list[int], seconds: float) -> tuple[ProcessTree, dict[int, list]]:
+def _tree(pids: list[int], seconds: float) -> tuple[ProcessTree, dict[int, list[Any]]]:
     """Threads of every process in ``pids``, sampled twice ``seconds`` apart: how many wanted a CPU
     on average (time on a CPU plus time waiting for one, over the interval)."""
     from parinfo.process.tasks import NoAccess, ProcessGone, thread_stats
 
-    def read() -> dict[int, list]:
+    def read() -> dict[int, list[Any]]:
         out = {}
         for p in pids:
             try:

@@ -39,7 +39,8 @@ class PoolCount:
     attached: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return plain(self)
+        out: dict[str, Any] = plain(self)
+        return out
 
 
 @record(frozen=True)

@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import field
+from typing import Any
 
 from parinfo.machine.procfs import Proc
 from parinfo.machine.sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
@@ -183,7 +184,7 @@ def _v1_quota(root: str, d: str) -> tuple[float | None, str]:
     return quota / period, rel
 
 
-def _walk_quota(root: str, leaf: str, top: str, quota_file: str, reader: Callable,
+def _walk_quota(root: str, leaf: str, top: str, quota_file: str, reader: Callable[..., Any],
                 facts: CgroupFacts, problems: list[str]) -> tuple[float | None, float | None]:
     """Keep the tightest quota of ``leaf`` and its ancestors up to ``top`` in ``facts``; return
     (the leaf's own quota, the tightest of this hierarchy), which some runtimes read alone."""
@@ -220,7 +221,7 @@ _V2_CPUSET = ("cpuset.cpus.effective",)
 
 
 #: One hierarchy to read: its mount, the cgroup path in it, (quota file, its reader) or None, cpuset file names.
-_Job = tuple[_Mount, str, "tuple[str, Callable] | None", tuple[str, ...]]
+_Job = tuple[_Mount, str, "tuple[str, Callable[..., Any]] | None", tuple[str, ...]]
 
 
 def _jobs(mounts: list[_Mount], v2_path: str | None, v1_paths: dict[str, str]) -> list[_Job]:
@@ -234,7 +235,7 @@ def _jobs(mounts: list[_Mount], v2_path: str | None, v1_paths: dict[str, str]) -
                 seen.add("v2")
                 jobs.append((m, v2_path, ("cpu.max", _v2_quota), _V2_CPUSET))
             continue
-        v1: tuple[tuple[str, tuple[str, Callable] | None, tuple[str, ...]], ...] = (
+        v1: tuple[tuple[str, tuple[str, Callable[..., Any]] | None, tuple[str, ...]], ...] = (
             ("cpu", ("cpu.cfs_quota_us", _v1_quota), ()), ("cpuset", None, _V1_CPUSET))
         for ctrl, quota, names in v1:
             if ctrl in m.controllers and ctrl in v1_paths and ctrl not in seen:

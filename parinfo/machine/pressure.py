@@ -52,7 +52,7 @@ class Throttling:
             return None
         return cls(cgroup, quota, periods, throttled, held)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ratio": round(self.ratio, 4)}
 
 
@@ -85,7 +85,7 @@ class CpuCounters:
             levels = [worst]
         return cls(text(d.get("version")), tuple(levels), text(d.get("unknown")), tuple(texts(d.get("notes"))))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         worst = self.worst
         return {"version": self.version, "levels": [t.to_dict() for t in self.levels],
                 "worst": None if worst is None else worst.to_dict(), "unknown": self.unknown,
@@ -179,7 +179,7 @@ class Pressure:
             return None
         return cls(source, avg, total, number(d.get("full_avg10")), integer(d.get("full_total_usec")))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "source": self.source.to_json()}
 
 
@@ -223,7 +223,7 @@ class PressureFacts:
 
         return cls(one(d.get("system")), one(d.get("cgroup")))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: v if isinstance(v, str) else v.to_dict()
                 for k, v in (("system", self.system), ("cgroup", self.cgroup))}
 

@@ -126,7 +126,7 @@ class MachineFacts:
             invalid=text_map(d.get("invalid")),
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The report's ``machine`` section (JSON-ready): the fields, then ``usable_cpu_list``."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["numa_nodes"] = [list(n) for n in self.numa_nodes]

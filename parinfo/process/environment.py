@@ -16,7 +16,7 @@ from typing import Any
 from parinfo.errors import UsageError
 from parinfo.machine.unknown import because
 from parinfo.payload import flag, integer, section, text, texts
-from parinfo.process.libraries import listed_unset
+from parinfo.process.libraries import Var, listed_unset
 from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
 from parinfo.record import record
 
@@ -106,28 +106,28 @@ def _psutil_environ(pid: int | None) -> dict[str, str] | str:
 
 
 
-def _python_too_old(spec, python: tuple[int, int]) -> bool:
+def _python_too_old(spec: Var | None, python: tuple[int, int]) -> bool:
     return spec is not None and spec.python is not None and python < spec.python
 
 
-def _readers_here(spec, python: tuple[int, int]) -> list[str]:
+def _readers_here(spec: Var | None, python: tuple[int, int]) -> list[str]:
     """The readers of a variable in the process: Python itself only from the version that reads it."""
     if spec is None:
         return []
     return [r for r in spec.readers if not (r == "python" and _python_too_old(spec, python))]
 
 
-def _summary_here(spec, python: tuple[int, int]) -> str:
+def _summary_here(spec: Var | None, python: tuple[int, int]) -> str:
     if spec is None:
         return "not in parinfo's table; its name looks thread-related"
     if _python_too_old(spec, python):
-        major, minor = spec.python
+        major, minor = spec.python or (0, 0)
         return (f"{spec.summary}; this Python {python[0]}.{python[1]} does not read it "
                 f"(Python reads it from {major}.{minor})")
     return spec.summary
 
 
-def _importers(spec, value: str | None, launch_value: str | None, launch_known: bool,
+def _importers(spec: Var | None, value: str | None, launch_value: str | None, launch_known: bool,
                modules: Collection[str]) -> list[str]:
     """The imported packages known to set the variable, when it was set after launch (else [])."""
     if value is None or not launch_known or launch_value == value:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.procfs import Proc, gone, pids
 from parinfo.record import record
@@ -45,7 +45,7 @@ def check_pid(pid: int) -> None:
     Proc(pid).check()
 
 
-def identity(pid: int) -> dict:
+def identity(pid: int) -> dict[str, Any]:
     """pid, name, command line, executable and parent of ``pid`` (the report's process section)."""
     proc = _proc(pid)
     st = proc.stat()
@@ -137,7 +137,7 @@ class Limits:
         """The stack glibc gives a new thread: RLIMIT_STACK, or 2 MiB when that is unlimited."""
         return self.stack if self.stack else GLIBC_UNLIMITED_STACK
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "thread_stack": self.thread_stack}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict
+from typing import Any
 
 from parinfo.machine.procfs import (
     NoAccess,
@@ -47,7 +48,7 @@ class ThreadStat:
     involuntary: int | None  # context switches the scheduler forced (None: unreadable)
     cpu: int | None  # the CPU it last ran on
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

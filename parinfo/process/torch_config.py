@@ -43,10 +43,11 @@ def parallel_info_text() -> str | None:
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "__config__"):
         return None
-    return torch.__config__.parallel_info()
+    text = torch.__config__.parallel_info()
+    return text if isinstance(text, str) else None
 
 
-def parse_parallel_info(text: str) -> dict:
+def parse_parallel_info(text: str) -> dict[str, Any]:
     """Pick the facts out of torch's parallel_info() text (lines that are absent give None).
 
     Keys: intra_op, inter_op, omp_max_threads, mkl_max_threads, hardware_concurrency (ints),
@@ -58,7 +59,7 @@ def parse_parallel_info(text: str) -> dict:
         m = re.search(pattern + r"\s*:\s*(\d+)", text)
         return int(m.group(1)) if m else None
 
-    out: dict = {
+    out: dict[str, Any] = {
         "intra_op": num(r"at::get_num_threads\(\)"),
         "inter_op": num(r"at::get_num_interop_threads\(\)"),
         "omp_max_threads": num(r"omp_get_max_threads\(\)"),

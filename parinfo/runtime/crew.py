@@ -58,7 +58,7 @@ class Crew:
             self.workers.remove(t)
             raise
 
-    def serve(self, jobs: queue.SimpleQueue, handle: Callable[[Any], bool]) -> None:
+    def serve(self, jobs: queue.SimpleQueue[Any], handle: Callable[[Any], bool]) -> None:
         """The worker loop on ``jobs`` until a ``STOP``; ``handle(job)`` runs a job of the pool and
         returns False when it passed the job over (nothing ran, so nothing to tidy after it)."""
         set_os_name(threading.current_thread().name)

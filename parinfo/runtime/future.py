@@ -94,7 +94,7 @@ class Future:
     _ran_ns: int
     _batch: bool  # set with _site: the site counts the task in its batch (it is choosing)
 
-    def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict, ctx: Any, runner: Runner,
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], ctx: Any, runner: Runner,
                  native: bool = True, site: Any = None, batch: bool = False, due: int = 0) -> None:
         """A PENDING task. How the pool schedules it is fixed here, by the pool that forks it:
         ``native`` False when its adaptive site measured it short (it leaves native limits alone);

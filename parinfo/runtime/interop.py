@@ -40,7 +40,7 @@ class _Sink:
 
     __slots__ = ("put",)
 
-    def __init__(self, target: collections.deque) -> None:
+    def __init__(self, target: collections.deque[Any]) -> None:
         self.put = target.append
 
 
@@ -77,10 +77,10 @@ class InteropPool:
         self.ledger = ledger
         self.recorders = recorders
         self.state = PoolState.IDLE
-        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # size slots: a task runs only while holding one, so at most size tasks run at once even
         # when waiters run tasks inline (a waiter that finds no free slot still runs its task).
-        self.slots: queue.SimpleQueue = queue.SimpleQueue()
+        self.slots: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.size = 0
         self.crew = Crew("parinfo-interop", setup, limits)
         self.workers = self.crew.workers

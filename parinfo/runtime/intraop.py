@@ -59,7 +59,7 @@ class _Job:
         "step",
     )
 
-    def __init__(self, pool: IntraopPool, fn: Callable, begin: int, end: int, n: int, ctx: Any,
+    def __init__(self, pool: IntraopPool, fn: Callable[..., Any], begin: int, end: int, n: int, ctx: Any,
                  reduce: bool, native: bool, lead: int = 0) -> None:
         self.pool = pool
         self.fn = fn
@@ -158,7 +158,7 @@ class IntraopPool:
         self.adaptive = adaptive
         self.recorders = recorders
         self.regions = ThreadRegions()  # each thread's place in a region
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.crew = Crew("parinfo-intra", setup, limits)
         self.workers = self.crew.workers
         self.size = 0  # workers asked to run (the ones told to stop are not counted)
@@ -221,8 +221,8 @@ class IntraopPool:
         self.closing = False
 
     # regions -------------------------------------------------------------------------------
-    def region(self, begin: int, end: int, grain_size: int, fn: Callable, reduce: bool,
-               site_fn: Callable | None = None) -> list[Any] | None:
+    def region(self, begin: int, end: int, grain_size: int, fn: Callable[..., Any], reduce: bool,
+               site_fn: Callable[..., Any] | None = None) -> list[Any] | None:
         """Run ``fn`` over ``[begin, end)``; with ``reduce`` return the chunk results in order.
         ``site_fn`` is what identifies the call site for the adaptive decisions (default ``fn``)."""
         if not (type(begin) is int and type(end) is int and type(grain_size) is int and grain_size > 0):
@@ -269,7 +269,7 @@ class IntraopPool:
         finally:
             site.record_region(chunks, perf_counter_ns() - t0, size)
 
-    def _split(self, begin: int, end: int, chunks: int, threads: int, fn: Callable, reduce: bool,
+    def _split(self, begin: int, end: int, chunks: int, threads: int, fn: Callable[..., Any], reduce: bool,
                native: bool, lead: int = 0) -> list[Any] | None:
         """Run a region as ``chunks`` chunks on the caller and ``threads - 1`` of the workers;
         the first chunk, which the caller takes, is ``lead`` elements longer than the others."""
@@ -304,7 +304,7 @@ class IntraopPool:
             raise job.error
         return job.results
 
-    def _inline(self, begin: int, end: int, fn: Callable, reduce: bool) -> list[Any] | None:
+    def _inline(self, begin: int, end: int, fn: Callable[..., Any], reduce: bool) -> list[Any] | None:
         recorders = self.recorders
         t0 = tracing.now() if recorders.active else 0
         try:

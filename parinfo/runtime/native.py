@@ -45,7 +45,7 @@ class _ThreadView(threading.local):
     """What one thread knows: its lanes (a stack of weights), what its per-thread pools were last
     set to, its own saved counts."""
 
-    applied: tuple | None = None  # (pushed, cap, controller, pushes) its per-thread pools were set for
+    applied: tuple[Any, ...] | None = None  # (pushed, cap, controller, pushes) its per-thread pools were set for
     capped = False  # its per-thread pools carry a budget cap now
     saved: dict[str, int] | None = None  # its per-thread counts before the first cap
 
@@ -292,7 +292,7 @@ class NativeLimits:
             if now is not None:
                 self._torch_base = now
 
-    def _wanted_state(self) -> tuple:
+    def _wanted_state(self) -> tuple[Any, ...]:
         return (self.pushed, self.cap, self._controller, self._pushes)
 
     def _sync_thread(self, in_lane: bool) -> None:

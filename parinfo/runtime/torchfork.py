@@ -52,7 +52,7 @@ class _Launcher:
         self.params = [p.name for p in params]
         self.required = {p.name for p in params if p.default is None}
 
-    def binds(self, args: tuple, kwargs: dict) -> bool:
+    def binds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether this call fills every parameter the launcher requires, and only its parameters."""
         if len(args) > len(self.params):
             return False
@@ -111,7 +111,7 @@ class TorchForks:
                                             getattr(jit, "ScriptFunction", None)) if isinstance(t, type))
         return isinstance(fn, self._types)
 
-    def fork(self, fn: Any, args: tuple, kwargs: dict) -> Any | None:
+    def fork(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
         """A torch future for ``fn(*args, **kwargs)`` running on torch's inter-op pool, or None
         when ``fn``'s signature (or this call's arguments) cannot go through a launcher."""
         launcher = self._launcher(fn)
@@ -217,7 +217,7 @@ class TorchForks:
     def _holder_class(self, torch: Any) -> type:
         """A ScriptModule class whose instances hold a target module and a launcher for it."""
         if self._holder is None:
-            class LaunchHolder(torch.jit.ScriptModule):
+            class LaunchHolder(torch.jit.ScriptModule):  # type: ignore[misc]  # torch's classes are untyped here
                 def __init__(self, target: Any, src: str) -> None:
                     super().__init__()
                     self.target = target

@@ -47,7 +47,7 @@ class Profile:
 
     def __init__(self, recorders: Recorders) -> None:
         self._recorders = recorders
-        self._events: list[tuple] = []
+        self._events: list[tuple[Any, ...]] = []
         self._t0 = 0
         self._t1: int | None = None
 

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 from parinfo.errors import UsageError
 from parinfo.machine.procfs import Proc, exited_during_read
@@ -73,7 +74,7 @@ def _final(pid: int, kind: str, number: int, message: str) -> AttachError | None
     return None
 
 
-def _interpreter(proc: Proc) -> tuple[list[str], dict] | str:
+def _interpreter(proc: Proc) -> tuple[list[str], dict[str, Any]] | str:
     """The target's interpreter as (command, how to run it), or why parinfo will not run it."""
     exe = proc.exe()
     shown = escape_controls(exe)
