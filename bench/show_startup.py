@@ -2,7 +2,9 @@
 
 Prints the median whole-process wall time of each over interleaved repeats and their ratio
 (goal: <= 1.2), then the in-process cost of `parinfo.parallel_info()` after its first call
-(goal: < 5 ms).
+(goal: < 5 ms). It also runs `parinfo show` with every record made by `dataclasses.dataclass`
+instead of `parinfo.record` (patched before any parinfo module defines one), to tell whether
+record.py still earns its place.
 
     python bench/show_startup.py [--repeats 15]
 """
@@ -16,6 +18,14 @@ import sys
 import time
 
 from _machine import report_machine  # bench/ is on sys.path when run as a script
+
+# The same `parinfo show`, run in -c so that the record helper can be replaced first.
+SHOW = "import sys; from parinfo.cli import main; sys.argv = ['parinfo', 'show']; main()\n"
+DATACLASSES = ("import dataclasses, parinfo.record as r\n"
+               "def _dc(cls=None, /, *, frozen=False, order=False):\n"
+               "    make = lambda c: dataclasses.dataclass(frozen=frozen, order=order)(c)\n"
+               "    return make if cls is None else make(cls)\n"
+               "r.record = _dc\n")
 
 
 def wall(cmd: list[str], env: dict[str, str]) -> float:
@@ -36,6 +46,8 @@ def main() -> None:
         "parinfo show --json": [sys.executable, "-m", "parinfo", "show", "--json"],
         "threadpoolctl -i numpy": [sys.executable, "-m", "threadpoolctl", "-i", "numpy"],
         "python -c 'import numpy'": [sys.executable, "-c", "import numpy"],
+        "show, records": [sys.executable, "-c", SHOW],
+        "show, dataclasses": [sys.executable, "-c", DATACLASSES + SHOW],
     }
     for cmd in commands.values():  # warm the page cache
         wall(cmd, env)
@@ -51,6 +63,9 @@ def main() -> None:
     ratio = med["parinfo show"] / anchor
     print(f"RATIO parinfo show / threadpoolctl -i numpy = {ratio:.2f} (goal <= 1.2) "
           f"{'PASS' if ratio <= 1.2 else 'FAIL'}")
+    saved = med["show, dataclasses"] - med["show, records"]
+    print(f"records: parinfo.record saves {saved * 1000:.1f} ms of a show against dataclasses.dataclass "
+          f"(ratio {med['show, dataclasses'] / med['show, records']:.3f})")
 
     code = (
         "import time, statistics, numpy, parinfo\n"
