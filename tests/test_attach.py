@@ -2,7 +2,8 @@
 sys.remote_exec, from parinfo on this interpreter and on 3.14, checked against each target's own
 ``parinfo.inspect()``; what the target holds is unchanged; every refusal is one line and exit 2 in
 bounded time; the channel is private. Targets need the 3.14 interpreter of tests/py314.py (skipped
-cleanly without it); the parser, the script's encoder and the channel are checked on any Python.
+cleanly without it); the parser, the script's encoder, that the script imports nothing and the channel
+are checked on any Python.
 """
 from __future__ import annotations
 
@@ -464,8 +465,65 @@ def test_the_scripts_data_is_a_plain_literal_taken_from_the_registry() -> None:
     assert data["native"]["openblas"]["count"] == reg.library("openblas").native.count == "openblas_get_num_threads"
     assert data["native"]["libgomp"]["count"] == "omp_get_max_threads"
     assert "OMP_NUM_THREADS" in data["env_names"]
-    source = Path(in_target.__file__).read_text()
-    assert "import " not in source.replace("__import__(\"sys\")", "")  # the script imports nothing
+
+
+# Run by each interpreter on the script's file, with its DATA: that its code holds import instructions
+# only under its `if TYPE_CHECKING:` guard, that defining it imports nothing, and that main(DATA)
+# imports only its sys (the `__import__` it is given refuses any other module) and answers in full.
+IMPORTS_NOTHING = r'''
+import ast, builtins, ctypes, dis, os, sys, threading, types
+path, data = sys.argv[1], ast.literal_eval(sys.argv[2])
+code = compile(open(path, encoding="utf-8").read(), "<parinfo attach>", "exec")
+
+def codes(c):
+    yield c
+    for const in c.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from codes(const)
+
+top = list(dis.get_instructions(code))
+at = next(i for i, ins in enumerate(top) if ins.opname == "LOAD_NAME" and ins.argval == "TYPE_CHECKING")
+guard = next(ins for ins in top[at:] if "JUMP" in ins.opname)
+assert "IF_FALSE" in guard.opname, guard
+imports = [(c.co_name, ins.offset) for c in codes(code) for ins in dis.get_instructions(c)
+           if ins.opname in ("IMPORT_NAME", "IMPORT_FROM")]
+assert imports and all(name == "<module>" and guard.offset < offset < guard.argval for name, offset in imports), imports
+
+asked = []
+
+def refuse(name, *args, **kwargs):
+    asked.append(name)
+    if name != "sys":
+        raise ImportError("the script imports " + name)
+    return sys
+
+namespace = {"__builtins__": dict(vars(builtins), __import__=refuse)}
+exec(code, namespace)
+assert asked == [] and namespace["TYPE_CHECKING"] is False, asked
+reader = os.open(data["fifo"], os.O_RDONLY | os.O_NONBLOCK)
+namespace["main"](data)
+assert asked == ["sys"], asked
+sys.stdout.buffer.write(os.read(reader, 1 << 20))
+'''
+
+
+@pytest.mark.parametrize("side", ["this Python", "3.14"])
+def test_the_script_imports_nothing_outside_its_type_checking_guard(request: pytest.FixtureRequest, tmp_path: Path,
+                                                                     side: str) -> None:
+    """Its type hints name typing's and the standard library's types, imported for type checkers only:
+    the script, compiled by this interpreter or from source by 3.14 (lazy annotations), imports nothing
+    when defined or run, and its answer is whole."""
+    python = sys.executable if side == "this Python" else request.getfixturevalue("py314_python")
+    fifo = tmp_path / "r"
+    os.mkfifo(fifo)
+    data = script_data(str(fifo), "tok", 1 << 20, [], False, (2, 2))
+    done = subprocess.run([python, "-c", IMPORTS_NOTHING, in_target.__file__, repr(data)], capture_output=True,
+                          timeout=60, env=clean_env())
+    assert done.returncode == 0, done.stderr.decode()
+    answer = parse(done.stdout, "tok", None)
+    assert answer.errors == {}
+    assert answer.python.version_info[:2] == ((3, 14) if side == "3.14" else tuple(sys.version_info[:2]))
+    assert answer.threads is not None and answer.python_threads == len(answer.threads) == 1
 
 
 def test_the_channel_is_private_bounded_and_removed() -> None:

@@ -217,7 +217,7 @@ class TorchForks:
     def _holder_class(self, torch: Any) -> type:
         """A ScriptModule class whose instances hold a target module and a launcher for it."""
         if self._holder is None:
-            class LaunchHolder(torch.jit.ScriptModule):  # type: ignore[misc]  # torch's classes are untyped here
+            class LaunchHolder(torch.jit.ScriptModule):  # type: ignore[misc, unused-ignore]  # Any base: --strict
                 def __init__(self, target: Any, src: str) -> None:
                     super().__init__()
                     self.target = target

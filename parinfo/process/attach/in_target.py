@@ -17,18 +17,63 @@ It runs on the target's main thread, between two bytecodes of whatever that thre
   or nobody reads it (parinfo timed out, or has exited), it returns at once and leaves no trace.
 """
 # The names below live only in the fresh namespace CPython runs the script in.
+# Type hints: those of a def are quoted (before Python 3.14 a def evaluates them; a string is a
+# constant), those of a local variable are never evaluated; the names they use are imported for
+# type checkers only, under a guard that never runs (the script imports nothing, not even typing).
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from _ctypes import CFuncPtr
+    from collections.abc import Callable
+    from ctypes import CDLL
+    from types import ModuleType
+    from typing import Any, Literal, TypedDict
+
+    class _Native(TypedDict):
+        """One library's C getters (parinfo.process.libraries.NativeReads.to_data)."""
+
+        count: str
+        affixes: list[list[str]]  # [prefix, suffix] pairs
+        version: str
+        version_buffer: bool
+        version_after: str
+        layer: str
+        layer_codes: dict[str, str]
+        openmp_count: str
+        architecture: str
+
+    class _Torch(TypedDict):
+        module: str
+        calls: dict[str, str]  # key in the answer: dotted getter under the module
+
+    class _Data(TypedDict):
+        """What parinfo.process.attach.script_data writes (a Python literal: lists, never tuples)."""
+
+        fifo: str
+        token: str
+        cap: int
+        max_items: int
+        max_text: int
+        machine: list[int]
+        env_names: list[str]
+        env_prefixes: list[str]
+        modules: list[str]
+        pools: list[list[str]]  # [file, library] pairs
+        native: dict[str, _Native]
+        skip_native: bool
+        torch: _Torch
+        python_libs: list[tuple[str, str, str, list[str]]]  # [name, module, getter, facts], a list each
 
 _S_IFMT, _S_IFIFO = 0o170000, 0o010000
 
 
-def _ready(module):
+def _ready(module: "ModuleType | None") -> "ModuleType | None":
     """The module when it is fully imported, else None (one half-imported is never touched)."""
     if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
         return None
     return module
 
 
-def _in_module(obj, part, module_type):
+def _in_module(obj: "object", part: "str", module_type: "type[ModuleType]") -> "object":
     """What module ``obj``'s ``__dict__`` holds under ``part``, or, for a module object that stands in
     for another (torch's backends wrap theirs), what the wrapped module's holds; never through a
     ``__getattr__``, which may import."""
@@ -40,7 +85,7 @@ def _in_module(obj, part, module_type):
     return found
 
 
-def _member(obj, dotted, modules, qualname):
+def _member(obj: "object", dotted: "str", modules: "dict[str, ModuleType]", qualname: "str | None") -> "object":
     """``obj.a.b`` for ``dotted`` "a.b" (``obj`` is the module named ``qualname``): of a module only an
     imported submodule or what its ``__dict__`` holds, so that nothing loads on access; None when a
     part is missing."""
@@ -57,12 +102,12 @@ def _member(obj, dotted, modules, qualname):
     return obj
 
 
-def _plain(value):
+def _plain(value: "object") -> "object":
     """``value`` when it is JSON-ready data (str, bool, int, float, None), else None."""
     return value if value is None or type(value) in (str, bool, int, float) else None
 
 
-def _quote(text, out):
+def _quote(text: "str", out: "list[str]") -> "None":
     if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
         out.append('"' + text + '"')
         return
@@ -82,8 +127,11 @@ def _quote(text, out):
     out.append("".join(parts))
 
 
-def _encode(value, out, depth):
-    """JSON text of ``value`` into ``out`` (ASCII only; a float that is not finite is null)."""
+def _encode(value: "Any", out: "list[str]", depth: "int") -> "None":
+    """JSON text of ``value`` into ``out`` (ASCII only; a float that is not finite is null).
+
+    ``value`` is any object, told apart by its exact type (``kind``, which a type checker does not
+    follow, hence Any): one of another type, a subclass included, is null."""
     kind = type(value)
     if depth > 12:
         out.append("null")
@@ -115,11 +163,11 @@ def _encode(value, out, depth):
         out.append("null")
 
 
-def _why(exc):
+def _why(exc: "BaseException") -> "str":
     return (type(exc).__name__ + ": " + str(exc))[:300]
 
 
-def _python(sys):
+def _python(sys: "ModuleType") -> "dict[str, object]":
     gil = getattr(sys, "_is_gil_enabled", None)
     x_gil = sys._xoptions.get("gil")
     return {"version": sys.version.split()[0], "version_info": list(sys.version_info[:3]),
@@ -128,22 +176,23 @@ def _python(sys):
             "x_gil": x_gil if isinstance(x_gil, str) else None}
 
 
-def _environ(modules, posix, data):
+def _environ(modules: "dict[str, ModuleType]", posix: "ModuleType", data: "_Data") -> "dict[str, str]":
     os = _ready(modules.get("os"))
+    items: list[tuple[str, str]]
     if os is not None:
         items = list(os.environ.items())
     else:  # no os module: nothing in Python can have changed the environment since launch
         items = [(k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
                  for k, v in posix.environ.items()]
     names, prefixes = set(data["env_names"]), tuple(data["env_prefixes"])
-    found: dict = {}
+    found: dict[str, str] = {}
     for key, value in items:
         if (key in names or key.startswith(prefixes)) and len(found) < data["max_items"]:
             found[key] = value[:data["max_text"]]
     return found
 
 
-def _threads(modules, data):
+def _threads(modules: "dict[str, ModuleType]", data: "_Data") -> "tuple[int | None, list[list[object]] | None]":
     """(python threads now, [[native id, name, daemon]...] or None when threading is not imported)."""
     threading = _ready(modules.get("threading"))
     if threading is None:
@@ -151,32 +200,33 @@ def _threads(modules, data):
         return (1 + thread._count() if thread is not None else None), None
     # what threading.enumerate() lists, copied without its lock: the main thread may hold it now
     active, limbo = vars(threading)["_active"].copy(), vars(threading)["_limbo"].copy()
-    rows = []
+    rows: list[list[object]] = []
     for t in list(active.values())[:data["max_items"]]:
         rows.append([_plain(getattr(t, "native_id", None)), str(getattr(t, "_name", ""))[:data["max_text"]],
                      bool(getattr(t, "_daemonic", False))])
     return len(active) + len(limbo), rows
 
 
-def _symbol(ctypes, dll, name, restype):
+def _symbol(ctypes: "ModuleType", dll: "CDLL", name: "str", restype: "type[Any] | None") -> "CFuncPtr | None":
     try:
-        fn = getattr(dll, name)
+        fn: CFuncPtr = getattr(dll, name)
     except AttributeError:
         return None
     fn.restype, fn.argtypes = restype, ()
     return fn
 
 
-def _text(raw):
+def _text(raw: "object") -> "str | None":
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None
 
 
-def _pool(ctypes, posix, path, spec):
+def _pool(ctypes: "ModuleType", posix: "ModuleType", path: "str", spec: "_Native") -> "dict[str, object]":
     """What one loaded library says of itself through its own getters."""
     try:
-        dll = ctypes.CDLL(path, mode=posix.RTLD_NOLOAD)
+        dll: CDLL = ctypes.CDLL(path, mode=posix.RTLD_NOLOAD)
     except OSError as exc:
         return {"path": path, "why": "not loaded any more (" + _why(exc) + ")"}
+    count: CFuncPtr | None
     prefix, suffix, count = "", "", None
     for prefix, suffix in spec["affixes"]:
         count = _symbol(ctypes, dll, prefix + spec["count"] + suffix, ctypes.c_int)
@@ -184,9 +234,9 @@ def _pool(ctypes, posix, path, spec):
             break
     if count is None:
         return {"path": path, "why": "exports no " + spec["count"]}
-    row = {"path": path}
+    row: dict[str, object] = {"path": path}
 
-    def named(key, restype):
+    def named(key: "Literal['layer', 'version', 'architecture']", restype: "type[Any] | None") -> "CFuncPtr | None":
         return _symbol(ctypes, dll, prefix + spec[key] + suffix, restype) if spec[key] else None
 
     layer = named("layer", ctypes.c_int)
@@ -214,12 +264,13 @@ def _pool(ctypes, posix, path, spec):
     return row
 
 
-def _pools(modules, posix, data, errors):
+def _pools(modules: "dict[str, ModuleType]", posix: "ModuleType", data: "_Data",
+           errors: "dict[str, str]") -> "list[dict[str, object]]":
     ctypes = _ready(modules.get("ctypes"))
     if ctypes is None:
         errors["pools"] = "ctypes is not imported in the process, and attach imports nothing there"
         return []
-    rows = []
+    rows: list[dict[str, object]] = []
     for path, library in data["pools"]:
         spec = data["native"].get(library)
         if spec is None:
@@ -231,36 +282,37 @@ def _pools(modules, posix, data, errors):
     return rows
 
 
-def _torch(modules, data):
+def _torch(modules: "dict[str, ModuleType]", data: "_Data") -> "dict[str, object] | None":
     spec = data["torch"]
     torch = _ready(modules.get(spec["module"]))
     if torch is None:
         return None
-    out: dict = {"version": str(vars(torch).get("__version__"))}
+    out: dict[str, object] = {"version": str(vars(torch).get("__version__"))}
     for key, dotted in spec["calls"].items():
         fn = _member(torch, dotted, modules, spec["module"])
         out[key] = _plain(fn()) if callable(fn) else None
     return out
 
 
-def _python_libraries(modules, data):
-    rows = []
+def _python_libraries(modules: "dict[str, ModuleType]", data: "_Data") -> "list[dict[str, object]]":
+    rows: list[dict[str, object]] = []
     for name, module_name, getter, facts in data["python_libs"]:
         module = _ready(modules.get(module_name))
         if module is None:
             continue
         fn = vars(module).get(getter) if getter else None
-        row = {"name": name, "file": _plain(vars(module).get("__file__")),
-               "count": _plain(fn()) if callable(fn) else None,
-               "facts": {fact: _plain(_member(module, fact, modules, module_name)) for fact in facts}}
+        row: dict[str, object] = {
+            "name": name, "file": _plain(vars(module).get("__file__")),
+            "count": _plain(fn()) if callable(fn) else None,
+            "facts": {fact: _plain(_member(module, fact, modules, module_name)) for fact in facts}}
         rows.append(row)
     return rows
 
 
-def _parinfo(modules, data):
+def _parinfo(modules: "dict[str, ModuleType]", data: "_Data") -> "dict[str, object]":
     state = _ready(modules.get("parinfo.runtime.state"))
     version = _ready(modules.get("parinfo.version"))
-    out = {"version": _plain(vars(version).get("__version__")) if version is not None else None}
+    out: dict[str, object] = {"version": _plain(vars(version).get("__version__")) if version is not None else None}
     runtime = vars(state).get("RUNTIME") if state is not None else None
     read = getattr(runtime, "attach_state", None)
     out["state"] = read(machine=tuple(data["machine"])) if callable(read) else None
@@ -268,16 +320,18 @@ def _parinfo(modules, data):
     return out
 
 
-def _gather(sys, modules, posix, data):
-    errors: dict = {}
-    out = {"token": data["token"], "pid": posix.getpid(), "errors": errors}
-    parts = (("python", lambda: _python(sys)), ("environ", lambda: _environ(modules, posix, data)),
-             ("modules", lambda: [m for m in data["modules"] if _ready(modules.get(m)) is not None]),
-             ("threads", lambda: _threads(modules, data)),
-             ("pools", lambda: [] if data["skip_native"] else _pools(modules, posix, data, errors)),
-             ("torch", lambda: None if data["skip_native"] else _torch(modules, data)),
-             ("python_libs", lambda: _python_libraries(modules, data)),
-             ("parinfo", lambda: _parinfo(modules, data) if "parinfo" in modules else None))
+def _gather(sys: "ModuleType", modules: "dict[str, ModuleType]", posix: "ModuleType",
+            data: "_Data") -> "dict[str, object]":
+    errors: dict[str, str] = {}
+    out: dict[str, object] = {"token": data["token"], "pid": posix.getpid(), "errors": errors}
+    parts: tuple[tuple[str, Callable[[], object]], ...] = (
+        ("python", lambda: _python(sys)), ("environ", lambda: _environ(modules, posix, data)),
+        ("modules", lambda: [m for m in data["modules"] if _ready(modules.get(m)) is not None]),
+        ("threads", lambda: _threads(modules, data)),
+        ("pools", lambda: [] if data["skip_native"] else _pools(modules, posix, data, errors)),
+        ("torch", lambda: None if data["skip_native"] else _torch(modules, data)),
+        ("python_libs", lambda: _python_libraries(modules, data)),
+        ("parinfo", lambda: _parinfo(modules, data) if "parinfo" in modules else None))
     for key, read in parts:
         try:
             out[key] = read()
@@ -287,11 +341,12 @@ def _gather(sys, modules, posix, data):
     return out
 
 
-def _write(posix, modules, fd, body):
+def _write(posix: "ModuleType", modules: "dict[str, ModuleType]", fd: "int", body: "bytes") -> "None":
     """Write ``body`` without ever blocking the thread: what does not fit now is dropped (parinfo
     then says the answer was cut short). SIGPIPE, when the process has not left it ignored, is held
     back for the write and a pending one taken off, so a reader that has just gone ends nothing."""
-    signal = modules.get("_signal")
+    # the _signal module or None; Any, as a type checker cannot tell from ``held`` that it is not None
+    signal: Any = modules.get("_signal")
     held = signal is not None and signal.getsignal(signal.SIGPIPE) != signal.SIG_IGN
     if held:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
@@ -307,19 +362,19 @@ def _write(posix, modules, fd, body):
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def main(data):
+def main(data: "_Data") -> "None":
     """Answer parinfo through its FIFO, or do nothing when parinfo is not there to read."""
     sys = __import__("sys")
-    modules = sys.modules
+    modules: dict[str, ModuleType] = sys.modules
     posix = modules["posix"]
     try:
-        fd = posix.open(data["fifo"], posix.O_WRONLY | posix.O_NONBLOCK | posix.O_CLOEXEC | posix.O_NOFOLLOW)
+        fd: int = posix.open(data["fifo"], posix.O_WRONLY | posix.O_NONBLOCK | posix.O_CLOEXEC | posix.O_NOFOLLOW)
     except OSError:  # gone (timed out, exited) or nobody reading: a late run leaves no trace
         return
     try:
         if posix.fstat(fd).st_mode & _S_IFMT != _S_IFIFO:
             return
-        out: list = []
+        out: list[str] = []
         _encode(_gather(sys, modules, posix, data), out, 0)
         body = "".join(out).encode("ascii")
         if len(body) > data["cap"]:
