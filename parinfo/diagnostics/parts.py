@@ -24,6 +24,25 @@ from parinfo.source import Source
 IMPLEMENTATIONS = {"cpython": "CPython", "pypy": "PyPy", "ironpython": "IronPython", "jython": "Jython"}
 
 
+@record(frozen=True)
+class ProcessRead:
+    """How the counts of one process of a tree were read (``show --pid P --children --attach``):
+    inside it (``attached``: through sys.remote_exec) or not, and ``how``, in words: the means and
+    the round trip, or why not (the attach's one line, or the time for the tree's attaches spent)."""
+
+    pid: int
+    attached: bool
+    how: str
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProcessRead:
+        d = section(data)
+        return cls(integer(d.get("pid")) or 0, d.get("attached") is True, text(d.get("how")) or "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "attached": self.attached, "how": self.how}
+
+
 @record
 class ProcessInfo:
     """Which process the report is about (``process``). ``pid``, ``python`` and ``executable`` are
