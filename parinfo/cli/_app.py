@@ -63,9 +63,11 @@ def _show(
     attach: bool = typer.Option(False, "--attach",
                                 help="With --pid: read a running CPython 3.14+ process from inside (sys.remote_exec): "
                                      "every count in force with its source, as its own parinfo.inspect() gives "
-                                     "them. Imports, sets and leaves nothing there (docs/process.md)."),
+                                     "them; with --children, each such process of the tree. Imports, sets and "
+                                     "leaves nothing there (docs/process.md)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", metavar="S", parser=values.attach_timeout,
-                                            help="With --attach: seconds to wait for the process (default 5)."),
+                                            help="With --attach: seconds to wait for the process (with --children: "
+                                                 "for all the tree's processes together; default 5)."),
 ) -> None:
     """Show the CPUs, backends, native pools, thread counts with their sources, and what is wrong."""
     code = show.run(show.ShowArgs(imports=imports, torch=torch, json_out=json_out, fmt=fmt, check=check, pid=pid,

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from parinfo.process.provenance import ModuleLibrary, SettingRow
     from parinfo.process.threads import ThreadList
 
-__all__ = ["EACH_S", "LEAST_S", "Inside", "TreeRead", "inspect_attached", "read_inside",
+__all__ = ["EACH_S", "LEAST_S", "Inside", "TreeRead", "inspect_attached", "inspect_tree", "read_inside",
            "read_process", "read_tree", "waits_for_parinfo"]
 
 #: A process tree read inside (``show --pid P --children --attach``, ``watch --children --attach``,
@@ -254,6 +254,22 @@ def read_tree(pids: list[int], budget: float, root: str = "/") -> TreeRead:
         inside[pid] = read
         reads.append(ProcessRead(pid, True, read.read))
     return TreeRead(inside, reads, time.monotonic() - began)
+
+
+def inspect_tree(pid: int, timeout: float, root: str = "/") -> Report:
+    """The report of process ``pid`` and its descendants (``show --pid PID --children --attach``):
+    each process of the tree that may be attached to read inside within ``timeout`` seconds in all
+    (:func:`read_tree`), its pools' counts with the sources its own report gives; the others read
+    from outside; ``process.tree_reads`` says how each process was read."""
+    from parinfo.diagnostics.live import inspect_pid
+    from parinfo.process import remote
+
+    remote.check_pid(pid)
+    members = [pid, *remote.children(pid)]
+    tree = read_tree(members, timeout, root)
+    inside = {p: [dict(row, count_source=row["count_source"].to_json()) for row in read.pool_counts()]
+              for p, read in tree.inside.items()}
+    return inspect_pid(pid, children=True, root=root, members=members, inside=inside, reads=tree.reads)
 
 
 def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/") -> Report:
