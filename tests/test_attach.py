@@ -279,11 +279,11 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
 
 
-def _refusal(kind: str, py314: str) -> tuple[list[str], subprocess.Popen | None, str | None]:
+def _refusal(kind: str, py314: str, older: str) -> tuple[list[str], subprocess.Popen | None, str | None]:
     """(parinfo's arguments, a process to end afterwards, the user to run parinfo as) for ``kind``."""
     loop = "import time\nwhile True: time.sleep(0.02)"
     if kind == "older Python":
-        proc = subprocess.Popen([sys.executable, "-c", loop])
+        proc = subprocess.Popen([older, "-c", loop])
     elif kind == "PYTHON_DISABLE_REMOTE_DEBUG":
         proc = subprocess.Popen([py314, "-c", loop], env=clean_env(PYTHON_DISABLE_REMOTE_DEBUG="1"))
     elif kind == "-X disable-remote-debug":
@@ -322,11 +322,13 @@ REFUSALS = {
 
 @pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize("kind", list(REFUSALS))
-def test_each_refusal_is_one_line_and_exit_2_in_bounded_time(py314_python: str, kind: str, side: str) -> None:
+def test_each_refusal_is_one_line_and_exit_2_in_bounded_time(py314_python: str, kind: str, side: str,
+                                                             request: pytest.FixtureRequest) -> None:
     python = _parinfo_on(side, py314_python)
     if kind == "not permitted" and (why := _nobody_can_run(python)):
         pytest.skip(why)
-    args, proc, user = _refusal(kind, py314_python)
+    older = request.getfixturevalue("older_python") if kind == "older Python" else ""
+    args, proc, user = _refusal(kind, py314_python, older)
     try:
         began = time.monotonic()
         done = _parinfo(python, "show", *args, "--attach", "--timeout", "3", user=user)
@@ -524,12 +526,12 @@ def test_attach_refuses_option_mixes_and_this_process() -> None:
             done.stderr
 
 
-def test_host_attach_reads_314_processes_inside_marked_and_bounded(py314_python: str) -> None:
+def test_host_attach_reads_314_processes_inside_marked_and_bounded(py314_python: str, older_python: str) -> None:
     """``host --attach``: a 3.14 numpy process's counts are read inside, marked attached, with the
-    sources of its own report; a 3.11 one and a 3.14 one asleep in C keep their counts read from
+    sources of its own report; an older Python's one and a 3.14 one asleep in C keep their counts read from
     memory, the notes say why, and the scan's attaches stay within their budget."""
     limited = Target(py314_python, NUMPY_LIMITED)
-    older = subprocess.Popen([sys.executable, "-c", "import numpy, time; print('up', flush=True); time.sleep(60)"],
+    older = subprocess.Popen([older_python, "-c", "import numpy, time; print('up', flush=True); time.sleep(60)"],
                              stdout=subprocess.PIPE, text=True)
     asleep = subprocess.Popen([py314_python, "-c", "import numpy, time; print('up', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
@@ -555,7 +557,7 @@ def test_host_attach_reads_314_processes_inside_marked_and_bounded(py314_python:
     for proc in (older, asleep):
         assert all(not p["attached"] and p["in_force"] for p in rows[proc.pid]["pools"])
     notes = "\n".join(host["notes"])
-    assert f"pid {older.pid} runs Python 3.11" in notes
+    assert f"pid {older.pid} runs Python 3.1" in notes and "attach needs Python 3.14" in notes
     assert f"pid {asleep.pid} did not run the attach script" in notes
     assert took < 1.5 + 6
 
@@ -623,11 +625,12 @@ def test_watch_attach_reads_each_samples_counts_inside(py314_python: str) -> Non
     assert any("openblas" in line and "set at run time" in line for line in lines), text.stdout
 
 
-def test_watch_attach_refusals_are_one_line_and_a_late_failure_only_marks_its_sample(py314_python: str) -> None:
+def test_watch_attach_refusals_are_one_line_and_a_late_failure_only_marks_its_sample(py314_python: str,
+                                                                                     older_python: str) -> None:
     """An older Python, or a main thread that runs no Python code within --timeout, refuses ``watch
     --attach`` before any sample: one line, exit 2, in bounded time. Once watching, an attach that
     fails leaves that sample's counts unread and says why; the target runs nothing of it later."""
-    older = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+    older = subprocess.Popen([older_python, "-c", "import time; print('up', flush=True); time.sleep(60)"],
                              stdout=subprocess.PIPE, text=True)
     waiting = Target(py314_python, NUMPY_LIMITED, wait_in_c=True)
     try:
@@ -666,12 +669,13 @@ for k in kids:
 ''' + NUMPY_LIMITED
 
 
-def test_show_children_attach_reads_each_314_process_inside_within_the_total_time(py314_python: str) -> None:
+def test_show_children_attach_reads_each_314_process_inside_within_the_total_time(py314_python: str,
+                                                                                  older_python: str) -> None:
     """``show --pid P --children --attach``: a 3.14 parent (OpenBLAS limited to 1) and a 3.14 child
-    (the same) are read inside, with their own reports' sources; a 3.11 child keeps its count read
-    from memory and says why; a 3.14 child asleep in C is refused within the total time; each
+    (the same) are read inside, with their own reports' sources; an older Python's child keeps its
+    count read from memory and says why; a 3.14 child asleep in C is refused within the total time; each
     process says how it was read; nothing in the parent changed."""
-    root = Target(py314_python, TREE.format(older=sys.executable))
+    root = Target(py314_python, TREE.format(older=older_python))
     try:
         before = root.ask("state")
         began = time.monotonic()
