@@ -1,6 +1,7 @@
 """Shared test helpers: run Python in a fresh subprocess, skip torch tests when torch is absent."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -25,6 +26,48 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
         if "ray" in item.keywords and not HAVE_RAY:
             item.add_marker(skip_ray)
+
+
+# A `with` statement whose __enter__ trips SIGUSR1 from C without checking for signals (libc's raise()
+# through ctypes), and whose body makes a call (where an interpreter checks for signals): it prints
+# "exited" when __exit__ ran, "skipped" when the handler's exception left the statement without it.
+_WITH_PROBE = """
+import ctypes, functools, signal
+class Interrupt(Exception):
+    pass
+def handler(*_):
+    raise Interrupt
+signal.signal(signal.SIGUSR1, handler)
+exited = []
+class Held:
+    __enter__ = staticmethod(functools.partial(ctypes.CDLL(None)["raise"], int(signal.SIGUSR1)))
+    def __exit__(self, *exc):
+        exited.append(True)
+try:
+    with Held():
+        len(())
+except Interrupt:
+    pass
+print("exited" if exited else "skipped")
+"""
+
+
+@functools.cache
+def with_statement_gap() -> str | None:
+    """Why a Ctrl-C can leave a ``with lock:`` holding its lock on this interpreter, or None: CPython
+    3.14 up to the fix of gh-148874 runs a signal handler as ``__enter__`` returns, before the
+    statement's own exception handler is set up, so a KeyboardInterrupt raised there skips
+    ``__exit__`` (any ``with lock:``, the runtime's and the standard library's). Tests of the
+    runtime's guarantees under Ctrl-C cannot hold there and skip with this reason."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _WITH_PROBE], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.stdout.strip() != "skipped":
+        return None
+    return (f"Python {sys.version.split()[0]} raises a signal handler's exception between __enter__ and the body "
+            "of a with statement, skipping __exit__ (CPython gh-148874): a Ctrl-C can leave any `with lock:` "
+            "holding its lock, so the runtime's Ctrl-C guarantees cannot hold on this interpreter")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -121,6 +164,35 @@ def py314_python() -> str:
     if python is None:
         pytest.skip(why)
     return python
+
+
+@pytest.fixture(scope="session")
+def older_python() -> str:
+    """A CPython older than 3.14 (no sys.remote_exec) that imports numpy, for targets attach must
+    refuse: this interpreter where it is older, else one found on this machine (python3.13 to
+    python3.10 on PATH or under ~/.pyenv, then the numpy venv of tests/new_numpy.py); skipped, with
+    why, where none can be had."""
+    if sys.version_info[:2] < (3, 14):
+        return sys.executable
+    import glob
+    import shutil
+
+    check = "import sys, numpy; sys.exit(0 if sys.version_info[:2] < (3, 14) else 1)"
+
+    def works(python: str | None) -> bool:
+        return bool(python) and subprocess.run([python, "-c", check], capture_output=True, timeout=60).returncode == 0
+
+    found = [shutil.which(f"python3.{minor}") for minor in (13, 12, 11, 10)]
+    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-3]*/bin/python")), reverse=True)
+    for python in found:
+        if python and works(python):
+            return python
+    from new_numpy import venv_python
+
+    made = venv_python()[0]
+    if made and works(made):
+        return made
+    pytest.skip("no CPython older than 3.14 with numpy here: a target attach must refuse cannot be started")
 
 
 @pytest.fixture

@@ -15,6 +15,11 @@ Made once under PARINFO_TEST_CACHE (default ~/.cache/parinfo-tests)/py314 and re
 
 ``python tests/py314.py`` makes it ahead of time (CI does) and prints the venv's python, or one line
 saying why it cannot, with exit code 1. PARINFO_TEST_PY314 names an interpreter to use instead.
+
+``python tests/py314.py --venv DIR`` also makes DIR a bare venv of that interpreter with pip (made
+once, kept while it works), where CI installs parinfo as the README says and runs the whole suite on
+3.14; it prints DIR's python. DIR belongs to one clone: an editable install in a venv shared by
+several clones would point their tests at another clone's code.
 """
 from __future__ import annotations
 
@@ -174,7 +179,41 @@ def venv_python() -> tuple[str | None, str]:
         return None, f"no Python 3.14: {exc.strerror or exc}"
 
 
+def _pip_wheel() -> Path | None:
+    """Debian's pip wheel unpacked next to the interpreter (Debian strips ensurepip's wheels)."""
+    wheels = sorted((_cache() / "py314" / "root" / "usr" / "share" / "python-wheels").glob("pip-*.whl"))
+    return wheels[-1] if wheels else None
+
+
+def suite_venv(folder: Path) -> tuple[str | None, str]:
+    """(the python of ``folder``, a venv of the 3.14 interpreter with pip, "") or (None, why not)."""
+    base, why = venv_python()
+    if base is None:
+        return None, why
+    python = folder / "bin" / "python"
+    pip_ok = "import sys, pip; sys.exit(0 if sys.version_info[:2] >= (3, 14) else 1)"
+    try:
+        if python.exists() and subprocess.run([str(python), "-c", pip_ok], capture_output=True,
+                                              timeout=120).returncode == 0:
+            return str(python), ""
+        _run([base, "-m", "venv", "--clear", "--without-pip", str(folder)], f"venv --without-pip {folder}")
+        if subprocess.run([str(python), "-m", "ensurepip", "-q"], capture_output=True, timeout=600).returncode != 0:
+            wheel = _pip_wheel()
+            if wheel is None:
+                raise Unavailable("no ensurepip and no pip wheel for the 3.14 venv")
+            _run([str(python), f"{wheel}/pip", "install", "-q", "--no-index", "--disable-pip-version-check",
+                  str(wheel)], "pip from its wheel")
+    except Unavailable as exc:
+        return None, f"no Python 3.14 venv for the suite: {exc}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"no Python 3.14 venv for the suite: {exc}"
+    return str(python), ""
+
+
 if __name__ == "__main__":
-    made, why = venv_python()
+    if sys.argv[1:2] == ["--venv"] and len(sys.argv) == 3:
+        made, why = suite_venv(Path(sys.argv[2]).resolve())
+    else:
+        made, why = venv_python()
     print(made or why)
     sys.exit(0 if made else 1)

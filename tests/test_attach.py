@@ -280,11 +280,11 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
 
 
-def _refusal(kind: str, py314: str) -> tuple[list[str], subprocess.Popen | None, str | None]:
+def _refusal(kind: str, py314: str, older: str) -> tuple[list[str], subprocess.Popen | None, str | None]:
     """(parinfo's arguments, a process to end afterwards, the user to run parinfo as) for ``kind``."""
     loop = "import time\nwhile True: time.sleep(0.02)"
     if kind == "older Python":
-        proc = subprocess.Popen([sys.executable, "-c", loop])
+        proc = subprocess.Popen([older, "-c", loop])
     elif kind == "PYTHON_DISABLE_REMOTE_DEBUG":
         proc = subprocess.Popen([py314, "-c", loop], env=clean_env(PYTHON_DISABLE_REMOTE_DEBUG="1"))
     elif kind == "-X disable-remote-debug":
@@ -323,11 +323,13 @@ REFUSALS = {
 
 @pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize("kind", list(REFUSALS))
-def test_each_refusal_is_one_line_and_exit_2_in_bounded_time(py314_python: str, kind: str, side: str) -> None:
+def test_each_refusal_is_one_line_and_exit_2_in_bounded_time(py314_python: str, kind: str, side: str,
+                                                             request: pytest.FixtureRequest) -> None:
     python = _parinfo_on(side, py314_python)
     if kind == "not permitted" and (why := _nobody_can_run(python)):
         pytest.skip(why)
-    args, proc, user = _refusal(kind, py314_python)
+    older = request.getfixturevalue("older_python") if kind == "older Python" else ""
+    args, proc, user = _refusal(kind, py314_python, older)
     try:
         began = time.monotonic()
         done = _parinfo(python, "show", *args, "--attach", "--timeout", "3", user=user)
@@ -558,25 +560,36 @@ def test_attach_refuses_option_mixes_and_this_process() -> None:
     for kwargs, words in (({"attach": True}, "another process"), ({"pid": os.getpid(), "attach": True},
                                                                     "another process"),
                           ({"pid": 1, "timeout": 2}, "attach only"),
-                          ({"pid": 1, "attach": True, "children": True}, "do not apply"),
+                          ({"pid": 1, "attach": True, "torch": True}, "do not apply"),
                           ({"pid": 1, "attach": True, "timeout": "abc"}, "timeout")):
         with pytest.raises(parinfo.UsageError, match=words):
             parinfo.inspect(**kwargs)
-    for args, words in ((["--attach"], "--attach needs --pid"), (["--pid", "1", "--timeout", "2"], "--attach only"),
-                        (["--pid", "1", "--attach", "--children"], "pick one"),
-                        (["--pid", "1", "--attach", "--timeout", "0"], "--timeout")):
-        done = subprocess.run([sys.executable, "-m", "parinfo", "show", *args], capture_output=True, text=True,
+    for kwargs, words in (({"attach": True}, "another process"), ({"pid": os.getpid(), "attach": True},
+                                                                    "another process"),
+                          ({"pid": 1, "timeout": 2}, "attach only"),
+                          ({"pid": 1, "attach": True, "timeout": "abc"}, "timeout")):
+        with pytest.raises(parinfo.UsageError, match=words):
+            next(parinfo.watch(**kwargs))
+    for args, words in ((["show", "--attach"], "--attach needs --pid"),
+                        (["show", "--pid", "1", "--timeout", "2"], "--attach only"),
+                        (["show", "--pid", "1", "--attach", "--children", "--format", "torch"], "sums a tree"),
+                        (["show", "--pid", "1", "--attach", "--timeout", "0"], "--timeout"),
+                        (["watch", "--attach"], "--attach needs --pid"),
+                        (["watch", "--pid", "1", "--timeout", "2"], "--attach only"),
+                        (["watch", "--pid", "1", "--attach", "--serve", "127.0.0.1:1"], "pick one"),
+                        (["watch", "--pid", "1", "--attach", "--timeout", "0"], "--timeout")):
+        done = subprocess.run([sys.executable, "-m", "parinfo", *args], capture_output=True, text=True,
                               env=clean_env(), cwd=str(REPO))
         assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
             done.stderr
 
 
-def test_host_attach_reads_314_processes_inside_marked_and_bounded(py314_python: str) -> None:
+def test_host_attach_reads_314_processes_inside_marked_and_bounded(py314_python: str, older_python: str) -> None:
     """``host --attach``: a 3.14 numpy process's counts are read inside, marked attached, with the
-    sources of its own report; a 3.11 one and a 3.14 one asleep in C keep their counts read from
+    sources of its own report; an older Python's one and a 3.14 one asleep in C keep their counts read from
     memory, the notes say why, and the scan's attaches stay within their budget."""
     limited = Target(py314_python, NUMPY_LIMITED)
-    older = subprocess.Popen([sys.executable, "-c", "import numpy, time; print('up', flush=True); time.sleep(60)"],
+    older = subprocess.Popen([older_python, "-c", "import numpy, time; print('up', flush=True); time.sleep(60)"],
                              stdout=subprocess.PIPE, text=True)
     asleep = subprocess.Popen([py314_python, "-c", "import numpy, time; print('up', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
@@ -602,7 +615,7 @@ def test_host_attach_reads_314_processes_inside_marked_and_bounded(py314_python:
     for proc in (older, asleep):
         assert all(not p["attached"] and p["in_force"] for p in rows[proc.pid]["pools"])
     notes = "\n".join(host["notes"])
-    assert f"pid {older.pid} runs Python 3.11" in notes
+    assert f"pid {older.pid} runs Python 3.1" in notes and "attach needs Python 3.14" in notes
     assert f"pid {asleep.pid} did not run the attach script" in notes
     assert took < 1.5 + 6
 
@@ -627,3 +640,129 @@ def test_the_script_reads_torch_as_the_report_does_and_imports_nothing() -> None
     assert read == expected
     assert read["intra_op"] == 1 and read["parallel_info"]
     assert loaded == []
+
+
+# -- --attach where --pid is accepted: watch, and show --children ------------------------------------
+
+def _inside_counts(process: dict) -> dict:
+    return {(c["library"], c["filepath"]): (c["count"], c["source"]) for c in process["counts"]}
+
+
+def test_watch_attach_reads_each_samples_counts_inside(py314_python: str) -> None:
+    """``watch --pid P --attach``: every sample carries the target's counts in force read inside it,
+    marked attached, with the sources of its own report; the target is unchanged; as text, the
+    sample says attached and lists them."""
+    target = Target(py314_python, NUMPY_LIMITED)
+    try:
+        before = target.ask("state")
+        watching = subprocess.Popen([sys.executable, "-m", "parinfo", "watch", "--pid", str(target.pid), "--attach",
+                                     "--json", "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, env=clean_env(PYTHONPATH=str(REPO)), cwd=str(REPO))
+        try:
+            assert watching.stdout is not None
+            samples = [json.loads(watching.stdout.readline()) for _ in range(2)]
+        finally:
+            watching.kill()
+            watching.communicate()
+        text = _parinfo(sys.executable, "watch", "--pid", str(target.pid), "--attach", "--once", "--interval", "0.1")
+        after = target.ask("state")
+        own = target.ask("report")
+    finally:
+        err = target.stop()
+    assert before == after
+    assert err == ""
+    expected = _settings(own, own_pools=False)
+    for sample in samples:
+        [process] = sample["inside"]
+        assert process["pid"] == target.pid and process["attached"] is True
+        assert "sys.remote_exec" in process["how"]
+        assert _inside_counts(process) == expected
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert any(f"pid {target.pid}: attached (sys.remote_exec" in line for line in lines), text.stdout
+    assert any("openblas" in line and "set at run time" in line for line in lines), text.stdout
+
+
+def test_watch_attach_refusals_are_one_line_and_a_late_failure_only_marks_its_sample(py314_python: str,
+                                                                                     older_python: str) -> None:
+    """An older Python, or a main thread that runs no Python code within --timeout, refuses ``watch
+    --attach`` before any sample: one line, exit 2, in bounded time. Once watching, an attach that
+    fails leaves that sample's counts unread and says why; the target runs nothing of it later."""
+    older = subprocess.Popen([older_python, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    waiting = Target(py314_python, NUMPY_LIMITED, wait_in_c=True)
+    try:
+        assert older.stdout is not None and older.stdout.readline() == "up\n"
+        for pid, words in ((older.pid, "attach needs Python 3.14"), (waiting.pid, "did not run the attach script")):
+            began = time.monotonic()
+            done = _parinfo(sys.executable, "watch", "--pid", str(pid), "--attach", "--timeout", "1", "--once")
+            assert time.monotonic() - began < 8
+            assert done.returncode == 2 and done.stdout == ""
+            assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
+        before = waiting.ask("state")  # wakes it: the withdrawn request runs nothing
+        from parinfo.watching.sample import Sampler
+
+        [late] = Sampler(waiting.pid, attach=0.5).inside()
+        after = waiting.ask("state")
+    finally:
+        older.kill()
+        older.wait()
+        err = waiting.stop()
+    assert (late.attached, late.counts) == (False, ())
+    assert "did not run the attach script within 0.5 s" in late.how
+    assert before == after
+    assert err == ""
+
+
+TREE = '''
+import atexit, subprocess
+loop = "import numpy, time\\nprint('up', flush=True)\\n"
+kids = [subprocess.Popen([sys.executable, "-c", loop + "from threadpoolctl import threadpool_limits\\n"
+                          "threadpool_limits(1)\\nwhile True: time.sleep(0.02)"], stdout=subprocess.PIPE, text=True),
+        subprocess.Popen([{older!r}, "-c", loop + "time.sleep(60)"], stdout=subprocess.PIPE, text=True),
+        subprocess.Popen([sys.executable, "-c", loop + "time.sleep(60)"], stdout=subprocess.PIPE, text=True)]
+atexit.register(lambda: [k.kill() for k in kids])
+for k in kids:
+    k.stdout.readline()
+''' + NUMPY_LIMITED
+
+
+def test_show_children_attach_reads_each_314_process_inside_within_the_total_time(py314_python: str,
+                                                                                  older_python: str) -> None:
+    """``show --pid P --children --attach``: a 3.14 parent (OpenBLAS limited to 1) and a 3.14 child
+    (the same) are read inside, with their own reports' sources; an older Python's child keeps its
+    count read from memory and says why; a 3.14 child asleep in C is refused within the total time; each
+    process says how it was read; nothing in the parent changed."""
+    root = Target(py314_python, TREE.format(older=older_python))
+    try:
+        before = root.ask("state")
+        began = time.monotonic()
+        done = _parinfo(sys.executable, "show", "--pid", str(root.pid), "--children", "--attach", "--timeout", "1.5",
+                        "--json")
+        took = time.monotonic() - began
+        text = _parinfo(sys.executable, "show", "--pid", str(root.pid), "--children", "--attach", "--timeout", "1.5")
+        after = root.ask("state")
+        own = root.ask("report")
+    finally:
+        err = root.stop()
+    assert before == after
+    assert err == ""
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    reads = report["process"]["tree_reads"]
+    assert reads[0]["pid"] == root.pid and len(reads) == 4
+    limited, older, asleep = reads[1:]
+    assert [r["attached"] for r in reads] == [True, True, False, False], reads
+    assert "attach needs Python 3.14" in older["how"]
+    assert "did not run the attach script" in asleep["how"] or "was spent" in asleep["how"]
+    rows = {}
+    for p in report["pools"]:
+        rows.setdefault(p["pid"], []).append(p)
+    assert {(p["library"], p["filepath"]): (p["num_threads"], p["count_source"]) for p in rows[root.pid]} == \
+        _settings(own, own_pools=False)
+    assert [(p["num_threads"], p["count_source"]["kind"]) for p in rows[limited["pid"]]] == [(1, "run-time call")]
+    assert [p["count_source"]["kind"] for p in rows[older["pid"]]] == ["read from memory"]
+    assert took < 1.5 + 8
+    assert text.returncode == 0, text.stderr
+    assert f"pid {root.pid}: read inside (sys.remote_exec" in text.stdout
+    assert f"pid {older['pid']}: read from outside; not attached: pid {older['pid']} runs Python" in text.stdout

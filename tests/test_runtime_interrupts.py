@@ -9,10 +9,11 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import clean_env, run_json
+from conftest import clean_env, run_json, with_statement_gap
 
 pytestmark = [pytest.mark.timeout(180),
-              pytest.mark.skipif(sys.platform == "win32", reason="SIGINT via os.kill")]
+              pytest.mark.skipif(sys.platform == "win32", reason="SIGINT via os.kill"),
+              pytest.mark.skipif(with_statement_gap() is not None, reason=with_statement_gap() or "")]
 
 COMMON = """
 import faulthandler, gc, json, os, queue, random, signal, threading, time

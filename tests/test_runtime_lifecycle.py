@@ -9,7 +9,7 @@ import sys
 import threading
 
 import pytest
-from conftest import clean_env, run_json
+from conftest import clean_env, run_json, with_statement_gap
 
 from parinfo.runtime.crew import STOP, Crew
 from parinfo.runtime.native import NativeLimits
@@ -98,6 +98,7 @@ def test_the_pools_write_no_private_field_of_another_object():
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT via os.kill")
+@pytest.mark.skipif(with_statement_gap() is not None, reason=with_statement_gap() or "")
 def test_ctrl_c_in_a_loop_of_regions_never_leaves_the_thread_inside_a_region():
     out = run_json(
         "import json, os, queue, random, signal, threading, time, parinfo.runtime as rt\n"

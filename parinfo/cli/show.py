@@ -59,11 +59,13 @@ class ShowArgs(NamedTuple):
         "--children", help="With --pid: sum the whole process tree (e.g. gunicorn and its workers).")] = False
     attach: Annotated[bool, Flag(
         "--attach", help="With --pid: read a running CPython 3.14+ process from inside (sys.remote_exec): every "
-                         "count in force with its source, as its own parinfo.inspect() gives them. Imports, sets "
-                         "and leaves nothing there (docs/process.md).")] = False
+                         "count in force with its source, as its own parinfo.inspect() gives them; with "
+                         "--children, each such process of the tree. Imports, sets and leaves nothing there "
+                         "(docs/process.md).")] = False
     timeout: Annotated[float | None, Value(
         "--timeout", metavar="S", convert=values.attach_timeout,
-        help="With --attach: seconds to wait for the process (default 5).")] = None
+        help="With --attach: seconds to wait for the process (with --children: for all the tree's "
+             "processes together; default 5).")] = None
 
 
 def plain_args(args: Sequence[str]) -> ShowArgs | None:
@@ -107,7 +109,7 @@ def gather(a: ShowArgs, default_imports: list[str] | None = None) -> Report:
         raise UsageError("--json and --format torch ask for two formats: pick one")
     if a.attach or a.timeout is not None:
         attach_conflicts(a)
-        return inspect(pid=a.pid, attach=True, timeout=a.timeout)
+        return inspect(pid=a.pid, attach=True, timeout=a.timeout, children=a.children)
     if a.pid is not None or a.children:
         outside_conflicts(a.pid, a.children, a.imports is not None or a.torch, a.fmt is Format.torch)
         return inspect(pid=a.pid, children=a.children)
@@ -174,12 +176,11 @@ def attach_conflicts(a: ShowArgs) -> None:
         raise UsageError("--timeout applies to --attach only (parinfo show --pid PID --attach --timeout S)")
     if a.pid is None:
         raise UsageError("--attach needs --pid PID (the running Python 3.14+ process to read from inside)")
-    if a.children:
-        raise UsageError("--attach reads one process from inside; --children sums a tree read from outside: "
-                         "pick one")
     if a.imports is not None or a.torch:
         raise UsageError("--import and --torch load modules into parinfo itself; --attach imports nothing into "
                          "the other process either")
+    if a.children and a.fmt is Format.torch:
+        raise UsageError("--format torch shows one process's counts; --children sums a tree: use rich or json")
 
 
 def check_level(value: str | None) -> str | None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -50,8 +50,32 @@ def render_sample(s: Sample, title: str) -> str:
                          f"{g.involuntary} involuntary")
         if len(s.groups) > 12:
             lines.append(f"    ... and {len(s.groups) - 12} more groups")
+    lines += _inside_lines(s)
     lines.append(f"  verdict       {s.verdict}")
     return "\n".join(escape_controls(line) for line in lines)
+
+
+def _inside_lines(s: Sample) -> list[str]:
+    """``watch --attach``: each process's counts in force read inside it, with their sources, or why
+    they were not read this time."""
+    if s.inside is None:
+        return []
+    from collections import Counter
+
+    from parinfo.diagnostics.wording import show_value
+
+    lines = []
+    for p in s.inside:
+        lines.append(f"  {'counts inside' if p is s.inside[0] else '':13} pid {p.pid}: "
+                     + (f"attached ({p.how})" if p.attached else p.how))
+        libs = Counter(c.library for c in p.counts)
+        names = [c.library + (f" [{c.owner}]" if libs[c.library] > 1 and c.owner else "") for c in p.counts]
+        width = max((len(n) for n in names), default=0)
+        for name, c in zip(names, p.counts, strict=True):
+            lines.append(f"    {name.ljust(width)}  {show_value(c.count):>3}  {c.source}")
+        if p.attached and not p.counts:
+            lines.append("    none: no thread pool is loaded")
+    return lines
 
 
 def serve_until_stopped(collector: Any, address: str, what: str, ends: Callable[[], str | None] | None = None) -> None:
@@ -81,11 +105,42 @@ def serve_until_stopped(collector: Any, address: str, what: str, ends: Callable[
     typer.echo(why or "parinfo: metrics server stopped", err=True)
 
 
+def attach_budget(pid: int | None, attach: bool, timeout: float | None, serve: str | None) -> float | None:
+    """The seconds each sample's attaches may take (None: no --attach); option mixes that make no
+    sense raise UsageError."""
+    import os
+
+    from parinfo.errors import UsageError
+
+    if not attach:
+        if timeout is not None:
+            raise UsageError("--timeout applies to --attach only (parinfo watch --pid PID --attach --timeout S)")
+        return None
+    if pid is None:
+        raise UsageError("--attach needs --pid PID (the running Python 3.14+ process to read from inside)")
+    if pid == os.getpid():
+        raise UsageError("--attach reads another process: parinfo's own counts need no attach")
+    if serve is not None:
+        raise UsageError("--attach reads the counts of each printed sample; --serve serves metrics read from "
+                         "outside: pick one")
+    from parinfo.process.attach import DEFAULT_TIMEOUT
+
+    return DEFAULT_TIMEOUT if timeout is None else timeout
+
+
 def watch(
     pid: int | None = typer.Option(
         None, "--pid", metavar="PID", parser=values.pid,
         help="The process to watch (default: the cgroup parinfo runs in, without per-thread groups)."),
     children: bool = typer.Option(False, "--children", help="With --pid: watch its whole process tree."),
+    attach: bool = typer.Option(
+        False, "--attach",
+        help="With --pid: also read each sample's counts in force inside the process (CPython 3.14+, "
+             "sys.remote_exec; with --children, each such process of the tree), with their sources "
+             "(docs/process.md)."),
+    timeout: Optional[float] = typer.Option(
+        None, "--timeout", metavar="S", parser=values.attach_timeout,
+        help="With --attach: seconds each sample's attaches may take together (default 5)."),
     interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", parser=values.seconds("--interval"),
                                    help="Seconds between samples."),
     once: bool = typer.Option(False, "--once", help="Print one sample (after one interval) and exit."),
@@ -104,12 +159,13 @@ def watch(
 
     if children and pid is None:
         raise UsageError("--children needs --pid PID (the process whose tree to watch)")
+    budget = attach_budget(pid, attach, timeout, serve)
     seconds = check_interval(interval)
     if serve is not None:
         from parinfo.watching.metrics import check_serve
 
         check_serve(serve)  # bad input is refused before anything is read
-    sampler = Sampler(pid, children=children)
+    sampler = Sampler(pid, children=children, attach=budget)
     if serve is not None:
         from parinfo.watching.metrics import WatchCollector
 

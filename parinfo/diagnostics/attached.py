@@ -10,10 +10,14 @@ process, so that every count and its source read the same as the process's own `
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Collection
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from parinfo.diagnostics.model import Report
+from parinfo.diagnostics.parts import ProcessRead
+from parinfo.errors import UsageError
 from parinfo.record import record
 
 if TYPE_CHECKING:
@@ -26,7 +30,14 @@ if TYPE_CHECKING:
     from parinfo.process.threads import ThreadList
     from parinfo.runtime.snapshot import RuntimeSection
 
-__all__ = ["Inside", "inspect_attached", "read_inside"]
+__all__ = ["EACH_S", "LEAST_S", "Inside", "TreeRead", "inspect_attached", "inspect_tree", "read_inside",
+           "read_process", "read_tree", "waits_for_parinfo"]
+
+#: A process tree read inside (``show --pid P --children --attach``, ``watch --children --attach``,
+#: ``host --attach``): the most one process may take of the total time, and the least left worth
+#: trying another.
+EACH_S = 2.0
+LEAST_S = 0.05
 
 
 def _pool_rows(attached: Attached, runtimes: list[PoolRow], objects: list[str]) -> list[PoolRow]:
@@ -94,7 +105,9 @@ class Inside:
     (``pools``) with what each library said of itself; the OS threads with their Python names;
     torch's settings (None: not imported); parinfo's runtime state there (``runtime``, None: not
     read); each count in force with the source that decided it (``settings``: rows of
-    :func:`parinfo.process.provenance.library_settings`, parinfo's own pools aside)."""
+    :func:`parinfo.process.provenance.library_settings`, parinfo's own pools aside); and what was
+    read outside to explain them: the launch environment (``launch``, or "unknown (why)") and the
+    machine as the process sees it (``facts``)."""
 
     found: Attached
     pools: list[PoolRow]
@@ -102,6 +115,37 @@ class Inside:
     torch: TorchInfo | None
     runtime: RuntimeSection | None
     settings: list[SettingRow]
+    launch: dict[str, str] | str
+    facts: MachineFacts
+
+    def counts(self) -> list[SettingRow]:
+        """Every count in force with the source that decided it, as the process's own report lists
+        them ("Thread counts in force"): parinfo's own pools first when parinfo runs there."""
+        own = self.runtime.setting_rows() if self.runtime is not None else []
+        return own + self.settings
+
+    def pool_counts(self) -> list[PoolRow]:
+        """The pool rows (copies), each with its count in force (``num_threads``) and the source that
+        decided it (``count_source``) as the process's own report explains them; a pool not read
+        inside has None and "unknown (why)"."""
+        import dataclasses
+
+        from parinfo.source import unknown
+
+        explained = {row.filepath: row for row in self.settings}
+        out = []
+        for row in self.pools:
+            setting = explained.get(row.filepath)
+            count = row.num_threads if setting is None else setting.count
+            source = (setting.source if setting is not None and setting.source is not None
+                      else unknown(row.note or "not read inside the process"))
+            out.append(dataclasses.replace(row, num_threads=count, count_source=source))
+        return out
+
+    @property
+    def read(self) -> str:
+        """How it was read, in words: the means and the round trip."""
+        return f"{self.found.means}, {self.found.seconds * 1000:.0f} ms"
 
 
 def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: dict[str, str] | str,
@@ -131,7 +175,105 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
     settings = provenance.library_settings(pool_rows, torch, answer.environ, launch, facts,
                                            push.by_file() if push is not None else None, applied,
                                            modules=_module_libraries(answer))
-    return Inside(found, pool_rows, listing, torch, rt, settings)
+    return Inside(found, pool_rows, listing, torch, rt, settings, launch, facts)
+
+
+def read_process(pid: int, timeout: float, root: str = "/") -> Inside:
+    """Attach to ``pid``, its maps, launch environment and machine facts read outside first (see
+    :func:`read_inside`). Raises the one-line errors of :func:`parinfo.process.attach.attach`, and
+    ProcessGone or NotAProcess for a pid that names no process parinfo can report on."""
+    from parinfo.machine.procfs import Proc
+    from parinfo.machine.topology import machine_facts
+    from parinfo.machine.unknown import unknown
+    from parinfo.process import attach, pools, remote
+    from parinfo.process.tasks import NoAccess
+
+    remote.check_pid(pid)
+    try:
+        maps = remote.maps_text(pid)
+    except NoAccess:
+        raise attach.AttachError(f"cannot attach to pid {pid}: {Proc(pid).attach_refusal()}") from None
+    try:
+        launch: dict[str, str] | str = remote.environment(pid)
+    except NoAccess:
+        launch = unknown(Proc(pid).permission_reason())
+    facts = machine_facts(root, pid)
+    return read_inside(pid, remote.loaded_runtimes(pid, maps), pools.loaded_objects(maps), launch, facts, timeout)
+
+
+@record
+class TreeRead:
+    """What :func:`read_tree` did: the processes read inside (``inside``, by pid), how each process
+    was read (``reads``, in the tree's order), and the seconds all attaches took together."""
+
+    inside: dict[int, Inside]
+    reads: list[ProcessRead]
+    seconds: float
+
+
+def waits_for_parinfo(pid: int, ancestors: Collection[int]) -> str | None:
+    """Why parinfo does not try to attach to ``pid`` in a tree or a scan, or None: it is parinfo
+    itself, or one of its ancestors (``ancestors``: :func:`parinfo.process.remote.ancestors`), a
+    shell, test runner or launcher that waits for parinfo to end, typically in a call into C: its
+    main thread would run the script only once parinfo has gone, and the time would be spent for
+    nothing."""
+    import os
+
+    if pid == os.getpid():
+        return "it is parinfo itself"
+    if pid in ancestors:
+        return (f"pid {pid} is an ancestor of parinfo (pid {os.getpid()}) and waits for it: its main thread "
+                "would run the script only once parinfo has ended")
+    return None
+
+
+def read_tree(pids: list[int], budget: float, root: str = "/") -> TreeRead:
+    """Attach to each of ``pids`` in turn within ``budget`` seconds in all (each at most
+    :data:`EACH_S` of what is left): every process that may be attached to (CPython 3.14+, remote
+    debugging on, permitted) is read inside; each other one, refused, not tried (parinfo itself or
+    an ancestor that waits for it: :func:`waits_for_parinfo`) or left untried once the time is
+    spent, says why, and its counts are read from outside by the caller. Never raises for one
+    process: a tree's reading goes on."""
+    from parinfo.process.remote import ancestors
+
+    deadline = time.monotonic() + budget
+    began = time.monotonic()
+    inside: dict[int, Inside] = {}
+    reads: list[ProcessRead] = []
+    waiting = set(ancestors())
+    for pid in pids:
+        why = waits_for_parinfo(pid, waiting)
+        if why is not None:
+            reads.append(ProcessRead(pid, False, f"not attached: {why}"))
+            continue
+        left = deadline - time.monotonic()
+        if left < LEAST_S:
+            reads.append(ProcessRead(pid, False, f"not attached: the {budget:g} s for the tree's attaches was spent "
+                                                 "(--timeout gives more)"))
+            continue
+        try:
+            read = read_process(pid, min(left, EACH_S), root)
+        except UsageError as exc:
+            reads.append(ProcessRead(pid, False, f"not attached: {exc}"))
+            continue
+        inside[pid] = read
+        reads.append(ProcessRead(pid, True, read.read))
+    return TreeRead(inside, reads, time.monotonic() - began)
+
+
+def inspect_tree(pid: int, timeout: float, root: str = "/") -> Report:
+    """The report of process ``pid`` and its descendants (``show --pid PID --children --attach``):
+    each process of the tree that may be attached to read inside within ``timeout`` seconds in all
+    (:func:`read_tree`), its pools' counts with the sources its own report gives; the others read
+    from outside; ``process.tree_reads`` says how each process was read."""
+    from parinfo.diagnostics.live import inspect_pid
+    from parinfo.process import remote
+
+    remote.check_pid(pid)
+    members = [pid, *remote.children(pid)]
+    tree = read_tree(members, timeout, root)
+    inside = {p: read.pool_counts() for p, read in tree.inside.items()}
+    return inspect_pid(pid, children=True, root=root, members=members, inside=inside, reads=tree.reads)
 
 
 def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/") -> Report:
@@ -146,27 +288,14 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     from parinfo.diagnostics.parts import IMPLEMENTATIONS
     from parinfo.diagnostics.process_rules import diagnose
     from parinfo.machine.cpuid import cpu_identity
-    from parinfo.machine.procfs import Proc
-    from parinfo.machine.topology import machine_facts
     from parinfo.machine.unknown import unknown
     from parinfo.process import attach, environment as envmod, outer, pools, remote
     from parinfo.process.interpreter import interpreter_facts
     from parinfo.process.probing import Probes
-    from parinfo.process.tasks import NoAccess
 
-    remote.check_pid(pid)
-    try:
-        maps = remote.maps_text(pid)
-    except NoAccess:
-        raise attach.AttachError(f"cannot attach to pid {pid}: {Proc(pid).attach_refusal()}") from None
-    try:
-        launch: dict[str, str] | str = remote.environment(pid)
-    except NoAccess:
-        launch = unknown(Proc(pid).permission_reason())
-    facts = machine_facts(root, pid)
-    read = read_inside(pid, remote.loaded_runtimes(pid, maps), pools.loaded_objects(maps), launch, facts,
-                       attach.DEFAULT_TIMEOUT if timeout is None else timeout)
+    read = read_process(pid, attach.DEFAULT_TIMEOUT if timeout is None else timeout, root)
     found, pool_rows, listing, torch, rt = read.found, read.pools, read.threads, read.torch, read.runtime
+    launch, facts = read.launch, read.facts
     answer = found.answer
     ident = remote.identity(pid)
     environ = answer.environ
@@ -198,7 +327,7 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     process.python, process.executable = python.version or process.python, python.executable or process.executable
     process.implementation = IMPLEMENTATIONS.get(python.implementation or "", python.implementation)
     process.platform = python.platform
-    process.attached = f"{found.means}, {found.seconds * 1000:.0f} ms"
+    process.attached = read.read
     process.note = ident.get("note")
     if answer.errors:
         process.unreadable = {f"inside: {part}": unknown(why) for part, why in answer.errors.items()}

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from parinfo.diagnostics.model import LiveSection, ProcessTree, Report, StackBudget, StackLimit, TreeMember
+from parinfo.diagnostics.parts import ProcessRead
 from parinfo.source import Kind, Source
 
 if TYPE_CHECKING:
@@ -118,8 +120,14 @@ def _hint(env: dict[str, str], names: list[str]) -> str:
 
 
 def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
-                sample_seconds: float = SAMPLE_SECONDS) -> Report:
+                sample_seconds: float = SAMPLE_SECONDS, members: list[int] | None = None,
+                inside: Mapping[int, list[PoolRow]] | None = None, reads: list[ProcessRead] | None = None) -> Report:
     """The report of process ``pid`` (with ``children``: of its whole tree), read from /proc.
+
+    A tree read with attach (:func:`parinfo.diagnostics.attached.inspect_tree`) gives its processes
+    (``members``: ``pid`` first), the pool rows of those read inside (``inside``, by pid: their
+    counts with the sources their own reports give), and how each process was read (``reads``, kept
+    as ``process.tree_reads``); the others are read from outside.
 
     What this user may not read (another user's maps and environment) is "unknown (permission...)"
     in ``process.unreadable``. Raises ProcessGone for a pid that names no process or that exits
@@ -144,14 +152,19 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
             env: dict[str, str] | None = remote.environment(pid)
         except NoAccess:
             env, unreadable["environment"] = None, unknown(Proc(pid).permission_reason())
-        try:
-            maps = remote.maps_text(pid)
-            runtimes = remote.loaded_runtimes(pid, maps)
-            remote.read_counts(pid, runtimes, maps, env, facts)
-        except NoAccess:
-            runtimes, unreadable["pools"] = [], unknown(Proc(pid).permission_reason())
-        members = [pid, *(remote.children(pid) if children else [])]
-        descendants = _descendants_pools(members[1:], root, unreadable) if children else []
+        if members is None:
+            members = [pid, *(remote.children(pid) if children else [])]
+        inside = inside or {}
+        if pid in inside:
+            runtimes = inside[pid]
+        else:
+            try:
+                maps = remote.maps_text(pid)
+                runtimes = remote.loaded_runtimes(pid, maps)
+                remote.read_counts(pid, runtimes, maps, env, facts)
+            except NoAccess:
+                runtimes, unreadable["pools"] = [], unknown(Proc(pid).permission_reason())
+        descendants = _descendants_pools(members[1:], root, unreadable, inside) if children else []
         tree, stats = _tree(members, sample_seconds)
         if pid not in stats:
             raise exited_during_read(pid)
@@ -170,6 +183,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     process.hint, process.counts = _hint(env or {}, names), _counts_text(readable)
     process.unreadable = unreadable or None
     process.note = ident.get("note")
+    process.tree_reads = None if reads is None else list(reads)
     report = Report(
         machine=facts,
         process=process,
@@ -192,10 +206,11 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     return report
 
 
-def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str]) -> list[PoolRow]:
+def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str],
+                       inside: Mapping[int, list[PoolRow]]) -> list[PoolRow]:
     """The pool rows of each descendant (``pid`` set), read as the parent's are: from its maps, its
-    memory and its launch environment. One that ends meanwhile is left out; one this user may not
-    read is named in ``unreadable``."""
+    memory and its launch environment, unless they were read inside it (``inside``, by pid). One
+    that ends meanwhile is left out; one this user may not read is named in ``unreadable``."""
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
     from parinfo.machine.unknown import unknown
@@ -204,6 +219,11 @@ def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str]) -
 
     out: list[PoolRow] = []
     for child in pids:
+        if child in inside:
+            for row in inside[child]:
+                row.pid = child
+            out += inside[child]
+            continue
         try:
             try:
                 env: dict[str, str] | None = remote.environment(child)

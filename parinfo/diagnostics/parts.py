@@ -24,6 +24,25 @@ from parinfo.source import Source
 IMPLEMENTATIONS = {"cpython": "CPython", "pypy": "PyPy", "ironpython": "IronPython", "jython": "Jython"}
 
 
+@record(frozen=True)
+class ProcessRead:
+    """How the counts of one process of a tree were read (``show --pid P --children --attach``):
+    inside it (``attached``: through sys.remote_exec) or not, and ``how``, in words: the means and
+    the round trip, or why not (the attach's one line, or the time for the tree's attaches spent)."""
+
+    pid: int
+    attached: bool
+    how: str
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProcessRead:
+        d = section(data)
+        return cls(integer(d.get("pid")) or 0, d.get("attached") is True, text(d.get("how")) or "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "attached": self.attached, "how": self.how}
+
+
 @record
 class ProcessInfo:
     """Which process the report is about (``process``). ``pid``, ``python`` and ``executable`` are
@@ -32,7 +51,8 @@ class ProcessInfo:
     to get the full report), ``counts`` (which counts are read and which are unknown),
     ``unreadable`` (section -> "unknown (why)": what this user may not read) and ``note`` (a main
     thread that exited while the others run on) for one read from outside; ``attached`` (how it was
-    read from inside, and how long that took) for one attached to."""
+    read from inside, and how long that took) for one attached to; ``tree_reads`` (how each process
+    of the tree was read, inside or from outside) for a tree read with attach."""
 
     pid: int | None = None
     python: str | None = None
@@ -48,18 +68,21 @@ class ProcessInfo:
     unreadable: dict[str, str] | None = None
     note: str | None = None  # what is odd about the process read from outside (its main thread exited)
     attached: str | None = None
+    tree_reads: list[ProcessRead] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProcessInfo:
         d = section(data)
         cmdline = d.get("cmdline")
         unreadable = d.get("unreadable")
+        reads = d.get("tree_reads")
         return cls(integer(d.get("pid")), text(d.get("python")), text(d.get("executable")),
                    text(d.get("implementation")), text(d.get("platform")), text(d.get("name")),
                    integer(d.get("ppid")), None if cmdline is None else texts(cmdline),
                    integer(d.get("inspected_from")), text(d.get("hint")), text(d.get("counts")),
                    {str(k): str(v) for k, v in unreadable.items()} if isinstance(unreadable, dict) else None,
-                   text(d.get("note")), text(d.get("attached")))
+                   text(d.get("note")), text(d.get("attached")),
+                   [ProcessRead.from_dict(r) for r in rows(reads)] if isinstance(reads, list) else None)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pid": self.pid}
@@ -68,6 +91,8 @@ class ProcessInfo:
             value = getattr(self, key)
             if value is not None or key in ("python", "executable"):
                 out[key] = list(value) if key == "cmdline" else dict(value) if key == "unreadable" else value
+        if self.tree_reads is not None:
+            out["tree_reads"] = [r.to_dict() for r in self.tree_reads]
         return out
 
 

@@ -32,7 +32,9 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     """Inspect this process, or process ``pid`` from outside (with ``children``: its whole tree), or
     from inside with ``attach`` (a CPython 3.14+ process: a script run there through
     ``sys.remote_exec`` reads its counts, within ``timeout`` seconds, 5 by default; see
-    docs/process.md). Changes nothing: no variable, no thread count, no thread, no import.
+    docs/process.md; with ``children`` too, each 3.14+ process of the tree is read inside within
+    ``timeout`` in all, the others from outside, and ``process.tree_reads`` says which). Changes
+    nothing: no variable, no thread count, no thread, no import.
 
     ``imports`` are modules to import first so their native pools load (None or []: none; an import
     can start threads, so only what is asked is imported; ``parinfo show`` asks for numpy);
@@ -123,9 +125,13 @@ def _attached(pid: int | None, children: bool, timeout: Any, root: str, imports:
         from parinfo.process.attach import MAX_TIMEOUT
 
         timeout = seconds(timeout, "timeout", 0.1, MAX_TIMEOUT)
-    if children or imports or torch or outer_threads is not None:
-        raise UsageError("attach reads one process as it is: children, imports, torch and outer_threads do not "
-                         "apply to it")
+    if imports or torch or outer_threads is not None:
+        raise UsageError("attach reads a process as it is: imports, torch and outer_threads do not apply to it")
+    if children:
+        from parinfo.diagnostics.attached import inspect_tree
+        from parinfo.process.attach import DEFAULT_TIMEOUT
+
+        return inspect_tree(pid, DEFAULT_TIMEOUT if timeout is None else timeout, root)
     from parinfo.diagnostics.attached import inspect_attached
 
     return inspect_attached(pid, timeout=timeout, root=root)

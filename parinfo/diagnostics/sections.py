@@ -282,6 +282,15 @@ def outside(r: Report) -> Section:
     """For a process read from outside: which counts could be read, which not, and how to get the rest."""
     p = r.process
     read = [pool for pool in r.pools if pool.num_threads is not None]
+    if p.tree_reads is not None:  # a tree read with attach: how each process was read, in the tree's order
+        inside = {x.pid for x in p.tree_reads if x.attached}
+        notes = [Note(f"in force: {len(read)} of {len(r.pools)} pools (above), {len(inside)} of "
+                      f"{plural(len(p.tree_reads), 'process')} read inside", "")]
+        notes += [Note(f"pid {x.pid}: read inside ({x.how})" if x.attached else f"pid {x.pid}: read from outside; "
+                       f"{x.how}", "" if x.attached else "dim") for x in p.tree_reads]
+        if len(inside) < len(p.tree_reads):
+            notes.append(Note(str(p.counts)))
+        return Section("outside", "Thread counts in force", notes=tuple(notes))
     notes = [Note(f"read from the process's memory: {len(read)} of {len(r.pools)} pools (above)", "")] if read else []
     notes += [Note(str(p.counts)), Note(str(p.hint))]
     return Section("outside", "Thread counts in force", notes=tuple(notes))

@@ -27,8 +27,9 @@ def show_value(value: Any, unknown: dict[str, str] | None = None, key: str | Non
 
 
 def plural(n: Any, noun: str) -> str:
-    """plural(1, "thread") -> "1 thread"; plural(2, "thread") -> "2 threads"."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    """plural(1, "thread") -> "1 thread"; plural(2, "thread") -> "2 threads"; plural(2, "process") ->
+    "2 processes"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n} {noun}s"
 
 
 def human_bytes(value: Any) -> str:

@@ -64,9 +64,6 @@ FOLLOW_S = REREAD_S
 _DIGITS = re.compile(r"\d+")
 
 
-#: ``host --attach``: the most one process may take, and the least left worth trying another.
-ATTACH_EACH_S = 2.0
-ATTACH_LEAST_S = 0.05
 
 
 def _attach_budget(seconds: float) -> float:
@@ -84,6 +81,8 @@ class _AttachLog:
     refused: dict[int, str] = dataclasses.field(default_factory=dict)
     skipped: int = 0
     seconds: float = 0.0
+    waiting: set[int] = dataclasses.field(default_factory=set)  # parinfo's ancestors: never tried
+    not_tried: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 def check_interval(interval: float) -> float:
@@ -310,35 +309,33 @@ class Scanner:
         """Each pool's count read inside a Python process (``host --attach``), with the source that
         decided it as the process's own report gives it; None when the attach was refused or not
         tried (the scan's budget is spent), and the scan's notes say which."""
-        log = self._attach_log
-        left = self._attach_deadline - time.monotonic()
-        if left < ATTACH_LEAST_S:
-            log.skipped += 1
-            return None
-        from parinfo.diagnostics.attached import read_inside
+        from parinfo.diagnostics.attached import EACH_S, LEAST_S, read_inside, waits_for_parinfo
         from parinfo.process.pools import loaded_objects
 
+        log = self._attach_log
+        why = waits_for_parinfo(pid, log.waiting)
+        if why is not None:
+            log.not_tried[pid] = why
+            return None
+        left = self._attach_deadline - time.monotonic()
+        if left < LEAST_S:
+            log.skipped += 1
+            return None
         began = time.monotonic()
         try:
             inside = read_inside(pid, [dataclasses.replace(r) for r in rows], loaded_objects(
                 (static.maps or b"").decode("utf-8", "surrogateescape")), static.environ, facts,
-                min(left, ATTACH_EACH_S))
+                min(left, EACH_S))
         except UsageError as exc:
             log.refused[pid] = str(exc)
             return None
         finally:
             log.seconds += time.monotonic() - began
         log.read.append(pid)
-        explained = {row.filepath: row for row in inside.settings}
-        out = []
-        for row in inside.pools:
-            setting = explained.get(row.filepath)
-            count = row.num_threads if setting is None else setting.count
-            source = (setting.source if setting is not None and setting.source is not None
-                      else unknown_source(row.note or "not read inside the process"))
-            out.append(PoolCount(row.library, row.filepath or "", row.owner, count, source,
-                                 count is not None, row.duplicate_of, attached=True))
-        return out
+        return [PoolCount(row.library, row.filepath or "", row.owner, row.num_threads,
+                          row.count_source or unknown_source("not read inside the process"),
+                          row.num_threads is not None, row.duplicate_of, attached=True)
+                for row in inside.pool_counts()]
 
     def _attach_notes(self) -> list[str]:
         """What ``--attach`` did in the last scan, in lines."""
@@ -346,6 +343,7 @@ class Scanner:
         notes = [f"attach: {len(log.read)} Python process{'es' if len(log.read) != 1 else ''} read inside "
                  f"({log.seconds * 1e3:.0f} ms of a {self.attach:g} s budget)"]
         notes += [f"attach refused: {why}" for why in log.refused.values()]
+        notes += [f"attach not tried: {why}" for why in log.not_tried.values()]
         if log.skipped:
             notes.append(f"attach not tried for {log.skipped} process{'es' if log.skipped != 1 else ''}: the "
                          f"{self.attach:g} s budget was spent (--timeout gives more)")
@@ -371,7 +369,10 @@ class Scanner:
             self._refresh_facts(clock)
         attaching = self.attach is not None and attach
         if attaching:
-            self._attach_deadline, self._attach_log = time.monotonic() + (self.attach or 0.0), _AttachLog()
+            from parinfo.process.remote import ancestors
+
+            self._attach_deadline = time.monotonic() + (self.attach or 0.0)
+            self._attach_log = _AttachLog(waiting=set(ancestors()))
         for pid in pids():
             proc = Proc(pid)
             try:

@@ -182,3 +182,18 @@ def children(pid: int) -> list[int]:
                 out.append(child)
                 todo.append(child)
     return out
+
+
+def ancestors(pid: int | None = None) -> list[int]:
+    """The parent of ``pid`` (default: this process), its parent, and so on up to pid 1, nearest
+    first; a process that ends meanwhile ends the list."""
+    out: list[int] = []
+    current = os.getpid() if pid is None else pid
+    while current > 1 and len(out) < 4096:
+        st = Proc(current).thread_stat(current)
+        if st is None or st.ppid <= 0 or st.ppid in out:
+            break
+        out.append(st.ppid)
+        current = st.ppid
+    return out
+

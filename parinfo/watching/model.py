@@ -9,6 +9,7 @@ from dataclasses import asdict, field
 from typing import Any
 
 from parinfo.record import record
+from parinfo.source import Source
 
 
 @record(frozen=True)
@@ -36,10 +37,45 @@ class ThrottleUse:
 
 
 @record(frozen=True)
+class InsideCount:
+    """One count in force read inside a watched process (``watch --attach``) and the source that
+    decided it, as the process's own report gives them; ``owner`` and ``filepath`` tell copies of
+    one library apart (None for counts that are not a native pool's)."""
+
+    library: str
+    count: int | None
+    source: Source
+    owner: str | None = None
+    filepath: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"library": self.library, "count": self.count, "source": self.source.to_json(),
+                "owner": self.owner, "filepath": self.filepath}
+
+
+@record(frozen=True)
+class ProcessCounts:
+    """The counts of one watched process at the end of the interval (``watch --attach``): read
+    inside it (``attached``; ``how``: the means and the round trip) with ``counts``, or not, and
+    ``how`` says why (its attach's one line, or the time for the tree's attaches spent)."""
+
+    pid: int
+    attached: bool
+    how: str
+    counts: tuple[InsideCount, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "attached": self.attached, "how": self.how,
+                "counts": [c.to_dict() for c in self.counts]}
+
+
+@record(frozen=True)
 class Sample:
     """What one process tree (or, with ``pid`` None, the container parinfo runs in) did during
     ``interval`` seconds ending at ``time``. ``throttling`` is None when no quota applies, and the
-    pressure fields hold "unknown (why)" when the kernel or the cgroup gives no figures."""
+    pressure fields hold "unknown (why)" when the kernel or the cgroup gives no figures. ``inside``
+    (``watch --attach`` only, else None): the counts in force of each watched process, read inside
+    it at the end of the interval."""
 
     time: float
     interval: float
@@ -59,9 +95,14 @@ class Sample:
     pressure_cgroup_some: float | str
     verdict: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    inside: tuple[ProcessCounts, ...] | None = None  # watch --attach only: each process's counts
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["groups"] = [asdict(g) for g in self.groups]
         d["notes"] = list(self.notes)
+        if self.inside is None:
+            del d["inside"]
+        else:
+            d["inside"] = [p.to_dict() for p in self.inside]
         return d

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from parinfo.errors import UsageError
 from parinfo.machine.pressure import (
@@ -32,8 +33,12 @@ from parinfo.process.tasks import (
 )
 from parinfo.process.threads import thread_group
 from parinfo.record import record
-from parinfo.watching.model import GroupUse, Sample, ThrottleUse
+from parinfo.source import unknown as unknown_source
+from parinfo.watching.model import GroupUse, InsideCount, ProcessCounts, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict
+
+if TYPE_CHECKING:
+    from parinfo.diagnostics.attached import Inside
 
 
 @record(frozen=True)
@@ -62,9 +67,26 @@ def _procs_running() -> int | None:
 class Sampler:
     """Takes readings of ``pid`` (and with ``children`` its descendants) and turns two consecutive
     readings into a :class:`Sample`. ``pid`` None watches the container: the cgroup parinfo runs in
-    and the machine's runnable tasks, without per-thread groups."""
+    and the machine's runnable tasks, without per-thread groups.
 
-    def __init__(self, pid: int | None, *, children: bool = False, root: str = "/") -> None:
+    With ``attach`` (seconds; ``pid`` needed), each sample also carries the counts in force of the
+    process (with ``children``: of each CPython 3.14+ process of the tree, all within ``attach``
+    seconds) read inside it through ``sys.remote_exec`` (:mod:`parinfo.process.attach`), as its own
+    report gives them. The first reading attaches too: a process that cannot be attached to (an
+    older Python, remote debugging off, not permitted...) raises its one-line AttachError then,
+    before any sample; a later attach that fails (its main thread in a long call into C) leaves that
+    sample's counts unread and says why. A tree never raises: each process says how it was read."""
+
+    def __init__(self, pid: int | None, *, children: bool = False, root: str = "/",
+                 attach: float | None = None) -> None:
+        if attach is not None:
+            from parinfo.checks import seconds
+            from parinfo.process.attach import MAX_TIMEOUT
+
+            if pid is None:
+                raise UsageError("attach needs the pid of the process to read from inside")
+            attach = seconds(attach, "timeout", 0.1, MAX_TIMEOUT)
+        self.attach = attach
         self.pid, self.children, self.root = pid, children, root
         # the watched process: its first stat is its identity, so a pid the kernel gives to a new
         # process once it has exited is never taken for it
@@ -144,7 +166,31 @@ class Sampler:
         """A new reading turned into a Sample against the previous one (None on the first call)."""
         now = self.read()
         before, self.last = self.last, now
-        return None if before is None else self.between(before, now)
+        inside = self.inside(first=before is None) if self.attach is not None else None
+        if before is None:
+            return None
+        sample = self.between(before, now)
+        return sample if inside is None else replace(sample, inside=inside)
+
+    def inside(self, first: bool = False) -> tuple[ProcessCounts, ...]:
+        """The counts in force of the watched process (with ``children``, of each process of its
+        tree) read inside, within :attr:`attach` seconds in all. ``first``: a single process that
+        cannot be attached to raises its AttachError (the watch cannot give what was asked)."""
+        from parinfo.diagnostics.attached import read_process, read_tree
+
+        assert self.pid is not None and self.attach is not None
+        if self.children:
+            from parinfo.process.remote import children
+
+            tree = read_tree([self.pid, *children(self.pid)], self.attach, self.root)
+            return tuple(_counts(r.pid, r.attached, r.how, tree.inside.get(r.pid)) for r in tree.reads)
+        try:
+            read = read_process(self.pid, self.attach, self.root)
+        except UsageError as exc:
+            if first:
+                raise
+            return (_counts(self.pid, False, f"not attached: {exc}", None),)
+        return (_counts(self.pid, True, read.read, read),)
 
     def between(self, a: Reading, b: Reading) -> Sample:
         dt = max(b.clock - a.clock, 1e-6)
@@ -183,6 +229,14 @@ class Sampler:
             notes=b.counters.notes,
         )
         return _with_verdict(sample, verdict(sample))
+
+
+def _counts(pid: int, attached: bool, how: str, inside: Inside | None) -> ProcessCounts:
+    """One process's counts in a sample: the rows of its own report's "Thread counts in force"."""
+    rows = inside.counts() if inside is not None else []
+    return ProcessCounts(pid, attached, how, tuple(
+        InsideCount(r.library, r.count, r.source if r.source is not None else unknown_source("not read"),
+                    r.owner, r.filepath) for r in rows))
 
 
 def _with_verdict(sample: Sample, text: str) -> Sample:
@@ -245,14 +299,28 @@ def samples(sampler: Sampler, interval: float, count: int | None = None) -> Iter
 
 
 def watch(pid: int | None = None, interval: float = 1.0, *, children: bool = False,
-          count: int | None = None) -> Iterator[Sample]:
+          count: int | None = None, attach: bool = False, timeout: float | None = None) -> Iterator[Sample]:
     """Yield a :class:`Sample` every ``interval`` seconds for process ``pid`` (default: this one;
     with ``children``, its whole tree), ``count`` times (None: until the process ends or the caller
     stops iterating). Reads /proc and the cgroup files only; the process is never stopped or traced.
 
+    With ``attach`` (another CPython 3.14+ process), each sample also carries its counts in force
+    read inside it through ``sys.remote_exec`` (``Sample.inside``), within ``timeout`` seconds (5 by
+    default; with ``children``, for all of the tree's processes together): see :class:`Sampler`.
+
     Raises UsageError for a bad interval and ProcessGone (a UsageError) for a pid that names no
-    process; when the process ends while watched, the iteration simply stops.
+    process, and with ``attach`` the one-line AttachError of a process that cannot be attached to;
+    when the process ends while watched, the iteration simply stops.
     """
     interval = check_interval(interval)
-    sampler = Sampler(os.getpid() if pid is None else pid, children=children)
+    if timeout is not None and not attach:
+        raise UsageError("timeout applies to attach only (attach=True)")
+    budget = None
+    if attach:
+        from parinfo.process.attach import DEFAULT_TIMEOUT
+
+        if pid is None or pid == os.getpid():
+            raise UsageError("attach reads another process (pid=PID): this one's counts need no attach")
+        budget = DEFAULT_TIMEOUT if timeout is None else timeout
+    sampler = Sampler(os.getpid() if pid is None else pid, children=children, attach=budget)
     yield from samples(sampler, interval, count)
