@@ -290,9 +290,9 @@ def test_the_docs_notebook_runs_and_shows_what_it_says():
 
 
 def test_host_report_shows_its_text_in_a_notebook():
-    from parinfo.host.model import HostReport
+    from parinfo.host.model import HostReport, Scope
 
-    report = HostReport(time=0.0, interval=1.0, scope={"cgroup": "/<b>x</b>&'y'", "user": None}, logical_cpus=2)
+    report = HostReport(time=0.0, interval=1.0, scope=Scope("/<b>x</b>&'y'"), logical_cpus=2)
     html = report._repr_html_()
     parsed = ParsedReport(html)
     assert parsed.problems == [] and "<b>" not in html

@@ -23,6 +23,15 @@ FROM_LAUNCH = "the process may have changed it"
 
 
 @record(frozen=True)
+class Scope:
+    """What a host scan covers: one cgroup's processes (``cgroup``, as given), one user's (``user``),
+    or, with neither, every process of the machine."""
+
+    cgroup: str | None = None
+    user: str | None = None
+
+
+@record(frozen=True)
 class PoolCount:
     """One native pool (a loaded copy of a thread runtime) of a process and its count: ``in_force``
     when read from the process's memory, or, with ``attached``, from inside the process (``host
@@ -176,7 +185,7 @@ class HostReport:
 
     time: float
     interval: float | None  # seconds between the two readings; None: one reading
-    scope: dict[str, str | None]
+    scope: Scope
     logical_cpus: int | None
     processes: list[HostProcess] = field(default_factory=list)
     cgroups: list[CgroupRow] = field(default_factory=list)
@@ -203,7 +212,7 @@ class HostReport:
         from parinfo.version import __version__
 
         return {"schema_version": SCHEMA_VERSION, "parinfo_version": __version__, "time": self.time,
-                "interval": self.interval, "scope": dict(self.scope), "logical_cpus": self.logical_cpus,
+                "interval": self.interval, "scope": plain(self.scope), "logical_cpus": self.logical_cpus,
                 "kernel_threads": self.kernel_threads, "kernel_runnable": self.kernel_runnable,
                 "pressure_some": self.pressure_some, "elapsed_ms": self.elapsed_ms,
                 "cgroups": [c.to_dict() for c in self.cgroups], "families": [f.to_dict() for f in self.families],
@@ -282,7 +291,7 @@ def _render(r: HostReport, *, all_processes: bool = False) -> str:
     process (names, command lines) is escaped here or already was (:mod:`parinfo.safe_text`)."""
     threads = sum(p.threads for p in r.processes)
     runnable = sum(p.runnable_now for p in r.processes)
-    scope = ", ".join(f"{k} {v}" for k, v in r.scope.items() if v)
+    scope = ", ".join(f"{k} {v}" for k, v in (("cgroup", r.scope.cgroup), ("user", r.scope.user)) if v)
     every = f"over {r.interval:g} s" if r.interval else "one reading (no interval)"
     lines = [escape_controls(
         f"host: {len(r.processes)} processes{' (' + scope + ')' if scope else ''}, {threads} threads, "

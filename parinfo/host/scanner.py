@@ -41,6 +41,7 @@ from parinfo.host.model import (
     HostProcess,
     HostReport,
     PoolCount,
+    Scope,
     ThreadGroup,
 )
 from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ, pids
@@ -414,7 +415,7 @@ class Scanner:
             del self._cgroups[raw]
         families = _families(processes)
         report = HostReport(time=time.time(), interval=None if dt is None else round(dt, 3),
-                            scope={"cgroup": self.cgroup_given, "user": self.user},
+                            scope=Scope(self.cgroup_given, self.user),
                             logical_cpus=self.facts.logical_cpus, processes=processes, families=families,
                             kernel_threads=kernel_threads, kernel_runnable=kernel_runnable)
         if attaching:
