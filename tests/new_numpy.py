@@ -1,8 +1,9 @@
 """A Python 3.12+ interpreter with numpy>=2.5 and threadpoolctl, for tests of the current numpy
 (OpenBLAS 0.3.34 keeps its count in a local symbol; numpy 2.5 needs Python 3.12+).
 
-The interpreter is PARINFO_TEST_PY312 when set, else the first python3.12/3.13/3.14 found on PATH or
-under ~/.pyenv/versions; a venv is made from it once under PARINFO_TEST_CACHE (default
+The interpreter is PARINFO_TEST_PY312 when set, else the one running the tests when it is 3.12+ with
+numpy>=2.5 (the suite on 3.14), else the first python3.12/3.13/3.14 found on PATH or under
+~/.pyenv/versions; a venv is made from it once under PARINFO_TEST_CACHE (default
 ~/.cache/parinfo-tests) and reused. ``python tests/new_numpy.py`` makes it ahead of time (CI does).
 """
 from __future__ import annotations
@@ -43,7 +44,11 @@ def interpreter() -> str | None:
 
 
 def venv_python() -> tuple[str | None, str]:
-    """(the venv's python, "") once it has numpy>=2.5 and threadpoolctl, else (None, why not)."""
+    """(the venv's python, "") once it has numpy>=2.5 and threadpoolctl, else (None, why not). The
+    interpreter running the tests is that python itself when it has them (the suite on 3.14)."""
+    if not os.environ.get("PARINFO_TEST_PY312") and sys.version_info[:2] >= (3, 12) and \
+            subprocess.run([sys.executable, "-c", _CHECK], capture_output=True, timeout=60).returncode == 0:
+        return sys.executable, ""
     base = interpreter()
     if base is None:
         return None, "no Python 3.12+ interpreter (set PARINFO_TEST_PY312, or put python3.12+ on PATH)"

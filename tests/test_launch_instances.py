@@ -112,7 +112,7 @@ def test_a_signal_to_the_launcher_reaches_every_instance(signame):
             "    print('got', s, flush=True); sys.exit(10 + int(i))\n"
             f"signal.signal({int(sig)}, on)\n"
             "print('ready', flush=True)\n"
-            "time.sleep(60)\n")
+            "while True: time.sleep(0.05)\n")  # short: a signal caught just before a sleep began waits for its end
     proc = subprocess.Popen(launch_cmd(spec(2), *py(code)), env=clean_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

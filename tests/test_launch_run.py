@@ -164,7 +164,7 @@ WAIT_FOR_TERM = (
     "    print('got', sig, flush=True); sys.exit(5)\n"
     "signal.signal(signal.SIGTERM, on)\n"
     "print('ready', flush=True)\n"
-    "time.sleep(60)\n"
+    "while True: time.sleep(0.05)\n"  # short: a signal caught just before a sleep began waits for its end
 )
 
 

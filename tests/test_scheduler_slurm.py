@@ -157,8 +157,11 @@ def test_garbage_in_a_real_process_is_invalid_not_a_traceback(value):
 
 def test_another_process_allocation_is_read_from_its_environment():
     env = clean_env(SLURM_JOB_ID="8", SLURM_CPUS_ON_NODE="1")
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"], env=env,
+                             stdout=subprocess.PIPE, text=True)
     try:
+        # read once it runs: right after exec its /proc/PID/environ can still read empty
+        assert child.stdout is not None and child.stdout.readline() == "up\n"
         f = machine_facts(pid=child.pid)
         assert f.allocation == 1 and f.allocation_source.text == "Slurm job 8: SLURM_CPUS_ON_NODE=1"
     finally:

@@ -4,13 +4,14 @@ family's counts are decided, so no fix may point there.
 
 The evidence, read from /proc: the parent is pid 1 (of the pid namespace parinfo sees), unless pid 1
 is the program itself and started them in its own process group (a container whose entry point
-forks workers); or the members' process group is led by a process that has exited and is not the
-parent's group (the starter they were orphaned by; a subreaper then holds them).
+forks workers); or the members' process group is led by a process that has exited (gone, or a
+zombie its parent has not collected yet) and is not the parent's group (the starter they were
+orphaned by; a subreaper then holds them).
 """
 from __future__ import annotations
 
 from parinfo.errors import UsageError
-from parinfo.machine.procfs import Proc
+from parinfo.machine.procfs import NotAProcess, Proc, ProcessGone
 from parinfo.safe_text import escape_controls
 
 
@@ -27,4 +28,8 @@ def adopter(parent: int, member: int) -> str | None:
         return None if group == 1 else words
     if group in (parent, parent_stat.pgrp) or group == member:
         return None
-    return None if Proc(group).exists() else words
+    try:
+        Proc(group).check()
+    except (ProcessGone, NotAProcess):  # gone, or a zombie: it has exited, its parent not reaped it yet
+        return words
+    return None
