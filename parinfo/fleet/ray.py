@@ -2,7 +2,9 @@
 
 Ray has no call that runs a function in every worker, so one probe task per CPU of the cluster is
 sent, each holding its CPU until a shared moment so that they run at once on distinct workers; idle
-workers are reused first, so the probes land on the workers earlier tasks left behind. Each row
+workers are reused first, so the probes land on the workers earlier tasks left behind. A round whose
+probes met on fewer workers than were sent (one started after the moment) is sent again, holding
+longer. Each row
 describes its worker as a 1-CPU task finds it (the pools' counts were set by earlier tasks, which
 is what the reused-worker case is about). Rows are deduplicated by process.
 """
@@ -14,8 +16,10 @@ from typing import Any
 from parinfo.fleet import probe
 from parinfo.fleet.report import FleetReport
 
-#: How long each probe holds its CPU, so that the probes spread over distinct workers.
-HOLD_S = 0.3
+#: How long each probe holds its CPU, so that the probes spread over distinct workers; a round
+#: that reached fewer workers than it sent probes (one started late and landed on a worker already
+#: probed) is sent again, holding longer, up to the last.
+HOLDS_S = (0.3, 1.0, 2.0)
 
 
 def _row_in_task(until: float) -> dict[str, Any]:
@@ -37,9 +41,15 @@ def gather(ray: Any, *, timeout: float = 60.0) -> FleetReport:
         raise UsageError("Ray is not connected in this process: call ray.init(address=...) first")
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     task = ray.remote(num_cpus=1, max_retries=0)(_row_in_task)
-    until = time.time() + HOLD_S
-    rows = ray.get([task.remote(until) for _ in range(cpus)], timeout=timeout)
-    unique = {(r["host"]["key"], r["pid"]): r for r in rows}
+    unique: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for hold in HOLDS_S:
+        until = time.time() + hold
+        rows = ray.get([task.remote(until) for _ in range(cpus)],
+                       timeout=max(1.0, timeout - (time.perf_counter() - start)))
+        reached = {(r["host"]["key"], r["pid"]): r for r in rows}
+        unique.update(reached)
+        if len(reached) >= cpus:
+            break
     address = ray.get_runtime_context().gcs_address
     info = {"kind": "ray", "address": str(address), "probes": cpus, "failed": {}}
     return FleetReport.from_rows(info, list(unique.values()), round(time.perf_counter() - start, 3))
