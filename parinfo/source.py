@@ -174,22 +174,3 @@ def argument(name: str, text: str | None = None) -> Source:
     return Source(Kind.ARGUMENT, name, text or name)
 
 
-
-def plain(value: Any) -> Any:
-    """``value`` as JSON-ready data: records field by field, a :class:`Source` as its object,
-    enums as their values, tuples and sets as lists (what ``dataclasses.asdict`` does, sources
-    included)."""
-    if isinstance(value, Source):
-        return value.to_json()
-    if isinstance(value, enum.Enum):
-        return value.value
-    fields = getattr(type(value), "__dataclass_fields__", None)
-    if fields is not None:
-        return {name: plain(getattr(value, name)) for name in fields}
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted(plain(v) for v in value)
-    return value

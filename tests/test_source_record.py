@@ -6,11 +6,11 @@ import json
 import pytest
 
 import parinfo
-from parinfo.convert import load
+from parinfo.convert import dump, load
 from parinfo.diagnostics.model import Report
 from parinfo.runtime.settings import RuntimeSettings
 from parinfo.runtime.snapshot import Push
-from parinfo.source import EXPLICIT_CALL, Kind, Source, SourceKind, parinfo_default, plain, profile, variable
+from parinfo.source import EXPLICIT_CALL, Kind, Source, SourceKind, parinfo_default, profile, variable
 
 
 def test_the_record_round_trips_and_reads_older_words():
@@ -27,7 +27,7 @@ def test_the_record_round_trips_and_reads_older_words():
     assert odd is not None and odd.kind is Kind.OTHER and odd.text == "y"
     assert Source(Kind.NONE).text == "none" and Source(Kind.FILE, "/x").text == "file: /x"
     assert parinfo.Source is Source and parinfo.SourceKind is SourceKind is Kind
-    assert plain({"a": (s,), "k": Kind.FILE}) == {"a": [s.to_json()], "k": "file"}
+    assert dump({"a": (s,), "k": Kind.FILE}) == {"a": [s.to_json()], "k": "file"}
 
 
 def test_kinds_say_who_chose():

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict, field
 from typing import Any
 
+from parinfo.convert import dump
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.record import record
 from parinfo.safe_text import escape_controls
-from parinfo.source import Source, plain
+from parinfo.source import Source
 from parinfo.watching.model import ThrottleUse
 
 #: Version of :meth:`HostReport.to_dict`; bumped on any incompatible change (docs/host.md).
@@ -48,7 +49,7 @@ class PoolCount:
     attached: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = plain(self)
+        out: dict[str, Any] = dump(self)
         return out
 
 
@@ -212,7 +213,7 @@ class HostReport:
         from parinfo.version import __version__
 
         return {"schema_version": SCHEMA_VERSION, "parinfo_version": __version__, "time": self.time,
-                "interval": self.interval, "scope": plain(self.scope), "logical_cpus": self.logical_cpus,
+                "interval": self.interval, "scope": dump(self.scope), "logical_cpus": self.logical_cpus,
                 "kernel_threads": self.kernel_threads, "kernel_runnable": self.kernel_runnable,
                 "pressure_some": self.pressure_some, "elapsed_ms": self.elapsed_ms,
                 "cgroups": [c.to_dict() for c in self.cgroups], "families": [f.to_dict() for f in self.families],

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, field
 from typing import Any
 
+from parinfo.convert import dump
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
 from parinfo.payload import integer, number, rows, section, text, texts
@@ -180,7 +181,8 @@ class Pressure:
         return cls(source, avg, total, number(d.get("full_avg10")), integer(d.get("full_total_usec")))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "source": self.source.to_json()}
+        out: dict[str, Any] = dump(self)
+        return out
 
 
 def read_pressure(root: str, rel: str) -> Pressure:

@@ -12,10 +12,10 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any
 
-from parinfo.convert import dump, load
+from parinfo.convert import OMIT_NONE, dump, load
 from parinfo.machine.unknown import describe
 from parinfo.payload import integer, section, text
 from parinfo.process import libraries as reg
@@ -68,10 +68,10 @@ class PoolRow:
     duplicate_of: str | None = None
     copies: int = 1
     note: str | None = None
-    count_source: Source | None = None
-    launch_count: int | None = None
-    launch_from: str | None = None
-    pid: int | None = None
+    count_source: Source | None = field(default=None, metadata=OMIT_NONE)
+    launch_count: int | None = field(default=None, metadata=OMIT_NONE)
+    launch_from: str | None = field(default=None, metadata=OMIT_NONE)
+    pid: int | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def of_file(cls, path: str, family: tuple[str, str, str], *, seen_by: str, note: str | None) -> PoolRow:
@@ -95,17 +95,8 @@ class PoolRow:
                    launch_from=text(d.get("launch_from")), pid=integer(d.get("pid")))
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if self.count_source is not None:
-            out["count_source"] = self.count_source.to_json()
-        for key in _OUTSIDE_ONLY:
-            if out[key] is None:
-                del out[key]
+        out: dict[str, Any] = dump(self)  # the fields only a process read from outside has: when set
         return out
-
-
-#: PoolRow fields that only a process read from outside has.
-_OUTSIDE_ONLY = ("count_source", "launch_count", "launch_from", "pid")
 
 
 def loaded_objects(maps_text: str | None = None) -> list[str]:

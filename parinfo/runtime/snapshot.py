@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.convert import OMIT_NONE, dump, load
 from parinfo.record import record
-from parinfo.source import Kind, Source
+from parinfo.source import Kind, Source, run_time
 
 if TYPE_CHECKING:
     from parinfo.process.environment import EnvRow
@@ -85,7 +85,7 @@ class Push:
             call = f"parinfo.set_num_threads({self.count})"
             source = Source(Kind.EXPLICIT, call, f"set at run time by {call}")
         else:
-            source = Source(Kind.RUN_TIME, "parinfo's runtime", f"set at run time by parinfo's runtime ({said.text})")
+            source = run_time("parinfo's runtime", f"set at run time by parinfo's runtime ({said.text})")
         return {pool.filepath: (pool.num_threads, source) for pool in self.pools
                 if pool.filepath and pool.num_threads is not None}
 
