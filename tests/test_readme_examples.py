@@ -30,6 +30,21 @@ def test_readme_profile_example_is_valid_on_this_machine():
     plan = resolve_profile(yaml.safe_load(doc))
     assert plan.inter_op.value == 2 and plan.libraries["blas"].value == 1
     assert plan.env["OMP_WAIT_POLICY"] == "passive"
+    # every key it shows takes effect: no note that one of them does not apply
+    assert plan.affinity is not None and plan.affinity_why.startswith("compact")
+    assert not [note for note in plan.notes if "does not apply" in note]
+
+
+def test_readme_apply_block_has_the_rows_and_last_line_of_real_output():
+    (cmd, out) = next((c, o) for _, c, o in console_blocks() if c == "parinfo apply throughput")
+    real = run_cli(*cmd.split()[1:], env=clean_env())
+    assert real.returncode == 0, real.stderr
+
+    def rows(lines: list[str]) -> list[str]:
+        return [line.split()[0] for line in lines[2:] if line.strip() and not line.startswith(("─", "nothing"))]
+
+    assert rows(out) == rows(real.stdout.splitlines())
+    assert out[-1].replace("`", "") == " ".join(real.stdout.splitlines()[-1].split()).replace("`", "")
 
 
 def test_readme_runtime_snippet_runs(tmp_path):
