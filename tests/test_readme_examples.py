@@ -145,3 +145,14 @@ def test_torch_block_findings_are_todays():
     found = re.compile(r"^\t\[(\w+)\] ([a-z0-9-]+):")
     shown = [found.match(ln).groups() for ln in block if found.match(ln)]
     assert shown and shown == [found.match(ln).groups() for ln in real.stdout.splitlines() if found.match(ln)]
+
+
+def test_readme_magic_error_line_is_todays():
+    from parinfo.cli.magics import show_args
+    from parinfo.errors import UsageError
+
+    lines = README.splitlines()
+    shown = lines[next(i for i, line in enumerate(lines) if line.endswith("%parinfo --pid abc'")) + 1]
+    with pytest.raises(UsageError) as err:
+        show_args("--pid abc")
+    assert shown == f"UsageError: %parinfo: {err.value}"
