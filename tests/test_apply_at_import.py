@@ -8,10 +8,11 @@ differ from torch's defaults on this machine's 2 CPUs, so a count left to torch 
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 
 import pytest
-from conftest import HAVE_NUMPY, clean_env, run_py
+from conftest import HAVE_NUMPY, clean_env, run_cli, run_py
 
 PROFILE = '{"version": 1, "name": "later", "intra_op": 3, "inter_op": 3}'
 
@@ -58,7 +59,8 @@ def test_torch_imported_after_apply_gets_both_counts_at_import_with_the_profile_
     rows = out["rows"]
     assert rows["torch intra-op"] == {"count": 3, "kind": "profile", "detail": "later (libraries.torch)"}
     assert rows["torch inter-op"] == {"count": 3, "kind": "profile", "detail": "later (inter_op)"}
-    assert "torch inter-op : 3 (profile later (inter_op), set by parinfo.apply when torch was imported)" in out["info"]
+    said = "torch inter-op : 3 (profile later (inter_op), set by parinfo.apply() when torch was imported)"
+    assert said in out["info"]
     assert "parinfo:" not in err
 
 
@@ -142,3 +144,17 @@ def test_numpy_loaded_after_apply_reads_the_profiles_count():
     assert out["rows"]["openblas"] == {"count": 1, "kind": "profile", "detail": "later (OPENBLAS_NUM_THREADS)"}
     # torch is not imported here: its counts wait for its import, said at apply() time
     assert len(out["at_import"]) == 1
+
+
+@pytest.mark.torch
+def test_a_launched_program_names_the_profile_as_the_source_of_what_its_hook_set(tmp_path):
+    prof = tmp_path / "later.yaml"
+    prof.write_text("version: 1\nname: later\nintra_op: 3\ninter_op: 3\n")
+    code = "import json, sys\n" + READ + (
+        "import torch\nprint(json.dumps({'inter': torch.get_num_interop_threads(), 'rows': rows()}))\n")
+    proc = run_cli("apply", str(prof), "--", sys.executable, "-c", code, env=clean_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["inter"] == 3
+    assert out["rows"]["torch inter-op"] == {"count": 3, "kind": "profile", "detail": "later (inter_op)"}
+    assert out["rows"]["torch intra-op"] == {"count": 3, "kind": "profile", "detail": "later (libraries.torch)"}

@@ -30,6 +30,31 @@ if TYPE_CHECKING:
 
 RUNTIME = run_time("an API call", "set at run time (API call)")
 
+#: The rows torch's two counts are shown in, and the profile keys that give them.
+TORCH_ROWS = ("torch intra-op", "torch inter-op")
+TORCH_KEYS = ("libraries.torch", "inter_op")
+#: The module (parinfo/profiles/hook/_parinfo_import_watch.py, loaded by path under this name) that
+#: sets torch's counts when ``import torch`` finishes: in a program launched by ``parinfo apply P --
+#: COMMAND`` (the start-up hook) or after ``parinfo.apply()``; it records what it set.
+WATCH_MODULE = "_parinfo_import_watch"
+
+
+def set_at_import() -> dict[str, tuple[int, Source]]:
+    """torch's counts a profile set when torch was imported in this process, from the watch's
+    record: {row: (count, source)}; empty when nothing was set that way."""
+    record = getattr(sys.modules.get(WATCH_MODULE), "SET", None)
+    out: dict[str, tuple[int, Source]] = {}
+    if not isinstance(record, dict):
+        return out
+    for row, key in zip(TORCH_ROWS, TORCH_KEYS, strict=True):
+        found = record.get(row)
+        if not (isinstance(found, tuple) and len(found) == 3):
+            continue
+        count, profile, who = found
+        detail = f"{profile} ({key})"
+        out[row] = (count, Source(Kind.PROFILE, detail, f"profile {detail}, set by {who} when torch was imported"))
+    return out
+
 #: The launch environment: a dict, or "unknown (reason)" when it cannot be read.
 LaunchEnviron = Mapping[str, str] | str
 
@@ -359,8 +384,9 @@ def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Map
     (:meth:`parinfo.runtime.snapshot.Push.by_file`); ``applied``: the
     variables ``parinfo.apply`` set and what was loaded then (``Runtime.applied_env()``), which
     explains a library that loaded after them; ``framework_set``: {row: (count, source)} for the
-    framework counts ``parinfo.apply`` set (``Runtime.framework_set()``: torch's, when it was
-    imported before apply() or at its import), which explain them while they hold. One row per pool
+    framework counts a profile set in this process (torch's: by ``parinfo.apply`` with torch
+    imported, ``Runtime.framework_set()``, or at torch's import, :func:`set_at_import`), which
+    explain them while they hold. One row per pool
     row, then torch's intra-op and
     inter-op rows when torch is given, then each Python-module library (numexpr...) that is
     imported (``modules``; default: this process's, :func:`imported_libraries`).
@@ -434,14 +460,14 @@ def _torch_rows(torch: TorchInfo, environ: Mapping[str, str], launch_environ: La
                       runtime=(run_time(_OPENMP_CALLERS, f"set at run time in this thread: by {_OPENMP_CALLERS}, "
                                         "which torch reads here")
                                if _openmp_build(torch) else run_time(reg.library("torch").set_call())),
-                      pushed=framework_set.get("torch intra-op"),
+                      pushed=framework_set.get(TORCH_ROWS[0]),
                       after_apply=read_after_apply(intra_model, "torch", environ, applied))
         row.owner = "torch"
         rows.append(row)
         ctx = {"hardware_concurrency": torch.hardware_concurrency}
         row = explain("torch inter-op", torch.inter_op, MODELS["torch inter-op"], environ,
                       launch_environ, facts, ctx, runtime=run_time(reg.library("torch").interop_call()),
-                      pushed=framework_set.get("torch inter-op"))
+                      pushed=framework_set.get(TORCH_ROWS[1]))
         row.owner = "torch"
         rows.append(row)
     return rows

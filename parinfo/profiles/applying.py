@@ -234,6 +234,7 @@ def _torch(plan: Plan, counts: dict[str, int | None], inter: int, kept: dict[str
            skipped: list[str], at_import: list[str]) -> tuple[int | None, int | None]:
     """Set torch's counts: now when torch is imported (the push gave it its intra-op count; its
     inter-op count is set here), else the moment it is imported. Return the counts to verify now."""
+    from parinfo.process.provenance import TORCH_KEYS, TORCH_ROWS
     from parinfo.profiles import at_import as later
 
     rec = reg.library("torch")
@@ -248,8 +249,8 @@ def _torch(plan: Plan, counts: dict[str, int | None], inter: int, kept: dict[str
                        f"torch intra-op: at import torch follows {first}={kept[first or '']!r} set by the user")
     elif imported:
         applied.append(setter.torch_call(want_intra))
-        RUNTIME.note_framework_set(later.TORCH_ROWS[0], want_intra,
-                                   later.source(plan.name, "libraries.torch", at_import=False))
+        RUNTIME.note_framework_set(TORCH_ROWS[0], want_intra,
+                                   later.source(plan.name, TORCH_KEYS[0]))
     if not imported:
         at_import.append(later.torch_when_imported(plan.name, want_intra if first not in kept else None, inter))
         return None, None
@@ -258,7 +259,7 @@ def _torch(plan: Plan, counts: dict[str, int | None], inter: int, kept: dict[str
         skipped.append(f"torch inter-op stays {sized.now}: {sized.error}")
     else:
         applied.append(rec.interop_call(inter))
-        RUNTIME.note_framework_set(later.TORCH_ROWS[1], inter, later.source(plan.name, "inter_op", at_import=False))
+        RUNTIME.note_framework_set(TORCH_ROWS[1], inter, later.source(plan.name, TORCH_KEYS[1]))
     return want_intra, inter
 
 

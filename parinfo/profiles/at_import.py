@@ -4,8 +4,8 @@ torch's intra-op count follows MKL_NUM_THREADS, which apply() sets, but its inte
 variable: a profile applied before ``import torch`` reaches it only when torch is imported. This
 module watches for that import with the start-up hook's own mechanism
 (parinfo/profiles/hook/_parinfo_import_watch.py, loaded by path as the hook loads it), sets both
-counts the moment torch's module has executed, before any op can run, and records them as the
-profile's (``Runtime.note_framework_set``) so reports name the profile as their source. A count
+counts the moment torch's module has executed, before any op can run; the watch records them, so
+reports name the profile as their source (:func:`parinfo.process.provenance.set_at_import`). A count
 torch refuses then is one ``parinfo: not in force: ...`` line on stderr, as in a launched program.
 """
 from __future__ import annotations
@@ -18,14 +18,12 @@ from types import ModuleType
 from typing import Any
 
 from parinfo.process import libraries as reg
+from parinfo.process.provenance import WATCH_MODULE
 from parinfo.source import Kind, Source
 
-WATCH_MODULE = "_parinfo_import_watch"
 _WATCH_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook", WATCH_MODULE + ".py")
 # Who set torch's inter-op count, and what else a program that wants its own count can do.
 _HOW = ("parinfo.apply()", "call torch.set_num_interop_threads before parinfo.apply()")
-#: The rows of parinfo's report that torch's two counts are shown in.
-TORCH_ROWS = ("torch intra-op", "torch inter-op")
 
 _lock = threading.Lock()
 _pending: list[Any] = []  # the watcher the last apply() installed, until torch is imported
@@ -56,18 +54,16 @@ def _torch_names() -> tuple[str, str, str, str]:
     return calls.setter, calls.getter, interop.setter, interop.getter
 
 
-def source(profile: str, key: str, at_import: bool) -> Source:
-    """The source of a torch count that profile ``profile`` (its key ``key``) set through apply()."""
+def source(profile: str, key: str) -> Source:
+    """The source of a torch count that profile ``profile`` (its key ``key``) set through apply()
+    with torch imported (at torch's import, the watch's record says so: provenance.set_at_import)."""
     detail = f"{profile} ({key})"
-    when = "when torch was imported" if at_import else "in this process"
-    return Source(Kind.PROFILE, detail, f"profile {detail}, set by parinfo.apply {when}")
+    return Source(Kind.PROFILE, detail, f"profile {detail}, set by parinfo.apply in this process")
 
 
 def torch_when_imported(profile: str, intra: int | None, inter: int) -> str:
     """Set torch's counts (``intra`` None: leave it to its variables) as soon as ``import torch``
     finishes; replaces what an earlier apply() asked for. Returns the line apply() reports."""
-    from parinfo.runtime.state import RUNTIME
-
     watch = watch_module()
 
     def fire(torch: ModuleType) -> None:
@@ -75,10 +71,7 @@ def torch_when_imported(profile: str, intra: int | None, inter: int) -> str:
 
         with _lock:
             _pending.clear()
-        got = watch.set_torch(torch, intra, inter, _torch_names(), setter, profile, _HOW)
-        for row, key, count in zip(TORCH_ROWS, ("libraries.torch", "inter_op"), got, strict=True):
-            if count is not None:
-                RUNTIME.note_framework_set(row, count, source(profile, key, at_import=True))
+        watch.set_torch(torch, intra, inter, _torch_names(), setter, profile, _HOW)  # it records what it set
 
     with _lock:
         for old in _pending:

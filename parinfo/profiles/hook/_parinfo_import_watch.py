@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 else:
     _Loader = object  # a loader is whatever has exec_module; the ABC's own methods must not shadow the wrapped ones
 
+#: What :func:`set_torch` put in force, kept for parinfo's reports in this process (they name the
+#: profile as the source while the count holds): {"torch intra-op" | "torch inter-op": (count,
+#: profile, who set it)}.
+SET = {}  # type: dict[str, tuple[int, str, str]]
+
 # torch's refusal of a second set_num_interop_threads call (and of one after its pool started).
 INTEROP_REFUSED = "cannot set number of interop threads"
 # The name torch's c10 thread pool gives its threads (the inter-op pool's, and in a build whose
@@ -172,8 +177,8 @@ def set_torch(torch: "ModuleType", intra: "int | None", inter: "int | None", nam
     back, and say one stderr line per count not in force. ``names`` are torch's setter, getter,
     inter-op setter and inter-op getter (the library registry's); ``how`` is for
     :func:`guard_interop`. Returns (intra-op, inter-op): each count now in force as asked, None
-    where it was not asked or is not in force. Never raises: a failure here must not break the
-    program's ``import torch``."""
+    where it was not asked or is not in force; those in force are recorded in :data:`SET`. Never
+    raises: a failure here must not break the program's ``import torch``."""
     try:
         rec = setter.ByName("torch", *names)
         if inter is not None:
@@ -190,7 +195,11 @@ def set_torch(torch: "ModuleType", intra: "int | None", inter: "int | None", nam
         for what, want, got in zip(("intra-op", "inter-op"), (intra, inter), setter.torch_counts(rec)):
             if want is not None and got != want:
                 say("not in force: torch %s threads = %s, profile %s wants %d" % (what, got, profile, want))
-            done.append(want if want is not None and got == want else None)
+            if want is not None and got == want:
+                SET["torch " + what] = (want, profile, how[0])
+                done.append(want)
+            else:
+                done.append(None)
         return done[0], done[1]
     except Exception as exc:  # never break the user's import of torch
         say("could not set torch's thread counts (%s: %s)" % (type(exc).__name__, exc))
