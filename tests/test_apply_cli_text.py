@@ -39,3 +39,11 @@ def test_the_plan_says_nothing_was_applied_and_how_to_apply_it(tmp_path):
     assert shown.returncode == 0, shown.stderr
     (row,) = [line for line in shown.stdout.splitlines() if line.startswith("affinity")]
     assert row.split()[1:3] == ["per", "instance"], row  # the value agrees with the reason: pinned per instance
+    joined = " ".join(shown.stdout.split())
+    # the way to run it names the same layout, and no in-process apply(): a process is one instance
+    assert "`parinfo apply multi-instance --instances 2 -- COMMAND`" in joined
+    assert "parinfo.apply(" not in joined
+    one = run_cli("apply", "multi-instance", "--instances", "1")
+    (row,) = [line for line in one.stdout.splitlines() if line.startswith("affinity")]
+    assert row.split()[1:3] == ["per", "instance"], row  # one instance is pinned too: not "inherited"
+    assert "parinfo.apply(\"multi-instance\")" in " ".join(one.stdout.split())

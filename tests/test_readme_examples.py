@@ -30,6 +30,21 @@ def test_readme_profile_example_is_valid_on_this_machine():
     plan = resolve_profile(yaml.safe_load(doc))
     assert plan.inter_op.value == 2 and plan.libraries["blas"].value == 1
     assert plan.env["OMP_WAIT_POLICY"] == "passive"
+    # every key it shows takes effect: no note that one of them does not apply
+    assert plan.affinity is not None and plan.affinity_why.startswith("compact")
+    assert not [note for note in plan.notes if "does not apply" in note]
+
+
+def test_readme_apply_block_has_the_rows_and_last_line_of_real_output():
+    (cmd, out) = next((c, o) for _, c, o in console_blocks() if c == "parinfo apply throughput")
+    real = run_cli(*cmd.split()[1:], env=clean_env())
+    assert real.returncode == 0, real.stderr
+
+    def rows(lines: list[str]) -> list[str]:
+        return [line.split()[0] for line in lines[2:] if line.strip() and not line.startswith(("─", "nothing"))]
+
+    assert rows(out) == rows(real.stdout.splitlines())
+    assert out[-1].replace("`", "") == " ".join(real.stdout.splitlines()[-1].split()).replace("`", "")
 
 
 def test_readme_runtime_snippet_runs(tmp_path):
@@ -130,3 +145,14 @@ def test_torch_block_findings_are_todays():
     found = re.compile(r"^\t\[(\w+)\] ([a-z0-9-]+):")
     shown = [found.match(ln).groups() for ln in block if found.match(ln)]
     assert shown and shown == [found.match(ln).groups() for ln in real.stdout.splitlines() if found.match(ln)]
+
+
+def test_readme_magic_error_line_is_todays():
+    from parinfo.cli.magics import show_args
+    from parinfo.errors import UsageError
+
+    lines = README.splitlines()
+    shown = lines[next(i for i, line in enumerate(lines) if line.endswith("%parinfo --pid abc'")) + 1]
+    with pytest.raises(UsageError) as err:
+        show_args("--pid abc")
+    assert shown == f"UsageError: %parinfo: {err.value}"

@@ -33,7 +33,7 @@ def apply_cmd(a: ApplyArgs) -> int:
     elif a.export:
         typer.echo(export_lines(plan, force=a.force), nl=False)
     else:
-        _print_plan(plan, a.profile)
+        _print_plan(plan, a.profile, a.instances)
     return 0
 
 
@@ -75,9 +75,9 @@ def _comment(text: str) -> str:
     return "# " + escape_controls(text)
 
 
-def _print_plan(plan: Plan, given: str) -> None:
+def _print_plan(plan: Plan, given: str, instances: int | None = None) -> None:
     """The plan as a table, and the line that says nothing was applied and how to apply it (with the
-    profile as the user named it: a name, or a path)."""
+    profile as the user named it: a name, or a path, and ``--instances N`` when it was given)."""
     from rich import box
     from rich.console import Console
     from rich.markup import escape as escape_markup
@@ -108,7 +108,7 @@ def _print_plan(plan: Plan, given: str) -> None:
     if plan.affinity is not None:
         affinity = format_cpu_list(plan.affinity)
     else:
-        affinity = "per instance" if len(plan.instances) > 1 else "inherited"
+        affinity = "per instance" if plan.instances else "inherited"  # each instance is pinned: rows below
     table.add_row("affinity", affinity, escape(plan.affinity_why))
     for inst in plan.instances:
         table.add_row(f"instance {inst.index}", format_cpu_list(inst.cpus),
@@ -118,6 +118,9 @@ def _print_plan(plan: Plan, given: str) -> None:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
     import shlex
 
-    console.print(f"[dim]nothing applied: this is the plan. Run a program under it with `parinfo apply "
-                  f"{escape(shlex.quote(given))} -- COMMAND`, or call parinfo.apply(\"{escape(given)}\") at the "
-                  f"top of a Python program[/dim]", soft_wrap=True)
+    run = f"parinfo apply {shlex.quote(given)}" + (f" --instances {instances}" if instances is not None else "")
+    # a running process is one instance: parinfo.apply() refuses a plan of several
+    inproc = ("" if len(plan.instances) > 1 else
+              f", or call parinfo.apply(\"{escape(given)}\") at the top of a Python program")
+    console.print(f"[dim]nothing applied: this is the plan. Run a program under it with `{escape(run)} -- "
+                  f"COMMAND`{inproc}[/dim]", soft_wrap=True)

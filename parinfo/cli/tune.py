@@ -38,9 +38,11 @@ def tune(
         None, "--max", parser=values.whole("--max"),
         help="Most intra-op threads (throughput: most inter x intra); default the usable CPUs."),
     min_inter: int = typer.Option(1, "--min-inter", parser=values.whole("--min-inter"),
-                                  help="Fewest inter-op threads / concurrent requests (pairs)."),
+                                  help="Fewest inter-op threads (latency) / concurrent requests (throughput)."),
     max_inter: int | None = typer.Option(None, "--max-inter", parser=values.whole("--max-inter"),
-                                         help="Most inter-op threads / concurrent requests (pairs)."),
+                                         help="Most inter-op threads / concurrent requests. Latency "
+                                              "searches inter-op with intra-op (2-D) for work that may "
+                                              "fork (ensemble, torch code); give it to search any."),
     repeats: int = typer.Option(5, "--repeats", "-r", parser=values.whole("--repeats"),
                                 help="Timed samples per point (the median is used)."),
     warmup: int = typer.Option(1, "--warmup", parser=values.whole("--warmup"), help="Untimed warm-up calls per point."),

@@ -84,7 +84,8 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     runtime.mark_capped(env_rows)
     pushed = runtime.native_push.by_file() if runtime.native_push is not None else None
     settings = runtime.setting_rows() + provenance.library_settings(
-        pool_rows, torch_info, os.environ, launch_env, facts, pushed, RUNTIME.applied_env())
+        pool_rows, torch_info, os.environ, launch_env, facts, pushed, RUNTIME.applied_env(),
+        framework_set={**provenance.set_at_import(), **RUNTIME.framework_set()})
     framework_info = Frameworks(torch_info)
 
     report = Report(

@@ -30,6 +30,31 @@ if TYPE_CHECKING:
 
 RUNTIME = run_time("an API call", "set at run time (API call)")
 
+#: The rows torch's two counts are shown in, and the profile keys that give them.
+TORCH_ROWS = ("torch intra-op", "torch inter-op")
+TORCH_KEYS = ("libraries.torch", "inter_op")
+#: The module (parinfo/profiles/hook/_parinfo_import_watch.py, loaded by path under this name) that
+#: sets torch's counts when ``import torch`` finishes: in a program launched by ``parinfo apply P --
+#: COMMAND`` (the start-up hook) or after ``parinfo.apply()``; it records what it set.
+WATCH_MODULE = "_parinfo_import_watch"
+
+
+def set_at_import() -> dict[str, tuple[int, Source]]:
+    """torch's counts a profile set when torch was imported in this process, from the watch's
+    record: {row: (count, source)}; empty when nothing was set that way."""
+    record = getattr(sys.modules.get(WATCH_MODULE), "SET", None)
+    out: dict[str, tuple[int, Source]] = {}
+    if not isinstance(record, dict):
+        return out
+    for row, key in zip(TORCH_ROWS, TORCH_KEYS, strict=True):
+        found = record.get(row)
+        if not (isinstance(found, tuple) and len(found) == 3):
+            continue
+        count, profile, who = found
+        detail = f"{profile} ({key})"
+        out[row] = (count, Source(Kind.PROFILE, detail, f"profile {detail}, set by {who} when torch was imported"))
+    return out
+
 #: The launch environment: a dict, or "unknown (reason)" when it cannot be read.
 LaunchEnviron = Mapping[str, str] | str
 
@@ -145,14 +170,18 @@ class SetByApply:
 
 def read_after_apply(model: Model, key: str | None, environ: Mapping[str, str],
                      applied: Mapping[str, SetByApply] | None) -> SetByApply | None:
-    """The apply() that set a variable ``model`` reads, still set to its value, when the library
-    (file path or module name ``key``) was not loaded yet then: the evidence that it read the value."""
+    """The apply() that set the variable ``model`` takes its count from (the first valid one), still
+    set to its value, when the library (file path or module name ``key``) was not loaded yet then:
+    the evidence that it read the value. None when a variable the user set decides."""
     if not applied or key is None:
         return None
     for var in model.precedence:
-        found = applied.get(var)
+        if count_from_env(var, environ) is None:
+            continue  # unset or invalid: the library reads the next one
+        found = applied.get(var)  # the variable that decides: set by apply(), or by someone else
         if found is not None and environ.get(var) == found.value and key not in found.loaded:
             return found
+        return None
     return None
 
 
@@ -343,7 +372,8 @@ def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Map
                      launch_environ: LaunchEnviron | None, facts: MachineFacts,
                      pushed: Mapping[str, tuple[int, Source]] | None = None,
                      applied: Mapping[str, SetByApply] | None = None,
-                     modules: list[ModuleLibrary] | None = None) -> list[SettingRow]:
+                     modules: list[ModuleLibrary] | None = None,
+                     framework_set: Mapping[str, tuple[int, Source]] | None = None) -> list[SettingRow]:
     """For each library in force, the count and the source that decided it.
 
     ``pools``: :func:`parinfo.process.pools.native_pools`; ``torch``: :func:`parinfo.process.frameworks.torch_info`
@@ -353,7 +383,11 @@ def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Map
     the pools parinfo's runtime pushed a count into, which explains them
     (:meth:`parinfo.runtime.snapshot.Push.by_file`); ``applied``: the
     variables ``parinfo.apply`` set and what was loaded then (``Runtime.applied_env()``), which
-    explains a library that loaded after them. One row per pool row, then torch's intra-op and
+    explains a library that loaded after them; ``framework_set``: {row: (count, source)} for the
+    framework counts a profile set in this process (torch's: by ``parinfo.apply`` with torch
+    imported, ``Runtime.framework_set()``, or at torch's import, :func:`set_at_import`), which
+    explain them while they hold. One row per pool
+    row, then torch's intra-op and
     inter-op rows when torch is given, then each Python-module library (numexpr...) that is
     imported (``modules``; default: this process's, :func:`imported_libraries`).
     """
@@ -364,7 +398,7 @@ def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Map
     rows: list[SettingRow] = []
     pushed = pushed or {}
     torch_intra = torch.intra_op if torch else None
-    torch_rows = _torch_rows(torch, environ, launch_environ, facts, applied) if torch else []
+    torch_rows = _torch_rows(torch, environ, launch_environ, facts, applied, framework_set) if torch else []
     first = torch_rows[0].source if torch_rows else None
     torch_set_at_run_time = first is not None and first.kind is Kind.RUN_TIME
     for pool in pools:
@@ -415,21 +449,25 @@ def _set_by_torch(along: reg.SetAlong, intra: int, set_at_run_time: bool,
 
 
 def _torch_rows(torch: TorchInfo, environ: Mapping[str, str], launch_environ: LaunchEnviron,
-                facts: MachineFacts, applied: Mapping[str, SetByApply] | None = None) -> list[SettingRow]:
+                facts: MachineFacts, applied: Mapping[str, SetByApply] | None = None,
+                framework_set: Mapping[str, tuple[int, Source]] | None = None) -> list[SettingRow]:
     """torch's intra-op and inter-op provenance rows."""
     rows = []
+    framework_set = framework_set or {}
     if torch:
         intra_model = MODELS["torch intra-op" if torch.mkl_available else "torch intra-op (no MKL)"]
         row = explain("torch intra-op", torch.intra_op, intra_model, environ, launch_environ, facts,
                       runtime=(run_time(_OPENMP_CALLERS, f"set at run time in this thread: by {_OPENMP_CALLERS}, "
                                         "which torch reads here")
                                if _openmp_build(torch) else run_time(reg.library("torch").set_call())),
+                      pushed=framework_set.get(TORCH_ROWS[0]),
                       after_apply=read_after_apply(intra_model, "torch", environ, applied))
         row.owner = "torch"
         rows.append(row)
         ctx = {"hardware_concurrency": torch.hardware_concurrency}
         row = explain("torch inter-op", torch.inter_op, MODELS["torch inter-op"], environ,
-                      launch_environ, facts, ctx, runtime=run_time(reg.library("torch").interop_call()))
+                      launch_environ, facts, ctx, runtime=run_time(reg.library("torch").interop_call()),
+                      pushed=framework_set.get(TORCH_ROWS[1]))
         row.owner = "torch"
         rows.append(row)
     return rows

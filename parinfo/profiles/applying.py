@@ -3,7 +3,8 @@
 Order matters: the profile is resolved first (a bad profile changes nothing), then the runtime's
 counts are set (the runtime refuses when it is too late, and then nothing else is changed either),
 then variables for libraries not yet loaded, the limits of native pools already loaded, torch's
-counts when torch is imported, and the CPU affinity. Last, every count is read back and any that
+counts (now when torch is imported, else at its import: parinfo.profiles.at_import), and the CPU
+affinity. Last, every count is read back and any that
 is not in force is reported.
 """
 from __future__ import annotations
@@ -33,8 +34,10 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     """Apply ``profile`` (a shipped name, a path, a dict or a resolved Plan) to this process.
 
     Variables the user set to other values are kept unless ``force``. Returns ``{"plan": ...,
-    "applied": [...], "skipped": [...], "not_in_force": [...], "threads": [...]}`` (lists of
-    one-line strings). Limits that hold per thread (OpenMP's, torch's intra-op count) reach the
+    "applied": [...], "skipped": [...], "not_in_force": [...], "threads": [...], "at_import": [...]}``
+    (lists of one-line strings). ``at_import`` says what is set when a framework not imported yet is
+    imported (torch's counts, the moment ``import torch`` finishes); what will not reach it is in
+    ``skipped``. Limits that hold per thread (OpenMP's, torch's intra-op count) reach the
     calling thread: ``threads`` says which threads each one reaches and ``not_in_force`` names the
     threads it does not, with what to do there. ``reached_threads`` are native ids of threads where
     the caller has put the same per-thread limits in force itself (parinfo.fleet does so in each
@@ -82,7 +85,8 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     per_thread: list[tuple[NativePool, str, int]] = []
     expected_pools = _pool_lines(pools, kept, applied, skipped, per_thread)
     _modules(counts, applied)
-    torch_want = _torch(counts, inter, kept, applied, skipped)
+    at_import: list[str] = []
+    torch_want = _torch(plan, counts, inter, kept, applied, skipped, at_import)
     _affinity(cpus, applied, skipped)
 
     not_in_force = _verify(intra, inter, pools, expected_pools, torch_want, cpus, kept)
@@ -91,7 +95,7 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     threads, missing = reach(per_thread, torch_want[0], reached=frozenset(reached_threads),
                              pool_reached=_workers_reached())
     return {"plan": plan.to_dict(), "applied": applied, "skipped": skipped,
-            "not_in_force": not_in_force + missing, "threads": threads}
+            "not_in_force": not_in_force + missing, "threads": threads, "at_import": at_import}
 
 
 def _check_plan(plan: Plan) -> None:
@@ -226,29 +230,36 @@ def _modules(counts: dict[str, int | None], applied: list[str]) -> None:
             applied.append(rec.set_call(n))
 
 
-def _torch(counts: dict[str, int | None], inter: int, kept: dict[str, str], applied: list[str],
-           skipped: list[str]) -> tuple[int | None, int | None]:
-    """Say what the push gave torch's intra-op count and set its inter-op count, when torch is
-    imported; return the counts to verify."""
+def _torch(plan: Plan, counts: dict[str, int | None], inter: int, kept: dict[str, str], applied: list[str],
+           skipped: list[str], at_import: list[str]) -> tuple[int | None, int | None]:
+    """Set torch's counts: now when torch is imported (the push gave it its intra-op count; its
+    inter-op count is set here), else the moment it is imported. Return the counts to verify now."""
+    from parinfo.process.provenance import TORCH_KEYS, TORCH_ROWS
+    from parinfo.profiles import at_import as later
+
     rec = reg.library("torch")
-    if sys.modules.get("torch") is None:
-        skipped.append(f"torch not imported: at import its intra-op count follows {rec.precedence[0]}; "
-                       "its inter-op count is left to torch (import torch before apply() to set it)")
-        return None, None
     first = _count_var(rec)  # torch's intra-op default reads it first
     want_intra = counts.get(rec.name)
+    imported = sys.modules.get("torch") is not None
     if want_intra is None:
         skipped.append(f"torch intra-op: {first}={kept.get(first or '')!r} set by the user is "
                        f"not a valid count; torch's count left as it is")
     elif first in kept:
-        skipped.append(f"{setter.torch_call(want_intra)} from {first} set by the user")
-    else:
+        skipped.append(f"{setter.torch_call(want_intra)} from {first} set by the user" if imported else
+                       f"torch intra-op: at import torch follows {first}={kept[first or '']!r} set by the user")
+    elif imported:
         applied.append(setter.torch_call(want_intra))
+        RUNTIME.note_framework_set(TORCH_ROWS[0], want_intra,
+                                   later.source(plan.name, TORCH_KEYS[0]))
+    if not imported:
+        at_import.append(later.torch_when_imported(plan.name, want_intra if first not in kept else None, inter))
+        return None, None
     sized = setter.set_torch(inter=inter)[0]
     if sized.error:
         skipped.append(f"torch inter-op stays {sized.now}: {sized.error}")
     else:
         applied.append(rec.interop_call(inter))
+        RUNTIME.note_framework_set(TORCH_ROWS[1], inter, later.source(plan.name, TORCH_KEYS[1]))
     return want_intra, inter
 
 

@@ -56,6 +56,7 @@ class Runtime:
         self.fork: Callable[..., Any] = self.inter.fork
         self._env_lock = threading.Lock()
         self._env_set: dict[str, SetByApply] = {}  # variables parinfo.apply() set in this process
+        self._framework_set: dict[str, tuple[int, Source]] = {}  # framework counts parinfo.apply() set
 
     # counts --------------------------------------------------------------------------------
     def set_num_threads(self, n: int) -> None:
@@ -210,6 +211,18 @@ class Runtime:
         """The variables ``parinfo.apply`` set in this process, each with what was loaded then."""
         with self._env_lock:
             return dict(self._env_set)
+
+    def note_framework_set(self, row: str, count: int, source: Source) -> None:
+        """Remember that ``parinfo.apply`` set a framework's count (``row``: "torch inter-op"...) to
+        ``count`` for ``source`` (a profile): a report shows that source while the count is still
+        ``count``."""
+        with self._env_lock:
+            self._framework_set[row] = (count, source)
+
+    def framework_set(self) -> dict[str, tuple[int, Source]]:
+        """The framework counts ``parinfo.apply`` set in this process: {row: (count, source)}."""
+        with self._env_lock:
+            return dict(self._framework_set)
 
     # state ---------------------------------------------------------------------------------
     def snapshot(self, machine: tuple[int, int] | None = None) -> RuntimeSection:

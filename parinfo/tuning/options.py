@@ -61,7 +61,7 @@ class Plan:
     workload: Workload
     settings: Settings
     mode: str  # "subprocess" | "in-process" | "command"
-    pairs: bool  # points are inter x intra pairs (else intra-op counts, one request at a time)
+    pairs: bool  # points are inter x intra pairs (else intra-op counts, inter-op 1)
     concurrent: bool  # inter = concurrent requests (throughput) rather than the workload's inter-op pool
     intra: tuple[int, int]
     inter: tuple[int, int]
@@ -70,9 +70,9 @@ class Plan:
 
     def candidate_count(self) -> int:
         """How many points the search could measure."""
-        if self.pairs:
+        if self.pairs and self.concurrent:
             return len(search.pair_candidates(self.max_product, self.intra, self.inter))
-        return self.intra[1] - self.intra[0] + 1
+        return (self.intra[1] - self.intra[0] + 1) * (self.inter[1] - self.inter[0] + 1 if self.pairs else 1)
 
 
 def _finite(value: Any) -> bool:
@@ -89,7 +89,7 @@ def _settings(o: TuneOptions) -> Settings:
     return Settings(warmup=warmup, repeats=repeats, min_time=float(o.min_time), timeout=float(o.timeout))
 
 
-def _ranges(o: TuneOptions, facts: MachineFacts) -> tuple[tuple[int, int], tuple[int, int]]:
+def _ranges(o: TuneOptions, facts: MachineFacts, w: Workload) -> tuple[tuple[int, int], tuple[int, int]]:
     usable = facts.usable_cpus
     cap = MAX_COUNT_FACTOR * (facts.logical_cpus or usable)
     min_threads = check_int("--min", o.min_threads)
@@ -106,6 +106,8 @@ def _ranges(o: TuneOptions, facts: MachineFacts) -> tuple[tuple[int, int], tuple
         max_inter = check_int("--max-inter", max_inter)
         if min_inter > max_inter:
             raise UsageError(f"--min-inter {min_inter} is above --max-inter {max_inter}: nothing to measure")
+    if max_inter is None and o.objective == "latency" and (o.in_process or not w.may_fork()):
+        max_inter = min_inter  # one request at a time whose work never forks: nothing for inter-op to run
     return (min_threads, max_threads), (min_inter, min(max_inter or max_threads, max_threads))
 
 
@@ -130,11 +132,15 @@ def resolve(o: TuneOptions, facts: MachineFacts) -> Plan:
         raise UsageError(f"--objective '{shown(o.objective)}': use latency or throughput")
     w = workloads.choose(o.workload, o.framework, o.size, o.stmt, o.setup, o.module, o.command)
     settings = _settings(o)
-    intra, inter = _ranges(o, facts)
-    pairs = o.objective == "throughput" or w.uses_interop
-    if pairs and intra[0] * inter[0] > intra[1]:
+    intra, inter = _ranges(o, facts, w)
+    concurrent = o.objective == "throughput"
+    pairs = concurrent or w.uses_interop or inter != (1, 1)
+    if concurrent and intra[0] * inter[0] > intra[1]:
         raise UsageError(f"--min {intra[0]} x --min-inter {inter[0]} does not fit --max {intra[1]} "
                          f"(the product of inter-op and intra-op threads must fit)")
-    return Plan(options=o, workload=w, settings=settings, mode=_mode(o, w), pairs=pairs,
-                concurrent=o.objective == "throughput", intra=intra, inter=inter, max_product=intra[1],
-                usable_cpus=facts.usable_cpus)
+    mode = _mode(o, w)
+    if mode == "in-process" and pairs and not concurrent:
+        raise UsageError("--in-process cannot vary the inter-op count: it is set once per process; drop "
+                         "--in-process, or --min-inter/--max-inter")
+    return Plan(options=o, workload=w, settings=settings, mode=mode, pairs=pairs, concurrent=concurrent,
+                intra=intra, inter=inter, max_product=intra[1], usable_cpus=facts.usable_cpus)

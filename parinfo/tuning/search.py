@@ -7,9 +7,13 @@ The rule: measure the ends and the powers of two between them, stop going furthe
 once the curve is clearly slower than the best (beyond the noise) and still getting slower, then
 bisect the gaps next to the best until its neighbours are measured. A point between two measured
 points that are both slower than the best is ruled out (the curve is taken to have one valley).
+Throughput pairs search the request axis, then the intra-op axis (:func:`search_pairs`); latency
+pairs (work that forks inter-op tasks) alternate the two axes and climb to the best neighbouring
+pair (:func:`search_grid`).
 """
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import field
@@ -328,3 +332,107 @@ def search_pairs(max_product: int, measure: Callable[[Point], Stats], *,
         confirm(result, measure, margin=margin, tie=tie)
     return result
 
+
+
+DEFAULT_ROUNDS = 3  # rounds of the 2-D latency search before it stops, whatever it finds
+DEFAULT_CLIMB = 6  # moves to a clearly faster neighbour per round
+
+
+def grid_bound(n_intra: int, n_inter: int, rounds: int = DEFAULT_ROUNDS, climb: int = DEFAULT_CLIMB) -> int:
+    """The most points :func:`search_grid` measures on an ``n_intra`` x ``n_inter`` grid (before the
+    confirmation): each round one search along each axis, then up to ``climb`` moves that each
+    measure the ten neighbours of the best."""
+    return min(n_intra * n_inter, rounds * (n_intra + n_inter + 10 * climb))
+
+
+def _at_inter(inter: int, intra: int) -> Point:
+    return Point(intra, inter)
+
+
+def _neighbours(p: Point, intra: tuple[int, int], inter: tuple[int, int]) -> list[Point]:
+    """The pairs one step away from ``p`` on either axis or both, and the two trades that keep its
+    thread count (half the intra-op threads for twice the inter-op ones, and back), inside the ranges."""
+    steps = [(a, e) for e in (p.inter - 1, p.inter, p.inter + 1) for a in (p.intra - 1, p.intra, p.intra + 1)]
+    steps += [(p.intra // 2, p.inter * 2), (p.intra * 2, p.inter // 2)]
+    out: list[Point] = []
+    for a, e in steps:
+        q = Point(a, e)
+        if q != p and q not in out and intra[0] <= a <= intra[1] and inter[0] <= e <= inter[1]:
+            out.append(q)
+    return out
+
+
+def _climb(start: Point, intra: tuple[int, int], inter: tuple[int, int], get: _Measured, result: SearchResult,
+           margin: float, tie: float, steps: int) -> Point:
+    """Measure the neighbours of the best pair and move to the fastest while it is clearly faster
+    (beyond the noise), ``steps`` moves at most; return where it stopped."""
+    here = start
+    for _ in range(steps):
+        near = _neighbours(here, intra, inter)
+        for n in near:
+            get(n)
+        lead = pick_best({p: result.stats[p] for p in [here, *near]}, tie)
+        if lead == here or not clearly_worse(result.stats[here], result.stats[lead], margin):
+            break
+        here = lead
+    return here
+
+
+def search_grid(intra: tuple[int, int], inter: tuple[int, int], measure: Callable[[Point], Stats], *,
+                margin: float = DEFAULT_MARGIN, tie: float = DEFAULT_TIE, patience: int = DEFAULT_PATIENCE,
+                rounds: int = DEFAULT_ROUNDS, climb: int = DEFAULT_CLIMB, exhaustive: bool = False,
+                confirm_close: bool = False) -> SearchResult:
+    """Latency search over inter-op x intra-op pairs (one request at a time whose work forks inter-op
+    tasks): a small adaptive 2-D search, not the full grid.
+
+    Each round searches the intra-op axis at the inter-op count of the best pair so far (the 1-D
+    search: ends, powers of two, refine), then the inter-op axis at the intra-op count it found,
+    then climbs: it measures the pairs next to the best (one step on either axis or both, and the
+    two trades that keep its thread count: half the intra-op threads for twice the inter-op ones,
+    and back, which an axis search cannot see) and moves to the fastest while it is clearly faster
+    (beyond the noise), ``climb`` moves at most. The search stops when a round ends where the last
+    one did or no clearly faster pair than it, or after ``rounds`` rounds; it measures at most
+    :func:`grid_bound` points. The winner is :func:`pick_best` over every pair
+    measured (the fewest threads among near-equal ones).
+    """
+    intra_vals = list(range(intra[0], intra[1] + 1))
+    inter_vals = list(range(inter[0], inter[1] + 1))
+    if not intra_vals or not inter_vals:
+        raise ValueError("nothing to search")
+    cands = [Point(a, e) for e in inter_vals for a in intra_vals]
+    result = SearchResult(candidates=cands)
+    get = _Measured(measure, result)
+    if exhaustive:
+        for p in cands:
+            get(p)
+        result.best = pick_best(result.stats, tie)
+        if confirm_close:
+            confirm(result, measure, margin=margin, tie=tie)
+        return result
+    reasons: dict[Point, str] = {}
+    centre: Point | None = None
+    done = 0
+    while done < rounds:
+        done += 1
+        e = centre.inter if centre is not None else inter[0]
+        a, skipped_a = search_line(intra_vals, functools.partial(_at_inter, e), get, margin=margin, tie=tie,
+                                   patience=patience, pairs=True)
+        reasons.update({Point(v, e): r for v, r in skipped_a.items()})
+        _, skipped_e = search_line(inter_vals, functools.partial(Point, a), get, margin=margin, tie=tie,
+                                   patience=patience, pairs=True)
+        reasons.update({Point(a, v): r for v, r in skipped_e.items()})
+        here = _climb(pick_best(result.stats, tie), intra, inter, get, result, margin, tie, climb)
+        if centre is not None and (here == centre or not clearly_worse(result.stats[centre], result.stats[here],
+                                                                       margin)):
+            break
+        centre = here
+    result.best = pick_best(result.stats, tie)
+    b = result.best
+    for p in cands:
+        if p not in result.stats:
+            result.skipped[p] = reasons.get(p) or (
+                f"not searched: the 2-D search settled on {b.label(True)} ({_ms(result.stats[b])}) after "
+                f"{done} round(s), no pair next to it faster beyond the noise; {p.label(True)} is further away")
+    if confirm_close:
+        confirm(result, measure, margin=margin, tie=tie)
+    return result

@@ -3,8 +3,9 @@
 Each point runs with its counts really in force: by default in a fresh process started with the
 thread variables set (libraries read them at load), or in this process through the runtime and
 threadpoolctl (``in_process=True``), or, for a command, as a whole launched process. The search
-(parinfo.tuning.search) measures the ends and powers of two, then refines around the best, and says
-which points it ruled out and why. The options are checked in parinfo.tuning.options, the points
+(parinfo.tuning.search) measures the ends and powers of two, then refines around the best (for a
+latency tune of work that forks, along both axes and around the best pair), and says which points it
+ruled out and why. The options are checked in parinfo.tuning.options, the points
 measured by parinfo.tuning.measure, and the result (parinfo.tuning.result) written by its writers.
 """
 from __future__ import annotations
@@ -43,8 +44,10 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
     ``module`` ("pkg.mod:func") or ``command`` (argv) is given. With ``confirm`` the points within
     the noise of the fastest are measured once more and their samples pooled before the pick.
     ``objective`` latency sweeps intra-op counts ``min_threads..max_threads`` (default: the usable
-    CPUs; more only if asked); throughput sweeps inter x intra pairs whose product fits
-    ``max_threads`` (default usable CPUs), with ``inter`` concurrent requests. Raises
+    CPUs; more only if asked), and with them inter-op counts ``min_inter..max_inter`` (a 2-D search,
+    :func:`parinfo.tuning.search.search_grid`) when ``max_inter`` is given or the work may fork
+    inter-op tasks (the ensemble, user code with torch); throughput sweeps inter x intra pairs whose
+    product fits ``max_threads`` (default usable CPUs), with ``inter`` concurrent requests. Raises
     UsageError/TuneError for bad input and WorkloadFailed when the workload itself fails.
     """
     options = TuneOptions(workload=workload, objective=objective, framework=framework, size=size, stmt=stmt,
@@ -103,9 +106,12 @@ def _reporting(measurer: Measurer, pairs: bool, progress: Progress | None) -> Ca
 
 def _search(plan: Plan, measure: Callable[[Point], Stats]) -> SearchResult:
     o = plan.options
-    if plan.pairs:
+    if plan.pairs and plan.concurrent:
         return search.search_pairs(plan.max_product, measure, intra=plan.intra, inter=plan.inter,
                                    margin=o.margin, exhaustive=o.exhaustive, confirm_close=o.confirm)
+    if plan.pairs:
+        return search.search_grid(plan.intra, plan.inter, measure, margin=o.margin, exhaustive=o.exhaustive,
+                                  confirm_close=o.confirm)
     return search.search_counts(range(plan.intra[0], plan.intra[1] + 1), measure, margin=o.margin,
                                 exhaustive=o.exhaustive, confirm_close=o.confirm)
 

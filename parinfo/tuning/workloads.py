@@ -33,8 +33,15 @@ class Workload:
     kind: ClassVar[str] = ""
     uses_interop: ClassVar[bool] = False  # one call itself forks inter-op tasks
     whole_process: ClassVar[bool] = False  # timed as a launched process, never in-process
+    user_code: ClassVar[bool] = False  # the user's own statement or function, run in the worker
 
     framework: str = "numpy"
+
+    def may_fork(self) -> bool:
+        """Whether one call may run inter-op tasks, so the inter-op count can change its time: the
+        ensemble does; the user's code may with torch (``torch.jit.fork``; the worker sets torch's
+        inter-op count); the built-in matmul and elementwise never do."""
+        return self.uses_interop or (self.user_code and self.framework == "torch")
 
     @classmethod
     def create(cls, framework: str, size: Any) -> Workload:
@@ -124,6 +131,7 @@ class Stmt(Workload):
     """A timeit-style statement, run after its setup."""
 
     kind: ClassVar[str] = "stmt"
+    user_code: ClassVar[bool] = True
     stmt: str = "pass"
     setup: str = "pass"
 
@@ -139,6 +147,7 @@ class Module(Workload):
     """``pkg.module:function``, called with no arguments."""
 
     kind: ClassVar[str] = "module"
+    user_code: ClassVar[bool] = True
     module: str = ""
 
     def describe(self) -> str:

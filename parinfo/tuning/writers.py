@@ -75,6 +75,9 @@ def _comments(r: TuneOutcome) -> list[str]:
     if not r.pairs:
         lines.append("# inter_op 1: requests come one at a time, so a second inter-op thread has "
                      "nothing to run (not measured).")
+    elif not r.concurrent:
+        lines.append("# inter_op and intra_op searched together (2-D search): one request at a time whose "
+                     "work runs inter-op tasks.")
     return lines
 
 

@@ -3,16 +3,18 @@
 The launcher puts this file's directory first on PYTHONPATH, so Python's ``site`` imports it at
 interpreter start. It sets the counts that have no environment variable (torch's intra-op and
 inter-op counts) the moment ``import torch`` finishes, before user code can run an op, and checks
-what is in force; the program's own first ``torch.set_num_interop_threads`` call then keeps working
-(see _guard_interop). It never imports torch itself, never imports parinfo (the child's interpreter may
-not have it), and then runs any other ``sitecustomize`` that was on the path, as if it were absent.
+what is in force; the program's own first ``torch.set_num_interop_threads`` call then keeps working.
+The watch on ``import torch`` is ``_parinfo_import_watch.py`` beside this file, which
+``parinfo.apply()`` uses in a running process too. It never imports torch itself, never imports
+parinfo (the child's interpreter may not have it), and then runs any other ``sitecustomize`` that
+was on the path, as if it were absent.
 
 Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.profiles.child:
 ``1 intra=N|- inter=N|- watch=NAME,NAME`` then the library registry's facts the hook needs
 (``parinfo.process.libraries.hook_facts``: each pool's variables, parinfo's runtime variables, the
 verify variable, torch's setters), so this file keeps no table of its own. Without that variable
 the hook only chains. torch's counts are set through parinfo's one setting module
-(parinfo/process/setter.py), loaded by path: it imports the standard library only.
+(parinfo/process/setter.py); both are loaded by path and import the standard library only.
 Checks: right after torch's import (torch's counts), and at exit (a watched variable the program
 changed, parinfo's runtime counts when it was used); the verify variable set to ``full`` adds the
 native pools (threadpoolctl) at exit, ``off`` turns checking off.
@@ -25,13 +27,8 @@ import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing into every launched program
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-    from importlib.abc import Loader as _Loader
-    from importlib.machinery import ModuleSpec
+    from collections.abc import Mapping, Sequence
     from types import ModuleType
-    from typing import Any
-else:
-    _Loader = object  # a loader is whatever has exec_module; the ABC's own methods must not shadow the wrapped ones
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SPEC_VAR = "_PARINFO_HOOK"
@@ -92,165 +89,49 @@ def _parse(spec: "str") -> "_Facts | None":
         torch=_TorchFacts(setter=torch[0], getter=torch[1], interop_setter=torch[2], interop_getter=torch[3]))
 
 
-def _setter() -> "ModuleType":
-    """parinfo's one module that sets counts, loaded by path (this interpreter may not have parinfo)."""
-    loaded = sys.modules.get("_parinfo_setter")
+def _load(name: "str", path: "str") -> "ModuleType":
+    """A module of parinfo's loaded by path as ``name`` (this interpreter may not have parinfo)."""
+    loaded = sys.modules.get(name)
     if loaded is not None:
         return loaded
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "process", "setter.py")
-    spec = importlib.util.spec_from_file_location("_parinfo_setter", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise ImportError("parinfo's setter module is missing beside this hook: " + path)
+        raise ImportError("parinfo's module is missing beside this hook: " + path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["_parinfo_setter"] = module  # dataclasses look their module up while it runs
+    sys.modules[name] = module  # dataclasses look their module up while it runs
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules["_parinfo_setter"]
+        del sys.modules[name]
         raise
     return module
 
 
-class _AfterExec(_Loader):
-    """Wraps a loader so ``after(module)`` runs once the module has executed."""
-
-    def __init__(self, loader: "_Loader", after: "Callable[[ModuleType], None]") -> "None":
-        self._loader = loader
-        self._after = after
-
-    def __getattr__(self, name: "str") -> "Any":
-        return getattr(self._loader, name)
-
-    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
-        create = getattr(self._loader, "create_module", None)
-        return create(spec) if create is not None else None
-
-    def exec_module(self, module: "ModuleType") -> "None":
-        # The module keeps its real loader: importlib.resources and friends look at it.
-        module.__loader__ = self._loader
-        spec = getattr(module, "__spec__", None)
-        if spec is not None:
-            spec.loader = self._loader
-        self._loader.exec_module(module)
-        self._after(module)
+def _setter() -> "ModuleType":
+    """parinfo's one module that sets counts."""
+    return _load("_parinfo_setter", os.path.join(os.path.dirname(os.path.dirname(_HERE)), "process", "setter.py"))
 
 
-class _TorchWatcher:
-    """A sys.meta_path finder that fires once, when ``import torch`` has finished."""
-
-    def __init__(self, callback: "Callable[[ModuleType], None]") -> "None":
-        self._callback = callback
-        self._busy = False
-
-    def find_spec(self, fullname: "str", path: "Sequence[str] | None" = None,
-                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
-        if fullname != "torch" or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = None  # type: ModuleSpec | None
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(fullname, path, target)
-                if spec is not None:
-                    break
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _AfterExec(spec.loader, self._fire)
-        return spec
-
-    def _fire(self, module: "ModuleType") -> "None":
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        self._callback(module)
+def _watch() -> "ModuleType":
+    """The watch-on-import mechanism beside this hook (``parinfo.apply()`` uses it in-process too)."""
+    return _load("_parinfo_import_watch", os.path.join(_HERE, "_parinfo_import_watch.py"))
 
 
 def _profile() -> "str":
     return os.environ.get("PARINFO_PROFILE") or "?"
 
 
-# torch's refusal of a second set_num_interop_threads call (and of one after its pool started).
-_INTEROP_REFUSED = "cannot set number of interop threads"
-# The name torch's c10 thread pool gives its threads (the inter-op pool's, and in a build whose
-# intra-op backend is not OpenMP, the intra-op pool's too).
-_POOL_THREAD = "PTThreadPool"
-
-
-def _interop_pool_started(torch: "ModuleType") -> "bool | None":
-    """Whether torch's inter-op pool has started (its threads exist); None when it cannot be told."""
-    try:
-        if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
-            return None  # the intra-op pool's threads carry the same name
-        for tid in os.listdir("/proc/self/task"):
-            with open(os.path.join("/proc/self/task", tid, "comm")) as f:
-                if f.read().strip() == _POOL_THREAD:
-                    return True
-        return False
-    except (OSError, RuntimeError, AttributeError, TypeError):
-        return None
-
-
-def _guard_interop(torch: "ModuleType", inter: "int", rec: "_TorchFacts") -> "None":
-    """Keep torch.set_num_interop_threads working for the program after the hook's own call.
-
-    torch accepts one call per process and the hook has made it, so the program's first call would
-    raise where it succeeds without parinfo. That call is answered instead: the profile's count stays
-    in force (torch cannot change it) and one stderr line says so when the program asked for another.
-    A call torch would refuse without parinfo too (a second one, one after the pool started, a bad
-    argument) raises as it would without parinfo.
-    """
-    real = getattr(torch, rec.interop_setter)
-    answered = []  # type: list[int]
-
-    def guarded(nthreads: "Any") -> "Any":
-        if answered:
-            return real(nthreads)
-        try:
-            return real(nthreads)
-        except RuntimeError as exc:
-            if _INTEROP_REFUSED not in str(exc) or _interop_pool_started(torch):
-                raise
-        answered.append(nthreads)
-        if nthreads != inter:
-            _say("torch inter-op threads stay " + str(inter) + " (profile " + _profile() + "), not the "
-                 + repr(nthreads) + " this program asked for: the start-up hook set them when torch was "
-                 "imported and torch accepts one " + rec.interop_setter + " call per process; to use the "
-                 "program's count, set inter_op in the profile or run without parinfo apply")
-        return None
-
-    guarded.__name__ = getattr(real, "__name__", rec.interop_setter)
-    guarded.__qualname__ = guarded.__name__
-    guarded.__doc__ = getattr(real, "__doc__", None)
-    guarded.__wrapped__ = real  # type: ignore[attr-defined]
-    setattr(torch, rec.interop_setter, guarded)
+# Who set torch's inter-op count, and what else a program that wants its own count can do.
+_HOW = ("the start-up hook", "run without parinfo apply")
 
 
 def _set_torch(torch: "ModuleType", intra: "int | None", inter: "int | None", rec: "_TorchFacts") -> "None":
     """Set torch's counts and check them; one line on stderr per count not in force."""
     try:
-        setter = _setter()
-        rec = setter.ByName(rec.name, rec.setter, rec.getter, rec.interop_setter, rec.interop_getter, rec.scope)
-        if inter is not None:
-            sized = setter.set_torch(inter=inter, record=rec, torch=torch, inter_if_changed=False)[0]
-            if sized.error:
-                _say("not in force: torch inter-op threads = %s, profile %s wants %d (torch: %s)"
-                     % (sized.now, _profile(), inter, sized.error))
-                inter = None
-            else:
-                _guard_interop(torch, inter, rec)
-        if intra is not None:
-            setter.set_torch(intra=intra, record=rec, torch=torch)
-        for what, want, got in zip(("intra-op", "inter-op"), (intra, inter), setter.torch_counts(rec)):
-            if want is not None and got != want:
-                _say("not in force: torch %s threads = %s, profile %s wants %d" % (what, got, _profile(), want))
+        names = (rec.setter, rec.getter, rec.interop_setter, rec.interop_getter)
+        _watch().set_torch(torch, intra, inter, names, _setter(), _profile(), _HOW)
     except Exception as exc:  # never break the user's import of torch
         _say("could not set torch's thread counts (%s: %s)" % (type(exc).__name__, exc))
 
@@ -332,7 +213,7 @@ def _install(spec: "str") -> "None":
         if torch is not None and hasattr(torch, facts.torch.setter):
             _set_torch(torch, facts.intra, facts.inter, facts.torch)
         else:
-            sys.meta_path.insert(0, _TorchWatcher(lambda mod: _set_torch(mod, facts.intra, facts.inter, facts.torch)))
+            _watch().watch("torch", lambda mod: _set_torch(mod, facts.intra, facts.inter, facts.torch))
     if verify not in ("off", "0", "no", "false"):
         import atexit
 
