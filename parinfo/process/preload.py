@@ -344,3 +344,27 @@ def compose_preload(ours: list[str], base: Mapping[str, str]) -> tuple[str, list
     outer = set(split_preload(base.get(MARK_VAR)))
     users = [e for e in split_preload(base.get(PRELOAD_VAR)) if e not in outer and e not in ours]
     return ":".join([*ours, *users]), users
+
+
+#: The private variable a launch writes for its start-up hook (parinfo.profiles.child): its
+#: ``watch=`` field lists the variables the launch set.
+HOOK_VAR = "_PARINFO_HOOK"
+
+
+@record(frozen=True)
+class LaunchMarks:
+    """What an enclosing ``parinfo apply`` set in a process's environment: the ``profile``'s name,
+    the files it ``preloaded`` (PARINFO_PRELOAD) and the variables it ``set`` (its hook's list)."""
+
+    profile: str | None = None
+    preloaded: tuple[str, ...] = ()
+    set: frozenset[str] = frozenset()
+
+
+def launch_marks(environ: Mapping[str, str]) -> LaunchMarks:
+    """The marks a launch left in ``environ`` (a launch environment)."""
+    watched: frozenset[str] = frozenset()
+    for part in environ.get(HOOK_VAR, "").split()[1:]:
+        if part.startswith("watch="):
+            watched = frozenset(n for n in part[len("watch="):].split(",") if n)
+    return LaunchMarks(environ.get("PARINFO_PROFILE") or None, tuple(split_preload(environ.get(MARK_VAR))), watched)

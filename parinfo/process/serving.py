@@ -20,32 +20,9 @@ from typing import Any
 
 from parinfo.convert import OMIT_NONE, dump, load
 from parinfo.process import preload as pre
+from parinfo.process.preload import LaunchMarks, launch_marks
 from parinfo.record import record
 from parinfo.source import Kind, Source, library_default, profile, unknown, variable
-
-#: The private variable a launch writes for its start-up hook (parinfo.profiles.child): its
-#: ``watch=`` field lists the variables the launch set.
-HOOK_VAR = "_PARINFO_HOOK"
-
-
-@record(frozen=True)
-class LaunchMarks:
-    """What an enclosing ``parinfo apply`` set in a process's environment: the ``profile``'s name,
-    the files it ``preloaded`` (PARINFO_PRELOAD) and the variables it ``set`` (its hook's list)."""
-
-    profile: str | None = None
-    preloaded: tuple[str, ...] = ()
-    set: frozenset[str] = frozenset()
-
-
-def launch_marks(environ: Mapping[str, str]) -> LaunchMarks:
-    """The marks a launch left in ``environ`` (a launch environment)."""
-    watched: frozenset[str] = frozenset()
-    for part in environ.get(HOOK_VAR, "").split()[1:]:
-        if part.startswith("watch="):
-            watched = frozenset(n for n in part[len("watch="):].split(",") if n)
-    return LaunchMarks(environ.get("PARINFO_PROFILE") or None, tuple(pre.split_preload(environ.get(pre.MARK_VAR))),
-                       watched)
 
 
 @record

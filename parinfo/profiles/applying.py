@@ -9,6 +9,7 @@ is not in force is reported.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Collection
 from typing import Any
@@ -105,9 +106,10 @@ def _not_preloaded(plan: Plan, env: dict[str, str], skipped: list[str]) -> None:
         for var in pre.variables:
             env.pop(var, None)
         also = f" (nor {', '.join(pre.variables)})" if pre.variables else ""
+        named = plan.origin if plan.origin.endswith((".yaml", ".yml")) else plan.name
         skipped.append(f"{pre.key} {pre.choice} not preloaded{also}: a running process cannot change its "
                        f"{'malloc' if pre.key == 'allocator' else 'OpenMP runtime'}; launch the program with "
-                       f"`parinfo apply {plan.name} -- COMMAND` to preload {pre.path}")
+                       f"`parinfo apply {shlex.quote(named)} -- COMMAND` to preload {pre.path}")
 
 
 def _check_plan(plan: Plan) -> None:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from parinfo.profiles.plan import InstancePlan, Plan
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")
-HOOK_VAR = "_PARINFO_HOOK"
+HOOK_VAR = pre.HOOK_VAR
 # torch's intra-op default reads these; when the user's own value stays in force, torch follows it.
 TORCH_INTRA_VARS = reg.library("torch").count_vars
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -147,10 +147,7 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
 def _set_by_outer_launch(base: Mapping[str, str]) -> frozenset[str]:
     """Variables an enclosing ``parinfo apply`` set (its hook's watch list): not the user's choice,
     so a nested launch replaces them without comment."""
-    for field in base.get(HOOK_VAR, "").split()[1:]:
-        if field.startswith("watch="):
-            return frozenset(n for n in field[len("watch="):].split(",") if n)
-    return frozenset()
+    return pre.launch_marks(base).set
 
 
 def check_cpus(cpus: Sequence[int], what: str) -> None:
