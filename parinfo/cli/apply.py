@@ -103,7 +103,7 @@ def _print_plan(plan: Plan, given: str) -> None:
         console.print(escape(plan.description), soft_wrap=True)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("setting", no_wrap=True)
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", overflow="fold")
     table.add_column("why", overflow="fold")
     table.add_row("intra_op", str(plan.intra_op.value), escape(plan.intra_op.why))
     table.add_row("inter_op", str(plan.inter_op.value), escape(plan.inter_op.why))

@@ -186,8 +186,8 @@ def openmp_served(objects: list[str], environ: Mapping[str, str], launch: Mappin
     if others:
         if gomp is not None and _same_file(gomp, path):
             bypasses = others
-            note = (f"also loaded, not called: {', '.join(others)} (the omp_* and GOMP_* entry points resolve to "
-                    f"{rec.label}, which serves the libraries that link to either)")
+            note = (f"also loaded, not called: {', '.join(others)} (every omp_* and GOMP_* entry point resolves "
+                    f"to {rec.label} first)")
         else:
             note = f"also loaded: {', '.join(others)}"
     return Served(rec.name, rec.label, path, _chooser(path, "openmp", launch, marks),
