@@ -41,8 +41,9 @@ PROBE = textwrap.dedent(r"""
                       "gomp": resolves("GOMP_parallel"), "cpus": sorted(os.sched_getaffinity(0))}))
 """)
 
-SHOW = "import sys, torch\n(torch.ones(8, 8) @ torch.ones(8, 8)).sum()\nfrom parinfo.cli import main\nsys.argv = " \
-       "['parinfo', 'show', '--check', '--json']\nmain()\n"
+# A parallel region runs first (it is when an OpenMP runtime binds threads, the main one included).
+SHOW = "import sys, torch\n(torch.ones(512, 512) @ torch.ones(512, 512)).sum()\nfrom parinfo.cli import main\n" \
+       "sys.argv = ['parinfo', 'show', '--check', '--json']\nmain()\n"
 
 
 def _found(path: str | None, what: str, install: str) -> str:
@@ -123,8 +124,14 @@ def test_intel_openmp_is_preloaded_with_its_wait_setting(tmp_path):
     lib = iomp()
     out = probe_of(launched(profile(tmp_path, "openmp: intel\n")))
     assert out["omp"] == lib and out["gomp"] == lib and lib in out["mapped"]
-    assert out["env"]["KMP_BLOCKTIME"] == "1"
-    assert out["env"]["KMP_AFFINITY"] is None  # not pinned: threads are left unbound
+    assert out["env"]["KMP_BLOCKTIME"] == "1" and out["env"]["KMP_AFFINITY"] is None
+
+
+def test_passive_waiting_and_the_profiles_own_binding_win(tmp_path):
+    iomp()
+    prof = profile(tmp_path, "openmp: intel\nenv:\n  OMP_WAIT_POLICY: passive\n  KMP_AFFINITY: compact\n")
+    out = probe_of(launched(prof))
+    assert out["env"]["KMP_BLOCKTIME"] == "0" and out["env"]["KMP_AFFINITY"] == "compact"
 
 
 def test_the_users_preload_entries_stay_after_ours_and_a_line_says_so(tmp_path):
@@ -168,8 +175,8 @@ def test_each_of_two_instances_has_the_allocator_the_runtime_and_their_settings(
         assert out["env"]["PARINFO_INSTANCE"] == str(i) and len(out["cpus"]) == 1
         assert out["malloc"] == malloc_lib and out["omp"] == omp_lib
         assert {malloc_lib, omp_lib} <= set(out["mapped"])
-        # pinned, one team at a time: Intel's threads are bound, and spin 1 ms
-        assert out["env"]["KMP_AFFINITY"] == "granularity=fine,compact,1,0" and out["env"]["KMP_BLOCKTIME"] == "1"
+        # pinned to its CPU already: Intel's threads spin 1 ms and are not bound one per CPU
+        assert out["env"]["KMP_AFFINITY"] is None and out["env"]["KMP_BLOCKTIME"] == "1"
         assert out["env"]["MALLOC_CONF"] == pre.allocator("jemalloc").server_conf
     assert rows[0]["cpus"] != rows[1]["cpus"]
 
@@ -183,6 +190,8 @@ def test_torch_under_intel_openmp_passes_show_check_and_says_what_serves(tmp_pat
     proc = run_cli("apply", prof, "--", sys.executable, "-c", SHOW, env=clean_env(), timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr  # show --check inside: no warning
     report = json.loads(proc.stdout)
+    # the main thread keeps every CPU of the process: the runtime's threads are not bound one per CPU
+    assert report["machine"]["usable_cpus"] == len(os.sched_getaffinity(0))
     backend = report["backend"]
     allocator, runtime = backend["allocator"], backend["openmp_runtime"]
     assert os.path.realpath(allocator["path"]) == malloc_lib and allocator["source"]["kind"] == "profile"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import itertools
 import os
 import re
 import sys
@@ -35,6 +36,8 @@ MARK_VAR = reg.library("parinfo").var("preload")
 _MAX_DIR_ENTRIES = 20000  # entries of one site-packages folder looked at
 _MAX_CONF_FILES = 64  # files of /etc/ld.so.conf and its includes read
 _MAX_CONF_BYTES = 1 << 16
+#: Entries of LD_PRELOAD (or PARINFO_PRELOAD) compared when a report tells who preloaded a file.
+MAX_READ_ENTRIES = 64
 
 
 @record(frozen=True)
@@ -106,40 +109,32 @@ class OpenMPRuntime:
     @property
     def variables(self) -> tuple[str, ...]:
         """Every variable :meth:`settings` may set."""
-        roles = ("affinity",) if self.how.binds == "kmp" else ("proc_bind", "places")
-        return tuple(v for v in (*map(self._role, roles), self._role("blocktime")) if v)
+        blocktime = self._role("blocktime")
+        return (blocktime,) if blocktime else ()
 
-    def settings(self, pinned: bool, inter_op: int, passive: bool) -> list[tuple[str, str, str]]:
-        """(variable, value, why) for a process whose CPUs the plan pins (``pinned``), with
-        ``inter_op`` inter-op threads, whose idle OpenMP threads should sleep (``passive``)."""
-        out: list[tuple[str, str, str]] = []
-        affinity, bind, places, blocktime = (self._role(r) for r in ("affinity", "proc_bind", "places", "blocktime"))
-        if pinned and inter_op == 1:
-            if self.how.binds == "kmp" and affinity:
-                out.append((affinity, "granularity=fine,compact,1,0",
-                            f"openmp {self.name}: the process is pinned and runs one team at a time: each "
-                            "OpenMP thread bound to its own core"))
-            elif bind and places:
-                out.append((bind, "close", f"openmp {self.name}: the process is pinned and runs one team at a "
-                            "time: threads bound next to each other"))
-                out.append((places, "cores", f"openmp {self.name}: one place per core of the process's CPUs"))
-        if blocktime:
-            wait = reg.role_var("wait_policy")
-            if passive:
-                out.append((blocktime, "0", f"openmp {self.name}: {wait} is passive: idle threads sleep at once"))
-            else:
-                out.append((blocktime, "1", f"openmp {self.name}: idle threads spin 1 ms (not 200), so other "
-                            "pools and instances get the CPUs"))
-        return out
+    def settings(self, passive: bool) -> list[tuple[str, str, str]]:
+        """(variable, value, why) for a program whose idle OpenMP threads should sleep (``passive``).
 
-    def unbound_why(self, pinned: bool, inter_op: int) -> str:
-        """Why threads are left unbound, or "" when :meth:`settings` binds them."""
+        Its threads are not bound one per CPU (``affinity``, ``proc_bind`` and ``places`` stay
+        unset): parinfo pins the process, or each instance, to its CPUs already, and these
+        runtimes bind the program's initial thread too, to the first CPU, where the Python code,
+        torch's inter-op threads and every other pool would then be confined."""
+        blocktime = self._role("blocktime")
+        if not blocktime:
+            return []
+        wait = reg.role_var("wait_policy")
+        if passive:
+            return [(blocktime, "0", f"openmp {self.name}: {wait} is passive: idle threads sleep at once")]
+        return [(blocktime, "1", f"openmp {self.name}: idle threads spin 1 ms (not 200), so other pools and "
+                 "instances get the CPUs")]
+
+    def unbound_why(self, pinned: bool) -> str:
+        """Why the runtime's threads are not bound one per CPU, for a plan that pins (or not)."""
         if not pinned:
-            return "threads not bound: the profile pins no CPUs (affinity none)"
-        if inter_op != 1:
-            return (f"threads not bound: {inter_op} inter-op threads each open a team, and bound teams "
-                    "would all take the same first CPUs")
-        return ""
+            return ""
+        vars_ = [v for v in map(self._role, ("affinity", "proc_bind")) if v]
+        return (f"threads not bound one per CPU ({' or '.join(vars_)}): the process is pinned to its CPUs, and "
+                "binding would confine its main thread to the first one")
 
 
 # jemalloc: the settings torch's run_cpu and Intel's launcher give it (docs/launch.md says why).
@@ -333,9 +328,10 @@ def locate_runtime(rt: OpenMPRuntime) -> Found:
 # LD_PRELOAD
 
 
-def split_preload(value: str | None) -> list[str]:
-    """The entries of an LD_PRELOAD value (the loader separates them by colons or white space)."""
-    return [e for e in re.split(r"[:\s]+", value or "") if e]
+def split_preload(value: str | None, limit: int | None = None) -> list[str]:
+    """The entries of an LD_PRELOAD value (the loader separates them by colons or white space); at
+    most ``limit`` of them (a value read from another process's environment is bounded work)."""
+    return list(itertools.islice((e for e in re.split(r"[:\s]+", value or "") if e), limit))
 
 
 def compose_preload(ours: list[str], base: Mapping[str, str]) -> tuple[str, list[str]]:
@@ -367,4 +363,5 @@ def launch_marks(environ: Mapping[str, str]) -> LaunchMarks:
     for part in environ.get(HOOK_VAR, "").split()[1:]:
         if part.startswith("watch="):
             watched = frozenset(n for n in part[len("watch="):].split(",") if n)
-    return LaunchMarks(environ.get("PARINFO_PROFILE") or None, tuple(split_preload(environ.get(MARK_VAR))), watched)
+    return LaunchMarks(environ.get("PARINFO_PROFILE") or None,
+                       tuple(split_preload(environ.get(MARK_VAR), MAX_READ_ENTRIES)), watched)

@@ -103,7 +103,7 @@ def _chooser(path: str, key: str, launch: Mapping[str, str] | str, marks: Launch
     if any(_same_file(path, p) for p in marks.preloaded):
         name = marks.profile or "?"
         return profile(name, key, f"profile {name} ({key}: preloaded by parinfo apply)")
-    if any(_same_file(path, p) for p in pre.split_preload(launch.get(pre.PRELOAD_VAR))):
+    if any(_same_file(path, p) for p in pre.split_preload(launch.get(pre.PRELOAD_VAR), pre.MAX_READ_ENTRIES)):
         return variable(pre.PRELOAD_VAR)
     return library_default("loaded by the program or a library it links (nothing preloaded it)")
 

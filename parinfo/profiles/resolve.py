@@ -188,7 +188,7 @@ class _Resolver:
                                    f"serves every omp_* and GOMP_* call of the program"))
         return out
 
-    def preload_env(self, env: dict[str, str], why: dict[str, str], inter_op: int, pinned: bool) -> None:
+    def preload_env(self, env: dict[str, str], why: dict[str, str]) -> None:
         """The variables that come with the preloaded libraries; a variable the profile's ``env``
         sets keeps the profile's value."""
         own = self.prof.get("env", {})
@@ -203,7 +203,7 @@ class _Resolver:
         rt = self.runtime
         if rt is not None:
             passive = str(own.get(reg.role_var("wait_policy"), "")).strip().lower() == "passive"
-            wanted += rt.settings(pinned, inter_op, passive)
+            wanted += rt.settings(passive)
         for var, value, reason in wanted:
             if var not in own:
                 env[var] = value
@@ -388,7 +388,7 @@ class _Resolver:
                 out[lib] = Setting(f"libraries.{lib}", intra.value, f"follows intra_op = {intra.value}")
         return out
 
-    def env(self, counts: dict[str, Setting], pinned: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+    def env(self, counts: dict[str, Setting]) -> tuple[dict[str, str], dict[str, str]]:
         env: dict[str, str] = {}
         why: dict[str, str] = {}
         for var, owner in DERIVED_VARS.items():
@@ -403,7 +403,7 @@ class _Resolver:
             env[var] = value
             mark = self.prof.mark("env", var)
             why[var] = "set in the profile" + (f" ({mark.path}:{mark.line})" if mark else "")
-        self.preload_env(env, why, counts["inter_op"].value, pinned)
+        self.preload_env(env, why)
         return env, why
 
     def plan(self) -> Plan:
@@ -426,7 +426,7 @@ class _Resolver:
                 for key in ("intra_op", "inter_op"):
                     if mine[key].value > names["usable_cpus"]:
                         crowded.setdefault((key, mine[key].value, names["usable_cpus"]), []).append(i)
-                env, _ = self.env(mine, pinned=True)
+                env, _ = self.env(mine)
                 instances.append(InstancePlan(i, tuple(core[0] for core in block), mine["intra_op"].value,
                                               mine["inter_op"].value, env))
                 counts = counts or mine
@@ -444,9 +444,9 @@ class _Resolver:
             affinity_why = (f"per instance: {n} instance(s), each pinned to one CPU of each of its "
                             f"{'/'.join(map(str, sizes))} core(s)")
         pinned = bool(instances) or affinity is not None
-        env, env_why = self.env(counts, pinned)
+        env, env_why = self.env(counts)
         self.library_notes(counts, env)
-        preloads = [self.finish_preload(p, env, pinned, counts["inter_op"].value) for p in preloads]
+        preloads = [self.finish_preload(p, env, pinned) for p in preloads]
         intra = counts["intra_op"]
         if intra.value > self.values["usable_cpus"] and not instances:
             self.notes.append(f"intra_op {intra.value} is more than the {self.values['usable_cpus']} usable "
@@ -467,7 +467,7 @@ class _Resolver:
             preload=tuple(preloads),
         )
 
-    def finish_preload(self, p: Preload, env: dict[str, str], pinned: bool, inter_op: int) -> Preload:
+    def finish_preload(self, p: Preload, env: dict[str, str], pinned: bool) -> Preload:
         """``p`` with the variables it brought into ``env`` (not those the profile's env sets), and
         for an OpenMP runtime why its threads are left unbound, when they are."""
         own = self.prof.get("env", {})
@@ -477,7 +477,7 @@ class _Resolver:
             may = (self.allocator.conf_var,)
         if p.key == "openmp" and self.runtime is not None:
             may = self.runtime.variables
-            unbound = self.runtime.unbound_why(pinned, inter_op)
+            unbound = self.runtime.unbound_why(pinned)
             why += f"; {unbound}" if unbound else ""
         return Preload(p.key, p.choice, p.path, why, tuple(v for v in may if v in env and v not in own))
 
