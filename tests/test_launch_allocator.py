@@ -297,3 +297,14 @@ def test_debians_libiomp5_link_to_llvm_is_not_taken_for_intels(tmp_path, monkeyp
     assert found.rejected == ((str(tmp_path / "libomp.so.5"), "LLVM OpenMP (libomp)"),)
     llvm = pre.locate_runtime(pre.openmp_runtime("llvm"))
     assert llvm.path == str(tmp_path / "libomp.so.5") and llvm.where == "a test folder"
+
+
+def test_export_puts_ours_first_and_keeps_the_users_entries(tmp_path):
+    lib = jemalloc()
+    lines = run_cli("apply", profile(tmp_path, "allocator: jemalloc\n"), "--export").stdout
+    shell = lines + 'printf "%s\\n%s\\n" "$LD_PRELOAD" "$PARINFO_PRELOAD"\n'
+    for theirs, want in (("/mine/libhook.so", ":/mine/libhook.so"), ("", "")):
+        env = clean_env(LD_PRELOAD=theirs) if theirs else clean_env()
+        out = subprocess.run(["bash", "-c", shell], env=env, capture_output=True, text=True, timeout=30)
+        preload, mark = out.stdout.splitlines()
+        assert os.path.realpath(mark) == lib and preload == mark + want
