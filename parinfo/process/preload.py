@@ -59,6 +59,7 @@ class Allocator:
     server_conf: str | None = None
     server_why: str = ""
     install: str = ""
+    auto_why: str = ""
     preloadable: bool = True
 
 
@@ -148,11 +149,13 @@ ALLOCATORS: tuple[Allocator, ...] = (
               server_why="as torch's run_cpu: large tensors in the ordinary arenas, freed pages kept for reuse, "
                          "purging in a background thread, off the request path",
               install="apt-get install libjemalloc2 (Debian, Ubuntu), dnf install jemalloc, or conda install "
-                      "jemalloc"),
+                      "jemalloc",
+              auto_why="ranks first: the launchers' tuned settings come with it and show in the report"),
     Allocator("tcmalloc", "TCMalloc (gperftools)", ("libtcmalloc",),
               ("libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so", "libtcmalloc_minimal.so"),
               install="apt-get install libtcmalloc-minimal4 (Debian, Ubuntu), dnf install gperftools-libs, or "
-                      "conda install gperftools"),
+                      "conda install gperftools",
+              auto_why="ranks next: it has no settings string to tune or to show"),
     Allocator("glibc", "glibc malloc", ("libc.so", "libc-"), preloadable=False),
 )
 

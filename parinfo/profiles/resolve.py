@@ -158,8 +158,8 @@ class _Resolver:
                         earlier = f" ({', '.join(tried)} not installed)" if tried else ""
                         out.append(Preload("allocator", rec.name, found.path,
                                            f"auto: {rec.label}, the first installed of "
-                                           f"{', '.join(a.name for a in pre.ALLOCATORS if a.preloadable)}{earlier}; "
-                                           f"found in {found.where}"))
+                                           f"{', '.join(a.name for a in pre.ALLOCATORS if a.preloadable)}{earlier} "
+                                           f"({rec.name} {rec.auto_why}); found in {found.where}"))
                         break
                     tried.append(rec.name)
                 else:
