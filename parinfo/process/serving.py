@@ -132,7 +132,7 @@ def allocator_served(objects: list[str], environ: Mapping[str, str], launch: Map
               pre.allocator("glibc")]
     try:
         path = _symbol_file("malloc")
-    except OSError as exc:
+    except (OSError, TypeError, ValueError) as exc:  # no loader to ask (a platform without dlopen(NULL))
         return Served(loaded=loaded, unknown=f"the loader could not be asked ({exc})")
     if path is None:
         return Served(loaded=loaded, unknown="no object of the global scope defines malloc")
@@ -170,7 +170,7 @@ def openmp_served(objects: list[str], environ: Mapping[str, str], launch: Mappin
         return None
     try:
         path, gomp = (_symbol_file(name) for name in reg.OPENMP_ENTRY_POINTS)
-    except OSError as exc:
+    except (OSError, TypeError, ValueError) as exc:
         return Served(loaded=loaded, unknown=f"the loader could not be asked ({exc})")
     if path is None:
         return Served(loaded=loaded, unknown=f"no runtime of the global scope defines {reg.OPENMP_ENTRY_POINTS[0]}: "
