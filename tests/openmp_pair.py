@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
 
 PATHS: dict[str, str | None] = {}
 
@@ -18,11 +17,14 @@ def _first(candidates: list[str]) -> str | None:
 
 
 def libiomp() -> str | None:
-    """The path of an Intel libiomp5.so, or None."""
+    """The path of an Intel libiomp5.so, or None: where ``openmp: intel`` finds it (a venv's base
+    environment included)."""
     env = os.environ.get("PARINFO_TEST_LIBIOMP")
-    return _first([env] if env else [os.path.join(sys.prefix, "lib", "libiomp5.so"),
-                                      *glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages",
-                                                              "*", "libiomp5.so"))])
+    if env:
+        return _first([env])
+    from parinfo.process import preload
+
+    return preload.locate_runtime(preload.openmp_runtime("intel")).path
 
 
 def libomp() -> str | None:

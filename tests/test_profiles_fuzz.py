@@ -67,6 +67,12 @@ OPTIONAL = {
     "env": st.one_of(env, scalars), "affinity": affinity, "instances": instances,
     "extends": st.sampled_from(["latency", "nope", "./fuzz.yaml", "/", "../x.yaml"]),
     "quota_rounding": st.one_of(st.sampled_from(["floor", "ceil", "nearest", "Ceil", "round"]), scalars),
+    "allocator": st.one_of(st.sampled_from(["jemalloc", "tcmalloc", "auto", "default", "glibc", "JEMALLOC"]), scalars,
+                           st.dictionaries(st.sampled_from(["name", "conf", "nme"]),
+                                           st.one_of(st.sampled_from(["jemalloc", "tcmalloc", "auto",
+                                                                      "background_thread:true", "a b"]), scalars),
+                                           max_size=3)),
+    "openmp": st.one_of(st.sampled_from(["intel", "gnu", "llvm", "default", "iomp", "Intel"]), scalars),
     "threads": scalars,
 }
 profiles = st.fixed_dictionaries({"version": st.one_of(st.just(1), scalars)}, optional=OPTIONAL)

@@ -57,6 +57,14 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
             continue
         lines.append(f"export {var}={shlex.quote(value)}")
     lines.append(f"export PARINFO_PROFILE={name}")
+    ours = plan.preload_paths
+    if ours:
+        from parinfo.process.preload import MARK_VAR, PRELOAD_VAR
+
+        first = shlex.quote(":".join(ours))
+        lines.append(_comment(f"{PRELOAD_VAR}: the profile's libraries first, your own entries after them"))
+        lines.append(f"export {PRELOAD_VAR}={first}${{{PRELOAD_VAR}:+:${PRELOAD_VAR}}}")
+        lines.append(f"export {MARK_VAR}={first}")
     if plan.affinity is not None:
         cpus = format_cpu_list(plan.affinity)
         lines.append(_comment(f"affinity {cpus}: start the program with taskset -c {cpus}, or with "
@@ -95,7 +103,7 @@ def _print_plan(plan: Plan, given: str, instances: int | None = None) -> None:
         console.print(escape(plan.description), soft_wrap=True)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("setting", no_wrap=True)
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", overflow="fold")
     table.add_column("why", overflow="fold")
     table.add_row("intra_op", str(plan.intra_op.value), escape(plan.intra_op.why))
     table.add_row("inter_op", str(plan.inter_op.value), escape(plan.inter_op.why))
@@ -104,6 +112,8 @@ def _print_plan(plan: Plan, given: str, instances: int | None = None) -> None:
     table.add_section()
     for name, value in plan.env.items():
         table.add_row(name, escape(value), escape(plan.env_why.get(name, "")))
+    for pre in plan.preload:
+        table.add_row(pre.key, escape(pre.choice), escape(f"{pre.path}: {pre.why}" if pre.path else pre.why))
     table.add_section()
     if plan.affinity is not None:
         affinity = format_cpu_list(plan.affinity)

@@ -17,6 +17,7 @@ from parinfo.process.frameworks import TorchInfo
 from parinfo.process.interpreter import InterpreterFacts
 from parinfo.process.pools import ThreadingLayers
 from parinfo.process.remote import Limits
+from parinfo.process.serving import Served
 from parinfo.record import record
 from parinfo.source import Source
 
@@ -100,26 +101,36 @@ class ProcessInfo:
 class Backend:
     """Who runs the threads (``backend``): parinfo's runtime backend and whether its pools started,
     the threading layer of each native library family, torch's ATen backend, and the interpreter
-    (``python``: the build, the GIL, Python threads x per-thread pools; None when not read)."""
+    (``python``: the build, the GIL, Python threads x per-thread pools; None when not read), the
+    malloc that serves the process (``allocator``) and the OpenMP runtime that serves its omp_*
+    calls (``openmp``), each with who chose it (None when not read, or no OpenMP runtime is loaded)."""
 
     runtime: str | None = None
     runtime_started: bool = False
     layers: ThreadingLayers = field(default_factory=ThreadingLayers)
     torch: str | None = None
     python: InterpreterFacts | None = None
+    allocator: Served | None = None
+    openmp: Served | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Backend:
         d = section(data)
-        python = d.get("python")
+        python, allocator, openmp = d.get("python"), d.get("allocator"), d.get("openmp_runtime")
         return cls(text(d.get("runtime")), d.get("runtime_started") is True, ThreadingLayers.from_dict(d),
-                   text(d.get("torch")), InterpreterFacts.from_dict(python) if isinstance(python, Mapping) else None)
+                   text(d.get("torch")), InterpreterFacts.from_dict(python) if isinstance(python, Mapping) else None,
+                   Served.from_dict(allocator) if isinstance(allocator, Mapping) else None,
+                   Served.from_dict(openmp) if isinstance(openmp, Mapping) else None)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"runtime": self.runtime, "runtime_started": self.runtime_started, **self.layers.to_dict(),
                "torch": self.torch}
         if self.python is not None:
             out["python"] = self.python.to_dict()
+        if self.allocator is not None:
+            out["allocator"] = self.allocator.to_dict()
+        if self.openmp is not None:
+            out["openmp_runtime"] = self.openmp.to_dict()
         return out
 
 

@@ -19,6 +19,7 @@ from parinfo.machine import rounding, scheduler
 from parinfo.process import libraries as reg
 from parinfo.process.pools import PoolRow
 from parinfo.process.provenance import SettingRow
+from parinfo.process.serving import bypassed_by_parinfo
 from parinfo.source import Kind
 
 __all__ = ["RULES", "Finding", "Rule", "Severity", "at_least", "diagnose", "interop_fix"]
@@ -41,6 +42,17 @@ def _counts(r: Report) -> list[tuple[str, int]]:
 
 def _openmp_libs(r: Report) -> set[str]:
     return {p.library for p in r.pools if p.user_api == "openmp"}
+
+
+def _bypassed(r: Report) -> set[str]:
+    """Files of OpenMP runtimes loaded but never called: a profile had parinfo preload another
+    runtime, to which every omp_* and GOMP_* entry point resolves (torch's libgomp under Intel's)."""
+    return set(bypassed_by_parinfo(r.backend.openmp))
+
+
+def _called_pools(r: Report) -> list[PoolRow]:
+    bypassed = _bypassed(r)
+    return [p for p in r.pools if not (p.filepath and p.filepath in bypassed)]
 
 
 def _blas_pools(r: Report) -> list[PoolRow]:
@@ -97,7 +109,7 @@ def _oversubscribed_pools(r: Report) -> list[Finding]:
     """Several multi-threaded native pools that spin while idle can all be busy at once. Every loaded
     copy of a runtime is a pool of its own (numpy's and scipy's OpenBLAS each start their threads)."""
     usable = r.machine.usable_cpus
-    spinning = [(p, p.num_threads) for p in r.pools if p.num_threads is not None and p.num_threads > 1]
+    spinning = [(p, p.num_threads) for p in _called_pools(r) if p.num_threads is not None and p.num_threads > 1]
     total = sum(n for _, n in spinning)
     if len(spinning) > 1 and total > 2 * usable:
         names = ", ".join(p.library + (f" [{p.owner}]" if p.owner else "") + f"={n}" for p, n in spinning)
@@ -305,7 +317,9 @@ def _several_openmp(r: Report) -> list[Finding]:
             "install packages built against one OpenMP runtime (for example all from conda-forge, or "
             "all from PyPI wheels), or import only one of the libraries in this process",
         )]
-    if len(libs) > 1:
+    called = {p.library for p in _called_pools(r) if p.user_api == "openmp"}
+    if len(called) > 1:
+        libs = called
         return [Finding(
             "several-openmp", Severity.WARNING,
             f"several OpenMP runtimes are loaded: {', '.join(sorted(libs))}",

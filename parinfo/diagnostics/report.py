@@ -60,7 +60,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.topology import machine_facts
-    from parinfo.process import environment, frameworks, pools, probing as probe, provenance, threads
+    from parinfo.process import environment, frameworks, pools, probing as probe, provenance, serving, threads
     from parinfo.process.interpreter import interpreter_facts, watch_gil_warning
 
     watch_gil_warning()  # a module imported from now on that turns the GIL back on is named
@@ -87,6 +87,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         pool_rows, torch_info, os.environ, launch_env, facts, pushed, RUNTIME.applied_env(),
         framework_set={**provenance.set_at_import(), **RUNTIME.framework_set()})
     framework_info = Frameworks(torch_info)
+    objects = pools.loaded_objects()
 
     report = Report(
         machine=facts,
@@ -100,7 +101,9 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
                         pools.threading_layers(pool_rows),
                         None if framework_info.torch is None else framework_info.torch.aten_backend,
                         interpreter_facts(pools=pool_rows,
-                                          torch_intra=None if torch_info is None else torch_info.intra_op)),
+                                          torch_intra=None if torch_info is None else torch_info.intra_op),
+                        serving.allocator_served(objects, os.environ, launch_env),
+                        serving.openmp_served(objects, os.environ, launch_env)),
         pools=pool_rows,
         frameworks=framework_info,
         settings=settings,

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from parinfo.process.pools import PoolRow
     from parinfo.process.probing import Probes
     from parinfo.process.provenance import SettingRow
+    from parinfo.process.serving import Served
     from parinfo.process.threads import ThreadList
     from parinfo.runtime.snapshot import RuntimeSection
 
@@ -162,6 +163,10 @@ def backend(r: Report) -> Section:
         rows.append(("outer threads", f"{outer.threads} ({outer.source})"))
     if b.python is not None:
         rows.append(("Python", python_text(b.python)))
+    details: list[Row] = []
+    for label, served in (("allocator", b.allocator), ("OpenMP calls", b.openmp)):
+        if served is not None:
+            details.append(_served_row(label, served))
     follow = rt.follow
     if follow is not None:
         what = "on" if follow.enabled else f"off ({follow.enabled_source or 'default'})"
@@ -170,7 +175,22 @@ def backend(r: Report) -> Section:
             cpus = last.usable_cpus if len(last.usable_cpus) == 2 else ["?", "?"]
             what += f"; usable CPUs {cpus[0]} -> {cpus[1]} at {last.at}"
         rows.append(("follows quota", what))
-    return Section("backend", "Backend", _pairs(rows))
+    return Section("backend", "Backend", (*_pairs(rows), *details))
+
+
+def _served_row(label: str, served: Served) -> Row:
+    """The library that serves a family of calls: its name and who chose it, with its file, its
+    variables and what else is loaded under it."""
+    if served.unknown is not None:
+        return Row((label, f"unknown ({served.unknown})"))
+    value = served.label or served.name or "unknown"
+    if served.source is not None:
+        value += f" ({served.source})"
+    lines = [served.path or ""] if served.path else []
+    lines += [f"{s.name}={s.value} ({s.source})" for s in served.settings]
+    if served.note:
+        lines.append(served.note)
+    return Row((label, value), details=tuple(lines))
 
 
 def pools(r: Report) -> Section:

@@ -95,6 +95,8 @@ _VARIABLES: tuple[Var, ...] = (
     Var("PARINFO_ADAPTIVE", "bool", "parinfo runtime's per-call-site choices (0 turns them off)"),
     Var("PARINFO_FOLLOW_QUOTA", "bool", "parinfo runtime's defaults follow a changing CPU quota (0 turns it off)"),
     Var(ROUNDING_VAR, "enum", "how parinfo rounds a fractional CPU quota to usable CPUs", ROUNDINGS),
+    Var("PARINFO_PRELOAD", "text", "the LD_PRELOAD entries `parinfo apply` put first (a profile's allocator and "
+        "OpenMP runtime)"),
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -384,6 +386,24 @@ class NativeReads:
 
 
 @record(frozen=True)
+class Preloadable:
+    """How a profile's ``openmp:`` word puts this runtime in charge of a launched program: ``word``
+    (intel, gnu, llvm), the file ``names`` to preload, best first, ``binds`` (``kmp``: its threads
+    are bound through its ``affinity`` variable; ``omp``: through ``proc_bind`` and ``places``), and
+    what to ``install`` when it is missing."""
+
+    word: str
+    names: tuple[str, ...]
+    binds: str
+    install: str
+
+
+#: The entry points that say which OpenMP runtime serves a process: the OpenMP API's, and the GNU
+#: ABI's that GCC-built code calls (Intel's and LLVM's runtimes provide both).
+OPENMP_ENTRY_POINTS = ("omp_get_max_threads", "GOMP_parallel")
+
+
+@record(frozen=True)
 class Library:
     """Everything parinfo knows about one library, in the manner of threadpoolctl's controllers.
 
@@ -462,6 +482,7 @@ class Library:
     static_note: str = ""  # the pool row's note for a file of static_prefixes
     avoid_with: tuple[str, ...] = ()  # user APIs of runtimes whose threads its scheduler does not know
     plan_note: Callable[[Mapping[str, int], Mapping[str, int], Mapping[str, str]], str | None] | None = None
+    preload: Preloadable | None = None  # how a profile's openmp: word preloads it (OpenMP runtimes)
     note: str = ""
 
     def var(self, role: str) -> str:
@@ -567,15 +588,19 @@ _KMP_STEER = ("KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_DUPLICATE_LIB_OK")
 
 
 def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], reads: tuple[str, ...],
-            team_release: str | None = None, conflicts: tuple[str, ...] = (), warns_invalid: bool = False) -> Library:
-    kmp = (("duplicate_ok", "KMP_DUPLICATE_LIB_OK"),) if "KMP_DUPLICATE_LIB_OK" in reads else ()
+            preload: Preloadable, team_release: str | None = None, conflicts: tuple[str, ...] = (),
+            warns_invalid: bool = False) -> Library:
+    kmp = tuple((role, var) for role, var in (("duplicate_ok", "KMP_DUPLICATE_LIB_OK"), ("affinity", "KMP_AFFINITY"),
+                                              ("blocktime", "KMP_BLOCKTIME")) if var in reads)
+    bind = (("proc_bind", "OMP_PROC_BIND"), ("places", "OMP_PLACES"))
     return Library(
         name, label, prefixes=(name,), not_prefixes=("libomptarget",), user_api="openmp", internal_api="openmp",
         vendor=vendor, env_prefixes=env_prefixes, precedence=("OMP_NUM_THREADS",), reads=_OMP_STEER + reads,
         default=defaults.affinity_cpus, profile_key="openmp", profile_var="OMP_NUM_THREADS",
         native_getter="omp_get_max_threads()", native=NativeReads("omp_get_max_threads"), team_release=team_release,
         scope=Scope.THREAD,
-        roles=(("wait_policy", "OMP_WAIT_POLICY"), *kmp), conflicts=conflicts, warns_invalid=warns_invalid,
+        roles=(("wait_policy", "OMP_WAIT_POLICY"), *bind, *kmp), conflicts=conflicts, warns_invalid=warns_invalid,
+        preload=preload,
         # torch sets the OpenMP runtime it ships with to its intra-op count when it initialises
         set_along=SetAlong("torch", "OpenMP runtime", " when it initialised"),
         note="no cap: a request above the CPUs is taken as it is (libgomp takes 8 on 2 CPUs)")
@@ -585,10 +610,17 @@ def _openmp(name: str, vendor: str, label: str, env_prefixes: tuple[str, ...], r
 _RECORDS: tuple[Library, ...] = (
     # libgomp frees one thread's team; LLVM/Intel OpenMP's pause acts on the whole process
     _openmp("libgomp", "GNU libgomp", "GNU OpenMP (libgomp)", ("OMP_", "GOMP_"), ("GOMP_CPU_AFFINITY",),
+            Preloadable("gnu", ("libgomp.so.1", "libgomp.so"), "omp",
+                        "apt-get install libgomp1 (Debian, Ubuntu), or dnf install libgomp"),
             team_release="omp_pause_resource_all", warns_invalid=True),
     # both register as "the" Intel-style runtime: the second to initialise aborts (OMP Error #15)
-    _openmp("libiomp", "Intel libiomp", "Intel OpenMP (libiomp)", ("OMP_", "KMP_"), _KMP_STEER, conflicts=("libomp",)),
-    _openmp("libomp", "LLVM libomp", "LLVM OpenMP (libomp)", ("OMP_", "KMP_"), _KMP_STEER, conflicts=("libiomp",)),
+    _openmp("libiomp", "Intel libiomp", "Intel OpenMP (libiomp)", ("OMP_", "KMP_"), _KMP_STEER,
+            Preloadable("intel", ("libiomp5.so",), "kmp", "pip install intel-openmp (or conda install intel-openmp)"),
+            conflicts=("libomp",)),
+    _openmp("libomp", "LLVM libomp", "LLVM OpenMP (libomp)", ("OMP_", "KMP_"), _KMP_STEER,
+            Preloadable("llvm", ("libomp.so.5", "libomp.so"), "omp",
+                        "apt-get install libomp5 (Debian, Ubuntu), dnf install libomp, or conda install llvm-openmp"),
+            conflicts=("libiomp",)),
     Library("mkl", "Intel MKL", prefixes=("libmkl_rt",), user_api="blas", internal_api="mkl",
             env_prefixes=("MKL_",), precedence=("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
             reads=("MKL_DYNAMIC", "MKL_THREADING_LAYER"), default=defaults.physical_in_affinity, cap=_mkl_cap,
@@ -677,8 +709,9 @@ _RECORDS: tuple[Library, ...] = (
     Library("parinfo", "parinfo", kind=LibraryKind.PARINFO, env_prefixes=("PARINFO_",),
             precedence=("PARINFO_NUM_THREADS",), follows="torch",
             reads=("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY", "PARINFO_ADAPTIVE",
-                   "PARINFO_FOLLOW_QUOTA", ROUNDING_VAR),
+                   "PARINFO_FOLLOW_QUOTA", ROUNDING_VAR, "PARINFO_PRELOAD"),
             roles=(("inter_op", "PARINFO_NUM_INTEROP_THREADS"), ("backend", "PARINFO_BACKEND"),
+                   ("preload", "PARINFO_PRELOAD"),
                    ("verify", "PARINFO_VERIFY"), ("adaptive", "PARINFO_ADAPTIVE"),
                    ("follow", "PARINFO_FOLLOW_QUOTA"), ("quota_rounding", ROUNDING_VAR)),
             push=Push.RUNTIME, scope=Scope.PROCESS),

@@ -10,6 +10,7 @@ is not in force is reported.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Collection
 from typing import Any
@@ -59,6 +60,7 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
         env.update(only.env)
     applied: list[str] = []
     skipped: list[str] = []
+    _not_preloaded(plan, env, skipped)
 
     kept = {name: os.environ[name] for name, value in env.items()
             if not force and _users(name) and os.environ[name] != value}
@@ -96,6 +98,22 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
                              pool_reached=_workers_reached())
     return {"plan": plan.to_dict(), "applied": applied, "skipped": skipped,
             "not_in_force": not_in_force + missing, "threads": threads, "at_import": at_import}
+
+
+def _not_preloaded(plan: Plan, env: dict[str, str], skipped: list[str]) -> None:
+    """A running process keeps the allocator and OpenMP runtime it started with: the plan's preloads
+    and their variables are left out (a library loaded later must not read settings meant for
+    another), each with one line in ``skipped`` saying how to get it."""
+    for pre in plan.preload:
+        if pre.path is None:
+            continue
+        for var in pre.variables:
+            env.pop(var, None)
+        also = f" (nor {', '.join(pre.variables)})" if pre.variables else ""
+        named = plan.origin if plan.origin.endswith((".yaml", ".yml")) else plan.name
+        skipped.append(f"{pre.key} {pre.choice} not preloaded{also}: a running process cannot change its "
+                       f"{'malloc' if pre.key == 'allocator' else 'OpenMP runtime'}; launch the program with "
+                       f"`parinfo apply {shlex.quote(named)} -- COMMAND` to preload {pre.path}")
 
 
 def _check_plan(plan: Plan) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import ApplyError
 from parinfo.machine.cpulist import format_cpu_list
-from parinfo.process import libraries as reg
+from parinfo.process import libraries as reg, preload as pre
 from parinfo.record import record
 from parinfo.safe_text import shorten
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from parinfo.profiles.plan import InstancePlan, Plan
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")
-HOOK_VAR = "_PARINFO_HOOK"
+HOOK_VAR = pre.HOOK_VAR
 # torch's intra-op default reads these; when the user's own value stays in force, torch follows it.
 TORCH_INTRA_VARS = reg.library("torch").count_vars
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -44,7 +44,9 @@ class ChildEnv:
     """The environment of one launched process and what was decided on the way.
 
     ``kept`` and ``overridden`` hold (name, user value, plan value) for variables the user had set
-    to another value; ``torch_intra`` is None when torch is left to the user's own variable.
+    to another value; ``torch_intra`` is None when torch is left to the user's own variable;
+    ``preloaded`` the files parinfo put first in LD_PRELOAD and ``preload_after`` the user's own
+    LD_PRELOAD entries, kept after them.
     """
 
     env: dict[str, str]
@@ -53,13 +55,23 @@ class ChildEnv:
     torch_intra: int | None
     torch_inter: int
     cpus: tuple[int, ...] | None
+    preloaded: tuple[str, ...] = ()
+    preload_after: tuple[str, ...] = ()
 
     def messages(self, profile: str) -> list[str]:
-        """One line per variable kept from (or overriding) the user's environment."""
+        """One line per variable kept from (or overriding) the user's environment, and one when the
+        user's own LD_PRELOAD entries stay after the profile's."""
         lines = [f"parinfo: keeping {n}={u!r} from your environment{_invalid_note(n, u)}; "
                  f"profile {profile} sets {p!r} (--force overrides)" for n, u, p in self.kept]
         lines += [f"parinfo: overriding {n}={u!r} from your environment with profile {profile}'s {p!r} "
                   f"(--force)" for n, u, p in self.overridden]
+        if self.preload_after:
+            mallocs = [p for p in self.preloaded if pre.allocator_of_file(os.path.realpath(p))]
+            unused = [p for p in self.preload_after if mallocs and pre.allocator_of_file(os.path.realpath(p))]
+            note = (f" (the first malloc loaded serves the program: {' '.join(unused)} is loaded but its malloc "
+                    f"is not used)" if unused else "")
+            lines.append(f"parinfo: {pre.PRELOAD_VAR}: preloading {' '.join(self.preloaded)} (profile {profile}) "
+                         f"before your own {' '.join(self.preload_after)}, which stay after them{note}")
         return lines
 
 
@@ -84,7 +96,8 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
     ``base`` is the launching environment: a variable already set there to another value is kept
     unless ``force`` (one set by an enclosing ``parinfo apply`` is not the user's, and is replaced).
     PARINFO_PROFILE (and PARINFO_INSTANCE/PARINFO_INSTANCES for an instance) are always set; the
-    start-up hook's directory is put first on PYTHONPATH. An instance's ``env`` is laid over the
+    start-up hook's directory is put first on PYTHONPATH. The plan's preloaded libraries go first in
+    LD_PRELOAD, before the user's own entries, and PARINFO_PRELOAD lists them. An instance's ``env`` is laid over the
     plan's; its ``intra_op``/``inter_op`` give PARINFO_NUM_THREADS/PARINFO_NUM_INTEROP_THREADS and
     torch's counts.
     """
@@ -122,17 +135,19 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
     paths = [p for p in user_path.split(os.pathsep) if p != HOOK_DIR] if user_path else []  # "" means cwd
     env["PYTHONPATH"] = os.pathsep.join([HOOK_DIR, *paths])
     cpus = instance.cpus if instance is not None else plan.affinity
+    ours = plan.preload_paths
+    after: list[str] = []
+    if ours:
+        env[pre.PRELOAD_VAR], after = pre.compose_preload(ours, base)
+        env[pre.MARK_VAR] = ":".join(ours)
     return ChildEnv(env, tuple(kept), tuple(overridden), torch_intra, inter,
-                    tuple(cpus) if cpus else None)
+                    tuple(cpus) if cpus else None, tuple(ours), tuple(after))
 
 
 def _set_by_outer_launch(base: Mapping[str, str]) -> frozenset[str]:
     """Variables an enclosing ``parinfo apply`` set (its hook's watch list): not the user's choice,
     so a nested launch replaces them without comment."""
-    for field in base.get(HOOK_VAR, "").split()[1:]:
-        if field.startswith("watch="):
-            return frozenset(n for n in field[len("watch="):].split(",") if n)
-    return frozenset()
+    return pre.launch_marks(base).set
 
 
 def check_cpus(cpus: Sequence[int], what: str) -> None:

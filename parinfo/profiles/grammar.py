@@ -15,6 +15,7 @@ from parinfo.errors import ProfileError
 from parinfo.machine.cpulist import parse_cpu_list
 from parinfo.machine.rounding import ROUNDINGS
 from parinfo.process.libraries import LIBRARY_VARS, RUNTIME_VARS, profile_keys, role_var
+from parinfo.process.preload import ALLOCATOR_WORDS, ALLOCATORS, OPENMP_WORDS, SET_BY_KEY
 from parinfo.profiles import expr
 from parinfo.profiles.model import type_name
 from parinfo.profiles.yaml_nodes import KeyPath, shown
@@ -233,6 +234,9 @@ class Env(Rule):
                 owner = DERIVED_VARS[name]
                 raise c.fail(var_path, f"{name} is set from '{owner}', not from 'env'",
                              f"write the count under '{owner}' instead", key=True)
+            if name in SET_BY_KEY:
+                raise c.fail(var_path, f"{name} is set from '{SET_BY_KEY[name]}', not from 'env'",
+                             _PRELOAD_FIX, key=True)
             if name not in THREAD_VARS:
                 allowed = sorted(n for n in THREAD_VARS if n not in DERIVED_VARS)
                 close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
@@ -259,6 +263,51 @@ class Env(Rule):
         # Names by pattern: the list of variables lives in parinfo.process, and the validator checks it.
         return {"type": "object", "propertyNames": {"pattern": _VAR_NAME_PATTERN},
                 "additionalProperties": {"type": ["string", "integer", "boolean"]}}
+
+
+_PRELOAD_FIX = ("write e.g. 'allocator: jemalloc' (or {name: jemalloc, conf: \"...\"} for MALLOC_CONF) or "
+                "'openmp: intel': parinfo finds the library, preloads it and sets its variables")
+_CONF_PATTERN = r"^[A-Za-z0-9_]+:[^,\s]*(,[A-Za-z0-9_]+:[^,\s]*)*$"
+_CONF_LIMIT = 1000
+
+
+class AllocatorRule(Rule):
+    """``allocator``: a word, or ``{name: WORD, conf: TEXT}`` with the allocator's own settings string."""
+
+    def __init__(self, doc: str = "") -> None:
+        super().__init__(doc)
+        self.word = Choice(ALLOCATOR_WORDS)
+
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> dict[str, str | None]:
+        if not isinstance(value, dict):
+            return {"name": self.word.check(c, value, key_path), "conf": None}
+        c.keys(value, key_path, ("name", "conf"))
+        if "name" not in value:
+            raise c.fail(key_path, "'allocator' has settings but no 'name'", "add e.g. 'name: jemalloc'")
+        name = self.word.check(c, value["name"], (*key_path, "name"))
+        if "conf" not in value:
+            return {"name": name, "conf": None}
+        conf_path = (*key_path, "conf")
+        conf_vars = {a.name: a.conf_var for a in ALLOCATORS}
+        if not conf_vars.get(name):
+            named = [a.name for a in ALLOCATORS if a.conf_var]
+            raise c.fail(conf_path, f"allocator {name} takes no settings string",
+                         f"'conf' is for {', '.join(named)}; leave it out", key=True)
+        raw = value["conf"]
+        if not isinstance(raw, str):
+            raise c.fail(conf_path, f"'allocator.conf' must be text, not {type_name(raw)}", "put the value in quotes")
+        text = raw.strip()
+        if len(text) > _CONF_LIMIT or not re.match(_CONF_PATTERN, text, re.ASCII):
+            raise c.fail(conf_path, f"'allocator.conf' {shown(repr(raw), 60)} is not a {conf_vars[name]} string",
+                         "write option:value pairs separated by commas, e.g. background_thread:true,"
+                         "dirty_decay_ms:10000")
+        return {"name": name, "conf": text}
+
+    def shape(self) -> dict[str, Any]:
+        conf = {"type": "string", "maxLength": _CONF_LIMIT, "pattern": _CONF_PATTERN}
+        mapping = {"type": "object", "additionalProperties": False, "required": ["name"],
+                   "properties": {"name": self.word.shape(), "conf": conf}}
+        return {"anyOf": [self.word.shape(), mapping]}
 
 
 class Choice(Rule):
@@ -391,6 +440,10 @@ LANGUAGE: dict[str, Rule] = {
     "env": Env("Extra thread variables (see `parinfo show`). A count that has a key (libraries.openmp, "
                "libraries.blas, ...) is set through that key, not here."),
     "affinity": Affinity("none (inherit), compact, spread, or the CPUs to run on."),
+    "allocator": AllocatorRule("The malloc preloaded into a launched program: jemalloc, tcmalloc, auto (the best "
+                               "installed) or default (the C library's); or {name: jemalloc, conf: MALLOC_CONF}."),
+    "openmp": Choice(OPENMP_WORDS, "The OpenMP runtime preloaded to serve every omp_* call of a launched program: "
+                                   "intel, gnu, llvm, or default (whatever the program's libraries load)."),
     "instances": Instances("Pinned processes to split the usable cores between (parinfo apply P -- COMMAND)."),
     "quota_rounding": Choice(ROUNDINGS, "How a fractional CPU quota counts in usable_cpus: floor (the default: "
                                         "never throttled), ceil (uses the fraction) or nearest."),

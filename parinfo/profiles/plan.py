@@ -32,11 +32,30 @@ class InstancePlan:
 
 
 @record(frozen=True)
+class Preload:
+    """A library the plan preloads into a launched program: ``key`` (allocator | openmp), ``choice``
+    (the record's name: jemalloc, intel...), ``path`` (the file; None when nothing is preloaded:
+    ``default``, or ``auto`` with nothing installed), ``why`` (how it was chosen and where found),
+    ``variables`` (the plan's variables that come with it: MALLOC_CONF, KMP_AFFINITY...)."""
+
+    key: str
+    choice: str
+    path: str | None
+    why: str
+    variables: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "choice": self.choice, "path": self.path, "why": self.why,
+                "variables": list(self.variables)}
+
+
+@record(frozen=True)
 class Plan:
     """What a profile means on this machine.
 
     ``libraries`` maps blas|openmp|mkl|numexpr|torch to its count; ``env`` is every environment
     variable the plan sets (derived counts plus the profile's extra variables), with ``env_why``.
+    ``preload`` holds the allocator and OpenMP runtime the profile chose (launched programs only).
     """
 
     name: str
@@ -51,6 +70,12 @@ class Plan:
     affinity_why: str = "not set: inherited"
     instances: tuple[InstancePlan, ...] = ()
     notes: tuple[str, ...] = ()
+    preload: tuple[Preload, ...] = ()
+
+    @property
+    def preload_paths(self) -> list[str]:
+        """The files to put first in a launched program's LD_PRELOAD, in order."""
+        return [p.path for p in self.preload if p.path]
 
     def to_dict(self) -> dict[str, Any]:
         def s(x: Setting) -> dict[str, Any]:
@@ -73,4 +98,5 @@ class Plan:
                 for i in self.instances
             ],
             "notes": list(self.notes),
+            "preload": [p.to_dict() for p in self.preload],
         }

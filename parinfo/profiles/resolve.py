@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 from parinfo.errors import UsageError
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.machine.rounding import ROUNDING_VAR
-from parinfo.process import libraries as reg
+from parinfo.process import libraries as reg, preload as pre
 from parinfo.profiles import expr
 from parinfo.profiles.grammar import DERIVED_VARS, LIBRARIES, MAX_COUNT
 from parinfo.profiles.model import Profile
-from parinfo.profiles.plan import InstancePlan, Plan, Setting
+from parinfo.profiles.plan import InstancePlan, Plan, Preload, Setting
 from parinfo.source import profile as profile_source
 
 if TYPE_CHECKING:
@@ -115,6 +115,99 @@ class _Resolver:
         self.values, notes = fact_values(facts)
         self.notes: list[str] = list(notes)
         self.limit = min(MAX_COUNT, COUNT_FACTOR * self.values["logical_cpus"])
+        # chosen by choose_preloads()
+        self.allocator: pre.Allocator | None = None
+        self.allocator_conf: str | None = None
+        self.runtime: pre.OpenMPRuntime | None = None
+
+    # -- preloaded libraries --------------------------------------------------------------------
+
+    def _where(self, key: str) -> tuple[str, ...]:
+        """The key path of a preload choice's word (``allocator.name`` in the mapping form)."""
+        return (key, "name") if self.prof.mark(key, "name") else (key,)
+
+    def _not_installed(self, key: str, label: str, files: tuple[str, ...], install: str,
+                       found: pre.Found) -> Exception:
+        others = "; ".join(f"{path} is {what}" for path, what in found.rejected)
+        return self.prof.error(self._where(key),
+                               f"{key} {self.prof_word(key)}: {label} is not installed (no {' or '.join(files)} in "
+                               f"the Python environment or the system's library paths"
+                               + (f"; {others}" if others else "") + ")", f"install it: {install}")
+
+    def prof_word(self, key: str) -> str:
+        value = self.prof.get(key)
+        return str(value.get("name") if isinstance(value, dict) else value)
+
+    def choose_preloads(self) -> list[Preload]:
+        """Find the allocator and the OpenMP runtime the profile names (ProfileError when one is
+        not installed); ``auto`` takes the first allocator installed, in the records' order."""
+        out: list[Preload] = []
+        spec = self.prof.get("allocator")
+        if spec is not None:
+            name, self.allocator_conf = spec["name"], spec.get("conf")
+            if name == pre.DEFAULT:
+                out.append(Preload("allocator", name, None, "default: the C library's malloc, nothing preloaded"))
+            elif name == pre.AUTO:
+                tried: list[str] = []
+                for rec in pre.ALLOCATORS:
+                    if not rec.preloadable:
+                        continue
+                    found = pre.locate_allocator(rec)
+                    if found.path is not None:
+                        self.allocator = rec
+                        earlier = f" ({', '.join(tried)} not installed)" if tried else ""
+                        out.append(Preload("allocator", rec.name, found.path,
+                                           f"auto: {rec.label}, the first installed of "
+                                           f"{', '.join(a.name for a in pre.ALLOCATORS if a.preloadable)}{earlier} "
+                                           f"({rec.name} {rec.auto_why}); found in {found.where}"))
+                        break
+                    tried.append(rec.name)
+                else:
+                    out.append(Preload("allocator", pre.DEFAULT, None,
+                                       f"auto: none of {', '.join(tried)} is installed; the C library's malloc stays"))
+                    self.notes.append(f"allocator auto: none of {', '.join(tried)} is installed, so nothing is "
+                                      f"preloaded (install one: {pre.allocator(tried[0]).install})")
+            else:
+                rec = pre.allocator(name)
+                found = pre.locate_allocator(rec)
+                if found.path is None:
+                    raise self._not_installed("allocator", rec.label, rec.files, rec.install, found)
+                self.allocator = rec
+                out.append(Preload("allocator", name, found.path, f"set in the profile; found in {found.where}"))
+        word = self.prof.get("openmp")
+        if word is not None:
+            if word == pre.DEFAULT:
+                out.append(Preload("openmp", word, None, "default: whichever runtime the program's libraries load"))
+            else:
+                rt = pre.openmp_runtime(word)
+                found = pre.locate_runtime(rt)
+                if found.path is None:
+                    raise self._not_installed("openmp", rt.label, rt.files, rt.install, found)
+                self.runtime = rt
+                out.append(Preload("openmp", word, found.path, f"set in the profile; found in {found.where}: it "
+                                   f"serves every omp_* and GOMP_* call of the program"))
+        return out
+
+    def preload_env(self, env: dict[str, str], why: dict[str, str]) -> None:
+        """The variables that come with the preloaded libraries; a variable the profile's ``env``
+        sets keeps the profile's value."""
+        own = self.prof.get("env", {})
+        wanted: list[tuple[str, str, str]] = []
+        rec = self.allocator
+        if rec is not None and rec.conf_var:
+            if self.allocator_conf is not None:
+                wanted.append((rec.conf_var, self.allocator_conf, f"allocator {rec.name}: conf in the profile"))
+            elif rec.server_conf:
+                wanted.append((rec.conf_var, rec.server_conf, f"allocator {rec.name}: parinfo's server settings: "
+                               f"{rec.server_why}"))
+        rt = self.runtime
+        if rt is not None:
+            passive = str(own.get(reg.role_var("wait_policy"), "")).strip().lower() == "passive"
+            wanted += rt.settings(passive)
+        for var, value, reason in wanted:
+            if var not in own:
+                env[var] = value
+                why[var] = reason
 
     # -- counts ---------------------------------------------------------------------------------
 
@@ -310,11 +403,13 @@ class _Resolver:
             env[var] = value
             mark = self.prof.mark("env", var)
             why[var] = "set in the profile" + (f" ({mark.path}:{mark.line})" if mark else "")
+        self.preload_env(env, why)
         return env, why
 
     def plan(self) -> Plan:
         prof = self.prof
         spec = self.instance_spec()
+        preloads = self.choose_preloads()
         instances: list[InstancePlan] = []
         if spec is None:
             names = {**self.values, "instances": 1, "cores_per_instance": self.values["usable_physical_cores"]}
@@ -348,8 +443,10 @@ class _Resolver:
             affinity = None
             affinity_why = (f"per instance: {n} instance(s), each pinned to one CPU of each of its "
                             f"{'/'.join(map(str, sizes))} core(s)")
+        pinned = bool(instances) or affinity is not None
         env, env_why = self.env(counts)
         self.library_notes(counts, env)
+        preloads = [self.finish_preload(p, env, pinned) for p in preloads]
         intra = counts["intra_op"]
         if intra.value > self.values["usable_cpus"] and not instances:
             self.notes.append(f"intra_op {intra.value} is more than the {self.values['usable_cpus']} usable "
@@ -367,7 +464,22 @@ class _Resolver:
             affinity_why=affinity_why,
             instances=tuple(instances),
             notes=tuple(dict.fromkeys(self.notes)),
+            preload=tuple(preloads),
         )
+
+    def finish_preload(self, p: Preload, env: dict[str, str], pinned: bool) -> Preload:
+        """``p`` with the variables it brought into ``env`` (not those the profile's env sets), and
+        for an OpenMP runtime why its threads are left unbound, when they are."""
+        own = self.prof.get("env", {})
+        why = p.why
+        may: tuple[str, ...] = ()
+        if p.key == "allocator" and self.allocator is not None and self.allocator.conf_var:
+            may = (self.allocator.conf_var,)
+        if p.key == "openmp" and self.runtime is not None:
+            may = self.runtime.variables
+            unbound = self.runtime.unbound_why(pinned)
+            why += f"; {unbound}" if unbound else ""
+        return Preload(p.key, p.choice, p.path, why, tuple(v for v in may if v in env and v not in own))
 
     def library_notes(self, counts: dict[str, Setting], env: dict[str, str]) -> None:
         """What each library's record says about the plan's counts (MKL's cap, torch's import)."""

@@ -1,0 +1,202 @@
+"""Which malloc and which OpenMP runtime serve this process's calls, and who chose them.
+
+A preloaded library wins because the dynamic loader looks a symbol up in the global scope first
+(the program, then LD_PRELOAD's libraries, then the libraries loaded at start-up and those opened
+RTLD_GLOBAL). So "which one serves" is asked the loader's way: the address ``dlsym(RTLD_DEFAULT,
+"malloc")`` (``omp_get_max_threads``, ``GOMP_parallel``) gives, and the file ``dladdr`` names for
+it. Neither call runs any code of the library or changes anything. ``/proc/self/maps`` adds every
+file of the family that is loaded, used or not.
+
+Who chose it comes from the launch environment: ``PARINFO_PRELOAD`` (what ``parinfo apply`` put
+first in LD_PRELOAD) makes it the profile's choice, another LD_PRELOAD entry the user's, and
+anything else the program's own (linked, or the C library's malloc).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import field
+from typing import Any
+
+from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.process import preload as pre
+from parinfo.process.preload import LaunchMarks, launch_marks
+from parinfo.record import record
+from parinfo.source import Kind, Source, library_default, profile, unknown, variable
+
+
+@record
+class ServedSetting:
+    """A variable that configures the serving library: its ``value`` now and who set it."""
+
+    name: str
+    value: str
+    source: Source | None = None
+
+
+@record
+class Served:
+    """The library that serves one family of calls (``backend.allocator``, ``backend.openmp``).
+
+    ``name`` is the record's name (jemalloc, tcmalloc, glibc; libiomp, libgomp, libomp) and
+    ``label`` its words; ``path`` the file the loader resolves the family's entry point to;
+    ``source`` who chose it; ``settings`` its variables that are set; ``loaded`` every file of the
+    family mapped in the process (the serving one included); ``bypasses``: the other loaded files
+    of the family, whose entry points the global scope resolves to this one instead (an OpenMP
+    runtime: omp_* and GOMP_* both); ``note`` what else is true; ``unknown`` why it could not be told.
+    """
+
+    name: str | None = None
+    label: str | None = None
+    path: str | None = None
+    source: Source | None = None
+    settings: list[ServedSetting] = field(default_factory=list)
+    loaded: list[str] = field(default_factory=list)
+    bypasses: list[str] = field(default_factory=list)
+    note: str | None = field(default=None, metadata=OMIT_NONE)
+    unknown: str | None = field(default=None, metadata=OMIT_NONE)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Served:
+        return load(cls, data)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dump(self)
+        return out
+
+
+def _symbol_file(symbol: str) -> str | None:
+    """The file the global scope resolves ``symbol`` to (dlsym + dladdr), or None when no loaded
+    object of the global scope defines it."""
+    import ctypes
+
+    class _DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+    scope = ctypes.CDLL(None)
+    try:
+        fn = getattr(scope, symbol)
+        dladdr = scope.dladdr
+    except AttributeError:
+        return None
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    dladdr.restype = ctypes.c_int
+    info = _DlInfo()
+    if not dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return os.fsdecode(info.dli_fname)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _chooser(path: str, key: str, launch: Mapping[str, str] | str, marks: LaunchMarks) -> Source:
+    """Who put ``path`` in the process: the profile (parinfo's preload), the user's LD_PRELOAD, or
+    nobody (linked, or the C library's own)."""
+    if isinstance(launch, str):
+        return unknown(f"the launch environment: {launch}")
+    if any(_same_file(path, p) for p in marks.preloaded):
+        name = marks.profile or "?"
+        return profile(name, key, f"profile {name} ({key}: preloaded by parinfo apply)")
+    if any(_same_file(path, p) for p in pre.split_preload(launch.get(pre.PRELOAD_VAR), pre.MAX_READ_ENTRIES)):
+        return variable(pre.PRELOAD_VAR)
+    return library_default("loaded by the program or a library it links (nothing preloaded it)")
+
+
+def _setting_source(name: str, value: str, launch: Mapping[str, str] | str, marks: LaunchMarks) -> Source:
+    """Who set a library's variable: the launch's profile, the user (at launch), or the process
+    after launch (which a library loaded at start-up never read)."""
+    if isinstance(launch, str):
+        return unknown(f"the launch environment: {launch}")
+    if launch.get(name) != value:
+        return Source(Kind.RUN_TIME, name, "set after launch by this process")
+    if name in marks.set and marks.profile:
+        return profile(marks.profile, name)
+    return variable(name, value)
+
+
+def _settings(names: tuple[str, ...], environ: Mapping[str, str], launch: Mapping[str, str] | str,
+              marks: LaunchMarks) -> list[ServedSetting]:
+    return [ServedSetting(n, environ[n], _setting_source(n, environ[n], launch, marks)) for n in names if n in environ]
+
+
+def allocator_served(objects: list[str], environ: Mapping[str, str], launch: Mapping[str, str] | str) -> Served:
+    """The malloc that serves this process (``objects``: the loaded files, /proc/self/maps)."""
+    marks = launch_marks(launch) if not isinstance(launch, str) else LaunchMarks()
+    loaded = [p for p in objects if pre.allocator_of_file(p) is not None and pre.allocator_of_file(p) is not
+              pre.allocator("glibc")]
+    try:
+        path = _symbol_file("malloc")
+    except (OSError, TypeError, ValueError) as exc:  # no loader to ask (a platform without dlopen(NULL))
+        return Served(loaded=loaded, unknown=f"the loader could not be asked ({exc})")
+    if path is None:
+        return Served(loaded=loaded, unknown="no object of the global scope defines malloc")
+    rec = pre.allocator_of_file(os.path.realpath(path)) or pre.allocator_of_file(path)
+    if rec is None:
+        return Served(None, os.path.basename(path), path, _chooser(path, "allocator", launch, marks), loaded=loaded,
+                      note="an allocator parinfo has no record of")
+    names = (rec.conf_var,) if rec.conf_var else ()
+    unused = [p for p in loaded if not _same_file(p, path)]
+    note = (f"also loaded, not called: {', '.join(unused)} (malloc resolves to {rec.label})" if unused else None)
+    if rec.name == "glibc":
+        source = (_chooser(path, "allocator", launch, marks) if not isinstance(launch, str)
+                  else unknown(f"the launch environment: {launch}"))
+        if source.kind is Kind.LIBRARY_DEFAULT:
+            source = library_default("the C library's own, nothing preloaded another malloc")
+    else:
+        source = _chooser(path, "allocator", launch, marks)
+    return Served(rec.name, rec.label, path, source, _settings(names, environ, launch, marks), loaded, unused, note)
+
+
+def openmp_served(objects: list[str], environ: Mapping[str, str], launch: Mapping[str, str] | str) -> Served | None:
+    """The OpenMP runtime that serves the omp_* and GOMP_* calls looked up in the global scope, or
+    None when no OpenMP runtime is loaded."""
+    from parinfo.process import libraries as reg
+
+    runtimes = set(reg.openmp_runtimes())
+
+    def family(path: str) -> reg.Library | None:
+        rec = reg.by_prefix(os.path.basename(os.path.realpath(path)).lower())
+        return rec if rec is not None and rec.name in runtimes else None
+
+    loaded = [p for p in objects if family(p) is not None]
+    marks = launch_marks(launch) if not isinstance(launch, str) else LaunchMarks()
+    if not loaded and not marks.preloaded:
+        return None
+    try:
+        path, gomp = (_symbol_file(name) for name in reg.OPENMP_ENTRY_POINTS)
+    except (OSError, TypeError, ValueError) as exc:
+        return Served(loaded=loaded, unknown=f"the loader could not be asked ({exc})")
+    if path is None:
+        return Served(loaded=loaded, unknown=f"no runtime of the global scope defines {reg.OPENMP_ENTRY_POINTS[0]}: "
+                      "each library calls the runtime it loaded itself")
+    rec = family(path)
+    if rec is None:
+        return Served(None, os.path.basename(path), path, None, loaded=loaded,
+                      note=f"{reg.OPENMP_ENTRY_POINTS[0]} is defined outside any OpenMP runtime parinfo knows")
+    rt = next((r for r in pre.OPENMP_RUNTIMES if r.library == rec.name), None)
+    names = rt.variables if rt else ()
+    others = [p for p in loaded if not _same_file(p, path)]
+    note, bypasses = None, []
+    if others:
+        if gomp is not None and _same_file(gomp, path):
+            bypasses = others
+            note = (f"also loaded, not called: {', '.join(others)} (every omp_* and GOMP_* entry point resolves "
+                    f"to {rec.label} first)")
+        else:
+            note = f"also loaded: {', '.join(others)}"
+    return Served(rec.name, rec.label, path, _chooser(path, "openmp", launch, marks),
+                  _settings(names, environ, launch, marks), loaded, bypasses, note)
+
+
+def bypassed_by_parinfo(served: Served | None) -> list[str]:
+    """The loaded files that a library preloaded by a launch's profile stands in for (the report's
+    rules keep quiet about a set-up parinfo made); [] when parinfo preloaded none."""
+    if served is None or served.source is None or served.source.kind is not Kind.PROFILE:
+        return []
+    return list(served.bypasses)
