@@ -221,3 +221,40 @@ def test_the_api_takes_a_list_and_puts_default_first():
     assert plan.choices == (("allocator", ("default", "jemalloc")),)
     with pytest.raises(UsageError, match="--in-process"):
         resolve(TuneOptions(stmt="x = 1", allocator="jemalloc", in_process=True), Facts())  # type: ignore[arg-type]
+
+
+# -- the start-up hook's report is hostile input ------------------------------------------------------------
+
+def test_a_report_is_checked_and_bounded(tmp_path):
+    from parinfo.profiles.child import ChildEnv
+    from parinfo.tuning.measure import hook_report
+
+    child = ChildEnv(env={}, kept=(), overridden=(), torch_intra=None, torch_inter=1, cpus=None,
+                     preloaded=("/x/libjemalloc.so.2",))
+    assert hook_report(str(tmp_path / "missing"), 1, child) is None
+    for i in range(100):
+        (tmp_path / f"junk{i}.txt").write_text("x")
+    assert hook_report(str(tmp_path), 1, child) is None
+    (tmp_path / "7.json").write_text("not json {")
+    (tmp_path / "8.json").write_text('{"torch": {"intra_op": 3, "inter_op": 2}, '
+                                     '"preloaded": {"/x/libjemalloc.so.2": true}}')
+    assert hook_report(str(tmp_path), 7, child) == {"torch": {"intra_op": 3, "inter_op": 2},
+                                                    "preloaded": {"/x/libjemalloc.so.2": True}}
+    (tmp_path / "9.json").write_text('{"torch": {"intra_op": "9; rm", "inter_op": true}, "parinfo": [1], '
+                                     '"preloaded": {"/x/libjemalloc.so.2": "yes", "/etc/other": true}, "x": 1}')
+    assert hook_report(str(tmp_path), 9, child) == {"torch": {"intra_op": None, "inter_op": None},
+                                                    "preloaded": {"/x/libjemalloc.so.2": None}}
+
+
+FORGED = ("import json, os\n"
+          "path = os.path.join(os.environ['_PARINFO_HOOK_REPORT'], '%d.json' % os.getpid())\n"
+          "open(path, 'w').write(json.dumps({'torch': {'intra_op': '\\x1b[31m', 'inter_op': -4}}))\n"
+          "os._exit(0)\n")
+
+
+@pytest.mark.timeout(120)
+def test_a_forged_report_from_the_command_is_believed_only_within_bounds():
+    out = cli_json("--max", "1", *FAST, "--", sys.executable, "-c", FORGED)
+    (point,) = out["points"]
+    assert point["in_force"]["torch"] == {"intra_op": None, "inter_op": None}
+    assert out["notes"] == []

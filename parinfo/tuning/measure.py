@@ -2,6 +2,7 @@
 command, or this process through the runtime and threadpoolctl. Also the machine-noise check."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -91,12 +92,14 @@ def hook_report(folder: str, pid: int, child: ChildEnv) -> dict[str, Any] | None
     """What the start-up hook of a trial read back (the process ``pid``'s report, else the first of
     its Python descendants'), checked: counts are ints or None, and ``preloaded`` says for each file
     this trial preloaded whether the process had it mapped. None when no report was written."""
+    mine = f"{pid}.json"
     try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))[:_MAX_REPORTS]
+        with os.scandir(folder) as entries:  # the command may fill the folder: bounded
+            names = [e.name for e in itertools.islice(entries, _MAX_REPORTS * 4) if e.name.endswith(".json")]
     except OSError:
         return None
-    mine = f"{pid}.json"
-    for name in ([mine] if mine in names else []) + [n for n in names if n != mine]:
+    names = ([mine] if os.path.isfile(os.path.join(folder, mine)) else []) + sorted(n for n in names if n != mine)
+    for name in names[:_MAX_REPORTS]:
         try:
             with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as fh:
                 data = json.loads(fh.read(_MAX_REPORT_BYTES))
