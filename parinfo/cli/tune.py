@@ -62,6 +62,14 @@ def tune(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     noise_check: bool = typer.Option(True, "--noise-check/--no-noise-check",
                                      help="Look for other busy processes before measuring."),
+    allocator: str | None = typer.Option(
+        None, "--allocator", metavar="default,jemalloc,tcmalloc",
+        help="Also measure these allocators (preloaded) at the best counts; write the winner when it beats "
+             "default beyond the noise."),
+    openmp: str | None = typer.Option(
+        None, "--openmp", metavar="default,intel,gnu,llvm",
+        help="Also measure these OpenMP runtimes (preloaded) at the best counts, after --allocator; write "
+             "the winner when it beats default beyond the noise."),
 ) -> None:
     """Measure how a workload's time depends on its thread counts and pick the best counts.
 
@@ -99,7 +107,7 @@ def tune(
                               min_threads=min_threads, max_threads=max_threads, min_inter=min_inter,
                               max_inter=max_inter, repeats=repeats, warmup=warmup, min_time=min_time,
                               timeout=timeout, in_process=in_process, exhaustive=exhaustive,
-                              confirm=confirm, check_noise=noise_check)
+                              confirm=confirm, check_noise=noise_check, allocator=allocator, openmp=openmp)
         result = run(options, progress=bar)
     except WorkloadFailed as exc:
         if bar:
@@ -212,6 +220,8 @@ def _render(result: TuneResult, write: str | None, plot: str | None) -> None:
     from rich.console import Console
     from rich.markup import escape
 
+    from parinfo.tuning.choices import TITLES
+
     con = Console(highlight=False)
     table = _table(result)
     if not con.is_terminal:  # piped: as wide as the table needs, so no header is cut
@@ -232,6 +242,12 @@ def _render(result: TuneResult, write: str | None, plot: str | None) -> None:
     for note in result.notes:
         con.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     con.print(_best_line(result), soft_wrap=True)
+    for cs in result.choices:
+        with_ = "".join(f", {k} {v}" for k, v in cs.fixed.items())
+        timed = ", ".join(f"{w} {s.median * 1e3:.4g} ms ({s.spread:.0%})" for w, s in cs.stats.items())
+        con.print(escape(f"{TITLES[cs.key]} at {result.label(cs.point)}{with_}: {timed}"), soft_wrap=True)
+        con.print(("[bold]" if cs.written else "") + escape(f"  {cs.why}") + ("[/]" if cs.written else ""),
+                  soft_wrap=True)
     if write:
         con.print(escape(f"Wrote profile {write} (use: parinfo apply {write})"), soft_wrap=True)
     if plot:

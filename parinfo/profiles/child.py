@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")
 HOOK_VAR = pre.HOOK_VAR
+#: The folder where the start-up hook writes, at exit, what it reads back (``PID.json``), when set.
+REPORT_VAR = "_PARINFO_HOOK_REPORT"
 # torch's intra-op default reads these; when the user's own value stays in force, torch follows it.
 TORCH_INTRA_VARS = reg.library("torch").count_vars
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -90,7 +92,7 @@ def _torch_counts(plan: Plan, instance: InstancePlan | None) -> tuple[int, int]:
 
 
 def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
-                  instance: InstancePlan | None = None, instances: int = 0) -> ChildEnv:
+                  instance: InstancePlan | None = None, instances: int = 0, report: str | None = None) -> ChildEnv:
     """The environment for a process launched under ``plan`` (or one of its instances).
 
     ``base`` is the launching environment: a variable already set there to another value is kept
@@ -99,7 +101,7 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
     start-up hook's directory is put first on PYTHONPATH. The plan's preloaded libraries go first in
     LD_PRELOAD, before the user's own entries, and PARINFO_PRELOAD lists them. An instance's ``env`` is laid over the
     plan's; its ``intra_op``/``inter_op`` give PARINFO_NUM_THREADS/PARINFO_NUM_INTEROP_THREADS and
-    torch's counts.
+    torch's counts. With ``report`` (a folder), the hook writes there at exit what it reads back.
     """
     wanted = dict(plan.env)
     if instance is not None:
@@ -131,6 +133,9 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
                                             if n in base and n not in wanted and n not in from_parinfo}
     torch_intra = None if users_own.intersection(TORCH_INTRA_VARS) else intra
     env[HOOK_VAR] = f"1 intra={torch_intra or '-'} inter={inter} watch={','.join(watch)} {reg.hook_facts()}"
+    env.pop(REPORT_VAR, None)  # an enclosing launch's folder is not this one's
+    if report is not None:
+        env[REPORT_VAR] = report
     user_path = base.get("PYTHONPATH", "")
     paths = [p for p in user_path.split(os.pathsep) if p != HOOK_DIR] if user_path else []  # "" means cwd
     env["PYTHONPATH"] = os.pathsep.join([HOOK_DIR, *paths])

@@ -2,6 +2,7 @@
 command, or this process through the runtime and threadpoolctl. Also the machine-noise check."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -9,22 +10,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import TuneError
 from parinfo.process import setter
-from parinfo.process.libraries import RUNTIME_VARS
-from parinfo.process.variables import LIBRARY_VARS
 from parinfo.record import record
 from parinfo.tuning.search import Point, Stats
 from parinfo.tuning.tail import OutputTail
 from parinfo.tuning.usercode import RAISED
 from parinfo.tuning.workloads import Command, Workload
 
-# Variables a worker gets for its intra-op count; parinfo's inter-op variable gets the inter-op count.
-INTRA_VARS = (*(name for names in LIBRARY_VARS.values() for name in names), RUNTIME_VARS[0])
+if TYPE_CHECKING:  # pragma: no cover
+    from parinfo.machine.topology import MachineFacts
+    from parinfo.profiles.child import ChildEnv
+
+#: The name of the profile each trial process is launched under (PARINFO_PROFILE in its environment).
+TRIAL_PROFILE = "parinfo-tune-trial"
+_MAX_REPORTS = 64  # start-up hook reports read per trial
+_MAX_REPORT_BYTES = 1 << 16
 
 
 class WorkloadFailed(TuneError):
@@ -56,11 +61,69 @@ def ended(returncode: int) -> str:
     return f"was killed by {name} (signal {-returncode})"
 
 
-def thread_env(point: Point) -> dict[str, str]:
-    """The environment entries that put ``point`` in force in a process started with them."""
-    env = {name: str(point.intra) for name in INTRA_VARS}
-    env[RUNTIME_VARS[1]] = str(point.inter)
-    return env
+def point_label(p: Point) -> str:
+    return f"{p.intra} intra-op x {p.inter} inter-op"
+
+
+def trial_child(p: Point, choices: Mapping[str, str], facts: MachineFacts, report: str) -> ChildEnv:
+    """The environment of a process that measures ``p``, built as ``parinfo apply`` builds a launched
+    program's (parinfo.profiles.child): the point's counts as a profile's ``intra_op``/``inter_op``
+    (every library's variable, and the start-up hook that sets torch's counts when torch is imported),
+    ``choices`` as its ``allocator``/``openmp`` keys (preloaded), overriding the user's variables as
+    ``--force`` does; the hook writes what it reads back to the folder ``report``."""
+    from parinfo.errors import ProfileError
+    from parinfo.profiles.child import child_environ
+    from parinfo.profiles.loading import resolve_profile
+
+    body: dict[str, Any] = {"version": 1, "name": TRIAL_PROFILE, "intra_op": p.intra, "inter_op": p.inter,
+                            **choices}
+    try:
+        plan = resolve_profile(body, facts)
+    except ProfileError as exc:
+        raise TuneError(f"cannot launch {point_label(p)}: {exc.message}") from None
+    return child_environ(plan, os.environ, force=True, report=report)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def hook_report(folder: str, pid: int, child: ChildEnv) -> dict[str, Any] | None:
+    """What the start-up hook of a trial read back (the process ``pid``'s report, else the first of
+    its Python descendants'), checked: counts are ints or None, and ``preloaded`` says for each file
+    this trial preloaded whether the process had it mapped. None when no report was written."""
+    mine = f"{pid}.json"
+    try:
+        with os.scandir(folder) as entries:  # the command may fill the folder: bounded
+            names = [e.name for e in itertools.islice(entries, _MAX_REPORTS * 4) if e.name.endswith(".json")]
+    except OSError:
+        return None
+    names = ([mine] if os.path.isfile(os.path.join(folder, mine)) else []) + sorted(n for n in names if n != mine)
+    for name in names[:_MAX_REPORTS]:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as fh:
+                data = json.loads(fh.read(_MAX_REPORT_BYTES))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        out: dict[str, Any] = {}
+        for lib in ("torch", "parinfo"):
+            counts = data.get(lib)
+            if isinstance(counts, dict):
+                out[lib] = {k: _int_or_none(counts.get(k)) for k in ("intra_op", "inter_op")}
+        if child.preloaded:
+            mapped = data.get("preloaded")
+            mapped = mapped if isinstance(mapped, dict) else {}
+            out["preloaded"] = {path: mapped.get(path) if isinstance(mapped.get(path), bool) else None
+                                for path in child.preloaded}
+        return out
+    return None
+
+
+#: What ``in_force`` says for a trial whose process wrote no report.
+NO_REPORT = ("unknown (the command did not run parinfo's start-up hook: it is not a Python program, or it "
+             "ended without running its exit handlers)")
 
 
 @record
@@ -80,12 +143,20 @@ class Measurer:
     workload: Workload
     settings: Settings
     concurrent: bool  # True: inter = concurrent requests; False: inter = the workload's inter-op pool
+    facts: MachineFacts
     in_force: dict[Point, Any] = field(default_factory=dict)
 
     def concurrency(self, p: Point) -> int:
         return p.inter if self.concurrent else 1
 
-    def __call__(self, p: Point) -> Stats:  # pragma: no cover - overridden
+    def __call__(self, p: Point) -> Stats:
+        """Measure ``p`` with nothing preloaded, and remember what was in force."""
+        stats, self.in_force[p] = self.trial(p, {})
+        return stats
+
+    def trial(self, p: Point, choices: Mapping[str, str]) -> tuple[Stats, Any]:  # pragma: no cover - overridden
+        """Measure ``p`` with ``choices`` (profile keys ``allocator``/``openmp``: word) preloaded; the
+        timings and what the process reported in force."""
         raise NotImplementedError
 
     def restore(self) -> None:
@@ -93,17 +164,18 @@ class Measurer:
 
 
 class WorkerMeasurer(Measurer):
-    """Each point in a fresh ``python -m parinfo.tuning.worker`` process."""
+    """Each point in a fresh ``python -m parinfo.tuning.worker`` process, launched as ``parinfo apply``
+    launches a program."""
 
-    def __call__(self, p: Point) -> Stats:
+    def trial(self, p: Point, choices: Mapping[str, str]) -> tuple[Stats, Any]:
         s = self.settings
-        job = {"spec": self.workload.to_dict(), "intra": p.intra, "inter": p.inter, "concurrency": self.concurrency(p),
+        job = {"spec": self.workload.to_dict(), "concurrency": self.concurrency(p),
                "warmup": s.warmup, "repeats": s.repeats, "min_time": s.min_time}
-        env = {**os.environ, **thread_env(p)}
         with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
             out = os.path.join(tmp, "result.json")
+            child = trial_child(p, choices, self.facts, tmp)
             proc = subprocess.Popen([sys.executable, "-m", "parinfo.tuning.worker", json.dumps(job), out],
-                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    env=child.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT)
             assert proc.stdout is not None
             tail = OutputTail(proc.stdout)
@@ -112,7 +184,7 @@ class WorkerMeasurer(Measurer):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-                raise TuneError(f"point {p.intra} intra-op x {p.inter} inter-op ran longer than "
+                raise TuneError(f"point {point_label(p)} ran longer than "
                                 f"{s.timeout:g} s (raise --timeout, or lower --repeats/--min-time)") from None
             output = tail.text()
             try:
@@ -120,33 +192,45 @@ class WorkerMeasurer(Measurer):
                     result = json.load(fh)
             except (OSError, ValueError):
                 result = None
+            report = hook_report(tmp, proc.pid, child)
         if result is None:
-            raise WorkloadFailed(f"the worker for {p.intra} intra-op x {p.inter} inter-op "
-                                 f"{ended(proc.returncode)} before reporting",
+            raise WorkloadFailed(f"the worker for {point_label(p)} {ended(proc.returncode)} before reporting",
                                  exit_code=exit_status(proc.returncode) or 1, output=output)
         if result.get("error") == "usage":
             raise TuneError(result["text"])
         if result.get("error") == "user":
             raise WorkloadFailed(result.get("summary") or RAISED, exit_code=1, output=result["text"])
-        self.in_force[p] = result.get("in_force")
-        return Stats(tuple(result["samples"]), result["number"])
+        seen = result.get("in_force")
+        if isinstance(seen, dict) and report and "preloaded" in report:
+            seen["preloaded"] = report["preloaded"]
+        return Stats(tuple(result["samples"]), result["number"]), seen
 
 
 class CommandMeasurer(Measurer):
-    """A command timed as a whole process; ``inter`` copies run at once for throughput."""
+    """A command timed as a whole process, launched as ``parinfo apply`` launches it; ``inter`` copies
+    run at once for throughput."""
 
     def _argv(self) -> list[str]:
         assert isinstance(self.workload, Command)
         return list(self.workload.command)
 
-    def _run_once(self, p: Point) -> float:
-        env = {**os.environ, **thread_env(p)}
+    def _run_once(self, p: Point, choices: Mapping[str, str]) -> tuple[float, Any]:
+        with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
+            child = trial_child(p, choices, self.facts, tmp)
+            elapsed, pid = self._time(p, child)
+            report = hook_report(tmp, pid, child)
+        seen: dict[str, Any] = {"env": {k: v for k, v in child.env.items() if os.environ.get(k) != v
+                                        and not k.startswith("_")}}
+        seen.update(report if report is not None else {"verified": NO_REPORT})
+        return elapsed, seen
+
+    def _time(self, p: Point, child: ChildEnv) -> tuple[float, int]:
         n = self.concurrency(p)
         t0 = time.perf_counter()
         procs = []
         try:
             for _ in range(n):
-                procs.append(subprocess.Popen(self._argv(), env=env, stdin=subprocess.DEVNULL,
+                procs.append(subprocess.Popen(self._argv(), env=child.env, stdin=subprocess.DEVNULL,
                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
         except OSError as exc:
             for q in procs:
@@ -164,28 +248,27 @@ class CommandMeasurer(Measurer):
                     q.kill()
                     q.wait()
                 raise TuneError(f"the command ran longer than {self.settings.timeout:g} s at "
-                                f"{p.intra} intra-op x {p.inter} inter-op (raise --timeout)") from None
+                                f"{point_label(p)} (raise --timeout)") from None
         elapsed = time.perf_counter() - t0
         for code, tail in zip(codes, tails, strict=False):
             if code != 0:
                 raise WorkloadFailed(
-                    f"the command {ended(code)} at {p.intra} intra-op x {p.inter} inter-op; "
+                    f"the command {ended(code)} at {point_label(p)}; "
                     f"the sweep stopped (its output is above)", exit_code=exit_status(code), output=tail.text())
-        return elapsed / n
+        return elapsed / n, procs[0].pid
 
-    def __call__(self, p: Point) -> Stats:
+    def trial(self, p: Point, choices: Mapping[str, str]) -> tuple[Stats, Any]:
         for _ in range(max(1, self.settings.warmup)):
-            self._run_once(p)
-        samples = tuple(self._run_once(p) for _ in range(self.settings.repeats))
-        self.in_force[p] = {"env": thread_env(p)}
-        return Stats(samples, 1)
+            self._run_once(p, choices)
+        runs = [self._run_once(p, choices) for _ in range(self.settings.repeats)]
+        return Stats(tuple(t for t, _ in runs), 1), runs[-1][1]
 
 
 class InProcessMeasurer(Measurer):
     """This process: counts set through the runtime, threadpoolctl and torch's setters."""
 
-    def __init__(self, workload: Workload, settings: Settings, concurrent: bool) -> None:
-        super().__init__(workload, settings, concurrent)
+    def __init__(self, workload: Workload, settings: Settings, concurrent: bool, facts: MachineFacts) -> None:
+        super().__init__(workload, settings, concurrent, facts)
         from parinfo.tuning.usercode import UserCodeError, WorkloadUsageError
 
         try:
@@ -215,7 +298,9 @@ class InProcessMeasurer(Measurer):
         if self._saved_torch is not None:
             setter.torch_intra(self._saved_torch)
 
-    def __call__(self, p: Point) -> Stats:
+    def trial(self, p: Point, choices: Mapping[str, str]) -> tuple[Stats, Any]:
+        if choices:  # refused when the options are checked: a library is preloaded at process start
+            raise TuneError("in-process trials cannot preload an allocator or an OpenMP runtime")
         from parinfo.tuning.timing import time_calls
         from parinfo.tuning.usercode import UserCodeError
 
@@ -243,8 +328,7 @@ class InProcessMeasurer(Measurer):
         torch_now = setter.torch_intra_now() if torch else None
         if torch_now is not None:
             in_force["torch"] = {"intra_op": torch_now}
-        self.in_force[p] = in_force
-        return Stats(tuple(samples), number)
+        return Stats(tuple(samples), number), in_force
 
 
 MEASURERS: dict[str, type[Measurer]] = {"subprocess": WorkerMeasurer, "command": CommandMeasurer,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.checks import shown
 from parinfo.errors import UsageError
 from parinfo.record import record
-from parinfo.tuning import search, workloads
+from parinfo.tuning import choices, search, workloads
 from parinfo.tuning.checks import check_int
 from parinfo.tuning.measure import Settings
 from parinfo.tuning.workloads import Workload
@@ -51,6 +51,8 @@ class TuneOptions:
     confirm: bool = True
     margin: float = search.DEFAULT_MARGIN
     check_noise: bool = True
+    allocator: str | Sequence[str] | None = None  # choices to measure at the best counts: "default,jemalloc"
+    openmp: str | Sequence[str] | None = None  # likewise: "default,intel"
 
 
 @record(frozen=True)
@@ -67,6 +69,7 @@ class Plan:
     inter: tuple[int, int]
     max_product: int  # the most threads one point may use (inter x intra)
     usable_cpus: int
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (allocator|openmp, words with default first)
 
     def candidate_count(self) -> int:
         """How many points the search could measure."""
@@ -143,4 +146,14 @@ def resolve(o: TuneOptions, facts: MachineFacts) -> Plan:
         raise UsageError("--in-process cannot vary the inter-op count: it is set once per process; drop "
                          "--in-process, or --min-inter/--max-inter")
     return Plan(options=o, workload=w, settings=settings, mode=mode, pairs=pairs, concurrent=concurrent,
-                intra=intra, inter=inter, max_product=intra[1], usable_cpus=facts.usable_cpus)
+                intra=intra, inter=inter, max_product=intra[1], usable_cpus=facts.usable_cpus,
+                choices=_choices(o, mode))
+
+
+def _choices(o: TuneOptions, mode: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The allocator and OpenMP runtime choices to measure, checked (known, installed)."""
+    asked = [(key, given) for key, given in (("allocator", o.allocator), ("openmp", o.openmp)) if given is not None]
+    if asked and mode == "in-process":
+        raise UsageError(f"{choices.OPTIONS[asked[0][0]]} needs trials in fresh processes: a library is preloaded "
+                         f"when a process starts; drop --in-process")
+    return tuple((key, choices.check(key, given)) for key, given in asked)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.record import record
+from parinfo.tuning.choices import ChoiceSearch
 from parinfo.tuning.measure import Settings
 from parinfo.tuning.search import Point, SearchResult, Stats
 from parinfo.tuning.workloads import Workload
@@ -73,6 +74,7 @@ class TuneOutcome:
     in_force: dict[Point, Any] = field(default_factory=dict)
     noise: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # counts asked for but not in force
+    choices: list[ChoiceSearch] = field(default_factory=list)  # allocator / OpenMP runtime trials at the best counts
     started: str = ""
     total_time_s: float = 0.0
 
@@ -115,6 +117,10 @@ class TuneOutcome:
         """The winning counts as profile keys. Without pairs requests come one at a time, so inter-op
         is 1: nothing for a second inter-op thread to run (as the shipped latency profile has it)."""
         return {"intra_op": self.best.intra, "inter_op": self.best.inter if self.pairs else 1}
+
+    def preloads(self) -> dict[str, str]:
+        """The ``allocator``/``openmp`` keys to write: the choices that beat the default beyond the noise."""
+        return {cs.key: cs.kept for cs in self.choices if cs.written}
 
     def skipped_summary(self) -> str:
         """One line naming the skipped points compactly."""

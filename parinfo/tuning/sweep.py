@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from parinfo.tuning import search
+from parinfo.tuning import choices, search
+from parinfo.tuning.choices import ChoiceSearch
 from parinfo.tuning.measure import MEASURERS, Measurer, WorkloadFailed, noise_check
 from parinfo.tuning.options import OBJECTIVES, Plan, TuneOptions, resolve
 from parinfo.tuning.outcome import NOISY_SPREAD, MachineSummary
@@ -36,7 +37,8 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
          min_inter: int = 1, max_inter: int | None = None, repeats: int = 5, warmup: int = 1,
          min_time: float = 0.05, timeout: float = 600.0, in_process: bool = False,
          exhaustive: bool = False, confirm: bool = True, margin: float = search.DEFAULT_MARGIN,
-         check_noise: bool = True,
+         check_noise: bool = True, allocator: str | Sequence[str] | None = None,
+         openmp: str | Sequence[str] | None = None,
          progress: Progress | None = None, facts: MachineFacts | None = None) -> TuneResult:
     """Measure the workload at several thread counts and return the curve and the winner.
 
@@ -49,13 +51,16 @@ def tune(workload: str | None = None, *, objective: str = "latency", framework: 
     inter-op tasks (the ensemble, user code with torch); throughput sweeps inter x intra pairs whose
     product fits ``max_threads`` (default usable CPUs), with ``inter`` concurrent requests. Raises
     UsageError/TuneError for bad input and WorkloadFailed when the workload itself fails.
+    ``allocator`` / ``openmp`` ("default,jemalloc" or a list of words) measure those preloaded
+    libraries at the best counts (:mod:`parinfo.tuning.choices`); the result keeps a choice only when
+    it beats ``default`` beyond the noise.
     """
     options = TuneOptions(workload=workload, objective=objective, framework=framework, size=size, stmt=stmt,
                           setup=setup, module=module, command=command, min_threads=min_threads,
                           max_threads=max_threads, min_inter=min_inter, max_inter=max_inter,
                           repeats=repeats, warmup=warmup, min_time=min_time, timeout=timeout,
                           in_process=in_process, exhaustive=exhaustive, confirm=confirm, margin=margin,
-                          check_noise=check_noise)
+                          check_noise=check_noise, allocator=allocator, openmp=openmp)
     return run(options, progress=progress, facts=facts)
 
 
@@ -67,23 +72,27 @@ def run(options: TuneOptions, *, progress: Progress | None = None, facts: Machin
 
         facts = machine_facts()
     plan = resolve(options, facts)
-    measurer = MEASURERS[plan.mode](plan.workload, plan.settings, plan.concurrent)
+    measurer = MEASURERS[plan.mode](plan.workload, plan.settings, plan.concurrent, facts)
     noise = noise_check(plan.usable_cpus) if options.check_noise else []
     started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if progress:
         progress("start", {"candidates": plan.candidate_count(), "workload": plan.workload.describe()})
     try:
         result = _search(plan, _reporting(measurer, plan.pairs, progress))
+        picked = _choose(plan, result, measurer, progress)
     finally:
         measurer.restore()
     if progress:
         progress("done", {})
     noise += _noise_notes(result, plan)
-    notes = [n for p in sorted(result.stats) for n in _not_in_force(p, measurer.in_force.get(p), plan.pairs)]
+    notes = [n for p in sorted(result.stats) for n in _not_in_force(p, measurer.in_force.get(p), plan)]
+    notes += [n for cs in picked for w, seen in cs.in_force.items()
+              for n in _not_in_force(cs.point, seen, plan, f"{cs.key} {w}")]
     return TuneResult(spec=plan.workload, workload=plan.workload.describe(), objective=options.objective,
                       mode=plan.mode, pairs=plan.pairs, concurrent=plan.concurrent,
                       machine=MachineSummary.of(facts), search=result, settings=plan.settings,
-                      in_force=dict(measurer.in_force), noise=noise, notes=notes, started=started,
+                      in_force=dict(measurer.in_force), noise=noise, notes=list(dict.fromkeys(notes)),
+                      choices=picked, started=started,
                       total_time_s=time.perf_counter() - t_start)
 
 
@@ -116,6 +125,20 @@ def _search(plan: Plan, measure: Callable[[Point], Stats]) -> SearchResult:
                                 exhaustive=o.exhaustive, confirm_close=o.confirm)
 
 
+def _choose(plan: Plan, result: SearchResult, measurer: Measurer, progress: Progress | None) -> list[ChoiceSearch]:
+    """Measure the allocator and OpenMP runtime choices asked for at the best counts, one key at a time."""
+    out: list[ChoiceSearch] = []
+    fixed: dict[str, str] = {}
+    assert result.best is not None
+    say = (lambda label: progress("measuring", {"point": result.best, "label": label})) if progress else None
+    for key, words in plan.choices:
+        cs = choices.measure(key, words, result.best, fixed, measurer.trial, margin=plan.options.margin,
+                             progress=say)
+        out.append(cs)
+        fixed[key] = cs.kept
+    return out
+
+
 def _noise_notes(result: SearchResult, plan: Plan) -> list[str]:
     """Noisy points, and the points too close to the best to tell apart."""
     pairs = plan.pairs
@@ -132,18 +155,29 @@ def _noise_notes(result: SearchResult, plan: Plan) -> list[str]:
     return notes
 
 
-def _not_in_force(p: Point, seen: Any, pairs: bool) -> list[str]:
-    """Say where a library ran another intra-op count than the point asked for."""
+def _not_in_force(p: Point, seen: Any, plan: Plan, what: str = "") -> list[str]:
+    """Say where a library ran other counts than the point asked for (the inter-op count too when the
+    point's inter-op is the workload's pool), where a preloaded library was not mapped, and where
+    nothing could be read back. ``what`` names a choice trial."""
     if not isinstance(seen, dict):
         return []
+    inter = plan.pairs and not plan.concurrent
+    at = p.label(plan.pairs) + (f" with {what}" if what else "")
     out = []
     for lib, counts in seen.items():
-        if isinstance(counts, dict):
-            counts = [counts.get("intra_op")]
-        if not isinstance(counts, list):
+        if lib in ("env", "preloaded", "verified"):
             continue
-        wrong = sorted({c for c in counts if isinstance(c, int) and c != p.intra})
-        if wrong:
-            out.append(f"{p.label(pairs)}: {lib} ran {', '.join(map(str, wrong))} threads, not {p.intra} "
-                       f"(the library capped or ignored the count; this point measured that)")
+        wanted = [("intra_op", p.intra)] + ([("inter_op", p.inter)] if inter else [])
+        for key, want in wanted:
+            got = counts.get(key) if isinstance(counts, dict) else (counts if key == "intra_op" else None)
+            values = got if isinstance(got, list) else [got]
+            wrong = sorted({c for c in values if isinstance(c, int) and not isinstance(c, bool) and c != want})
+            if wrong:
+                pool = "" if key == "intra_op" else " inter-op"
+                out.append(f"{at}: {lib} ran {', '.join(map(str, wrong))}{pool} threads, not {want} "
+                           f"(the library capped or ignored the count; this point measured that)")
+    for path in choices.not_mapped(seen):
+        out.append(f"{at}: not in force: {path} was preloaded but not mapped in the process")
+    if isinstance(seen.get("verified"), str):
+        out.append(f"counts and preloads of the command not verified: {seen['verified']}")
     return out

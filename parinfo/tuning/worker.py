@@ -1,9 +1,9 @@
 """One measured point in a fresh process: ``python -m parinfo.tuning.worker JOB_JSON RESULT_PATH``.
 
-The parent sets the thread variables in this process's environment before it starts, so every
-library reads its count at load time as it would in production. torch gets its counts through its
-setters before the workload is built. The result (or the user's error) goes to RESULT_PATH as JSON so
-whatever the workload prints cannot garble it.
+The parent launches it as ``parinfo apply`` launches a program (parinfo.tuning.measure.trial_child):
+the thread variables are in its environment, so every library reads its count at load time as it
+would in production, and the start-up hook sets torch's counts when torch is imported. The result
+(or the user's error) goes to RESULT_PATH as JSON so whatever the workload prints cannot garble it.
 
 Exit codes: 0 measured; 1 the user's code raised (traceback in the result); 2 bad workload request.
 """
@@ -45,11 +45,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     workload = from_dict(job["spec"])
     fw = workload.framework
     if fw == "torch":
-        import torch
-
-        from parinfo.process import setter
-
-        setter.set_torch(intra=job["intra"], inter=job["inter"], torch=torch, inter_if_changed=False)
+        import torch  # noqa: F401 - the start-up hook sets its counts as the import finishes
     try:
         fn = workload.build()
         samples, number = time_calls(fn, concurrency=job["concurrency"], warmup=job["warmup"],

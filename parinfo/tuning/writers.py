@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.checks import shown
 from parinfo.errors import UsageError
+from parinfo.tuning.choices import TITLES
 
 if TYPE_CHECKING:  # pragma: no cover
     from parinfo.tuning.outcome import TuneOutcome
@@ -47,6 +48,7 @@ def to_json(r: TuneOutcome) -> dict[str, Any]:
         "skipped": [{**_point(r, p), "reason": why} for p, why in r.skipped],
         "noise": list(r.noise),
         "notes": list(r.notes),
+        "choices": [cs.to_dict() for cs in r.choices],
         "started": r.started,
         "total_time_s": r.total_time_s,
     }
@@ -70,6 +72,12 @@ def _comments(r: TuneOutcome) -> list[str]:
         mark = "  <- chosen" if p == r.best else ""
         lines.append(f"#   {r.label(p):>7}: {s.median * 1e3:.4g} ms ({s.spread:.0%}){mark}")
     lines.append(f"# Skipped: {r.skipped_summary()}")
+    for cs in r.choices:
+        with_ = "".join(f", {k} {v}" for k, v in cs.fixed.items())
+        lines.append(f"# {TITLES[cs.key]} at {r.label(cs.point)}{with_} ({r.unit}, median and relative spread, "
+                     f"{len(next(iter(cs.stats.values())).samples)} samples each):")
+        lines += [f"#   {w:>9}: {s.median * 1e3:.4g} ms ({s.spread:.0%})" for w, s in cs.stats.items()]
+        lines.append(f"#   {cs.why}")
     lines += [f"# Noise: {note}" for note in r.noise]
     lines += [f"# Note: {note}" for note in r.notes]
     if not r.pairs:
@@ -110,7 +118,7 @@ def profile_yaml(r: TuneOutcome, name: str | None = None) -> str:
         check_name(name)
 
     body: dict[str, Any] = {"version": 1, "name": name or f"tuned-{r.spec.kind}",
-                            "description": _description(r), **r.counts()}
+                            "description": _description(r), **r.counts(), **r.preloads()}
     if r.spec.framework == "torch":
         body["libraries"] = {"torch": r.best.intra}
     # a command's argument may hold a line break: keep every comment on one line

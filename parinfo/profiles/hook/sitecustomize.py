@@ -17,7 +17,11 @@ the hook only chains. torch's counts are set through parinfo's one setting modul
 (parinfo/process/setter.py); both are loaded by path and import the standard library only.
 Checks: right after torch's import (torch's counts), and at exit (a watched variable the program
 changed, parinfo's runtime counts when it was used); the verify variable set to ``full`` adds the
-native pools (threadpoolctl) at exit, ``off`` turns checking off.
+native pools (threadpoolctl) at exit, ``off`` turns checking off. When the private variable
+``_PARINFO_HOOK_REPORT`` names a folder (``parinfo tune`` sets it for each trial), the hook also
+writes there at exit, as ``PID.json``, what it reads back: torch's counts (when torch was imported),
+parinfo's runtime counts (when the program used the runtime), and for each file the launch preloaded
+(PARINFO_PRELOAD) whether the process has it mapped (/proc/self/maps).
 
 Its type hints are quoted and its typing names imported for type checkers only: every launched
 program runs this file, so it neither imports typing nor needs a recent interpreter to do so.
@@ -32,6 +36,9 @@ if TYPE_CHECKING:
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SPEC_VAR = "_PARINFO_HOOK"
+_REPORT_VAR = "_PARINFO_HOOK_REPORT"
+_PRELOAD_MARK = "PARINFO_PRELOAD"
+_MAX_MAPS_BYTES = 16 << 20  # /proc/self/maps read for the report
 
 
 def _say(text: "str") -> "None":
@@ -202,6 +209,58 @@ class _ExitCheck:
                         expected[0], expected[1], _profile()))
 
 
+def _mapped(preloaded: "list[str]") -> "dict[str, bool | None]":
+    """For each preloaded file, whether this process has it mapped (None: unknown)."""
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            text = fh.read(_MAX_MAPS_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return dict.fromkeys(preloaded)
+    files = set()
+    for line in text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            files.add(fields[5])
+    real = set(os.path.realpath(f) for f in files)
+    return {p: os.path.realpath(p) in real for p in preloaded}
+
+
+class _Report:
+    """At exit, what is in force in this process, written as ``FOLDER/PID.json`` for the launcher."""
+
+    def __init__(self, folder: "str", facts: "_Facts") -> "None":
+        self.folder, self.facts = folder, facts
+
+    def __call__(self) -> "None":
+        try:
+            self._write()
+        except Exception as exc:
+            _say("could not write the report of the counts in force (%s: %s)" % (type(exc).__name__, exc))
+
+    def _write(self) -> "None":
+        import json
+
+        report = {}  # type: dict[str, object]
+        rec = self.facts.torch
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, rec.getter):
+            intra, inter = _setter().torch_counts(_setter().ByName(
+                "torch", rec.setter, rec.getter, rec.interop_setter, rec.interop_getter))
+            report["torch"] = {"intra_op": intra, "inter_op": inter}
+        state = sys.modules.get("parinfo.runtime.state")
+        runtime = getattr(state, "RUNTIME", None)
+        if runtime is not None:
+            data = runtime.info()
+            report["parinfo"] = {k: (data.get(k) or {}).get("count") for k in ("intra_op", "inter_op")}
+        preloaded = [p for p in os.environ.get(_PRELOAD_MARK, "").split(":") if p][:64]
+        if preloaded:
+            report["preloaded"] = _mapped(preloaded)
+        path = os.path.join(self.folder, "%d.json" % os.getpid())
+        with open(path + ".part", "w") as fh:
+            json.dump(report, fh)
+        os.replace(path + ".part", path)
+
+
 def _install(spec: "str") -> "None":
     facts = _parse(spec)
     if facts is None:
@@ -214,10 +273,14 @@ def _install(spec: "str") -> "None":
             _set_torch(torch, facts.intra, facts.inter, facts.torch)
         else:
             _watch().watch("torch", lambda mod: _set_torch(mod, facts.intra, facts.inter, facts.torch))
-    if verify not in ("off", "0", "no", "false"):
+    report = os.environ.get(_REPORT_VAR)
+    if verify not in ("off", "0", "no", "false") or report:
         import atexit
 
-        atexit.register(_ExitCheck(facts, full=verify == "full"))
+        if verify not in ("off", "0", "no", "false"):
+            atexit.register(_ExitCheck(facts, full=verify == "full"))
+        if report:
+            atexit.register(_Report(report, facts))
 
 
 def _chain() -> "None":
