@@ -150,9 +150,8 @@ def parinfo_plan(path: str) -> list[tuple[str, str, str]]:
     return [(p.key, p.choice, os.path.realpath(p.path)) for p in plan.preload if p.path]
 
 
-def make_arms(tmp: str, files: Files, log: str) -> list[Arm]:
+def make_arms(tmp: str, files: Files, profile: str, log: str) -> list[Arm]:
     env = clean_env()
-    profile = write_profile(tmp, files)
     run_cpu_env = {**env, "VIRTUAL_ENV": run_cpu_prefix(tmp, files)}
 
     def popen(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -185,16 +184,25 @@ def _listing(folder: str, prefix: str) -> list[str]:
                   and not n.endswith(".tmp"))
 
 
+def _ours(pid: int, folder: str) -> bool:
+    """Whether ``pid`` is still an instance of this run (its command line names the run's folder)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return folder.encode() in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def _stop(procs: list[subprocess.Popen], folder: str) -> None:
-    """Stop what this run started: the launchers, then any instance that wrote its ready file."""
+    """Stop what a failed run started: the launchers (each in its own session), then any instance
+    that wrote its ready file and still runs."""
     for proc in procs:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
     for path in _listing(folder, "ready-"):
-        try:
-            os.kill(int(path.rsplit("-", 1)[1]), signal.SIGTERM)
-        except (OSError, ValueError):
-            pass
+        pid = int(path.rsplit("-", 1)[1])
+        if _ours(pid, folder):
+            os.kill(pid, signal.SIGTERM)
     for proc in procs:
         try:
             proc.wait(10)
@@ -211,6 +219,7 @@ def _tail(log: str, lines: int = 15) -> str:
 def run_once(arm: Arm, server_args: list[str], seconds: float, tmp: str, log: str) -> list[dict]:
     folder = tempfile.mkdtemp(prefix=f"{arm.name}-", dir=tmp)
     procs = arm.start([SERVER, folder, *server_args], arm.env)
+    done = False
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while len(_listing(folder, "ready-")) < INSTANCES:
@@ -222,7 +231,11 @@ def run_once(arm: Arm, server_args: list[str], seconds: float, tmp: str, log: st
             json.dump({"start": time.time() + 0.1}, fh)
         os.replace(os.path.join(folder, "go.tmp"), os.path.join(folder, "go"))
         for proc in procs:
-            proc.wait(seconds + 120)
+            try:
+                proc.wait(seconds + 120)
+            except subprocess.TimeoutExpired:
+                raise BenchError(f"{arm.name}: still running {seconds + 120:.0f} s after the start; the "
+                                 f"launcher's output ends:\n{_tail(log)}") from None
         codes = [p.returncode for p in procs]
         results = _listing(folder, "result-")
         if any(codes) or len(results) != INSTANCES:
@@ -232,9 +245,11 @@ def run_once(arm: Arm, server_args: list[str], seconds: float, tmp: str, log: st
         for path in results:
             with open(path, encoding="utf-8") as fh:
                 out.append(json.load(fh))
+        done = True
         return out
     finally:
-        _stop(procs, folder)
+        if not done:
+            _stop(procs, folder)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,9 +355,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-launch-") as tmp:
         log = os.path.join(tmp, "launchers.log")
         open(log, "w").close()
-        arms = make_arms(tmp, files, log)
+        profile = write_profile(tmp, files)
+        arms = make_arms(tmp, files, profile, log)
         prefix = arms[1].env["VIRTUAL_ENV"]
-        for key, choice, path in parinfo_plan(write_profile(tmp, files)):
+        for key, choice, path in parinfo_plan(profile):
             print(f"parinfo preloads {key} {choice}: {path}")
         print(f"run_cpu preloads through VIRTUAL_ENV={prefix}: " + ", ".join(
             f"lib/{n} -> {os.path.realpath(os.path.join(prefix, 'lib', n))}" for n in sorted(os.listdir(

@@ -123,3 +123,35 @@ def test_smallest_run_prints_each_arm_and_verifies_what_it_held(tmp_path: Path) 
         assert not any("KMP_AFFINITY" in f["env"] for f in arms["parinfo"]["facts"])
     assert sorted(f["env"]["PARINFO_INSTANCE"] for f in arms["parinfo"]["facts"]) == ["0", "1"]
     assert report["parinfo_over_run_cpu"] == pytest.approx(arms["parinfo"]["rates"][0] / arms["run_cpu"]["rates"][0])
+
+
+FAKE_SERVER = """
+import os, sys, time
+folder = sys.argv[1]
+if os.environ.get("FAKE_MODE") == "early":
+    sys.exit("fake server: no model here")
+open(os.path.join(folder, f"ready-{os.getpid()}"), "w").close()
+while not os.path.exists(os.path.join(folder, "go")):
+    time.sleep(0.01)
+print("fake server: failing after the go", file=sys.stderr)
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize(("mode", "message"), [
+    ("early", r"plain: 0 of 2 instances became ready; the launcher's output ends:\n(.|\n)*no model here"),
+    ("late", r"plain: exit codes \[3, 3\], 0 of 2 results(.|\n)*failing after the go"),
+])
+def test_a_failing_instance_stops_the_bench_with_its_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            mode: str, message: str) -> None:
+    launch = _bench_module()
+    server = tmp_path / "fake_server.py"
+    server.write_text(FAKE_SERVER)
+    monkeypatch.setattr(launch, "SERVER", str(server))
+    log = tmp_path / "launchers.log"
+    log.write_text("")
+    files = launch.Files("/opt/lib/libjemalloc.so.2", None)
+    plain = next(a for a in launch.make_arms(str(tmp_path), files, "unused.yaml", str(log)) if a.name == "plain")
+    plain.env["FAKE_MODE"] = mode
+    with pytest.raises(launch.BenchError, match=message):
+        launch.run_once(plain, [], 0.1, str(tmp_path), str(log))
