@@ -138,16 +138,16 @@ class OpenMPRuntime:
                 "binding would confine its main thread to the first one")
 
 
-# jemalloc: the settings torch's run_cpu and Intel's launcher give it (docs/launch.md says why).
-_JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:9000000000," \
-                 "muzzy_decay_ms:9000000000"
+# jemalloc: the settings torch's run_cpu gives it (docs/launch.md says why, and what Intel's launcher adds).
+_JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
 
 #: Every allocator, in the order ``allocator: auto`` prefers them (the C library's last).
 ALLOCATORS: tuple[Allocator, ...] = (
     Allocator("jemalloc", "jemalloc", ("libjemalloc",), ("libjemalloc.so.2", "libjemalloc.so"),
               conf_var="MALLOC_CONF", server_conf=_JEMALLOC_CONF,
-              server_why="as torch's run_cpu: large tensors in the ordinary arenas, freed pages kept for reuse, "
-                         "purging in a background thread, off the request path",
+              server_why="as torch's run_cpu: large tensors in the ordinary arenas, transparent huge pages for "
+                         "jemalloc's metadata where the kernel allows, purging in a background thread, off the "
+                         "request path",
               install="apt-get install libjemalloc2 (Debian, Ubuntu), dnf install jemalloc, or conda install "
                       "jemalloc",
               auto_why="ranks first: the launchers' tuned settings come with it and show in the report"),
