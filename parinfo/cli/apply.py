@@ -19,12 +19,16 @@ def apply_cmd(a: ApplyArgs) -> int:
         raise UsageError("--json and --export cannot be used together (pick one output format)")
     if a.instances is not None and a.instances < 1:
         raise UsageError(f"--instances {a.instances}: must be 1 or more")
+    if not a.command and (a.instance_index is not None or a.log_dir is not None or a.check):
+        raise UsageError("--instance-index, --log-dir and --check apply to a launch: give the command after --, "
+                         f"e.g. parinfo apply {a.profile} --check -- python serve.py")
     if a.command:
         if a.json_out or a.export:
             raise UsageError("--json and --export print the plan; they cannot be used with a command")
         from parinfo.cli.launch import launch
 
-        return launch(a.profile, a.command, force=a.force, instances=a.instances)
+        return launch(a.profile, a.command, force=a.force, instances=a.instances, instance_index=a.instance_index,
+                      log_dir=a.log_dir, check=a.check)
     plan = resolve_profile(a.profile, instances=a.instances)
     if a.json_out:
         import json

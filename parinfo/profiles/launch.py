@@ -5,8 +5,9 @@ affinity is applied, and the command replaces this process (exec), so its exit c
 no relaying. Instances (N pinned children, each with its own counts) are run by
 :mod:`parinfo.profiles.instances`.
 
-This module is on the start-up path of ``parinfo apply P -- CMD``: it imports only os, sys and
-signal at module level; subprocess and selectors are loaded for instances only.
+This module is on the start-up path of ``parinfo apply P -- CMD``: it imports only os, sys, signal
+and contextlib at module level (and parinfo's own small modules); subprocess, selectors and ctypes
+(for the memory policy) are loaded when needed.
 """
 from __future__ import annotations
 
@@ -14,24 +15,30 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from parinfo.errors import UsageError
 from parinfo.profiles.child import ChildEnv, Relay, check_cpus, child_environ, exit_status, not_started, spawn
 from parinfo.profiles.instances import run_instances
+from parinfo.profiles.memory import binding
 
 if TYPE_CHECKING:  # pragma: no cover
+    from parinfo.profiles.memory import Binding
     from parinfo.profiles.plan import Plan
 
 
-def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace: bool = True) -> int:
+def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace: bool = True,
+             instance_index: int | None = None, log_dir: str | None = None, check: bool = False) -> int:
     """Run ``command`` (no shell) with ``plan`` in force; return the exit code to exit with.
 
     One process with ``replace`` (the default, what ``parinfo apply P -- CMD`` does): this process
     becomes the command (exec), so the return happens only when it cannot start: 127 when the
     command is not found, 126 when it cannot be executed. With ``replace=False`` the command runs
     as a child; signals sent to this process are relayed and its exit status is returned.
-    With ``plan.instances``: see :func:`run_instances`.
+    With ``plan.instances``: see :func:`run_instances` (``log_dir``, ``check``), or, with
+    ``instance_index`` K, instance K alone, started as one process is (for a scheduler that starts
+    each instance itself).
     """
     command = list(command)
     if not command:
@@ -39,19 +46,60 @@ def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace
     if not command[0] or "\0" in "".join(command):
         raise UsageError("the command after -- has an empty name or a NUL character: give a program to run, "
                          "e.g. parinfo apply latency -- python train.py")
+    if (instance_index is not None or not plan.instances) and (log_dir is not None or check):
+        what = ("--instance-index starts one instance in place of parinfo" if plan.instances
+                else "one program replaces parinfo when it starts")
+        raise UsageError(f"--log-dir and --check apply to instances that parinfo starts and watches; {what}: "
+                         "redirect its output yourself, and run parinfo show --check inside it")
+    if instance_index is not None:
+        return _one_instance(plan, command, instance_index, force=force, replace=replace)
     if plan.instances:
-        return run_instances(plan, command, force=force)
+        return run_instances(plan, command, force=force, log_dir=log_dir, check=check)
     child = child_environ(plan, os.environ, force=force)
     if child.cpus is not None:
         check_cpus(child.cpus, f"profile {plan.name}'s affinity")
     for line in child.messages(plan.name):
         print(line, file=sys.stderr)
+    bind = binding(plan.memory, plan.memory_nodes, f"profile {plan.name}'s program")
     if replace:
-        return _exec(command, child)
-    return _run_child(command, child)
+        return _exec(command, child, bind)
+    return _run_child(command, child, bind)
 
 
-def _exec(command: list[str], child: ChildEnv) -> int:
+def _one_instance(plan: Plan, command: list[str], index: int, *, force: bool, replace: bool) -> int:
+    """Instance ``index`` of the plan's layout alone, with its CPUs, counts, memory and
+    PARINFO_INSTANCE, as :func:`run_plan` runs one process."""
+    n = len(plan.instances)
+    if not plan.instances:
+        raise UsageError(f"--instance-index {index}: profile {plan.name} runs one process, not instances "
+                         "(give the profile an 'instances' key, or add --instances N)")
+    if not 0 <= index < n:
+        raise UsageError(f"--instance-index {index}: profile {plan.name} lays out {n} instance(s) here, "
+                         f"numbered 0-{n - 1}")
+    inst = plan.instances[index]
+    child = child_environ(plan, os.environ, force=force, instance=inst, instances=n)
+    if child.cpus is not None:
+        check_cpus(child.cpus, f"instance {index} of profile {plan.name}")
+    for line in child.messages(plan.name):
+        print(line, file=sys.stderr)
+    bind = binding(plan.memory, inst.nodes, f"instance {index}")
+    if replace:
+        return _exec(command, child, bind)
+    return _run_child(command, child, bind)
+
+
+def _held(bind: Binding | None, command: list[str]) -> AbstractContextManager[tuple[list[str], str | None]]:
+    return bind.held(command) if bind is not None else nullcontext((command, None))
+
+
+def _exec(command: list[str], child: ChildEnv, bind: Binding | None) -> int:
+    with _held(bind, command) as (argv, note):
+        if note:
+            print(note, file=sys.stderr)
+        return _exec_now(argv, child)
+
+
+def _exec_now(command: list[str], child: ChildEnv) -> int:
     before = os.sched_getaffinity(0)
     if child.cpus is not None:
         os.sched_setaffinity(0, child.cpus)
@@ -80,9 +128,12 @@ def _terminal_already_signals_child() -> bool:
         return False
 
 
-def _run_child(command: list[str], child: ChildEnv) -> int:
+def _run_child(command: list[str], child: ChildEnv, bind: Binding | None) -> int:
     try:
-        proc = spawn(command, child)
+        with _held(bind, command) as (argv, note):
+            if note:
+                print(note, file=sys.stderr)
+            proc = spawn(argv, child)
     except OSError as exc:
         return not_started(command, exc)
     from_terminal = _terminal_already_signals_child()
