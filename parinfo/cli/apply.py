@@ -67,6 +67,9 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
                               f"parinfo apply {name} -- COMMAND"))
     if len(plan.instances) > 1:
         lines.append(_comment(f"{len(plan.instances)} instances: launch them with parinfo apply {name} -- COMMAND"))
+    if plan.memory != "none":
+        lines.append(_comment(f"memory {plan.memory}: no variable sets it; parinfo apply {name} -- COMMAND does "
+                              "(or parinfo.apply(), for the calling thread)"))
     lines.append(_comment(f"inter-op counts without a variable (torch) are set only by parinfo apply {name} -- "
                           f"COMMAND or parinfo.apply()"))
     return "\n".join(lines) + "\n"
@@ -114,9 +117,14 @@ def _print_plan(plan: Plan, given: str) -> None:
     else:
         affinity = "per instance" if len(plan.instances) > 1 else "inherited"
     table.add_row("affinity", affinity, escape(plan.affinity_why))
+    memory = plan.memory
+    if plan.memory_nodes:
+        memory += f" {format_cpu_list(plan.memory_nodes)}"
+    table.add_row("memory", memory, escape(plan.memory_why))
     for inst in plan.instances:
+        nodes = f", NUMA node {format_cpu_list(inst.nodes)}" if inst.nodes else ""
         table.add_row(f"instance {inst.index}", format_cpu_list(inst.cpus),
-                      f"intra_op {inst.intra_op}, inter_op {inst.inter_op}")
+                      f"intra_op {inst.intra_op}, inter_op {inst.inter_op}{nodes}")
     console.print(table)
     for note in plan.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)

@@ -20,8 +20,10 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from parinfo.convert import dump, load
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.procfs import Proc
 from parinfo.record import record
@@ -79,6 +81,15 @@ class MemoryPolicy:
     source: Source = unknown("not read")
     allowed_source: Source = unknown("not read")
     note: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryPolicy:
+        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
+        return load(cls, data)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dump(self)
+        return out
 
     @property
     def text(self) -> str:
@@ -193,7 +204,7 @@ def memory_policy(pid: int | None = None, root: str = "/") -> MemoryPolicy:
         try:
             mode, nodes = get_policy()
             policy = MODE_WORDS.get(mode, f"mode {mode}")
-            source = Source(Kind.GETTER, "get_mempolicy", "get_mempolicy (the thread that read it)")
+            source = Source(Kind.GETTER, "get_mempolicy", "get_mempolicy (this thread)")
         except PolicyError as exc:
             source = unknown(str(exc))
     else:
