@@ -25,7 +25,7 @@ from typing import Any
 
 from parinfo.convert import dump, load
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
-from parinfo.machine.procfs import Proc
+from parinfo.machine.procfs import Proc, ProcessGone
 from parinfo.record import record
 from parinfo.source import Kind, Source, unknown
 
@@ -208,8 +208,13 @@ def memory_policy(pid: int | None = None, root: str = "/") -> MemoryPolicy:
         except PolicyError as exc:
             source = unknown(str(exc))
     else:
-        raw = proc.read_or_why("numa_maps", NUMA_MAPS_LIMIT)
         where = proc.shown("numa_maps")
+        try:
+            raw = proc.read_or_why("numa_maps", NUMA_MAPS_LIMIT)
+        except ProcessGone:
+            if not proc.exists():
+                raise
+            raw = f"{where} does not exist (a kernel without NUMA support)"
         if isinstance(raw, str):
             source = unknown(raw)
         elif not raw:

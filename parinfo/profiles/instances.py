@@ -127,7 +127,7 @@ def _open_logs(log_dir: str | None, instances: Sequence[InstancePlan]) -> dict[i
     except OSError as exc:
         for log in logs.values():
             log.close()
-        raise UsageError(f"--log-dir {shorten(log_dir)}: cannot write a log there: {exc.strerror or exc} "
+        raise UsageError(f"--log-dir {shorten(log_dir, 300)}: cannot write a log there: {exc.strerror or exc} "
                          "(give a directory you may write to)") from None
     return logs
 

@@ -205,8 +205,9 @@ def table(rows: Sequence[Row], columns: Sequence[str]) -> list[str]:
                      "MISMATCH" if bad else "as planned"]
         body.append(cells)
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
-    return ["parinfo: " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-            for line in [head, *body]]
+    title = f"parinfo: each instance read back {CHECK_AFTER_S:g} s after it started (from /proc):"
+    return [title, *("parinfo:   " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+                     for line in [head, *body])]
 
 
 def problems(rows: Sequence[Row]) -> list[str]:
