@@ -204,7 +204,7 @@ def memory_policy(pid: int | None = None, root: str = "/") -> MemoryPolicy:
         try:
             mode, nodes = get_policy()
             policy = MODE_WORDS.get(mode, f"mode {mode}")
-            source = Source(Kind.GETTER, "get_mempolicy", "get_mempolicy (this thread)")
+            source = Source(Kind.GETTER, "get_mempolicy", "get_mempolicy, this thread")
         except PolicyError as exc:
             source = unknown(str(exc))
     else:

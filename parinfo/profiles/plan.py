@@ -54,7 +54,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     memory: str = "none"  # local | interleave | none (grammar.MEMORY_WORDS)
     memory_nodes: tuple[int, ...] = ()  # the NUMA nodes of the program's CPUs (per instance: InstancePlan.nodes)
-    memory_why: str = "not set: the kernel's default policy"
+    memory_why: str = "not set: the kernel's default"
 
     def to_dict(self) -> dict[str, Any]:
         def s(x: Setting) -> dict[str, Any]:

@@ -446,7 +446,7 @@ class _Resolver:
         """``memory``: the policy, the nodes of the program's CPUs (each instance's are its own), and why."""
         mode = self.prof.get("memory", "none")
         if mode == "none":
-            return mode, (), "none: the kernel's default policy (memory from the node of the CPU that touches it)"
+            return mode, (), "not set: the kernel's default"
         verb = "bound to" if mode == "local" else "interleaved over"
         if not self.facts.numa_nodes:
             why = self.facts.unknown.get("numa_nodes", "sysfs lists none")
