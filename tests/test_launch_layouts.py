@@ -12,6 +12,7 @@ import sys
 import pytest
 from conftest import clean_env, run_cli
 
+from parinfo.machine.cpulist import format_cpu_list
 from parinfo.profiles.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED
 
 CPUS = sorted(os.sched_getaffinity(0))
@@ -166,7 +167,7 @@ def test_instance_index_starts_that_instance_alone_in_place_of_parinfo(profile):
 @pytest.mark.parametrize("args, message", [
     (["--instance-index", "2"], "--instance-index 2: profile lay lays out 2 instance(s) here, numbered 0-1"),
     (["--instance-index", "-1"], "--instance-index"),
-    (["--instance-index", "0", "--check"], "--log-dir and --check apply to instances that parinfo starts"),
+    (["--instance-index", "0", "--check"], "--log-dir and --check apply to programs that parinfo starts"),
 ])
 def test_instance_index_mistakes_are_one_line_and_exit_2(profile, args, message):
     if len(CPUS) < 2:
@@ -176,13 +177,34 @@ def test_instance_index_mistakes_are_one_line_and_exit_2(profile, args, message)
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_check_and_instance_index_need_a_launch_of_instances(profile):
-    one = apply(profile(""), "--check", "--", sys.executable, "-c", "print('ran')")
-    assert one.returncode == 2 and "one program replaces parinfo" in one.stderr
+def test_log_dir_and_instance_index_need_a_launch_of_instances(profile):
+    one = apply(profile(""), "--log-dir", "logs", "--", sys.executable, "-c", "print('ran')")
+    assert one.returncode == 2 and "this profile runs one program" in one.stderr and "ran" not in one.stdout
     plan = apply(profile("instances: 1\n"), "--check")
     assert plan.returncode == 2 and "give the command after --" in plan.stderr
     alone = apply(profile(""), "--instance-index", "0", "--", sys.executable, "-c", "print('ran')")
     assert alone.returncode == 2 and "runs one process, not instances" in alone.stderr
+
+
+def test_one_program_is_read_back_too_with_check(profile):
+    cpu = CPUS[-1]
+    path = profile(f"affinity: [{cpu}]\n")
+    stay = ["import os, sys, time\nprint(os.environ['PARINFO_PROFILE'])\nsys.stdout.flush()\n"
+            "time.sleep(float(sys.argv[1]))", STAY]
+    proc = apply(path, "--check", "--", sys.executable, "-c", *stay)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "lay\n"  # not prefixed: one program's output is its own
+    assert proc.stderr.splitlines()[0] == f"parinfo: the program read back {CHECK_AFTER_S:g} s after it started " \
+                                          "(from /proc):"
+    assert table(proc.stderr)["-"][2] == str(cpu) and table(proc.stderr)["-"][-1] == "as planned"
+    moved = apply(path, "--check", "--", sys.executable, "-c",
+                  f"import os, sys, time\nos.sched_setaffinity(0, {{{CPUS[0]}, {cpu}}})\n"
+                  "time.sleep(float(sys.argv[1]))", STAY)
+    if len(CPUS) > 1:
+        assert moved.returncode == EXIT_CHECK_FAILED
+        both = format_cpu_list([CPUS[0], cpu])
+        assert re.search(rf"^parinfo: the program \(pid \d+\) did not get its plan: CPUs {both}, not {cpu}$",
+                         moved.stderr, re.M), moved.stderr
 
 
 # A hand-built plan whose node the kernel refuses: the program still runs, and a line says what happened.

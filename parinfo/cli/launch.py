@@ -40,7 +40,7 @@ class ApplyArgs(NamedTuple):
         "--log-dir", metavar="DIR",
         help="Also write each instance's output (stdout and stderr) to DIR/instance-I.log.")] = None
     check: Annotated[bool, Flag(
-        "--check", help="Exit 3 when every instance succeeded but one did not get its plan "
+        "--check", help="Exit 3 when the program (every instance) succeeded but did not get its plan "
                         "(CPUs, memory policy, variables or counts, read back after it started).")] = False
 
 

@@ -90,7 +90,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
                         return not_started(command, exc)
                     raise
                 procs.append((inst.index, proc))
-                expected.append(checks_for(plan, inst, child, bind))
+                expected.append(checks_for(plan, child, bind, inst))
             status, problems = _supervise(procs, expected, logs)
             if check and problems and not status:
                 return EXIT_CHECK_FAILED
@@ -345,15 +345,14 @@ def _verify(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[lis
             owners: dict[int, _Prefixed | None]) -> list[str]:
     """Read every instance still running and print the table and the lines of those that did not
     get their plan (nothing when every instance has ended: there is nothing left to read)."""
-    from parinfo.profiles.verify import Row, problems, read_instance, table
+    from parinfo.profiles.verify import Row, problems, read_instance, report
 
     rows = [read_instance(index, proc.pid, checks) if proc.returncode is None else Row(index, proc.pid, ended=True)
             for (index, proc), checks in zip(procs, expected, strict=True)]
-    if all(row.ended for row in rows):
-        return []
-    bad = problems(rows)
-    _say(owners, [*table(rows, [c.column for c in expected[0]]), *bad])
-    return bad
+    lines = report(rows, [c.column for c in expected[0]])
+    if lines:
+        _say(owners, lines)
+    return problems(rows)
 
 
 def _say(owners: dict[int, _Prefixed | None], lines: list[str]) -> None:

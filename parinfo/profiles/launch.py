@@ -22,10 +22,15 @@ from parinfo.errors import UsageError
 from parinfo.profiles.child import ChildEnv, Relay, check_cpus, child_environ, exit_status, not_started, spawn
 from parinfo.profiles.instances import run_instances
 from parinfo.profiles.memory import binding
+from parinfo.profiles.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED, checks_for, problems, read_instance, report
+from parinfo.safe_text import escape_controls
 
 if TYPE_CHECKING:  # pragma: no cover
+    import subprocess
+
     from parinfo.profiles.memory import Binding
     from parinfo.profiles.plan import Plan
+    from parinfo.profiles.verify import Check
 
 
 def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace: bool = True,
@@ -36,9 +41,10 @@ def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace
     becomes the command (exec), so the return happens only when it cannot start: 127 when the
     command is not found, 126 when it cannot be executed. With ``replace=False`` the command runs
     as a child; signals sent to this process are relayed and its exit status is returned.
-    With ``plan.instances``: see :func:`run_instances` (``log_dir``, ``check``), or, with
-    ``instance_index`` K, instance K alone, started as one process is (for a scheduler that starts
-    each instance itself).
+    With ``check``, the one program runs as a child (as with ``replace=False``) and is read back
+    after it started. With ``plan.instances``: see :func:`run_instances` (``log_dir``, ``check``),
+    or, with ``instance_index`` K, instance K alone, started as one process is (for a scheduler that
+    starts each instance itself).
     """
     command = list(command)
     if not command:
@@ -46,11 +52,13 @@ def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace
     if not command[0] or "\0" in "".join(command):
         raise UsageError("the command after -- has an empty name or a NUL character: give a program to run, "
                          "e.g. parinfo apply latency -- python train.py")
-    if (instance_index is not None or not plan.instances) and (log_dir is not None or check):
-        what = ("--instance-index starts one instance in place of parinfo" if plan.instances
-                else "one program replaces parinfo when it starts")
-        raise UsageError(f"--log-dir and --check apply to instances that parinfo starts and watches; {what}: "
-                         "redirect its output yourself, and run parinfo show --check inside it")
+    if instance_index is not None and (log_dir is not None or check):
+        raise UsageError("--log-dir and --check apply to programs that parinfo starts and watches; "
+                         "--instance-index starts one instance in place of parinfo: redirect its output yourself, "
+                         "and run parinfo show --check inside it")
+    if not plan.instances and log_dir is not None:
+        raise UsageError("--log-dir writes one log per instance; this profile runs one program: redirect its "
+                         "output yourself (> FILE 2>&1)")
     if instance_index is not None:
         return _one_instance(plan, command, instance_index, force=force, replace=replace)
     if plan.instances:
@@ -61,6 +69,8 @@ def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace
     for line in child.messages(plan.name):
         print(line, file=sys.stderr)
     bind = binding(plan.memory, plan.memory_nodes, f"profile {plan.name}'s program")
+    if check:
+        return _run_child(command, child, bind, checks_for(plan, child, bind))
     if replace:
         return _exec(command, child, bind)
     return _run_child(command, child, bind)
@@ -128,7 +138,8 @@ def _terminal_already_signals_child() -> bool:
         return False
 
 
-def _run_child(command: list[str], child: ChildEnv, bind: Binding | None) -> int:
+def _run_child(command: list[str], child: ChildEnv, bind: Binding | None,
+               checks: list[Check] | None = None) -> int:
     try:
         with _held(bind, command) as (argv, note):
             if note:
@@ -147,4 +158,22 @@ def _run_child(command: list[str], child: ChildEnv, bind: Binding | None) -> int
             pass
 
     with Relay(send):
-        return exit_status(proc.wait())
+        if checks is None:
+            return exit_status(proc.wait())
+        return _watched(proc, checks)
+
+
+def _watched(proc: subprocess.Popen[bytes], checks: list[Check]) -> int:
+    """Wait for the program, reading it back CHECK_AFTER_S after its start (``--check``): its exit
+    status, or EXIT_CHECK_FAILED when it succeeded but did not get its plan."""
+    import subprocess
+
+    try:
+        return exit_status(proc.wait(timeout=CHECK_AFTER_S))
+    except subprocess.TimeoutExpired:
+        pass
+    rows = [read_instance(None, proc.pid, checks)]
+    for line in report(rows, [c.column for c in checks]):
+        print(escape_controls(line), file=sys.stderr, flush=True)
+    status = exit_status(proc.wait())
+    return EXIT_CHECK_FAILED if problems(rows) and not status else status

@@ -152,16 +152,22 @@ class CountsCheck:
         return Reading(", ".join(shown), "; ".join(wrong) or None)
 
 
-def checks_for(plan: Plan, instance: InstancePlan, child: ChildEnv, memory: Binding | None) -> list[Check]:
-    """What instance ``instance`` of ``plan`` should hold, as checks in column order.
+def checks_for(plan: Plan, child: ChildEnv, memory: Binding | None,
+               instance: InstancePlan | None = None) -> list[Check]:
+    """What one launched program of ``plan`` (instance ``instance``, or the one program) should hold,
+    as checks in column order.
 
     The loaded allocator and OpenMP runtime (from /proc/PID/maps, once the plan has fields for
     them) are one more check each, added to this list.
     """
-    checks: list[Check] = [AffinityCheck(tuple(instance.cpus))]
+    import os
+
+    cpus = instance.cpus if instance is not None else child.cpus or tuple(sorted(os.sched_getaffinity(0)))
+    checks: list[Check] = [AffinityCheck(tuple(cpus))]
     if memory is not None and memory.nodes:
         checks.append(MemoryCheck(memory))
-    names = [*plan.env, *instance.env, "PARINFO_PROFILE", "PARINFO_INSTANCE", "PARINFO_INSTANCES"]
+    names = [*plan.env, *(instance.env if instance is not None else ()), "PARINFO_PROFILE", "PARINFO_INSTANCE",
+             "PARINFO_INSTANCES"]
     checks.append(VariablesCheck({n: child.env[n] for n in dict.fromkeys(names) if n in child.env}))
     checks.append(CountsCheck(dict(child.env)))
     return checks
@@ -169,15 +175,16 @@ def checks_for(plan: Plan, instance: InstancePlan, child: ChildEnv, memory: Bind
 
 @record(frozen=True)
 class Row:
-    """One instance's line of the table: its readings in column order, or why it was not read."""
+    """One instance's line of the table (``index`` None: the one program of a plan without
+    instances): its readings in column order, or why it was not read."""
 
-    index: int
+    index: int | None
     pid: int
     readings: tuple[Reading, ...] = ()
     ended: bool = False
 
 
-def read_instance(index: int, pid: int, checks: Sequence[Check]) -> Row:
+def read_instance(index: int | None, pid: int, checks: Sequence[Check]) -> Row:
     """Every check of one instance, read now; ``ended`` when it has gone before or while it was read."""
     from parinfo.errors import UsageError
 
@@ -198,16 +205,29 @@ def table(rows: Sequence[Row], columns: Sequence[str]) -> list[str]:
     body = []
     for row in rows:
         if row.ended:
-            cells = [str(row.index), str(row.pid), *("-" for _ in columns), "ended before it was read"]
+            cells = [_label(row), str(row.pid), *("-" for _ in columns), "ended before it was read"]
         else:
             bad = any(r.problem for r in row.readings)
-            cells = [str(row.index), str(row.pid), *(r.shown for r in row.readings),
+            cells = [_label(row), str(row.pid), *(r.shown for r in row.readings),
                      "MISMATCH" if bad else "as planned"]
         body.append(cells)
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
-    title = f"parinfo: each instance read back {CHECK_AFTER_S:g} s after it started (from /proc):"
+    what = "the program" if len(rows) == 1 and rows[0].index is None else "each instance"
+    title = f"parinfo: {what} read back {CHECK_AFTER_S:g} s after it started (from /proc):"
     return [title, *("parinfo:   " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
                      for line in [head, *body])]
+
+
+def _label(row: Row) -> str:
+    return "-" if row.index is None else str(row.index)
+
+
+def report(rows: Sequence[Row], columns: Sequence[str]) -> list[str]:
+    """The table and the lines of programs that did not get their plan; nothing when every one has
+    ended (there was nothing left to read)."""
+    if all(row.ended for row in rows):
+        return []
+    return [*table(rows, columns), *problems(rows)]
 
 
 def problems(rows: Sequence[Row]) -> list[str]:
@@ -216,5 +236,6 @@ def problems(rows: Sequence[Row]) -> list[str]:
     for row in rows:
         found = [r.problem for r in row.readings if r.problem]
         if found:
-            out.append(f"parinfo: instance {row.index} (pid {row.pid}) did not get its plan: {'; '.join(found)}")
+            what = "the program" if row.index is None else f"instance {row.index}"
+            out.append(f"parinfo: {what} (pid {row.pid}) did not get its plan: {'; '.join(found)}")
     return out
