@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -216,6 +217,17 @@ plan = Plan("odd", "", "test", Setting("intra_op", 1, "given"), Setting("inter_o
             memory="local", memory_nodes=(4000,))
 sys.exit(run_plan(plan, sys.argv[1:]))
 """
+# The same launch where parinfo knows no system call numbers for this CPU (as on a CPU it does not know).
+NO_SYSCALL = r"""
+import sys
+from parinfo.machine import mempolicy
+from parinfo.profiles.plan import Plan, Setting
+from parinfo.profiles.launch import run_plan
+mempolicy._SYSCALLS.clear()
+plan = Plan("odd", "", "test", Setting("intra_op", 1, "given"), Setting("inter_op", 1, "given"),
+            memory="local", memory_nodes=(0,))
+sys.exit(run_plan(plan, sys.argv[1:]))
+"""
 
 
 @needs_syscall
@@ -248,3 +260,23 @@ def test_apply_in_process_binds_the_calling_thread_and_says_what_it_reaches():
     assert len(got["applied"]) == 1 and got["applied"][0].startswith("memory bind:0 (set_mempolicy) for the calling "
                                                                       "thread")
     assert "other thread(s) already running keep their own policy" in got["applied"][0]
+
+
+@needs_numa
+@pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl is not installed")
+def test_without_the_system_call_numactl_binds_the_program_and_says_so():
+    proc = subprocess.run([sys.executable, "-c", NO_SYSCALL, sys.executable, "-c", PROBE], capture_output=True,
+                          text=True, env=clean_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["policy"] == "bind:0"
+    assert proc.stderr.startswith("parinfo: memory local for profile odd's program through numactl --membind=0 "
+                                  "(parinfo does not know the memory-policy system calls of ")
+
+
+def test_without_the_system_call_or_numactl_the_line_says_neither_is_there(tmp_path):
+    env = clean_env(PATH=str(tmp_path))  # no numactl on this PATH; the program is given by its full path
+    proc = subprocess.run([sys.executable, "-c", NO_SYSCALL, sys.executable, "-c", "print('ran')"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "ran\n"
+    assert proc.stderr.strip().endswith("and numactl is not installed; its memory follows the kernel's default "
+                                        "policy")

@@ -89,6 +89,12 @@ def test_a_node_list_lays_instances_over_those_nodes_only(tmp_path, write):
     assert cpus(per_node) == [(0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15)]
 
 
+def test_instances_on_the_command_line_keep_the_profiles_layout(tmp_path, write):
+    f = facts(tmp_path, 16, smt=2, numa=2)
+    plan = resolve_profile(write("instances: {count: 1, nodes: [1], cpus: logical_cpus}\n"), f, instances=2)
+    assert cpus(plan) == [(4, 5, 12, 13), (6, 7, 14, 15)]
+
+
 def test_a_node_that_does_not_exist_is_one_line_at_its_key(tmp_path, write):
     f = facts(tmp_path, 8, numa=2)
     path = write("instances:\n  count: 2\n  nodes: [0, 3]\n")

@@ -185,8 +185,9 @@ class _Resolver:
         if self.override > self.limit:
             raise UsageError(f"--instances {self.override}: more than {self.limit}, the largest count allowed here")
         out: dict[str, Any] = {"count": self.override}
-        if spec and "cores_per_instance" in spec:
-            out["cores_per_instance"] = spec["cores_per_instance"]
+        for key in ("cores_per_instance", "cpus", "cross_numa", "nodes"):  # the layout stays the profile's
+            if spec and key in spec:
+                out[key] = spec[key]
         return out
 
     def blocks(self, spec: dict[str, Any]) -> list[list[tuple[int, ...]]]:
