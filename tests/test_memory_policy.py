@@ -66,6 +66,16 @@ def test_missing_or_empty_files_are_unknown_with_the_reason(tmp_path):
     assert "not a node list" in str(empty.allowed_source)
 
 
+def test_a_fake_root_without_proc_files_is_unknown_for_this_process_and_gone_for_another(tmp_path):
+    got = mp.memory_policy(None, str(tmp_path))
+    assert got.policy is None and "/proc/self/numa_maps does not exist" in got.text
+    assert got.allowed is None and "/proc/self/status does not exist" in str(got.allowed_source)
+    from parinfo.machine.procfs import ProcessGone
+
+    with pytest.raises(ProcessGone):
+        mp.memory_policy(4246, str(tmp_path))
+
+
 def test_a_huge_numa_maps_is_read_as_a_bounded_prefix(tmp_path):
     # 64 KiB of bind:1 lines, then 32 MiB of interleave lines: read whole, interleave would win.
     first = b"7f0000000000 bind:1 anon=1 N1=1 kernelpagesize_kB=4\n"

@@ -209,12 +209,7 @@ def memory_policy(pid: int | None = None, root: str = "/") -> MemoryPolicy:
             source = unknown(str(exc))
     else:
         where = proc.shown("numa_maps")
-        try:
-            raw = proc.read_or_why("numa_maps", NUMA_MAPS_LIMIT)
-        except ProcessGone:
-            if not proc.exists():
-                raise
-            raw = f"{where} does not exist (a kernel without NUMA support)"
+        raw = _read(proc, "numa_maps", NUMA_MAPS_LIMIT, "a kernel without NUMA support")
         if isinstance(raw, str):
             source = unknown(raw)
         elif not raw:
@@ -226,9 +221,20 @@ def memory_policy(pid: int | None = None, root: str = "/") -> MemoryPolicy:
     return MemoryPolicy(policy, nodes, allowed, source, allowed_source, note)
 
 
+def _read(proc: Proc, name: str, limit: int, missing: str) -> bytes | str:
+    """A bounded read of one of the process's files, or why it could not be read; ProcessGone only
+    when another process has gone (this one's missing file is only missing)."""
+    try:
+        return proc.read_or_why(name, limit)
+    except ProcessGone:
+        if proc.pid is not None and not proc.exists():
+            raise
+        return f"{proc.shown(name)} does not exist ({missing})"
+
+
 def _allowed(proc: Proc) -> tuple[tuple[int, ...] | None, Source]:
     where = proc.shown("status")
-    raw = proc.read_or_why("status", 1 << 16)
+    raw = _read(proc, "status", 1 << 16, "no such file")
     if isinstance(raw, str):
         return None, unknown(raw)
     for line in raw.decode("ascii", "replace").splitlines():
