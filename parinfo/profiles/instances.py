@@ -22,7 +22,6 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from parinfo.profiles.child import Relay, check_cpus, child_environ, exit_status, not_started, spawn
@@ -31,7 +30,6 @@ from parinfo.profiles.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
 
-    from parinfo.profiles.memory import Binding
     from parinfo.profiles.plan import InstancePlan, Plan
     from parinfo.profiles.verify import Check
 
@@ -49,7 +47,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
     """
     import subprocess
 
-    from parinfo.profiles.memory import binding
+    from parinfo.profiles.memory import binding, hold
     from parinfo.profiles.verify import checks_for
 
     command = list(command)
@@ -77,7 +75,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
         try:
             for inst, child, bind in zip(plan.instances, children, bindings, strict=True):
                 try:
-                    with _held(bind, command) as (argv, note):
+                    with hold(bind, command) as (argv, note):
                         if note:
                             print(note, file=sys.stderr, flush=True)
                         proc = spawn(argv, child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -102,13 +100,6 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
                     proc.wait()
             for log in logs.values():
                 log.close()
-
-
-def _held(bind: Binding | None, command: list[str]) -> AbstractContextManager[tuple[list[str], str | None]]:
-    """The memory binding held while one instance starts (nothing to hold without one)."""
-    from contextlib import nullcontext
-
-    return bind.held(command) if bind is not None else nullcontext((command, None))
 
 
 def _open_logs(log_dir: str | None, instances: Sequence[InstancePlan]) -> dict[int, BinaryIO]:

@@ -15,13 +15,12 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from parinfo.errors import UsageError
 from parinfo.profiles.child import ChildEnv, Relay, check_cpus, child_environ, exit_status, not_started, spawn
 from parinfo.profiles.instances import run_instances
-from parinfo.profiles.memory import binding
+from parinfo.profiles.memory import binding, hold
 from parinfo.profiles.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED, checks_for, problems, read_instance, report
 from parinfo.safe_text import escape_controls
 
@@ -98,12 +97,8 @@ def _one_instance(plan: Plan, command: list[str], index: int, *, force: bool, re
     return _run_child(command, child, bind)
 
 
-def _held(bind: Binding | None, command: list[str]) -> AbstractContextManager[tuple[list[str], str | None]]:
-    return bind.held(command) if bind is not None else nullcontext((command, None))
-
-
 def _exec(command: list[str], child: ChildEnv, bind: Binding | None) -> int:
-    with _held(bind, command) as (argv, note):
+    with hold(bind, command) as (argv, note):
         if note:
             print(note, file=sys.stderr)
         return _exec_now(argv, child)
@@ -141,7 +136,7 @@ def _terminal_already_signals_child() -> bool:
 def _run_child(command: list[str], child: ChildEnv, bind: Binding | None,
                checks: list[Check] | None = None) -> int:
     try:
-        with _held(bind, command) as (argv, note):
+        with hold(bind, command) as (argv, note):
             if note:
                 print(note, file=sys.stderr)
             proc = spawn(argv, child)

@@ -11,7 +11,7 @@ with the kernel's default policy.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from parinfo.machine import mempolicy as mp
 from parinfo.machine.cpulist import format_cpu_list
@@ -98,3 +98,8 @@ def binding(mode: str, nodes: Sequence[int], what: str) -> Binding | None:
     if mode not in _MODES:
         return None
     return Binding(mode, tuple(nodes), what)
+
+
+def hold(bind: Binding | None, command: Sequence[str]) -> AbstractContextManager[tuple[list[str], str | None]]:
+    """:meth:`Binding.held` for a program about to start; nothing to hold without a binding."""
+    return bind.held(command) if bind is not None else nullcontext((list(command), None))
