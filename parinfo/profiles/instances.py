@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from parinfo.profiles.child import Relay, check_cpus, child_environ, exit_status, not_started, spawn
-from parinfo.profiles.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
@@ -48,7 +47,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
     import subprocess
 
     from parinfo.profiles.memory import binding, hold
-    from parinfo.profiles.verify import checks_for
+    from parinfo.profiles.verify import EXIT_CHECK_FAILED, checks_for
 
     command = list(command)
     n = len(plan.instances)
@@ -261,6 +260,8 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
     after the start; the first failure's status and the lines of instances that did not get their plan."""
     import selectors
     import time
+
+    from parinfo.profiles.verify import CHECK_AFTER_S
 
     sel = selectors.DefaultSelector()
     owners: dict[int, _Prefixed | None] = {}

@@ -15,14 +15,12 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from parinfo.errors import UsageError
 from parinfo.profiles.child import ChildEnv, Relay, check_cpus, child_environ, exit_status, not_started, spawn
 from parinfo.profiles.instances import run_instances
-from parinfo.profiles.memory import binding, hold
-from parinfo.profiles.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED, checks_for, problems, read_instance, report
-from parinfo.safe_text import escape_controls
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
@@ -67,8 +65,10 @@ def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace
         check_cpus(child.cpus, f"profile {plan.name}'s affinity")
     for line in child.messages(plan.name):
         print(line, file=sys.stderr)
-    bind = binding(plan.memory, plan.memory_nodes, f"profile {plan.name}'s program")
+    bind = _binding(plan.memory, plan.memory_nodes, f"profile {plan.name}'s program")
     if check:
+        from parinfo.profiles.verify import checks_for
+
         return _run_child(command, child, bind, checks_for(plan, child, bind))
     if replace:
         return _exec(command, child, bind)
@@ -91,14 +91,31 @@ def _one_instance(plan: Plan, command: list[str], index: int, *, force: bool, re
         check_cpus(child.cpus, f"instance {index} of profile {plan.name}")
     for line in child.messages(plan.name):
         print(line, file=sys.stderr)
-    bind = binding(plan.memory, inst.nodes, f"instance {index}")
+    bind = _binding(plan.memory, inst.nodes, f"instance {index}")
     if replace:
         return _exec(command, child, bind)
     return _run_child(command, child, bind)
 
 
+def _binding(mode: str, nodes: tuple[int, ...], what: str) -> Binding | None:
+    """The program's memory binding (the module that makes it is loaded only when there is one)."""
+    if mode == "none":
+        return None
+    from parinfo.profiles.memory import binding
+
+    return binding(mode, nodes, what)
+
+
+def _hold(bind: Binding | None, command: list[str]) -> AbstractContextManager[tuple[list[str], str | None]]:
+    if bind is None:
+        return nullcontext((command, None))
+    from parinfo.profiles.memory import hold
+
+    return hold(bind, command)
+
+
 def _exec(command: list[str], child: ChildEnv, bind: Binding | None) -> int:
-    with hold(bind, command) as (argv, note):
+    with _hold(bind, command) as (argv, note):
         if note:
             print(note, file=sys.stderr)
         return _exec_now(argv, child)
@@ -136,7 +153,7 @@ def _terminal_already_signals_child() -> bool:
 def _run_child(command: list[str], child: ChildEnv, bind: Binding | None,
                checks: list[Check] | None = None) -> int:
     try:
-        with hold(bind, command) as (argv, note):
+        with _hold(bind, command) as (argv, note):
             if note:
                 print(note, file=sys.stderr)
             proc = spawn(argv, child)
@@ -162,6 +179,9 @@ def _watched(proc: subprocess.Popen[bytes], checks: list[Check]) -> int:
     """Wait for the program, reading it back CHECK_AFTER_S after its start (``--check``): its exit
     status, or EXIT_CHECK_FAILED when it succeeded but did not get its plan."""
     import subprocess
+
+    from parinfo.profiles.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED, problems, read_instance, report
+    from parinfo.safe_text import escape_controls
 
     try:
         return exit_status(proc.wait(timeout=CHECK_AFTER_S))
