@@ -162,7 +162,7 @@ def test_plain_launch_does_not_load_the_cli_framework(profile):
     code = (
         "import json, sys\n"
         "import parinfo.profiles.launch as launch\n"
-        "def record(plan, command, force=False):\n"
+        "def record(plan, command, **options):\n"
         "    print(json.dumps(sorted(m for m in ('typer', 'rich', 'click') if m in sys.modules)))\n"
         "    return 7\n"
         "launch.run_plan = record\n"

@@ -54,9 +54,12 @@ expressions = st.lists(tokens, max_size=12).map(" ".join)
 counts = st.one_of(st.integers(-5, 5000), expressions, scalars)
 affinity = st.one_of(st.sampled_from(["none", "compact", "spread", "0-3", "0,1,100", "3-1", ""]),
                      st.lists(st.one_of(st.integers(-2, 200), st.text(max_size=5)), max_size=4), scalars)
+node_lists = st.one_of(st.sampled_from(["0", "0-1", "1-0", "0,7", ""]),
+                       st.lists(st.one_of(st.integers(-2, 9), st.text(max_size=3)), max_size=3))
 instances = st.one_of(counts, st.dictionaries(
-    st.sampled_from(["count", "per_numa_node", "cores_per_instance", "cpi"]),
-    st.one_of(counts, st.booleans()), max_size=3))
+    st.sampled_from(["count", "per_numa_node", "cores_per_instance", "cpi", "cpus", "cross_numa", "nodes"]),
+    st.one_of(counts, st.booleans(), st.sampled_from(["physical_cores", "logical_cpus", "smt"]), node_lists),
+    max_size=4))
 env = st.dictionaries(st.sampled_from(["OMP_WAIT_POLICY", "OMP_NUM_THREADS", "KMP_BLOCKTIME", "MKL_DYNAMIC",
                                        "OMP_PROC_BIND", "NOT_A_VAR", "OMP_PLACES"]),
                       st.one_of(st.sampled_from(["passive", "active", "TRUE", "0", "close", "", "x"]), scalars),
@@ -73,6 +76,7 @@ OPTIONAL = {
                                                                       "background_thread:true", "a b"]), scalars),
                                            max_size=3)),
     "openmp": st.one_of(st.sampled_from(["intel", "gnu", "llvm", "default", "iomp", "Intel"]), scalars),
+    "memory": st.one_of(st.sampled_from(["local", "interleave", "none", "bind", "Local"]), scalars),
     "threads": scalars,
 }
 profiles = st.fixed_dictionaries({"version": st.one_of(st.just(1), scalars)}, optional=OPTIONAL)

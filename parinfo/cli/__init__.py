@@ -54,7 +54,8 @@ def _run_plain(args: list[str]) -> int | None:
 
     plain = plain_launch(args)
     if plain is not None and plain.command is not None:
-        return launch(plain.profile, plain.command, force=plain.force, instances=plain.instances)
+        return launch(plain.profile, plain.command, force=plain.force, instances=plain.instances,
+                      instance_index=plain.instance_index, log_dir=plain.log_dir, check=plain.check)
     from parinfo.cli import show
 
     options = show.plain_args(args)

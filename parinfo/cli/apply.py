@@ -19,12 +19,16 @@ def apply_cmd(a: ApplyArgs) -> int:
         raise UsageError("--json and --export cannot be used together (pick one output format)")
     if a.instances is not None and a.instances < 1:
         raise UsageError(f"--instances {a.instances}: must be 1 or more")
+    if not a.command and (a.instance_index is not None or a.log_dir is not None or a.check):
+        raise UsageError("--instance-index, --log-dir and --check apply to a launch: give the command after --, "
+                         f"e.g. parinfo apply {a.profile} --check -- python serve.py")
     if a.command:
         if a.json_out or a.export:
             raise UsageError("--json and --export print the plan; they cannot be used with a command")
         from parinfo.cli.launch import launch
 
-        return launch(a.profile, a.command, force=a.force, instances=a.instances)
+        return launch(a.profile, a.command, force=a.force, instances=a.instances, instance_index=a.instance_index,
+                      log_dir=a.log_dir, check=a.check)
     plan = resolve_profile(a.profile, instances=a.instances)
     if a.json_out:
         import json
@@ -71,6 +75,9 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
                               f"parinfo apply {name} -- COMMAND"))
     if len(plan.instances) > 1:
         lines.append(_comment(f"{len(plan.instances)} instances: launch them with parinfo apply {name} -- COMMAND"))
+    if plan.memory != "none":
+        lines.append(_comment(f"memory {plan.memory}: no variable sets it; parinfo apply {name} -- COMMAND does "
+                              "(or parinfo.apply(), for the calling thread)"))
     lines.append(_comment(f"inter-op counts without a variable (torch) are set only by parinfo apply {name} -- "
                           f"COMMAND or parinfo.apply()"))
     return "\n".join(lines) + "\n"
@@ -120,9 +127,14 @@ def _print_plan(plan: Plan, given: str, instances: int | None = None) -> None:
     else:
         affinity = "per instance" if plan.instances else "inherited"  # each instance is pinned: rows below
     table.add_row("affinity", affinity, escape(plan.affinity_why))
+    memory = plan.memory
+    if plan.memory_nodes:
+        memory += f" {format_cpu_list(plan.memory_nodes)}"
+    table.add_row("memory", memory, escape(plan.memory_why))
     for inst in plan.instances:
+        nodes = f", NUMA node {format_cpu_list(inst.nodes)}" if inst.nodes else ""
         table.add_row(f"instance {inst.index}", format_cpu_list(inst.cpus),
-                      f"intra_op {inst.intra_op}, inter_op {inst.inter_op}")
+                      f"intra_op {inst.intra_op}, inter_op {inst.inter_op}{nodes}")
     console.print(table)
     for note in plan.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)

@@ -1,4 +1,4 @@
-"""``parinfo apply PROFILE [--force] [--instances N] -- COMMAND ...``: the launch, its plain form, and
+"""``parinfo apply PROFILE [--force] [--instances N] [...] -- COMMAND ...``: the launch, its plain form, and
 ``apply``'s options.
 
 Launching is the one path whose start-up cost every launched program pays, and loading the CLI
@@ -32,14 +32,26 @@ class ApplyArgs(NamedTuple):
         "--instances", metavar="N", convert=values.whole("--instances", 1),
         help="Run N pinned instances (overrides the profile's instances).")] = None
     force: Annotated[bool, Flag("--force", help="Override variables already set in the environment.")] = False
+    instance_index: Annotated[int | None, Value(
+        "--instance-index", metavar="K", convert=values.whole("--instance-index", 0),
+        help="Start only instance K (from 0) of the profile's instances, in place of parinfo (for a scheduler "
+             "that starts each instance).")] = None
+    log_dir: Annotated[str | None, Value(
+        "--log-dir", metavar="DIR",
+        help="Also write each instance's output (stdout and stderr) to DIR/instance-I.log.")] = None
+    check: Annotated[bool, Flag(
+        "--check", help="Exit 3 when the program (every instance) succeeded but did not get its plan "
+                        "(CPUs, memory policy, variables or counts, read back after it started).")] = False
 
 
-def launch(profile: str, command: list[str], *, force: bool = False, instances: int | None = None) -> int:
+def launch(profile: str, command: list[str], *, force: bool = False, instances: int | None = None,
+           instance_index: int | None = None, log_dir: str | None = None, check: bool = False) -> int:
     """Resolve ``profile`` on this machine and run ``command`` under it; the exit code to return."""
     from parinfo.profiles.launch import run_plan
     from parinfo.profiles.loading import resolve_profile
 
-    return run_plan(resolve_profile(profile, instances=instances), command, force=force)
+    return run_plan(resolve_profile(profile, instances=instances), command, force=force,
+                    instance_index=instance_index, log_dir=log_dir, check=check)
 
 
 def plain_launch(args: Sequence[str]) -> ApplyArgs | None:

@@ -288,6 +288,7 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     from parinfo.diagnostics.parts import IMPLEMENTATIONS
     from parinfo.diagnostics.process_rules import diagnose
     from parinfo.machine.cpuid import cpu_identity
+    from parinfo.machine.mempolicy import memory_policy
     from parinfo.machine.unknown import unknown
     from parinfo.process import attach, environment as envmod, outer, pools, remote
     from parinfo.process.interpreter import interpreter_facts
@@ -354,6 +355,7 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
         threads=listing,
         live=live_section(pid, root, threads=listing.count if isinstance(listing.count, int) else None),
         outer=outer_section,
+        memory=memory_policy(pid, root),
     )
     report.findings = diagnose(report)
     return report

@@ -136,6 +136,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo, RuntimeSection
     from parinfo.diagnostics.process_rules import diagnose
     from parinfo.machine.cpuid import cpu_identity
+    from parinfo.machine.mempolicy import memory_policy
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
     from parinfo.machine.unknown import unknown
@@ -170,6 +171,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
             raise exited_during_read(pid)
         live = live_section(pid, root, threads=len(stats[pid]))
         listing = thr.live_threads(pid)
+        memory = memory_policy(pid, root)
     except ProcessGone:
         raise exited_during_read(pid) from None
     live.tree = tree
@@ -197,6 +199,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         environment=[] if env is None else envmod.environment_report(env, env),
         threads=listing,
         live=live,
+        memory=memory,
     )
     report.findings = diagnose(report)  # the process's own pools: a rule over pools is per process
     if children:

@@ -33,6 +33,7 @@ from parinfo.diagnostics.parts import (
 )
 from parinfo.errors import UsageError
 from parinfo.machine.cpuid import CpuIdentity
+from parinfo.machine.mempolicy import MemoryPolicy
 from parinfo.machine.topology import MachineFacts
 from parinfo.payload import rows, section, text
 from parinfo.process.environment import EnvRow
@@ -52,7 +53,7 @@ SCHEMA_VERSION = 2
 @record
 class Report:
     """A snapshot of a process's parallelism, one typed section per fact family (``to_dict``: the
-    ``--json`` payload). ``live`` and ``outer`` are None when not gathered (``{}`` in the payload);
+    ``--json`` payload). ``live``, ``outer`` and ``memory`` are None when not gathered (``{}`` in the payload);
     ``parinfo_version`` is the version of the parinfo that gathered it."""
 
     machine: MachineFacts
@@ -70,6 +71,7 @@ class Report:
     live: LiveSection | None = None
     outer: OuterThreads | None = None
     parinfo_version: str = __version__
+    memory: MemoryPolicy | None = None
 
     def problems(self, severity: Severity | str = Severity.WARNING) -> list[Finding]:
         """Findings at ``severity`` or above (what ``parinfo show --check`` fails on)."""
@@ -88,7 +90,7 @@ class Report:
         if not isinstance(payload, Mapping):
             raise UsageError(f"a report is a JSON object (parinfo show --json), not {type(payload).__name__}")
         d = payload
-        live, outer = section(d.get("live")), section(d.get("outer"))
+        live, outer, memory = section(d.get("live")), section(d.get("outer")), section(d.get("memory"))
         found = (Finding.from_dict(f) for f in rows(d.get("findings")))
         return cls(
             machine=MachineFacts.from_dict(section(d.get("machine"))),
@@ -106,6 +108,7 @@ class Report:
             live=LiveSection.from_dict(live) if live else None,
             outer=OuterThreads.from_dict(outer) if outer else None,
             parinfo_version=text(d.get("parinfo_version")) or "unknown",
+            memory=MemoryPolicy.from_dict(memory) if memory else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -127,4 +130,5 @@ class Report:
             "outer": {} if self.outer is None else self.outer.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
             "live": {} if self.live is None else self.live.to_dict(),
+            "memory": {} if self.memory is None else self.memory.to_dict(),
         }

@@ -59,6 +59,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo
     from parinfo.machine.cpuid import cpu_identity
+    from parinfo.machine.mempolicy import memory_policy
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, serving, threads
     from parinfo.process.interpreter import interpreter_facts, watch_gil_warning
@@ -111,6 +112,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         threads=threads.live_threads(),
         live=live.live_section(None, root),
         outer=_outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env),
+        memory=memory_policy(None, root),
     )
     report.findings = diagnose(report)
     return report

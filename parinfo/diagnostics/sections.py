@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from parinfo.diagnostics.findings import Finding, Severity
     from parinfo.diagnostics.parts import Backend, Frameworks, LiveSection, ProcessInfo
     from parinfo.machine.cpuid import CpuIdentity
+    from parinfo.machine.mempolicy import MemoryPolicy
     from parinfo.machine.topology import MachineFacts
     from parinfo.process.environment import EnvRow
     from parinfo.process.outer import OuterThreads
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
         findings: list[Finding]
         live: LiveSection | None
         outer: OuterThreads | None
+        memory: MemoryPolicy | None
 
 #: The tones a row, a note or a span may carry: "" (plain), "strong" (the line that sums the section
 #: up), "dim" (how or why), "warning" (a value that is wrong or changed), "good" (all is well).
@@ -134,6 +136,17 @@ def machine(r: Report) -> Section:
              *(Note(f"invalid: {name}: {why}", "warning") for name, why in m.invalid.items()),
              *(Note(f"note: {n}") for n in m.notes)]
     return Section("machine", "Machine", (*_pairs(rows), usable), notes=tuple(notes))
+
+
+def memory(r: Report) -> Section | None:
+    """The process's NUMA memory policy and the nodes it may use (none when not gathered)."""
+    m = r.memory
+    if m is None:
+        return None
+    policy = m.text if m.policy is None else f"{m.text} ({m.source})"
+    allowed = str(m.allowed_source) if m.allowed is None else f"{format_cpu_list(m.allowed)} ({m.allowed_source})"
+    notes = (Note(f"note: {m.note}"),) if m.note else ()
+    return Section("memory", "Memory policy", _pairs([("policy", policy), ("allowed nodes", allowed)]), notes=notes)
 
 
 def cpu(r: Report) -> Section:
@@ -317,9 +330,9 @@ def outside(r: Report) -> Section:
 
 
 _OWN: tuple[Callable[[Report], Section | None], ...] = (
-    machine, cpu, backend, pools, frameworks, settings, environment, threads, live)
+    machine, memory, cpu, backend, pools, frameworks, settings, environment, threads, live)
 _FROM_OUTSIDE: tuple[Callable[[Report], Section | None], ...] = (
-    machine, cpu, pools, outside, environment, threads, live)
+    machine, memory, cpu, pools, outside, environment, threads, live)
 
 
 def sections(report: Report) -> list[Section]:

@@ -94,6 +94,7 @@ class Topology:
     smt: bool | None
     unknown: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    numa_node_ids: tuple[int, ...] = ()  # the kernel's number of each of numa_nodes
 
 
 @lru_cache(maxsize=32)
@@ -108,15 +109,17 @@ def topology(root: str) -> Topology:
         cores = _cores(root, online, unknown)
         sockets = _sockets(root, online, unknown)
     smt = _smt(root, cores, unknown)
+    node_ids, nodes = _numa(root, unknown)
     return Topology(
         online=online,
         cores=cores,
         sockets=sockets,
-        numa_nodes=_numa(root, unknown),
+        numa_nodes=nodes,
         core_types=_core_types(root, online or ()),
         smt=smt,
         unknown=unknown,
         notes=tuple(notes),
+        numa_node_ids=node_ids,
     )
 
 
@@ -208,27 +211,28 @@ def _smt(root: str, cores: tuple[tuple[int, ...], ...], unknown: dict[str, str])
 _NODE = re.compile(r"^node(\d+)$")
 
 
-def _numa(root: str, unknown: dict[str, str]) -> tuple[tuple[int, ...], ...]:
-    """CPU lists of the NUMA nodes that have CPUs (memory-only nodes are left out)."""
+def _numa(root: str, unknown: dict[str, str]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """The numbers and CPU lists of the NUMA nodes that have CPUs (memory-only nodes are left out)."""
     rel = "sys/devices/system/node"
     try:
         names = os.listdir(os.path.join(root, rel))
     except OSError as exc:
         unknown["numa_nodes"] = f"cannot list {shown(rel)}: {exc.strerror or exc}"
-        return ()
+        return (), ()
     nodes = sorted((int(m.group(1)), name) for name in names if (m := _NODE.match(name)))
-    out = []
-    for _, name in nodes:
+    ids, out = [], []
+    for number, name in nodes:
         try:
             out.append(read_cpu_list(root, f"{rel}/{name}/cpulist"))
         except Unreadable as exc:
             if "is empty" in str(exc):
                 continue  # a node with memory and no CPU
             unknown["numa_nodes"] = str(exc)
-            return ()
+            return (), ()
+        ids.append(number)
     if not out:
         unknown["numa_nodes"] = f"no NUMA node with CPUs under {shown(rel)}"
-    return tuple(out)
+    return tuple(ids), tuple(out)
 
 
 def _core_types(root: str, online: tuple[int, ...]) -> dict[str, tuple[int, ...]]:

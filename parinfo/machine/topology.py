@@ -63,6 +63,14 @@ class MachineFacts:
     allocation_source: Source = NO_LIMIT
     usable_by_rule: dict[str, int] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)
+    numa_node_ids: tuple[int, ...] = ()
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        """The kernel's number of each of ``numa_nodes`` (0, 1, ... where not known)."""
+        if len(self.numa_node_ids) == len(self.numa_nodes):
+            return self.numa_node_ids
+        return tuple(range(len(self.numa_nodes)))
 
     @property
     def usable_cpu_list(self) -> tuple[int, ...]:
@@ -124,12 +132,14 @@ class MachineFacts:
             usable_by_rule={k: v for k, v in section(d.get("usable_by_rule")).items()
                             if isinstance(v, int) and not isinstance(v, bool) and v > 0},
             invalid=text_map(d.get("invalid")),
+            numa_node_ids=ints(d.get("numa_node_ids")),
         )
 
     def to_dict(self) -> dict[str, Any]:
         """The report's ``machine`` section (JSON-ready): the fields, then ``usable_cpu_list``."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["numa_nodes"] = [list(n) for n in self.numa_nodes]
+        d["numa_node_ids"] = list(self.node_ids)
         d["core_siblings"] = [list(c) for c in self.core_siblings]
         d["core_types"] = {k: list(v) for k, v in self.core_types.items()}
         d["affinity"] = list(self.affinity)
@@ -252,6 +262,7 @@ def machine_facts(root: str = "/", pid: int | None = None, *, environ: Mapping[s
         physical_cores=physical,
         sockets=topo.sockets,
         numa_nodes=topo.numa_nodes,
+        numa_node_ids=topo.numa_node_ids,
         smt=topo.smt,
         core_siblings=topo.cores,
         core_types=dict(topo.core_types),

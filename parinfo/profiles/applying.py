@@ -3,9 +3,9 @@
 Order matters: the profile is resolved first (a bad profile changes nothing), then the runtime's
 counts are set (the runtime refuses when it is too late, and then nothing else is changed either),
 then variables for libraries not yet loaded, the limits of native pools already loaded, torch's
-counts (now when torch is imported, else at its import: parinfo.profiles.at_import), and the CPU
-affinity. Last, every count is read back and any that
-is not in force is reported.
+counts (now when torch is imported, else at its import: parinfo.profiles.at_import), the CPU
+affinity, and the memory policy (of the calling thread: the kernel keeps it per thread). Last, every
+count is read back and any that is not in force is reported.
 """
 from __future__ import annotations
 
@@ -90,6 +90,7 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     at_import: list[str] = []
     torch_want = _torch(plan, counts, inter, kept, applied, skipped, at_import)
     _affinity(cpus, applied, skipped)
+    _memory(plan, plan.instances[0].nodes if plan.instances else plan.memory_nodes, applied, skipped)
 
     not_in_force = _verify(intra, inter, pools, expected_pools, torch_want, cpus, kept)
     from parinfo.profiles.thread_reach import reach
@@ -302,6 +303,25 @@ def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[st
         skipped.append(f"affinity {format_cpu_list(cpus)} not set: {', '.join(failed[:3])}")
     else:
         applied.append(f"affinity {format_cpu_list(cpus)} for {len(tids) - len(failed)} thread(s)")
+
+
+def _memory(plan: Plan, nodes: tuple[int, ...], applied: list[str], skipped: list[str]) -> None:
+    """The plan's ``memory`` for the calling thread: the kernel keeps the policy per thread, so it
+    reaches this thread and what it starts from now on, and the line says so."""
+    from parinfo.profiles.memory import binding
+
+    bind = binding(plan.memory, nodes, "this process")
+    if bind is None:
+        return
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = 1
+    done, not_done = bind.in_this_thread(threads)
+    if done:
+        applied.append(done)
+    if not_done:
+        skipped.append(not_done)
 
 
 def _verify(intra: int, inter: int, loaded: list[NativePool], pools: list[tuple[str, str, int]],

@@ -24,7 +24,12 @@ VERSION = 1
 MAX_COUNT = 4096
 
 LIBRARIES = profile_keys()  # blas, openmp, mkl, torch, numexpr (from the library registry)
-INSTANCE_KEYS = ("count", "per_numa_node", "cores_per_instance")
+INSTANCE_KEYS = ("count", "per_numa_node", "cores_per_instance", "cpus", "cross_numa", "nodes")
+#: What each instance is pinned to: one CPU of each of its cores, or every CPU (SMT siblings) of them.
+INSTANCE_CPUS = ("physical_cores", "logical_cpus")
+#: Where each launched program's (each instance's) memory comes from: the NUMA nodes of its CPUs
+#: (bound, or interleaved over them), or wherever the kernel's default policy puts it.
+MEMORY_WORDS = ("local", "interleave", "none")
 AFFINITY_WORDS = ("none", "compact", "spread")
 
 # Facts a count expression may name. The instance names are only meaningful with ``instances``;
@@ -379,10 +384,33 @@ def _cpu_list(c: Checker, text: str, key_path: KeyPath, fix: str) -> list[int]:
     return cpus
 
 
+def _node_list(c: Checker, value: Any, key_path: KeyPath) -> list[int]:
+    """NUMA node numbers: a list such as [0, 1], one number, or a string such as "0-1,3"."""
+    fix = "write the NUMA node numbers, e.g. [0, 1] or \"0-1\" (see 'parinfo show' for this machine's nodes)"
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise c.fail(key_path, "'instances.nodes' is an empty list", fix)
+    nodes: set[int] = set()
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (int, str)):
+            raise c.fail(key_path, f"'instances.nodes' entry must be a node number or range, not {type_name(item)}",
+                         fix)
+        text = str(item)
+        try:
+            nodes.update(parse_cpu_list(text))
+        except ValueError as exc:
+            raise c.fail(key_path, f"instances.nodes: {exc}", fix) from None
+        if not re.match(_CPU_LIST_PATTERN, text, re.ASCII):
+            raise c.fail(key_path, f"instances.nodes: {shown(repr(text), 60)} is not written in ASCII digits", fix)
+    return sorted(nodes)
+
+
 class Instances(Rule):
     def __init__(self, doc: str = "") -> None:
         super().__init__(doc)
         self.count = Count(FACT_NAMES)
+        self.cpus = Choice(INSTANCE_CPUS, "physical_cores (the default): one CPU of each core; logical_cpus: "
+                                          "every CPU of each core (SMT siblings included).")
 
     def check(self, c: Checker, value: Any, key_path: KeyPath) -> dict[str, Any]:
         if isinstance(value, (int, str)) and not isinstance(value, bool):
@@ -407,6 +435,17 @@ class Instances(Rule):
         if "cores_per_instance" in value:
             out["cores_per_instance"] = self.count.check(c, value["cores_per_instance"],
                                                          (*key_path, "cores_per_instance"))
+        if "cpus" in value:
+            out["cpus"] = self.cpus.check(c, value["cpus"], (*key_path, "cpus"))
+        if "cross_numa" in value:
+            flag = value["cross_numa"]
+            if not isinstance(flag, bool):
+                raise c.fail((*key_path, "cross_numa"),
+                             f"'instances.cross_numa' must be true or false, not {type_name(flag)}",
+                             "write 'cross_numa: true' to let an instance span two NUMA nodes")
+            out["cross_numa"] = flag
+        if "nodes" in value:
+            out["nodes"] = _node_list(c, value["nodes"], (*key_path, "nodes"))
         if not out.get("per_numa_node") and "count" not in out and "cores_per_instance" not in out:
             raise c.fail(key_path, "'instances' says neither how many instances nor how large",
                          "add 'count: N', 'cores_per_instance: N' or 'per_numa_node: true'")
@@ -417,7 +456,15 @@ class Instances(Rule):
         mapping = {
             "type": "object", "additionalProperties": False,
             "properties": {"count": self.count.schema(), "per_numa_node": {"type": "boolean"},
-                           "cores_per_instance": self.count.schema()},
+                           "cores_per_instance": self.count.schema(), "cpus": self.cpus.schema(),
+                           "cross_numa": {"type": "boolean", "description": "Let an instance span two NUMA nodes "
+                                          "(by default each stays inside one)."},
+                           "nodes": {"description": "Lay the instances over these NUMA nodes only.",
+                                     "anyOf": [{"type": "integer", "minimum": 0},
+                                               {"type": "string", "pattern": _CPU_LIST_PATTERN},
+                                               {"type": "array", "minItems": 1, "items": {"anyOf": [
+                                                   {"type": "integer", "minimum": 0},
+                                                   {"type": "string", "pattern": _CPU_LIST_PATTERN}]}}]}},
             "anyOf": [{"required": ["count"]}, {"required": ["cores_per_instance"]},
                       {"required": ["per_numa_node"], **per_node_true}],
             "not": {"required": ["count", "per_numa_node"], **per_node_true},
@@ -445,6 +492,9 @@ LANGUAGE: dict[str, Rule] = {
     "openmp": Choice(OPENMP_WORDS, "The OpenMP runtime preloaded to serve every omp_* call of a launched program: "
                                    "intel, gnu, llvm, or default (whatever the program's libraries load)."),
     "instances": Instances("Pinned processes to split the usable cores between (parinfo apply P -- COMMAND)."),
+    "memory": Choice(MEMORY_WORDS, "Bind each launched program's (each instance's) memory to the NUMA nodes of its "
+                                   "CPUs (local), spread it over them (interleave), or leave the kernel's default "
+                                   "(none, the default)."),
     "quota_rounding": Choice(ROUNDINGS, "How a fractional CPU quota counts in usable_cpus: floor (the default: "
                                         "never throttled), ceil (uses the fraction) or nearest."),
 }

@@ -8,7 +8,13 @@ share a terminal) and its own process group, so signals reach it only through th
 - if the launcher dies, even by SIGKILL, the kernel sends every instance SIGTERM (a parent-death
   signal), so no instance is left running on its own.
 Their output is relayed with ``[i] `` before every line; a partial line (a progress bar, a prompt)
-is passed on at once, not held until its newline.
+is passed on at once, not held until its newline. With a log directory, each instance's output
+(stdout and stderr, as it came, without the prefix) is also written to ``instance-I.log`` there.
+With the plan's ``memory``, each instance's memory is bound to the NUMA nodes of its own CPUs.
+
+Once an instance has run for :data:`parinfo.profiles.verify.CHECK_AFTER_S`, its CPUs, memory
+policy, variables and pool counts are read back from outside and shown as one table on stderr, with
+one line per instance that did not get its plan (parinfo.profiles.verify).
 """
 from __future__ import annotations
 
@@ -16,31 +22,39 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from parinfo.profiles.child import Relay, check_cpus, child_environ, exit_status, not_started, spawn
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
 
-    from parinfo.profiles.plan import Plan
+    from parinfo.profiles.plan import InstancePlan, Plan
+    from parinfo.profiles.verify import Check
 
 #: What an instance receives when the launcher dies.
 PARENT_DEATH_SIGNAL = signal.SIGTERM
 
 
-def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) -> int:
+def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, log_dir: str | None = None,
+                  check: bool = False) -> int:
     """Run one copy of ``command`` per ``plan.instances`` entry, each pinned and with its own counts.
 
     Returns 0 when all succeed, else the exit status of the first instance that failed; the others
-    are left to finish.
+    are left to finish. With ``check``, an instance that did not get its plan makes it
+    EXIT_CHECK_FAILED when all succeeded. ``log_dir``: see the module's note.
     """
     import subprocess
+
+    from parinfo.profiles.memory import binding, hold
+    from parinfo.profiles.verify import EXIT_CHECK_FAILED, checks_for
 
     command = list(command)
     n = len(plan.instances)
     children = [child_environ(plan, os.environ, force=force, instance=inst, instances=n)
                 for inst in plan.instances]
+    bindings = [binding(plan.memory, inst.nodes, f"instance {inst.index}") for inst in plan.instances]
+    logs = _open_logs(log_dir, plan.instances)
     for inst, child in zip(plan.instances, children, strict=True):
         if child.cpus is not None:
             check_cpus(child.cpus, f"instance {inst.index} of profile {plan.name}")
@@ -53,14 +67,18 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) ->
     sys.stderr.flush()
     sys.stdout.flush()
     procs: list[tuple[int, subprocess.Popen[bytes]]] = []
+    expected = []
     send = _sender(procs)
     die_with_us = _parent_death_hook(os.getpid())
     with Relay(send), _JobControl(send):
         try:
-            for inst, child in zip(plan.instances, children, strict=True):
+            for inst, child, bind in zip(plan.instances, children, bindings, strict=True):
                 try:
-                    proc = spawn(command, child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_us)
+                    with hold(bind, command) as (argv, note):
+                        if note:
+                            print(note, file=sys.stderr, flush=True)
+                        proc = spawn(argv, child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_us)
                 except (OSError, subprocess.SubprocessError) as exc:
                     send(signal.SIGTERM)
                     for _, started in procs:
@@ -69,12 +87,39 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False) ->
                         return not_started(command, exc)
                     raise
                 procs.append((inst.index, proc))
-            return _supervise(procs)
+                expected.append(checks_for(plan, child, bind, inst))
+            status, problems = _supervise(procs, expected, logs)
+            if check and problems and not status:
+                return EXIT_CHECK_FAILED
+            return status
         finally:
             for _, proc in procs:
                 if proc.returncode is None:  # only after an unexpected error: leave no orphans
                     proc.kill()
                     proc.wait()
+            for log in logs.values():
+                log.close()
+
+
+def _open_logs(log_dir: str | None, instances: Sequence[InstancePlan]) -> dict[int, BinaryIO]:
+    """One file per instance under ``log_dir`` (made if missing), instance-I.log, emptied; a directory
+    that cannot be made or written is a usage error, before anything starts."""
+    if log_dir is None:
+        return {}
+    from parinfo.errors import UsageError
+    from parinfo.safe_text import shorten
+
+    logs: dict[int, BinaryIO] = {}
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        for inst in instances:
+            logs[inst.index] = open(os.path.join(log_dir, f"instance-{inst.index}.log"), "wb")  # noqa: SIM115
+    except OSError as exc:
+        for log in logs.values():
+            log.close()
+        raise UsageError(f"--log-dir {shorten(log_dir, 300)}: cannot write a log there: {exc.strerror or exc} "
+                         "(give a directory you may write to)") from None
+    return logs
 
 
 def _sender(procs: list[tuple[int, subprocess.Popen[bytes]]]) -> Callable[[int], None]:
@@ -151,9 +196,11 @@ class _Prefixed:
     HOLD_S = 0.05
     HOLD_BYTES = 1 << 16
 
-    def __init__(self, prefix: bytes, out: Any, owners: dict[int, _Prefixed | None]) -> None:
+    def __init__(self, prefix: bytes, out: Any, owners: dict[int, _Prefixed | None],
+                 log: BinaryIO | None = None) -> None:
         self.prefix = prefix
         self.out = out
+        self.log = log  # the instance's log file: its bytes as they come, unprefixed
         self.owners = owners  # id(stream) -> the relay whose line is open there
         self.at_line_start = True
         self.held = bytearray()
@@ -161,6 +208,8 @@ class _Prefixed:
 
     def feed(self, data: bytes, now: float) -> None:
         """Take bytes read from the pipe: pass on every whole line, hold a short partial one."""
+        if self.log is not None:
+            _write_log(self.log, data)
         self.held += data
         cut = self.held.rfind(b"\n")
         if cut >= 0:
@@ -205,21 +254,27 @@ class _Prefixed:
         _write(self.out, b"".join(parts))
 
 
-def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]]) -> int:
-    """Relay prefixed output until every instance has exited; the first failure's status."""
+def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[list[Check]],
+               logs: dict[int, BinaryIO]) -> tuple[int, list[str]]:
+    """Relay prefixed output until every instance has exited, reading each back CHECK_AFTER_S
+    after the start; the first failure's status and the lines of instances that did not get their plan."""
     import selectors
     import time
+
+    from parinfo.profiles.verify import CHECK_AFTER_S
 
     sel = selectors.DefaultSelector()
     owners: dict[int, _Prefixed | None] = {}
     relays: list[_Prefixed] = []
     exact = True  # every exit is seen through a pidfd; else poll every 50 ms
+    check_at: float | None = time.monotonic() + CHECK_AFTER_S
+    problems: list[str] = []
     for index, proc in procs:
         prefix = f"[{index}] ".encode()
         for pipe, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
             assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
-            relays.append(_Prefixed(prefix, out, owners))
+            relays.append(_Prefixed(prefix, out, owners, logs.get(index)))
             sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1], pipe))
         pidfd = _pidfd(proc.pid)
         if pidfd is None:
@@ -238,7 +293,14 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]]) -> int:
                 first_failure = status
 
     while sel.get_map():
-        for key, _ in sel.select(_timeout(relays, time.monotonic(), None if exact else 0.05)):
+        now = time.monotonic()
+        if check_at is not None and now >= check_at:
+            check_at = None
+            problems = _verify(procs, expected, owners)
+        idle = None if exact else 0.05
+        if check_at is not None:
+            idle = max(0.0, check_at - now) if idle is None else min(idle, max(0.0, check_at - now))
+        for key, _ in sel.select(_timeout(relays, now, idle)):
             kind, target, pipe = key.data
             if kind == "exit":
                 sel.unregister(key.fd)
@@ -268,7 +330,42 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]]) -> int:
     for _, proc in procs:  # output closed before exit: wait in start order
         proc.wait()
         reap(proc)
-    return first_failure
+    return first_failure, problems
+
+
+def _verify(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[list[Check]],
+            owners: dict[int, _Prefixed | None]) -> list[str]:
+    """Read every instance still running and print the table and the lines of those that did not
+    get their plan (nothing when every instance has ended: there is nothing left to read)."""
+    from parinfo.profiles.verify import Row, problems, read_instance, report
+
+    rows = [read_instance(index, proc.pid, checks) if proc.returncode is None else Row(index, proc.pid, ended=True)
+            for (index, proc), checks in zip(procs, expected, strict=True)]
+    lines = report(rows, [c.column for c in expected[0]])
+    if lines:
+        _say(owners, lines)
+    return problems(rows)
+
+
+def _say(owners: dict[int, _Prefixed | None], lines: list[str]) -> None:
+    """Lines of parinfo's own on stderr, after ending a partial line an instance left open there."""
+    from parinfo.safe_text import escape_controls
+
+    data = "".join(escape_controls(line) + "\n" for line in lines).encode("utf-8", "replace")
+    owner = owners.get(id(sys.stderr))
+    if owner is not None:
+        data = b"\n" + data
+        owner.at_line_start = True
+        owners[id(sys.stderr)] = None
+    _write(sys.stderr, data)
+
+
+def _write_log(log: BinaryIO, data: bytes) -> None:
+    try:
+        log.write(data)
+        log.flush()
+    except (OSError, ValueError):
+        pass  # a full disk: the terminal still gets the output
 
 
 def _timeout(relays: list[_Prefixed], now: float, idle: float | None) -> float | None:

@@ -29,6 +29,7 @@ class InstancePlan:
     intra_op: int
     inter_op: int
     env: dict[str, str]
+    nodes: tuple[int, ...] = ()  # the NUMA nodes of its CPUs (its memory's with ``memory``)
 
 
 @record(frozen=True)
@@ -71,6 +72,9 @@ class Plan:
     instances: tuple[InstancePlan, ...] = ()
     notes: tuple[str, ...] = ()
     preload: tuple[Preload, ...] = ()
+    memory: str = "none"  # local | interleave | none (grammar.MEMORY_WORDS)
+    memory_nodes: tuple[int, ...] = ()  # the NUMA nodes of the program's CPUs (per instance: InstancePlan.nodes)
+    memory_why: str = "not set: the kernel's default"
 
     @property
     def preload_paths(self) -> list[str]:
@@ -94,9 +98,10 @@ class Plan:
             "affinity_why": self.affinity_why,
             "instances": [
                 {"index": i.index, "cpus": list(i.cpus), "intra_op": i.intra_op,
-                 "inter_op": i.inter_op, "env": dict(i.env)}
+                 "inter_op": i.inter_op, "env": dict(i.env), "nodes": list(i.nodes)}
                 for i in self.instances
             ],
             "notes": list(self.notes),
             "preload": [p.to_dict() for p in self.preload],
+            "memory": {"policy": self.memory, "nodes": list(self.memory_nodes), "why": self.memory_why},
         }

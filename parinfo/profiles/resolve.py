@@ -48,21 +48,23 @@ def fact_values(facts: MachineFacts) -> tuple[dict[str, int], list[str]]:
     return values, notes
 
 
-def instance_values(facts: MachineFacts, block: list[tuple[int, ...]], instances: int) -> dict[str, int]:
+def instance_values(facts: MachineFacts, block: list[tuple[int, ...]], instances: int,
+                    logical: bool = False) -> dict[str, int]:
     """The facts an expression sees inside one instance: the instance is its whole machine.
 
-    An instance is pinned to one CPU of each core in ``block``, so its usable CPUs, physical cores
-    and NUMA nodes are those of the block, exactly what a process pinned there would resolve to;
-    ``instances`` and ``cores_per_instance`` describe the job.
+    An instance is pinned to one CPU of each core in ``block`` (every CPU of each with ``logical``),
+    so its usable CPUs, physical cores and NUMA nodes are those of the block, exactly what a process
+    pinned there would resolve to; ``instances`` and ``cores_per_instance`` describe the job.
     """
     node_of = _node_of(facts)
     cores = max(1, len(block))
+    cpus = max(cores, sum(len(core) for core in block))
     nodes = max(1, len({node_of.get(core[0], 0) for core in block}))
     return {
-        "usable_cpus": cores,
+        "usable_cpus": cpus if logical else cores,
         "usable_physical_cores": cores,
         "physical_cores": cores,
-        "logical_cpus": max(cores, sum(len(core) for core in block)),
+        "logical_cpus": cpus,
         "numa_nodes": nodes,
         "cores_per_numa_node": max(1, cores // nodes),
         "instances": instances,
@@ -71,7 +73,23 @@ def instance_values(facts: MachineFacts, block: list[tuple[int, ...]], instances
 
 
 def _node_of(facts: MachineFacts) -> dict[int, int]:
-    return {cpu: i for i, node in enumerate(facts.numa_nodes or ()) for cpu in node}
+    """CPU -> the number of its NUMA node."""
+    return {cpu: nid for nid, node in zip(facts.node_ids, facts.numa_nodes or (), strict=False) for cpu in node}
+
+
+def nodes_of(facts: MachineFacts, cpus: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """The NUMA nodes of ``cpus`` (empty when the machine's nodes are unknown)."""
+    node_of = _node_of(facts)
+    return tuple(sorted({node_of[c] for c in cpus if c in node_of}))
+
+
+def _fit_inside(groups: list[list[tuple[int, ...]]], n: int, most: int) -> int:
+    """The most cores (at most ``most``) each of ``n`` instances can have with none spanning two
+    NUMA nodes; 0 when even one core each does not fit."""
+    for size in range(most, 0, -1):
+        if sum(len(g) // size for g in groups) >= n:
+            return size
+    return 0
 
 
 def usable_cores(facts: MachineFacts, restrict: set[int] | None = None) -> list[tuple[int, ...]]:
@@ -260,20 +278,25 @@ class _Resolver:
         if self.override > self.limit:
             raise UsageError(f"--instances {self.override}: more than {self.limit}, the largest count allowed here")
         out: dict[str, Any] = {"count": self.override}
-        if spec and "cores_per_instance" in spec:
-            out["cores_per_instance"] = spec["cores_per_instance"]
+        for key in ("cores_per_instance", "cpus", "cross_numa", "nodes"):  # the layout stays the profile's
+            if spec and key in spec:
+                out[key] = spec[key]
         return out
 
     def blocks(self, spec: dict[str, Any]) -> list[list[tuple[int, ...]]]:
-        """Split the usable cores into one block of whole cores per instance."""
+        """Split the usable cores into one block of whole cores per instance, none spanning two
+        NUMA nodes unless ``cross_numa``."""
         explicit = self.prof.get("affinity")
         restrict = set(explicit) if isinstance(explicit, list) else None
         if isinstance(explicit, list):
             self.check_allowed(explicit)
         cores = usable_cores(self.facts, restrict)
-        ncores = len(cores)
         node_of = _node_of(self.facts)
+        if "nodes" in spec:
+            cores = self.on_nodes(spec["nodes"], cores, node_of)
+        ncores = len(cores)
         groups = _by_node(cores, node_of)
+        cross = bool(spec.get("cross_numa")) or len(groups) < 2
         key_path = ("instances",)
         cores_each = None
         if "cores_per_instance" in spec:
@@ -285,11 +308,13 @@ class _Resolver:
             small = [i for i, g in enumerate(groups) if len(g) < cores_each]
             if small:
                 raise self.prof.error((*key_path, "cores_per_instance"),
-                                      f"cores_per_instance is {cores_each} but NUMA node {small[0]} has only "
+                                      f"cores_per_instance is {cores_each} but NUMA node "
+                                      f"{node_of.get(groups[small[0]][0][0], small[0])} has only "
                                       f"{len(groups[small[0]])} usable physical cores",
                                       "lower cores_per_instance, or leave it out to use whole nodes")
             return [g[:cores_each] for g in groups]
         where = "--instances" if overridden else "instances"
+        sizes = ", ".join(str(len(g)) for g in groups)
         if "count" in spec:
             if overridden:
                 n = spec["count"]
@@ -303,6 +328,13 @@ class _Resolver:
                     self._too_many(overridden, f"{where}: {n} instances need at least {n} usable physical cores; "
                                    f"{ncores} are usable here", fix)
                 cores_each = ncores // n
+                if not cross:
+                    inside = _fit_inside(groups, n, cores_each)
+                    if inside < cores_each:
+                        self.notes.append(f"instances: {inside} core(s) each instead of {cores_each}, so that no "
+                                          f"instance spans two NUMA nodes (usable cores per node: {sizes}; "
+                                          "cross_numa: true lets them span)")
+                        cores_each = inside
             elif n * cores_each > ncores:
                 fits = ncores // cores_each
                 if overridden:
@@ -312,14 +344,25 @@ class _Resolver:
                     fix = "lower the count or cores_per_instance"
                 self._too_many(overridden, f"{where}: {n} instances x {cores_each} cores need {n * cores_each} "
                                f"usable physical cores; {ncores} are usable here", fix)
+            elif not cross and sum(len(g) // cores_each for g in groups) < n:
+                inside = _fit_inside(groups, n, cores_each)
+                fix = (f"lower cores_per_instance to {inside}" if inside else "lower the count") + \
+                    ", or set 'cross_numa: true' under instances to let an instance span two nodes"
+                self._too_many(overridden, f"{where}: {n} instances x {cores_each} cores do not fit inside the "
+                               f"NUMA nodes (usable cores per node: {sizes}) without one spanning two", fix)
         else:
             assert cores_each is not None
-            n = ncores // cores_each
+            n = ncores // cores_each if cross else sum(len(g) // cores_each for g in groups)
             if n == 0:
-                raise self.prof.error((*key_path, "cores_per_instance"),
-                                      f"cores_per_instance is {cores_each} but only {ncores} physical cores are "
-                                      "usable here",
-                                      f"use at most {ncores}, or an expression such as usable_physical_cores // 2")
+                largest = max(len(g) for g in groups)
+                if ncores >= cores_each:
+                    message = (f"cores_per_instance is {cores_each} but no NUMA node has that many usable physical "
+                               f"cores (usable cores per node: {sizes})")
+                    fix = f"use at most {largest}, or set 'cross_numa: true' under instances"
+                else:
+                    message = f"cores_per_instance is {cores_each} but only {ncores} physical cores are usable here"
+                    fix = f"use at most {ncores}, or an expression such as usable_physical_cores // 2"
+                raise self.prof.error((*key_path, "cores_per_instance"), message, fix)
         left = ncores - n * cores_each
         if left:
             self.notes.append(f"instances: {left} usable physical core(s) left idle ({n} x {cores_each} of {ncores})")
@@ -329,8 +372,31 @@ class _Resolver:
                            if i < len(blks) for blk in [blks[i]]]
             if len(interleaved) >= n:
                 return interleaved[:n]
-            self.notes.append("instances: some instances span two NUMA nodes (the cores do not divide evenly)")
+            self.notes.append("instances: some instances span two NUMA nodes (cross_numa: true, and the cores do "
+                              "not divide evenly)")
         return [cores[i * cores_each:(i + 1) * cores_each] for i in range(n)]
+
+    def on_nodes(self, wanted: list[int], cores: list[tuple[int, ...]],
+                 node_of: dict[int, int]) -> list[tuple[int, ...]]:
+        """The usable cores of NUMA nodes ``wanted`` (``instances.nodes``); a node that does not exist,
+        or has no usable core, is an error at that key."""
+        key = ("instances", "nodes")
+        known = self.facts.node_ids if self.facts.numa_nodes else ()
+        if not known:
+            why = self.facts.unknown.get("numa_nodes", "sysfs lists none")
+            raise self.prof.error(key, f"instances.nodes: this machine's NUMA nodes are unknown ({why})",
+                                  "leave 'nodes' out, or run where /sys/devices/system/node is readable")
+        missing = [n for n in wanted if n not in known]
+        if missing:
+            raise self.prof.error(key, f"instances.nodes: NUMA node {format_cpu_list(missing)} does not exist here "
+                                  f"(nodes with CPUs: {format_cpu_list(known)})",
+                                  f"list nodes from {format_cpu_list(known)}")
+        kept = [core for core in cores if node_of.get(core[0]) in wanted]
+        if not kept:
+            raise self.prof.error(key, f"instances.nodes: no CPU of node {format_cpu_list(wanted)} is usable by "
+                                  f"this process (usable CPUs: {format_cpu_list(self.facts.usable_cpu_list)})",
+                                  "list nodes whose CPUs this process may use, or widen its affinity")
+        return kept
 
     def _too_many(self, overridden: bool, message: str, fix: str) -> None:
         if overridden:
@@ -418,17 +484,19 @@ class _Resolver:
         else:
             blocks = self.blocks(spec)
             n = len(blocks)
+            logical = spec.get("cpus") == "logical_cpus"
             counts = {}
             crowded: dict[tuple[str, int, int], list[int]] = {}
             for i, block in enumerate(blocks):
-                names = instance_values(self.facts, block, n)
+                names = instance_values(self.facts, block, n, logical)
                 mine = self.counts(names, "cores_per_instance", quiet=i > 0)
                 for key in ("intra_op", "inter_op"):
                     if mine[key].value > names["usable_cpus"]:
                         crowded.setdefault((key, mine[key].value, names["usable_cpus"]), []).append(i)
                 env, _ = self.env(mine)
-                instances.append(InstancePlan(i, tuple(core[0] for core in block), mine["intra_op"].value,
-                                              mine["inter_op"].value, env))
+                pinned = tuple(sorted(c for core in block for c in core)) if logical else tuple(b[0] for b in block)
+                instances.append(InstancePlan(i, pinned, mine["intra_op"].value, mine["inter_op"].value, env,
+                                              nodes_of(self.facts, pinned)))
                 counts = counts or mine
             for (key, value, cpus), which in crowded.items():
                 self.notes.append(f"{key} {value} is more than the {cpus} CPU(s) of instance(s) "
@@ -436,12 +504,13 @@ class _Resolver:
             sizes = sorted({len(b) for b in blocks})
             if len(sizes) > 1:
                 self.notes.append(f"instances have {'/'.join(map(str, sizes))} cores: counts are per instance")
+            each = "every CPU" if logical else "one CPU"
             mode = prof.get("affinity", "none")
             if mode in ("compact", "spread"):
                 self.notes.append(f"affinity {mode} does not apply with instances: each instance is pinned "
-                                  f"to one CPU of each of its own cores")
+                                  f"to {each} of each of its own cores")
             affinity = None
-            affinity_why = (f"per instance: {n} instance(s), each pinned to one CPU of each of its "
+            affinity_why = (f"per instance: {n} instance(s), each pinned to {each} of each of its "
                             f"{'/'.join(map(str, sizes))} core(s)")
         pinned = bool(instances) or affinity is not None
         env, env_why = self.env(counts)
@@ -451,6 +520,7 @@ class _Resolver:
         if intra.value > self.values["usable_cpus"] and not instances:
             self.notes.append(f"intra_op {intra.value} is more than the {self.values['usable_cpus']} usable "
                               f"CPU(s): threads will share CPUs")
+        memory, memory_nodes, memory_why = self.memory(affinity, instances)
         return Plan(
             name=prof.get("name", "profile"),
             description=prof.get("description", ""),
@@ -465,6 +535,9 @@ class _Resolver:
             instances=tuple(instances),
             notes=tuple(dict.fromkeys(self.notes)),
             preload=tuple(preloads),
+            memory=memory,
+            memory_nodes=memory_nodes,
+            memory_why=memory_why,
         )
 
     def finish_preload(self, p: Preload, env: dict[str, str], pinned: bool) -> Preload:
@@ -480,6 +553,26 @@ class _Resolver:
             unbound = self.runtime.unbound_why(pinned)
             why += f"; {unbound}" if unbound else ""
         return Preload(p.key, p.choice, p.path, why, tuple(v for v in may if v in env and v not in own))
+
+    def memory(self, affinity: tuple[int, ...] | None,
+               instances: list[InstancePlan]) -> tuple[str, tuple[int, ...], str]:
+        """``memory``: the policy, the nodes of the program's CPUs (each instance's are its own), and why."""
+        mode = self.prof.get("memory", "none")
+        if mode == "none":
+            return mode, (), "not set: the kernel's default"
+        verb = "bound to" if mode == "local" else "interleaved over"
+        if not self.facts.numa_nodes:
+            why = self.facts.unknown.get("numa_nodes", "sysfs lists none")
+            self.notes.append(f"memory {mode}: this machine's NUMA nodes are unknown ({why}): memory is left to "
+                              "the kernel's default policy")
+            return mode, (), f"{mode}: NUMA nodes unknown ({why}), so not set"
+        if instances:
+            return mode, (), f"{mode}: each instance's memory {verb} the NUMA node(s) of its CPUs"
+        nodes = nodes_of(self.facts, affinity or self.facts.usable_cpu_list)
+        if len(self.facts.numa_nodes) == 1:
+            self.notes.append(f"memory {mode}: this machine has one NUMA node, so the policy changes nothing "
+                              "here (it is still set, and shows in /proc/PID/numa_maps)")
+        return mode, nodes, f"{mode}: {verb} node(s) {format_cpu_list(nodes)}, those of its CPUs"
 
     def library_notes(self, counts: dict[str, Setting], env: dict[str, str]) -> None:
         """What each library's record says about the plan's counts (MKL's cap, torch's import)."""
