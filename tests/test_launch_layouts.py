@@ -280,3 +280,38 @@ def test_without_the_system_call_or_numactl_the_line_says_neither_is_there(tmp_p
     assert proc.returncode == 0 and proc.stdout == "ran\n"
     assert proc.stderr.strip().endswith("and numactl is not installed; its memory follows the kernel's default "
                                         "policy")
+
+
+def _preloadable() -> None:
+    from parinfo.process import preload as pre
+
+    for rec, locate in ((pre.allocator("jemalloc"), pre.locate_allocator), (pre.openmp_runtime("intel"),
+                                                                           pre.locate_runtime)):
+        if locate(rec).path is None:  # type: ignore[arg-type]
+            pytest.skip(f"{rec.name} is not installed here ({rec.install})")
+
+
+@needs_two
+def test_each_instance_is_checked_for_its_preloaded_allocator_and_openmp_runtime(profile):
+    _preloadable()
+    path = profile("allocator: jemalloc\nopenmp: intel\ninstances: 2\n")
+    code = "import sys, time\ntime.sleep(float(sys.argv[1]))"
+    proc = apply(path, "--check", "--", sys.executable, "-c", code, STAY)
+    assert proc.returncode == 0, proc.stderr
+    header = next(line for line in proc.stderr.splitlines() if "instance  pid" in line)
+    assert re.split(r"\s{2,}", header[len("parinfo:   "):].strip())[-2] == "preloaded"
+    for cells in table(proc.stderr).values():
+        assert cells[-2:] == ["jemalloc, intel", "as planned"], cells
+    # An instance that starts itself again without the preload (its own environment reset) is named.
+    again = ("import os, sys, time\n"
+             "if os.environ['PARINFO_INSTANCE'] == '1' and 'LD_PRELOAD' in os.environ:\n"
+             "    env = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}\n"
+             "    os.execve(sys.executable, [sys.executable, '-c', 'import sys, time; time.sleep(float(sys.argv[1]))',"
+             " sys.argv[1]], env)\n"
+             "time.sleep(float(sys.argv[1]))\n")
+    proc = apply(path, "--check", "--", sys.executable, "-c", again, STAY)
+    assert proc.returncode == EXIT_CHECK_FAILED, proc.stderr
+    bad = [line for line in proc.stderr.splitlines() if "did not get its plan" in line]
+    assert len(bad) == 1 and bad[0].startswith("parinfo: instance 1 "), bad
+    assert "jemalloc, intel not loaded (LD_PRELOAD: " in bad[0]
+    assert table(proc.stderr)["1"][-2] == "none" and table(proc.stderr)["0"][-1] == "as planned"

@@ -152,13 +152,39 @@ class CountsCheck:
         return Reading(", ".join(shown), "; ".join(wrong) or None)
 
 
+@record(frozen=True)
+class PreloadCheck:
+    """Each library the plan preloads (allocator, OpenMP runtime) is mapped in it (/proc/PID/maps):
+    the loader put it there before anything of the program, so a missing one was never loaded."""
+
+    files: tuple[tuple[str, str], ...]  # (choice, path) per preloaded library, in LD_PRELOAD order
+    column: str = "preloaded"
+
+    def read(self, proc: Proc) -> Reading:
+        import os
+
+        from parinfo.errors import UsageError
+        from parinfo.process.pools import DELETED, loaded_objects
+        from parinfo.process.remote import maps_text
+
+        try:
+            text = maps_text(proc.pid or 0)
+        except UsageError as exc:
+            return _why(exc)
+        mapped = {path.removesuffix(DELETED) for path in loaded_objects(text)}
+        missing = [choice for choice, path in self.files
+                   if path not in mapped and os.path.realpath(path) not in mapped]
+        shown = ", ".join(choice for choice, _ in self.files if choice not in missing) or "none"
+        if missing:
+            return Reading(shown, f"{', '.join(missing)} not loaded (LD_PRELOAD: "
+                                  f"{shorten(', '.join(p for c, p in self.files if c in missing), 80)})")
+        return Reading(shown)
+
+
 def checks_for(plan: Plan, child: ChildEnv, memory: Binding | None,
                instance: InstancePlan | None = None) -> list[Check]:
     """What one launched program of ``plan`` (instance ``instance``, or the one program) should hold,
     as checks in column order.
-
-    The loaded allocator and OpenMP runtime (from /proc/PID/maps, once the plan has fields for
-    them) are one more check each, added to this list.
     """
     import os
 
@@ -170,6 +196,9 @@ def checks_for(plan: Plan, child: ChildEnv, memory: Binding | None,
              "PARINFO_INSTANCES"]
     checks.append(VariablesCheck({n: child.env[n] for n in dict.fromkeys(names) if n in child.env}))
     checks.append(CountsCheck(dict(child.env)))
+    preloaded = tuple((p.choice, p.path) for p in plan.preload if p.path)
+    if preloaded:
+        checks.append(PreloadCheck(preloaded))
     return checks
 
 
