@@ -494,9 +494,9 @@ class _Resolver:
                     if mine[key].value > names["usable_cpus"]:
                         crowded.setdefault((key, mine[key].value, names["usable_cpus"]), []).append(i)
                 env, _ = self.env(mine)
-                pinned = tuple(sorted(c for core in block for c in core)) if logical else tuple(b[0] for b in block)
-                instances.append(InstancePlan(i, pinned, mine["intra_op"].value, mine["inter_op"].value, env,
-                                              nodes_of(self.facts, pinned)))
+                own_cpus = tuple(sorted(c for core in block for c in core)) if logical else tuple(b[0] for b in block)
+                instances.append(InstancePlan(i, own_cpus, mine["intra_op"].value, mine["inter_op"].value, env,
+                                              nodes_of(self.facts, own_cpus)))
                 counts = counts or mine
             for (key, value, cpus), which in crowded.items():
                 self.notes.append(f"{key} {value} is more than the {cpus} CPU(s) of instance(s) "
