@@ -7,10 +7,22 @@ parinfo reads may come from another process, a fleet worker, an older or newer p
 dict, so a missing or odd value becomes the field's default (or the empty value of its type: None,
 "", 0, False, [], {}), and an odd item of a list or a mapping is left out.
 
-A field can say how it travels through ``field(metadata=...)``:
+A field can say how it travels through ``field(metadata=...)`` (several at once: ``{**OMIT_NONE, **key("x")}``):
 
 - ``OMIT_NONE``: left out of the JSON while it is None (keys only some reports have);
-- ``{"missing": value}``: the value a missing or odd field takes instead of the type's empty one.
+- ``OMIT_EMPTY``: left out while it is None or empty ("", [], {});
+- ``{"missing": value}``: the value a missing or odd field takes instead of the type's empty one;
+- ``key(name)``: travels under another JSON key than its field's name;
+- ``REQUIRED``: a record missing it (or holding an odd value) is odd as a whole: left out of a
+  list, None where None is allowed (a finding or a counter that cannot be said in full);
+- ``FLATTEN``: a record whose keys sit in its parent's object instead of an object of its own;
+- ``LOCAL``: stays in the process: never written, never read (its default is kept).
+
+A record whose JSON form truly differs from its fields says so with two optional hooks: a
+``_json_out(self, data)`` method that gets the field-by-field object and returns the JSON one, and a
+``_json_in(cls, data)`` classmethod that gets the JSON object and returns the one to read the fields
+from (or None: the object is odd as a whole). Both are for the few records that need them (a
+computed figure, an older version's words), never a second converter.
 
 Only the edges call this module: ``--json``, the fleet's rows, a report read back, the schema. The
 annotations are resolved once per class, at its first conversion (``typing.get_type_hints``), so
@@ -28,14 +40,28 @@ from typing import Any, TypeVar
 
 from parinfo.source import Source
 
-__all__ = ["OMIT_NONE", "dump", "load"]
+__all__ = ["FLATTEN", "LOCAL", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "dump", "key", "load"]
 
 _T = TypeVar("_T")
 
 #: Field metadata: leave the field out of the JSON while it is None.
 OMIT_NONE: Mapping[str, Any] = types.MappingProxyType({"omit_none": True})
+#: Field metadata: leave the field out of the JSON while it is None or empty ("", [], {}).
+OMIT_EMPTY: Mapping[str, Any] = types.MappingProxyType({"omit_empty": True})
+#: Field metadata: a record without this field (or with an odd value in it) is odd as a whole.
+REQUIRED: Mapping[str, Any] = types.MappingProxyType({"required": True})
+#: Field metadata: the field's record writes its keys into its parent's object, and is read from it.
+FLATTEN: Mapping[str, Any] = types.MappingProxyType({"flatten": True})
+#: Field metadata: the field stays in the process (never written to JSON nor read from it).
+LOCAL: Mapping[str, Any] = types.MappingProxyType({"local": True})
+
+
+def key(name: str) -> Mapping[str, Any]:
+    """Field metadata: the field travels under the JSON key ``name``."""
+    return types.MappingProxyType({"key": name})
 
 _NOTHING = object()  # what a reader gives for a value it does not accept
+_SIZED = (str, list, tuple, dict, set, frozenset)
 
 
 def dump(value: Any) -> Any:
@@ -44,15 +70,25 @@ def dump(value: Any) -> Any:
         return value.to_json()
     if isinstance(value, enum.Enum):
         return value.value
-    fields = getattr(type(value), "__dataclass_fields__", None)
+    cls = type(value)
+    fields = getattr(cls, "__dataclass_fields__", None)
     if fields is not None:
-        out = {}
+        out: dict[str, Any] = {}
         for name, f in fields.items():
             item = getattr(value, name)
-            if item is None and f.metadata.get("omit_none"):
-                continue
+            meta = f.metadata
+            if meta:
+                if meta.get("local") or (item is None and meta.get("omit_none")):
+                    continue
+                if meta.get("omit_empty") and (item is None or (isinstance(item, _SIZED) and not item)):
+                    continue
+                if meta.get("flatten"):
+                    out.update(dump(item))
+                    continue
+                name = meta.get("key", name)
             out[name] = dump(item)
-        return out
+        hook = getattr(cls, "_json_out", None)
+        return out if hook is None else hook(value, out)
     if isinstance(value, Mapping):
         return {str(k): dump(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -65,7 +101,12 @@ def dump(value: Any) -> Any:
 def load(cls: type[_T], data: Any) -> _T:
     """A ``cls`` record from JSON data; anything missing or odd takes its default (see the module)."""
     got = _read(cls, data)
-    return got if got is not _NOTHING else _empty_record(cls)
+    if got is not _NOTHING:
+        return got  # type: ignore[no-any-return]
+    if dataclasses.is_dataclass(cls) and isinstance(data, Mapping):  # asked for, so kept whole
+        kept: _T = _record(cls, data, strict=False)
+        return kept
+    return _empty_record(cls)
 
 
 # -- reading, by annotation ---------------------------------------------------------------------
@@ -92,17 +133,33 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _empty_record(cls: type[_T]) -> _T:
-    return _record(cls, {})
+    got: _T = _record(cls, {}, strict=False)
+    return got
 
 
-def _record(cls: type[_T], data: Mapping[str, Any]) -> _T:
+def _record(cls: type[_T], data: Mapping[str, Any], strict: bool = True) -> Any:
+    """A ``cls`` record of ``data``, or _NOTHING when ``strict`` and a REQUIRED field is not there."""
     hints = _hints(cls)
+    hook = getattr(cls, "_json_in", None)
+    if hook is not None:
+        data = hook(data)
+        if data is None:
+            if strict:
+                return _NOTHING
+            data = {}
     values: dict[str, Any] = {}
     for name, f in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
-        if not f.init:
+        meta = f.metadata
+        if not f.init or meta.get("local"):
             continue
-        got = _read(hints.get(name, Any), data[name]) if name in data else _NOTHING
+        if meta.get("flatten"):
+            got = _read(hints.get(name, Any), data)
+        else:
+            name_in = meta.get("key", name)
+            got = _read(hints.get(name, Any), data[name_in]) if name_in in data else _NOTHING
         if got is _NOTHING:
+            if strict and meta.get("required"):
+                return _NOTHING
             if "missing" in f.metadata:
                 got = f.metadata["missing"]
             elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
