@@ -75,13 +75,13 @@ def test_each_odd_value_takes_its_default_and_odd_items_are_left_out():
 def test_the_runtime_section_of_another_version_is_read_without_error():
     push = {"count": 1, "pools": [{"library": "openblas", "filepath": "/x", "num_threads": 1}],
             "source": {"kind": "profile", "detail": "p", "text": "profile p"}}
-    section = RuntimeSection.from_dict({"backend": "native", "intra_op": {"count": 2, "source": "explicit call"},
+    section = load(RuntimeSection, {"backend": "native", "intra_op": {"count": 2, "source": "explicit call"},
                                         "native_push": push,
                                         "follow": {"enabled": False, "changes": [{"at": "12:00:00"}, "odd"]}})
     assert section.intra_op is not None and section.intra_op.source == Source(Kind.OTHER, "", "explicit call")
     assert section.native_push is not None and section.native_push.by_file()["/x"][1].kind is Kind.PROFILE
     assert section.follow is not None and section.followed_at == "12:00:00" and not section.follow.enabled
-    assert RuntimeSection.from_dict({"unknown": "read from outside"}).to_dict() == {"unknown": "read from outside"}
+    assert dump(load(RuntimeSection, {"unknown": "read from outside"})) == {"unknown": "read from outside"}
 
 
 @record

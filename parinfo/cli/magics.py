@@ -132,6 +132,7 @@ def _watch(line: str) -> None:
     import os
 
     from parinfo.cli.watch import render_sample
+    from parinfo.convert import dump
     from parinfo.errors import UsageError
     from parinfo.process.tasks import gone
     from parinfo.watching.sample import Sampler, check_interval, samples
@@ -151,7 +152,7 @@ def _watch(line: str) -> None:
     sampler = Sampler(pid, children=a.children)
     handle = None
     for n, sample in enumerate(samples(sampler, seconds, a.samples), 1):
-        text = (json.dumps(sample.to_dict()) if a.json_out
+        text = (json.dumps(dump(sample)) if a.json_out
                 else render_sample(sample, f"{title}, sample {n} of {a.samples}"))
         handle = _display(_text(text), handle)
     if handle is None:  # it ended before a whole interval could be measured

@@ -178,11 +178,12 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         states[t.state] = states.get(t.state, 0) + 1
     listing.states = states
     names = [t.name for t in stats[pid]]
-    process = ProcessInfo.from_dict(ident)
+    process = ProcessInfo(pid=ident.pid, name=ident.name, ppid=ident.ppid, cmdline=ident.cmdline,
+                          python=ident.python, executable=ident.executable, inspected_from=ident.inspected_from,
+                          note=ident.note)
     readable = tuple(r.label for r in reg.records() if r.count_symbol is not None)
     process.hint, process.counts = _hint(env or {}, names), _counts_text(readable)
     process.unreadable = unreadable or None
-    process.note = ident.get("note")
     process.tree_reads = None if reads is None else list(reads)
     report = Report(
         machine=facts,

@@ -72,17 +72,19 @@ def worker_row(worker: str, per_thread: list[dict[str, Any]] | None = None) -> d
     travels to the client): host identity, pid, usable CPUs, outer threads, every pool with its
     count and copy, the thread variables with who set them, and the findings (the single-process
     rules and ``outer-times-inner``, over per-thread counts when given)."""
+    from parinfo.convert import dump, load
     from parinfo.diagnostics import fleet_rules
     from parinfo.diagnostics.findings import sort_findings
     from parinfo.diagnostics.fleet_rows import ThreadPools, WorkerRow
     from parinfo.diagnostics.report import inspect
 
     report = inspect(imports=[])
-    threads = None if per_thread is None else [ThreadPools.from_dict(t) for t in per_thread]
+    threads = None if per_thread is None else [load(ThreadPools, t) for t in per_thread]
     row = WorkerRow(worker, host_identity(report.machine), report, threads)
     found = [f for f in report.findings if f.id != "outer-times-inner"]
     report.findings = sort_findings(found + fleet_rules.worker_findings(row))
-    return row.to_dict()
+    out: dict[str, Any] = dump(row)
+    return out
 
 
 T = TypeVar("T")

@@ -14,9 +14,8 @@ import os
 import sys
 from collections.abc import Collection, Mapping
 from dataclasses import field
-from typing import Any
 
-from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.convert import OMIT_NONE
 from parinfo.process import libraries as reg
 from parinfo.process.environment import EnvRow
 from parinfo.record import record
@@ -52,15 +51,6 @@ class OuterThreads:
     cpus: int | None = None
     source: Source | None = None
     variables_set_by: dict[str, str] | None = field(default=None, metadata=OMIT_NONE)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OuterThreads:
-        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 #: The modules whose frameworks run a process's work several at a time (Dask, Ray, loky): without

@@ -9,11 +9,9 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
 
-from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.convert import OMIT_NONE
 from parinfo.machine.unknown import describe
 from parinfo.record import record
 
@@ -40,15 +38,6 @@ class Probes:
     failed: dict[str, str] = field(default_factory=dict)
     environ_changed: dict[str, str | None] = field(default_factory=dict)
     note: str | None = field(default=None, metadata=OMIT_NONE)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Probes:
-        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 def default_modules() -> list[str]:
