@@ -71,10 +71,10 @@ def dump(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     cls = type(value)
-    fields = getattr(cls, "__dataclass_fields__", None)
+    fields = _FIELDS.get(cls) or (_fields(cls) if hasattr(cls, "__dataclass_fields__") else None)
     if fields is not None:
         out: dict[str, Any] = {}
-        for name, f in fields.items():
+        for name, f in fields:
             item = getattr(value, name)
             meta = f.metadata
             if meta:
@@ -107,6 +107,15 @@ def load(cls: type[_T], data: Any) -> _T:
         kept: _T = _record(cls, data, strict=False)
         return kept
     return _empty_record(cls)
+
+
+_FIELDS: dict[type, tuple[tuple[str, dataclasses.Field[Any]], ...]] = {}
+
+
+def _fields(cls: type) -> tuple[tuple[str, dataclasses.Field[Any]], ...]:
+    """(name, field) of a record's fields, ClassVar and InitVar pseudo-fields left out; once per class."""
+    got = _FIELDS[cls] = tuple((f.name, f) for f in dataclasses.fields(cls))
+    return got
 
 
 # -- reading, by annotation ---------------------------------------------------------------------
@@ -148,7 +157,7 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool = True) -> Any:
                 return _NOTHING
             data = {}
     values: dict[str, Any] = {}
-    for name, f in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
+    for name, f in _FIELDS.get(cls) or _fields(cls):
         meta = f.metadata
         if not f.init or meta.get("local"):
             continue

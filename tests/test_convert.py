@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import field
+from typing import ClassVar
 
 import pytest
 
@@ -146,3 +147,14 @@ def test_a_record_whose_json_differs_says_so_in_its_hooks():
     assert load(Hooked, {"n": 3, "words": "old words", "double": 6}) == Hooked(3, "OLD WORDS")
     assert load(list[Hooked], [{"n": -1}, {"n": 1}]) == [Hooked(1)]  # a hook refuses an odd object
     assert load(Hooked, {"n": -1}) == Hooked()
+
+
+@record
+class Kinded:
+    kind: ClassVar[str] = "kinded"
+    n: int = 0
+
+
+def test_class_variables_do_not_travel():
+    assert dump(Kinded(1)) == {"n": 1}
+    assert load(Kinded, {"n": 2, "kind": "other"}) == Kinded(2) and Kinded.kind == "kinded"

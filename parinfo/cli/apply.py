@@ -29,7 +29,9 @@ def apply_cmd(a: ApplyArgs) -> int:
     if a.json_out:
         import json
 
-        typer.echo(json.dumps(plan.to_dict(), indent=2))
+        from parinfo.convert import dump
+
+        typer.echo(json.dumps(dump(plan), indent=2))
     elif a.export:
         typer.echo(export_lines(plan, force=a.force), nl=False)
     else:

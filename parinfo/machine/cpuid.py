@@ -46,7 +46,7 @@ FAST_SOURCE = file("/proc/cpuinfo + sysfs")
 
 @record
 class CpuIdentity:
-    """The CPU as :func:`cpu_identity` describes it: the report's ``cpu`` section (``to_dict``).
+    """The CPU as :func:`cpu_identity` describes it: the report's ``cpu`` section (its JSON).
 
     ``hz_advertised`` is py-cpuinfo's advertised clock, asked for only with ``slow=True``.
     """

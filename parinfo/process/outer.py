@@ -34,7 +34,7 @@ NANNY_ENVIRON = "dask nanny (distributed.nanny.environ, after the worker started
 
 @record
 class OuterThreads:
-    """The outer parallelism of a process: the report's ``outer`` section (``to_dict``).
+    """The outer parallelism of a process: the report's ``outer`` section (its JSON).
 
     - ``framework``: user, dask, ray, loky, or None when nothing runs the process's work several at
       a time.

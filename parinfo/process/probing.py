@@ -20,7 +20,7 @@ DEFAULT_PROBES = ("numpy",)
 
 @record
 class Probes:
-    """What was imported so that native pools load: the report's ``probes`` section (``to_dict``).
+    """What was imported so that native pools load: the report's ``probes`` section (its JSON).
 
     - ``requested``: the module names asked for, cleaned (stripped, de-duplicated, in order).
     - ``imported``: those this call imported.
@@ -29,7 +29,7 @@ class Probes:
     - ``environ_changed``: {variable: value or None} for thread variables an import set, changed or
       removed.
     - ``note``: a remark (a process read from outside: nothing was imported into it), or None (and
-      then not in ``to_dict``).
+      then not in its JSON).
     """
 
     requested: list[str] | None = field(default_factory=list)

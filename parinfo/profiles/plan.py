@@ -6,8 +6,8 @@ force in this process, in a launched program, or across pinned instances.
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any
 
+from parinfo.convert import LOCAL
 from parinfo.record import record
 
 
@@ -15,7 +15,7 @@ from parinfo.record import record
 class Setting:
     """One resolved count: ``value`` and ``why`` (the expression and the machine facts it used)."""
 
-    key: str
+    key: str = field(metadata=LOCAL)  # the plan's JSON names it by where it sits
     value: int
     why: str
 
@@ -51,26 +51,3 @@ class Plan:
     affinity_why: str = "not set: inherited"
     instances: tuple[InstancePlan, ...] = ()
     notes: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        def s(x: Setting) -> dict[str, Any]:
-            return {"value": x.value, "why": x.why}
-
-        return {
-            "name": self.name,
-            "description": self.description,
-            "origin": self.origin,
-            "intra_op": s(self.intra_op),
-            "inter_op": s(self.inter_op),
-            "libraries": {k: s(v) for k, v in self.libraries.items()},
-            "env": dict(self.env),
-            "env_why": dict(self.env_why),
-            "affinity": None if self.affinity is None else list(self.affinity),
-            "affinity_why": self.affinity_why,
-            "instances": [
-                {"index": i.index, "cpus": list(i.cpus), "intra_op": i.intra_op,
-                 "inter_op": i.inter_op, "env": dict(i.env)}
-                for i in self.instances
-            ],
-            "notes": list(self.notes),
-        }

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
+from parinfo.convert import dump
 from parinfo.errors import TuneError
 from parinfo.process import setter
 from parinfo.process.libraries import RUNTIME_VARS
@@ -97,7 +98,7 @@ class WorkerMeasurer(Measurer):
 
     def __call__(self, p: Point) -> Stats:
         s = self.settings
-        job = {"spec": self.workload.to_dict(), "intra": p.intra, "inter": p.inter, "concurrency": self.concurrency(p),
+        job = {"spec": dump(self.workload), "intra": p.intra, "inter": p.inter, "concurrency": self.concurrency(p),
                "warmup": s.warmup, "repeats": s.repeats, "min_time": s.min_time}
         env = {**os.environ, **thread_env(p)}
         with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:

@@ -8,6 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from parinfo.checks import shown
+from parinfo.convert import dump
 from parinfo.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,22 +28,22 @@ def to_json(r: TuneOutcome) -> dict[str, Any]:
     """Plain, JSON-serialisable form (what ``parinfo tune --json`` prints)."""
     points = []
     for p, s in r.measured:
-        points.append({**_point(r, p), **s.to_dict(), "per_second": 1.0 / s.median if s.median > 0 else None,
+        points.append({**_point(r, p), **dump(s), "per_second": 1.0 / s.median if s.median > 0 else None,
                        "order": r.search.order.index(p) + 1, "noisy": r.is_noisy(s),
                        "confirmed": p in r.search.confirmed, "in_force": r.in_force.get(p)})
     return {
         "workload": r.workload,
-        "spec": r.spec.to_dict(),
+        "spec": dump(r.spec),
         "objective": r.objective,
         "mode": r.mode,
         "axis": r.axis,
         "unit": r.unit,
-        "machine": r.machine.to_dict(),
+        "machine": dump(r.machine),
         "settings": {"warmup": r.settings.warmup, "repeats": r.settings.repeats,
                      "min_time_s": r.settings.min_time},
         "candidates": len(r.search.candidates),
         "points": points,
-        "best": {**_point(r, r.best), **r.best_stats.to_dict()},
+        "best": {**_point(r, r.best), **dump(r.best_stats)},
         "counts": r.counts(),
         "skipped": [{**_point(r, p), "reason": why} for p, why in r.skipped],
         "noise": list(r.noise),
