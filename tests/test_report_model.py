@@ -122,9 +122,11 @@ def test_odd_payloads_never_crash_the_rules_or_the_renderers(payload):
 def test_a_worker_row_parses_back_to_itself():
     row = run_json("""
 import json, numpy
+from parinfo.diagnostics.fleet_rows import ThreadPools
 from parinfo.fleet.probe import worker_row
-print(json.dumps(worker_row("w", [{"thread": "t0", "pools": [{"library": "openblas", "user_api": "blas",
-                                                               "num_threads": 2}]}])))
+from parinfo.process.pools import PoolRow
+pool = PoolRow("openblas", "blas", "openblas", "/x/libopenblas.so", "libopenblas", num_threads=2)
+print(json.dumps(worker_row("w", [ThreadPools("t0", [pool])])))
 """, env=clean_env(OMP_NUM_THREADS="1"))
     worker = load(WorkerRow, row)
     assert dump(worker) == row

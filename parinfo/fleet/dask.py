@@ -26,11 +26,13 @@ def _executor_and_threads(worker: Any) -> tuple[Any, int]:
 
 
 def _row_on_worker(per_thread: bool, dask_worker: Any = None) -> dict[str, Any]:
+    from parinfo.diagnostics.fleet_rows import ThreadPools
+
     threads = None
     if per_thread:
         executor, n = _executor_and_threads(dask_worker)
-        threads = [{"thread": name, "pools": pools}
-                   for name, pools in probe.in_each_thread(executor.submit, n, probe.thread_pools)]
+        read = probe.in_each_thread(executor.submit, n, probe.thread_pools)
+        threads = [ThreadPools(name, pools) for name, pools in read]
     return probe.worker_row(str(dask_worker.address), threads)
 
 
