@@ -16,6 +16,7 @@ from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.diagnostics.fleet_rows import HostSummary, WorkerRow
 from parinfo.record import record
+from parinfo.safe_text import plural
 
 #: Version of :meth:`FleetReport.to_dict`; bumped on any incompatible change (docs/fleet.md).
 SCHEMA_VERSION = 2
@@ -74,8 +75,8 @@ class FleetReport:
     def table(self) -> str:
         """Hosts, then workers, then findings, as text for people."""
         lines = [f"{self.cluster.get('kind', '?')} cluster {self.cluster.get('address', '')}: "
-                 f"{len(self.workers)} worker{'s' if len(self.workers) != 1 else ''} on "
-                 f"{len(self.hosts)} host{'s' if len(self.hosts) != 1 else ''}"]
+                 f"{plural(len(self.workers), 'worker')} on "
+                 f"{plural(len(self.hosts), 'host')}"]
         lines.append("")
         lines.append(f"{'host':<24} {'workers':>7} {'usable CPUs':>11} {'task threads':>12} {'threads at once':>15}")
         for h in self.hosts:

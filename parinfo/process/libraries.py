@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.machine.rounding import ROUNDING_VAR, ROUNDINGS
 from parinfo.process import defaults
 from parinfo.record import record
+from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -149,7 +150,7 @@ def _mkl_cap(facts: MachineFacts, env: Mapping[str, str],
     if is_false(env.get(role_var("dynamic"))):
         return None, ""
     n = facts.physical_cores
-    return n, f"{n} physical core{'s' if n != 1 else ''} (MKL_DYNAMIC is not FALSE)"
+    return n, f"{plural(n, 'physical core')} (MKL_DYNAMIC is not FALSE)"
 
 
 def _numexpr_pool(facts: MachineFacts, env: Mapping[str, str],

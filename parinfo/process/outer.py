@@ -19,6 +19,7 @@ from parinfo.convert import OMIT_NONE
 from parinfo.process import libraries as reg
 from parinfo.process.environment import EnvRow
 from parinfo.record import record
+from parinfo.safe_text import plural
 from parinfo.source import Kind, Source, argument, unknown
 
 #: Variable that lists, in a launched worker's environment, the variables parinfo put there.
@@ -98,7 +99,7 @@ def _dask(usable: int | None) -> OuterThreads | None:
     threads = sum(int(w.state.nthreads) for w in workers)
     where = "dask worker" if len(workers) == 1 else f"{len(workers)} dask workers in this process"
     return OuterThreads("dask", threads, None, Source(
-        Kind.FRAMEWORK, "dask", f"{where}: {threads} thread{'s' if threads != 1 else ''} run tasks at once (nthreads)"))
+        Kind.FRAMEWORK, "dask", f"{where}: {plural(threads, 'thread')} run tasks at once (nthreads)"))
 
 
 def _ray(usable: int | None) -> OuterThreads | None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.checks import shown
 from parinfo.convert import dump
 from parinfo.errors import UsageError
+from parinfo.safe_text import plural
 
 if TYPE_CHECKING:  # pragma: no cover
     from parinfo.tuning.outcome import TuneOutcome
@@ -82,7 +83,7 @@ def _comments(r: TuneOutcome) -> list[str]:
 def _description(r: TuneOutcome) -> str:
     b, bs = r.best, r.best_stats
     what = (f"{b.inter} {'requests' if r.concurrent else 'inter-op'} x {b.intra} intra-op" if r.pairs
-            else f"{b.intra} intra-op thread{'s' if b.intra != 1 else ''}")
+            else f"{plural(b.intra, 'intra-op thread')}")
     return (f"Tuned by parinfo tune ({r.objective}) for {r.workload}: {what}, "
             f"{bs.median * 1e3:.4g} ms {r.unit.split(' ', 1)[1]}")
 
