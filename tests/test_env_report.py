@@ -101,3 +101,14 @@ def test_launch_environment_equals_psutils_view_and_ignores_later_edits():
     ours, theirs = run_json(code, env=clean_env(OMP_NUM_THREADS="3"))
     assert ours == theirs
     assert ours["OMP_NUM_THREADS"] == "3"
+
+
+def test_the_variables_parinfo_apply_sets_are_read_by_parinfo_and_listed_only_when_set():
+    """PARINFO_PROFILE and the instance marks name what launched the program: parinfo reads them (a
+    count's source is the profile), so they are never "read by nothing"; unset they are no setting."""
+    env = {"PARINFO_PROFILE": "latency", "PARINFO_INSTANCE": "0", "PARINFO_INSTANCES": "2"}
+    rows = by_name(environment_report(env, env))
+    for name in env:
+        assert rows[name]["known"] is True and rows[name]["readers"] == ["parinfo"] and rows[name]["valid"] is True
+        assert not listed_unset(name)
+    assert not set(env) & set(by_name(environment_report({}, {})))

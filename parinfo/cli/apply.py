@@ -47,6 +47,7 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
     import shlex
 
     from parinfo.machine.cpulist import format_cpu_list
+    from parinfo.process.libraries import library
 
     env = os.environ if environ is None else environ
     name = shlex.quote(plan.name)
@@ -58,7 +59,7 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
                                   f"{shlex.quote(value)}; --force overrides)"))
             continue
         lines.append(f"export {var}={shlex.quote(value)}")
-    lines.append(f"export PARINFO_PROFILE={name}")
+    lines.append(f"export {library('parinfo').var('profile')}={name}")
     if plan.affinity is not None:
         cpus = format_cpu_list(plan.affinity)
         lines.append(_comment(f"affinity {cpus}: start the program with taskset -c {cpus}, or with "

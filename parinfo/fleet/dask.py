@@ -100,12 +100,14 @@ class EnvironPlugin(NannyPlugin):
         self.origin = origin
 
     def setup(self, nanny: Any) -> None:
+        from parinfo.process.libraries import library
         from parinfo.process.outer import PARINFO_SET_VAR
 
         plan = probe.resolve_here(self.document, self.origin)
         env = {name: str(value) for name, value in plan.env.items()}
-        ours = ",".join(sorted([*env, "PARINFO_PROFILE"]))
-        nanny.pre_spawn_env.update({**env, "PARINFO_PROFILE": plan.name, PARINFO_SET_VAR: ours})
+        profile_var = library("parinfo").var("profile")
+        ours = ",".join(sorted([*env, profile_var]))
+        nanny.pre_spawn_env.update({**env, profile_var: plan.name, PARINFO_SET_VAR: ours})
 
 
 def apply(client: Any, profile: Any, *, restart: bool = False) -> dict[str, Any]:

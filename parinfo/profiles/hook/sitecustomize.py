@@ -62,9 +62,10 @@ class _Facts:
 
     def __init__(self, intra: "int | None", inter: "int | None", watch: "list[str]",
                  orders: "dict[str, tuple[str, ...]]", runtime_vars: "tuple[str, ...]", verify_var: "str",
-                 undo: "tuple[str, ...]", torch: "_TorchFacts") -> "None":
+                 undo: "tuple[str, ...]", torch: "_TorchFacts", profile_var: "str" = "") -> "None":
         self.intra, self.inter, self.watch, self.orders = intra, inter, watch, orders
         self.runtime_vars, self.verify_var, self.undo, self.torch = runtime_vars, verify_var, undo, torch
+        self.profile_var = profile_var
 
 
 def _parse(spec: "str") -> "_Facts | None":
@@ -89,7 +90,8 @@ def _parse(spec: "str") -> "_Facts | None":
         intra=count("intra"), inter=count("inter"), watch=list(names("watch")),
         orders={k[len("pool."):]: names(k) for k in fields if k.startswith("pool.")},
         runtime_vars=names("runtime"), verify_var=fields.get("verify", ""), undo=names("undo"),
-        torch=_TorchFacts(setter=torch[0], getter=torch[1], interop_setter=torch[2], interop_getter=torch[3]))
+        torch=_TorchFacts(setter=torch[0], getter=torch[1], interop_setter=torch[2], interop_getter=torch[3]),
+        profile_var=fields.get("profile", ""))
 
 
 def _setter() -> "ModuleType":
@@ -173,8 +175,12 @@ class _TorchWatcher:
         self._callback(module)
 
 
+#: The variable that names the profile, from the instructions (the registry's, via hook_facts).
+_PROFILE_VAR: "list[str]" = []
+
+
 def _profile() -> "str":
-    return os.environ.get("PARINFO_PROFILE") or "?"
+    return (os.environ.get(_PROFILE_VAR[0]) if _PROFILE_VAR else None) or "?"
 
 
 # torch's refusal of a second set_num_interop_threads call (and of one after its pool started).
@@ -326,6 +332,7 @@ def _install(spec: "str") -> "None":
     if facts is None:
         _say("ignoring %s=%r: not understood by this start-up hook" % (_SPEC_VAR, spec))
         return
+    _PROFILE_VAR[:] = [facts.profile_var] if facts.profile_var else []
     verify = os.environ.get(facts.verify_var, "").strip().lower() if facts.verify_var else ""
     if facts.intra is not None or facts.inter is not None:
         torch = sys.modules.get("torch")
