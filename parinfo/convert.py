@@ -62,15 +62,18 @@ def key(name: str) -> Mapping[str, Any]:
 
 _NOTHING = object()  # what a reader gives for a value it does not accept
 _SIZED = (str, list, tuple, dict, set, frozenset)
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 def dump(value: Any) -> Any:
-    """``value`` as JSON-ready data (records field by field, honouring ``OMIT_NONE``)."""
-    if isinstance(value, Source):
+    """``value`` as JSON-ready data (records field by field, honouring their metadata and hooks)."""
+    cls = type(value)
+    if cls in _PLAIN:
+        return value
+    if cls is Source:
         return value.to_json()
     if isinstance(value, enum.Enum):
         return value.value
-    cls = type(value)
     fields = _FIELDS.get(cls) or (_fields(cls) if hasattr(cls, "__dataclass_fields__") else None)
     if fields is not None:
         out: dict[str, Any] = {}
@@ -146,10 +149,47 @@ def _empty_record(cls: type[_T]) -> _T:
     return got
 
 
+class _Reading:
+    """How one field of a record is read: its JSON key (None: the parent's whole object), its hint,
+    whether the record needs it, and what it takes when missing (_NOTHING: its default)."""
+
+    __slots__ = ("hint", "json_key", "missing", "name", "required")
+
+    def __init__(self, name: str, json_key: str | None, hint: Any, required: bool, missing: Any) -> None:
+        self.name, self.json_key, self.hint, self.required, self.missing = name, json_key, hint, required, missing
+
+
+_READINGS: dict[type, tuple[tuple[_Reading, ...], Any]] = {}
+
+
+def _readings(cls: type) -> tuple[tuple[_Reading, ...], Any]:
+    """The fields a record reads, with its ``_json_in`` hook (or None); worked out once per class."""
+    found = _READINGS.get(cls)
+    if found is None:
+        hints, out = _hints(cls), []
+        for name, f in _FIELDS.get(cls) or _fields(cls):
+            meta = f.metadata
+            if not f.init or meta.get("local"):
+                continue
+            hint = hints.get(name, Any)
+            if "missing" in meta:
+                missing = meta["missing"]
+            elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+                missing = _NOTHING
+            else:
+                missing = _EMPTY
+            out.append(_Reading(name, None if meta.get("flatten") else meta.get("key", name), hint,
+                                bool(meta.get("required")), missing))
+        found = _READINGS[cls] = (tuple(out), getattr(cls, "_json_in", None))
+    return found
+
+
+_EMPTY = object()  # a field without a default: its type's empty value when missing
+
+
 def _record(cls: type[_T], data: Mapping[str, Any], strict: bool = True) -> Any:
     """A ``cls`` record of ``data``, or _NOTHING when ``strict`` and a REQUIRED field is not there."""
-    hints = _hints(cls)
-    hook = getattr(cls, "_json_in", None)
+    readings, hook = _READINGS.get(cls) or _readings(cls)
     if hook is not None:
         data = hook(data)
         if data is None:
@@ -157,25 +197,18 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool = True) -> Any:
                 return _NOTHING
             data = {}
     values: dict[str, Any] = {}
-    for name, f in _FIELDS.get(cls) or _fields(cls):
-        meta = f.metadata
-        if not f.init or meta.get("local"):
-            continue
-        if meta.get("flatten"):
-            got = _read(hints.get(name, Any), data)
+    for r in readings:
+        if r.json_key is None:
+            got = _read(r.hint, data)
         else:
-            name_in = meta.get("key", name)
-            got = _read(hints.get(name, Any), data[name_in]) if name_in in data else _NOTHING
+            got = _read(r.hint, data[r.json_key]) if r.json_key in data else _NOTHING
         if got is _NOTHING:
-            if strict and meta.get("required"):
+            if strict and r.required:
                 return _NOTHING
-            if "missing" in f.metadata:
-                got = f.metadata["missing"]
-            elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            if r.missing is _NOTHING:
                 continue
-            else:
-                got = _empty(hints.get(name, Any))
-        values[name] = got
+            got = _empty(r.hint) if r.missing is _EMPTY else r.missing
+        values[r.name] = got
     return cls(**values)
 
 
@@ -198,16 +231,33 @@ def _empty(hint: Any) -> Any:
     return None
 
 
+_SHAPES: dict[Any, tuple[Any, tuple[Any, ...]]] = {}
+
+
+def _shape(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """(origin, args) of a hint, worked out once per hint."""
+    try:
+        return _SHAPES[hint]
+    except KeyError:
+        got = _SHAPES[hint] = (typing.get_origin(hint), typing.get_args(hint))
+        return got
+    except TypeError:  # an unhashable hint
+        return typing.get_origin(hint), typing.get_args(hint)
+
+
 def _read(hint: Any, value: Any) -> Any:
     """``value`` as ``hint`` says, or _NOTHING when it is not one."""
+    if hint is str:  # the commonest first
+        return value if isinstance(value, str) else _NOTHING
+    if hint is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _NOTHING
     if hint is Any or hint is object:
         return value
     if hint is Source:
         source = Source.from_json(value)
         return _NOTHING if source is None else source
-    origin = typing.get_origin(hint)
+    origin, args = _shape(hint)
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(hint)
         if value is None:
             return None if type(None) in args else _NOTHING
         for arg in args:
@@ -220,11 +270,10 @@ def _read(hint: Any, value: Any) -> Any:
     if value is None:
         return _NOTHING
     if origin is typing.Literal:
-        return value if value in typing.get_args(hint) else _NOTHING
+        return value if value in args else _NOTHING
     if origin in (list, tuple, set, frozenset):
         if not isinstance(value, (list, tuple)):
             return _NOTHING
-        args = typing.get_args(hint)
         if origin is tuple and args and args[-1] is not Ellipsis:  # a fixed-length tuple
             if len(value) != len(args):
                 return _NOTHING
@@ -236,7 +285,6 @@ def _read(hint: Any, value: Any) -> Any:
     if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
             return _NOTHING
-        args = typing.get_args(hint)
         inner = args[1] if len(args) == 2 else Any
         out = {}
         for k, v in value.items():
@@ -245,7 +293,7 @@ def _read(hint: Any, value: Any) -> Any:
                 out[str(k)] = got
         return out
     if isinstance(hint, type):
-        if dataclasses.is_dataclass(hint):
+        if hasattr(hint, "__dataclass_fields__"):
             return _record(hint, value) if isinstance(value, Mapping) else _NOTHING
         if issubclass(hint, enum.Enum):
             try:
