@@ -340,7 +340,7 @@ def _install(spec: "str") -> "None":
             _set_torch(torch, facts.intra, facts.inter, facts.torch)
         else:
             sys.meta_path.insert(0, _TorchWatcher(lambda mod: _set_torch(mod, facts.intra, facts.inter, facts.torch)))
-    if verify not in ("off", "0", "no", "false"):
+    if verify != "off":  # the registry's words: auto, full, off; any other is invalid there, and checks as auto
         import atexit
 
         atexit.register(_ExitCheck(facts, full=verify == "full"))
