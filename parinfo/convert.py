@@ -60,6 +60,7 @@ def key(name: str) -> Mapping[str, Any]:
     """Field metadata: the field travels under the JSON key ``name``."""
     return types.MappingProxyType({"key": name})
 
+
 _NOTHING = object()  # what a reader gives for a value it does not accept
 _SIZED = (str, list, tuple, dict, set, frozenset)
 _PLAIN = frozenset({str, int, float, bool, type(None)})
