@@ -7,10 +7,22 @@ parinfo reads may come from another process, a fleet worker, an older or newer p
 dict, so a missing or odd value becomes the field's default (or the empty value of its type: None,
 "", 0, False, [], {}), and an odd item of a list or a mapping is left out.
 
-A field can say how it travels through ``field(metadata=...)``:
+A field can say how it travels through ``field(metadata=...)`` (several at once: ``{**OMIT_NONE, **key("x")}``):
 
 - ``OMIT_NONE``: left out of the JSON while it is None (keys only some reports have);
-- ``{"missing": value}``: the value a missing or odd field takes instead of the type's empty one.
+- ``OMIT_EMPTY``: left out while it is None or empty ("", [], {});
+- ``{"missing": value}``: the value a missing or odd field takes instead of the type's empty one;
+- ``key(name)``: travels under another JSON key than its field's name;
+- ``REQUIRED``: a record missing it (or holding an odd value) is odd as a whole: left out of a
+  list, None where None is allowed (a finding or a counter that cannot be said in full);
+- ``FLATTEN``: a record whose keys sit in its parent's object instead of an object of its own;
+- ``LOCAL``: stays in the process: never written, never read (its default is kept).
+
+A record whose JSON form truly differs from its fields says so with two optional hooks: a
+``_json_out(self, data)`` method that gets the field-by-field object and returns the JSON one, and a
+``_json_in(cls, data)`` classmethod that gets the JSON object and returns the one to read the fields
+from (or None: the object is odd as a whole). Both are for the few records that need them (a
+computed figure, an older version's words), never a second converter.
 
 Only the edges call this module: ``--json``, the fleet's rows, a report read back, the schema. The
 annotations are resolved once per class, at its first conversion (``typing.get_type_hints``), so
@@ -28,31 +40,59 @@ from typing import Any, TypeVar
 
 from parinfo.source import Source
 
-__all__ = ["OMIT_NONE", "dump", "load"]
+__all__ = ["FLATTEN", "LOCAL", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "dump", "key", "load"]
 
 _T = TypeVar("_T")
 
 #: Field metadata: leave the field out of the JSON while it is None.
 OMIT_NONE: Mapping[str, Any] = types.MappingProxyType({"omit_none": True})
+#: Field metadata: leave the field out of the JSON while it is None or empty ("", [], {}).
+OMIT_EMPTY: Mapping[str, Any] = types.MappingProxyType({"omit_empty": True})
+#: Field metadata: a record without this field (or with an odd value in it) is odd as a whole.
+REQUIRED: Mapping[str, Any] = types.MappingProxyType({"required": True})
+#: Field metadata: the field's record writes its keys into its parent's object, and is read from it.
+FLATTEN: Mapping[str, Any] = types.MappingProxyType({"flatten": True})
+#: Field metadata: the field stays in the process (never written to JSON nor read from it).
+LOCAL: Mapping[str, Any] = types.MappingProxyType({"local": True})
+
+
+def key(name: str) -> Mapping[str, Any]:
+    """Field metadata: the field travels under the JSON key ``name``."""
+    return types.MappingProxyType({"key": name})
+
 
 _NOTHING = object()  # what a reader gives for a value it does not accept
+_SIZED = (str, list, tuple, dict, set, frozenset)
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 def dump(value: Any) -> Any:
-    """``value`` as JSON-ready data (records field by field, honouring ``OMIT_NONE``)."""
-    if isinstance(value, Source):
+    """``value`` as JSON-ready data (records field by field, honouring their metadata and hooks)."""
+    cls = type(value)
+    if cls in _PLAIN:
+        return value
+    if cls is Source:
         return value.to_json()
     if isinstance(value, enum.Enum):
         return value.value
-    fields = getattr(type(value), "__dataclass_fields__", None)
+    fields = _FIELDS.get(cls) or (_fields(cls) if hasattr(cls, "__dataclass_fields__") else None)
     if fields is not None:
-        out = {}
-        for name, f in fields.items():
+        out: dict[str, Any] = {}
+        for name, f in fields:
             item = getattr(value, name)
-            if item is None and f.metadata.get("omit_none"):
-                continue
+            meta = f.metadata
+            if meta:
+                if meta.get("local") or (item is None and meta.get("omit_none")):
+                    continue
+                if meta.get("omit_empty") and (item is None or (isinstance(item, _SIZED) and not item)):
+                    continue
+                if meta.get("flatten"):
+                    out.update(dump(item))
+                    continue
+                name = meta.get("key", name)
             out[name] = dump(item)
-        return out
+        hook = getattr(cls, "_json_out", None)
+        return out if hook is None else hook(value, out)
     if isinstance(value, Mapping):
         return {str(k): dump(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -65,7 +105,21 @@ def dump(value: Any) -> Any:
 def load(cls: type[_T], data: Any) -> _T:
     """A ``cls`` record from JSON data; anything missing or odd takes its default (see the module)."""
     got = _read(cls, data)
-    return got if got is not _NOTHING else _empty_record(cls)
+    if got is not _NOTHING:
+        return got  # type: ignore[no-any-return]
+    if dataclasses.is_dataclass(cls) and isinstance(data, Mapping):  # asked for, so kept whole
+        kept: _T = _record(cls, data, strict=False)
+        return kept
+    return _empty_record(cls)
+
+
+_FIELDS: dict[type, tuple[tuple[str, dataclasses.Field[Any]], ...]] = {}
+
+
+def _fields(cls: type) -> tuple[tuple[str, dataclasses.Field[Any]], ...]:
+    """(name, field) of a record's fields, ClassVar and InitVar pseudo-fields left out; once per class."""
+    got = _FIELDS[cls] = tuple((f.name, f) for f in dataclasses.fields(cls))
+    return got
 
 
 # -- reading, by annotation ---------------------------------------------------------------------
@@ -92,24 +146,70 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _empty_record(cls: type[_T]) -> _T:
-    return _record(cls, {})
+    got: _T = _record(cls, {}, strict=False)
+    return got
 
 
-def _record(cls: type[_T], data: Mapping[str, Any]) -> _T:
-    hints = _hints(cls)
-    values: dict[str, Any] = {}
-    for name, f in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
-        if not f.init:
-            continue
-        got = _read(hints.get(name, Any), data[name]) if name in data else _NOTHING
-        if got is _NOTHING:
-            if "missing" in f.metadata:
-                got = f.metadata["missing"]
-            elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+class _Reading:
+    """How one field of a record is read: its JSON key (None: the parent's whole object), its hint,
+    whether the record needs it, and what it takes when missing (_NOTHING: its default)."""
+
+    __slots__ = ("hint", "json_key", "missing", "name", "required")
+
+    def __init__(self, name: str, json_key: str | None, hint: Any, required: bool, missing: Any) -> None:
+        self.name, self.json_key, self.hint, self.required, self.missing = name, json_key, hint, required, missing
+
+
+_READINGS: dict[type, tuple[tuple[_Reading, ...], Any]] = {}
+
+
+def _readings(cls: type) -> tuple[tuple[_Reading, ...], Any]:
+    """The fields a record reads, with its ``_json_in`` hook (or None); worked out once per class."""
+    found = _READINGS.get(cls)
+    if found is None:
+        hints, out = _hints(cls), []
+        for name, f in _FIELDS.get(cls) or _fields(cls):
+            meta = f.metadata
+            if not f.init or meta.get("local"):
                 continue
+            hint = hints.get(name, Any)
+            if "missing" in meta:
+                missing = meta["missing"]
+            elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+                missing = _NOTHING
             else:
-                got = _empty(hints.get(name, Any))
-        values[name] = got
+                missing = _EMPTY
+            out.append(_Reading(name, None if meta.get("flatten") else meta.get("key", name), hint,
+                                bool(meta.get("required")), missing))
+        found = _READINGS[cls] = (tuple(out), getattr(cls, "_json_in", None))
+    return found
+
+
+_EMPTY = object()  # a field without a default: its type's empty value when missing
+
+
+def _record(cls: type[_T], data: Mapping[str, Any], strict: bool = True) -> Any:
+    """A ``cls`` record of ``data``, or _NOTHING when ``strict`` and a REQUIRED field is not there."""
+    readings, hook = _READINGS.get(cls) or _readings(cls)
+    if hook is not None:
+        data = hook(data)
+        if data is None:
+            if strict:
+                return _NOTHING
+            data = {}
+    values: dict[str, Any] = {}
+    for r in readings:
+        if r.json_key is None:
+            got = _read(r.hint, data)
+        else:
+            got = _read(r.hint, data[r.json_key]) if r.json_key in data else _NOTHING
+        if got is _NOTHING:
+            if strict and r.required:
+                return _NOTHING
+            if r.missing is _NOTHING:
+                continue
+            got = _empty(r.hint) if r.missing is _EMPTY else r.missing
+        values[r.name] = got
     return cls(**values)
 
 
@@ -132,16 +232,33 @@ def _empty(hint: Any) -> Any:
     return None
 
 
+_SHAPES: dict[Any, tuple[Any, tuple[Any, ...]]] = {}
+
+
+def _shape(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """(origin, args) of a hint, worked out once per hint."""
+    try:
+        return _SHAPES[hint]
+    except KeyError:
+        got = _SHAPES[hint] = (typing.get_origin(hint), typing.get_args(hint))
+        return got
+    except TypeError:  # an unhashable hint
+        return typing.get_origin(hint), typing.get_args(hint)
+
+
 def _read(hint: Any, value: Any) -> Any:
     """``value`` as ``hint`` says, or _NOTHING when it is not one."""
+    if hint is str:  # the commonest first
+        return value if isinstance(value, str) else _NOTHING
+    if hint is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _NOTHING
     if hint is Any or hint is object:
         return value
     if hint is Source:
         source = Source.from_json(value)
         return _NOTHING if source is None else source
-    origin = typing.get_origin(hint)
+    origin, args = _shape(hint)
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(hint)
         if value is None:
             return None if type(None) in args else _NOTHING
         for arg in args:
@@ -154,11 +271,10 @@ def _read(hint: Any, value: Any) -> Any:
     if value is None:
         return _NOTHING
     if origin is typing.Literal:
-        return value if value in typing.get_args(hint) else _NOTHING
+        return value if value in args else _NOTHING
     if origin in (list, tuple, set, frozenset):
         if not isinstance(value, (list, tuple)):
             return _NOTHING
-        args = typing.get_args(hint)
         if origin is tuple and args and args[-1] is not Ellipsis:  # a fixed-length tuple
             if len(value) != len(args):
                 return _NOTHING
@@ -170,7 +286,6 @@ def _read(hint: Any, value: Any) -> Any:
     if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
             return _NOTHING
-        args = typing.get_args(hint)
         inner = args[1] if len(args) == 2 else Any
         out = {}
         for k, v in value.items():
@@ -179,7 +294,7 @@ def _read(hint: Any, value: Any) -> Any:
                 out[str(k)] = got
         return out
     if isinstance(hint, type):
-        if dataclasses.is_dataclass(hint):
+        if hasattr(hint, "__dataclass_fields__"):
             return _record(hint, value) if isinstance(value, Mapping) else _NOTHING
         if issubclass(hint, enum.Enum):
             try:

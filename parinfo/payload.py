@@ -2,8 +2,10 @@
 worker, ``/proc``), an older or newer parinfo, or a hand-made dict in a test.
 
 Each reader returns the value when it has the expected type and the empty value (None, [], {})
-otherwise, so the typed report classes (``from_dict``) never raise on a missing or odd field: the
-field is simply unknown, and the report says so where it shows it. Bottom layer: imports nothing.
+otherwise, so the few readers that work a payload over by hand (a record's ``_json_in`` hook of
+:mod:`parinfo.convert`, the bounded parse of an attached process's answer) never raise on a missing
+or odd field: the field is simply unknown, and the report says so where it shows it. Bottom layer:
+imports nothing.
 """
 from __future__ import annotations
 
@@ -41,11 +43,6 @@ def flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def count_or_reason(value: Any) -> int | str | None:
-    """A count (int) or its "unknown (reason)" (str), else None."""
-    return integer(value) if not isinstance(value, str) else value
-
-
 def texts(value: Any) -> list[str]:
     """The strings of a list; anything else in it is left out."""
     return [v for v in value if isinstance(v, str)] if isinstance(value, (list, tuple)) else []
@@ -56,21 +53,6 @@ def ints(value: Any) -> tuple[int, ...]:
     return tuple(v for v in value if integer(v) is not None) if isinstance(value, (list, tuple)) else ()
 
 
-def int_lists(value: Any) -> tuple[tuple[int, ...], ...]:
-    """The lists of ints of a list (NUMA nodes, cores); anything else in it is left out."""
-    return tuple(ints(v) for v in value if isinstance(v, (list, tuple))) if isinstance(value, (list, tuple)) else ()
-
-
 def text_map(value: Any) -> dict[str, str]:
     """The entries of a mapping whose values are strings (``unknown``: {field: reason})."""
     return {str(k): v for k, v in section(value).items() if isinstance(v, str)}
-
-
-def int_map(value: Any) -> dict[str, int]:
-    """The entries of a mapping whose values are ints (cache sizes, counts by state)."""
-    return {str(k): v for k, v in section(value).items() if integer(v) is not None}
-
-
-def plain_map(value: Any) -> dict[str, Any]:
-    """A mapping as a new dict with string keys, or {} (values owned by another layer, kept as given)."""
-    return {str(k): v for k, v in section(value).items()}

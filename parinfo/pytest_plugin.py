@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from parinfo.record import record
+from parinfo.safe_text import plural
 
 _KEY = "parinfo"  # in a worker's workeroutput: what its pools held at the end of its session
 _COUNT_VAR = "PYTEST_XDIST_WORKER_COUNT"
@@ -42,7 +43,7 @@ class Workers:
     def who(self) -> str:
         if not self.xdist:
             return "1 process (no xdist workers)"
-        return f"{self.count} xdist worker{'s' if self.count != 1 else ''}"
+        return f"{plural(self.count, 'xdist worker')}"
 
 
 @record(frozen=True)
@@ -207,8 +208,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     who = plan.who()
     share = max(1, usable // plan.count)
     if config.getoption("parinfo_budget"):
-        return [*lines, f"parinfo: budget: {who} share {usable} usable CPUs: each gets {share} thread"
-                f"{'s' if share != 1 else ''} for every pool (OpenMP, BLAS, MKL, torch intra- and inter-op)"]
+        return [*lines, f"parinfo: budget: {who} share {usable} usable CPUs: each gets {plural(share, 'thread')} "
+                "for every pool (OpenMP, BLAS, MKL, torch intra- and inter-op)"]
     expected = _expected_pools(config)
     widest = _widest_default(facts, expected)
     if widest is None or plan.count * widest[0] <= usable:

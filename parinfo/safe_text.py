@@ -1,4 +1,5 @@
-"""Text from outside (profiles, environment values, file names) made safe to print or to eval.
+"""Text for people: text from outside (profiles, environment values, file names) made safe to print
+or to eval, and the one way a count is said with its noun (:func:`plural`).
 
 A profile name or an environment value can hold terminal escapes, carriage returns, bidi overrides
 or newlines; printed raw they repaint the terminal, hide text, or break out of a shell comment.
@@ -48,3 +49,9 @@ def label_value(text: str) -> str:
     escapes backslash, quote and newline for the exposition format, and nothing else. Backslashes
     already in the text are kept as they are: systemd's cgroup names hold them (``\\x2d``)."""
     return escape_controls(text)
+
+
+def plural(n: object, noun: str) -> str:
+    """plural(1, "thread") -> "1 thread"; plural(2, "thread") -> "2 threads"; plural(2, "process") ->
+    "2 processes". ``noun`` may be several words ("usable CPU"): the last one takes the ending."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n} {noun}s"

@@ -200,3 +200,31 @@ def test_a_new_option_needs_one_edit():
     test_app.command("y")(lambda: None)
     test_app(args=["x", *line], standalone_mode=False)
     assert seen == [plain(Extended, line)]
+
+
+def test_the_magic_reads_shows_options_as_the_command_does():
+    """``%parinfo`` takes some of ``parinfo show``'s options from the same declaration: every spelling
+    and sample value of each reads into the values the command line gives."""
+    import shlex
+
+    from parinfo.cli.magics import SHOW_OPTIONS, show_args
+
+    magic_fields = [f for f in fields(ShowArgs) if f.name in SHOW_OPTIONS]
+    assert {f.name for f in magic_fields} == set(SHOW_OPTIONS)
+    spelled = {name for f in magic_fields for name in f.opt.names}
+    tried = 0
+    for words in _option_words(ShowArgs):
+        option = words[0].partition("=")[0]
+        if option not in spelled:
+            continue
+        expected = plain(ShowArgs, words)
+        assert expected is not None
+        assert show_args(shlex.join(words)) == expected, words
+        tried += 1
+    pairs = [["--pid", "7", "--children"], ["-i", "numpy", "--import=scipy", "-f", "torch"], ["--json", "--torch"]]
+    for words in pairs:
+        assert show_args(shlex.join(words)) == plain(ShowArgs, words), words
+    assert tried >= len(spelled)
+    assert type(show_args("-f json").fmt) is type(ShowArgs().fmt)  # the declared enum, not its word
+    with pytest.raises(ParinfoError, match=r"unrecognized arguments: --check; usage: %parinfo \[--pid PID\]"):
+        show_args("--check")  # an exit code means nothing to a notebook cell

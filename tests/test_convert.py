@@ -4,10 +4,11 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import field
+from typing import ClassVar
 
 import pytest
 
-from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.convert import FLATTEN, LOCAL, OMIT_EMPTY, OMIT_NONE, REQUIRED, dump, key, load
 from parinfo.record import record
 from parinfo.runtime.snapshot import RuntimeSection
 from parinfo.source import Kind, Source, variable
@@ -75,10 +76,85 @@ def test_each_odd_value_takes_its_default_and_odd_items_are_left_out():
 def test_the_runtime_section_of_another_version_is_read_without_error():
     push = {"count": 1, "pools": [{"library": "openblas", "filepath": "/x", "num_threads": 1}],
             "source": {"kind": "profile", "detail": "p", "text": "profile p"}}
-    section = RuntimeSection.from_dict({"backend": "native", "intra_op": {"count": 2, "source": "explicit call"},
+    section = load(RuntimeSection, {"backend": "native", "intra_op": {"count": 2, "source": "explicit call"},
                                         "native_push": push,
                                         "follow": {"enabled": False, "changes": [{"at": "12:00:00"}, "odd"]}})
     assert section.intra_op is not None and section.intra_op.source == Source(Kind.OTHER, "", "explicit call")
     assert section.native_push is not None and section.native_push.by_file()["/x"][1].kind is Kind.PROFILE
     assert section.follow is not None and section.followed_at == "12:00:00" and not section.follow.enabled
-    assert RuntimeSection.from_dict({"unknown": "read from outside"}).to_dict() == {"unknown": "read from outside"}
+    assert dump(load(RuntimeSection, {"unknown": "read from outside"})) == {"unknown": "read from outside"}
+
+
+@record
+class Counter:
+    name: str = field(metadata=REQUIRED)
+    value: int = field(default=0, metadata=REQUIRED)
+
+
+@record
+class Part:
+    a: int | None = None
+    b: str = ""
+
+
+@record
+class Shaped:
+    label: str = field(default="", metadata=key("json label"))
+    part: Part = field(default_factory=Part, metadata=FLATTEN)
+    tags: list[str] = field(default_factory=list, metadata=OMIT_EMPTY)
+    note: str = field(default="", metadata=OMIT_EMPTY)
+    counter: Counter | None = None
+    counters: list[Counter] = field(default_factory=list)
+    scratch: dict[str, int] = field(default_factory=dict, metadata=LOCAL)
+
+
+def test_renamed_flattened_and_empty_fields_travel_as_declared():
+    value = Shaped("x", Part(1, "y"), [], "", None, [Counter("c", 2)], {"kept": 1})
+    data = dump(value)
+    assert data == {"json label": "x", "a": 1, "b": "y", "counter": None, "counters": [{"name": "c", "value": 2}]}
+    back = load(Shaped, data)
+    assert back.label == "x" and back.part == Part(1, "y") and back.counters == [Counter("c", 2)]
+    assert back.scratch == {}  # never read back, even when the JSON has the key
+    assert load(Shaped, {"scratch": {"k": 1}, "label": "under its field name"}).scratch == {}
+    assert load(Shaped, {"label": "under its field name"}).label == ""
+    assert dump(Shaped(tags=["t"], note="n"))["tags"] == ["t"] and dump(Shaped(note="n"))["note"] == "n"
+
+
+def test_a_record_missing_a_required_field_is_odd_as_a_whole():
+    got = load(Shaped, {"counter": {"value": 3}, "counters": [{"name": "a"}, {"name": "b", "value": 1},
+                                                            {"name": "c", "value": "1"}]})
+    assert got.counter is None and got.counters == [Counter("b", 1)]
+    assert load(Counter, {"value": 1}) == Counter("", 1)  # asked for at the top: its empty record
+
+
+@record
+class Hooked:
+    n: int = 0
+    words: str = ""
+
+    def _json_out(self, data: dict[str, object]) -> dict[str, object]:
+        return {**data, "double": self.n * 2}
+
+    @classmethod
+    def _json_in(cls, data: object) -> object:
+        if not isinstance(data, dict) or data.get("n") == -1:
+            return None
+        return {**data, "words": data["words"].upper()} if isinstance(data.get("words"), str) else data
+
+
+def test_a_record_whose_json_differs_says_so_in_its_hooks():
+    assert dump(Hooked(3, "w")) == {"n": 3, "words": "w", "double": 6}
+    assert load(Hooked, {"n": 3, "words": "old words", "double": 6}) == Hooked(3, "OLD WORDS")
+    assert load(list[Hooked], [{"n": -1}, {"n": 1}]) == [Hooked(1)]  # a hook refuses an odd object
+    assert load(Hooked, {"n": -1}) == Hooked()
+
+
+@record
+class Kinded:
+    kind: ClassVar[str] = "kinded"
+    n: int = 0
+
+
+def test_class_variables_do_not_travel():
+    assert dump(Kinded(1)) == {"n": 1}
+    assert load(Kinded, {"n": 2, "kind": "other"}) == Kinded(2) and Kinded.kind == "kinded"

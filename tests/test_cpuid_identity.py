@@ -8,6 +8,7 @@ import pytest
 from conftest import clean_env, run_json
 from fake_trees import FakeMachine
 
+from parinfo.convert import dump
 from parinfo.machine import cpuid
 from parinfo.machine.cpuid import cpu_identity
 from parinfo.machine.sysfs import Unreadable
@@ -51,7 +52,7 @@ def _fresh_caches():
 def test_x86_sapphire_rapids_isa_and_caches(tmp_path):
     root = (FakeMachine(tmp_path).cpuinfo(SPR)
             .caches({"L1d": "48K", "L1i": "32K", "L2": "2048K", "L3": "107520K"}).build())
-    d = cpu_identity(root).to_dict()
+    d = dump(cpu_identity(root))
     assert d["brand"] == "Intel(R) Xeon(R) Platinum 8480+"
     assert d["vendor"] == "GenuineIntel"
     assert d["arch"] == "x86_64"
@@ -64,13 +65,13 @@ def test_x86_sapphire_rapids_isa_and_caches(tmp_path):
 
 def test_x86_without_avx512(tmp_path):
     text = SPR.replace("avx512", "zz").replace("amx", "zz").replace("avx_vnni", "zz")
-    d = cpu_identity(FakeMachine(tmp_path).cpuinfo(text).build()).to_dict()
+    d = dump(cpu_identity(FakeMachine(tmp_path).cpuinfo(text).build()))
     assert d["isa"] == ["AVX", "AVX2", "FMA", "F16C"]
     assert "AVX-512F" in d["isa_checked"] and "AMX-TILE" in d["isa_checked"]
 
 
 def test_arm_features_vendor_and_missing_brand(tmp_path):
-    d = cpu_identity(FakeMachine(tmp_path).cpuinfo(GRAVITON).caches({"L1d": "64K", "L2": "1M"}).build()).to_dict()
+    d = dump(cpu_identity(FakeMachine(tmp_path).cpuinfo(GRAVITON).caches({"L1d": "64K", "L2": "1M"}).build()))
     assert d["arch"] == "aarch64"
     assert d["vendor"] == "ARM"
     assert d["isa"] == ["NEON", "SVE", "DOTPROD", "I8MM", "BF16"]
@@ -80,7 +81,7 @@ def test_arm_features_vendor_and_missing_brand(tmp_path):
 
 
 def test_no_proc_cpuinfo_is_unknown_with_reason(tmp_path):
-    d = cpu_identity(FakeMachine(tmp_path).caches({"L2": "512K"}).build()).to_dict()
+    d = dump(cpu_identity(FakeMachine(tmp_path).caches({"L2": "512K"}).build()))
     assert d["brand"] is None and d["vendor"] is None and d["isa"] == [] and d["isa_checked"] == []
     for name in ("brand", "vendor", "isa"):
         assert d["unknown"][name].startswith("cannot read /proc/cpuinfo")
@@ -88,10 +89,10 @@ def test_no_proc_cpuinfo_is_unknown_with_reason(tmp_path):
 
 
 def test_missing_and_garbage_caches(tmp_path):
-    d = cpu_identity(FakeMachine(tmp_path).cpuinfo(SPR).build()).to_dict()
+    d = dump(cpu_identity(FakeMachine(tmp_path).cpuinfo(SPR).build()))
     assert d["caches"] == {} and "/sys/devices/system/cpu/cpu0/cache" in d["unknown"]["caches"]
     root = (FakeMachine(tmp_path).cpuinfo(SPR).caches({"L1d": "48K", "L2": "big"}).build())
-    d = cpu_identity(root).to_dict()
+    d = dump(cpu_identity(root))
     assert d["caches"] == {"L1d": 48 * 1024}
     assert "index1" in d["unknown"]["caches"]
 
@@ -99,11 +100,12 @@ def test_missing_and_garbage_caches(tmp_path):
 def test_result_is_a_copy(tmp_path):
     root = FakeMachine(tmp_path).cpuinfo(SPR).build()
     cpu_identity(root).isa.clear()
-    assert "AVX" in cpu_identity(root).to_dict()["isa"]
+    assert "AVX" in dump(cpu_identity(root))["isa"]
 
 
 def test_real_machine_fast_path_never_imports_py_cpuinfo():
-    code = ("import json, sys; from parinfo.machine.cpuid import cpu_identity; d = cpu_identity().to_dict(); "
+    code = ("import json, sys; from parinfo.convert import dump; "
+            "from parinfo.machine.cpuid import cpu_identity; d = dump(cpu_identity()); "
             "d['imported'] = 'cpuinfo' in sys.modules; print(json.dumps(d))")
     d = run_json(code)
     if d["brand"] is None:
@@ -126,12 +128,12 @@ def test_slow_result_cached_per_boot_on_disk(tmp_path, monkeypatch):
     monkeypatch.setattr(cpuid, "_call_py_cpuinfo", _fake_py_cpuinfo(calls))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(cpuid, "_boot_id", lambda root: "1234abcd-0000-4000-8000-000000000001")
-    d = cpu_identity(slow=True).to_dict()
+    d = dump(cpu_identity(slow=True))
     assert d["hz_advertised"] == "3.0 GHz" and "py-cpuinfo" in d["source"]["text"]
     stored = tmp_path / "cache" / "parinfo" / "cpuinfo-1234abcd-0000-4000-8000-000000000001.json"
     assert json.loads(stored.read_text())["brand_raw"] == "Fake CPU 9000"
     cpuid._slow_for_boot.cache_clear()  # a new process: only the file remains
-    assert cpu_identity(slow=True).to_dict()["hz_advertised"] == "3.0 GHz"
+    assert dump(cpu_identity(slow=True))["hz_advertised"] == "3.0 GHz"
     assert calls == [1]
 
 
@@ -144,7 +146,7 @@ def test_fallback_to_py_cpuinfo_when_proc_cpuinfo_is_missing(tmp_path, monkeypat
         raise Unreadable("cannot read /proc/cpuinfo: No such file or directory")
 
     monkeypatch.setattr(cpuid, "_first_processor", unreadable)
-    d = cpu_identity().to_dict()
+    d = dump(cpu_identity())
     assert d["brand"] == "Fake CPU 9000" and d["vendor"] == "FakeVendor"
     assert d["isa"] == ["AVX", "AVX2", "AVX-512VNNI"]
     assert "brand" not in d["unknown"] and "isa" not in d["unknown"]
@@ -158,7 +160,7 @@ def test_unwritable_cache_dir_is_tolerated(tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
-    assert cpu_identity(slow=True).to_dict()["hz_advertised"] == "3.0 GHz"
+    assert dump(cpu_identity(slow=True))["hz_advertised"] == "3.0 GHz"
 
 
 def test_corrupt_cache_file_is_recomputed(tmp_path, monkeypatch):
@@ -168,7 +170,7 @@ def test_corrupt_cache_file_is_recomputed(tmp_path, monkeypatch):
     monkeypatch.setattr(cpuid, "_boot_id", lambda root: "feedbeef")
     (tmp_path / "parinfo").mkdir()
     (tmp_path / "parinfo" / "cpuinfo-feedbeef.json").write_text("{not json")
-    assert cpu_identity(slow=True).to_dict()["hz_advertised"] == "3.0 GHz"
+    assert dump(cpu_identity(slow=True))["hz_advertised"] == "3.0 GHz"
     assert calls == [1]
 
 
@@ -182,7 +184,7 @@ def test_py_cpuinfo_failure_is_unknown(monkeypatch, tmp_path):
         raise Unreadable("cannot read /proc/cpuinfo: No such file or directory")
 
     monkeypatch.setattr(cpuid, "_first_processor", unreadable)
-    d = cpu_identity().to_dict()
+    d = dump(cpu_identity())
     assert d["brand"] is None
     assert d["unknown"]["brand"].startswith("py-cpuinfo failed")
     assert not list(tmp_path.rglob("*.json"))  # a failure is not cached
@@ -190,7 +192,8 @@ def test_py_cpuinfo_failure_is_unknown(monkeypatch, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_real_py_cpuinfo_runs_once_per_boot(tmp_path):
-    code = ("import json, sys; from parinfo.machine.cpuid import cpu_identity; d = cpu_identity(slow=True).to_dict(); "
+    code = ("import json, sys; from parinfo.convert import dump; "
+            "from parinfo.machine.cpuid import cpu_identity; d = dump(cpu_identity(slow=True)); "
             "d['imported'] = 'cpuinfo' in sys.modules; print(json.dumps(d))")
     env = clean_env(XDG_CACHE_HOME=str(tmp_path))
     first = run_json(code, env=env, timeout=100)
@@ -230,8 +233,9 @@ elif kind == "types":
 elif kind == "deep":
     with open(path, "w") as f:
         f.write("[" * 100_000)
+from parinfo.convert import dump
 t = time.monotonic()
-d = cpuid.cpu_identity(slow=True).to_dict()
+d = dump(cpuid.cpu_identity(slow=True))
 print(json.dumps({"hz": d["hz_advertised"], "calls": len(calls), "s": time.monotonic() - t}))
 """
 

@@ -5,6 +5,7 @@ import copy
 
 import pytest
 
+from parinfo.convert import dump
 from parinfo.diagnostics import process_rules
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import at_least
@@ -202,7 +203,7 @@ def test_findings_are_sorted_by_severity_and_filtered_by_at_least():
     "environment": [{"name": "KMP_DUPLICATE_LIB_OK", "value": "1", "valid": True, "readers": []}],
 }))
 def test_every_finding_has_all_its_parts(finding):
-    d = finding.to_dict()
+    d = dump(finding)
     assert set(d) == {"id", "severity", "message", "why", "fix"}
     assert all(isinstance(v, str) and v for v in d.values())
     assert "\n" not in finding.message

@@ -3,16 +3,18 @@ from __future__ import annotations
 
 from conftest import clean_env, run_json
 
+from parinfo.convert import dump
 from parinfo.process.environment import environment_report, launch_environment
 from parinfo.process.libraries import listed_unset
 from parinfo.process.variables import THREAD_VARS
 
-REPORT = ("import json, os; from parinfo.process.environment import environment_report as r; "
-          "print(json.dumps({x.name: x.to_dict() for x in r()}))")
+REPORT = ("import json, os; from parinfo.convert import dump; "
+          "from parinfo.process.environment import environment_report as r; "
+          "print(json.dumps({x.name: dump(x) for x in r()}))")
 
 
 def by_name(rows):
-    return {r.name: r.to_dict() for r in rows}
+    return {r.name: dump(r) for r in rows}
 
 
 def test_every_known_variable_has_a_row_even_when_unset():
@@ -52,9 +54,10 @@ def test_other_invalid_values():
 
 
 def test_variable_changed_after_launch_is_flagged_from_the_launch_environment():
-    code = ("import os, json; os.environ['OMP_NUM_THREADS'] = '1'; os.environ.pop('MKL_NUM_THREADS'); "
+    code = ("import os, json; from parinfo.convert import dump; "
+            "os.environ['OMP_NUM_THREADS'] = '1'; os.environ.pop('MKL_NUM_THREADS'); "
             "from parinfo.process.environment import environment_report as r; "
-            "print(json.dumps({x.name: x.to_dict() for x in r()}))")
+            "print(json.dumps({x.name: dump(x) for x in r()}))")
     rows = run_json(code, env=clean_env(OMP_NUM_THREADS="2", MKL_NUM_THREADS="2", BLIS_NUM_THREADS="3"))
     omp = rows["OMP_NUM_THREADS"]
     assert (omp["launch_value"], omp["value"], omp["changed_after_launch"]) == ("2", "1", True)
@@ -88,7 +91,7 @@ def test_launch_environment_of_a_missing_process_is_unknown():
 def test_rows_are_json_serialisable():
     import json
 
-    json.dumps([r.to_dict() for r in environment_report()])
+    json.dumps([dump(r) for r in environment_report()])
 
 
 def test_launch_environment_equals_psutils_view_and_ignores_later_edits():
@@ -98,3 +101,14 @@ def test_launch_environment_equals_psutils_view_and_ignores_later_edits():
     ours, theirs = run_json(code, env=clean_env(OMP_NUM_THREADS="3"))
     assert ours == theirs
     assert ours["OMP_NUM_THREADS"] == "3"
+
+
+def test_the_variables_parinfo_apply_sets_are_read_by_parinfo_and_listed_only_when_set():
+    """PARINFO_PROFILE and the instance marks name what launched the program: parinfo reads them (a
+    count's source is the profile), so they are never "read by nothing"; unset they are no setting."""
+    env = {"PARINFO_PROFILE": "latency", "PARINFO_INSTANCE": "0", "PARINFO_INSTANCES": "2"}
+    rows = by_name(environment_report(env, env))
+    for name in env:
+        assert rows[name]["known"] is True and rows[name]["readers"] == ["parinfo"] and rows[name]["valid"] is True
+        assert not listed_unset(name)
+    assert not set(env) & set(by_name(environment_report({}, {})))

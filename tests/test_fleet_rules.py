@@ -8,6 +8,7 @@ import pytest
 from conftest import clean_env, run_cli, run_json
 
 import parinfo
+from parinfo.convert import load
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.fleet_rows import WorkerRow
 from parinfo.errors import UsageError
@@ -26,7 +27,7 @@ def _row(framework, threads, pools, usable=4, cpus=None, worker="w", host="h"):
 
 def _judge(row):
     """outer-times-inner over a hand-made worker row, read through the rows' parse path."""
-    return fleet_rules.worker_findings(WorkerRow.from_dict(row))
+    return fleet_rules.worker_findings(load(WorkerRow, row))
 
 
 def test_outer_times_inner_fires_only_when_the_product_exceeds_the_cpus():
@@ -45,7 +46,7 @@ def test_ray_budget_is_the_tasks_cpus():
 def test_per_thread_counts_are_seen():
     row = _row("dask", 2, [("libgomp", 1)])
     row["per_thread"] = [{"thread": "t0", "pools": [{"library": "libgomp", "num_threads": 4}]}]
-    worker = WorkerRow.from_dict(row)
+    worker = load(WorkerRow, row)
     assert fleet_rules.widest_pool(worker.report, worker.per_thread or ()) == ("libgomp", 4)
     assert [f.id for f in _judge(row)] == ["outer-times-inner"]
 
@@ -87,7 +88,7 @@ print(json.dumps([f.id for f in r.findings]))
 def test_who_set_a_variable():
     rows = [{"name": "A", "value": "1", "launch_value": "1"}, {"name": "B", "value": "2", "launch_value": None},
             {"name": "C", "value": "3", "launch_value": "3"}, {"name": "D", "value": None, "launch_value": None}]
-    got = outer.set_by([EnvRow.from_dict(r) for r in rows], None, parinfo_set={"B": "2"},
+    got = outer.set_by([load(EnvRow, r) for r in rows], None, parinfo_set={"B": "2"},
                        launch_env={outer.PARINFO_SET_VAR: "C"})
     assert got == {"A": "the user (at launch)", "B": outer.PARINFO, "C": outer.PARINFO}
 
@@ -98,7 +99,7 @@ def test_who_set_dask_nanny():
     rows = [{"name": "X_NUM", "value": "1", "launch_value": "1"}, {"name": "Y_NUM", "value": "1", "launch_value": None}]
     with dask.config.set({"distributed.nanny.pre-spawn-environ": {"X_NUM": 1},
                           "distributed.nanny.environ": {"Y_NUM": 1}}):
-        got = outer.set_by([EnvRow.from_dict(r) for r in rows], "dask", parinfo_set={})
+        got = outer.set_by([load(EnvRow, r) for r in rows], "dask", parinfo_set={})
     assert got == {"X_NUM": outer.NANNY_PRE_SPAWN, "Y_NUM": outer.NANNY_ENVIRON}
 
 

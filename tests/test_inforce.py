@@ -96,11 +96,12 @@ def test_process_of_another_user_is_read_by_root_and_refused_to_a_third():
         # daemon (uid 1) may read neither nobody's maps nor its memory
         with open(f"/proc/{proc.pid}/maps") as fh:
             maps = fh.read()
-        probe = ("import json, sys; from parinfo.process.inforce import counts_in_force\n"
+        probe = ("import json, sys; from parinfo.convert import dump; "
+                 "from parinfo.process.inforce import counts_in_force\n"
                  "from parinfo.process.tasks import NoAccess\n"
                  "pid, maps = int(sys.argv[1]), sys.stdin.read()\n"
                  "try:\n    counts_in_force(pid)\nexcept NoAccess as e:\n    refused = str(e)\n"
-                 "print(json.dumps({'refused': refused, 'rows': [r.to_dict() for r in counts_in_force(pid, maps)]}))")
+                 "print(json.dumps({'refused': refused, 'rows': [dump(r) for r in counts_in_force(pid, maps)]}))")
         out = subprocess.run(["setpriv", "--reuid=1", "--regid=1", "--clear-groups", sys.executable, "-c", probe,
                               str(proc.pid)], input=maps, capture_output=True, text=True, timeout=60,
                              env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))

@@ -21,6 +21,7 @@ from conftest import REPO, clean_env, run_cli, start_target, stop_target
 from crafted_elf import after_load_bloom_zero, build, poke, section, sparse_dynsym
 
 import parinfo.host
+from parinfo.convert import dump
 from parinfo.process import elfcount, getter_code, inforce, libraries as reg
 from parinfo.process.inforce import IN_FORCE, counts_in_force
 from parinfo.source import SourceKind, unknown as unknown_source
@@ -343,7 +344,7 @@ def test_the_getter_decoder_reads_the_forms_builds_use(machine, code, want):
 def test_what_the_registry_says_bounds_the_reader():
     spec = reg.library("openblas").count_symbol
     assert spec is not None and spec.getters and spec.max_symbol and spec.max_count >= 64
-    assert json.loads(json.dumps(inforce.CountInForce("openblas", "/x", None, unknown_source("y")).to_dict()))
+    assert json.loads(json.dumps(dump(inforce.CountInForce("openblas", "/x", None, unknown_source("y")))))
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")

@@ -13,12 +13,13 @@ import sysconfig
 from conftest import run_json
 from test_diagnostics_rules import base, diagnose
 
+from parinfo.convert import dump, load
 from parinfo.process.interpreter import InterpreterFacts, interpreter_facts
 from parinfo.process.pools import PoolRow
 
 FT = {"Py_GIL_DISABLED": 1}
-GOMP2 = [PoolRow.from_dict({"library": "libgomp", "user_api": "openmp", "internal_api": "openmp", "num_threads": 2})]
-PTHREADS_BLAS4 = [PoolRow.from_dict({"library": "openblas", "user_api": "blas", "internal_api": "openblas",
+GOMP2 = [load(PoolRow, {"library": "libgomp", "user_api": "openmp", "internal_api": "openmp", "num_threads": 2})]
+PTHREADS_BLAS4 = [load(PoolRow, {"library": "openblas", "user_api": "blas", "internal_api": "openblas",
                                      "num_threads": 4, "threading_layer": "pthreads"})]
 MESSAGE = ("The global interpreter lock (GIL) has been enabled to load module 'fakepkg._speedups', which has "
            "not declared that it can run safely without the GIL. To override this behavior and keep the GIL "
@@ -81,19 +82,19 @@ def test_x_option_wins_over_the_variable_and_says_who_asked():
 def test_the_report_payload_round_trips_and_the_finding_fires_past_the_usable_cpus():
     s = base(2)
     f = facts(is_gil_enabled=lambda: False, python_threads=4, pools=GOMP2)
-    s["backend"] = {"runtime": "native", "python": f.to_dict()}
+    s["backend"] = {"runtime": "native", "python": dump(f)}
     found = [x for x in diagnose(s) if x.id == "free-threaded-oversubscribed"]
     assert len(found) == 1 and found[0].severity == "warning"
     assert "4 Python threads x libgomp 2 threads = 8 threads can run at once on 2 usable CPUs" in found[0].message
-    s["backend"]["python"] = facts(is_gil_enabled=lambda: False, python_threads=1, pools=GOMP2).to_dict()
+    s["backend"]["python"] = dump(facts(is_gil_enabled=lambda: False, python_threads=1, pools=GOMP2))
     assert not [x for x in diagnose(s) if x.id == "free-threaded-oversubscribed"]  # 1 x 2 fits 2 CPUs
-    s["backend"]["python"] = facts(is_gil_enabled=lambda: True, python_threads=4, pools=GOMP2).to_dict()
+    s["backend"]["python"] = dump(facts(is_gil_enabled=lambda: True, python_threads=4, pools=GOMP2))
     assert not [x for x in diagnose(s) if x.id == "free-threaded-oversubscribed"]  # the GIL serialises them
 
 
 def test_gil_turned_back_on_by_a_module_is_an_info_finding():
     s = base(2)
-    s["backend"] = {"python": facts(is_gil_enabled=lambda: True, reenabled_by="fakepkg._speedups").to_dict()}
+    s["backend"] = {"python": dump(facts(is_gil_enabled=lambda: True, reenabled_by="fakepkg._speedups"))}
     found = [x for x in diagnose(s) if x.id == "gil-reenabled"]
     assert len(found) == 1 and found[0].severity == "info" and "fakepkg._speedups" in found[0].message
     s["backend"]["python"]["free_threaded_build"] = False

@@ -158,6 +158,16 @@ def test_verify_off_skips_the_checks():
     assert proc.stderr == ""
 
 
+def test_verify_reads_the_registrys_words_only():
+    """PARINFO_VERIFY is an enum (auto, full, off): a value the report calls invalid ("0") is no "off"
+    for the hook either, which checks as auto."""
+    from parinfo.process.variables import validate
+
+    code = "import os; os.environ['OMP_NUM_THREADS'] = '2'"
+    proc = run(code, hooked_env(watch="OMP_NUM_THREADS", OMP_NUM_THREADS="1", PARINFO_VERIFY="0"))
+    assert "OMP_NUM_THREADS" in proc.stderr and validate("PARINFO_VERIFY", "0") is not None
+
+
 @pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
 def test_full_verification_reports_a_pool_that_read_another_value():
     code = textwrap.dedent("""

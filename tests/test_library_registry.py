@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import clean_env, run_json
 
+from parinfo.convert import dump
 from parinfo.process import libraries as reg
 from parinfo.process.environment import environment_report
 from parinfo.process.variables import THREAD_VARS, validate
@@ -21,9 +22,10 @@ from parinfo.process.variables import THREAD_VARS, validate
 PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
 HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 
-SETTINGS = ("import json, os, sys, numba; from parinfo.process.provenance import library_settings; "
+SETTINGS = ("import json, os, sys, numba; from parinfo.convert import dump; "
+            "from parinfo.process.provenance import library_settings; "
             "from parinfo.machine.topology import machine_facts; {before}"
-            "rows = [r.to_dict() for r in library_settings([], None, os.environ, None, machine_facts()) "
+            "rows = [dump(r) for r in library_settings([], None, os.environ, None, machine_facts()) "
             "if r.library == 'numba']; "
             "p = sys.modules['numba.np.ufunc.parallel']; "
             "print(json.dumps({{'rows': rows, 'launched': bool(p._is_initialized)}}))")
@@ -247,7 +249,7 @@ def test_numba_variables_are_listed_only_when_set_or_numba_is_loaded():
             "print(json.dumps([names, set_, 'numba' in sys.modules]))")
     names, with_value, imported = run_json(code, env=clean_env())
     assert "NUMBA_NUM_THREADS" not in names and "NUMBA_NUM_THREADS" in with_value and not imported
-    rows = {r.name: r.to_dict() for r in environment_report({"NUMBA_NUM_THREADS": "x"}, {})}
+    rows = {r.name: dump(r) for r in environment_report({"NUMBA_NUM_THREADS": "x"}, {})}
     assert rows["NUMBA_NUM_THREADS"]["readers"] == ["numba"] and rows["NUMBA_NUM_THREADS"]["valid"] is False
 
 

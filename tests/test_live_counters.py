@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from fake_trees import FakeMachine
 
+from parinfo.convert import dump
 from parinfo.diagnostics import live_rules, process_rules
 from parinfo.diagnostics.model import Report
 from parinfo.machine.memlimit import memory_facts
@@ -53,7 +54,7 @@ def test_missing_cpu_stat_is_unknown_with_the_reason(tmp_path):
     c = cpu_counters(root)
     assert c.levels == ()
     assert "cannot read /sys/fs/cgroup/job/cpu.stat" in c.unknown and "No such file" in c.unknown
-    assert cpu_counters(root).to_dict()["unknown"] == c.unknown
+    assert dump(cpu_counters(root))["unknown"] == c.unknown
 
 
 def test_unreadable_and_garbage_cpu_stat_are_unknown(tmp_path):

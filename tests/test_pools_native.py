@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
+from parinfo.convert import dump, load
 from parinfo.process.pools import PoolRow, classify, loaded_objects, owner_of, threading_layers
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
@@ -17,8 +18,9 @@ HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 
 @needs_numpy
 def test_numpy_pools_match_threadpoolctl():
-    out = run_json("import json, numpy; from parinfo.process.pools import native_pools; import threadpoolctl; "
-                   "print(json.dumps([[r.to_dict() for r in native_pools()], threadpoolctl.threadpool_info()]))")
+    out = run_json("import json, numpy; from parinfo.convert import dump; "
+                   "from parinfo.process.pools import native_pools; import threadpoolctl; "
+                   "print(json.dumps([[dump(r) for r in native_pools()], threadpoolctl.threadpool_info()]))")
     ours, theirs = out
     mine = [r for r in ours if r["seen_by"] == "threadpoolctl"]
     assert len(mine) == len(theirs) >= 1
@@ -35,8 +37,9 @@ def test_numpy_pools_match_threadpoolctl():
 @needs_numpy
 @pytest.mark.skipif(not HAVE_SCIPY, reason="scipy is not installed")
 def test_numpy_and_scipy_openblas_are_two_copies_marked_duplicate():
-    rows = run_json("import json, numpy, scipy.linalg; from parinfo.process.pools import native_pools; "
-                    "print(json.dumps([r.to_dict() for r in native_pools()]))")
+    rows = run_json("import json, numpy, scipy.linalg; from parinfo.convert import dump; "
+                    "from parinfo.process.pools import native_pools; "
+                    "print(json.dumps([dump(r) for r in native_pools()]))")
     blas = [r for r in rows if r["library"] == "openblas"]
     assert len(blas) == 2
     assert {r["owner"] for r in blas} == {"numpy", "scipy"}
@@ -55,8 +58,8 @@ def test_two_libgomp_copies_loaded_by_path_are_duplicates(tmp_path):
     if not bundled.exists():
         pytest.skip("this torch build bundles no libgomp")
     rows = run_json(f"import ctypes, json; ctypes.CDLL({str(system)!r}); ctypes.CDLL({str(bundled)!r}); "
-                    "from parinfo.process.pools import native_pools; "
-                    "print(json.dumps([r.to_dict() for r in native_pools()]))")
+                    "from parinfo.convert import dump; from parinfo.process.pools import native_pools; "
+                    "print(json.dumps([dump(r) for r in native_pools()]))")
     gomp = [r for r in rows if r["library"] == "libgomp"]
     assert len(gomp) == 2 and all(r["copies"] == 2 for r in gomp)
     assert sum(r["duplicate_of"] is not None for r in gomp) == 1
@@ -127,9 +130,10 @@ def test_classify_and_owner():
 
 
 def test_runtimes_threadpoolctl_cannot_see_come_from_loaded_objects():
-    code = ("import json; from parinfo.process.pools import native_pools, threading_layers; "
+    code = ("import json; from parinfo.convert import dump; "
+            "from parinfo.process.pools import native_pools, threading_layers; "
             f"rows = native_pools({FAKE_MAPS!r}); "
-            "print(json.dumps([[r.to_dict() for r in rows], threading_layers(rows).to_dict()]))")
+            "print(json.dumps([[dump(r) for r in rows], dump(threading_layers(rows))]))")
     rows, layers = run_json(code)
     fake = {r["library"]: r for r in rows if r["seen_by"] == "loaded objects"}
     assert set(fake) == {"libgomp", "tbb", "libiomp", "libomp", "mkl"}
@@ -150,7 +154,7 @@ def test_threading_layers_in_words():
         {"library": "libgomp", "threading_layer": None},
         {"library": "mkl", "threading_layer": None},
     ]
-    out = threading_layers([PoolRow.from_dict(p) for p in pools]).to_dict()
+    out = dump(threading_layers([load(PoolRow, p) for p in pools]))
     assert out["openmp"] == "GNU libgomp"
     assert out["openblas"] == "pthreads, openmp"
     assert out["mkl"] == "unknown"
@@ -161,9 +165,10 @@ def test_threading_layers_in_words():
 
 @pytest.mark.torch
 def test_torch_libgomp_and_mkl_inside_torch_are_pools():
-    out = run_json("import json, torch; from parinfo.process.pools import native_pools; "
+    out = run_json("import json, torch; from parinfo.convert import dump; "
+                   "from parinfo.process.pools import native_pools; "
                    "from parinfo.process.torch_config import parse_parallel_info; "
-                   "print(json.dumps([[r.to_dict() for r in native_pools()],\n"
+                   "print(json.dumps([[dump(r) for r in native_pools()],\n"
                    "parse_parallel_info(torch.__config__.parallel_info()), "
                    "torch.backends.mkl.is_available()]))")
     rows, parsed, mkl = out
@@ -182,8 +187,9 @@ def test_torch_libgomp_and_mkl_inside_torch_are_pools():
 
 @pytest.mark.torch
 def test_mkl_inside_torch_follows_mkl_num_threads():
-    rows = run_json("import json, torch; from parinfo.process.pools import native_pools; "
-                    "print(json.dumps([r.to_dict() for r in native_pools()]))", env=clean_env(MKL_NUM_THREADS="1"))
+    rows = run_json("import json, torch; from parinfo.convert import dump; "
+                    "from parinfo.process.pools import native_pools; "
+                    "print(json.dumps([dump(r) for r in native_pools()]))", env=clean_env(MKL_NUM_THREADS="1"))
     inside = [r for r in rows if r["library"] == "mkl" and r["owner"] == "torch"]
     if not inside:
         pytest.skip("this torch build has no MKL")
@@ -208,8 +214,9 @@ def test_tbb_is_a_pool_with_its_count_read_through_getters(prefix, cpus):
     name = _system_tbb()
     if name is None:
         pytest.skip("no libtbb on this machine")
-    code = (f"import ctypes, json, os; ctypes.CDLL({name!r}); from parinfo.process.pools import native_pools; "
-            "rows = [r.to_dict() for r in native_pools()]; "
+    code = (f"import ctypes, json, os; ctypes.CDLL({name!r}); from parinfo.convert import dump; "
+             "from parinfo.process.pools import native_pools; "
+            "rows = [dump(r) for r in native_pools()]; "
             "print(json.dumps([rows, len(os.listdir('/proc/self/task'))]))")
     rows, nthreads = run_json(code, prefix=prefix)
     tbb = [r for r in rows if r["library"] == "tbb"]
@@ -229,7 +236,7 @@ def test_a_threadpoolctl_failure_still_lists_the_loaded_runtimes(monkeypatch):
 
     monkeypatch.setattr(pools, "_tpc_rows", broken)
     maps = "".join(line + "\n" for line in FAKE_MAPS.splitlines() if "libomp.so" not in line)
-    rows = [r.to_dict() for r in pools.native_pools(maps)]  # without the Intel+LLVM pair: threadpoolctl asked
+    rows = [dump(r) for r in pools.native_pools(maps)]  # without the Intel+LLVM pair: threadpoolctl asked
     assert {r["library"] for r in rows} == {"libgomp", "tbb", "libiomp", "mkl"}
     assert all(r["num_threads"] is None for r in rows)
     assert "threadpoolctl failed (RuntimeError: boom)" in rows[0]["note"]
@@ -242,7 +249,7 @@ def test_the_intel_llvm_pair_asks_no_library(monkeypatch):
         raise AssertionError("threadpoolctl must not be asked with the pair loaded")
 
     monkeypatch.setattr(pools, "_tpc_rows", called)
-    rows = [r.to_dict() for r in pools.native_pools(FAKE_MAPS)]
+    rows = [dump(r) for r in pools.native_pools(FAKE_MAPS)]
     assert {r["library"] for r in rows} == {"libgomp", "tbb", "libiomp", "libomp", "mkl"}
     assert all(r["num_threads"] is None and r["note"] == pools.CONFLICT_NOTE for r in rows
                if r["seen_by"] == "loaded objects" and r["library"] != "mkl")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
-PROBE = "import json, sys; from parinfo.process.probing import import_probes; r = import_probes({arg}).to_dict(); "
+PROBE = ("import json, sys; from parinfo.convert import dump; "
+         "from parinfo.process.probing import import_probes; r = dump(import_probes({arg})); ")
 
 
 def probe(arg: str, tail: str = "print(json.dumps(r))", **kw):

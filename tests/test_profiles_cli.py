@@ -43,12 +43,13 @@ def test_apply_prints_every_setting_with_its_why():
 
 
 def test_apply_json_is_the_plan():
+    from parinfo.convert import dump
     from parinfo.profiles.loading import resolve_profile
 
     proc = run_cli("apply", "latency", "--json")
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
-    want = resolve_profile("latency").to_dict()
+    want = dump(resolve_profile("latency"))
     assert got == want
 
 

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 from profile_machines import MACHINES, machine
 
+from parinfo.convert import dump
 from parinfo.errors import ProfileError, UsageError
 from parinfo.profiles.loading import load_profile, resolve_profile
 from parinfo.profiles.plan import Plan
@@ -202,7 +203,7 @@ def test_plan_to_dict_round_trips_to_json():
     import json
 
     plan = resolve_profile("multi-instance", MACHINES["2numa_x28"])
-    d = json.loads(json.dumps(plan.to_dict()))
+    d = json.loads(json.dumps(dump(plan)))
     assert d["intra_op"] == {"value": 28, "why": "cores_per_instance = 28"}
     assert len(d["instances"]) == 2
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 from profile_machines import MACHINES
 
+from parinfo.convert import dump
 from parinfo.profiles.loading import list_profiles, load_profile, resolve_profile, shipped_names
 
 SHIPPED = ["balanced", "container", "latency", "multi-instance", "single-thread", "throughput"]
@@ -44,7 +45,7 @@ def test_every_shipped_profile_resolves_everywhere(name, machine):
         assert 1 <= inst.intra_op <= len(inst.cpus)
     if plan.affinity is not None:
         assert set(plan.affinity) <= allowed
-    assert plan.to_dict()["name"] == name
+    assert dump(plan)["name"] == name
 
 
 @pytest.mark.parametrize("machine, intra", [("1cpu", 1), ("2cpus", 2), ("16cores_smt", 16), ("2numa_x28", 56),

@@ -7,6 +7,7 @@ import importlib.util
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
+from parinfo.convert import dump, load
 from parinfo.machine.topology import machine_facts
 from parinfo.process.frameworks import TorchInfo
 from parinfo.process.pools import PoolRow
@@ -18,9 +19,9 @@ HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 
 SETTINGS = ("import json, os{imports}; {before}from parinfo.process.pools import native_pools; "
             "from parinfo.process.frameworks import torch_info; "
-            "from parinfo.process.provenance import library_settings; "
+            "from parinfo.convert import dump; from parinfo.process.provenance import library_settings; "
             "from parinfo.machine.topology import machine_facts; "
-            "print(json.dumps([r.to_dict() for r in library_settings(native_pools(), torch_info(), os.environ, None, "
+            "print(json.dumps([dump(r) for r in library_settings(native_pools(), torch_info(), os.environ, None, "
             "machine_facts())]))")
 
 
@@ -88,17 +89,17 @@ def test_blis_defaults_to_one_and_torch_inter_op_to_hardware_concurrency():
 def test_explain_launch_value_now_value_and_run_time():
     m, f = MODELS["openblas"], facts(cpus=4)
     launch, now = {"OPENBLAS_NUM_THREADS": "2"}, {"OPENBLAS_NUM_THREADS": "1"}
-    row = explain("openblas", 2, m, now, launch, f).to_dict()
+    row = dump(explain("openblas", 2, m, now, launch, f))
     assert row["source"]["text"] == "env OPENBLAS_NUM_THREADS=2" and row["source"]["kind"] == "variable"
     assert "changed after launch" in row["note"]
-    row = explain("openblas", 1, m, now, launch, f).to_dict()
+    row = dump(explain("openblas", 1, m, now, launch, f))
     assert row["source"]["text"] == "env OPENBLAS_NUM_THREADS=1 (set after launch, before this library loaded)"
-    row = explain("openblas", 3, m, now, launch, f).to_dict()
+    row = dump(explain("openblas", 3, m, now, launch, f))
     assert (row["source"], row["variable"]) == (RUNTIME.to_json(), None) and RUNTIME.kind is SourceKind.RUN_TIME
     assert row["expected_from_env"] == 2
-    row = explain("openblas", None, m, now, launch, f).to_dict()
+    row = dump(explain("openblas", None, m, now, launch, f))
     assert row["source"]["kind"] == "unknown" and row["source"]["text"].startswith("unknown (")
-    row = explain("openblas", 4, m, {}, "unknown (AccessDenied)", f).to_dict()
+    row = dump(explain("openblas", 4, m, {}, "unknown (AccessDenied)", f))
     assert row["source"]["text"] == "default: 4 CPUs in affinity" and "unknown (AccessDenied)" in row["note"]
 
 
@@ -153,11 +154,12 @@ def test_numexpr_is_modelled_when_imported(tmp_path):
         "import os\nncores = 8\nMAX_THREADS = 64\n"
         "nthreads = int(os.environ.get('NUMEXPR_NUM_THREADS') or os.environ.get('OMP_NUM_THREADS') or 8)\n"
         "def get_num_threads():\n    return nthreads\n")
-    code = ("import json, os, numexpr; from parinfo.process.provenance import library_settings; "
+    code = ("import json, os, numexpr; from parinfo.convert import dump; "
+            "from parinfo.process.provenance import library_settings; "
             "from parinfo.machine.topology import machine_facts; "
             "rows = library_settings([], None, os.environ, None, machine_facts()); "
             "numexpr.nthreads = 5; rows += library_settings([], None, os.environ, None, machine_facts()); "
-            "print(json.dumps([r.to_dict() for r in rows]))")
+            "print(json.dumps([dump(r) for r in rows]))")
     rows = run_json(code, env=clean_env(PYTHONPATH=str(tmp_path), NUMEXPR_NUM_THREADS="3"))
     assert [r["library"] for r in rows] == ["numexpr", "numexpr"]
     assert rows[0]["source"]["text"] == "env NUMEXPR_NUM_THREADS=3" and rows[0]["count"] == 3
@@ -170,7 +172,7 @@ def test_numexpr_is_modelled_when_imported(tmp_path):
 def test_a_library_without_a_model_is_unknown_not_run_time():
     pools = [{"library": "flexiblas", "num_threads": 4, "owner": "system", "filepath": "/usr/lib/libflexiblas.so"},
              {"library": "vcomp", "num_threads": 2, "owner": "unknown", "filepath": "/x/vcomp140.dll"}]
-    rows = [r.to_dict() for r in library_settings([PoolRow.from_dict(p) for p in pools], None, {}, {}, facts())]
+    rows = [dump(r) for r in library_settings([load(PoolRow, p) for p in pools], None, {}, {}, facts())]
     assert [r["source"]["kind"] for r in rows] == ["unknown", "unknown"]
     assert rows[0]["source"]["text"] == "unknown (decided by FlexiBLAS's backend)"
     assert rows[1]["source"]["text"] == "unknown (parinfo has no model for vcomp)"
@@ -184,7 +186,7 @@ def _torch_copies(env: dict[str, str], counts: dict[str, int], intra: int, mkl: 
              for lib, owner in (("libgomp", "torch"), ("mkl", "torch"), ("openblas", "torch"), ("libgomp", "numpy"))]
     torch = {"intra_op": intra, "inter_op": 1, "mkl_available": mkl, "aten_backend": "native thread pool",
              "hardware_concurrency": 2}
-    rows = [r.to_dict() for r in library_settings([PoolRow.from_dict(p) for p in pools], TorchInfo.from_dict(torch),
+    rows = [dump(r) for r in library_settings([load(PoolRow, p) for p in pools], load(TorchInfo, torch),
                                                   env, env, facts())]
     return {f"{r['library']} {r['owner']}": r["source"] for r in rows}
 
@@ -215,10 +217,11 @@ def test_torch_sets_the_libraries_its_records_say_it_sets_along():
 AFTER_APPLY = """
 import json
 import parinfo
+from parinfo.convert import dump
 parinfo.apply({profile!r})
 {late}
 report = parinfo.inspect()
-print(json.dumps([s.to_dict() for s in report.settings]))
+print(json.dumps([dump(s) for s in report.settings]))
 """
 
 SAME_AS_DEFAULT = """version: 1

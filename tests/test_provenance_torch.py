@@ -6,10 +6,11 @@ from conftest import clean_env, run_json
 
 pytestmark = pytest.mark.torch
 
-CODE = ("import json, os, torch; {before}from parinfo.process.pools import native_pools; "
+CODE = ("import json, os, torch; from parinfo.convert import dump; "
+        "{before}from parinfo.process.pools import native_pools; "
         "from parinfo.process.frameworks import torch_info; from parinfo.process.provenance import library_settings; "
         "from parinfo.machine.topology import machine_facts; "
-        "print(json.dumps([r.to_dict() for r in library_settings(native_pools(), torch_info(), os.environ, None, "
+        "print(json.dumps([dump(r) for r in library_settings(native_pools(), torch_info(), os.environ, None, "
         "machine_facts())]))")
 
 

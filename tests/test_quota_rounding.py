@@ -15,6 +15,7 @@ import real_cgroup
 from conftest import clean_env, run_cli
 from fake_trees import FakeMachine
 
+from parinfo.convert import dump, load
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
 from parinfo.errors import ProfileError, UsageError
@@ -120,11 +121,11 @@ def test_rounded_and_the_round_trip(tmp_path):
     assert (f.usable_cpus, f.usable_physical_cores) == (2, 2)
     g = f.rounded("ceil", profile("x"))
     assert (g.usable_cpus, g.usable_physical_cores, str(g.quota_rounding_source)) == (3, 2, "profile x")
-    back = MachineFacts.from_dict(json.loads(json.dumps(g.to_dict())))
+    back = load(MachineFacts, json.loads(json.dumps(dump(g))))
     assert back == g
-    d = g.to_dict()
+    d = dump(g)
     del d["usable_cpus"]
-    assert MachineFacts.from_dict(d).usable_cpus == 3  # worked out again with the report's rounding
+    assert load(MachineFacts, d).usable_cpus == 3  # worked out again with the report's rounding
 
 
 def test_profile_quota_rounding(tmp_path):
@@ -152,7 +153,7 @@ def test_profile_quota_rounding_errors(tmp_path):
 # -- the finding --------------------------------------------------------------------------------
 
 def _report(facts: MachineFacts, settings: list[dict]) -> Report:
-    return Report.from_dict({"machine": facts.to_dict(), "settings": settings})
+    return Report.from_dict({"machine": dump(facts), "settings": settings})
 
 
 def _row(library: str, count: int, source: str) -> dict:

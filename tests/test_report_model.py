@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from parinfo.cli.render_text import render_lines
 from parinfo.cli.torch_block import torch_block
+from parinfo.convert import dump, load
 from parinfo.diagnostics.fleet_rows import WorkerRow
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
@@ -122,12 +123,14 @@ def test_odd_payloads_never_crash_the_rules_or_the_renderers(payload):
 def test_a_worker_row_parses_back_to_itself():
     row = run_json("""
 import json, numpy
+from parinfo.diagnostics.fleet_rows import ThreadPools
 from parinfo.fleet.probe import worker_row
-print(json.dumps(worker_row("w", [{"thread": "t0", "pools": [{"library": "openblas", "user_api": "blas",
-                                                               "num_threads": 2}]}])))
+from parinfo.process.pools import PoolRow
+pool = PoolRow("openblas", "blas", "openblas", "/x/libopenblas.so", "libopenblas", num_threads=2)
+print(json.dumps(worker_row("w", [ThreadPools("t0", [pool])])))
 """, env=clean_env(OMP_NUM_THREADS="1"))
-    worker = WorkerRow.from_dict(row)
-    assert worker.to_dict() == row
+    worker = load(WorkerRow, row)
+    assert dump(worker) == row
     assert worker.report.machine.usable_cpus == row["machine"]["usable_cpus"] and worker.pid == row["pid"]
     assert [(v.name, who) for v, who in worker.variables()] == [(v["name"], v["set_by"]) for v in row["variables"]]
 

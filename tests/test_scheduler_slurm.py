@@ -11,6 +11,7 @@ import pytest
 from conftest import clean_env, run_cli
 from fake_trees import FakeMachine
 
+from parinfo.convert import dump
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
 from parinfo.machine.scheduler import allocation
@@ -85,7 +86,7 @@ def test_environment_read_from_the_process_under_root(tmp_path):
 
 
 def _report(facts, settings=()):
-    return Report.from_dict({"machine": facts.to_dict(), "settings": list(settings)})
+    return Report.from_dict({"machine": dump(facts), "settings": list(settings)})
 
 
 def test_unbound_job_finding(tmp_path):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from parinfo.convert import dump, load
 from parinfo.diagnostics.findings import WORST_FIRST, Finding, Severity, at_least, sort_findings
 from parinfo.diagnostics.sections import findings_by_severity
 
@@ -37,11 +38,11 @@ def test_parse_names_only_severities():
 
 def test_json_keeps_the_words():
     f = _finding("x", Severity.WARNING)
-    assert json.loads(json.dumps(f.to_dict())) == {"id": "x", "severity": "warning", "message": "message",
-                                                    "why": "why", "fix": "fix"}
-    assert type(f.to_dict()["severity"]) is str
-    assert Finding.from_dict(f.to_dict()) == f
-    assert Finding.from_dict({**f.to_dict(), "severity": "fatal"}) is None
+    assert json.loads(json.dumps(dump(f))) == {"id": "x", "severity": "warning", "message": "message",
+                                               "why": "why", "fix": "fix"}
+    assert type(dump(f)["severity"]) is str
+    assert load(Finding, dump(f)) == f
+    assert load(list[Finding], [{**dump(f), "severity": "fatal"}, dump(f)]) == [f]  # one it cannot say in full
 
 
 def test_one_order_for_sorting_filtering_and_grouping():

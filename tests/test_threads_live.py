@@ -5,20 +5,21 @@ import subprocess
 import sys
 import threading
 
+from parinfo.convert import dump
 from parinfo.process.threads import live_threads
 
 
 def test_counts_this_process_threads_and_follows_a_new_one():
     import psutil
 
-    before = live_threads().to_dict()
+    before = dump(live_threads())
     assert before["count"] == psutil.Process().num_threads() == len(before["threads"])
     assert before["source"]["text"] == "/proc/self/task"
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()
     try:
-        during = live_threads().to_dict()
+        during = dump(live_threads())
         assert during["count"] == before["count"] + 1
         assert all(isinstance(x["tid"], int) and isinstance(x["name"], str) for x in during["threads"])
     finally:
@@ -31,7 +32,7 @@ def test_reads_another_process_by_pid():
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"  # exec'd: its name is no longer the parent's
-        out = live_threads(proc.pid).to_dict()
+        out = dump(live_threads(proc.pid))
         assert out["count"] >= 1
         assert out["threads"][0]["tid"] == proc.pid
         with open(f"/proc/{proc.pid}/comm") as fh:  # the interpreter's file name: python, python3, ...
@@ -42,6 +43,6 @@ def test_reads_another_process_by_pid():
 
 
 def test_a_missing_process_is_unknown_not_a_crash():
-    out = live_threads(2**22 + 12345).to_dict()
+    out = dump(live_threads(2**22 + 12345))
     assert isinstance(out["count"], str) and out["count"].startswith("unknown (")
     assert out["threads"] == []

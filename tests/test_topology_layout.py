@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 from fake_trees import FakeMachine
 
+from parinfo.convert import dump
 from parinfo.machine import sysfs as _sysfs
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.topology import USABLE_RULE, MachineFacts, machine_facts
@@ -171,7 +172,7 @@ def test_to_dict_is_json_ready(tmp_path):
     import json
 
     root = FakeMachine(tmp_path).cpus(4, smt=2).cgroup_v2("/a", cpu_max={"/a": "150000 100000"}).build()
-    d = machine_facts(root).to_dict()
+    d = dump(machine_facts(root))
     assert json.loads(json.dumps(d)) == d
     assert d["usable_rule"] == USABLE_RULE
     assert d["quota"] == 1.5 and d["usable_cpus"] == 1

@@ -14,8 +14,8 @@ from conftest import clean_env, run_json
 
 from parinfo.machine.topology import machine_facts
 
-FACTS = ("import json; from parinfo.machine.topology import machine_facts; "
-         "print(json.dumps(machine_facts().to_dict()))")
+FACTS = ("import json; from parinfo.convert import dump; from parinfo.machine.topology import machine_facts; "
+         "print(json.dumps(dump(machine_facts())))")
 
 needs_taskset = pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset is not installed")
 

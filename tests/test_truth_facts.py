@@ -117,10 +117,11 @@ print(json.dumps({"truth": truth, "rows": rows, "torch": torch.get_num_threads()
 HAVE_NUMEXPR = importlib.util.find_spec("numexpr") is not None
 _NUMEXPR_TRUTH = """
 import json, numexpr, parinfo
+from parinfo.convert import dump
 r = parinfo.inspect()
-row = next(x for x in r.settings if x.library == "numexpr").to_dict()
+row = dump(next(x for x in r.settings if x.library == "numexpr"))
 print(json.dumps({"truth": numexpr.get_num_threads(), "pool": numexpr.MAX_THREADS, "row": row,
-                  "findings": {f.id: f.to_dict() for f in r.findings}}))
+                  "findings": {f.id: dump(f) for f in r.findings}}))
 """
 
 

@@ -105,7 +105,7 @@ def test_bad_options_are_one_line():
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 def test_pid_of_another_user_shows_what_can_be_read():
     # parinfo runs as nobody and looks at this (root) test process: its maps, environment and memory
-    # are not readable; its identity, CPUs and threads are.
+    # (and so its memory policy, in numa_maps) are not readable; its identity, CPUs and threads are.
     proc = run_cli("show", "--pid", str(os.getpid()), "--json",
                    prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"],
                    env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
@@ -116,11 +116,12 @@ def test_pid_of_another_user_shows_what_can_be_read():
     permission = "unknown (permission: run as the process's user or root)"
     assert report["process"]["unreadable"] == {"pools": permission, "environment": permission}
     assert report["pools"] == [] and report["environment"] == []
+    assert report["memory"]["policy"] is None and report["memory"]["source"]["text"] == permission
     assert report["process"]["pid"] == os.getpid() and report["threads"]["count"] >= 1
     text = run_cli("show", "--pid", str(os.getpid()), prefix=["setpriv", "--reuid=65534", "--regid=65534",
                                                              "--clear-groups"],
                    env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
-    assert text.returncode == 0 and text.stdout.count(permission) == 2
+    assert text.returncode == 0 and text.stdout.count(permission) == 3  # memory policy, pools, variables
     _no_traceback(text)
 
 

@@ -33,7 +33,9 @@ def apply_cmd(a: ApplyArgs) -> int:
     if a.json_out:
         import json
 
-        typer.echo(json.dumps(plan.to_dict(), indent=2))
+        from parinfo.convert import dump
+
+        typer.echo(json.dumps(dump(plan), indent=2))
     elif a.export:
         typer.echo(export_lines(plan, force=a.force), nl=False)
     else:
@@ -49,6 +51,7 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
     import shlex
 
     from parinfo.machine.cpulist import format_cpu_list
+    from parinfo.process.libraries import library
 
     env = os.environ if environ is None else environ
     name = shlex.quote(plan.name)
@@ -60,7 +63,7 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
                                   f"{shlex.quote(value)}; --force overrides)"))
             continue
         lines.append(f"export {var}={shlex.quote(value)}")
-    lines.append(f"export PARINFO_PROFILE={name}")
+    lines.append(f"export {library('parinfo').var('profile')}={name}")
     ours = plan.preload_paths
     if ours:
         from parinfo.process.preload import MARK_VAR, PRELOAD_VAR

@@ -20,21 +20,24 @@ if TYPE_CHECKING:
     from parinfo.cli.show import ShowArgs
 
 MAGICS = ("parinfo", "parinfo_watch")
-_SHOW_USAGE = "%parinfo [--pid PID [--children]] [--json | --format {rich,json,torch}] [--import MOD[,MOD]] [--torch]"
+#: The options of ``parinfo show`` that ``%parinfo`` takes (the others ask for an exit code or a
+#: process to attach to, which a notebook cell has no use for).
+SHOW_OPTIONS = ("pid", "children", "json_out", "fmt", "imports", "torch")
 _WATCH_USAGE = "%parinfo_watch [--samples N] [--interval SECONDS] [--pid PID [--children]] [--json]"
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises parinfo's UsageError (one line, with the usage) instead of exiting."""
 
-    def __init__(self, prog: str, usage: str) -> None:
+    def __init__(self, prog: str, usage: str | None = None) -> None:
         super().__init__(prog=prog, usage=usage, add_help=False, allow_abbrev=False)
 
     def error(self, message: str) -> NoReturn:
         from parinfo.errors import UsageError
         from parinfo.safe_text import shorten
 
-        raise UsageError(f"{shorten(message, 200)}; usage: {self.usage}")
+        usage = " ".join(self.format_usage().split()).removeprefix("usage: ")
+        raise UsageError(f"{shorten(message, 200)}; usage: {usage}")
 
 
 def _split(line: str) -> list[str]:
@@ -49,19 +52,14 @@ def _split(line: str) -> list[str]:
 
 
 def show_args(line: str) -> ShowArgs:
-    """The options of ``%parinfo``, as ``parinfo show`` takes them."""
-    from parinfo.cli.show import Format, ShowArgs
+    """The options of ``%parinfo``: those of ``parinfo show`` named in :data:`SHOW_OPTIONS`, from its
+    one declaration (:class:`~parinfo.cli.show.ShowArgs`)."""
+    from parinfo.cli.options import add_arguments, from_namespace
+    from parinfo.cli.show import ShowArgs
 
-    p = _Parser("%parinfo", _SHOW_USAGE)
-    p.add_argument("--pid", type=values.pid, metavar="PID")
-    p.add_argument("--children", action="store_true")
-    p.add_argument("--json", dest="json_out", action="store_true")
-    p.add_argument("--format", "-f", dest="fmt", choices=[f.value for f in Format], default=Format.rich.value)
-    p.add_argument("--import", "-i", dest="imports", action="append", metavar="MOD[,MOD]")
-    p.add_argument("--torch", action="store_true")
-    a = p.parse_args(_split(line))
-    return ShowArgs(imports=a.imports, torch=a.torch, json_out=a.json_out, fmt=Format(a.fmt), pid=a.pid,
-                    children=a.children)
+    p = _Parser("%parinfo")
+    add_arguments(p, ShowArgs, SHOW_OPTIONS)
+    return from_namespace(ShowArgs, p.parse_args(_split(line)))
 
 
 def _display(bundle: dict[str, Any], handle: Any = None) -> Any:
@@ -108,7 +106,7 @@ def parinfo_magic(line: str = "") -> None:
     """Show this kernel's thread report: its CPUs, native pools and counts with their sources, and
     what is wrong (as ``parinfo show``; HTML in a notebook).
 
-    %parinfo [--pid PID [--children]] [--json | --format {rich,json,torch}] [--import MOD[,MOD]] [--torch]
+    %parinfo [--pid PID] [--children] [--json] [--format {rich,json,torch}] [--import MOD[,MOD]] [--torch]
 
     --pid PID reads another process from outside; --import loads modules into the kernel first so
     their pools show (nothing is imported otherwise).
@@ -132,6 +130,7 @@ def _watch(line: str) -> None:
     import os
 
     from parinfo.cli.watch import render_sample
+    from parinfo.convert import dump
     from parinfo.errors import UsageError
     from parinfo.process.tasks import gone
     from parinfo.watching.sample import Sampler, check_interval, samples
@@ -151,7 +150,7 @@ def _watch(line: str) -> None:
     sampler = Sampler(pid, children=a.children)
     handle = None
     for n, sample in enumerate(samples(sampler, seconds, a.samples), 1):
-        text = (json.dumps(sample.to_dict()) if a.json_out
+        text = (json.dumps(dump(sample)) if a.json_out
                 else render_sample(sample, f"{title}, sample {n} of {a.samples}"))
         handle = _display(_text(text), handle)
     if handle is None:  # it ended before a whole interval could be measured

@@ -7,17 +7,21 @@ A command's arguments are a NamedTuple whose every field is annotated with its :
 
 The field gives the name, type and default; the :class:`Opt` gives the spellings and the help, and
 its class (Flag, Value, Many, Choice, Argument, Rest) how the value is read. From that come the
-typer command (:func:`typer_command`: help, mistakes, every spelling) and the plain reading
-(:func:`plain`) that ``main()`` uses to run the commonest command lines without loading typer.
-Adding an option is adding one field. This module never imports typer at module level.
+typer command (:func:`typer_command`: help, mistakes, every spelling), the plain reading
+(:func:`plain`) that ``main()`` uses to run the commonest command lines without loading typer, and
+the argparse options of the IPython magics (:func:`add_arguments`, :func:`from_namespace`), which
+take some of a command's options. Adding an option is adding one field. This module never imports typer at module level.
 """
 from __future__ import annotations
 
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from parinfo.errors import UsageError
+
+if TYPE_CHECKING:
+    import argparse
 
 Args = TypeVar("Args", bound=NamedTuple)
 
@@ -183,6 +187,38 @@ def _converted(field: Field, text: str) -> Any:
         return opt.convert(text)
     except UsageError:
         return None
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type[NamedTuple], names: Sequence[str]) -> None:
+    """Add the options of ``cls`` named by ``names`` (field names) to an argparse ``parser``, spelled,
+    checked and defaulted as declared; :func:`from_namespace` reads them back as a ``cls``. Options
+    only: a positional argument has no place among a magic's options (TypeError)."""
+    declared = {f.name: f for f in fields(cls)}
+    for name in names:
+        f = declared[name]
+        opt = f.opt
+        common: dict[str, Any] = {"dest": f.name, "help": opt.help}
+        if isinstance(opt, Flag):
+            parser.add_argument(*opt.names, action="store_true", **common)
+        elif isinstance(opt, Many):
+            parser.add_argument(*opt.names, action="append", metavar=opt.metavar, **common)
+        elif isinstance(opt, Choice):
+            parser.add_argument(*opt.names, choices=[m.value for m in f.type], default=f.default.value, **common)
+        elif isinstance(opt, Value):
+            bare: dict[str, Any] = {} if opt.bare is None else {"nargs": "?", "const": opt.bare}
+            parser.add_argument(*opt.names, type=opt.convert or str, metavar=opt.metavar, default=f.default,
+                                **bare, **common)
+        else:
+            raise TypeError(f"{cls.__name__}.{name} is a positional argument, not an option")
+
+
+def from_namespace(cls: type[Args], namespace: argparse.Namespace) -> Args:
+    """The ``cls`` of what :func:`add_arguments` parsed: each option not added keeps its default."""
+    values = []
+    for f in fields(cls):
+        value = getattr(namespace, f.name, f.default)
+        values.append(f.type(value) if isinstance(f.opt, Choice) and value is not f.default else value)
+    return cls._make(values)
 
 
 def typer_command(cls: type[Args], run: Callable[[Args], int], doc: str | None = None) -> Callable[..., None]:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from parinfo.diagnostics.wording import plural, pool_title, quota_text, show_value
+from parinfo.diagnostics.wording import pool_title, quota_text, show_value
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process.libraries import by_internal_api, find, library
+from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.model import Report

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from parinfo.cli import values
+from parinfo.safe_text import plural
 from parinfo.tuning.workloads import BUILTIN, described
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -200,14 +201,10 @@ def _table(result: TuneResult) -> Table:
     return table
 
 
-def _plural(k: int, word: str) -> str:
-    return f"{k} {word}" + ("" if k == 1 else "s")
-
-
 def _best_line(result: TuneResult) -> str:
     b, bs = result.best, result.best_stats
-    intra = _plural(b.intra, "intra-op thread")
-    what = (f"{_plural(b.inter, 'concurrent request' if result.concurrent else 'inter-op thread')} x {intra}"
+    intra = plural(b.intra, "intra-op thread")
+    what = (f"{plural(b.inter, 'concurrent request' if result.concurrent else 'inter-op thread')} x {intra}"
             if result.pairs else intra)
     return (f"[bold]Best:[/] {what}: {bs.median * 1e3:.4g} ms {result.unit.split(' ', 1)[1]}"
             + (f", {1 / bs.median:.4g} requests/s" if result.concurrent else "")

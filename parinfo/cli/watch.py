@@ -174,6 +174,8 @@ def watch(
                             ends=lambda: f"parinfo: pid {pid} exited; metrics server stopped"
                             if collector.exited() else None)
         return
+    from parinfo.convert import dump
+
     title = "container (parinfo's cgroup)" if pid is None else f"pid {pid}"
     live = not json_out and sys.stdout.isatty() and not once
     got = False
@@ -181,7 +183,7 @@ def watch(
         for sample in samples(sampler, seconds, 1 if once else None):
             got = True
             if json_out or (not once and not sys.stdout.isatty()):
-                typer.echo(json.dumps(sample.to_dict()))
+                typer.echo(json.dumps(dump(sample)))
             elif live:  # the screen is redrawn each time: the line that says how to stop stays, once
                 typer.echo("\x1b[H\x1b[2J" + render_sample(sample, title) + "\n" + STOP_HINT, nl=True)
             else:

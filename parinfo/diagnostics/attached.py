@@ -153,6 +153,7 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
     """Attach to ``pid`` (its runtime rows and loaded objects from its maps, its launch environment
     and machine facts read outside) and explain what it answered, as ``parinfo.inspect()`` would
     inside it. Raises the one-line errors of :func:`parinfo.process.attach.attach`."""
+    from parinfo.convert import load
     from parinfo.process import attach, pools, provenance
     from parinfo.process.frameworks import torch_info_of, torch_unread
     from parinfo.runtime.settings import machine_of
@@ -169,7 +170,7 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
         torch = (torch_unread(None, pools.CONFLICT_NOTE) if conflict
                  else torch_info_of(answer.torch, listing) if answer.torch is not None else None)
     inside = answer.parinfo
-    rt = RuntimeSection.from_dict(inside.info) if inside is not None and inside.info is not None else None
+    rt = load(RuntimeSection, inside.info) if inside is not None and inside.info is not None else None
     applied = inside.applied if inside is not None else None
     push = rt.native_push if rt is not None else None
     settings = provenance.library_settings(pool_rows, torch, answer.environ, launch, facts,
@@ -324,12 +325,13 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
         reenabled_by=(inside.gil_reenabled_by if inside is not None else None) or False,
         python_threads=answer.python_threads, pools=pool_rows,
         torch_intra=None if torch is None else torch.intra_op)
-    process = ProcessInfo.from_dict(ident)
+    process = ProcessInfo(pid=ident.pid, name=ident.name, ppid=ident.ppid, cmdline=ident.cmdline,
+                          python=ident.python, executable=ident.executable, inspected_from=ident.inspected_from,
+                          note=ident.note)
     process.python, process.executable = python.version or process.python, python.executable or process.executable
     process.implementation = IMPLEMENTATIONS.get(python.implementation or "", python.implementation)
     process.platform = python.platform
     process.attached = read.read
-    process.note = ident.get("note")
     if answer.errors:
         process.unreadable = {f"inside: {part}": unknown(why) for part, why in answer.errors.items()}
     if inside is not None and inside.busy:

@@ -5,12 +5,10 @@ them all and orders the result with :func:`sort_findings`.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import field
 from enum import Enum
-from typing import Any
 
-from parinfo.payload import section, text
+from parinfo.convert import REQUIRED
 from parinfo.record import record
 
 
@@ -71,26 +69,11 @@ WORST_FIRST = tuple(sorted(Severity, reverse=True))
 class Finding:
     """One thing wrong (or worth knowing) about the process's parallelism."""
 
-    id: str
-    severity: Severity
-    message: str
-    why: str
-    fix: str
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Finding | None:
-        """The finding of :meth:`to_dict`; None when a part is missing or the severity names no
-        :class:`Severity` (a report from elsewhere keeps the findings it can say in full)."""
-        d = section(data)
-        parts = [text(d.get(key)) for key in ("id", "severity", "message", "why", "fix")]
-        severity = Severity.parse(parts[1])
-        if any(part is None for part in parts) or severity is None:
-            return None
-        fid, _, message, why, fix = (str(part) for part in parts)
-        return cls(fid, severity, message, why, fix)
-
-    def to_dict(self) -> dict[str, str]:
-        return {**asdict(self), "severity": self.severity.value}
+    id: str = field(metadata=REQUIRED)  # a report from elsewhere keeps the findings it can say in full
+    severity: Severity = field(metadata=REQUIRED)
+    message: str = field(metadata=REQUIRED)
+    why: str = field(metadata=REQUIRED)
+    fix: str = field(metadata=REQUIRED)
 
 
 def at_least(findings: list[Finding], severity: Severity | str) -> list[Finding]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from parinfo.diagnostics.findings import Finding, Severity
 from parinfo.diagnostics.model import Report
+from parinfo.safe_text import plural
 
 if TYPE_CHECKING:  # the fleet's rows are loaded with the fleet, not with every report
     from parinfo.diagnostics.fleet_rows import HostSummary, ProcessLoad, ThreadPools, WorkerRow
@@ -74,18 +75,17 @@ def outer_findings(r: Report, per_thread: Sequence[ThreadPools] = ()) -> list[Fi
         return []
     framework = (r.outer.framework if r.outer is not None else None) or "user"
     who = _WHO.get(framework, framework)
-    plural = "s" if cpus != 1 else ""
-    where = {"ray": f"the {cpus} CPU{plural} granted to the task",
-             "loky": f"the {cpus} CPU{plural} left to each loky worker"}.get(
-                 framework, f"{cpus} usable CPU{plural}")
+    where = {"ray": f"the {plural(cpus, 'CPU')} granted to the task",
+             "loky": f"the {plural(cpus, 'CPU')} left to each loky worker"}.get(
+                 framework, plural(cpus, "usable CPU"))
     fit = max(1, cpus // threads)
     return [Finding(
         "outer-times-inner", Severity.WARNING,
-        f"{who}: {threads} task thread{'s' if threads != 1 else ''} x {pool} {inner} threads = "
+        f"{who}: {plural(threads, 'task thread')} x {pool} {inner} threads = "
         f"{threads * inner} threads can run at once on {where}",
         "every task thread that calls into the library runs its own team of threads (or queues on one "
         "spinning pool), so the threads take turns on the CPUs: more CPU time per op, less throughput",
-        f"limit {pool} to {fit} thread{'s' if fit != 1 else ''} inside the workers: "
+        f"limit {pool} to {plural(fit, 'thread')} inside the workers: "
         f"{_FIX.get(framework, _FIX['user'])}",
     )]
 
@@ -131,7 +131,7 @@ def host_findings(summary: HostSummary) -> list[Finding]:
         f"({summary.outer_threads} task threads with their pools) on {usable} usable CPUs",
         "workers on one host share its CPUs: each worker's pools are sized for the whole host, so "
         "together they ask for several times the CPUs and every op waits for its threads",
-        f"limit the pools to {fit} thread{'s' if fit != 1 else ''} in every worker: "
+        f"limit the pools to {plural(fit, 'thread')} in every worker: "
         f"{_FIX.get(summary.framework or 'user', _FIX['user'])}; or fewer workers or task threads per host",
     )]
 
@@ -159,12 +159,12 @@ def cgroup_findings(where: str, usable: int, loads: Sequence[ProcessLoad]) -> li
     pools = ", ".join(f"{p.pid} {p.pool or 'pools'}={p.threads}" for p in busy[:12])
     unknown = [p for p in loads if p.unknown is not None]
     message = (f"{where}: {len(busy)} processes (pids {_pids(busy)}) can run {total} threads at once "
-               f"({pools}) on {usable} usable CPU{'s' if usable != 1 else ''}")
+               f"({pools}) on {plural(usable, 'usable CPU')}")
     if unknown:
         message += f"; {len(unknown)} more not counted, unknown (permission): pids {_pids(unknown)}"
     variables = list(dict.fromkeys(v for p in busy for v in p.variables))
     assign = " ".join(f"{v}={share}" for v in variables)
-    fixes = [f"give each process {share} thread{'s' if share != 1 else ''} per pool: start it with {assign}"]
+    fixes = [f"give each process {plural(share, 'thread')} per pool: start it with {assign}"]
     families: dict[int, list[ProcessLoad]] = {}
     for p in busy:
         if len(p.family) > 1 and p.parent is not None:
@@ -179,8 +179,8 @@ def cgroup_findings(where: str, usable: int, loads: Sequence[ProcessLoad]) -> li
                          "restart it, or stop the ones left over")
             continue
         fixes.append(f"for the {len(members)} workers of pid {parent}: set it in the environment pid {parent} "
-                     f"starts them with (they inherit it), or run at most {max(1, usable // widest)} "
-                     f"worker{'s' if usable // widest > 1 else ''} there")
+                     f"starts them with (they inherit it), or run at most "
+                     f"{plural(max(1, usable // widest), 'worker')} there")
     by_command: dict[str, list[ProcessLoad]] = {}
     for p in busy:
         if p.command:

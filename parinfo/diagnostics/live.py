@@ -109,7 +109,9 @@ def _tree(pids: list[int], seconds: float) -> tuple[ProcessTree, dict[int, list[
 
 
 def _hint(env: dict[str, str], names: list[str]) -> str:
-    profile = env.get("PARINFO_PROFILE")
+    from parinfo.process import libraries as reg
+
+    profile = env.get(reg.library("parinfo").var("profile"))
     if profile:
         return (f"launched by parinfo apply (profile {profile}): the counts it set are in its launch "
                 f"environment below; for the counts in force, call parinfo.inspect() inside it")
@@ -180,11 +182,12 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         states[t.state] = states.get(t.state, 0) + 1
     listing.states = states
     names = [t.name for t in stats[pid]]
-    process = ProcessInfo.from_dict(ident)
+    process = ProcessInfo(pid=ident.pid, name=ident.name, ppid=ident.ppid, cmdline=ident.cmdline,
+                          python=ident.python, executable=ident.executable, inspected_from=ident.inspected_from,
+                          note=ident.note)
     readable = tuple(r.label for r in reg.records() if r.count_symbol is not None)
     process.hint, process.counts = _hint(env or {}, names), _counts_text(readable)
     process.unreadable = unreadable or None
-    process.note = ident.get("note")
     process.tree_reads = None if reads is None else list(reads)
     report = Report(
         machine=facts,

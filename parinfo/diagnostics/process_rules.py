@@ -14,12 +14,12 @@ from collections.abc import Callable
 from parinfo.diagnostics import fleet_rules, live_rules
 from parinfo.diagnostics.findings import Finding, Severity, at_least, sort_findings
 from parinfo.diagnostics.model import Report
-from parinfo.diagnostics.wording import plural
 from parinfo.machine import rounding, scheduler
 from parinfo.process import libraries as reg
 from parinfo.process.pools import PoolRow
 from parinfo.process.provenance import SettingRow
 from parinfo.process.serving import bypassed_by_parinfo
+from parinfo.safe_text import plural
 from parinfo.source import Kind
 
 __all__ = ["RULES", "Finding", "Rule", "Severity", "at_least", "diagnose", "interop_fix"]
@@ -139,7 +139,7 @@ def _count_fix(row: SettingRow, env: dict[str, str], usable: int, profile: str |
     if first:
         return f"set {first}={usable} before the program starts" + (
             f", or run under `parinfo apply {profile}`" if profile else "")
-    return f"set {row.library} to at most {usable} thread{'s' if usable > 1 else ''}"
+    return f"set {row.library} to at most {plural(usable, 'thread')}"
 
 
 def _env_values(r: Report) -> dict[str, str]:
@@ -245,7 +245,7 @@ def _refused_counts(r: Report) -> list[Finding]:
         raise_cap = f", or raise {cap_var} to {asked}" if cap_var else ""
         out.append(Finding(
             "count-refused", Severity.WARNING,
-            f"{row.library} runs {runs} thread{'s' if runs != 1 else ''}, not {asked}: "
+            f"{row.library} runs {plural(runs, 'thread')}, not {asked}: "
             f"{var}={asked} is above {refused.why}",
             f"{row.library} refuses a count above its cap instead of cutting it to the cap: it prints an "
             f"error on stderr and keeps {runs}",
@@ -446,8 +446,8 @@ def _fractional_quota(r: Report) -> list[Finding]:
             name = row.library + (f" [{row.owner}]" if owners[row.library] > 1 and row.owner else "")
             groups.setdefault(row.count, []).append(name)
     here = "; ".join(f"{n} for {', '.join(names)}" for n, names in sorted(groups.items()))
-    message = (f"the cgroup CPU quota is {quota:g} CPUs: parinfo counts {usable} usable CPU"
-               f"{'s' if usable != 1 else ''} ({m.quota_rounding}, {m.quota_rounding_source})")
+    message = (f"the cgroup CPU quota is {quota:g} CPUs: parinfo counts "
+               f"{plural(usable, 'usable CPU')} ({m.quota_rounding}, {m.quota_rounding_source})")
     if runtimes:
         message += f"; by their own rules {runtimes}"
     if here:
@@ -486,15 +486,14 @@ def _scheduler_unbound(r: Report) -> list[Finding]:
         return []
     return [Finding(
         "scheduler-unbound", Severity.WARNING,
-        f"the job was allocated {m.allocation} CPU{'s' if m.allocation != 1 else ''} "
+        f"the job was allocated {plural(m.allocation, 'CPU')} "
         f"({m.allocation_source}) but this process may run on {cpus}: the job is not bound to its CPUs",
         f"libraries that size their pools from the CPU count or the affinity (OpenMP runtimes, BLAS, "
-        f"torch, os.cpu_count()) start up to {cpus} threads on {m.allocation} allocated "
-        f"CPU{'s' if m.allocation != 1 else ''} and "
+        f"torch, os.cpu_count()) start up to {cpus} threads on {plural(m.allocation, 'allocated CPU')} and "
         "oversubscribe the node; parinfo's own counts follow the allocation",
         f"bind the job's tasks to their CPUs: `{scheduler.BIND_FIX} ...` (the cluster needs a task/affinity "
         f"or task/cgroup plugin), or run under `parinfo apply container` so that every count follows the "
-        f"{m.allocation} usable CPU{'s' if m.allocation != 1 else ''}",
+        f"{plural(m.allocation, 'usable CPU')}",
     )]
 
 
@@ -528,7 +527,7 @@ def _free_threaded(r: Report) -> list[Finding]:
             f"{py.threads_at_once} threads can run at once on {usable} usable CPUs (free-threaded build, GIL off)",
             "without the GIL the Python threads run at once, and each one that calls a library whose limit "
             "holds per calling thread (OpenMP, torch) starts a team of its own",
-            f"limit {py.per_thread_pool} to {fit} thread{'s' if fit != 1 else ''} in the threads that call it "
+            f"limit {py.per_thread_pool} to {plural(fit, 'thread')} in the threads that call it "
             "(threadpoolctl.threadpool_limits inside each thread, or parinfo.apply('single-thread')), or run "
             "fewer Python threads",
         ))

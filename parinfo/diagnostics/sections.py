@@ -17,7 +17,6 @@ from parinfo.diagnostics.findings import WORST_FIRST
 from parinfo.diagnostics.wording import (
     THREAD_STATES,
     human_bytes,
-    plural,
     pool_count,
     pool_title,
     pressure_text,
@@ -31,6 +30,7 @@ from parinfo.diagnostics.wording import (
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process.threads import thread_group
 from parinfo.record import record
+from parinfo.safe_text import plural
 from parinfo.source import Kind
 
 if TYPE_CHECKING:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process.libraries import find
+from parinfo.safe_text import plural
 from parinfo.source import Kind
 
 if TYPE_CHECKING:
@@ -24,12 +25,6 @@ def show_value(value: Any, unknown: dict[str, str] | None = None, key: str | Non
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)
-
-
-def plural(n: Any, noun: str) -> str:
-    """plural(1, "thread") -> "1 thread"; plural(2, "thread") -> "2 threads"; plural(2, "process") ->
-    "2 processes"."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n} {noun}s"
 
 
 def human_bytes(value: Any) -> str:

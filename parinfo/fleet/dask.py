@@ -26,11 +26,13 @@ def _executor_and_threads(worker: Any) -> tuple[Any, int]:
 
 
 def _row_on_worker(per_thread: bool, dask_worker: Any = None) -> dict[str, Any]:
+    from parinfo.diagnostics.fleet_rows import ThreadPools
+
     threads = None
     if per_thread:
         executor, n = _executor_and_threads(dask_worker)
-        threads = [{"thread": name, "pools": pools}
-                   for name, pools in probe.in_each_thread(executor.submit, n, probe.thread_pools)]
+        read = probe.in_each_thread(executor.submit, n, probe.thread_pools)
+        threads = [ThreadPools(name, pools) for name, pools in read]
     return probe.worker_row(str(dask_worker.address), threads)
 
 
@@ -98,12 +100,14 @@ class EnvironPlugin(NannyPlugin):
         self.origin = origin
 
     def setup(self, nanny: Any) -> None:
+        from parinfo.process.libraries import library
         from parinfo.process.outer import PARINFO_SET_VAR
 
         plan = probe.resolve_here(self.document, self.origin)
         env = {name: str(value) for name, value in plan.env.items()}
-        ours = ",".join(sorted([*env, "PARINFO_PROFILE"]))
-        nanny.pre_spawn_env.update({**env, "PARINFO_PROFILE": plan.name, PARINFO_SET_VAR: ours})
+        profile_var = library("parinfo").var("profile")
+        ours = ",".join(sorted([*env, profile_var]))
+        nanny.pre_spawn_env.update({**env, profile_var: plan.name, PARINFO_SET_VAR: ours})
 
 
 def apply(client: Any, profile: Any, *, restart: bool = False) -> dict[str, Any]:

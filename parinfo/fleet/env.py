@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from parinfo.fleet import probe
+from parinfo.process.libraries import library
 from parinfo.process.outer import PARINFO_SET_VAR
 
 #: The import path Ray calls in each new worker process (a function, never a lambda: it pickles by name).
@@ -28,8 +29,9 @@ def ray_runtime_env(profile: Any) -> dict[str, Any]:
     document, origin = probe.profile_document(profile)
     plan = resolve_profile(document)
     env = {name: str(value) for name, value in plan.env.items()}
-    ours = ",".join(sorted([*env, "PARINFO_PROFILE", PROFILE_DOC_VAR]))
-    env.update({"PARINFO_PROFILE": plan.name, PARINFO_SET_VAR: ours,
+    profile_var = library("parinfo").var("profile")
+    ours = ",".join(sorted([*env, profile_var, PROFILE_DOC_VAR]))
+    env.update({profile_var: plan.name, PARINFO_SET_VAR: ours,
                 PROFILE_DOC_VAR: json.dumps({"origin": origin, "document": document}, sort_keys=True)})
     return {"env_vars": env, "worker_process_setup_hook": RAY_HOOK}
 

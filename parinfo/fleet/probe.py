@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from parinfo.errors import ProfileError
 
 if TYPE_CHECKING:
-    from parinfo.diagnostics.fleet_rows import HostIdentity
+    from parinfo.diagnostics.fleet_rows import HostIdentity, ThreadPools
     from parinfo.machine.topology import MachineFacts
+    from parinfo.process.pools import PoolRow
 
 #: How long a per-thread run waits for every executor thread to be free.
 THREAD_TIMEOUT = 10.0
@@ -67,22 +68,23 @@ def host_identity(machine: MachineFacts) -> HostIdentity:
     return HostIdentity(key, name, boot, machine.cgroup_path, cpu_text)
 
 
-def worker_row(worker: str, per_thread: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def worker_row(worker: str, per_thread: list[ThreadPools] | None = None) -> dict[str, Any]:
     """This process as one row of a fleet report (a :class:`WorkerRow` as a dict, the payload that
     travels to the client): host identity, pid, usable CPUs, outer threads, every pool with its
     count and copy, the thread variables with who set them, and the findings (the single-process
     rules and ``outer-times-inner``, over per-thread counts when given)."""
+    from parinfo.convert import dump
     from parinfo.diagnostics import fleet_rules
     from parinfo.diagnostics.findings import sort_findings
-    from parinfo.diagnostics.fleet_rows import ThreadPools, WorkerRow
+    from parinfo.diagnostics.fleet_rows import WorkerRow
     from parinfo.diagnostics.report import inspect
 
     report = inspect(imports=[])
-    threads = None if per_thread is None else [ThreadPools.from_dict(t) for t in per_thread]
-    row = WorkerRow(worker, host_identity(report.machine), report, threads)
+    row = WorkerRow(worker, host_identity(report.machine), report, per_thread)
     found = [f for f in report.findings if f.id != "outer-times-inner"]
     report.findings = sort_findings(found + fleet_rules.worker_findings(row))
-    return row.to_dict()
+    out: dict[str, Any] = dump(row)
+    return out
 
 
 T = TypeVar("T")
@@ -115,12 +117,12 @@ def in_each_thread(submit: Callable[[Callable[[], tuple[str, T]]], Future[tuple[
     return out
 
 
-def thread_pools() -> list[dict[str, Any]]:
-    """The pools' counts as the calling thread sees them (OpenMP's limit is per thread)."""
+def thread_pools() -> list[PoolRow]:
+    """The pools' counts as the calling thread sees them (OpenMP's limit is per thread), each
+    library's first copy."""
     from parinfo.process.pools import native_pools
 
-    return [{"library": p.library, "user_api": p.user_api, "num_threads": p.num_threads}
-            for p in native_pools() if not p.duplicate_of]
+    return [p for p in native_pools() if not p.duplicate_of]
 
 
 def push_thread_limits(counts: dict[str, int]) -> list[str]:

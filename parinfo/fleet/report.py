@@ -11,10 +11,12 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
+from parinfo.convert import dump, load
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.diagnostics.fleet_rows import HostSummary, WorkerRow
 from parinfo.record import record
+from parinfo.safe_text import plural
 
 #: Version of :meth:`FleetReport.to_dict`; bumped on any incompatible change (docs/fleet.md).
 SCHEMA_VERSION = 2
@@ -36,7 +38,7 @@ class FleetReport:
         parsed = []
         for i, row in enumerate(rows):
             if isinstance(row, Mapping):
-                parsed.append(WorkerRow.from_dict(row))
+                parsed.append(load(WorkerRow, row))
             else:
                 cluster.setdefault("failed", {})[f"row {i}"] = f"not a worker row: {type(row).__name__}"
         by_host: dict[str, list[WorkerRow]] = {}
@@ -61,17 +63,20 @@ class FleetReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``parinfo fleet show --json`` payload."""
+        out: dict[str, Any] = dump(self)
+        return out
+
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         from parinfo.version import __version__
 
-        return {"schema_version": SCHEMA_VERSION, "parinfo_version": __version__, "cluster": self.cluster,
-                "elapsed_s": self.elapsed_s, "hosts": [h.to_dict() for h in self.hosts],
-                "workers": [w.to_dict() for w in self.workers]}
+        return {"schema_version": SCHEMA_VERSION, "parinfo_version": __version__, "cluster": data["cluster"],
+                "elapsed_s": data["elapsed_s"], "hosts": data["hosts"], "workers": data["workers"]}
 
     def table(self) -> str:
         """Hosts, then workers, then findings, as text for people."""
         lines = [f"{self.cluster.get('kind', '?')} cluster {self.cluster.get('address', '')}: "
-                 f"{len(self.workers)} worker{'s' if len(self.workers) != 1 else ''} on "
-                 f"{len(self.hosts)} host{'s' if len(self.hosts) != 1 else ''}"]
+                 f"{plural(len(self.workers), 'worker')} on "
+                 f"{plural(len(self.hosts), 'host')}"]
         lines.append("")
         lines.append(f"{'host':<24} {'workers':>7} {'usable CPUs':>11} {'task threads':>12} {'threads at once':>15}")
         for h in self.hosts:

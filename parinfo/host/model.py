@@ -6,10 +6,10 @@ read them.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any
 
-from parinfo.convert import dump
+from parinfo.convert import dump, key
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.record import record
 from parinfo.safe_text import escape_controls
@@ -48,10 +48,6 @@ class PoolCount:
     duplicate_of: str | None = None
     attached: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
-
 
 @record(frozen=True)
 class ThreadGroup:
@@ -64,9 +60,6 @@ class ThreadGroup:
     threads: int
     runnable: int
     pool: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @record
@@ -81,7 +74,7 @@ class HostProcess:
     cgroup: str  # its cgroup (CPU controller, or the unified hierarchy), or "unknown (why)"
     group: str  # the cgroup whose limit it is judged against (a CgroupRow's path)
     usable_cpus: int
-    affinity: int  # CPUs in its affinity mask
+    affinity: int = field(metadata=key("affinity_cpus"))  # CPUs in its affinity mask
     pools: list[PoolCount] = field(default_factory=list)
     pools_unknown: str | None = None  # why its pools could not be read ("unknown (permission...)")
     threads: int = 0
@@ -115,17 +108,17 @@ class HostProcess:
         """Runnable threads counted to a pool."""
         return sum(g.runnable for g in self.groups if g.pool is not None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Its JSON: the widest pool and threads at once worked out; the thread facts in one object."""
         library, count = self.widest
-        return {"pid": self.pid, "ppid": self.ppid, "name": self.name, "command": self.command, "user": self.user,
-                "cgroup": self.cgroup, "group": self.group, "usable_cpus": self.usable_cpus,
-                "affinity_cpus": self.affinity, "pools": [p.to_dict() for p in self.pools],
-                "pools_unknown": self.pools_unknown, "widest_pool": {"library": library, "count": count},
-                "outer_threads": self.outer_threads, "threads_at_once": self.threads_at_once,
-                "threads": {"count": self.threads, "states": dict(self.states), "runnable_now": self.runnable_now,
-                            "runnable_in_pools": self.runnable_in_pools,
-                            "groups": [g.to_dict() for g in self.groups]},
-                "cpu_percent": self.cpu_percent, "family": self.family}
+        out = {k: data[k] for k in ("pid", "ppid", "name", "command", "user", "cgroup", "group", "usable_cpus",
+                                    "affinity_cpus", "pools", "pools_unknown")}
+        out.update(widest_pool={"library": library, "count": count}, outer_threads=self.outer_threads,
+                   threads_at_once=self.threads_at_once,
+                   threads={"count": self.threads, "states": data["states"], "runnable_now": self.runnable_now,
+                            "runnable_in_pools": self.runnable_in_pools, "groups": data["groups"]},
+                   cpu_percent=self.cpu_percent, family=self.family)
+        return out
 
 
 @record
@@ -148,15 +141,6 @@ class CgroupRow:
     pressure_some: float | str = "unknown (one reading: no interval)"
     findings: list[Finding] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "quota": self.quota, "cpuset": None if self.cpuset is None else list(self.cpuset),
-                "usable_cpus": self.usable_cpus, "pids": list(self.pids), "threads": self.threads,
-                "runnable_now": self.runnable_now, "threads_at_once": self.threads_at_once,
-                "unknown_pids": list(self.unknown_pids), "cpu_percent": self.cpu_percent,
-                "throttling": None if self.throttling is None else asdict(self.throttling),
-                "throttling_unknown": self.throttling_unknown, "pressure_some": self.pressure_some,
-                "findings": [f.to_dict() for f in self.findings]}
-
 
 @record
 class Family:
@@ -175,8 +159,8 @@ class Family:
     def size(self) -> int:
         return len(self.pids)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "parent": self.parent, "command": self.command, "pids": list(self.pids),
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+        return {"key": self.key, "parent": self.parent, "command": self.command, "pids": data["pids"],
                 "size": self.size, "adopted_by": self.adopted_by}
 
 
@@ -210,14 +194,16 @@ class HostReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``parinfo host --json`` payload (docs/host.md)."""
+        out: dict[str, Any] = dump(self)
+        return out
+
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         from parinfo.version import __version__
 
-        return {"schema_version": SCHEMA_VERSION, "parinfo_version": __version__, "time": self.time,
-                "interval": self.interval, "scope": dump(self.scope), "logical_cpus": self.logical_cpus,
-                "kernel_threads": self.kernel_threads, "kernel_runnable": self.kernel_runnable,
-                "pressure_some": self.pressure_some, "elapsed_ms": self.elapsed_ms,
-                "cgroups": [c.to_dict() for c in self.cgroups], "families": [f.to_dict() for f in self.families],
-                "processes": [p.to_dict() for p in self.processes], "notes": list(self.notes)}
+        return {"schema_version": SCHEMA_VERSION, "parinfo_version": __version__,
+                **{k: data[k] for k in ("time", "interval", "scope", "logical_cpus", "kernel_threads",
+                                        "kernel_runnable", "pressure_some", "elapsed_ms", "cgroups", "families",
+                                        "processes", "notes")}}
 
     def table(self, *, all_processes: bool = False) -> str:
         """The report as text for people: cgroups, the processes with pools (every process with

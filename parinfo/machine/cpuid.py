@@ -12,12 +12,11 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
-from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.convert import OMIT_NONE
 from parinfo.machine.sysfs import Unreadable, read, read_bytes, shown
 from parinfo.record import record
 from parinfo.source import Source, file, unknown
@@ -47,7 +46,7 @@ FAST_SOURCE = file("/proc/cpuinfo + sysfs")
 
 @record
 class CpuIdentity:
-    """The CPU as :func:`cpu_identity` describes it: the report's ``cpu`` section (``to_dict``).
+    """The CPU as :func:`cpu_identity` describes it: the report's ``cpu`` section (its JSON).
 
     ``hz_advertised`` is py-cpuinfo's advertised clock, asked for only with ``slow=True``.
     """
@@ -61,15 +60,6 @@ class CpuIdentity:
     source: Source = field(default=FAST_SOURCE, metadata={"missing": unknown("not in the report")})
     unknown: dict[str, str] = field(default_factory=dict)
     hz_advertised: str | None = field(default=None, metadata=OMIT_NONE)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CpuIdentity:
-        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 def cpu_identity(root: str = "/", slow: bool = False) -> CpuIdentity:

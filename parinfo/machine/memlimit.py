@@ -8,11 +8,8 @@ processes. Read under ``root`` (tests pass fake trees); unreadable facts give th
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
 
-from parinfo.convert import dump, load
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
 from parinfo.record import record
@@ -32,15 +29,6 @@ class MemoryFacts:
     tasks: int | None = None
     tasks_source: Source = NO_LIMIT
     unknown: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MemoryFacts:
-        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 def _limit_at(root: str, d: str, version: str) -> tuple[int | None, str] | None:

@@ -20,10 +20,8 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from parinfo.convert import dump, load
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.procfs import Proc, ProcessGone
 from parinfo.record import record
@@ -81,15 +79,6 @@ class MemoryPolicy:
     source: Source = unknown("not read")
     allowed_source: Source = unknown("not read")
     note: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MemoryPolicy:
-        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
     @property
     def text(self) -> str:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any
 
-from parinfo.convert import dump
+from parinfo.convert import LOCAL, REQUIRED, dump
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
-from parinfo.payload import integer, number, rows, section, text, texts
 from parinfo.record import record
 from parinfo.source import Source, file
 
@@ -31,30 +30,19 @@ NOT_IN_REPORT = "unknown (not in the report)"
 class Throttling:
     """The CFS bandwidth counters of one cgroup level that has a CPU quota (cumulative)."""
 
-    cgroup: str  # the directory, as shown on the machine
-    quota: float  # CPUs the quota pays for per period
-    periods: int  # periods in which the cgroup had runnable threads
-    throttled: int  # of those, periods in which it ran out of quota
-    throttled_usec: int  # time its threads were held back
+    cgroup: str = field(metadata=REQUIRED)  # the directory, as shown on the machine
+    quota: float = field(metadata=REQUIRED)  # CPUs the quota pays for per period
+    periods: int = field(metadata=REQUIRED)  # periods in which the cgroup had runnable threads
+    throttled: int = field(metadata=REQUIRED)  # of those, periods in which it ran out of quota
+    throttled_usec: int = field(metadata=REQUIRED)  # time its threads were held back
 
     @property
     def ratio(self) -> float:
         """Throttled periods over periods (0 when none has elapsed)."""
         return self.throttled / self.periods if self.periods else 0.0
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Throttling | None:
-        """The counters of :meth:`to_dict` (``ratio`` is worked out again); None when one is missing."""
-        d = section(data)
-        cgroup, quota = text(d.get("cgroup")), number(d.get("quota"))
-        periods, throttled = integer(d.get("periods")), integer(d.get("throttled"))
-        held = integer(d.get("throttled_usec"))
-        if cgroup is None or quota is None or periods is None or throttled is None or held is None:
-            return None
-        return cls(cgroup, quota, periods, throttled, held)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ratio": round(self.ratio, 4)}
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "ratio": round(self.ratio, 4)}  # worked out again when read back
 
 
 @record(frozen=True)
@@ -75,22 +63,17 @@ class CpuCounters:
         """The level that throttled most (by throttled periods), or None."""
         return max(self.levels, key=lambda t: (t.throttled, -t.quota), default=None)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CpuCounters:
-        """The counters of a report's ``live.throttling`` (:meth:`to_dict`); a report that carries only
-        its ``worst`` level gets that one level. Levels with a missing counter are left out."""
-        d = section(data)
-        levels = [t for t in map(Throttling.from_dict, rows(d.get("levels"))) if t is not None]
-        worst = Throttling.from_dict(section(d.get("worst")))
-        if not levels and worst is not None:
-            levels = [worst]
-        return cls(text(d.get("version")), tuple(levels), text(d.get("unknown")), tuple(texts(d.get("notes"))))
-
-    def to_dict(self) -> dict[str, Any]:
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         worst = self.worst
-        return {"version": self.version, "levels": [t.to_dict() for t in self.levels],
-                "worst": None if worst is None else worst.to_dict(), "unknown": self.unknown,
-                "notes": list(self.notes)}
+        return {"version": data["version"], "levels": data["levels"], "worst": None if worst is None else dump(worst),
+                "unknown": data["unknown"], "notes": data["notes"]}
+
+    @classmethod
+    def _json_in(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A report that carries only its ``worst`` level gets that one level."""
+        if not data.get("levels") and isinstance(data.get("worst"), Mapping):
+            return {**data, "levels": [data["worst"]]}
+        return data
 
 
 def _fields(root: str, rel: str) -> dict[str, int]:
@@ -164,25 +147,11 @@ class Pressure:
     """CPU pressure stall information: the share of time some (or all) runnable tasks waited for
     a CPU, as 10 s averages (percent) and cumulative totals (microseconds)."""
 
-    source: Source  # the pressure file
-    some_avg10: float
-    some_total_usec: int
+    source: Source = field(metadata=REQUIRED)  # the pressure file
+    some_avg10: float = field(metadata=REQUIRED)
+    some_total_usec: int = field(metadata=REQUIRED)
     full_avg10: float | None = None  # "full" is reported for cgroups (and systems since 5.13)
     full_total_usec: int | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Pressure | None:
-        """The pressure of :meth:`to_dict`; None when its source or ``some`` figures are missing."""
-        d = section(data)
-        source = Source.from_json(d.get("source"))
-        avg, total = number(d.get("some_avg10")), integer(d.get("some_total_usec"))
-        if source is None or avg is None or total is None:
-            return None
-        return cls(source, avg, total, number(d.get("full_avg10")), integer(d.get("full_total_usec")))
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 def read_pressure(root: str, rel: str) -> Pressure:
@@ -205,29 +174,13 @@ def read_pressure(root: str, rel: str) -> Pressure:
 
 @record(frozen=True)
 class PressureFacts:
-    """The machine's CPU pressure and the process's cgroup's, each a Pressure or "unknown (why)"."""
+    """The machine's CPU pressure and the process's cgroup's, each a Pressure or "unknown (why)"
+    (:data:`NOT_IN_REPORT` when a report read back does not carry it)."""
 
-    system: Pressure | str
-    cgroup: Pressure | str = field(default="unknown (no cgroup v2 hierarchy)")
+    system: Pressure | str = field(metadata={"missing": NOT_IN_REPORT})
+    cgroup: Pressure | str = field(default="unknown (no cgroup v2 hierarchy)", metadata={"missing": NOT_IN_REPORT})
     #: the v2 cgroup directory ``cgroup`` was read from (None: none was read); not in the report
-    cgroup_dir: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PressureFacts:
-        """The pressures of a report's ``live.pressure``: each a Pressure, its "unknown (why)", or
-        :data:`NOT_IN_REPORT`."""
-        d = section(data)
-
-        def one(value: Any) -> Pressure | str:
-            if isinstance(value, str):
-                return value
-            return Pressure.from_dict(section(value)) or NOT_IN_REPORT
-
-        return cls(one(d.get("system")), one(d.get("cgroup")))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v if isinstance(v, str) else v.to_dict()
-                for k, v in (("system", self.system), ("cgroup", self.cgroup))}
+    cgroup_dir: str | None = field(default=None, metadata=LOCAL)
 
 
 def cpu_pressure(root: str = "/", pid: int | None = None) -> PressureFacts:

@@ -18,7 +18,7 @@ from typing import Any
 from parinfo.errors import UsageError
 from parinfo.machine import cgroup as _cgroup, rounding as _rounding, scheduler as _scheduler, sysfs as _sysfs
 from parinfo.machine.cpulist import parse_cpu_list
-from parinfo.payload import flag, int_lists, integer, ints, number, section, text, text_map, texts
+from parinfo.payload import integer, ints, number, section, text, text_map, texts
 from parinfo.record import record
 from parinfo.source import NO_LIMIT, PARINFO_DEFAULT, Source, argument
 
@@ -48,7 +48,7 @@ class MachineFacts:
     affinity: tuple[int, ...]
     cpuset: tuple[int, ...] | None
     quota: float | None
-    quota_source: Source
+    quota_source: Source = field(metadata={"missing": NO_LIMIT})
     usable_cpus: int
     usable_physical_cores: int
     usable_rule: str = USABLE_RULE
@@ -80,13 +80,19 @@ class MachineFacts:
         allowed = set(self.cpuset)
         return tuple(c for c in self.affinity if c in allowed) or self.affinity
 
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The report's ``machine`` section: the fields (each NUMA node's number as the kernel gives
+        it, or 0, 1, ... where not known), then ``usable_cpu_list``."""
+        data["numa_node_ids"] = list(self.node_ids)
+        data["usable_cpu_list"] = list(self.usable_cpu_list)
+        return data
+
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MachineFacts:
-        """The facts of a report's ``machine`` section (:meth:`to_dict`, or part of it: a fleet worker
-        sends a few fields). A missing or odd field is unknown (None, or empty); missing usable CPUs
-        are worked out again by USABLE_RULE from what is there, and a missing affinity is taken to be
-        the usable CPU list (a part of it), each with a note."""
-        d = section(data)
+    def _json_in(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """A report's ``machine`` section (or part of it: a fleet worker sends a few fields) with
+        what a record needs worked out: missing usable CPUs by USABLE_RULE from what is there, and
+        a missing affinity taken to be the usable CPU list (a part of it), each with a note."""
+        d = dict(data)
         unknown, notes = text_map(d.get("unknown")), texts(d.get("notes"))
         usable_list = ints(d.get("usable_cpu_list"))
         affinity = ints(d.get("affinity"))
@@ -94,63 +100,22 @@ class MachineFacts:
             affinity = usable_list
             unknown.setdefault("affinity", "not in the report; its usable CPU list stands for it")
         cpuset = None if d.get("cpuset") is None else ints(d.get("cpuset"))
-        quota = number(d.get("quota"))
         rounding = text(d.get("quota_rounding"))
         rounding = rounding if rounding in _rounding.ROUNDINGS else _rounding.DEFAULT
         allocation = integer(d.get("allocation"))
         allocation = allocation if allocation is not None and allocation > 0 else None
         usable = integer(d.get("usable_cpus"))
         if usable is None or usable < 1:
-            usable = usable_from(len(usable_list or affinity) or 1, len(cpuset) if cpuset else None, quota,
-                                 rounding, allocation)
+            usable = usable_from(len(usable_list or affinity) or 1, len(cpuset) if cpuset else None,
+                                 number(d.get("quota")), rounding, allocation)
             rule = usable_rule(rounding, bool(allocation))
             notes.append(f"usable CPUs not in the report: worked out again as {rule}")
-        return cls(
-            logical_cpus=integer(d.get("logical_cpus")),
-            physical_cores=integer(d.get("physical_cores")),
-            sockets=integer(d.get("sockets")),
-            numa_nodes=int_lists(d.get("numa_nodes")),
-            smt=flag(d.get("smt")),
-            core_siblings=int_lists(d.get("core_siblings")),
-            core_types={str(k): ints(v) for k, v in section(d.get("core_types")).items()},
-            affinity=affinity,
-            cpuset=cpuset,
-            quota=quota,
-            quota_source=Source.from_json(d.get("quota_source")) or NO_LIMIT,
-            usable_cpus=usable,
-            usable_physical_cores=integer(d.get("usable_physical_cores")) or usable,
-            usable_rule=text(d.get("usable_rule")) or USABLE_RULE,
-            unknown=unknown,
-            cgroup_version=text(d.get("cgroup_version")),
-            cgroup_path=text(d.get("cgroup_path")),
-            cpuset_source=Source.from_json(d.get("cpuset_source")) or NO_LIMIT,
-            notes=tuple(notes),
-            quota_rounding=rounding,
-            quota_rounding_source=Source.from_json(d.get("quota_rounding_source")) or PARINFO_DEFAULT,
-            allocation=allocation,
-            allocation_source=Source.from_json(d.get("allocation_source")) or NO_LIMIT,
-            usable_by_rule={k: v for k, v in section(d.get("usable_by_rule")).items()
-                            if isinstance(v, int) and not isinstance(v, bool) and v > 0},
-            invalid=text_map(d.get("invalid")),
-            numa_node_ids=ints(d.get("numa_node_ids")),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report's ``machine`` section (JSON-ready): the fields, then ``usable_cpu_list``."""
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        d["numa_nodes"] = [list(n) for n in self.numa_nodes]
-        d["numa_node_ids"] = list(self.node_ids)
-        d["core_siblings"] = [list(c) for c in self.core_siblings]
-        d["core_types"] = {k: list(v) for k, v in self.core_types.items()}
-        d["affinity"] = list(self.affinity)
-        d["cpuset"] = None if self.cpuset is None else list(self.cpuset)
-        d["usable_cpu_list"] = list(self.usable_cpu_list)
-        d["unknown"] = dict(self.unknown)
-        d["notes"] = list(self.notes)
-        d["usable_by_rule"] = dict(self.usable_by_rule)
-        d["invalid"] = dict(self.invalid)
-        for key in ("quota_source", "cpuset_source", "quota_rounding_source", "allocation_source"):
-            d[key] = getattr(self, key).to_json()
+        d.update(unknown=unknown, notes=notes, affinity=list(affinity), cpuset=cpuset, quota_rounding=rounding,
+                 allocation=allocation, usable_cpus=usable,
+                 usable_physical_cores=integer(d.get("usable_physical_cores")) or usable,
+                 usable_rule=text(d.get("usable_rule")) or USABLE_RULE,
+                 usable_by_rule={k: v for k, v in section(d.get("usable_by_rule")).items()
+                                 if isinstance(v, int) and not isinstance(v, bool) and v > 0})
         return d
 
     def rounded(self, rule: str, source: Source) -> MachineFacts:

@@ -15,6 +15,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from parinfo.safe_text import plural
+
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
 
@@ -27,7 +29,7 @@ Cap = Callable[["MachineFacts", Mapping[str, str], "Mapping[str, Any] | None"], 
 def affinity_cpus(facts: MachineFacts, ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
     """The CPUs in this process's affinity mask."""
     n = len(facts.affinity) or facts.logical_cpus or 1
-    return n, f"{n} CPU{'s' if n != 1 else ''} in affinity"
+    return n, f"{plural(n, 'CPU')} in affinity"
 
 
 def physical_in_affinity(facts: MachineFacts, ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
@@ -41,7 +43,7 @@ def physical_in_affinity(facts: MachineFacts, ctx: Mapping[str, Any] | None = No
     else:
         n, _ = affinity_cpus(facts)
         return n, f"{n} CPUs in affinity (physical cores unknown)"
-    return n, f"{n} physical core{'s' if n != 1 else ''} in affinity"
+    return n, f"{plural(n, 'physical core')} in affinity"
 
 
 def affinity_cap(facts: MachineFacts, env: Mapping[str, str],

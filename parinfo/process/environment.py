@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, field
-from typing import Any
+from dataclasses import field
 
+from parinfo.convert import OMIT_EMPTY, OMIT_NONE
 from parinfo.errors import UsageError
 from parinfo.machine.unknown import because
-from parinfo.payload import flag, integer, section, text, texts
 from parinfo.process.libraries import Var, listed_unset
 from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
 from parinfo.record import record
@@ -23,7 +22,7 @@ from parinfo.record import record
 
 @record
 class EnvRow:
-    """One thread-steering variable: a row of the report's ``environment`` section (``to_dict``).
+    """One thread-steering variable: a row of the report's ``environment`` section (its JSON).
 
     - ``name``: the variable.
     - ``value``: its value now (str), or None when unset.
@@ -40,12 +39,12 @@ class EnvRow:
       (a package known to set it on import, and imported), "set after launch by this process", or
       None (unset, or the launch environment is unknown).
     - ``capped_to``: the count parinfo's runtime runs when this variable decides its count and asks
-      for more than the pool ceiling (only then in ``to_dict``).
+      for more than the pool ceiling (only then in its JSON).
     - ``importers``: the packages whose import set it (``set_by`` in words), [] when the user or the
-      launch environment did (only when not empty in ``to_dict``): rules ask this, not the words.
+      launch environment did (only when not empty in its JSON): rules ask this, not the words.
     """
 
-    name: str
+    name: str = field(metadata={"missing": "?"})
     value: str | None = None
     launch_value: str | None = None
     changed_after_launch: bool | None = None
@@ -55,25 +54,8 @@ class EnvRow:
     summary: str | None = None
     known: bool = False
     set_by: str | None = None
-    capped_to: int | None = None
-    importers: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EnvRow:
-        """The row of :meth:`to_dict`; a missing or odd field is unknown (None, or empty)."""
-        d = section(data)
-        return cls(text(d.get("name")) or "?", text(d.get("value")), text(d.get("launch_value")),
-                   flag(d.get("changed_after_launch")), flag(d.get("valid")), text(d.get("problem")),
-                   texts(d.get("readers")), text(d.get("summary")), d.get("known") is True,
-                   text(d.get("set_by")), integer(d.get("capped_to")), texts(d.get("importers")))
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if self.capped_to is None:
-            del out["capped_to"]
-        if not self.importers:
-            del out["importers"]
-        return out
+    capped_to: int | None = field(default=None, metadata=OMIT_NONE)
+    importers: list[str] = field(default_factory=list, metadata=OMIT_EMPTY)
 
 
 def launch_environment(pid: int | None = None) -> dict[str, str] | str:

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from parinfo.convert import dump, load
 from parinfo.payload import integer, text
 from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 from parinfo.process.threads import ThreadList, live_threads
@@ -66,15 +65,6 @@ class TorchInfo:
     env: dict[str, str] = field(default_factory=dict)
     parallel_info_text: str | None = None
     not_read: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TorchInfo:
-        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 def torch_pool_threads(threads: ThreadList | None = None) -> int | str:

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import field
 from typing import Any
 
+from parinfo.convert import LOCAL
 from parinfo.machine.procfs import PERMISSION, Denied, Memory, Proc, gone
 from parinfo.process import libraries as reg
 from parinfo.record import record
@@ -59,11 +61,8 @@ class CountInForce:
     path: str
     count: int | None
     source: Source
-    deleted: bool = False
-    denied: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"library": self.library, "path": self.path, "count": self.count, "source": self.source.to_json()}
+    deleted: bool = field(default=False, metadata=LOCAL)
+    denied: bool = field(default=False, metadata=LOCAL)
 
 
 @record(frozen=True)

@@ -22,7 +22,6 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from parinfo.convert import dump, load
 from parinfo.process import libraries as reg
 from parinfo.record import record
 from parinfo.source import Kind, Source, unknown
@@ -69,15 +68,6 @@ class InterpreterFacts:
     def gil_off(self) -> bool:
         """True when Python threads run at once now (a free-threaded build with the GIL off)."""
         return self.free_threaded_build is True and self.gil_enabled is False
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> InterpreterFacts:
-        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 def _build_flag(config_var: Callable[[str], Any] | None) -> bool | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.machine.rounding import ROUNDING_VAR, ROUNDINGS
 from parinfo.process import defaults
 from parinfo.record import record
+from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -38,7 +39,8 @@ class Var:
     ``kind`` is count | count_list | bool | enum | text | blocktime | cpu_count; ``choices`` the
     words of an enum; ``enum_list`` an enum that takes a comma-separated list (OMP_PROC_BIND);
     ``python`` the first Python version that reads it, when Python itself is the reader;
-    ``set_on_import`` the (module, package) pairs whose import sets it (``os.environ.setdefault``).
+    ``set_on_import`` the (module, package) pairs whose import sets it (``os.environ.setdefault``);
+    ``listed_unset`` False for one the report lists only when it is set (a mark, not a setting).
     Who reads a variable is not written here: :attr:`readers` asks the library records.
     """
 
@@ -49,6 +51,7 @@ class Var:
     enum_list: bool = False
     python: tuple[int, int] | None = None
     set_on_import: tuple[tuple[str, str], ...] = ()
+    listed_unset: bool = True
 
     @property
     def readers(self) -> tuple[str, ...]:
@@ -97,6 +100,11 @@ _VARIABLES: tuple[Var, ...] = (
     Var(ROUNDING_VAR, "enum", "how parinfo rounds a fractional CPU quota to usable CPUs", ROUNDINGS),
     Var("PARINFO_PRELOAD", "text", "the LD_PRELOAD entries `parinfo apply` put first (a profile's allocator and "
         "OpenMP runtime)"),
+    Var("PARINFO_PROFILE", "text", "the profile `parinfo apply` launched the program with (names the source "
+        "of the counts it set)", listed_unset=False),
+    Var("PARINFO_INSTANCE", "text", "this instance's index among those `parinfo apply --instances` started",
+        listed_unset=False),
+    Var("PARINFO_INSTANCES", "count", "how many instances `parinfo apply --instances` started", listed_unset=False),
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -151,7 +159,7 @@ def _mkl_cap(facts: MachineFacts, env: Mapping[str, str],
     if is_false(env.get(role_var("dynamic"))):
         return None, ""
     n = facts.physical_cores
-    return n, f"{n} physical core{'s' if n != 1 else ''} (MKL_DYNAMIC is not FALSE)"
+    return n, f"{plural(n, 'physical core')} (MKL_DYNAMIC is not FALSE)"
 
 
 def _numexpr_pool(facts: MachineFacts, env: Mapping[str, str],
@@ -709,11 +717,14 @@ _RECORDS: tuple[Library, ...] = (
     Library("parinfo", "parinfo", kind=LibraryKind.PARINFO, env_prefixes=("PARINFO_",),
             precedence=("PARINFO_NUM_THREADS",), follows="torch",
             reads=("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY", "PARINFO_ADAPTIVE",
-                   "PARINFO_FOLLOW_QUOTA", ROUNDING_VAR, "PARINFO_PRELOAD"),
+                   "PARINFO_FOLLOW_QUOTA", ROUNDING_VAR, "PARINFO_PRELOAD", "PARINFO_PROFILE", "PARINFO_INSTANCE",
+                   "PARINFO_INSTANCES"),
             roles=(("inter_op", "PARINFO_NUM_INTEROP_THREADS"), ("backend", "PARINFO_BACKEND"),
                    ("preload", "PARINFO_PRELOAD"),
                    ("verify", "PARINFO_VERIFY"), ("adaptive", "PARINFO_ADAPTIVE"),
-                   ("follow", "PARINFO_FOLLOW_QUOTA"), ("quota_rounding", ROUNDING_VAR)),
+                   ("follow", "PARINFO_FOLLOW_QUOTA"), ("quota_rounding", ROUNDING_VAR),
+                   ("profile", "PARINFO_PROFILE"), ("instance", "PARINFO_INSTANCE"),
+                   ("instances", "PARINFO_INSTANCES")),
             push=Push.RUNTIME, scope=Scope.PROCESS),
 )
 
@@ -806,6 +817,8 @@ def listed_unset(name: str, modules: Collection[str] | None = None) -> bool:
     """Whether the report lists ``name`` while it is unset: always, unless every reader asks to be
     listed only when its module is loaded and none of those is (in ``modules``, the modules the
     process imported; default: this process's)."""
+    if name in THREAD_VARS and not THREAD_VARS[name].listed_unset:
+        return False
     readers = [_BY_NAME[n] for n in THREAD_VARS[name].readers] if name in THREAD_VARS else []
     return not readers or any(r.listed == "always" or r.is_loaded(modules) for r in readers)
 
@@ -840,7 +853,8 @@ def hook_facts() -> str:
     """The registry's facts the start-up hook needs (it imports nothing of parinfo), for its
     instruction variable, as space-separated fields: ``pool.API=VAR,VAR`` the precedence of each
     threadpoolctl ``internal_api``; ``runtime=INTRA,INTER`` parinfo's runtime variables;
-    ``verify=VAR`` the variable that says what the hook checks; ``undo=VAR,...`` the variables
+    ``verify=VAR`` the variable that says what the hook checks; ``profile=VAR`` the one that names
+    the profile; ``preload=VAR`` the one that lists the files a launch preloaded; ``undo=VAR,...`` the variables
     threadpoolctl's import sets; ``torch=SET,GET,SET_INTEROP,GET_INTEROP`` torch's setters."""
     fields: dict[str, str] = {}
     for rec in _RECORDS:
@@ -851,6 +865,8 @@ def hook_facts() -> str:
     fields.update({
         "runtime": ",".join(RUNTIME_VARS),
         "verify": library("parinfo").var("verify"),
+        "profile": library("parinfo").var("profile"),
+        "preload": library("parinfo").var("preload"),
         "undo": ",".join(set_on_import("threadpoolctl")),
         "torch": ",".join(name for c in calls for name in (c.setter, c.getter)),
     })

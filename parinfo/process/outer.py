@@ -14,12 +14,12 @@ import os
 import sys
 from collections.abc import Collection, Mapping
 from dataclasses import field
-from typing import Any
 
-from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.convert import OMIT_NONE
 from parinfo.process import libraries as reg
 from parinfo.process.environment import EnvRow
 from parinfo.record import record
+from parinfo.safe_text import plural
 from parinfo.source import Kind, Source, argument, unknown
 
 #: Variable that lists, in a launched worker's environment, the variables parinfo put there.
@@ -35,7 +35,7 @@ NANNY_ENVIRON = "dask nanny (distributed.nanny.environ, after the worker started
 
 @record
 class OuterThreads:
-    """The outer parallelism of a process: the report's ``outer`` section (``to_dict``).
+    """The outer parallelism of a process: the report's ``outer`` section (its JSON).
 
     - ``framework``: user, dask, ray, loky, or None when nothing runs the process's work several at
       a time.
@@ -52,15 +52,6 @@ class OuterThreads:
     cpus: int | None = None
     source: Source | None = None
     variables_set_by: dict[str, str] | None = field(default=None, metadata=OMIT_NONE)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OuterThreads:
-        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 #: The modules whose frameworks run a process's work several at a time (Dask, Ray, loky): without
@@ -108,7 +99,7 @@ def _dask(usable: int | None) -> OuterThreads | None:
     threads = sum(int(w.state.nthreads) for w in workers)
     where = "dask worker" if len(workers) == 1 else f"{len(workers)} dask workers in this process"
     return OuterThreads("dask", threads, None, Source(
-        Kind.FRAMEWORK, "dask", f"{where}: {threads} thread{'s' if threads != 1 else ''} run tasks at once (nthreads)"))
+        Kind.FRAMEWORK, "dask", f"{where}: {plural(threads, 'thread')} run tasks at once (nthreads)"))
 
 
 def _ray(usable: int | None) -> OuterThreads | None:

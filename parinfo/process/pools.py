@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.convert import OMIT_NONE
 from parinfo.machine.unknown import describe
-from parinfo.payload import integer, section, text
+from parinfo.payload import text
 from parinfo.process import libraries as reg
 from parinfo.record import record
 from parinfo.source import Source
@@ -28,7 +28,7 @@ _OWNER_ALIASES = {"sklearn": "scikit-learn", "scikit_learn": "scikit-learn", "to
 
 @record
 class PoolRow:
-    """One loaded copy of a thread runtime: a row of the report's ``pools`` section (``to_dict``).
+    """One loaded copy of a thread runtime: a row of the report's ``pools`` section (its JSON).
 
     - ``library``: openblas, mkl, blis, flexiblas, libgomp, libiomp, libomp or tbb.
     - ``user_api``: blas, openmp or tbb.  ``internal_api``: threadpoolctl's name (openblas, mkl, blis,
@@ -46,7 +46,7 @@ class PoolRow:
     - ``duplicate_of``: for the second and later copies of one library, the filepath of the first
       copy; None for the first.  ``copies``: how many copies of this library are loaded.
     - ``note``: a remark on how the row was found, or None.
-    - For a process read from outside (``show --pid``) only, and left out of ``to_dict`` otherwise:
+    - For a process read from outside (``show --pid``) only, and left out of its JSON otherwise:
       ``count_source``: "in force (read from the process's memory)" when ``num_threads`` was read
       there, "from its launch environment; the process may have changed it" when only
       ``launch_count`` is known (``launch_from`` says which variable asked for it), or
@@ -54,7 +54,7 @@ class PoolRow:
       --children``), else None.
     """
 
-    library: str
+    library: str = field(metadata={"missing": "unknown"})
     user_api: str | None
     internal_api: str | None
     filepath: str | None
@@ -64,7 +64,7 @@ class PoolRow:
     threading_layer: str | None = None
     architecture: str | None = None
     owner: str = "unknown"
-    seen_by: str = "loaded objects"
+    seen_by: str = field(default="loaded objects", metadata={"missing": "unknown"})
     duplicate_of: str | None = None
     copies: int = 1
     note: str | None = None
@@ -79,24 +79,6 @@ class PoolRow:
         library, user_api, internal_api = family
         return cls(library, user_api, internal_api, path, re.split(r"[.-]", os.path.basename(path), maxsplit=1)[0],
                    owner=owner_of(path), seen_by=seen_by, note=note)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PoolRow:
-        """The row of :meth:`to_dict` (or part of it: a fleet worker sends a few fields); a missing or
-        odd field is unknown (None), or its default."""
-        d = section(data)
-        return cls(text(d.get("library")) or "unknown", text(d.get("user_api")), text(d.get("internal_api")),
-                   text(d.get("filepath")), text(d.get("prefix")) or "", version=text(d.get("version")),
-                   num_threads=integer(d.get("num_threads")), threading_layer=text(d.get("threading_layer")),
-                   architecture=text(d.get("architecture")), owner=text(d.get("owner")) or "unknown",
-                   seen_by=text(d.get("seen_by")) or "unknown", duplicate_of=text(d.get("duplicate_of")),
-                   copies=integer(d.get("copies")) or 1, note=text(d.get("note")),
-                   count_source=Source.from_json(d.get("count_source")), launch_count=integer(d.get("launch_count")),
-                   launch_from=text(d.get("launch_from")), pid=integer(d.get("pid")))
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)  # the fields only a process read from outside has: when set
-        return out
 
 
 def loaded_objects(maps_text: str | None = None) -> list[str]:
@@ -364,15 +346,6 @@ class ThreadingLayers:
     blis: str | None = None
     tbb: bool = False
     summary: str = "unknown"
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ThreadingLayers:
-        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 def threading_layers(pools: list[PoolRow]) -> ThreadingLayers:

@@ -366,5 +366,5 @@ def launch_marks(environ: Mapping[str, str]) -> LaunchMarks:
     for part in environ.get(HOOK_VAR, "").split()[1:]:
         if part.startswith("watch="):
             watched = frozenset(n for n in part[len("watch="):].split(",") if n)
-    return LaunchMarks(environ.get("PARINFO_PROFILE") or None,
+    return LaunchMarks(environ.get(reg.library("parinfo").var("profile")) or None,
                        tuple(split_preload(environ.get(MARK_VAR), MAX_READ_ENTRIES)), watched)

@@ -9,11 +9,9 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
 
-from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.convert import OMIT_NONE
 from parinfo.machine.unknown import describe
 from parinfo.record import record
 
@@ -22,7 +20,7 @@ DEFAULT_PROBES = ("numpy",)
 
 @record
 class Probes:
-    """What was imported so that native pools load: the report's ``probes`` section (``to_dict``).
+    """What was imported so that native pools load: the report's ``probes`` section (its JSON).
 
     - ``requested``: the module names asked for, cleaned (stripped, de-duplicated, in order).
     - ``imported``: those this call imported.
@@ -31,7 +29,7 @@ class Probes:
     - ``environ_changed``: {variable: value or None} for thread variables an import set, changed or
       removed.
     - ``note``: a remark (a process read from outside: nothing was imported into it), or None (and
-      then not in ``to_dict``).
+      then not in its JSON).
     """
 
     requested: list[str] | None = field(default_factory=list)
@@ -40,15 +38,6 @@ class Probes:
     failed: dict[str, str] = field(default_factory=dict)
     environ_changed: dict[str, str | None] = field(default_factory=dict)
     note: str | None = field(default=None, metadata=OMIT_NONE)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Probes:
-        """The record of :meth:`to_dict` (another process's, an older report's); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 def default_modules() -> list[str]:

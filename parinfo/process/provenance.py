@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from parinfo.payload import integer, section, text, texts
+from parinfo.convert import REQUIRED
 from parinfo.process import libraries as reg
 from parinfo.process.defaults import Cap, Rule, hardware_concurrency
 from parinfo.process.pools import CONFLICT_NOTE, PoolRow
@@ -64,24 +64,11 @@ class Refused:
     """A count a library refused because it is above its cap (numexpr above NUMEXPR_MAX_THREADS):
     the variable, the count asked, the cap and why, and the count the library runs instead."""
 
-    variable: str
-    asked: int
-    cap: int
-    why: str
-    runs: int
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Refused | None:
-        """The refusal of :meth:`to_dict`; None when a part is missing (then it is no evidence)."""
-        d = section(data)
-        variable, why = text(d.get("variable")), text(d.get("why"))
-        asked, cap, runs = integer(d.get("asked")), integer(d.get("cap")), integer(d.get("runs"))
-        if variable is None or why is None or asked is None or cap is None or runs is None:
-            return None
-        return cls(variable, asked, cap, why, runs)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    variable: str = field(metadata=REQUIRED)
+    asked: int = field(metadata=REQUIRED)
+    cap: int = field(metadata=REQUIRED)
+    why: str = field(metadata=REQUIRED)
+    runs: int = field(metadata=REQUIRED)
 
 
 @record
@@ -114,7 +101,7 @@ class SettingRow:
     - ``capped_to``: parinfo's pools only: the pool ceiling, when the count is above it (what runs).
     """
 
-    library: str
+    library: str = field(metadata={"missing": "unknown"})
     count: int | None = None
     source: Source | None = None
     precedence: list[str] = field(default_factory=list)
@@ -130,31 +117,17 @@ class SettingRow:
     filepath: str | None = None
     capped_to: int | None = None
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SettingRow:
-        """The row of :meth:`to_dict`; a missing or odd field is unknown (None, or empty)."""
-        d = section(data)
-        return cls(text(d.get("library")) or "unknown", integer(d.get("count")), Source.from_json(d.get("source")),
-                   texts(d.get("precedence")), d.get("own") is True, text(d.get("variable")),
-                   integer(d.get("expected_from_env")), texts(d.get("cap_vars")), text(d.get("note")),
-                   integer(d.get("asked_now")), texts(d.get("ignored_changes")),
-                   Refused.from_dict(section(d.get("refused"))), text(d.get("owner")), text(d.get("filepath")),
-                   integer(d.get("capped_to")))
-
-    def to_dict(self) -> dict[str, Any]:
-        head: dict[str, Any] = {"library": self.library, "count": self.count,
-                                "source": None if self.source is None else self.source.to_json()}
-        if self.own:
-            out = {**head, "own": True, "precedence": list(self.precedence)}
-        else:
-            out = {**head, "variable": self.variable, "expected_from_env": self.expected_from_env,
-                   "precedence": list(self.precedence), "cap_vars": list(self.cap_vars), "note": self.note,
-                   "asked_now": self.asked_now, "ignored_changes": list(self.ignored_changes),
-                   "refused": None if self.refused is None else self.refused.to_dict(),
-                   "owner": self.owner, "filepath": self.filepath}
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The row's JSON: a row of parinfo's own pools carries only what its runtime records."""
+        out = {k: data[k] for k in (_OWN_KEYS if self.own else _ROW_KEYS)}
         if self.capped_to is not None:
             out["capped_to"] = self.capped_to
         return out
+
+
+_OWN_KEYS = ("library", "count", "source", "own", "precedence")
+_ROW_KEYS = ("library", "count", "source", "variable", "expected_from_env", "precedence", "cap_vars", "note",
+             "asked_now", "ignored_changes", "refused", "owner", "filepath")
 
 
 @record(frozen=True)

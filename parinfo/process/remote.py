@@ -12,8 +12,7 @@ gives what /proc lets this user read, and "unknown (permission...)" for the rest
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from parinfo.machine.procfs import Proc, gone, pids
 from parinfo.record import record
@@ -45,7 +44,22 @@ def check_pid(pid: int) -> None:
     Proc(pid).check()
 
 
-def identity(pid: int) -> dict[str, Any]:
+@record(frozen=True)
+class Identity:
+    """Who a process read from outside is: pid, name, parent, command line, executable, what can be
+    said of its interpreter (``python``), the pid that read it, and what is odd about it (``note``)."""
+
+    pid: int
+    name: str
+    ppid: int
+    cmdline: list[str]
+    executable: str
+    python: str
+    inspected_from: int
+    note: str | None = None
+
+
+def identity(pid: int) -> Identity:
     """pid, name, command line, executable and parent of ``pid`` (the report's process section)."""
     proc = _proc(pid)
     st = proc.stat()
@@ -55,11 +69,8 @@ def identity(pid: int) -> dict[str, Any]:
     python = "unknown (read from outside; the interpreter is not asked)"
     if not (base.startswith("python") or st.name.startswith("python") or "python" in os.path.basename(exe)):
         python = "unknown (not a Python interpreter, or one renamed)"
-    out = {"pid": pid, "name": st.name, "ppid": st.ppid, "cmdline": cmdline, "executable": exe,
-           "python": python, "inspected_from": os.getpid()}
-    if proc.leader_exited:
-        out["note"] = "its main thread has exited; its other threads run on and are read here"
-    return out
+    note = "its main thread has exited; its other threads run on and are read here" if proc.leader_exited else None
+    return Identity(pid, st.name, st.ppid, cmdline, exe, python, os.getpid(), note)
 
 
 def maps_text(pid: int) -> str:
@@ -136,9 +147,6 @@ class Limits:
     def thread_stack(self) -> int:
         """The stack glibc gives a new thread: RLIMIT_STACK, or 2 MiB when that is unlimited."""
         return self.stack if self.stack else GLIBC_UNLIMITED_STACK
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "thread_stack": self.thread_stack}
 
 
 def parse_limits(text: str) -> Limits:

@@ -16,9 +16,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
 
-from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.convert import OMIT_NONE
 from parinfo.process import preload as pre
 from parinfo.process.preload import LaunchMarks, launch_marks
 from parinfo.record import record
@@ -55,14 +54,6 @@ class Served:
     bypasses: list[str] = field(default_factory=list)
     note: str | None = field(default=None, metadata=OMIT_NONE)
     unknown: str | None = field(default=None, metadata=OMIT_NONE)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Served:
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dump(self)
-        return out
 
 
 def _symbol_file(symbol: str) -> str | None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict
-from typing import Any
 
 from parinfo.machine.procfs import (
     NoAccess,
@@ -47,9 +45,6 @@ class ThreadStat:
     wait_ns: int | None  # time runnable but waiting for a CPU (None: the kernel keeps no schedstat)
     involuntary: int | None  # context switches the scheduler forced (None: unreadable)
     cpu: int | None  # the CPU it last ran on
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def parse_stat(text: str) -> tuple[str, str, int, int | None]:

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
 
+from parinfo.convert import OMIT_NONE, REQUIRED
 from parinfo.machine.unknown import because, describe
-from parinfo.payload import count_or_reason, int_map, integer, rows, section, text
 from parinfo.record import record
 from parinfo.source import Kind, Source, file, unknown
 
@@ -37,47 +35,26 @@ class OsThread:
     "PTThreadPool"), or "unknown (reason)"; ``python_name``: the name of the Python thread it runs,
     when that was read (a process attached to), else None (and then not in the payload)."""
 
-    tid: int
-    name: str
-    python_name: str | None = None
+    tid: int = field(metadata=REQUIRED)
+    name: str = field(metadata={"missing": NOT_IN_REPORT})
+    python_name: str | None = field(default=None, metadata=OMIT_NONE)
 
 
 @record
 class ThreadList:
-    """The OS threads of a process: the report's ``threads`` section (``to_dict``).
+    """The OS threads of a process: the report's ``threads`` section (its JSON).
 
     - ``count``: the number of threads (int), or "unknown (reason)".
     - ``threads``: sorted by tid.
     - ``source``: "/proc/<pid>/task", "psutil", or "unknown (reason)".
     - ``states``: for a process read from outside, how many threads are in each scheduler state
-      ({"R": 2, "S": 5}); None otherwise (and then not in ``to_dict``).
+      ({"R": 2, "S": 5}); None otherwise (and then not in its JSON).
     """
 
     count: int | str = NOT_IN_REPORT
     threads: list[OsThread] = field(default_factory=list)
     source: Source = NOT_READ
-    states: dict[str, int] | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ThreadList:
-        """The list of :meth:`to_dict`; a missing count or source is "unknown (not in the report)"."""
-        d = section(data)
-        threads = []
-        for row in rows(d.get("threads")):
-            tid = integer(row.get("tid"))
-            if tid is not None:
-                threads.append(OsThread(tid, text(row.get("name")) or NOT_IN_REPORT, text(row.get("python_name"))))
-        count = count_or_reason(d.get("count"))
-        return cls(NOT_IN_REPORT if count is None else count, threads, Source.from_json(d.get("source")) or NOT_READ,
-                   None if d.get("states") is None else int_map(d.get("states")))
-
-    def to_dict(self) -> dict[str, Any]:
-        listed = [{"tid": t.tid, "name": t.name} if t.python_name is None
-                  else {"tid": t.tid, "name": t.name, "python_name": t.python_name} for t in self.threads]
-        out: dict[str, Any] = {"count": self.count, "threads": listed, "source": self.source.to_json()}
-        if self.states is not None:
-            out["states"] = dict(self.states)
-        return out
+    states: dict[str, int] | None = field(default=None, metadata=OMIT_NONE)
 
 
 def live_threads(pid: int | None = None) -> ThreadList:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Collection
 from typing import Any
 
+from parinfo.convert import dump
 from parinfo.errors import ApplyError
 from parinfo.process import libraries as reg, setter
 from parinfo.process.setter import NativePool
@@ -97,7 +98,7 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
 
     threads, missing = reach(per_thread, torch_want[0], reached=frozenset(reached_threads),
                              pool_reached=_workers_reached())
-    return {"plan": plan.to_dict(), "applied": applied, "skipped": skipped,
+    return {"plan": dump(plan), "applied": applied, "skipped": skipped,
             "not_in_force": not_in_force + missing, "threads": threads, "at_import": at_import}
 
 

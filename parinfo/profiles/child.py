@@ -124,10 +124,11 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
             overridden.append((name, user, value))
         env[name] = value
         watch.append(name)
-    env["PARINFO_PROFILE"] = plan.name
+    own = reg.library("parinfo")
+    env[own.var("profile")] = plan.name
     if instance is not None:
-        env["PARINFO_INSTANCE"] = str(instance.index)
-        env["PARINFO_INSTANCES"] = str(instances)
+        env[own.var("instance")] = str(instance.index)
+        env[own.var("instances")] = str(instances)
     intra, inter = _torch_counts(plan, instance)
     users_own = {n for n, _, _ in kept} | {n for n in TORCH_INTRA_VARS
                                             if n in base and n not in wanted and n not in from_parinfo}

@@ -6,8 +6,8 @@ force in this process, in a launched program, or across pinned instances.
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any
 
+from parinfo.convert import LOCAL
 from parinfo.record import record
 
 
@@ -15,7 +15,7 @@ from parinfo.record import record
 class Setting:
     """One resolved count: ``value`` and ``why`` (the expression and the machine facts it used)."""
 
-    key: str
+    key: str = field(metadata=LOCAL)  # the plan's JSON names it by where it sits
     value: int
     why: str
 
@@ -44,10 +44,6 @@ class Preload:
     path: str | None
     why: str
     variables: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "choice": self.choice, "path": self.path, "why": self.why,
-                "variables": list(self.variables)}
 
 
 @record(frozen=True)
@@ -80,28 +76,3 @@ class Plan:
     def preload_paths(self) -> list[str]:
         """The files to put first in a launched program's LD_PRELOAD, in order."""
         return [p.path for p in self.preload if p.path]
-
-    def to_dict(self) -> dict[str, Any]:
-        def s(x: Setting) -> dict[str, Any]:
-            return {"value": x.value, "why": x.why}
-
-        return {
-            "name": self.name,
-            "description": self.description,
-            "origin": self.origin,
-            "intra_op": s(self.intra_op),
-            "inter_op": s(self.inter_op),
-            "libraries": {k: s(v) for k, v in self.libraries.items()},
-            "env": dict(self.env),
-            "env_why": dict(self.env_why),
-            "affinity": None if self.affinity is None else list(self.affinity),
-            "affinity_why": self.affinity_why,
-            "instances": [
-                {"index": i.index, "cpus": list(i.cpus), "intra_op": i.intra_op,
-                 "inter_op": i.inter_op, "env": dict(i.env), "nodes": list(i.nodes)}
-                for i in self.instances
-            ],
-            "notes": list(self.notes),
-            "preload": [p.to_dict() for p in self.preload],
-            "memory": {"policy": self.memory, "nodes": list(self.memory_nodes), "why": self.memory_why},
-        }

@@ -85,8 +85,9 @@ def _from_env(names: tuple[str, ...], default: int, default_source: Source,
         if n is None:
             ignored.append({"variable": name, "value": raw, "why": "invalid"})
             continue
-        name_of = environ.get("PARINFO_PROFILE")
-        source = profile(name_of, name) if name.startswith("PARINFO_") and name_of else variable(name)
+        own = library("parinfo")
+        name_of = environ.get(own.var("profile"))
+        source = profile(name_of, name) if name in own.variables and name_of else variable(name)
         note = _ignored_note(ignored)
         return n, source.noted(note), note
     note = _ignored_note(ignored)

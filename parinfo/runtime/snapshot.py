@@ -7,11 +7,10 @@ does not build the runtime (a report read from another process or a fleet worker
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from parinfo.convert import OMIT_NONE, dump, load
+from parinfo.convert import OMIT_NONE
 from parinfo.record import record
 from parinfo.source import Kind, Source, run_time
 
@@ -169,16 +168,8 @@ class RuntimeSection:
     unknown: str | None = field(default=None, metadata=OMIT_NONE)
     follow: Follow | None = field(default=None, metadata=OMIT_NONE)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RuntimeSection:
-        """The section of :meth:`to_dict` (or ``parinfo.runtime.info()``); odd parts are unknown."""
-        return load(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.unknown is not None:
-            return {"unknown": self.unknown}
-        out: dict[str, Any] = dump(self)
-        return out
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+        return data if self.unknown is None else {"unknown": self.unknown}
 
     @property
     def started(self) -> bool:

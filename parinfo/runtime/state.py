@@ -257,7 +257,8 @@ class Runtime:
 
     def info(self, machine: tuple[int, int] | None = None) -> dict[str, Any]:
         """The runtime's state as plain JSON-ready data (:meth:`snapshot`'s JSON form)."""
-        return self.snapshot(machine).to_dict()
+        out: dict[str, Any] = dump(self.snapshot(machine))
+        return out
 
     def attach_state(self, machine: tuple[int, int]) -> dict[str, Any]:
         """What parinfo's attach reads of this runtime from a script it runs on the main thread of

@@ -102,12 +102,13 @@ class ChoiceSearch:
     def written(self) -> bool:
         return self.kept != pre.DEFAULT
 
-    def to_dict(self) -> dict[str, Any]:
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A tune's JSON of this search: the point and the choices' trials, each with its figures."""
         return {"key": self.key, "intra_op": self.point.intra, "inter_op": self.point.inter,
                 "with": dict(self.fixed), "fastest": self.fastest, "kept": self.kept, "written": self.written,
                 "why": self.why,
-                "trials": [{"choice": w, **s.to_dict(), "in_force": self.in_force.get(w)}
-                           for w, s in self.stats.items()]}
+                "trials": [{"choice": w, **data["stats"][w], "in_force": data["in_force"].get(w)}
+                           for w in self.stats]}
 
 
 def not_mapped(seen: Any) -> list[str]:

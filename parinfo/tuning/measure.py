@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from parinfo.convert import dump
 from parinfo.errors import TuneError
 from parinfo.process import setter
 from parinfo.record import record
@@ -169,7 +170,7 @@ class WorkerMeasurer(Measurer):
 
     def trial(self, p: Point, choices: Mapping[str, str]) -> tuple[Stats, Any]:
         s = self.settings
-        job = {"spec": self.workload.to_dict(), "concurrency": self.concurrency(p),
+        job = {"spec": dump(self.workload), "concurrency": self.concurrency(p),
                "warmup": s.warmup, "repeats": s.repeats, "min_time": s.min_time}
         with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
             out = os.path.join(tmp, "result.json")

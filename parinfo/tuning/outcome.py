@@ -6,7 +6,7 @@ that call them.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.cpulist import format_cpu_list
@@ -40,9 +40,6 @@ class MachineSummary:
                    physical_cores=facts.physical_cores, usable_cpus=facts.usable_cpus,
                    usable_physical_cores=facts.usable_physical_cores,
                    affinity=format_cpu_list(facts.affinity) if facts.affinity else "unknown")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def cpu_model() -> str:

@@ -78,11 +78,12 @@ class Stats:
         med = self.median
         return (q3 - q1) / med if med > 0 else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The figures a tune's JSON gives of the samples (worked out here), then the samples."""
         q1, q3 = self.quartiles
         return {"median_s": self.median, "q1_s": q1, "q3_s": q3, "min_s": self.min, "max_s": self.max,
                 "spread": self.spread, "repeats": len(self.samples), "number": self.number,
-                "samples_s": list(self.samples)}
+                "samples_s": data["samples"]}
 
 
 def clearly_worse(a: Stats, b: Stats, margin: float = DEFAULT_MARGIN) -> bool:

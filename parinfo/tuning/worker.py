@@ -40,9 +40,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     """Build the workload under this process's counts and time it; returns the result dict."""
     from parinfo.tuning.timing import time_calls
     from parinfo.tuning.usercode import UserCodeError, WorkloadUsageError
-    from parinfo.tuning.workloads import from_dict
+    from parinfo.tuning.workloads import read_spec
 
-    workload = from_dict(job["spec"])
+    workload = read_spec(job["spec"])
     fw = workload.framework
     if fw == "torch":
         import torch  # noqa: F401 - the start-up hook sets its counts as the import finishes

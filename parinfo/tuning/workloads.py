@@ -1,6 +1,6 @@
 """What the tuner times: one typed spec class per kind of workload.
 
-A spec is small and JSON-able (:meth:`Workload.to_dict` / :func:`from_dict`) so the parent can hand it
+A spec is small and JSON-able (``convert.dump`` / :func:`read_spec`) so the parent can hand it
 to a fresh worker process; :meth:`Workload.build` turns it into the zero-argument callable one timed
 call runs, inside the process that times it. Heavy libraries are imported only there (see kernels).
 Each class checks its own arguments (:meth:`create`) so bad input is one line before anything runs.
@@ -11,10 +11,11 @@ import importlib.util
 import os
 import shlex
 import shutil
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import field
 from typing import Any, ClassVar
 
+from parinfo.convert import load
 from parinfo.errors import UsageError
 from parinfo.record import record
 from parinfo.tuning import kernels
@@ -56,11 +57,10 @@ class Workload:
         """The zero-argument callable one timed call runs (setup done here, once)."""
         raise ValueError(f"cannot build workload kind {self.kind!r} in-process")
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form: ``kind`` first, then the kind's own fields, ``framework`` last."""
-        fields = asdict(self)
-        framework = fields.pop("framework")
-        return {"kind": self.kind, **fields, "framework": framework}
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The JSON form: ``kind`` first (it names the class to read it back), ``framework`` last."""
+        framework = data.pop("framework")
+        return {"kind": self.kind, **data, "framework": framework}
 
 
 @record(frozen=True)
@@ -82,8 +82,8 @@ class Matmul(Workload):
         make = kernels.torch_matmul if self.framework == "torch" else kernels.numpy_matmul
         return make(self.size)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "framework": self.framework, "size": self.size}
+    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+        return {"kind": self.kind, **data}
 
 
 @record(frozen=True)
@@ -168,9 +168,6 @@ class Command(Workload):
     def describe(self) -> str:
         return "command " + shlex.join(self.command)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "command": list(self.command), "framework": self.framework}
-
 
 #: The built-in workloads by name, the default first: each name is declared once, as its class's ``kind``.
 BUILTIN: dict[str, type[Workload]] = {c.kind: c for c in (Matmul, Elementwise, Ensemble)}
@@ -178,13 +175,9 @@ DEFAULT = Matmul.kind
 KINDS: dict[str, type[Workload]] = {**BUILTIN, **{c.kind: c for c in (Stmt, Module, Command)}}
 
 
-def from_dict(data: dict[str, Any]) -> Workload:
-    """The spec a :meth:`Workload.to_dict` produced (how a worker process receives its workload)."""
-    cls = KINDS[data["kind"]]
-    kw = {k: v for k, v in data.items() if k != "kind"}
-    if "command" in kw:
-        kw["command"] = tuple(kw["command"])
-    return cls(**kw)
+def read_spec(data: Mapping[str, Any]) -> Workload:
+    """The workload of a spec (``convert.dump`` of one): how a worker process receives it."""
+    return load(KINDS[data["kind"]], data)
 
 
 # ---------------------------------------------------------------- from the user's arguments

@@ -8,7 +8,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from parinfo.checks import shown
+from parinfo.convert import dump
 from parinfo.errors import UsageError
+from parinfo.safe_text import plural
 from parinfo.tuning.choices import TITLES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,27 +30,27 @@ def to_json(r: TuneOutcome) -> dict[str, Any]:
     """Plain, JSON-serialisable form (what ``parinfo tune --json`` prints)."""
     points = []
     for p, s in r.measured:
-        points.append({**_point(r, p), **s.to_dict(), "per_second": 1.0 / s.median if s.median > 0 else None,
+        points.append({**_point(r, p), **dump(s), "per_second": 1.0 / s.median if s.median > 0 else None,
                        "order": r.search.order.index(p) + 1, "noisy": r.is_noisy(s),
                        "confirmed": p in r.search.confirmed, "in_force": r.in_force.get(p)})
     return {
         "workload": r.workload,
-        "spec": r.spec.to_dict(),
+        "spec": dump(r.spec),
         "objective": r.objective,
         "mode": r.mode,
         "axis": r.axis,
         "unit": r.unit,
-        "machine": r.machine.to_dict(),
+        "machine": dump(r.machine),
         "settings": {"warmup": r.settings.warmup, "repeats": r.settings.repeats,
                      "min_time_s": r.settings.min_time},
         "candidates": len(r.search.candidates),
         "points": points,
-        "best": {**_point(r, r.best), **r.best_stats.to_dict()},
+        "best": {**_point(r, r.best), **dump(r.best_stats)},
         "counts": r.counts(),
         "skipped": [{**_point(r, p), "reason": why} for p, why in r.skipped],
         "noise": list(r.noise),
         "notes": list(r.notes),
-        "choices": [cs.to_dict() for cs in r.choices],
+        "choices": [dump(cs) for cs in r.choices],
         "started": r.started,
         "total_time_s": r.total_time_s,
     }
@@ -92,7 +94,7 @@ def _comments(r: TuneOutcome) -> list[str]:
 def _description(r: TuneOutcome) -> str:
     b, bs = r.best, r.best_stats
     what = (f"{b.inter} {'requests' if r.concurrent else 'inter-op'} x {b.intra} intra-op" if r.pairs
-            else f"{b.intra} intra-op thread{'s' if b.intra != 1 else ''}")
+            else f"{plural(b.intra, 'intra-op thread')}")
     return (f"Tuned by parinfo tune ({r.objective}) for {r.workload}: {what}, "
             f"{bs.median * 1e3:.4g} ms {r.unit.split(' ', 1)[1]}")
 

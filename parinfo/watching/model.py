@@ -5,9 +5,9 @@ The sampler (:mod:`parinfo.watching.sample`) makes these from two readings; the 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, field
-from typing import Any
+from dataclasses import field
 
+from parinfo.convert import OMIT_NONE
 from parinfo.record import record
 from parinfo.source import Source
 
@@ -48,10 +48,6 @@ class InsideCount:
     owner: str | None = None
     filepath: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"library": self.library, "count": self.count, "source": self.source.to_json(),
-                "owner": self.owner, "filepath": self.filepath}
-
 
 @record(frozen=True)
 class ProcessCounts:
@@ -63,10 +59,6 @@ class ProcessCounts:
     attached: bool
     how: str
     counts: tuple[InsideCount, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "attached": self.attached, "how": self.how,
-                "counts": [c.to_dict() for c in self.counts]}
 
 
 @record(frozen=True)
@@ -95,14 +87,4 @@ class Sample:
     pressure_cgroup_some: float | str
     verdict: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
-    inside: tuple[ProcessCounts, ...] | None = None  # watch --attach only: each process's counts
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["groups"] = [asdict(g) for g in self.groups]
-        d["notes"] = list(self.notes)
-        if self.inside is None:
-            del d["inside"]
-        else:
-            d["inside"] = [p.to_dict() for p in self.inside]
-        return d
+    inside: tuple[ProcessCounts, ...] | None = field(default=None, metadata=OMIT_NONE)  # watch --attach only

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from parinfo.safe_text import plural
 from parinfo.watching.model import GroupUse, Sample
 
 THROTTLED_PERCENT = 5.0  # of periods, in the interval
@@ -27,7 +28,7 @@ def _pool_text(sample: Sample) -> str:
     g = _largest(sample)
     if g is None:
         return ""
-    return f"; the largest pool is {g.name} ({g.threads} thread{'s' if g.threads != 1 else ''}, " \
+    return f"; the largest pool is {g.name} ({plural(g.threads, 'thread')}, " \
            f"{g.cpu_percent:.0f}% CPU)"
 
 
@@ -47,8 +48,8 @@ def verdict(sample: Sample) -> str:
     usable = sample.usable_cpus
     if sample.runnable > QUEUED_RATIO * usable and sample.runnable - usable >= 1:
         who = "on the machine" if sample.pid is None else ""
-        return (f"{_runnable(sample)}{' ' + who if who else ''} against {usable} usable "
-                f"CPU{'s' if usable != 1 else ''}: threads queue for CPUs{_pool_text(sample)}: "
+        return (f"{_runnable(sample)}{' ' + who if who else ''} against "
+                f"{plural(usable, 'usable CPU')}: threads queue for CPUs{_pool_text(sample)}: "
                 f"lower the pool to {usable} (parinfo apply throughput)")
     for label, value in (("the machine", sample.pressure_some), ("the cgroup", sample.pressure_cgroup_some)):
         if isinstance(value, float) and value >= PRESSURE_PERCENT and sample.pid is not None \
@@ -58,5 +59,5 @@ def verdict(sample: Sample) -> str:
                     f"(pin the process with taskset or a cpuset)")
     busy = sample.cpu_percent / 100
     return (f"ok: {busy:.1f} CPU{'s' if round(busy, 1) != 1 else ''} busy, {_runnable(sample)} "
-            f"on {usable} usable CPU{'s' if usable != 1 else ''}"
+            f"on {plural(usable, 'usable CPU')}"
             + (", no throttling" if t is not None else ""))

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SPEC_VAR = "_PARINFO_HOOK"
 _REPORT_VAR = "_PARINFO_HOOK_REPORT"
-_PRELOAD_MARK = "PARINFO_PRELOAD"
 _MAX_MAPS_BYTES = 16 << 20  # /proc/self/maps read for the report
 
 
@@ -66,9 +65,11 @@ class _Facts:
 
     def __init__(self, intra: "int | None", inter: "int | None", watch: "list[str]",
                  orders: "dict[str, tuple[str, ...]]", runtime_vars: "tuple[str, ...]", verify_var: "str",
-                 undo: "tuple[str, ...]", torch: "_TorchFacts") -> "None":
+                 undo: "tuple[str, ...]", torch: "_TorchFacts", profile_var: "str" = "",
+                 preload_var: "str" = "") -> "None":
         self.intra, self.inter, self.watch, self.orders = intra, inter, watch, orders
         self.runtime_vars, self.verify_var, self.undo, self.torch = runtime_vars, verify_var, undo, torch
+        self.profile_var, self.preload_var = profile_var, preload_var
 
 
 def _parse(spec: "str") -> "_Facts | None":
@@ -93,7 +94,8 @@ def _parse(spec: "str") -> "_Facts | None":
         intra=count("intra"), inter=count("inter"), watch=list(names("watch")),
         orders={k[len("pool."):]: names(k) for k in fields if k.startswith("pool.")},
         runtime_vars=names("runtime"), verify_var=fields.get("verify", ""), undo=names("undo"),
-        torch=_TorchFacts(setter=torch[0], getter=torch[1], interop_setter=torch[2], interop_getter=torch[3]))
+        torch=_TorchFacts(setter=torch[0], getter=torch[1], interop_setter=torch[2], interop_getter=torch[3]),
+        profile_var=fields.get("profile", ""), preload_var=fields.get("preload", ""))
 
 
 def _load(name: "str", path: "str") -> "ModuleType":
@@ -126,8 +128,12 @@ def _watch() -> "ModuleType":
     return _load("_parinfo_import_watch", os.path.join(_HERE, "_parinfo_import_watch.py"))
 
 
+#: The variable that names the profile, from the instructions (the registry's, via hook_facts).
+_PROFILE_VAR: "list[str]" = []
+
+
 def _profile() -> "str":
-    return os.environ.get("PARINFO_PROFILE") or "?"
+    return (os.environ.get(_PROFILE_VAR[0]) if _PROFILE_VAR else None) or "?"
 
 
 # Who set torch's inter-op count, and what else a program that wants its own count can do.
@@ -252,7 +258,8 @@ class _Report:
         if runtime is not None:
             data = runtime.info()
             report["parinfo"] = {k: (data.get(k) or {}).get("count") for k in ("intra_op", "inter_op")}
-        preloaded = [p for p in os.environ.get(_PRELOAD_MARK, "").split(":") if p][:64]
+        mark = os.environ.get(self.facts.preload_var, "") if self.facts.preload_var else ""
+        preloaded = [p for p in mark.split(":") if p][:64]
         if preloaded:
             report["preloaded"] = _mapped(preloaded)
         path = os.path.join(self.folder, "%d.json" % os.getpid())
@@ -266,6 +273,7 @@ def _install(spec: "str") -> "None":
     if facts is None:
         _say("ignoring %s=%r: not understood by this start-up hook" % (_SPEC_VAR, spec))
         return
+    _PROFILE_VAR[:] = [facts.profile_var] if facts.profile_var else []
     verify = os.environ.get(facts.verify_var, "").strip().lower() if facts.verify_var else ""
     if facts.intra is not None or facts.inter is not None:
         torch = sys.modules.get("torch")
@@ -274,10 +282,11 @@ def _install(spec: "str") -> "None":
         else:
             _watch().watch("torch", lambda mod: _set_torch(mod, facts.intra, facts.inter, facts.torch))
     report = os.environ.get(_REPORT_VAR)
-    if verify not in ("off", "0", "no", "false") or report:
+    # verify: the registry's words (auto, full, off); any other is invalid there, and checks as auto.
+    if verify != "off" or report:
         import atexit
 
-        if verify not in ("off", "0", "no", "false"):
+        if verify != "off":
             atexit.register(_ExitCheck(facts, full=verify == "full"))
         if report:
             atexit.register(_Report(report, facts))
