@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import yaml
-from conftest import clean_env, run_cli
+from conftest import HAVE_TORCH, clean_env, run_cli
 
 from parinfo.errors import UsageError
 from parinfo.tuning.options import TuneOptions, resolve
@@ -91,7 +91,8 @@ class _Facts:
 
 @pytest.mark.parametrize(("kw", "pairs", "inter"), [
     ({}, False, (1, 1)),                                                    # numpy matmul never forks
-    ({"framework": "torch"}, False, (1, 1)),                                # nor does torch.mm
+    pytest.param({"framework": "torch"}, False, (1, 1),                     # nor does torch.mm
+                 marks=[pytest.mark.torch, pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")]),
     ({"workload": "ensemble"}, True, (1, 4)),                               # forks: inter-op x intra-op
     ({"stmt": "x = 1", "framework": "torch"}, True, (1, 4)),                # user code with torch may fork
     ({"stmt": "x = 1"}, False, (1, 1)),                                     # numpy user code: asked only
