@@ -169,3 +169,21 @@ def test_outer_threads_are_shown_in_the_text_report():
     assert re.search(r"outer threads +3 \(given: outer_threads=3\)", text)
     plain = "\n".join("".join(s for s, _ in line) for line in render_lines(inspect()))
     assert "outer threads" not in plain
+
+
+def test_worker_snippets_leave_out_a_preload_and_its_variables_and_say_so(tmp_path):
+    from parinfo.process import preload as pre
+
+    rec = pre.allocator("jemalloc")
+    if pre.locate_allocator(rec).path is None:
+        pytest.skip(f"jemalloc is not installed here ({rec.install})")
+    prof = tmp_path / "serve.yaml"
+    prof.write_text("version: 1\nname: serve\nintra_op: 1\ninter_op: 1\nallocator: jemalloc\n")
+    config = parinfo.fleet.dask_config(str(prof))
+    assert "MALLOC_CONF" not in config and "LD_PRELOAD" not in config
+    assert "# allocator jemalloc is not carried (nor its variables)" in config
+    assert 'OMP_NUM_THREADS: "1"' in config
+    env = parinfo.fleet.ray_runtime_env(str(prof))["env_vars"]
+    assert "MALLOC_CONF" not in env and "LD_PRELOAD" not in env and env["OMP_NUM_THREADS"] == "1"
+    plan = parinfo.resolve_profile(str(prof))
+    assert "MALLOC_CONF" in plan.env and "MALLOC_CONF" not in plan.env_without_preload

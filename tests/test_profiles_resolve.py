@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import yaml
 from profile_machines import MACHINES, machine
 
 from parinfo.convert import dump
@@ -226,3 +227,18 @@ def test_expression_valid_on_some_machines_is_checked_per_machine(tmp_path):
     assert line == (f"{p}:2:23: 'intra_op': usable_cpus // (physical_cores - 1) = 1 // (1 - 1) on this machine: "
                     f"division by zero at column 13 (wrap the divisor in max(1, ...) so that it is at least 1 "
                     f"on every machine)")
+
+
+@pytest.mark.parametrize("text", [
+    "allocator: auto\nopenmp: gnu\nmemory: interleave\ninstances: {count: 2, cpus: logical_cpus, cross_numa: true}\n",
+    "allocator: {name: jemalloc, conf: 'background_thread:true'}\nopenmp: default\nmemory: local\n",
+    "allocator: {name: tcmalloc}\ninstances: {cores_per_instance: 1, nodes: [0]}\naffinity: compact\n",
+])
+def test_a_checked_profile_checks_again_to_itself(text):
+    # What a fleet sends its workers is the checked form: it must pass the same check unchanged.
+    from parinfo.fleet.probe import _plain
+    from parinfo.profiles.loading import validate_profile
+
+    doc = yaml.safe_load("version: 1\nname: again\nintra_op: 1\ninter_op: 1\n" + text)
+    once = _plain(dict(validate_profile(doc, "<profile>")))
+    assert _plain(dict(validate_profile(once, "<profile>"))) == once

@@ -104,7 +104,7 @@ class EnvironPlugin(NannyPlugin):
         from parinfo.process.outer import PARINFO_SET_VAR
 
         plan = probe.resolve_here(self.document, self.origin)
-        env = {name: str(value) for name, value in plan.env.items()}
+        env = {name: str(value) for name, value in plan.env_without_preload.items()}
         profile_var = library("parinfo").var("profile")
         ours = ",".join(sorted([*env, profile_var]))
         nanny.pre_spawn_env.update({**env, profile_var: plan.name, PARINFO_SET_VAR: ours})

@@ -28,7 +28,7 @@ def ray_runtime_env(profile: Any) -> dict[str, Any]:
 
     document, origin = probe.profile_document(profile)
     plan = resolve_profile(document)
-    env = {name: str(value) for name, value in plan.env.items()}
+    env = {name: str(value) for name, value in plan.env_without_preload.items()}
     profile_var = library("parinfo").var("profile")
     ours = ",".join(sorted([*env, profile_var, PROFILE_DOC_VAR]))
     env.update({profile_var: plan.name, PARINFO_SET_VAR: ours,
@@ -46,5 +46,9 @@ def dask_config(profile: Any) -> str:
              f"# intra_op {plan.intra_op.value}: {plan.intra_op.why}). Put it in ~/.config/dask/distributed.yaml.",
              "# A variable already set in a nanny's own environment wins over this configuration.",
              "distributed:", "  nanny:", "    pre-spawn-environ:"]
-    lines += [f'      {name}: "{value}"' for name, value in sorted(plan.env.items())]
+    what = {"allocator": "malloc", "openmp": "OpenMP runtime"}
+    lines[2:2] = [f"# {p.key} {p.choice} is not carried (nor its variables): a worker's {what.get(p.key, p.key)} is "
+                  "chosen when its process starts; start the workers under parinfo apply PROFILE -- dask worker ..."
+                  for p in plan.preload if p.path]
+    lines += [f'      {name}: "{value}"' for name, value in sorted(plan.env_without_preload.items())]
     return "\n".join(lines)

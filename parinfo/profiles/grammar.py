@@ -283,15 +283,16 @@ class AllocatorRule(Rule):
         super().__init__(doc)
         self.word = Choice(ALLOCATOR_WORDS)
 
-    def check(self, c: Checker, value: Any, key_path: KeyPath) -> dict[str, str | None]:
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> dict[str, str]:
+        # The checked form is itself a valid value (a fleet sends it on to be checked again).
         if not isinstance(value, dict):
-            return {"name": self.word.check(c, value, key_path), "conf": None}
+            return {"name": self.word.check(c, value, key_path)}
         c.keys(value, key_path, ("name", "conf"))
         if "name" not in value:
             raise c.fail(key_path, "'allocator' has settings but no 'name'", "add e.g. 'name: jemalloc'")
         name = self.word.check(c, value["name"], (*key_path, "name"))
         if "conf" not in value:
-            return {"name": name, "conf": None}
+            return {"name": name}
         conf_path = (*key_path, "conf")
         conf_vars = {a.name: a.conf_var for a in ALLOCATORS}
         if not conf_vars.get(name):
