@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -15,12 +16,27 @@ from conftest import HAVE_TORCH, clean_env, run_cli, run_py
 from parinfo.process import preload as pre
 
 # What a launched program holds: its preload list, the allocator and OpenMP variables, the files of
-# the allocators and runtimes mapped, and the file each entry point resolves to (the loader's answer).
+# the allocators and runtimes mapped, and the file each entry point resolves to (the loader's answer:
+# its lookup, or, where that names the program itself, which then holds only a jump slot (a program
+# built without PIE, as Debian's python3), the binding the loader recorded for it under LD_DEBUG).
 PROBE = textwrap.dedent(r"""
     import ctypes, json, os, sys
     class Info(ctypes.Structure):
         _fields_ = [("f", ctypes.c_char_p), ("b", ctypes.c_void_p), ("s", ctypes.c_char_p), ("a", ctypes.c_void_p)]
     scope = ctypes.CDLL(None)
+    def bound(name):
+        log = os.environ.get("LD_DEBUG_OUTPUT")
+        if not log or not os.path.exists(f"{log}.{os.getpid()}"):
+            return None
+        # The program's own slot, bound to another file (other files bind the name to the program's
+        # slot, and it to itself). The last one: a launcher that exec'd this program wrote its own first.
+        found = None
+        for line in open(f"{log}.{os.getpid()}", errors="replace"):
+            if "binding file " in line and f"normal symbol `{name}'" in line:
+                source, target = (part.split(" [", 1)[0] for part in line.split("binding file ", 1)[1].split(" to ", 1))
+                if os.path.samefile(source, "/proc/self/exe") and not os.path.samefile(target, "/proc/self/exe"):
+                    found = os.path.realpath(target)
+        return found
     def resolves(name):
         try:
             fn = getattr(scope, name)
@@ -28,7 +44,8 @@ PROBE = textwrap.dedent(r"""
             return None
         info = Info()
         scope.dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info))
-        return os.path.realpath(info.f.decode())
+        path = os.path.realpath(info.f.decode())
+        return (bound(name) or path) if os.path.samefile(path, "/proc/self/exe") else path
     if "torch" in sys.argv[1:]:
         import torch
         (torch.ones(64, 64) @ torch.ones(64, 64)).sum()
@@ -74,7 +91,10 @@ def profile(tmp_path, text: str) -> str:
 
 
 def launched(prof: str, *args: str, env: dict | None = None, code: str = PROBE):
-    proc = run_cli("apply", prof, "--", sys.executable, "-c", code, *args, env=env or clean_env(), timeout=180)
+    with tempfile.TemporaryDirectory(prefix="parinfo-ld-") as tmp:
+        # the loader's record of each binding, for a program whose own lookup names itself (see PROBE)
+        env = {**(env or clean_env()), "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": os.path.join(tmp, "ld")}
+        proc = run_cli("apply", prof, "--", sys.executable, "-c", code, *args, env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     return proc
 

@@ -110,6 +110,17 @@ def locate(fd: int, spec: reg.CountSymbol, budget_s: float = BUDGET_S) -> Place:
         _Window.spent += time.monotonic() - started
 
 
+def defines(fd: int, name: str, budget_s: float = BUDGET_S) -> bool | None:
+    """Whether the file open on ``fd`` defines the function ``name`` in its dynamic symbol table, or
+    None when it cannot be told. An executable built without PIE that takes a function's address
+    (Debian's python3 does, for malloc) exports an undefined entry for it, whose address is only a
+    jump slot: the loader's lookup then names the executable, though calls reach another file."""
+    try:
+        return _Reader(fd, budget_s).defines(name)
+    except Exception:  # the same bounded reading as locate(): any failure is "cannot be told"
+        return None
+
+
 @record(frozen=True)
 class _Table:
     """A symbol table's raw entries and its string table."""
@@ -186,6 +197,19 @@ class _Reader:
                      variable_name="" if var is None else var[0], build_max=build_max or None,
                      writable=extents(_PF_W), pointer=elf.elfclass // 8,
                      machine=_MACHINES.get(str(header["e_machine"]), str(header["e_machine"])), little=self.little)
+
+    def defines(self, name: str) -> bool:
+        from elftools.elf.elffile import ELFFile
+
+        if self.size > MAX_FILE:
+            raise _Refused(f"the file is {self.size} bytes, beyond the {MAX_FILE} parinfo reads")
+        with os.fdopen(os.dup(self.fd), "rb") as fh:
+            elf = ELFFile(fh)
+            header, structs = elf.header, elf.structs
+            self.little = bool(elf.little_endian)
+            sections = self._sections(header, structs)
+        dynsym = self._table(sections, ".dynsym", structs)
+        return any(self._symbol(dynsym, name, structs, kind) is not None for kind in ("STT_FUNC", "STT_LOOS"))
 
     def _segments(self, header: Any, structs: Any) -> list[Any]:
         count, entsize = int(header["e_phnum"]), int(header["e_phentsize"])

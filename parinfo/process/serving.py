@@ -56,9 +56,21 @@ class Served:
     unknown: str | None = field(default=None, metadata=OMIT_NONE)
 
 
+#: Objects of the global scope looked at, at most, for the one that defines a symbol.
+_MAX_SCOPE = 4096
+_RTLD_LAZY, _RTLD_NOLOAD, _RTLD_DI_LINKMAP = 1, 4, 2
+
+
 def _symbol_file(symbol: str) -> str | None:
-    """The file the global scope resolves ``symbol`` to (dlsym + dladdr), or None when no loaded
-    object of the global scope defines it."""
+    """The file whose definition of ``symbol`` calls through the global scope reach, or None when
+    no loaded object of the global scope defines it.
+
+    The loader's own lookup (dlsym + dladdr) answers, except where it names the main program
+    and the program does not define the symbol: a program built without PIE that takes the
+    function's address (Debian's python3, for malloc) holds only a jump slot for it, and calls
+    reach the first other object of the global scope (in the loader's order: the preloaded ones
+    first) that defines it.
+    """
     import ctypes
 
     class _DlInfo(ctypes.Structure):
@@ -67,16 +79,75 @@ def _symbol_file(symbol: str) -> str | None:
 
     scope = ctypes.CDLL(None)
     try:
-        fn = getattr(scope, symbol)
         dladdr = scope.dladdr
     except AttributeError:
         return None
     dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
     dladdr.restype = ctypes.c_int
-    info = _DlInfo()
-    if not dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info)) or not info.dli_fname:
+
+    def file_of(lib: ctypes.CDLL) -> str | None:
+        try:
+            fn = getattr(lib, symbol)
+        except AttributeError:
+            return None
+        info = _DlInfo()
+        if not dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info)) or not info.dli_fname:
+            return None
+        return os.fsdecode(info.dli_fname)
+
+    found = file_of(scope)
+    if found is None or not _same_file(found, "/proc/self/exe") or _program_defines(symbol) is not False:
+        return found
+    for name in _global_scope(scope)[1:]:
+        try:
+            lib = ctypes.CDLL(name, mode=_RTLD_LAZY | _RTLD_NOLOAD)
+        except OSError:
+            continue
+        own = file_of(lib)
+        if own is not None and _same_file(own, name):
+            return own
+    return found
+
+
+def _global_scope(scope: object) -> list[str]:
+    """The files of the loader's link map (the main program first, then in lookup order)."""
+    import ctypes
+
+    class _LinkMap(ctypes.Structure):
+        pass
+
+    _LinkMap._fields_ = [("l_addr", ctypes.c_void_p), ("l_name", ctypes.c_char_p), ("l_ld", ctypes.c_void_p),
+                         ("l_next", ctypes.POINTER(_LinkMap)), ("l_prev", ctypes.POINTER(_LinkMap))]
+    try:
+        dlinfo = ctypes.CDLL(None).dlinfo
+    except AttributeError:
+        return []
+    dlinfo.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    dlinfo.restype = ctypes.c_int
+    head = ctypes.POINTER(_LinkMap)()
+    if dlinfo(ctypes.c_void_p(getattr(scope, "_handle", 0)), _RTLD_DI_LINKMAP, ctypes.byref(head)) != 0:
+        return []
+    names: list[str] = []
+    node = head
+    while node and len(names) < _MAX_SCOPE:
+        raw = node.contents.l_name
+        names.append(os.fsdecode(raw) if raw else "")
+        node = node.contents.l_next
+    return [n for i, n in enumerate(names) if i == 0 or n.startswith("/")]
+
+
+def _program_defines(symbol: str) -> bool | None:
+    """Whether this process's program file defines ``symbol`` (None: cannot be told)."""
+    from parinfo.process.elfcount import defines
+
+    try:
+        fd = os.open("/proc/self/exe", os.O_RDONLY)
+    except OSError:
         return None
-    return os.fsdecode(info.dli_fname)
+    try:
+        return defines(fd, symbol)
+    finally:
+        os.close(fd)
 
 
 def _same_file(a: str, b: str) -> bool:
