@@ -13,6 +13,7 @@ anything else the program's own (linked, or the C library's malloc).
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import field
@@ -223,7 +224,7 @@ def openmp_served(objects: list[str], environ: Mapping[str, str], launch: Mappin
     runtimes = set(reg.openmp_runtimes())
 
     def family(path: str) -> reg.Library | None:
-        rec = reg.by_prefix(os.path.basename(os.path.realpath(path)).lower())
+        rec = reg.by_prefix(_file_name(path))
         return rec if rec is not None and rec.name in runtimes else None
 
     loaded = [p for p in objects if family(p) is not None]
@@ -254,6 +255,13 @@ def openmp_served(objects: list[str], environ: Mapping[str, str], launch: Mappin
             note = f"also loaded: {', '.join(others)}"
     return Served(rec.name, rec.label, path, _chooser(path, "openmp", launch, marks),
                   _settings(names, environ, launch, marks), loaded, bypasses, note)
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_name(path: str) -> str:
+    """The lower-case name of the file ``path`` leads to (a loaded object's links resolved once: a
+    report asks for every loaded object each time)."""
+    return os.path.basename(os.path.realpath(path)).lower()
 
 
 def bypassed_by_parinfo(served: Served | None) -> list[str]:
