@@ -106,11 +106,11 @@ def _not_preloaded(plan: Plan, env: dict[str, str], skipped: list[str]) -> None:
     """A running process keeps the allocator and OpenMP runtime it started with: the plan's preloads
     and their variables are left out (a library loaded later must not read settings meant for
     another), each with one line in ``skipped`` saying how to get it."""
+    for var in plan.preload_variables:
+        env.pop(var, None)
     for pre in plan.preload:
         if pre.path is None:
             continue
-        for var in pre.variables:
-            env.pop(var, None)
         also = f" (nor {', '.join(pre.variables)})" if pre.variables else ""
         named = plan.origin if plan.origin.endswith((".yaml", ".yml")) else plan.name
         skipped.append(f"{pre.key} {pre.choice} not preloaded{also}: a running process cannot change its "

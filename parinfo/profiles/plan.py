@@ -73,12 +73,17 @@ class Plan:
     memory_why: str = "not set: the kernel's default"
 
     @property
+    def preload_variables(self) -> frozenset[str]:
+        """The variables that come with a library the plan preloads (MALLOC_CONF, KMP_BLOCKTIME...)."""
+        return frozenset(v for p in self.preload if p.path for v in p.variables)
+
+    @property
     def env_without_preload(self) -> dict[str, str]:
-        """The plan's variables less those that come with a library it preloads (MALLOC_CONF,
-        KMP_BLOCKTIME...): what a process gets that cannot preload (a running one, a fleet worker), so
-        a library loaded there never reads settings meant for another."""
-        with_preload = {v for p in self.preload if p.path for v in p.variables}
-        return {k: v for k, v in self.env.items() if k not in with_preload}
+        """The plan's variables less :attr:`preload_variables`: what a process gets that cannot
+        preload (a running one, a fleet worker), so a library loaded there never reads settings
+        meant for another."""
+        skip = self.preload_variables
+        return {k: v for k, v in self.env.items() if k not in skip}
 
     @property
     def preload_paths(self) -> list[str]:

@@ -139,6 +139,17 @@ def confirm(result: SearchResult, measure: Callable[[Point], Stats], *, margin: 
     result.best = pick_best(result.stats, tie)
 
 
+def _every_point(result: SearchResult, get: Callable[[Point], Stats], measure: Callable[[Point], Stats], *,
+                 confirm_close: bool, margin: float, tie: float) -> SearchResult:
+    """An exhaustive search: every candidate measured, the best picked (and confirmed when close)."""
+    for p in result.candidates:
+        get(p)
+    result.best = pick_best(result.stats, tie)
+    if confirm_close:
+        confirm(result, measure, margin=margin, tie=tie)
+    return result
+
+
 def pick_best(stats: dict[Point, Stats], tie: float = DEFAULT_TIE) -> Point:
     """Fastest median; among points within ``tie`` of it, the one using the fewest threads."""
     fastest = min(s.median for s in stats.values())
@@ -303,12 +314,7 @@ def search_pairs(max_product: int, measure: Callable[[Point], Stats], *,
     result = SearchResult(candidates=cands)
     get = _Measured(measure, result)
     if exhaustive:
-        for p in cands:
-            get(p)
-        result.best = pick_best(result.stats, tie)
-        if confirm_close:
-            confirm(result, measure, margin=margin, tie=tie)
-        return result
+        return _every_point(result, get, measure, confirm_close=confirm_close, margin=margin, tie=tie)
 
     def full(e: int) -> Point:
         return Point(min(intra[1], max_product // e), e)
@@ -404,12 +410,7 @@ def search_grid(intra: tuple[int, int], inter: tuple[int, int], measure: Callabl
     result = SearchResult(candidates=cands)
     get = _Measured(measure, result)
     if exhaustive:
-        for p in cands:
-            get(p)
-        result.best = pick_best(result.stats, tie)
-        if confirm_close:
-            confirm(result, measure, margin=margin, tie=tie)
-        return result
+        return _every_point(result, get, measure, confirm_close=confirm_close, margin=margin, tie=tie)
     reasons: dict[Point, str] = {}
     centre: Point | None = None
     done = 0
