@@ -1,11 +1,13 @@
 """Each command's options are declared once (parinfo.cli.options): the plain reading that main() runs
-without typer and the typer command built from the same declaration must read every command line the
-plain reading accepts into the same values. These tests fail when the two grammars diverge."""
+without typer, the typer command and the IPython magics' options built from the same declaration must
+read every command line the plain reading accepts into the same values, and refuse a bad value with
+the same line. These tests fail when the grammars diverge."""
 from __future__ import annotations
 
 import inspect
 import itertools
 import random
+from collections.abc import Callable
 from typing import Annotated, NamedTuple
 
 import pytest
@@ -16,9 +18,10 @@ from parinfo.cli._app import app
 from parinfo.cli.launch import ApplyArgs
 from parinfo.cli.options import Argument, Choice, Flag, Rest, Value, fields, plain, typer_command
 from parinfo.cli.show import ShowArgs, normalise_check
+from parinfo.cli.watch import WatchArgs
 from parinfo.errors import ParinfoError
 
-COMMANDS = {"show": ShowArgs, "apply": ApplyArgs}
+COMMANDS = {"show": ShowArgs, "apply": ApplyArgs, "watch": WatchArgs}
 
 # Values each field takes, as a user types them. Every declared field needs an entry (a new option
 # without one fails test_every_field_has_sample_values), so every option is tried in both grammars.
@@ -28,6 +31,9 @@ SAMPLES: dict[str, list[str]] = {
     "check": ["error", "info", ""],
     "pid": ["7", "007", "4194304"],
     "timeout": ["0.1", "2", "2.5", "30"],
+    "interval": ["0.05", "1", "2.5", "3600"],
+    "samples": ["1", "3", "10000"],
+    "serve": ["9464", "127.0.0.1:9464"],
     "profile": ["latency", "p.yaml"],
     "instances": ["1", "3", "1000000"],
     "instance_index": ["0", "3"],
@@ -202,29 +208,130 @@ def test_a_new_option_needs_one_edit():
     assert seen == [plain(Extended, line)]
 
 
-def test_the_magic_reads_shows_options_as_the_command_does():
-    """``%parinfo`` takes some of ``parinfo show``'s options from the same declaration: every spelling
-    and sample value of each reads into the values the command line gives."""
+def _magic(name: str) -> tuple[Callable[[str], NamedTuple], type[NamedTuple], tuple[str, ...], dict[str, object]]:
+    """The magic that takes some of command ``name``'s options: its reader of a line, the command's
+    record, the options it takes and the defaults it has instead of the command's."""
+    from parinfo.cli import magics
+
+    if name == "show":
+        return magics.show_args, ShowArgs, magics.SHOW_OPTIONS, {}
+    return magics.watch_args, WatchArgs, magics.WATCH_OPTIONS, dict(magics.WATCH_DEFAULTS)
+
+
+def _as_in_the_magic(given: object, defaults: dict[str, object], words: list[str]) -> object:
+    """The command's record for ``words`` with the magic's own defaults where ``words`` leave the field."""
+    assert isinstance(given, tuple) and hasattr(given, "_replace"), given  # a record, not Refused
+    declared = {f.name: f for f in fields(type(given))}
+    spelled = {w.partition("=")[0] for w in words}
+    left = {k: v for k, v in defaults.items() if not spelled & set(declared[k].opt.names)}
+    return given._replace(**left)
+
+
+MAGICS = pytest.mark.parametrize("name", ["show", "watch"])
+
+
+@MAGICS
+def test_the_magic_reads_the_commands_options_as_the_command_does(name):
+    """``%parinfo`` and ``%parinfo_watch`` take some of ``parinfo show``'s and ``parinfo watch``'s
+    options from the same declaration: every spelling and sample value of each reads into the values
+    the typer command gives; the command's other options are not the magic's."""
     import shlex
 
-    from parinfo.cli.magics import SHOW_OPTIONS, show_args
-
-    magic_fields = [f for f in fields(ShowArgs) if f.name in SHOW_OPTIONS]
-    assert {f.name for f in magic_fields} == set(SHOW_OPTIONS)
-    spelled = {name for f in magic_fields for name in f.opt.names}
+    read, cls, names, defaults = _magic(name)
+    magic_fields = [f for f in fields(cls) if f.name in names]
+    assert {f.name for f in magic_fields} == set(names)
+    spelled = {n for f in magic_fields for n in f.opt.names}
     tried = 0
-    for words in _option_words(ShowArgs):
-        option = words[0].partition("=")[0]
-        if option not in spelled:
+    for words in _option_words(cls):
+        if words[0].partition("=")[0] not in spelled:
             continue
-        expected = plain(ShowArgs, words)
-        assert expected is not None
-        assert show_args(shlex.join(words)) == expected, words
+        expected = _as_in_the_magic(_typer_reads(name, cls, words), defaults, words)
+        assert read(shlex.join(words)) == expected, words
         tried += 1
-    pairs = [["--pid", "7", "--children"], ["-i", "numpy", "--import=scipy", "-f", "torch"], ["--json", "--torch"]]
-    for words in pairs:
-        assert show_args(shlex.join(words)) == plain(ShowArgs, words), words
+    mixes = {"show": [["--pid", "7", "--children"], ["-i", "numpy", "--import=scipy", "-f", "torch"],
+                      ["--json", "--torch"]],
+             "watch": [["--pid", "7", "--children", "-n", "2"], ["--interval=0.5", "--json", "--samples", "9"],
+                       ["--interval", "2"]]}
+    for words in mixes[name] + [[]]:
+        assert read(shlex.join(words)) == _as_in_the_magic(_typer_reads(name, cls, words), defaults, words), words
     assert tried >= len(spelled)
+    assert read("") == cls()._replace(**defaults)
+    magic = "%parinfo" if name == "show" else "%parinfo_watch"
+    for f in fields(cls):
+        if f.name not in names:
+            for option in f.opt.names:
+                with pytest.raises(ParinfoError, match=rf"^unrecognized arguments: {option}; usage: {magic} \["):
+                    read(option)
+
+
+def test_the_magic_reads_the_declared_enum():
+    from parinfo.cli.magics import show_args
+
     assert type(show_args("-f json").fmt) is type(ShowArgs().fmt)  # the declared enum, not its word
     with pytest.raises(ParinfoError, match=r"unrecognized arguments: --check; usage: %parinfo \[--pid PID\]"):
         show_args("--check")  # an exit code means nothing to a notebook cell
+
+
+@MAGICS
+def test_a_value_the_check_refuses_is_one_line_in_the_magic_as_on_the_command_line(name):
+    """A bad value of any of the magic's checked options: the magic refuses it with the very line
+    the typer command gives (exit 2 on the command line: test_watch_live, test_hostile_cli)."""
+    import shlex
+
+    read, cls, names, _ = _magic(name)
+    checked = [f for f in fields(cls) if f.name in names and isinstance(f.opt, Value) and f.opt.convert is not None]
+    assert checked
+    refused = 0
+    lines = [[option, bad] for f in checked for option in f.opt.names for bad in BAD
+             if not bad.startswith("-")]  # "-1" after an option: each grammar's own error, not the check's
+    lines += [[f"{option}={bad}"] for f in checked for option in f.opt.names for bad in BAD if option.startswith("--")]
+    for words in lines:
+        typer_read = _typer_reads(name, cls, words)
+        if not isinstance(typer_read, Refused):
+            continue  # a value some option takes ("0" for a pid is refused, for a count it may not be)
+        assert typer_read.what == "BadValue", (words, typer_read)
+        with pytest.raises(ParinfoError) as caught:
+            read(shlex.join(words))
+        assert str(caught.value) == typer_read.line and "\n" not in typer_read.line, words
+        refused += 1
+    assert refused >= len(checked) * 3
+
+
+@MAGICS
+def test_each_magics_docstring_shows_the_usage_its_options_give(name):
+    """The usage line in the magic's help (``%parinfo_watch?``) is the one its parser derives from
+    the declaration, as its errors print it."""
+    from parinfo.cli import magics
+
+    read, *_ = _magic(name)
+    function = magics.parinfo_magic if name == "show" else magics.parinfo_watch_magic
+    with pytest.raises(ParinfoError) as caught:
+        read("--no-such-option")
+    usage = str(caught.value).partition("; usage: ")[2]
+    assert usage.startswith("%parinfo") and usage in " ".join((function.__doc__ or "").split())
+
+
+def test_the_magic_reads_watchs_options_without_typer():
+    """``%parinfo_watch`` reads its options and renders its samples without loading the CLI framework."""
+    from conftest import run_json
+
+    loaded = run_json("import json, sys\n"
+                      "from parinfo.cli.magics import watch_args\n"
+                      "from parinfo.cli.watch import render_sample\n"
+                      "watch_args('-n 2 --interval 0.5')\n"
+                      "print(json.dumps(sorted(m for m in ('typer', 'click', 'rich') if m in sys.modules)))")
+    assert loaded == []
+
+
+def test_a_bad_value_of_each_watch_option_is_one_line_and_exit_2():
+    """``parinfo watch`` with a value its declaration's check refuses: exit 2 and that check's one line."""
+    from conftest import run_cli
+
+    checked = [f for f in fields(WatchArgs) if isinstance(f.opt, Value) and f.opt.convert is not None]
+    assert {f.name for f in checked} >= {"pid", "timeout", "interval", "samples"}
+    for f in checked:
+        with pytest.raises(ParinfoError) as caught:
+            f.opt.convert("x")
+        proc = run_cli("watch", f.opt.names[0], "x")
+        assert proc.returncode == 2, (f.name, proc.stderr)
+        assert proc.stderr == f"parinfo: error: {caught.value}\n" and proc.stdout == "", f.name

@@ -200,7 +200,12 @@ def test_parinfo_magic_displays_html_and_text():
     ("%parinfo --format 'unclosed", "cannot read the options"),
     ("%parinfo_watch --samples 0", "--samples 0: out of range (1-10000)"),
     ("%parinfo_watch --interval soon", "--interval soon: not a number of seconds"),
-    ("%parinfo_watch --interval 0.001", "interval 0.001: out of range (0.05-3600)"),
+    ("%parinfo_watch --interval 0.001", "--interval 0.001: out of range (0.05-3600)"),
+    ("%parinfo_watch -n x", "--samples x: not a whole number"),
+    ("%parinfo_watch --serve 127.0.0.1:9464", "unrecognized arguments: --serve 127.0.0.1:9464; usage: "
+                                              "%parinfo_watch [--samples N] [--interval SECONDS] [--pid PID]"),
+    ("%parinfo_watch --children", "--children needs --pid PID"),
+    ("%parinfo --format=--", "invalid choice: '--'"),
 ])
 def test_bad_input_is_one_line_without_a_traceback(cell, says):
     out = run_shell("%load_ext parinfo", cell)

@@ -94,6 +94,8 @@ def test_unknown_pid_is_one_line_and_exit_2():
 
 def test_bad_options_are_one_line():
     for args in (("watch", "--interval", "0"), ("watch", "--interval", "nan"), ("watch", "--children"),
+                 ("watch", "--samples", "0"), ("watch", "--once", "--samples", "2"),
+                 ("watch", "-n", "2", "--serve", "127.0.0.1:1"),
                  ("show", "--children"), ("show", "--pid", "1", "--torch"),
                  ("show", "--pid", "1", "--format", "torch")):
         proc = run_cli(*args)
@@ -135,6 +137,30 @@ def test_process_exiting_mid_watch_ends_the_watch_cleanly():
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert lines and all(s["pid"] == child.pid for s in lines)
     assert proc.stderr.strip() == f"parinfo: pid {child.pid} exited; watch ended"
+
+
+def test_watch_samples_prints_that_many_and_ends():
+    """``--samples N``: N samples, each titled with its number, then exit 0 without a word on stderr;
+    as JSON lines with --json; and the usual last line when the process ends first."""
+    child = _child()
+    try:
+        text = run_cli("watch", "--pid", str(child.pid), "--samples", "2", "--interval", "0.1", timeout=30)
+        as_json = run_cli("watch", "--pid", str(child.pid), "-n", "3", "--interval", "0.1", "--json", timeout=30)
+    finally:
+        _stop(child)
+    assert text.returncode == 0 and text.stderr == "", text.stderr
+    heads = [line for line in text.stdout.splitlines() if not line.startswith(" ")]
+    assert [h.split(":")[0] for h in heads] == [f"pid {child.pid}, sample 1 of 2", f"pid {child.pid}, sample 2 of 2"]
+    assert text.stdout.count("  verdict ") == 2
+    assert as_json.returncode == 0 and as_json.stderr == "", as_json.stderr
+    assert [json.loads(line)["pid"] for line in as_json.stdout.splitlines()] == [child.pid] * 3
+    short = _child("import time; time.sleep(0.8)")
+    try:
+        ended = run_cli("watch", "--pid", str(short.pid), "--samples", "50", "--interval", "0.3", "--json", timeout=30)
+    finally:
+        short.wait(timeout=10)
+    assert ended.returncode == 0 and 0 < len(ended.stdout.splitlines()) < 50
+    assert ended.stderr.strip() == f"parinfo: pid {short.pid} exited; watch ended"
 
 
 def test_api_watch_and_inspect_pid():

@@ -2,9 +2,9 @@
 
 Registration flows one way: the command modules define plain functions (their options declared as
 typer defaults) and import nothing from here; this module registers them, in the order ``--help``
-lists them. ``show`` and ``apply``, which ``main()`` also runs without loading the framework, declare
-their options once, as the fields of a record (parinfo.cli.options): their typer commands are built
-from it here.
+lists them. ``show`` and ``apply``, which ``main()`` also runs without loading the framework, and
+``watch``, whose options the ``%parinfo_watch`` magic shares, declare their options once, as the
+fields of a record (parinfo.cli.options): their typer commands are built from it here.
 Command modules import heavy libraries inside the command functions, never at module level.
 """
 from __future__ import annotations
@@ -43,11 +43,16 @@ def _show(a: show.ShowArgs) -> int:
     return show.run(a)
 
 
+def _watch(a: watch.WatchArgs) -> int:
+    """Watch CPU use per thread group, runnable threads, throttling and CPU pressure, with a verdict."""
+    return watch.run(a)
+
+
 app.command("show")(typer_command(show.ShowArgs, _show))
 app.command()(profiles.profiles)
 app.command("apply", context_settings={"allow_extra_args": True})(typer_command(launch.ApplyArgs, apply.apply_cmd))
 app.command(no_args_is_help=False)(tune.tune)
-app.command()(watch.watch)
+app.command("watch")(typer_command(watch.WatchArgs, _watch))
 app.command()(host.host)
 
 fleet_app = typer.Typer(help="Inspect and apply across every worker of a Dask or Ray cluster.", no_args_is_help=True)

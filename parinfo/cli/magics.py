@@ -2,7 +2,9 @@
 the text report in a terminal shell) and ``%parinfo_watch`` a few live samples, updated in place in
 a notebook.
 
-Both take the options of the matching command (``parinfo show``, ``parinfo watch``), parsed here.
+Both take some options of the matching command (``parinfo show``, ``parinfo watch``), read here
+from that command's one declaration (:class:`~parinfo.cli.show.ShowArgs`,
+:class:`~parinfo.cli.watch.WatchArgs`), with the same spellings and checks.
 Bad input is one line, as on the command line: IPython's UsageError, which it prints without a
 traceback and which marks the cell failed. ``%parinfo`` imports nothing into the kernel unless asked
 (``--import``, ``--torch``): the report is of the kernel as it is.
@@ -10,27 +12,40 @@ traceback and which marks the cell failed. ``%parinfo`` imports nothing into the
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from parinfo.cli import values
-
 if TYPE_CHECKING:
+    from parinfo.cli.options import Args
     from parinfo.cli.show import ShowArgs
+    from parinfo.cli.watch import WatchArgs
 
 MAGICS = ("parinfo", "parinfo_watch")
 #: The options of ``parinfo show`` that ``%parinfo`` takes (the others ask for an exit code or a
 #: process to attach to, which a notebook cell has no use for).
 SHOW_OPTIONS = ("pid", "children", "json_out", "fmt", "imports", "torch")
-_WATCH_USAGE = "%parinfo_watch [--samples N] [--interval SECONDS] [--pid PID [--children]] [--json]"
+#: The options of ``parinfo watch`` that ``%parinfo_watch`` takes (the others print without end,
+#: serve metrics or attach, which a cell has no use for).
+WATCH_OPTIONS = ("samples", "interval", "pid", "children", "json_out")
+#: Where ``%parinfo_watch``'s default differs from the command's: a cell shows a few samples and ends.
+WATCH_DEFAULTS = {"samples": 3}
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises parinfo's UsageError (one line, with the usage) instead of exiting."""
 
-    def __init__(self, prog: str, usage: str | None = None) -> None:
-        super().__init__(prog=prog, usage=usage, add_help=False, allow_abbrev=False)
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog=prog, add_help=False, allow_abbrev=False)
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # Before Python 3.13, argparse drops a "--" given as an option's value (--pid=--) and skips
+        # the option's type and choices, leaving []: check it as the command line does.
+        if arg_strings == ["--"] and action.option_strings and action.nargs in (None, "?"):
+            value = self._get_value(action, "--")
+            self._check_value(action, value)
+            return value
+        return super()._get_values(action, arg_strings)
 
     def error(self, message: str) -> NoReturn:
         from parinfo.errors import UsageError
@@ -51,15 +66,31 @@ def _split(line: str) -> list[str]:
         raise UsageError(f"cannot read the options ({exc})") from None
 
 
+def _options(prog: str, cls: type[Args], names: Sequence[str], line: str,
+             defaults: Mapping[str, Any] | None = None) -> Args:
+    """The options of magic ``prog`` in ``line``: those of the command whose declaration is ``cls``
+    named by ``names``, defaulted as declared but for ``defaults``; the usage line comes from them."""
+    from parinfo.cli.options import add_arguments, from_namespace
+
+    p = _Parser(prog)
+    add_arguments(p, cls, names, defaults)
+    return from_namespace(cls, p.parse_args(_split(line)))
+
+
 def show_args(line: str) -> ShowArgs:
     """The options of ``%parinfo``: those of ``parinfo show`` named in :data:`SHOW_OPTIONS`, from its
     one declaration (:class:`~parinfo.cli.show.ShowArgs`)."""
-    from parinfo.cli.options import add_arguments, from_namespace
     from parinfo.cli.show import ShowArgs
 
-    p = _Parser("%parinfo")
-    add_arguments(p, ShowArgs, SHOW_OPTIONS)
-    return from_namespace(ShowArgs, p.parse_args(_split(line)))
+    return _options("%parinfo", ShowArgs, SHOW_OPTIONS, line)
+
+
+def watch_args(line: str) -> WatchArgs:
+    """The options of ``%parinfo_watch``: those of ``parinfo watch`` named in :data:`WATCH_OPTIONS`,
+    from its one declaration (:class:`~parinfo.cli.watch.WatchArgs`), 3 samples unless asked."""
+    from parinfo.cli.watch import WatchArgs
+
+    return _options("%parinfo_watch", WatchArgs, WATCH_OPTIONS, line, WATCH_DEFAULTS)
 
 
 def _display(bundle: dict[str, Any], handle: Any = None) -> Any:
@@ -119,7 +150,7 @@ def parinfo_watch_magic(line: str = "") -> None:
     """Watch this kernel (or another process) for a few samples: CPU use per thread group, runnable
     threads, throttling and CPU pressure, with a verdict (as ``parinfo watch``), updated in place.
 
-    %parinfo_watch [--samples N] [--interval SECONDS] [--pid PID [--children]] [--json]
+    %parinfo_watch [--samples N] [--interval SECONDS] [--pid PID] [--children] [--json]
     """
     with _one_line_errors("parinfo_watch"):
         _watch(line)
@@ -135,13 +166,7 @@ def _watch(line: str) -> None:
     from parinfo.process.tasks import gone
     from parinfo.watching.sample import Sampler, check_interval, samples
 
-    p = _Parser("%parinfo_watch", _WATCH_USAGE)
-    p.add_argument("--samples", "-n", type=values.whole("--samples", 1, 10_000), default=3, metavar="N")
-    p.add_argument("--interval", type=values.seconds("--interval"), default=1.0, metavar="SECONDS")
-    p.add_argument("--pid", type=values.pid, metavar="PID")
-    p.add_argument("--children", action="store_true")
-    p.add_argument("--json", dest="json_out", action="store_true")
-    a = p.parse_args(_split(line))
+    a = watch_args(line)
     seconds = check_interval(a.interval)
     if a.children and a.pid is None:
         raise UsageError("--children needs --pid PID (the process whose tree to watch)")

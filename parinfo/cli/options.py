@@ -15,7 +15,7 @@ take some of a command's options. Adding an option is adding one field. This mod
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from parinfo.errors import UsageError
@@ -189,13 +189,17 @@ def _converted(field: Field, text: str) -> Any:
         return None
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type[NamedTuple], names: Sequence[str]) -> None:
+def add_arguments(parser: argparse.ArgumentParser, cls: type[NamedTuple], names: Sequence[str],
+                  defaults: Mapping[str, Any] | None = None) -> None:
     """Add the options of ``cls`` named by ``names`` (field names) to an argparse ``parser``, spelled,
-    checked and defaulted as declared; :func:`from_namespace` reads them back as a ``cls``. Options
-    only: a positional argument has no place among a magic's options (TypeError)."""
+    checked and defaulted as declared, but for the fields ``defaults`` names (a magic may need another
+    default than its command); :func:`from_namespace` reads them back as a ``cls``. Options only: a
+    positional argument has no place among a magic's options (TypeError)."""
     declared = {f.name: f for f in fields(cls)}
     for name in names:
         f = declared[name]
+        if defaults is not None and name in defaults:
+            f = Field(f.name, f.opt, f.type, defaults[name])
         opt = f.opt
         common: dict[str, Any] = {"dest": f.name, "help": opt.help}
         if isinstance(opt, Flag):

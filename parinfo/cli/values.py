@@ -43,6 +43,13 @@ def pid(value: Any) -> int:
     return checks.pid(value, "--pid")
 
 
+def watch_interval(value: Any) -> float:
+    """A parser of ``watch``'s ``--interval``: seconds within the sampler's own bounds."""
+    from parinfo.watching.sample import check_interval
+
+    return check_interval(value, "--interval")
+
+
 def attach_timeout(value: Any) -> float:
     """A parser of ``--timeout`` (attach): seconds from 0.1 to the most an attach may wait."""
     import parinfo.checks as checks

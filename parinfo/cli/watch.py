@@ -1,20 +1,60 @@
-"""`parinfo watch`: live evidence of where a process's CPU time goes, one sample per interval."""
+"""`parinfo watch`: live evidence of where a process's CPU time goes, one sample per interval.
+
+The command itself, from option values to output and exit code (:func:`run`). Its options are
+declared once, as the fields of :class:`WatchArgs`: from them come the typer command
+(parinfo.cli._app) and the options of the ``%parinfo_watch`` magic (parinfo.cli.magics), which takes
+some of them. typer is imported by what prints, not by the declaration or the rendering, so the
+magic never loads it.
+"""
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Optional
-
-import typer
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from parinfo.cli import values
+from parinfo.cli.options import Flag, Value
 
 if TYPE_CHECKING:
     from parinfo.watching.model import Sample
 
 
-#: The last line of a live (terminal) frame; never in --json, --once or piped output.
+#: The last line of a live (terminal) frame; never in --json, --once, --samples or piped output.
 STOP_HINT = "(Ctrl-C stops)"
+#: The most samples ``--samples`` asks for.
+MAX_SAMPLES = 10_000
+
+
+class WatchArgs(NamedTuple):
+    """``parinfo watch``'s options: each field's value, and in its annotation the option that sets it."""
+
+    pid: Annotated[int | None, Value(
+        "--pid", metavar="PID", convert=values.pid,
+        help="The process to watch (default: the cgroup parinfo runs in, without per-thread groups).")] = None
+    children: Annotated[bool, Flag("--children", help="With --pid: watch its whole process tree.")] = False
+    attach: Annotated[bool, Flag(
+        "--attach",
+        help="With --pid: also read each sample's counts in force inside the process (CPython 3.14+, "
+             "sys.remote_exec; with --children, each such process of the tree), with their sources "
+             "(docs/process.md).")] = False
+    timeout: Annotated[float | None, Value(
+        "--timeout", metavar="S", convert=values.attach_timeout,
+        help="With --attach: seconds each sample's attaches may take together (default 5).")] = None
+    interval: Annotated[float, Value(
+        "--interval", metavar="SECONDS", convert=values.watch_interval, help="Seconds between samples.")] = 1.0
+    once: Annotated[bool, Flag("--once", help="Print one sample (after one interval) and exit.")] = False
+    samples: Annotated[int | None, Value(
+        "--samples", "-n", metavar="N", convert=values.whole("--samples", 1, MAX_SAMPLES),
+        help="Print N samples, each titled 'sample n of N', and exit (default: until Ctrl-C, or the "
+             "process's end).")] = None
+    json_out: Annotated[bool, Flag(
+        "--json", help="One JSON object per interval (the default when not on a terminal, but for --once and "
+                       "--samples).")] = False
+    serve: Annotated[str | None, Value(
+        "--serve", metavar="HOST:PORT",
+        help="Serve Prometheus metrics on HOST:PORT (default host 127.0.0.1; one sample per scrape) until "
+             "SIGINT or SIGTERM, instead of printing samples. Needs prometheus_client (the metrics extra of "
+             "parinfo).")] = None
 
 
 def _pct(value: float | str) -> str:
@@ -85,6 +125,8 @@ def serve_until_stopped(collector: Any, address: str, what: str, ends: Callable[
     import signal
     import threading
 
+    import typer
+
     from parinfo.safe_text import escape_controls
     from parinfo.watching.metrics import serve
 
@@ -128,73 +170,72 @@ def attach_budget(pid: int | None, attach: bool, timeout: float | None, serve: s
     return DEFAULT_TIMEOUT if timeout is None else timeout
 
 
-def watch(
-    pid: int | None = typer.Option(
-        None, "--pid", metavar="PID", parser=values.pid,
-        help="The process to watch (default: the cgroup parinfo runs in, without per-thread groups)."),
-    children: bool = typer.Option(False, "--children", help="With --pid: watch its whole process tree."),
-    attach: bool = typer.Option(
-        False, "--attach",
-        help="With --pid: also read each sample's counts in force inside the process (CPython 3.14+, "
-             "sys.remote_exec; with --children, each such process of the tree), with their sources "
-             "(docs/process.md)."),
-    timeout: Optional[float] = typer.Option(
-        None, "--timeout", metavar="S", parser=values.attach_timeout,
-        help="With --attach: seconds each sample's attaches may take together (default 5)."),
-    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", parser=values.seconds("--interval"),
-                                   help="Seconds between samples."),
-    once: bool = typer.Option(False, "--once", help="Print one sample (after one interval) and exit."),
-    json_out: bool = typer.Option(
-        False, "--json", help="One JSON object per interval (the default when not on a terminal, but for --once)."),
-    serve: str | None = typer.Option(
-        None, "--serve", metavar="HOST:PORT",
-        help="Serve Prometheus metrics on HOST:PORT (default host 127.0.0.1; one sample per scrape) until "
-             "SIGINT or SIGTERM, instead of printing samples. Needs prometheus_client (the metrics extra of parinfo)."),
-) -> None:
-    """Watch CPU use per thread group, runnable threads, throttling and CPU pressure, with a verdict."""
+def sample_count(a: WatchArgs) -> int | None:
+    """How many samples to print (None: until stopped); option mixes that make no sense raise UsageError."""
+    from parinfo.errors import UsageError
+
+    if a.samples is None:
+        return 1 if a.once else None
+    if a.once:
+        raise UsageError(f"--once prints one sample and --samples {a.samples} prints {a.samples}: pick one")
+    if a.serve is not None:
+        raise UsageError("--samples counts printed samples; --serve serves metrics until stopped: pick one")
+    return a.samples
+
+
+def run(a: WatchArgs) -> int:
+    """Print a sample every interval (or serve them) until stopped, the process's end or the count asked;
+    the exit code. Bad values raise UsageError; a process gone before its first sample, ProcessGone."""
     import json
+
+    import typer
 
     from parinfo.errors import UsageError
     from parinfo.watching.sample import Sampler, check_interval, samples
 
-    if children and pid is None:
+    if a.children and a.pid is None:
         raise UsageError("--children needs --pid PID (the process whose tree to watch)")
-    budget = attach_budget(pid, attach, timeout, serve)
-    seconds = check_interval(interval)
-    if serve is not None:
+    budget = attach_budget(a.pid, a.attach, a.timeout, a.serve)
+    seconds = check_interval(a.interval)
+    count = sample_count(a)
+    if a.serve is not None:
         from parinfo.watching.metrics import check_serve
 
-        check_serve(serve)  # bad input is refused before anything is read
-    sampler = Sampler(pid, children=children, attach=budget)
-    if serve is not None:
+        check_serve(a.serve)  # bad input is refused before anything is read
+    pid = a.pid
+    sampler = Sampler(pid, children=a.children, attach=budget)
+    if a.serve is not None:
         from parinfo.watching.metrics import WatchCollector
 
         collector = WatchCollector(sampler)
-        serve_until_stopped(collector, serve, f"pid {pid}" if pid else "this container",
+        serve_until_stopped(collector, a.serve, f"pid {pid}" if pid else "this container",
                             ends=lambda: f"parinfo: pid {pid} exited; metrics server stopped"
                             if collector.exited() else None)
-        return
+        return 0
     from parinfo.convert import dump
 
     title = "container (parinfo's cgroup)" if pid is None else f"pid {pid}"
-    live = not json_out and sys.stdout.isatty() and not once
-    got = False
+    endless = count is None
+    live = not a.json_out and sys.stdout.isatty() and endless
+    got = 0
     try:
-        for sample in samples(sampler, seconds, 1 if once else None):
-            got = True
-            if json_out or (not once and not sys.stdout.isatty()):
+        for sample in samples(sampler, seconds, count):
+            got += 1
+            if a.json_out or (endless and not sys.stdout.isatty()):
                 typer.echo(json.dumps(dump(sample)))
             elif live:  # the screen is redrawn each time: the line that says how to stop stays, once
                 typer.echo("\x1b[H\x1b[2J" + render_sample(sample, title) + "\n" + STOP_HINT, nl=True)
             else:
-                typer.echo(render_sample(sample, title))
+                named = title if a.samples is None else f"{title}, sample {got} of {a.samples}"
+                typer.echo(render_sample(sample, named))
             sys.stdout.flush()
     except KeyboardInterrupt:
-        return
-    if pid is None or (once and got):
-        return
+        return 0
+    if pid is None or got == count:
+        return 0
     if not got:  # it ended before a whole interval could be measured
         from parinfo.process.tasks import gone
 
         raise gone(pid)
     typer.echo(f"parinfo: pid {pid} exited; watch ended", err=True)
+    return 0

@@ -273,11 +273,16 @@ def pressure_percent(a: Pressure | str, b: Pressure | str, dt: float) -> float |
     return round(min(100.0, 100 * (b.some_total_usec - a.some_total_usec) / 1e6 / dt), 1)
 
 
-def check_interval(interval: float) -> float:
-    """``interval`` as seconds; UsageError unless it is a number from 0.05 to 3600."""
+#: The shortest and longest interval between samples, in seconds.
+MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
+
+
+def check_interval(interval: object, what: str = "interval") -> float:
+    """``interval`` (a number, or decimal text as typed after the option ``what``) as seconds;
+    UsageError unless it is a number from MIN_INTERVAL to MAX_INTERVAL."""
     from parinfo.checks import seconds
 
-    return seconds(interval, "interval", 0.05, 3600)
+    return seconds(interval, what, MIN_INTERVAL, MAX_INTERVAL)
 
 
 def samples(sampler: Sampler, interval: float, count: int | None = None) -> Iterator[Sample]:
