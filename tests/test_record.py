@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from dataclasses import FrozenInstanceError, field
+from typing import ClassVar
 
 import pytest
 
@@ -179,3 +180,76 @@ def test_keyword_only_fields_and_initvars_behave_as_dataclass():
         assert cls("p", strict=True).strict is True
         with pytest.raises(TypeError):
             cls("p", True)
+
+
+
+def test_a_record_without_a_docstring_is_described_by_its_fields():
+    @record
+    class Bare:
+        name: str
+        tags: list[str] = field(default_factory=list)
+        count: int = 1
+
+    assert Bare.__doc__ == "Bare(name: str, tags: list[str], count: int)"
+    assert Bare("a") == Bare("a", [], 1)
+
+
+_FIELD_FACTS = ("name", "type", "default", "default_factory", "init", "repr", "hash", "compare", "metadata",
+                "kw_only", "_field_type")
+
+
+def _facts(cls) -> list[tuple]:
+    return [tuple(getattr(f, a) for a in _FIELD_FACTS) for f in cls.__dataclass_fields__.values()]
+
+
+def test_the_fields_a_record_makes_are_dataclasss_own():
+    def body(base=object):
+        class Row(base):
+            """A row."""
+
+            name: str
+            count: int = 1
+            tags: list[str] = field(default_factory=list, metadata={"json": "t"})
+            note: str = field(default="", compare=False, repr=False)
+            total: int = field(default=0, init=False)
+            size: float = field(default=0.5, hash=False)
+
+        return Row
+
+    made, ours = dataclasses.dataclass(body()), record(body())
+    assert _facts(ours) == _facts(made)
+    assert ours.__match_args__ == made.__match_args__ == ("name", "count", "tags", "note", "size")
+    for name in ("count", "note", "size"):  # the class attributes dataclass leaves
+        assert getattr(ours, name) == getattr(made, name)
+    assert not hasattr(ours, "tags") and not hasattr(made, "tags") and not hasattr(ours, "name")
+    assert dataclasses.is_dataclass(ours) and dataclasses.asdict(ours("a")) == dataclasses.asdict(made("a"))
+    assert dataclasses.replace(ours("a", 2), count=3) == ours("a", 3)
+
+    def child(base):
+        class Child(base):
+            """A row with more."""
+
+            extra: str = "x"
+
+        return Child
+
+    assert _facts(record(child(ours))) == _facts(dataclasses.dataclass(child(made)))
+    sub = dataclasses.dataclass(child(ours))  # a dataclass may build on a record
+    assert [f.name for f in dataclasses.fields(sub)][-2:] == ["size", "extra"] and sub("a").extra == "x"
+
+
+def test_what_is_not_a_plain_field_is_read_as_dataclass_reads_it():
+    @record
+    class WithClassVar:
+        """A field and a class variable."""
+
+        kind: ClassVar[str] = "k"
+        name: str = "n"
+
+    assert [f.name for f in dataclasses.fields(WithClassVar)] == ["name"] and WithClassVar.kind == "k"
+    for mutable in ("[]", "field(default={})"):
+        with pytest.raises(ValueError, match="mutable default"):
+            exec(f"@record\nclass Bad:\n    '''x'''\n    items: list = {mutable}\n",
+                 {"record": record, "field": field, "list": list})
+    with pytest.raises(TypeError, match="no type annotation"):
+        exec("@record\nclass Bad:\n    '''x'''\n    items = field(default=1)\n", {"record": record, "field": field})

@@ -123,3 +123,28 @@ def test_ctrl_c_in_a_loop_of_regions_never_leaves_the_thread_inside_a_region():
         "print(json.dumps({'left': left}))",
         env=clean_env(PARINFO_ADAPTIVE="0"), timeout=60)
     assert out == {"left": 0}
+
+
+def test_the_pools_are_built_at_first_use_and_a_report_builds_none():
+    out = run_json(
+        "import json, os, sys, parinfo\n"
+        "from parinfo.runtime.state import RUNTIME\n"
+        "pools = ('parinfo.runtime.interop', 'parinfo.runtime.intraop')\n"
+        "loaded = lambda: sorted(m for m in pools if m in sys.modules)\n"
+        "parinfo.parallel_info(); parinfo.set_num_threads(2); info = parinfo.runtime.info()\n"
+        "before = [loaded(), info['intra_pool_started'], info['inter_pool_started'], info['pool_threads']]\n"
+        "parinfo.parallel_for(0, 8, 1, lambda a, b: None)\n"
+        "value = parinfo.wait(parinfo.fork(lambda: 7))\n"
+        "info = parinfo.runtime.info()\n"
+        "r, w = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.write(w, str(parinfo.wait(parinfo.fork(lambda: 8))).encode()); os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "print(json.dumps({'before': before, 'after': [loaded(), info['intra_pool_started'],\n"
+        "                  info['inter_pool_started'], info['pool_threads'] > 0], 'value': value,\n"
+        "                  'child': os.read(r, 8).decode(), 'same': RUNTIME.fork == RUNTIME.inter.fork}))\n",
+        env=clean_env())
+    assert out["before"] == [[], False, False, 0]
+    assert out["after"] == [["parinfo.runtime.interop", "parinfo.runtime.intraop"], True, True, True]
+    assert (out["value"], out["child"], out["same"]) == (7, "8", True)

@@ -99,10 +99,10 @@ def test_plain_path_and_typer_give_the_same(args, report, monkeypatch, capsys):
         assert asked[0] == asked[1]  # the report was asked for in the same words
 
 
-def test_plain_show_loads_neither_typer_nor_rich():
+def test_plain_show_loads_neither_typer_nor_rich_nor_what_it_does_not_run():
     code = ("import atexit, sys\n"
-            "atexit.register(lambda: print(sorted(m for m in ('typer', 'click', 'rich') if m in sys.modules),"
-            " file=sys.stderr))\n"
+            "atexit.register(lambda: print(sorted(m for m in ('typer', 'click', 'rich', 'parinfo.cli.launch',"
+            " 'parinfo.runtime.interop', 'parinfo.runtime.intraop') if m in sys.modules), file=sys.stderr))\n"
             "sys.argv = ['parinfo', 'show', '--json', '-i', 'none']\n"
             "from parinfo.cli import main\n"
             "main()\n")

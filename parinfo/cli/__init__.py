@@ -50,12 +50,14 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run_plain(args: list[str]) -> int | None:
     """Run a plain launch or a plain ``show`` without loading typer; None for any other command line."""
-    from parinfo.cli.launch import launch, plain_launch
+    if args[:1] == ["apply"]:
+        from parinfo.cli.launch import launch, plain_launch
 
-    plain = plain_launch(args)
-    if plain is not None and plain.command is not None:
-        return launch(plain.profile, plain.command, force=plain.force, instances=plain.instances,
-                      instance_index=plain.instance_index, log_dir=plain.log_dir, check=plain.check)
+        plain = plain_launch(args)
+        if plain is not None and plain.command is not None:
+            return launch(plain.profile, plain.command, force=plain.force, instances=plain.instances,
+                          instance_index=plain.instance_index, log_dir=plain.log_dir, check=plain.check)
+        return None
     from parinfo.cli import show
 
     options = show.plain_args(args)

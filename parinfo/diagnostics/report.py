@@ -77,7 +77,8 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     probes = probe.import_probes(wanted)
 
     facts = machine_facts(root)
-    pool_rows = pools.native_pools()
+    objects = pools.loaded_objects()
+    pool_rows = pools.native_pools(objects=objects)
     torch_info = frameworks.torch_info(import_if_missing=False)
     launch_env = environment.launch_environment()
     env_rows = environment.environment_report(os.environ, launch_env)
@@ -88,7 +89,6 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         pool_rows, torch_info, os.environ, launch_env, facts, pushed, RUNTIME.applied_env(),
         framework_set={**provenance.set_at_import(), **RUNTIME.framework_set()})
     framework_info = Frameworks(torch_info)
-    objects = pools.loaded_objects()
 
     report = Report(
         machine=facts,

@@ -42,6 +42,8 @@ class CgroupFacts:
 
 @record(frozen=True)
 class _Mount:
+    """One cgroup mount of mountinfo: where it is, and which controllers it holds."""
+
     root: str  # the mount's root inside its hierarchy (field 4 of mountinfo)
     point: str  # where it is mounted, relative to the filesystem root (no leading "/")
     v2: bool

@@ -265,15 +265,18 @@ def mark_duplicates(rows: list[PoolRow]) -> None:
             row.duplicate_of = group[0].filepath
 
 
-def native_pools(maps_text: str | None = None) -> list[PoolRow]:
+def native_pools(maps_text: str | None = None, objects: list[str] | None = None) -> list[PoolRow]:
     """Every native thread pool loaded in this process, one row per loaded copy of a runtime.
 
     Rows from threadpoolctl's ``threadpool_info()`` come first (in load order), then runtimes seen only
-    among the loaded objects, then MKL inside torch. ``maps_text`` replaces /proc/self/maps (tests).
+    among the loaded objects, then MKL inside torch. ``maps_text`` replaces /proc/self/maps (tests);
+    ``objects`` is :func:`loaded_objects` when the caller has just read it (the maps file of a numpy
+    process is some 25 KB the kernel writes out on each read).
     When Intel libiomp and LLVM libomp are both loaded (:func:`openmp_conflict`), nothing is asked of
     any library: every row comes from the loaded objects, with its count unknown.
     """
-    objects = loaded_objects(maps_text)
+    if objects is None or maps_text is not None:
+        objects = loaded_objects(maps_text)
     conflict = bool(openmp_conflict(objects))
     tpc_error: str | None = None
     if conflict:  # threadpoolctl would call omp_get_max_threads() in both runtimes

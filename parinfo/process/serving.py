@@ -260,8 +260,10 @@ def openmp_served(objects: list[str], environ: Mapping[str, str], launch: Mappin
 @functools.lru_cache(maxsize=4096)
 def _file_name(path: str) -> str:
     """The lower-case name of the file ``path`` leads to (a loaded object's links resolved once: a
-    report asks for every loaded object each time)."""
-    return os.path.basename(os.path.realpath(path)).lower()
+    report asks for every loaded object each time). Only a link in the last step can change the name,
+    so a path that is not a link (every path of the maps file, which the kernel resolved) costs one
+    lstat instead of one per directory."""
+    return os.path.basename(os.path.realpath(path) if os.path.islink(path) else path).lower()
 
 
 def bypassed_by_parinfo(served: Served | None) -> list[str]:

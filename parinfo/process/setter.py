@@ -22,12 +22,10 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass  # not parinfo.record: the start-up hook loads this module with the standard library alone
-class Outcome:
+class Outcome(NamedTuple):  # not a record: the start-up hook loads this module with the standard library alone
     """One count set: the library (record name), what was set (a pool's file, a module, torch's
     pool), the count asked, the count read back afterwards (None when it cannot be read), the count
     before, for whom it holds ("thread": the calling thread; "process"), and the error if the

@@ -20,8 +20,6 @@ from parinfo.runtime import workers
 from parinfo.runtime.adaptive import Adaptive
 from parinfo.runtime.follow import BudgetFollower
 from parinfo.runtime.future import Future, TaskLedger
-from parinfo.runtime.interop import InteropPool
-from parinfo.runtime.intraop import IntraopPool
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import EXPLICIT, RuntimeSettings, check_count
 from parinfo.runtime.snapshot import PoolCount, RuntimeSection
@@ -32,13 +30,23 @@ from parinfo.source import Kind, Source
 
 if TYPE_CHECKING:
     from parinfo.process.provenance import SetByApply
+    from parinfo.runtime.interop import InteropPool
+    from parinfo.runtime.intraop import IntraopPool
 
 # How long a push waits for busy pool workers; they take the count before their next job anyway.
 PUSH_WAIT_S = 2.0
 
 
 class Runtime:
-    """parinfo's runtime in one process: counts, pools, budget, ledger and what they learned."""
+    """parinfo's runtime in one process: counts, pools, budget, ledger and what they learned.
+
+    The two pools (and ``fork``) are built at their first use, without starting a thread: a process
+    that only reports on itself, as ``parinfo show`` does, never loads their modules."""
+
+    intra: IntraopPool
+    inter: InteropPool
+    #: ``fork(fn, /, *args, **kwargs)``: the inter-op pool's (see :meth:`InteropPool.fork`)
+    fork: Callable[..., Any]
 
     def __init__(self) -> None:
         self.settings = RuntimeSettings()
@@ -49,14 +57,38 @@ class Runtime:
         self.setup = WorkerSetup()
         self.torch_forks = TorchForks(self.settings, self.limits)
         self.follow = BudgetFollower(self.settings, self.limits, self._push_defaults)
-        self.intra = IntraopPool(self.settings, self.limits, self.adaptive, self.recorders, self.setup, self.follow)
-        self.inter = InteropPool(self.settings, self.limits, self.adaptive, self.ledger, self.recorders,
-                                 self.setup, self.torch_forks, self.follow)
-        #: ``fork(fn, /, *args, **kwargs)``: the inter-op pool's (see :meth:`InteropPool.fork`)
-        self.fork: Callable[..., Any] = self.inter.fork
+        self._pools_lock = threading.Lock()
         self._env_lock = threading.Lock()
         self._env_set: dict[str, SetByApply] = {}  # variables parinfo.apply() set in this process
         self._framework_set: dict[str, tuple[int, Source]] = {}  # framework counts parinfo.apply() set
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for an attribute not set yet: the pools and ``fork`` before their first use.
+        if name in ("intra", "inter", "fork"):
+            self._build_pools()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _build_pools(self) -> None:
+        """Make both pools (no thread starts) and ``fork``, once; afterwards they are plain attributes."""
+        from parinfo.runtime.interop import InteropPool
+        from parinfo.runtime.intraop import IntraopPool
+
+        with self._pools_lock:
+            if "inter" in self.__dict__:
+                return
+            self.intra = IntraopPool(self.settings, self.limits, self.adaptive, self.recorders, self.setup,
+                                     self.follow)
+            inter = InteropPool(self.settings, self.limits, self.adaptive, self.ledger, self.recorders,
+                                self.setup, self.torch_forks, self.follow)
+            self.fork = inter.fork
+            self.inter = inter  # last: its presence says the pools are built
+
+    def _built_pools(self) -> tuple[IntraopPool, InteropPool] | tuple[()]:
+        """Both pools when they are built, else (): asking about them builds nothing."""
+        if "inter" not in self.__dict__:
+            return ()
+        return self.intra, self.inter
 
     # counts --------------------------------------------------------------------------------
     def set_num_threads(self, n: int) -> None:
@@ -187,7 +219,7 @@ class Runtime:
     def on_every_worker(self, key: str, fn: Callable[[], Any], timeout: float = 5.0) -> dict[str, Any]:
         """Run ``fn()`` once on every live worker of both pools, and first on every worker started
         later (see :func:`parinfo.runtime.workers.on_every_worker`)."""
-        return workers.on_every_worker(self.setup, (self.intra, self.inter), key, fn, timeout)
+        return workers.on_every_worker(self.setup, self._built_pools(), key, fn, timeout)
 
     def profile(self) -> Profile:
         """``with parinfo.profile() as prof: ...`` then ``prof.export_chrome_trace("parallel.json")``."""
@@ -237,6 +269,7 @@ class Runtime:
         else:
             (backend, backend_source), (intra, intra_src), (inter, inter_src) = settings.peek(machine)
         ceiling = settings.ceiling
+        pools = self._built_pools()
         return RuntimeSection(
             backend=backend,
             backend_source=backend_source,
@@ -245,9 +278,9 @@ class Runtime:
             inter_op=PoolCount(inter, inter_src, locked=settings.inter_locked(),
                                capped_to=ceiling if inter > ceiling else None),
             pool_ceiling=ceiling,
-            intra_pool_started=self.intra.started(),
-            inter_pool_started=self.inter.started(),
-            pool_threads=self.intra.alive_threads() + self.inter.alive_threads(),
+            intra_pool_started=any(pool.started() for pool in pools[:1]),
+            inter_pool_started=any(pool.started() for pool in pools[1:]),
+            pool_threads=sum(pool.alive_threads() for pool in pools),
             native_push=self.limits.push_record(),
             budget=self.limits.state(),
             adaptive=self.adaptive.state(),
@@ -288,8 +321,9 @@ class Runtime:
         self.settings.after_fork_in_child()
         self.ledger.after_fork_in_child()
         self.limits.after_fork_in_child()
-        self.inter.after_fork_in_child()
-        self.intra.after_fork_in_child()
+        self._pools_lock = threading.Lock()
+        for pool in reversed(self._built_pools()):
+            pool.after_fork_in_child()
         self.recorders.after_fork_in_child()
         self.setup.after_fork_in_child()
         self.adaptive.after_fork_in_child()
