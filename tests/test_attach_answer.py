@@ -166,3 +166,13 @@ def test_deep_nesting_inside_a_field_is_not_followed():
                parinfo={"state": {"info": {"deep": deep}}})
     assert got.environ == {"B": "b"} and got.python.version is None and got.pools["/a"].why is None
     assert got.parinfo is not None and got.parinfo.info == {"deep": deep}
+
+
+def test_odd_values_are_left_out_rather_than_turned_into_text():
+    """An error that is not a text, a loaded name that is not one, an ``applied`` that is not an
+    object: unknown like any odd value (the script writes texts and objects there)."""
+    got = read(errors={"pools": 5, "torch": ["x"], "environ": "cannot read"},
+               parinfo={"state": {"applied": {"V": {"value": "1", "profile": "p", "loaded": ["/a", 3, None]}}}})
+    assert got.errors == {"environ": "cannot read"}
+    assert got.parinfo is not None and got.parinfo.applied == {"V": SetByApply("1", "p", frozenset({"/a"}))}
+    assert (parsed := read(parinfo={"state": {"applied": 5}}).parinfo) is not None and parsed.applied is None

@@ -5,6 +5,8 @@ broken: it is parsed with the standard parser (no NaN, no Infinity), every field
 it has the expected type and lies within its bounds (counts from 1 to :data:`MAX_COUNT`, texts cut
 at :data:`MAX_TEXT` characters, at most :data:`MAX_ITEMS` rows of anything), and a field that is
 not is unknown, never an error. Texts keep what they say; they are escaped where they are shown.
+The records below say their types and bounds in their annotations, and :func:`parinfo.convert.load`
+reads them (the few shapes of the script's own, in ``_json_in`` hooks).
 """
 from __future__ import annotations
 
@@ -162,9 +164,9 @@ def parse(raw: bytes, token: str, pid: int | None) -> Answer:
 
     try:
         data = json.loads(raw.decode("ascii"), parse_constant=refuse)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: a number of too many digits
-        if isinstance(exc, BadAnswer):
-            raise
+    except BadAnswer:
+        raise
+    except (ValueError, RecursionError) as exc:  # not ASCII, not JSON, a number of too many digits, too deep
         raise BadAnswer(f"the answer is not JSON ({str(exc)[:100]})") from None
     d = section(data)
     if d.get("token") != token:
