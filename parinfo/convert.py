@@ -18,6 +18,17 @@ A field can say how it travels through ``field(metadata=...)`` (several at once:
 - ``FLATTEN``: a record whose keys sit in its parent's object instead of an object of its own;
 - ``LOCAL``: stays in the process: never written, never read (its default is kept).
 
+A value read from another process is believed only within bounds, said in its annotation with
+``typing.Annotated`` (at any depth: a list's items, a mapping's keys and values):
+
+- ``Annotated[str, at_most(n)]``: a text is cut at ``n`` characters; ``Annotated[list[T], at_most(n)]``
+  (a tuple, set or mapping alike): only its first ``n`` items are read, the rest is not looked at;
+- ``Annotated[int, between(low, high)]``: a number outside ``low..high`` is odd, as one of another
+  type is.
+
+A record written as a JSON array of its fields in order (a compact row) says so with a class variable
+``_json_array = True``; an array of another length is odd.
+
 A record whose JSON form truly differs from its fields says so with two optional hooks: a
 ``_json_out(self, data)`` method that gets the field-by-field object and returns the JSON one, and a
 ``_json_in(cls, data)`` classmethod that gets the JSON object and returns the one to read the fields
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import sys
 import types
 import typing
@@ -40,7 +52,8 @@ from typing import Any, TypeVar
 
 from parinfo.source import Source
 
-__all__ = ["FLATTEN", "LOCAL", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "dump", "key", "load"]
+__all__ = ["FLATTEN", "LOCAL", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "Bound", "at_most", "between", "dump", "key",
+           "load"]
 
 _T = TypeVar("_T")
 
@@ -61,6 +74,49 @@ def key(name: str) -> Mapping[str, Any]:
     return types.MappingProxyType({"key": name})
 
 
+class Bound:
+    """A bound on a value read (the metadata of ``typing.Annotated``; made by :func:`at_most` or
+    :func:`between`)."""
+
+    __slots__ = ("high", "low", "most")
+
+    def __init__(self, most: int | None = None, low: float | None = None, high: float | None = None) -> None:
+        self.most, self.low, self.high = most, low, high
+
+    def __repr__(self) -> str:
+        return f"Bound(most={self.most}, low={self.low}, high={self.high})"
+
+    def before(self, value: Any) -> Any:
+        """``value`` as far as it is read: a list's, tuple's or mapping's first items."""
+        most = self.most
+        if most is not None:
+            if isinstance(value, (list, tuple)):
+                return value[:most]
+            if isinstance(value, Mapping):
+                return dict(itertools.islice(value.items(), most))
+        return value
+
+    def after(self, got: Any) -> Any:
+        """What was read, cut (a text) or refused (a number out of bounds: _NOTHING)."""
+        if isinstance(got, str):
+            return got if self.most is None else got[:self.most]
+        number = isinstance(got, (int, float)) and not isinstance(got, bool)
+        if number and ((self.low is not None and got < self.low) or (self.high is not None and got > self.high)):
+            return _NOTHING
+        return got
+
+
+def at_most(n: int) -> Bound:
+    """``Annotated`` metadata: a text is cut at ``n`` characters; a list, tuple, set or mapping is read
+    from its first ``n`` items."""
+    return Bound(most=n)
+
+
+def between(low: float | None = None, high: float | None = None) -> Bound:
+    """``Annotated`` metadata: a number below ``low`` or above ``high`` is odd."""
+    return Bound(low=low, high=high)
+
+
 _NOTHING = object()  # what a reader gives for a value it does not accept
 _SIZED = (str, list, tuple, dict, set, frozenset)
 _PLAIN = frozenset({str, int, float, bool, type(None)})
@@ -77,6 +133,8 @@ def dump(value: Any) -> Any:
         return value.value
     fields = _FIELDS.get(cls) or (_fields(cls) if hasattr(cls, "__dataclass_fields__") else None)
     if fields is not None:
+        if getattr(cls, "_json_array", False):
+            return [dump(getattr(value, name)) for name, f in fields if not f.metadata.get("local")]
         out: dict[str, Any] = {}
         for name, f in fields:
             item = getattr(value, name)
@@ -133,7 +191,7 @@ def _hints(cls: type) -> dict[str, Any]:
         module = sys.modules.get(cls.__module__)
         namespace = {**vars(typing), **(vars(module) if module is not None else {})}
         try:
-            hints = typing.get_type_hints(cls, globalns=namespace)
+            hints = typing.get_type_hints(cls, globalns=namespace, include_extras=True)
         except NameError:  # an annotation naming what only type checkers import: each field alone
             hints = {}
             for name, f in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
@@ -216,6 +274,8 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool = True) -> Any:
 def _empty(hint: Any) -> Any:
     """The empty value of a type: None where None is allowed, else "", 0, False, [], {} or a record."""
     origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _empty(typing.get_args(hint)[0])
     if hint is Any or hint is type(None):
         return None
     if origin in (typing.Union, types.UnionType):
@@ -258,6 +318,8 @@ def _read(hint: Any, value: Any) -> Any:
         source = Source.from_json(value)
         return _NOTHING if source is None else source
     origin, args = _shape(hint)
+    if origin is typing.Annotated:
+        return _bounded(args, value)
     if origin in (typing.Union, types.UnionType):
         if value is None:
             return None if type(None) in args else _NOTHING
@@ -287,15 +349,24 @@ def _read(hint: Any, value: Any) -> Any:
         if not isinstance(value, Mapping):
             return _NOTHING
         inner = args[1] if len(args) == 2 else Any
+        keys = args[0] if args and _shape(args[0])[0] is typing.Annotated else None  # a bounded key
         out = {}
         for k, v in value.items():
             got = _read(inner, v)
             if got is not _NOTHING:
-                out[str(k)] = got
+                name = str(k) if keys is None else _read(keys, str(k))
+                if name is not _NOTHING:
+                    out[name] = got
         return out
     if isinstance(hint, type):
         if hasattr(hint, "__dataclass_fields__"):
-            return _record(hint, value) if isinstance(value, Mapping) else _NOTHING
+            if isinstance(value, Mapping):
+                return _record(hint, value)
+            if isinstance(value, (list, tuple)) and getattr(hint, "_json_array", False):
+                readings = (_READINGS.get(hint) or _readings(hint))[0]
+                if len(value) == len(readings):
+                    return _record(hint, {r.json_key or r.name: v for r, v in zip(readings, value, strict=True)})
+            return _NOTHING
         if issubclass(hint, enum.Enum):
             try:
                 return hint(value)
@@ -310,3 +381,16 @@ def _read(hint: Any, value: Any) -> Any:
         if hint is str:
             return value if isinstance(value, str) else _NOTHING
     return _NOTHING
+
+
+def _bounded(args: tuple[Any, ...], value: Any) -> Any:
+    """``value`` read as ``Annotated[hint, bounds...]`` (``args``) says, or _NOTHING."""
+    bounds = [b for b in args[1:] if isinstance(b, Bound)]
+    for b in bounds:
+        value = b.before(value)
+    got = _read(args[0], value)
+    for b in bounds:
+        if got is _NOTHING:
+            break
+        got = b.after(got)
+    return got

@@ -4,11 +4,11 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import field
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import pytest
 
-from parinfo.convert import FLATTEN, LOCAL, OMIT_EMPTY, OMIT_NONE, REQUIRED, dump, key, load
+from parinfo.convert import FLATTEN, LOCAL, OMIT_EMPTY, OMIT_NONE, REQUIRED, at_most, between, dump, key, load
 from parinfo.record import record
 from parinfo.runtime.snapshot import RuntimeSection
 from parinfo.source import Kind, Source, variable
@@ -158,3 +158,42 @@ class Kinded:
 def test_class_variables_do_not_travel():
     assert dump(Kinded(1)) == {"n": 1}
     assert load(Kinded, {"n": 2, "kind": "other"}) == Kinded(2) and Kinded.kind == "kinded"
+
+
+@record
+class Bounded:
+    word: Annotated[str, at_most(3)] = ""
+    maybe: Annotated[str, at_most(2)] | None = None
+    count: Annotated[int, between(1, 8)] | None = None
+    ratio: Annotated[float, between(0, 1)] = 0.5
+    first: Annotated[list[Annotated[str, at_most(1)]], at_most(3)] = field(default_factory=list)
+    seen: Annotated[dict[Annotated[str, at_most(2)], int], at_most(2)] = field(default_factory=dict)
+    kept: Annotated[str, at_most(3)] = field(default="", metadata=REQUIRED)
+
+
+def test_bounds_cut_texts_read_only_the_first_items_and_refuse_numbers_outside():
+    got = load(Bounded, {"word": "abcdef", "maybe": "xyz", "count": 9, "ratio": 1.5, "first": [1, "bc", "d", "e"],
+                         "seen": {"long key": 1, "k": "odd", "late": 3}, "kept": "wxyz"})
+    assert (got.word, got.maybe, got.count, got.ratio) == ("abc", "xy", None, 0.5)
+    assert got.first == ["b", "d"]  # the first three items read, the odd one among them left out
+    assert got.seen == {"lo": 1}  # the first two entries read; keys cut too
+    assert got.kept == "wxy"
+    assert [load(Bounded, {"count": n}).count for n in (0, 1, 8, True, 2.0)] == [None, 1, 8, None, None]
+    assert load(Bounded, {}) == Bounded()  # a bounded field's empty value is its type's
+    assert load(list[Bounded], [{"word": "a", "kept": "k"}, {"word": "b", "kept": 3}, {"word": "c"}]) == \
+        [Bounded("a", kept="k")]  # a required bounded field odd or missing: the row is left out
+
+
+@record
+class Row:
+    _json_array = True
+
+    n: int | None
+    name: str = field(metadata=REQUIRED)
+    flag: bool = False
+
+
+def test_a_record_written_as_an_array_reads_its_fields_in_order():
+    assert dump(Row(1, "a", True)) == [1, "a", True]
+    assert load(list[Row], [[1, "a", True], ["x", "b", 1], [2, "c"], [3, 4, True], {"n": 5, "name": "d"}, "odd"]) == \
+        [Row(1, "a", True), Row(None, "b", False), Row(5, "d", False)]

@@ -14,9 +14,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
-from parinfo.convert import REQUIRED
+from parinfo.convert import REQUIRED, at_most
 from parinfo.process import libraries as reg
 from parinfo.process.defaults import Cap, Rule, hardware_concurrency
 from parinfo.process.pools import CONFLICT_NOTE, PoolRow
@@ -136,9 +136,10 @@ class SetByApply:
     what was ``loaded`` at that moment (library files and Python modules): a library loaded later read
     this value when it loaded, one loaded before did not."""
 
-    value: str
-    profile: str
-    loaded: frozenset[str] = frozenset()
+    value: Annotated[str, at_most(1 << 12)] = field(metadata=REQUIRED)
+    profile: Annotated[str, at_most(400)] = field(metadata=REQUIRED)
+    loaded: Annotated[frozenset[Annotated[str, at_most(1 << 12)]], at_most(1 << 12)] = field(
+        default=frozenset(), metadata=REQUIRED)
 
 
 def read_after_apply(model: Model, key: str | None, environ: Mapping[str, str],

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from parinfo.convert import dump
+from parinfo.convert import LOCAL, dump, key
 from parinfo.errors import TuneError
 from parinfo.process import setter
 from parinfo.record import record
@@ -129,12 +129,12 @@ NO_REPORT = ("unknown (the command did not run parinfo's start-up hook: it is no
 
 @record
 class Settings:
-    """How each point is timed."""
+    """How each point is timed (a tune's JSON gives the first three; the timeout stays here)."""
 
     warmup: int = 1
     repeats: int = 5
-    min_time: float = 0.05
-    timeout: float = 600.0
+    min_time: float = field(default=0.05, metadata=key("min_time_s"))
+    timeout: float = field(default=600.0, metadata=LOCAL)
 
 
 @record

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from parinfo.convert import dump
 from parinfo.tuning import plot as plots, writers
 from parinfo.tuning.outcome import TuneOutcome
 
@@ -16,7 +17,8 @@ class TuneResult(TuneOutcome):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-serialisable form (what ``parinfo tune --json`` prints)."""
-        return writers.to_json(self)
+        data: dict[str, Any] = dump(writers.TuneJson.of(self))
+        return data
 
     def to_profile_yaml(self, name: str | None = None) -> str:
         """A profile (``version: 1``) with the winning counts, and comments recording how they were found."""

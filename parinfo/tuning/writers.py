@@ -1,59 +1,110 @@
-"""A tune's result written out: the JSON form (``--json``) and the profile (``--write``).
+"""A tune's result written out: the JSON form (``--json``, :class:`TuneJson`) and the profile (``--write``).
 
 The plots (terminal bars, SVG/PNG) are in parinfo.tuning.plot.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from parinfo.checks import shown
-from parinfo.convert import dump
+from parinfo.convert import FLATTEN
 from parinfo.errors import UsageError
+from parinfo.record import record
 from parinfo.safe_text import plural
 from parinfo.tuning.choices import TITLES
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parinfo.tuning.outcome import TuneOutcome
-    from parinfo.tuning.search import Point
+    from parinfo.tuning.choices import ChoiceSearch
+    from parinfo.tuning.measure import Settings
+    from parinfo.tuning.outcome import MachineSummary, TuneOutcome
+    from parinfo.tuning.search import Point, Stats
+    from parinfo.tuning.workloads import Workload
 
 HOW = {"subprocess": "each point in a fresh process",
        "in-process": "in one process through the runtime and threadpoolctl",
        "command": "the command timed as a whole process"}
 
 
-def _point(r: TuneOutcome, p: Point) -> dict[str, Any]:
-    return {"intra_op": p.intra, "inter_op": p.inter, "label": r.label(p)}
+@record(frozen=True)
+class PointAt:
+    """A point as a tune's JSON names it: its counts and its label."""
+
+    intra_op: int
+    inter_op: int
+    label: str
+
+    @classmethod
+    def of(cls, r: TuneOutcome, p: Point) -> PointAt:
+        return cls(p.intra, p.inter, r.label(p))
 
 
-def to_json(r: TuneOutcome) -> dict[str, Any]:
-    """Plain, JSON-serialisable form (what ``parinfo tune --json`` prints)."""
-    points = []
-    for p, s in r.measured:
-        points.append({**_point(r, p), **dump(s), "per_second": 1.0 / s.median if s.median > 0 else None,
-                       "order": r.search.order.index(p) + 1, "noisy": r.is_noisy(s),
-                       "confirmed": p in r.search.confirmed, "in_force": r.in_force.get(p)})
-    return {
-        "workload": r.workload,
-        "spec": dump(r.spec),
-        "objective": r.objective,
-        "mode": r.mode,
-        "axis": r.axis,
-        "unit": r.unit,
-        "machine": dump(r.machine),
-        "settings": {"warmup": r.settings.warmup, "repeats": r.settings.repeats,
-                     "min_time_s": r.settings.min_time},
-        "candidates": len(r.search.candidates),
-        "points": points,
-        "best": {**_point(r, r.best), **dump(r.best_stats)},
-        "counts": r.counts(),
-        "skipped": [{**_point(r, p), "reason": why} for p, why in r.skipped],
-        "noise": list(r.noise),
-        "notes": list(r.notes),
-        "choices": [dump(cs) for cs in r.choices],
-        "started": r.started,
-        "total_time_s": r.total_time_s,
-    }
+@record(frozen=True)
+class MeasuredRow:
+    """A measured point: its figures (:class:`Stats`' JSON), calls per second, when it was measured
+    (1: first), whether its spread calls it noisy, whether it was measured again, and what its
+    process reported in force."""
+
+    at: PointAt = field(metadata=FLATTEN)
+    stats: Stats = field(metadata=FLATTEN)
+    per_second: float | None = None
+    order: int = 0
+    noisy: bool = False
+    confirmed: bool = False
+    in_force: Any = None
+
+
+@record(frozen=True)
+class BestRow:
+    """The winning point with its figures."""
+
+    at: PointAt = field(metadata=FLATTEN)
+    stats: Stats = field(metadata=FLATTEN)
+
+
+@record(frozen=True)
+class SkippedRow:
+    """A candidate not measured, and why."""
+
+    at: PointAt = field(metadata=FLATTEN)
+    reason: str
+
+
+@record(frozen=True)
+class TuneJson:
+    """What ``parinfo tune --json`` prints, key by key in this order (through :func:`parinfo.convert.dump`)."""
+
+    workload: str
+    spec: Workload
+    objective: str
+    mode: str
+    axis: str
+    unit: str
+    machine: MachineSummary
+    settings: Settings
+    candidates: int
+    points: list[MeasuredRow]
+    best: BestRow
+    counts: dict[str, int]
+    skipped: list[SkippedRow]
+    noise: list[str]
+    notes: list[str]
+    choices: list[ChoiceSearch]
+    started: str
+    total_time_s: float
+
+    @classmethod
+    def of(cls, r: TuneOutcome) -> TuneJson:
+        """The JSON form of a tune's outcome."""
+        order, confirmed = r.search.order, r.search.confirmed
+        points = [MeasuredRow(PointAt.of(r, p), s, 1.0 / s.median if s.median > 0 else None, order.index(p) + 1,
+                              r.is_noisy(s), p in confirmed, r.in_force.get(p)) for p, s in r.measured]
+        return cls(workload=r.workload, spec=r.spec, objective=r.objective, mode=r.mode, axis=r.axis, unit=r.unit,
+                   machine=r.machine, settings=r.settings, candidates=len(r.search.candidates), points=points,
+                   best=BestRow(PointAt.of(r, r.best), r.best_stats), counts=r.counts(),
+                   skipped=[SkippedRow(PointAt.of(r, p), why) for p, why in r.skipped], noise=list(r.noise),
+                   notes=list(r.notes), choices=list(r.choices), started=r.started, total_time_s=r.total_time_s)
 
 
 def _comments(r: TuneOutcome) -> list[str]:

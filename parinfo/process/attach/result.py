@@ -5,15 +5,18 @@ broken: it is parsed with the standard parser (no NaN, no Infinity), every field
 it has the expected type and lies within its bounds (counts from 1 to :data:`MAX_COUNT`, texts cut
 at :data:`MAX_TEXT` characters, at most :data:`MAX_ITEMS` rows of anything), and a field that is
 not is unknown, never an error. Texts keep what they say; they are escaped where they are shown.
+The records below say their types and bounds in their annotations, and :func:`parinfo.convert.load`
+reads them (the few shapes of the script's own, in ``_json_in`` hooks).
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
+from typing import Annotated, Any
 
-from parinfo.payload import flag, integer, rows, section, text
+from parinfo.convert import REQUIRED, at_most, between, dump, load
+from parinfo.payload import integer, rows, section
 from parinfo.process.provenance import SetByApply
 from parinfo.record import record
 
@@ -23,19 +26,13 @@ MAX_COUNT = 1 << 16
 MAX_TEXT = 4096
 MAX_ITEMS = 4096
 
+#: A text of the answer, cut at MAX_TEXT characters; a count of threads.
+Text = Annotated[str, at_most(MAX_TEXT)]
+Count = Annotated[int, between(1, MAX_COUNT)]
+
 
 class BadAnswer(ValueError):
     """The answer is not one parinfo can read (the words say why)."""
-
-
-def _text(value: Any, limit: int = MAX_TEXT) -> str | None:
-    found = text(value)
-    return None if found is None else found[:limit]
-
-
-def _count(value: Any) -> int | None:
-    n = integer(value)
-    return n if n is not None and 1 <= n <= MAX_COUNT else None
 
 
 @record(frozen=True)
@@ -44,25 +41,20 @@ class PythonFacts:
     (``free_threaded`` from sys.abiflags, ``gil_enabled`` from sys._is_gil_enabled(), ``x_gil``
     the ``-X gil`` value)."""
 
-    version: str | None = None
-    version_info: tuple[int, ...] = ()
-    executable: str | None = None
-    implementation: str | None = None
-    platform: str | None = None
+    version: Annotated[str, at_most(64)] | None = None
+    version_info: Annotated[tuple[int, ...], at_most(3)] = ()
+    executable: Text | None = None
+    implementation: Annotated[str, at_most(64)] | None = None
+    platform: Annotated[str, at_most(64)] | None = None
     free_threaded: bool | None = None
     gil_enabled: bool | None = None
-    x_gil: str | None = None
+    x_gil: Annotated[str, at_most(16)] | None = None
 
     @classmethod
-    def of(cls, data: Any) -> PythonFacts:
-        d = section(data)
-        info = d.get("version_info")
-        version_info = tuple(v for v in info[:3] if integer(v) is not None) if isinstance(info, list) else ()
-        abiflags = _text(d.get("abiflags"), 16)
-        return cls(_text(d.get("version"), 64), version_info, _text(d.get("executable")),
-                   _text(d.get("implementation"), 64), _text(d.get("platform"), 64),
-                   None if abiflags is None else "t" in abiflags, flag(d.get("gil_enabled")),
-                   _text(d.get("x_gil"), 16))
+    def _json_in(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The script sends ``abiflags``: a free-threaded build's hold a "t"."""
+        abiflags = data.get("abiflags")
+        return {**data, "free_threaded": "t" in abiflags[:16] if isinstance(abiflags, str) else None}
 
 
 @record(frozen=True)
@@ -70,11 +62,11 @@ class NativeRead:
     """What one loaded library said of itself through its own getters: its count for the main
     thread, version, threading layer and kernels; ``why`` when it could not be asked."""
 
-    count: int | None = None
-    version: str | None = None
-    layer: str | None = None
-    architecture: str | None = None
-    why: str | None = None
+    count: Count | None = None
+    version: Annotated[str, at_most(200)] | None = None
+    layer: Annotated[str, at_most(64)] | None = None
+    architecture: Annotated[str, at_most(100)] | None = None
+    why: Annotated[str, at_most(400)] | None = None
 
 
 @record(frozen=True)
@@ -82,19 +74,36 @@ class ModuleRead:
     """An imported Python-module library (numexpr...): its file, its count (None: not read) and the
     attributes its record's ``module_facts`` name."""
 
-    name: str
-    file: str | None = None
-    count: int | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
+    name: Annotated[str, at_most(200)] = field(metadata=REQUIRED)
+    file: Text | None = None
+    count: Count | None = None
+    facts: Annotated[dict[Annotated[str, at_most(200)], bool | int | str | None], at_most(MAX_ITEMS)] = field(
+        default_factory=dict)
 
 
 @record(frozen=True)
 class PyThread:
-    """A Python thread: its OS thread id (None before it started), name and daemon flag."""
+    """A Python thread: its OS thread id (None before it started), name and daemon flag; the script
+    sends ``[native_id, name, daemon]``."""
+
+    _json_array = True
 
     native_id: int | None
-    name: str
+    name: Text = field(metadata=REQUIRED)
     daemon: bool
+
+
+@record(frozen=True)
+class TorchFacts:
+    """torch's raw facts as the script reads them (:func:`parinfo.process.torch_config.torch_facts`
+    reads the same in this process), each within its bounds."""
+
+    version: Annotated[str, at_most(200)] | None = None
+    intra_op: Count | None = None
+    inter_op: Count | None = None
+    parallel_info: Annotated[str, at_most(1 << 16)] | None = None
+    mkl_available: bool | None = None
+    mkldnn_available: bool | None = None
 
 
 @record(frozen=True)
@@ -103,105 +112,48 @@ class ParinfoRead:
     state (``parinfo.runtime.info()``, None while its counts are unresolved), what ``parinfo.apply``
     set, and the module that turned the GIL back on; ``busy`` when part of it could not be read."""
 
-    version: str | None = None
+    version: Annotated[str, at_most(64)] | None = None
     runtime_loaded: bool = False
     info: dict[str, Any] | None = None
-    applied: dict[str, SetByApply] | None = None
-    gil_reenabled_by: str | None = None
-    busy: str | None = None
+    applied: Annotated[dict[str, SetByApply], at_most(MAX_ITEMS)] | None = None
+    gil_reenabled_by: Annotated[str, at_most(400)] | None = None
+    busy: Annotated[str, at_most(400)] | None = None
+
+    @classmethod
+    def _json_in(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The script sends the runtime's part under ``state``."""
+        return {**section(data.get("state")), "version": data.get("version"),
+                "runtime_loaded": data.get("runtime_loaded")}
 
 
 @record(frozen=True)
 class Answer:
-    """Everything the script answered (see :mod:`parinfo.process.attach.in_target`)."""
+    """Everything the script answered (see :mod:`parinfo.process.attach.in_target`); ``torch`` is
+    torch's raw facts (:class:`TorchFacts`, as the mapping the torch readers take), None when it
+    sent none."""
 
     pid: int
     python: PythonFacts
-    environ: dict[str, str]
-    modules: frozenset[str]
-    python_threads: int | None
-    threads: list[PyThread] | None
-    pools: dict[str, NativeRead]
+    environ: Annotated[dict[Text, Annotated[str, at_most(1 << 16)]], at_most(MAX_ITEMS)]
+    modules: Annotated[frozenset[str], at_most(MAX_ITEMS)]
+    python_threads: Annotated[int, between(0, MAX_ITEMS * 16)] | None
+    threads: Annotated[list[PyThread], at_most(MAX_ITEMS)] | None
+    pools: Annotated[dict[Text, NativeRead], at_most(MAX_ITEMS)]
     torch: dict[str, Any] | None
-    python_libs: list[ModuleRead]
+    python_libs: Annotated[list[ModuleRead], at_most(64)]
     parinfo: ParinfoRead | None
-    errors: dict[str, str]
+    errors: Annotated[dict[Annotated[str, at_most(64)], Annotated[str, at_most(400)]], at_most(64)]
 
-
-def _environ(value: Any) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, item in list(section(value).items())[:MAX_ITEMS]:
-        found = _text(item, 1 << 16)
-        if isinstance(key, str) and found is not None:
-            out[key[:MAX_TEXT]] = found
-    return out
-
-
-def _threads(value: Any) -> tuple[int | None, list[PyThread] | None]:
-    if not isinstance(value, list) or len(value) != 2:
-        return None, None
-    count, listed = integer(value[0]), value[1]
-    threads = None
-    if isinstance(listed, list):
-        threads = []
-        for item in listed[:MAX_ITEMS]:
-            if isinstance(item, list) and len(item) == 3 and isinstance(item[1], str):
-                threads.append(PyThread(integer(item[0]), item[1][:MAX_TEXT], item[2] is True))
-    return (count if count is not None and 0 <= count <= MAX_ITEMS * 16 else None), threads
-
-
-def _pools(value: Any) -> dict[str, NativeRead]:
-    out: dict[str, NativeRead] = {}
-    for row in rows(value)[:MAX_ITEMS]:
-        path = _text(row.get("path"))
-        if path is not None:
-            out[path] = NativeRead(_count(row.get("count")), _text(row.get("version"), 200),
-                                   _text(row.get("layer"), 64), _text(row.get("architecture"), 100),
-                                   _text(row.get("why"), 400))
-    return out
-
-
-def _torch(value: Any) -> dict[str, Any] | None:
-    d = section(value)
-    if not d:
-        return None
-    return {"version": _text(d.get("version"), 200), "intra_op": _count(d.get("intra_op")),
-            "inter_op": _count(d.get("inter_op")), "parallel_info": _text(d.get("parallel_info"), 1 << 16),
-            "mkl_available": flag(d.get("mkl_available")), "mkldnn_available": flag(d.get("mkldnn_available"))}
-
-
-def _python_libs(value: Any) -> list[ModuleRead]:
-    out = []
-    for row in rows(value)[:64]:
-        name = _text(row.get("name"), 200)
-        if name is not None:
-            facts = {str(k)[:200]: v for k, v in section(row.get("facts")).items()
-                     if v is None or isinstance(v, (bool, str)) or integer(v) is not None}
-            out.append(ModuleRead(name, _text(row.get("file")), _count(row.get("count")), facts))
-    return out
-
-
-def _applied(value: Any) -> dict[str, SetByApply] | None:
-    if value is None:
-        return None
-    out = {}
-    for name, item in list(section(value).items())[:MAX_ITEMS]:
-        d = section(item)
-        found, profile = _text(d.get("value")), _text(d.get("profile"), 400)
-        loaded = d.get("loaded")
-        if isinstance(name, str) and found is not None and profile is not None and isinstance(loaded, list):
-            out[name] = SetByApply(found, profile, frozenset(str(p)[:MAX_TEXT] for p in loaded[:MAX_ITEMS]))
-    return out
-
-
-def _parinfo(value: Any) -> ParinfoRead | None:
-    if not isinstance(value, Mapping):
-        return None
-    state = section(value.get("state"))
-    info = state.get("info")
-    return ParinfoRead(_text(value.get("version"), 64), value.get("runtime_loaded") is True,
-                       dict(info) if isinstance(info, Mapping) else None, _applied(state.get("applied")),
-                       _text(state.get("gil_reenabled_by"), 400), _text(state.get("busy"), 400))
+    @classmethod
+    def _json_in(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The script's shapes: ``threads`` as ``[count, rows]``, ``pools`` as rows each naming its
+        file (``path``), ``torch`` as its raw facts (an empty object: none)."""
+        threads = data.get("threads")
+        count, listed = threads if isinstance(threads, list) and len(threads) == 2 else (None, None)
+        pools = {row["path"]: row for row in rows(data.get("pools"))[:MAX_ITEMS] if isinstance(row.get("path"), str)}
+        torch = data.get("torch")
+        return {**data, "python_threads": count, "threads": listed, "pools": pools,
+                "torch": dump(load(TorchFacts, torch)) if section(torch) else None}
 
 
 def parse(raw: bytes, token: str, pid: int | None) -> Answer:
@@ -212,7 +164,9 @@ def parse(raw: bytes, token: str, pid: int | None) -> Answer:
 
     try:
         data = json.loads(raw.decode("ascii"), parse_constant=refuse)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except BadAnswer:
+        raise
+    except (ValueError, RecursionError) as exc:  # not ASCII, not JSON, a number of too many digits, too deep
         raise BadAnswer(f"the answer is not JSON ({str(exc)[:100]})") from None
     d = section(data)
     if d.get("token") != token:
@@ -222,19 +176,4 @@ def parse(raw: bytes, token: str, pid: int | None) -> Answer:
         raise BadAnswer(f"the answer comes from pid {answered}, not from the process attached to")
     if integer(d.get("too_big")) is not None:
         raise BadAnswer(f"the answer was {d['too_big']} bytes, more than the channel holds")
-    python_threads, threads = _threads(d.get("threads"))
-    modules = d.get("modules")
-    return Answer(
-        pid=answered or 0,
-        python=PythonFacts.of(d.get("python")),
-        environ=_environ(d.get("environ")),
-        modules=frozenset(m for m in modules[:MAX_ITEMS] if isinstance(m, str)) if isinstance(modules, list)
-        else frozenset(),
-        python_threads=python_threads,
-        threads=threads,
-        pools=_pools(d.get("pools")),
-        torch=_torch(d.get("torch")),
-        python_libs=_python_libs(d.get("python_libs")),
-        parinfo=_parinfo(d.get("parinfo")),
-        errors={str(k)[:64]: str(v)[:400] for k, v in list(section(d.get("errors")).items())[:64]},
-    )
+    return load(Answer, d)
