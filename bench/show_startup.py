@@ -1,7 +1,8 @@
 """Start-up cost of `parinfo show` against `python -m threadpoolctl -i numpy`, measured in one run.
 
-Prints the median whole-process wall time of each over interleaved repeats and their ratio
-(goal: <= 1.2), then the in-process cost of `parinfo.parallel_info()` after its first call
+Prints the median whole-process wall time of each over interleaved repeats (the order reversed
+every other round), their ratio, and the median of the ratios taken within each round (goal: both
+<= 1.2), then the in-process cost of `parinfo.parallel_info()` after its first call
 (goal: < 5 ms). It also runs `parinfo show` with every record made by `dataclasses.dataclass`
 instead of `parinfo.record` (patched before any parinfo module defines one), to tell whether
 record.py still earns its place.
@@ -52,8 +53,9 @@ def main() -> None:
     for cmd in commands.values():  # warm the page cache
         wall(cmd, env)
     times: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(args.repeats):
-        for name, cmd in commands.items():  # interleaved, so drift hits all alike
+    for round_ in range(args.repeats):
+        order = list(commands.items())
+        for name, cmd in order if round_ % 2 == 0 else order[::-1]:  # interleaved, so drift hits all alike
             times[name].append(wall(cmd, env))
     med = {name: statistics.median(ts) for name, ts in times.items()}
     anchor = med["threadpoolctl -i numpy"]
@@ -61,8 +63,13 @@ def main() -> None:
     for name, m in med.items():
         print(f"  {name:28s} {m * 1000:7.1f} ms   ratio to threadpoolctl {m / anchor:5.2f}")
     ratio = med["parinfo show"] / anchor
-    print(f"RATIO parinfo show / threadpoolctl -i numpy = {ratio:.2f} (goal <= 1.2) "
-          f"{'PASS' if ratio <= 1.2 else 'FAIL'}")
+    # The same ratio taken within each round (the two ran seconds apart), then its median: this
+    # machine's slow spells, which last several rounds, fall on both sides of each of these ratios.
+    paired = sorted(s / a for s, a in zip(times["parinfo show"], times["threadpoolctl -i numpy"], strict=True))
+    quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else [paired[0]] * 3
+    verdict = "PASS" if max(ratio, quartiles[1]) <= 1.2 else "FAIL"
+    print(f"RATIO parinfo show / threadpoolctl -i numpy = {ratio:.2f} (of the medians); within each round: "
+          f"median {quartiles[1]:.2f}, quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f} (goal <= 1.2, both) {verdict}")
     saved = med["show, dataclasses"] - med["show, records"]
     print(f"records: parinfo.record saves {saved * 1000:.1f} ms of a show against dataclasses.dataclass "
           f"(ratio {med['show, dataclasses'] / med['show, records']:.3f})")
@@ -83,6 +90,8 @@ def main() -> None:
     first, again, anchor_ms = (float(x) for x in out.stdout.split())
     print(f"parallel_info() in-process: first call {first:.1f} ms, then median {again:.2f} ms (goal < 5 ms); "
           f"threadpoolctl.threadpool_info() {anchor_ms:.2f} ms; ratio {again / anchor_ms:.2f}")
+    print("at the end, ", end="")
+    report_machine()
 
 
 if __name__ == "__main__":

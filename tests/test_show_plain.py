@@ -111,6 +111,24 @@ def test_plain_show_loads_neither_typer_nor_rich_nor_what_it_does_not_run():
     assert proc.stderr.strip().splitlines()[-1] == "[]"
 
 
+def test_the_command_line_leaves_the_last_collection_nothing_and_a_caller_keeps_its_collector(capsys):
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0, file=sys.stderr))\n"
+            "sys.argv = ['parinfo', 'show', '--json', '-i', 'none']\n"
+            "from parinfo.cli import main\n"
+            "main()\n")
+    proc = run_py(code, env=clean_env())
+    assert json.loads(proc.stdout)["schema_version"] == 2
+    assert proc.stderr.strip().splitlines()[-1] == "frozen True"
+
+    import gc
+
+    before = gc.get_freeze_count()
+    code_, out, _ = _outcome(["show", "--json", "-i", "none"], capsys)
+    assert code_ == 0 and json.loads(out)["schema_version"] == 2
+    assert gc.get_freeze_count() == before == 0
+
+
 def _streams():
     yield "text", io.StringIO
     for encoding in ("utf-8", "ascii", "latin-1"):

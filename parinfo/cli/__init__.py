@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
                 code = _run_app(args)
             finally:
                 _flush_stdout()
+        if argv is None:
+            _skip_last_collection()
         sys.exit(code)
     except ParinfoError as exc:
         _error(str(exc))
@@ -46,6 +48,17 @@ def main(argv: list[str] | None = None) -> None:
         _silence_stdout()
         _error(f"cannot write the output: {exc.strerror or exc}")
         sys.exit(2)
+
+
+def _skip_last_collection() -> None:
+    """The command is done and the process is about to end: put every object out of the cyclic
+    collector's reach, so that the interpreter's last collection at exit has nothing to walk (some
+    12 ms in a process that loaded numpy, a tenth of a ``parinfo show``). Memory is freed by the
+    exit either way. Only for the process's own command line: a caller of ``main(argv)`` keeps its
+    collector."""
+    import gc
+
+    gc.freeze()
 
 
 def _run_plain(args: list[str]) -> int | None:
