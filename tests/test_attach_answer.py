@@ -9,6 +9,7 @@ import pytest
 
 from parinfo.process.attach.result import MAX_COUNT, MAX_ITEMS, MAX_TEXT, BadAnswer, PythonFacts, PyThread, parse
 from parinfo.process.provenance import SetByApply
+from parinfo.process.torch_config import TorchFacts
 
 
 def answer(**fields: object) -> bytes:
@@ -81,8 +82,7 @@ def test_values_of_the_wrong_type_or_out_of_bounds_are_unknown():
     assert {p: r.count for p, r in got.pools.items()} == {"/a": None, "/b": None, "/c": None, "/d": None,
                                                           "/e": MAX_COUNT, "/f": None}
     assert (got.pools["/f"].version, got.pools["/f"].why) == (None, None)
-    assert got.torch == {"version": None, "intra_op": None, "inter_op": None, "parallel_info": None,
-                         "mkl_available": None, "mkldnn_available": True}
+    assert got.torch == TorchFacts(mkldnn_available=True)
     lib, = got.python_libs
     assert (lib.name, lib.count, lib.file) == ("numexpr", None, None)
     assert lib.facts == {"c": None, "d": True, "e": "s", "f": 3}

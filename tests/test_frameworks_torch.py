@@ -26,11 +26,11 @@ ATen parallel backend: native thread pool
 
 def test_parse_parallel_info_of_a_build_without_openmp_or_mkl():
     p = parse_parallel_info(NATIVE_TEXT)
-    assert (p["intra_op"], p["inter_op"], p["hardware_concurrency"]) == (4, 8, 8)
-    assert p["openmp"] is None and p["mkl_version"] is None and p["mkldnn_version"] is None
-    assert p["omp_max_threads"] is None and p["mkl_max_threads"] is None
-    assert p["aten_backend"] == "native thread pool"
-    assert p["env"] == {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "[not set]"}
+    assert (p.intra_op, p.inter_op, p.hardware_concurrency) == (4, 8, 8)
+    assert p.openmp is None and p.mkl_version is None and p.mkldnn_version is None
+    assert p.omp_max_threads is None and p.mkl_max_threads is None
+    assert p.aten_backend == "native thread pool"
+    assert p.env == {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "[not set]"}
 
 
 def test_torch_is_never_imported_when_not_asked():

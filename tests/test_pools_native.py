@@ -169,7 +169,7 @@ def test_torch_libgomp_and_mkl_inside_torch_are_pools():
                    "from parinfo.process.pools import native_pools; "
                    "from parinfo.process.torch_config import parse_parallel_info; "
                    "print(json.dumps([[dump(r) for r in native_pools()],\n"
-                   "parse_parallel_info(torch.__config__.parallel_info()), "
+                   "dump(parse_parallel_info(torch.__config__.parallel_info())), "
                    "torch.backends.mkl.is_available()]))")
     rows, parsed, mkl = out
     gomp = [r for r in rows if r["library"] in ("libgomp", "libiomp") and r["owner"] == "torch"]

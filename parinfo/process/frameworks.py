@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
 
-from parinfo.payload import integer, text
 from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 from parinfo.process.threads import ThreadList, live_threads
-from parinfo.process.torch_config import parse_parallel_info, torch_facts
+from parinfo.process.torch_config import TorchFacts, parse_parallel_info, torch_facts
 from parinfo.record import record
 
 # c10::ThreadPool names its workers "PTThreadPool"; older builds used "pt_thread_pool".
@@ -75,14 +72,13 @@ def torch_pool_threads(threads: ThreadList | None = None) -> int | str:
     return sum(1 for t in threads.threads if t.name.lower() in _POOL_THREAD_NAMES)
 
 
-def torch_info_of(facts: Mapping[str, Any], threads: ThreadList | None = None) -> TorchInfo:
+def torch_info_of(facts: TorchFacts, threads: ThreadList | None = None) -> TorchInfo:
     """torch's thread settings from its raw facts
     (:func:`torch_facts`: read here, or inside another process) and the process's OS threads
     (:func:`parinfo.process.threads.live_threads`; None: this process's)."""
-    info_text = text(facts.get("parallel_info")) or ""
-    parsed = parse_parallel_info(info_text)
+    parsed = parse_parallel_info(facts.parallel_info or "")
     pool_threads = torch_pool_threads(threads)
-    backend = parsed["aten_backend"]
+    backend = parsed.aten_backend
     started: bool | str
     if isinstance(pool_threads, str):
         started = pool_threads
@@ -93,25 +89,24 @@ def torch_info_of(facts: Mapping[str, Any], threads: ThreadList | None = None) -
                    f"name PTThreadPool; {pool_threads} such threads)")
     else:
         started = True
-    mkl, mkldnn = facts.get("mkl_available"), facts.get("mkldnn_available")
     return TorchInfo(
-        version=text(facts.get("version")),
-        intra_op=integer(facts.get("intra_op")),
-        inter_op=integer(facts.get("inter_op")),
+        version=facts.version,
+        intra_op=facts.intra_op,
+        inter_op=facts.inter_op,
         aten_backend=backend,
-        openmp=parsed["openmp"],
-        omp_max_threads=parsed["omp_max_threads"],
-        mkl_max_threads=parsed["mkl_max_threads"],
-        mkl_available=None if mkl is None else bool(mkl),
-        mkl_version=parsed["mkl_version"],
-        mkl_line=parsed["mkl_line"],
-        mkldnn_available=None if mkldnn is None else bool(mkldnn),
-        mkldnn_version=parsed["mkldnn_version"],
-        hardware_concurrency=parsed["hardware_concurrency"],
+        openmp=parsed.openmp,
+        omp_max_threads=parsed.omp_max_threads,
+        mkl_max_threads=parsed.mkl_max_threads,
+        mkl_available=facts.mkl_available,
+        mkl_version=parsed.mkl_version,
+        mkl_line=parsed.mkl_line,
+        mkldnn_available=facts.mkldnn_available,
+        mkldnn_version=parsed.mkldnn_version,
+        hardware_concurrency=parsed.hardware_concurrency,
         pool_threads=pool_threads,
         interop_started=started,
-        env=parsed["env"],
-        parallel_info_text=text(facts.get("parallel_info")),
+        env=dict(parsed.env),
+        parallel_info_text=facts.parallel_info,
     )
 
 

@@ -11,16 +11,17 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from parinfo.convert import OMIT_NONE
 from parinfo.machine.unknown import describe
-from parinfo.payload import text
 from parinfo.process import libraries as reg
 from parinfo.record import record
 from parinfo.source import Source
+
+if TYPE_CHECKING:
+    from parinfo.process.torch_config import TorchFacts
 
 # Wheel folders that are not the distribution's import name.
 _OWNER_ALIASES = {"sklearn": "scikit-learn", "scikit_learn": "scikit-learn", "torch_cpu": "torch"}
@@ -208,7 +209,7 @@ def _object_row(path: str, library: str, user_api: str, internal_api: str, note:
 
 
 
-def _torch_facts(owner: str) -> dict[str, Any] | None:
+def _torch_facts(owner: str) -> TorchFacts | None:
     """torch's raw facts (:func:`parinfo.process.torch_config.torch_facts`) when it is imported, else None."""
     torch = sys.modules.get(owner)
     if torch is None:
@@ -221,13 +222,13 @@ def _torch_facts(owner: str) -> dict[str, Any] | None:
         return None
 
 
-def torch_mkl_row(objects: list[str], rows: list[PoolRow], facts: Mapping[str, Any] | None) -> PoolRow | None:
+def torch_mkl_row(objects: list[str], rows: list[PoolRow], facts: TorchFacts | None) -> PoolRow | None:
     """A row for MKL linked inside torch's library, when torch reports MKL: from torch's raw facts
     (:func:`parinfo.process.torch_config.torch_facts`, read in this process or inside another) and
     the process's loaded objects."""
     mkl = reg.library("mkl")
     (prefix, owner), = mkl.linked_into
-    if not facts or not facts.get("mkl_available"):
+    if facts is None or not facts.mkl_available:
         return None
     if any(r.library == mkl.name and r.owner == owner for r in rows):
         return None  # a torch build with a separate MKL runtime file: threadpoolctl already shows it
@@ -236,14 +237,14 @@ def torch_mkl_row(objects: list[str], rows: list[PoolRow], facts: Mapping[str, A
         return None
     from parinfo.process.torch_config import parse_parallel_info
 
-    parsed = parse_parallel_info(text(facts.get("parallel_info")) or "")
+    parsed = parse_parallel_info(facts.parallel_info or "")
     row = _object_row(lib, mkl.name, str(mkl.user_api), str(mkl.internal_api),
                       f"MKL linked into {prefix}; count is {mkl.native_getter} from "
                       "torch.__config__.parallel_info(), which changes nothing")
     row.prefix, row.owner = prefix, owner
-    row.version, row.num_threads = parsed["mkl_version"], parsed["mkl_max_threads"]
+    row.version, row.num_threads = parsed.mkl_version, parsed.mkl_max_threads
     layer = mkl.layer_in(objects)
-    if layer is None and (parsed["aten_backend"] or "").lower() == "openmp":
+    if layer is None and (parsed.aten_backend or "").lower() == "openmp":
         runtimes = {r.library for r in rows if r.user_api == "openmp" and r.owner == owner}
         layer = mkl.layer_given_openmp(runtimes)
         if layer is not None:

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
+from dataclasses import field
+from typing import Annotated, Any
 
+from parinfo.convert import at_most, between, load
 from parinfo.process import libraries as reg
+from parinfo.record import record
 
 _TORCH = reg.library("torch")
 
@@ -24,9 +27,23 @@ TORCH_CALLS: dict[str, str] = {
 }
 
 
-def torch_facts(torch: Any) -> dict[str, Any]:
+@record(frozen=True)
+class TorchFacts:
+    """torch's raw facts: its version and what :data:`TORCH_CALLS` return, read in this process
+    (:func:`torch_facts`) or inside another by parinfo's attach, each within its bounds (a value of
+    the wrong type is None)."""
+
+    version: Annotated[str, at_most(200)] | None = None
+    intra_op: Annotated[int, between(1, 1 << 16)] | None = None
+    inter_op: Annotated[int, between(1, 1 << 16)] | None = None
+    parallel_info: Annotated[str, at_most(1 << 16)] | None = None
+    mkl_available: bool | None = None
+    mkldnn_available: bool | None = None
+
+
+def torch_facts(torch: Any) -> TorchFacts:
     """What :data:`TORCH_CALLS` return in this process, with torch's version (the raw facts of
-    :func:`torch_info_of`)."""
+    :func:`~parinfo.process.frameworks.torch_info_of`)."""
     out: dict[str, Any] = {"version": str(torch.__version__)}
     for key, dotted in TORCH_CALLS.items():
         obj = torch
@@ -35,7 +52,27 @@ def torch_facts(torch: Any) -> dict[str, Any]:
             if obj is None:
                 break
         out[key] = obj() if callable(obj) else None
-    return out
+    return load(TorchFacts, out)
+
+
+@record(frozen=True)
+class ParallelInfo:
+    """The facts of torch's ``parallel_info()`` text (:func:`parse_parallel_info`); a line that is
+    absent gives None. ``openmp``: "201511 (a.k.a. OpenMP 4.5)"; ``mkl_version``: "2024.2";
+    ``mkl_line``: the whole MKL line; ``mkldnn_version``: "3.12.0"; ``aten_backend``: "OpenMP",
+    "native thread pool" or "TBB"; ``env``: each variable as torch printed it, "[not set]" included."""
+
+    intra_op: int | None = None
+    inter_op: int | None = None
+    omp_max_threads: int | None = None
+    mkl_max_threads: int | None = None
+    hardware_concurrency: int | None = None
+    openmp: str | None = None
+    mkl_line: str | None = None
+    mkl_version: str | None = None
+    mkldnn_version: str | None = None
+    aten_backend: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def parallel_info_text() -> str | None:
@@ -47,14 +84,8 @@ def parallel_info_text() -> str | None:
     return text if isinstance(text, str) else None
 
 
-def parse_parallel_info(text: str) -> dict[str, Any]:
-    """Pick the facts out of torch's parallel_info() text (lines that are absent give None).
-
-    Keys: intra_op, inter_op, omp_max_threads, mkl_max_threads, hardware_concurrency (ints),
-    openmp ("201511 (a.k.a. OpenMP 4.5)"), mkl_version ("2024.2"), mkl_line (the whole MKL line),
-    mkldnn_version ("3.12.0"), aten_backend ("OpenMP", "native thread pool", "TBB"),
-    env ({variable: value as torch printed it, "[not set]" included}).
-    """
+def parse_parallel_info(text: str) -> ParallelInfo:
+    """Pick the facts out of torch's parallel_info() text."""
     def num(pattern: str) -> int | None:
         m = re.search(pattern + r"\s*:\s*(\d+)", text)
         return int(m.group(1)) if m else None
@@ -86,4 +117,4 @@ def parse_parallel_info(text: str) -> dict[str, Any]:
             elif line.strip() and not line.startswith((" ", "\t")):
                 break
     out["env"] = env
-    return out
+    return ParallelInfo(**out)

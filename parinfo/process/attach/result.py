@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Annotated, Any
 
-from parinfo.convert import REQUIRED, at_most, between, dump, load
+from parinfo.convert import REQUIRED, at_most, between, load
 from parinfo.payload import integer, rows, section
 from parinfo.process.provenance import SetByApply
+from parinfo.process.torch_config import TorchFacts
 from parinfo.record import record
 
 #: The largest count believed (threads of one pool).
@@ -94,19 +95,6 @@ class PyThread:
 
 
 @record(frozen=True)
-class TorchFacts:
-    """torch's raw facts as the script reads them (:func:`parinfo.process.torch_config.torch_facts`
-    reads the same in this process), each within its bounds."""
-
-    version: Annotated[str, at_most(200)] | None = None
-    intra_op: Count | None = None
-    inter_op: Count | None = None
-    parallel_info: Annotated[str, at_most(1 << 16)] | None = None
-    mkl_available: bool | None = None
-    mkldnn_available: bool | None = None
-
-
-@record(frozen=True)
 class ParinfoRead:
     """parinfo inside the target: its version; whether its runtime module is loaded; the runtime's
     state (``parinfo.runtime.info()``, None while its counts are unresolved), what ``parinfo.apply``
@@ -129,8 +117,7 @@ class ParinfoRead:
 @record(frozen=True)
 class Answer:
     """Everything the script answered (see :mod:`parinfo.process.attach.in_target`); ``torch`` is
-    torch's raw facts (:class:`TorchFacts`, as the mapping the torch readers take), None when it
-    sent none."""
+    torch's raw facts (:class:`~parinfo.process.torch_config.TorchFacts`), None when it sent none."""
 
     pid: int
     python: PythonFacts
@@ -139,7 +126,7 @@ class Answer:
     python_threads: Annotated[int, between(0, MAX_ITEMS * 16)] | None
     threads: Annotated[list[PyThread], at_most(MAX_ITEMS)] | None
     pools: Annotated[dict[Text, NativeRead], at_most(MAX_ITEMS)]
-    torch: dict[str, Any] | None
+    torch: TorchFacts | None
     python_libs: Annotated[list[ModuleRead], at_most(64)]
     parinfo: ParinfoRead | None
     errors: Annotated[dict[Annotated[str, at_most(64)], Annotated[str, at_most(400)]], at_most(64)]
@@ -153,7 +140,7 @@ class Answer:
         pools = {row["path"]: row for row in rows(data.get("pools"))[:MAX_ITEMS] if isinstance(row.get("path"), str)}
         torch = data.get("torch")
         return {**data, "python_threads": count, "threads": listed, "pools": pools,
-                "torch": dump(load(TorchFacts, torch)) if section(torch) else None}
+                "torch": torch if section(torch) else None}
 
 
 def parse(raw: bytes, token: str, pid: int | None) -> Answer:
