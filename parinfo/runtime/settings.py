@@ -18,7 +18,7 @@ import enum
 import operator
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from parinfo.process.libraries import library
 from parinfo.process.variables import count_from_env, read_setting
@@ -76,14 +76,14 @@ def _from_env(names: tuple[str, ...], default: int, default_source: Source,
               environ: dict[str, str]) -> Decided:
     """(count, source, note on the invalid variables passed over) from the first valid variable in
     ``names``; ``default`` from ``default_source`` when none is valid."""
-    ignored: list[dict[str, Any]] = []
+    ignored: list[tuple[str, str]] = []  # (variable, its invalid value)
     for name in names:
         raw = environ.get(name)
         if raw is None:
             continue
         n = count_from_env(name, environ)
         if n is None:
-            ignored.append({"variable": name, "value": raw, "why": "invalid"})
+            ignored.append((name, raw))
             continue
         own = library("parinfo")
         name_of = environ.get(own.var("profile"))
@@ -94,10 +94,10 @@ def _from_env(names: tuple[str, ...], default: int, default_source: Source,
     return default, default_source.noted(note), note
 
 
-def _ignored_note(ignored: list[dict[str, Any]]) -> str | None:
+def _ignored_note(ignored: list[tuple[str, str]]) -> str | None:
     if not ignored:
         return None
-    return "ignored invalid " + ", ".join(f"{i['variable']}={i['value']!r}" for i in ignored)
+    return "ignored invalid " + ", ".join(f"{name}={value!r}" for name, value in ignored)
 
 
 INTRA_DEFAULT = parinfo_default("usable physical cores")
