@@ -365,3 +365,30 @@ def test_a_deleted_library_read_by_its_own_user_is_unknown_with_why(corpus):
         assert _read(proc.pid)[0].count == truth == 2  # root reads it through map_files
     finally:
         stop_target(proc)
+
+
+def test_the_reading_budget_is_cpu_time_so_a_busy_machine_does_not_make_a_count_unknown(monkeypatch):
+    """A file that needs more of parinfo's own work than the budget is refused with that reason; a
+    reading that only waits (a machine busy with other processes, a slow disk) is not."""
+    monkeypatch.setattr(elfcount, "SHARED_S", 1e9)
+    monkeypatch.setattr(elfcount._Window, "spent", 0.0)
+    spec = reg.library("openblas").count_symbol
+    assert spec is not None
+    fd = os.open(_numpy_openblas(), os.O_RDONLY)
+    try:
+        refused = elfcount.locate(fd, spec, budget_s=0.0)
+        assert refused.missing == "the library file took more than 0.0 s of CPU to read", refused
+        real_pread = os.pread
+
+        def waiting_pread(*args):
+            time.sleep(0.02)  # waits, as a read on a busy machine does, without working
+            return real_pread(*args)
+
+        monkeypatch.setattr(elfcount.os, "pread", waiting_pread)
+        started = time.monotonic()
+        place = elfcount.locate(fd, spec, budget_s=0.05)
+        waited = time.monotonic() - started
+    finally:
+        os.close(fd)
+    assert waited > 0.05  # more wall time than the budget went by
+    assert place.missing is None and place.getter, place

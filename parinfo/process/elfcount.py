@@ -34,10 +34,14 @@ MAX_STRINGS = 32 << 20
 #: Offsets of one name tried, and misaligned matches skipped, before a table is given up.
 MAX_CANDIDATES = 64
 MAX_MISSES = 4096
-#: Seconds one file may take to locate; past it the count is unknown.
+#: Seconds of this thread's CPU time one file may take to locate; past it the count is unknown.
+#: CPU time, not wall time: the work a crafted file can cost is what is bounded (its reads are
+#: bounded by the sizes above), and a busy machine, which slows every process alike, does not
+#: turn a count into "unknown".
 BUDGET_S = 0.5
-#: Seconds of locating shared by all files in any WINDOW_S: a flood of new crafted files costs a
-#: long-running scan at most this much per window; the files past it are tried on a later read.
+#: CPU seconds of locating shared by all files in any WINDOW_S (wall seconds): a flood of new
+#: crafted files costs a long-running scan at most this much per window; the files past it are
+#: tried on a later read.
 SHARED_S = 1.0
 WINDOW_S = 10.0
 
@@ -98,7 +102,7 @@ def locate(fd: int, spec: reg.CountSymbol, budget_s: float = BUDGET_S) -> Place:
     if left <= 0:
         return Place(missing=f"parinfo spent its {SHARED_S} s for reading library files in the last "
                              f"{WINDOW_S:.0f} s: read again later", retry=True)
-    started = time.monotonic()
+    started = time.thread_time()
     try:
         return _Reader(fd, min(budget_s, left)).locate(spec)
     except _Refused as exc:
@@ -107,7 +111,7 @@ def locate(fd: int, spec: reg.CountSymbol, budget_s: float = BUDGET_S) -> Place:
         text = " ".join(str(exc).split())[:120]
         return Place(missing=f"cannot parse the library file ({type(exc).__name__}{': ' + text if text else ''})")
     finally:
-        _Window.spent += time.monotonic() - started
+        _Window.spent += time.thread_time() - started
 
 
 def defines(fd: int, name: str, budget_s: float = BUDGET_S) -> bool | None:
@@ -135,12 +139,12 @@ class _Reader:
     def __init__(self, fd: int, budget_s: float) -> None:
         self.fd = fd
         self.budget = budget_s
-        self.deadline = time.monotonic() + budget_s
+        self.deadline = time.thread_time() + budget_s
         self.size = os.fstat(fd).st_size
 
     def tick(self) -> None:
-        if time.monotonic() > self.deadline:
-            raise _Refused(f"the library file took more than {self.budget} s to read")
+        if time.thread_time() > self.deadline:
+            raise _Refused(f"the library file took more than {self.budget} s of CPU to read")
 
     def read(self, offset: int, size: int, what: str) -> bytes:
         if offset < 0 or size < 0 or offset + size > self.size:
