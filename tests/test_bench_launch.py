@@ -86,7 +86,7 @@ def test_smallest_run_prints_each_arm_and_verifies_what_it_held(tmp_path: Path) 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
 
-    assert re.match(r"usable parallelism: [\d.]+ of \d+ CPUs \((quiet|BUSY)", lines[0])
+    assert re.match(r"usable parallelism: [\d.]+ of \d+ CPUs \((quiet|BUSY|UNSTEADY)", lines[0])
     assert sum(line.startswith("usable parallelism:") for line in lines) == 2  # at the start and the end
     assert re.search(r"^parinfo preloads allocator jemalloc: " + re.escape(jemalloc) + "$", proc.stdout, re.M)
     assert re.search(r"^round 1: plain [\d.]+  run_cpu [\d.]+  parinfo [\d.]+ requests/s$", proc.stdout, re.M)
