@@ -179,16 +179,15 @@ _FIELD = dataclasses.fields(_Made)[0]._field_type  # type: ignore[attr-defined]
 def _plain_fields(cls: type) -> dict[str, dataclasses.Field[Any]] | None:
     """The dataclass fields of ``cls`` (its bases' first), made as dataclass makes them, with the
     class attributes set as it sets them; None, changing nothing, for a class with anything but
-    plain fields (ClassVar, InitVar, KW_ONLY, keyword-only or mutable defaults), which dataclass
-    then reads itself, refusals included."""
+    plain fields (a ClassVar, an annotation that is not text, a mutable default, a ``field()``
+    without an annotation), which dataclass then reads itself, refusals included. Keyword-only
+    fields and InitVars never come here (:func:`_needs_dataclass`)."""
     own: dict[str, Any] = getattr(cls, "__annotations__", {})  # the class's own (3.10+)
     for name, kind in own.items():
+        if not isinstance(kind, str) or "ClassVar" in kind:
+            return None
         value = cls.__dict__.get(name, _MISSING)
-        if not isinstance(kind, str) or any(w in kind for w in ("ClassVar", "InitVar", "KW_ONLY")):
-            return None
         default = value.default if isinstance(value, dataclasses.Field) else value
-        if isinstance(value, dataclasses.Field) and value.kw_only is True:
-            return None
         if default is not _MISSING and type(default).__hash__ is None:
             return None  # a mutable default: dataclass's own refusal says what to do
     if any(isinstance(v, dataclasses.Field) and k not in own for k, v in cls.__dict__.items()):

@@ -99,27 +99,26 @@ def test_plain_path_and_typer_give_the_same(args, report, monkeypatch, capsys):
         assert asked[0] == asked[1]  # the report was asked for in the same words
 
 
-def test_plain_show_loads_neither_typer_nor_rich_nor_what_it_does_not_run():
-    code = ("import atexit, sys\n"
-            "atexit.register(lambda: print(sorted(m for m in ('typer', 'click', 'rich', 'parinfo.cli.launch',"
-            " 'parinfo.runtime.interop', 'parinfo.runtime.intraop') if m in sys.modules), file=sys.stderr))\n"
+def _plain_show_at_exit(expression: str) -> str:
+    """Run ``parinfo show --json -i none`` as a process's own command line; what ``expression``
+    (over gc and sys) printed at its exit."""
+    code = ("import atexit, gc, sys\n"
+            f"atexit.register(lambda: print({expression}, file=sys.stderr))\n"
             "sys.argv = ['parinfo', 'show', '--json', '-i', 'none']\n"
             "from parinfo.cli import main\n"
             "main()\n")
     proc = run_py(code, env=clean_env())
     assert json.loads(proc.stdout)["schema_version"] == 2
-    assert proc.stderr.strip().splitlines()[-1] == "[]"
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_plain_show_loads_neither_typer_nor_rich_nor_what_it_does_not_run():
+    assert _plain_show_at_exit("sorted(m for m in ('typer', 'click', 'rich', 'parinfo.cli.launch', "
+                               "'parinfo.runtime.interop', 'parinfo.runtime.intraop') if m in sys.modules)") == "[]"
 
 
 def test_the_command_line_leaves_the_last_collection_nothing_and_a_caller_keeps_its_collector(capsys):
-    code = ("import atexit, gc, sys\n"
-            "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0, file=sys.stderr))\n"
-            "sys.argv = ['parinfo', 'show', '--json', '-i', 'none']\n"
-            "from parinfo.cli import main\n"
-            "main()\n")
-    proc = run_py(code, env=clean_env())
-    assert json.loads(proc.stdout)["schema_version"] == 2
-    assert proc.stderr.strip().splitlines()[-1] == "frozen True"
+    assert _plain_show_at_exit("'frozen', gc.get_freeze_count() > 0") == "frozen True"
 
     import gc
 

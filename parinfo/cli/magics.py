@@ -160,16 +160,14 @@ def _watch(line: str) -> None:
     import json
     import os
 
-    from parinfo.cli.watch import render_sample
+    from parinfo.cli.watch import check_tree, render_sample
     from parinfo.convert import dump
-    from parinfo.errors import UsageError
     from parinfo.process.tasks import gone
     from parinfo.watching.sample import Sampler, check_interval, samples
 
     a = watch_args(line)
     seconds = check_interval(a.interval)
-    if a.children and a.pid is None:
-        raise UsageError("--children needs --pid PID (the process whose tree to watch)")
+    check_tree(a)
     pid = os.getpid() if a.pid is None else a.pid
     title = f"this process (pid {pid})" if a.pid is None else f"pid {pid}"
     sampler = Sampler(pid, children=a.children)

@@ -170,6 +170,14 @@ def attach_budget(pid: int | None, attach: bool, timeout: float | None, serve: s
     return DEFAULT_TIMEOUT if timeout is None else timeout
 
 
+def check_tree(a: WatchArgs) -> None:
+    """``--children`` names a process tree: UsageError without ``--pid``."""
+    from parinfo.errors import UsageError
+
+    if a.children and a.pid is None:
+        raise UsageError("--children needs --pid PID (the process whose tree to watch)")
+
+
 def sample_count(a: WatchArgs) -> int | None:
     """How many samples to print (None: until stopped); option mixes that make no sense raise UsageError."""
     from parinfo.errors import UsageError
@@ -190,11 +198,9 @@ def run(a: WatchArgs) -> int:
 
     import typer
 
-    from parinfo.errors import UsageError
     from parinfo.watching.sample import Sampler, check_interval, samples
 
-    if a.children and a.pid is None:
-        raise UsageError("--children needs --pid PID (the process whose tree to watch)")
+    check_tree(a)
     budget = attach_budget(a.pid, a.attach, a.timeout, a.serve)
     seconds = check_interval(a.interval)
     count = sample_count(a)
