@@ -3,8 +3,8 @@
 
 The interpreter is PARINFO_TEST_PY312 when set, else the one running the tests when it is 3.12+ with
 numpy>=2.5 (the suite on 3.14), else the first python3.12/3.13/3.14 found on PATH or under
-~/.pyenv/versions; a venv is made from it once under PARINFO_TEST_CACHE (default
-~/.cache/parinfo-tests) and reused. ``python tests/new_numpy.py`` makes it ahead of time (CI does).
+~/.pyenv/versions; a venv is made from it once under PARINFO_TEST_CACHE (default: tests/cache_dir.py)
+and reused. ``python tests/new_numpy.py`` makes it ahead of time (CI does).
 """
 from __future__ import annotations
 
@@ -52,7 +52,10 @@ def venv_python() -> tuple[str | None, str]:
     base = interpreter()
     if base is None:
         return None, "no Python 3.12+ interpreter (set PARINFO_TEST_PY312, or put python3.12+ on PATH)"
-    cache = Path(os.environ.get("PARINFO_TEST_CACHE") or Path.home() / ".cache" / "parinfo-tests")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from cache_dir import cache as cache_folder
+
+    cache = cache_folder()
     version = _version(base)
     folder = cache / f"numpy25-py{version[0]}.{version[1]}" if version else cache / "numpy25"
     python = folder / "bin" / "python"

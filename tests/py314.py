@@ -2,7 +2,8 @@
 parinfo's dependencies, for the attach tests: Debian sid's python3.14 binary packages unpacked next to
 sid's own libc6, never installed into the system.
 
-Made once under PARINFO_TEST_CACHE (default ~/.cache/parinfo-tests)/py314 and reused:
+Made once under PARINFO_TEST_CACHE (default: tests/cache_dir.py, /var/cache/parinfo-tests for root,
+where the user nobody can run it)/py314 and reused:
 
 1. ``apt-get update`` and ``apt-get download`` with a private configuration (sid's source list, lists
    and package cache in that folder; the machine's own sources, lists and status are not touched);
@@ -52,7 +53,10 @@ class Unavailable(Exception):
 
 
 def _cache() -> Path:
-    return Path(os.environ.get("PARINFO_TEST_CACHE") or Path.home() / ".cache" / "parinfo-tests")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from cache_dir import cache
+
+    return cache()
 
 
 def _run(cmd: list[str], what: str, cwd: Path | None = None, timeout: float = 900) -> str:

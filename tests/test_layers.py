@@ -17,11 +17,11 @@ from typing import NamedTuple
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
-# Lower number = lower layer. Top-level helpers (errors, safe_text, version, payload, record) are usable from every
-# layer; the checks of user input sit with machine (they resolve cgroups through it); the pytest plugin sits with
-# the CLI, at the top.
-LAYER = {"errors": 0, "safe_text": 0, "version": 0, "payload": 0, "record": 0, "machine": 1, "checks": 1, "process": 2,
-         "runtime": 3,
+# Lower number = lower layer. Top-level helpers (errors, safe_text, safe_file, version, payload, record) are usable
+# from every layer; the checks of user input sit with machine (they resolve cgroups through it); the pytest plugin
+# sits with the CLI, at the top.
+LAYER = {"errors": 0, "safe_text": 0, "safe_file": 0, "version": 0, "payload": 0, "record": 0, "machine": 1,
+         "checks": 1, "process": 2, "runtime": 3,
          "diagnostics": 4, "profiles": 5, "tuning": 6, "fleet": 6, "watching": 6, "host": 6, "cli": 7,
          "pytest_plugin": 7}
 
