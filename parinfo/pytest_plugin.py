@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from parinfo import safe_file
+import parinfo.safe_file as safe_file
 from parinfo.record import record
 from parinfo.safe_text import plural
 

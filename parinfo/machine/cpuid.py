@@ -254,7 +254,7 @@ def _load(path: str) -> dict[str, Any] | None:
     /dev/zero would never end), and every value is type-checked."""
     import json
 
-    from parinfo import safe_file
+    import parinfo.safe_file as safe_file
 
     try:
         folder = safe_file.writable_dir(os.path.dirname(path), make=False)
@@ -294,7 +294,7 @@ def _store(path: str, data: dict[str, Any]) -> None:
     (made, or checked, by :func:`parinfo.safe_file.writable_dir`), then renamed over ``path``."""
     import json
 
-    from parinfo import safe_file
+    import parinfo.safe_file as safe_file
 
     try:
         folder = safe_file.writable_dir(os.path.dirname(path))

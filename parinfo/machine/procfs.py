@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 
-from parinfo import safe_file
+import parinfo.safe_file as safe_file
 from parinfo.errors import UsageError
 from parinfo.machine.sysfs import Unreadable, read_bytes
 from parinfo.record import record

@@ -25,7 +25,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from parinfo import safe_file
+import parinfo.safe_file as safe_file
 from parinfo.process import libraries as reg
 from parinfo.record import record
 

@@ -12,7 +12,7 @@ import importlib.util
 import os
 import re
 
-from parinfo import safe_file
+import parinfo.safe_file as safe_file
 from parinfo.process import libraries as reg
 
 _MAX_ENTRIES = 20000  # a package tree larger than this is read no further

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from parinfo import safe_file
+import parinfo.safe_file as safe_file
 from parinfo.errors import ProfileError
 from parinfo.record import record
 

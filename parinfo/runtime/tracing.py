@@ -93,7 +93,7 @@ class Profile:
         (:func:`parinfo.safe_file.create_at`: a link or FIFO another user left there is replaced)."""
         import json
 
-        from parinfo import safe_file
+        import parinfo.safe_file as safe_file
 
         with os.fdopen(safe_file.create_at(os.fspath(path)), "w", encoding="utf-8") as fh:
             json.dump(self.chrome_trace(), fh)

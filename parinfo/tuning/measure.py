@@ -95,7 +95,7 @@ def read_json(path: str, limit: int) -> Any:
     :mod:`parinfo.safe_file`: the trial's own code may have put a FIFO or a link there). OSError or
     ValueError (its words say why) when it cannot be read; nesting too deep for the parser is a
     ValueError too."""
-    from parinfo import safe_file
+    import parinfo.safe_file as safe_file
 
     raw = safe_file.read_file(path, limit)
     try:

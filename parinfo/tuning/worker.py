@@ -64,7 +64,7 @@ def write_result(path: str, text: str) -> None:
     this process and may have left a FIFO or a link at that name."""
     import os
 
-    from parinfo import safe_file
+    import parinfo.safe_file as safe_file
 
     folder = safe_file.writable_dir(os.path.dirname(os.path.abspath(path)), make=False)
     try:

@@ -8,7 +8,7 @@ import os
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from parinfo import safe_file
+import parinfo.safe_file as safe_file
 from parinfo.checks import shown
 from parinfo.convert import FLATTEN
 from parinfo.errors import UsageError
