@@ -115,7 +115,7 @@ def hook_report(folder: str, pid: int, child: ChildEnv) -> dict[str, Any] | str 
             names = [e.name for e in itertools.islice(entries, _MAX_REPORTS * 4) if e.name.endswith(".json")]
     except OSError:
         return None
-    names = ([mine] if mine in names else []) + sorted(n for n in names if n != mine)
+    names = ([mine] if os.path.lexists(os.path.join(folder, mine)) else []) + sorted(n for n in names if n != mine)
     why = None
     for name in names[:_MAX_REPORTS]:
         try:
