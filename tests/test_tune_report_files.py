@@ -58,8 +58,10 @@ def test_tune_finishes_when_a_trial_leaves_a_fifo_and_deep_json_as_its_reports()
 
 
 @pytest.mark.timeout(150)
-def test_tune_finishes_when_the_statement_makes_the_workers_result_a_fifo():
-    stmt = "import os, sys\nif not os.path.exists(sys.argv[2]): os.mkfifo(sys.argv[2])"
+def test_tune_finishes_when_the_statement_makes_the_workers_result_and_a_report_fifos():
+    stmt = ("import os, sys\nif not os.path.exists(sys.argv[2]): os.mkfifo(sys.argv[2])\n"
+            "fifo = os.path.join(os.environ['_PARINFO_HOOK_REPORT'], '1.json')\n"
+            "if not os.path.exists(fifo): os.mkfifo(fifo)")
     out = _tune("--stmt", stmt)
     (point,) = out["points"]
     assert point["samples_s"] and isinstance(point["in_force"], dict), point
