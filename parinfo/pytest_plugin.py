@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+import parinfo.safe_file as safe_file
 from parinfo.record import record
 from parinfo.safe_text import plural
 
@@ -287,8 +288,7 @@ def _session_imports(config: pytest.Config) -> set[str]:
             if files > _MAX_FILES:
                 return names
             try:
-                with open(path, "rb") as fh:
-                    names.update(m.decode() for m in _IMPORT.findall(fh.read(1 << 20)))
+                names.update(m.decode() for m in _IMPORT.findall(safe_file.read_file(path, 1 << 20, follow=True)))
             except OSError:
                 continue
     return names

@@ -15,7 +15,10 @@ and a use. So, here and nowhere else:
   without following a link that another user owns, through directories no other user may rename
   things in, itself writable by parinfo's user (and root) only;
 - :func:`create` makes a file there with ``O_EXCL | O_NOFOLLOW`` (an older file of the name is
-  unlinked first: in such a directory nobody else can have put it there).
+  unlinked first: in such a directory nobody else can have put it there);
+- :func:`create_at` makes a file at a path the user named (a trace to write), whose folder may also
+  be a sticky one every user may write (/tmp): another user's file or link there is replaced, or
+  the create fails, never written through.
 
 Every refusal is an :class:`OSError` (an :class:`Unsafe`) whose ``strerror`` says what was found, so
 the callers' existing "cannot read X: why" paths report it unchanged.
@@ -26,7 +29,8 @@ import errno
 import os
 import stat
 
-__all__ = ["Unsafe", "create", "kind", "open_beneath", "open_file", "read_bounded", "read_file", "writable_dir"]
+__all__ = ["Unsafe", "create", "create_at", "kind", "open_beneath", "open_file", "read_bounded", "read_file",
+           "writable_dir"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -183,11 +187,13 @@ def _writer(st: os.stat_result) -> str:
     return f"writable by group {st.st_gid}"
 
 
-def writable_dir(path: str, *, make: bool = True, mode: int = 0o755) -> int:
+def writable_dir(path: str, *, make: bool = True, mode: int = 0o755, sticky: bool = False) -> int:
     """A descriptor of directory ``path``, made (with its missing parents, ``mode``) when ``make``,
     fit to create files in: every directory on the way is reached without following a link another
     user owns, none lets another user swap what lies below it, and the directory itself is writable
-    by parinfo's user (and root) only. :class:`Unsafe` says which part is not."""
+    by parinfo's user (and root) only, or, with ``sticky``, is also a sticky one of parinfo's user or
+    root (/tmp: nobody may remove or rename there what is not theirs). :class:`Unsafe` says which
+    part is not."""
     parts = [p for p in os.path.abspath(path).split("/") if p]
     fd = os.open("/", os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     here = ""
@@ -239,7 +245,7 @@ def writable_dir(path: str, *, make: bool = True, mode: int = 0o755) -> int:
                 if refusal is not None:
                     raise refusal
         st = os.fstat(fd)
-        if _others_may_write(st):
+        if _others_may_write(st) and not (sticky and _step_refusal(here or "/", st) is None):
             raise Unsafe(f"{here or '/'} is {_writer(st)}: parinfo creates files only in a folder no other "
                          "user can write")
     except BaseException:
@@ -259,3 +265,16 @@ def create(dir_fd: int, name: str, mode: int = 0o644) -> int:
     except FileNotFoundError:
         pass
     return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode, dir_fd=dir_fd)
+
+
+def create_at(path: str, mode: int = 0o644) -> int:
+    """A write-only descriptor of a new file at ``path``, a path the user named for parinfo to write
+    (a trace, a profile): its folder opened by :func:`writable_dir` (``sticky``: /tmp will do), the
+    file made by :func:`create`, so an older file or link of that name is replaced, never written
+    through."""
+    folder, name = os.path.split(os.path.abspath(path))
+    fd = writable_dir(folder, make=False, sticky=True)
+    try:
+        return create(fd, name, mode)
+    finally:
+        os.close(fd)

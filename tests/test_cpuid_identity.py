@@ -253,3 +253,21 @@ def test_hostile_cache_file_is_ignored_quickly(tmp_path, kind):
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout.strip().splitlines()[-1])
     assert d["hz"] == "1 GHz" and d["calls"] == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another user)")
+def test_a_cache_folder_another_user_can_write_is_neither_read_nor_written(tmp_path, monkeypatch):
+    """Issue 36: the user nobody owns the cache folder, so what it holds may be planted and what
+    parinfo writes there may be redirected: py-cpuinfo's answer is recomputed and not stored."""
+    calls: list[int] = []
+    monkeypatch.setattr(cpuid, "_call_py_cpuinfo", _fake_py_cpuinfo(calls))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cpuid, "_boot_id", lambda root: "feedbee1")
+    folder = tmp_path / "parinfo"
+    folder.mkdir()
+    (folder / "cpuinfo-feedbee1.json").write_text(json.dumps(
+        {"brand_raw": "Planted", "hz_advertised_friendly": "9 GHz", "format": cpuid.CACHE_FORMAT}))
+    os.chown(folder, 65534, 65534)
+    d = dump(cpu_identity(slow=True))
+    assert d["hz_advertised"] == "3.0 GHz" and calls == [1]
+    assert sorted(p.name for p in folder.iterdir()) == ["cpuinfo-feedbee1.json"]

@@ -21,6 +21,7 @@ from conftest import REPO, clean_env, run_cli, start_target, stop_target
 from crafted_elf import after_load_bloom_zero, build, poke, section, sparse_dynsym
 
 import parinfo.host
+import parinfo.machine.procfs
 from parinfo.convert import dump
 from parinfo.process import elfcount, getter_code, inforce, libraries as reg
 from parinfo.process.inforce import IN_FORCE, counts_in_force
@@ -392,3 +393,27 @@ def test_the_reading_budget_is_cpu_time_so_a_busy_machine_does_not_make_a_count_
         os.close(fd)
     assert waited > 0.05  # more wall time than the budget went by
     assert place.missing is None and place.getter, place
+
+
+def test_a_library_built_for_another_machine_is_never_in_force(corpus):
+    """A file whose e_machine is not the process's (an aarch64 libopenblas mapped by an x86-64
+    process, as data: the process never runs its code) gives no count, with why; the process's
+    machine is read from the vDSO the kernel mapped into it."""
+    import platform
+
+    here = platform.machine()
+    other, number = ("x86_64", 62) if here == "aarch64" else ("aarch64", 183)
+    path = build(corpus, "libopenblas_other_machine.so")
+    proc, truth = _mapped(path)
+    try:
+        assert truth == 2
+        poke(path, 18, struct.pack("<H", number))  # e_machine, after load
+        row, took = _read(proc.pid)
+        assert row.count is None and row.source.kind is SourceKind.UNKNOWN, row
+        assert row.source.detail == f"a library built for {other}, not this process's {here}"
+        assert took < SLOW
+        with parinfo.machine.procfs.Proc(proc.pid).memory() as mem:
+            maps = parinfo.machine.procfs.Proc(proc.pid).maps().decode()
+            assert inforce.process_machine(maps, mem) == here
+    finally:
+        stop_target(proc)

@@ -171,3 +171,17 @@ def test_a_hand_built_plan_that_cannot_be_applied_changes_nothing():
     proc = subprocess.run([sys.executable, "-c", code], check=False, env=clean_env(), capture_output=True, text=True,
                           timeout=TIMEOUT)
     assert proc.returncode == 0 and proc.stdout.strip() == "refused", proc.stderr + proc.stdout
+
+
+@pytest.mark.timeout(30)
+def test_a_profile_swapped_for_a_fifo_after_its_check_is_refused_without_blocking(tmp_path, monkeypatch):
+    """Issue 36: the open itself goes through parinfo.safe_file, so a FIFO put in place between the
+    check and the open is one line, not a hang."""
+    from parinfo.errors import ProfileError
+    from parinfo.profiles import yaml_nodes
+
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(yaml_nodes, "file_problem", lambda path: None)
+    with pytest.raises(ProfileError, match="is a FIFO, not a regular file"):
+        yaml_nodes.read_text(fifo)

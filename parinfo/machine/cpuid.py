@@ -249,24 +249,25 @@ _CACHE_MAX_BYTES = 64 * 1024
 
 
 def _load(path: str) -> dict[str, Any] | None:
-    """The cached answer, or None. The file is untrusted: it must be a small regular file (a FIFO
-    would block, a symlink to /dev/zero would never end), and every value is type-checked."""
+    """The cached answer, or None. The file is untrusted: it is read through :mod:`parinfo.safe_file`
+    (a small regular file, in a folder no other user can write: a FIFO would block, a link to
+    /dev/zero would never end), and every value is type-checked."""
     import json
-    import stat
+
+    import parinfo.safe_file as safe_file
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        folder = safe_file.writable_dir(os.path.dirname(path), make=False)
     except OSError:
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _CACHE_MAX_BYTES:
-            return None
-        raw = os.read(fd, _CACHE_MAX_BYTES + 1)
+        raw = safe_file.read_file(os.path.basename(path), _CACHE_MAX_BYTES + 1, dir_fd=folder)
     except OSError:
         return None
     finally:
-        os.close(fd)
+        os.close(folder)
+    if len(raw) > _CACHE_MAX_BYTES:
+        return None
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -289,17 +290,29 @@ def _checked(data: Any) -> dict[str, Any] | None:
 
 
 def _store(path: str, data: dict[str, Any]) -> None:
+    """Cache ``data`` at ``path``: written to a new file of a temporary name in the cache folder
+    (made, or checked, by :func:`parinfo.safe_file.writable_dir`), then renamed over ``path``."""
     import json
-    import tempfile
+
+    import parinfo.safe_file as safe_file
 
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".cpuinfo-", dir=os.path.dirname(path))
+        folder = safe_file.writable_dir(os.path.dirname(path))
+    except OSError:
+        return  # an unwritable cache only costs the next process another py-cpuinfo call
+    tmp = f".cpuinfo-{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    try:
+        fd = safe_file.create(folder, tmp)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f)
-        os.replace(tmp, path)
+        os.replace(tmp, os.path.basename(path), src_dir_fd=folder, dst_dir_fd=folder)
     except OSError:
-        pass  # an unwritable cache only costs the next process another py-cpuinfo call
+        try:
+            os.unlink(tmp, dir_fd=folder)
+        except OSError:
+            pass
+    finally:
+        os.close(folder)
 
 
 def _merge_slow(info: CpuIdentity, data: dict[str, Any], slow: bool) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 
+import parinfo.safe_file as safe_file
 from parinfo.errors import UsageError
 from parinfo.machine.sysfs import Unreadable, read_bytes
 from parinfo.record import record
@@ -494,14 +495,17 @@ class Proc:
         ``map_files`` is the mapped file itself, even deleted or replaced since (root only): no path
         is resolved, so a container cannot point parinfo elsewhere with a symlink. Else the path
         through the process's root (another mount namespace), believed only when its inode is the
-        one maps names (not the device: overlayfs shows the underlying file's device there)."""
-        candidates = [b"%s/map_files/%x-%x" % (self._base, start, end)]
+        one maps names (not the device: overlayfs shows the underlying file's device there), and
+        reached through :func:`parinfo.safe_file.open_beneath`: the process's owner may have made the
+        path a FIFO or a link since, and the open neither blocks nor leaves that root."""
+        candidates = [(b"%s/map_files/%x-%x" % (self._base, start, end), b"")]
         if not deleted:
-            candidates.append((self._via or self._base) + b"/root" + os.fsencode(path))
+            candidates.append(((self._via or self._base) + b"/root", os.fsencode(path)))
         why = "cannot open the library file as the process sees it"
-        for candidate in candidates:
+        for candidate, beneath in candidates:
             try:
-                fd = os.open(candidate, os.O_RDONLY | os.O_CLOEXEC)
+                fd = (safe_file.open_beneath(candidate, beneath) if beneath
+                      else safe_file.open_file(candidate, follow=True))
             except PermissionError:
                 why = self.permission_reason() if not deleted else Denied(
                     "the library file was deleted or replaced after load: only root can open the copy the "
@@ -511,7 +515,7 @@ class Proc:
                 if not self.exists():
                     raise exited_during_read(self.pid or 0) from None
                 if not isinstance(exc, FileNotFoundError):
-                    why = f"cannot open {os.fsdecode(candidate)}: {exc.strerror or exc}"
+                    why = f"cannot open {os.fsdecode(candidate + beneath)}: {exc.strerror or exc}"
                 continue
             if inode and os.fstat(fd).st_ino != inode:
                 os.close(fd)

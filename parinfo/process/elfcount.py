@@ -21,7 +21,7 @@ from typing import Any
 from parinfo.process import getter_code, libraries as reg
 from parinfo.record import record
 
-__all__ = ["BUDGET_S", "MAX_ENTRIES", "MAX_FILE", "Place", "locate"]
+__all__ = ["BUDGET_S", "MAX_ENTRIES", "MAX_FILE", "Place", "locate", "machine_name"]
 
 #: Larger library files are not read (OpenBLAS builds are 20-40 MB).
 MAX_FILE = 512 << 20
@@ -75,6 +75,12 @@ class Place:
     def holds(self, offset: int, size: int) -> bool:
         """Whether ``size`` bytes at ``offset`` lie inside one writable segment."""
         return any(lo <= offset and offset + size <= hi for lo, hi in self.writable)
+
+
+def machine_name(e_machine: str) -> str:
+    """A machine as parinfo names it: pyelftools' ``EM_X86_64`` is ``x86_64`` (as ``uname -m``
+    says), ``EM_AARCH64`` ``aarch64``; others keep pyelftools' name."""
+    return _MACHINES.get(e_machine, e_machine)
 
 
 class _Refused(Exception):
@@ -200,7 +206,7 @@ class _Reader:
                      getter_name=name, variable=None if var is None else int(var[1]["st_value"]) - base,
                      variable_name="" if var is None else var[0], build_max=build_max or None,
                      writable=extents(_PF_W), pointer=elf.elfclass // 8,
-                     machine=_MACHINES.get(str(header["e_machine"]), str(header["e_machine"])), little=self.little)
+                     machine=machine_name(str(header["e_machine"])), little=self.little)
 
     def defines(self, name: str) -> bool:
         from elftools.elf.elffile import ELFFile

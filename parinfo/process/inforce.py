@@ -35,8 +35,8 @@ from parinfo.process import libraries as reg
 from parinfo.record import record
 from parinfo.source import Kind, Source, unknown
 
-__all__ = ["IN_FORCE", "PERMISSION", "CountInForce", "MappedFile", "counts_in_force", "mapped_files", "reason",
-           "unknown"]
+__all__ = ["IN_FORCE", "PERMISSION", "CountInForce", "MappedFile", "counts_in_force", "mapped_files",
+           "process_machine", "reason", "unknown"]
 
 #: The source of a count read from the process's memory.
 IN_FORCE = Source(Kind.MEMORY, "", "in force (read from the process's memory)")
@@ -164,7 +164,8 @@ def _place(fd: int, m: MappedFile, spec: reg.CountSymbol) -> Any:
 # Reading one process (its files through the /proc front)
 
 
-def _row(proc: Proc, m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, mem: Memory) -> CountInForce:
+def _row(proc: Proc, m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, mem: Memory,
+         machine: str) -> CountInForce:
     fd, why = proc.open_mapping(m.start, m.end, m.path, m.inode, m.deleted)
     if fd is None:
         return CountInForce(rec.name, m.path, None, unknown(why), m.deleted, isinstance(why, Denied))
@@ -172,7 +173,12 @@ def _row(proc: Proc, m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, mem
         place = _place(fd, m, spec)
     finally:
         os.close(fd)
-    found = place.missing if place.missing is not None else _count(m, rec, spec, place, mem)
+    if place.missing is not None:
+        found: int | str = place.missing
+    elif place.machine != machine:  # mapped as data: the process never runs its code
+        found = f"a library built for {place.machine}, not this process's {machine}"
+    else:
+        found = _count(m, rec, spec, place, mem)
     if isinstance(found, str):
         return CountInForce(rec.name, m.path, None, unknown(found), m.deleted, isinstance(found, Denied))
     return CountInForce(rec.name, m.path, found, IN_FORCE, m.deleted)
@@ -253,7 +259,34 @@ def counts_in_force(pid: int, maps_text: str | None = None) -> list[CountInForce
     if proc.stat().dead:
         proc.follow_live_thread()
     with proc.memory() as mem:
-        return [_row(proc, m, rec, rec.count_symbol, mem) for m, rec in wanted if rec.count_symbol is not None]
+        machine = process_machine(maps_text, mem)
+        return [_row(proc, m, rec, rec.count_symbol, mem, machine) for m, rec in wanted
+                if rec.count_symbol is not None]
+
+
+def process_machine(maps_text: str, mem: Memory) -> str:
+    """The machine whose code the process runs, named as :class:`parinfo.process.elfcount.Place`
+    names it: that of the vDSO the kernel mapped into it (made for the process's ABI, so a 32-bit
+    process's is 32-bit), else this machine's."""
+    import platform
+
+    from elftools.elf.enums import ENUM_E_MACHINE
+
+    from parinfo.process.elfcount import machine_name
+
+    at = maps_text.find("[vdso]")
+    if at != -1:
+        line = maps_text[maps_text.rfind("\n", 0, at) + 1:at]
+        try:
+            head = mem.read(int(line.partition("-")[0], 16), 20)
+        except ValueError:
+            head = ""
+        if isinstance(head, bytes) and head.startswith(b"\x7fELF") and head[5] in (1, 2):
+            number = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+            name = next((k for k, v in ENUM_E_MACHINE.items() if v == number and k.startswith("EM_")), None)
+            if name is not None:
+                return machine_name(name)
+    return platform.machine()
 
 
 def cache_size() -> int:

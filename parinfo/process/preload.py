@@ -25,6 +25,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+import parinfo.safe_file as safe_file
 from parinfo.process import libraries as reg
 from parinfo.record import record
 
@@ -238,8 +239,7 @@ def _ld_so_conf(path: str, seen: set[str]) -> list[str]:
         return []
     seen.add(path)
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read(_MAX_CONF_BYTES)
+        text = safe_file.read_file(path, _MAX_CONF_BYTES, follow=True).decode("utf-8", "replace")
     except OSError:
         return []
     dirs: list[str] = []

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import re
 
+import parinfo.safe_file as safe_file
 from parinfo.process import libraries as reg
 
 _MAX_ENTRIES = 20000  # a package tree larger than this is read no further
@@ -63,11 +64,11 @@ def _ships(site: str, libs_dir: str, module: str) -> bool:
     for info in infos:
         for name, probe in (("top_level.txt", f"\n{module}\n"), ("RECORD", f"\n{module}/")):
             try:
-                with open(os.path.join(site, info, name), encoding="utf-8", errors="replace") as fh:
-                    if probe in "\n" + fh.read(_MAX_RECORD):
-                        return True
+                raw = safe_file.read_file(os.path.join(site, info, name), _MAX_RECORD, follow=True)
             except OSError:
-                pass
+                continue
+            if probe in "\n" + raw.decode("utf-8", "replace"):
+                return True
     return False
 
 

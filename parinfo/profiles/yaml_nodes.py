@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import parinfo.safe_file as safe_file
 from parinfo.errors import ProfileError
 from parinfo.record import record
 
@@ -106,8 +107,9 @@ def file_problem(path: Path) -> str | None:
 def read_text(path: Path) -> str:
     """Read a profile file as UTF-8 text, turning every file-system fault into a ProfileError.
 
-    Only small regular files outside /proc, /sys and /dev are read, never blocking (O_NONBLOCK, the
-    type checked again on the open file) and for at most MAX_FILE_BYTES and MAX_READ_SECONDS.
+    Only small regular files outside /proc, /sys and /dev are read, opened through
+    :func:`parinfo.safe_file.open_file` (never blocking, the type checked again on the open file, not
+    on FUSE) and read for at most MAX_FILE_BYTES and MAX_READ_SECONDS.
     """
     shown_path = str(path)
     problem = file_problem(path)
@@ -116,7 +118,11 @@ def read_text(path: Path) -> str:
     if problem is not None:
         raise _error(problem, shown_path, fix="give the path of a .yaml file")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = safe_file.open_file(os.fspath(path), follow=True)
+    except safe_file.Unsafe as exc:  # swapped for a FIFO or a device since the check above, or on FUSE
+        why = exc.strerror or "is not a regular file"
+        fix = "copy the profile to a local file" if "FUSE" in why else "give the path of a .yaml file"
+        raise _error(why, shown_path, fix=fix) from None
     except FileNotFoundError:
         raise _error("no such file", shown_path, fix="check the path, or give the name of a shipped profile") from None
     except PermissionError:

@@ -89,10 +89,13 @@ class Profile:
         return {"traceEvents": meta + evs, "displayTimeUnit": "ms"}
 
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> None:
-        """Write the trace as JSON that chrome://tracing and Perfetto open."""
+        """Write the trace as JSON that chrome://tracing and Perfetto open, to a new file at ``path``
+        (:func:`parinfo.safe_file.create_at`: a link or FIFO another user left there is replaced)."""
         import json
 
-        with open(path, "w", encoding="utf-8") as fh:
+        import parinfo.safe_file as safe_file
+
+        with os.fdopen(safe_file.create_at(os.fspath(path)), "w", encoding="utf-8") as fh:
             json.dump(self.chrome_trace(), fh)
 
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 TRIAL_PROFILE = "parinfo-tune-trial"
 _MAX_REPORTS = 64  # start-up hook reports read per trial
 _MAX_REPORT_BYTES = 1 << 16
+_MAX_RESULT_BYTES = 1 << 26  # a worker's samples and counts
 
 
 class WorkloadFailed(TuneError):
@@ -89,24 +90,41 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def hook_report(folder: str, pid: int, child: ChildEnv) -> dict[str, Any] | None:
+def read_json(path: str, limit: int) -> Any:
+    """The JSON document in the regular file ``path`` (at most ``limit`` bytes, read through
+    :mod:`parinfo.safe_file`: the trial's own code may have put a FIFO or a link there). OSError or
+    ValueError (its words say why) when it cannot be read; nesting too deep for the parser is a
+    ValueError too."""
+    import parinfo.safe_file as safe_file
+
+    raw = safe_file.read_file(path, limit)
+    try:
+        return json.loads(raw.decode("utf-8", "replace"))
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def hook_report(folder: str, pid: int, child: ChildEnv) -> dict[str, Any] | str | None:
     """What the start-up hook of a trial read back (the process ``pid``'s report, else the first of
     its Python descendants'), checked: counts are ints or None, and ``preloaded`` says for each file
-    this trial preloaded whether the process had it mapped. None when no report was written."""
+    this trial preloaded whether the process had it mapped. None when no report was written; why,
+    in words, when one was there but could not be read (the trial wrote the folder: hostile input)."""
     mine = f"{pid}.json"
     try:
         with os.scandir(folder) as entries:  # the command may fill the folder: bounded
             names = [e.name for e in itertools.islice(entries, _MAX_REPORTS * 4) if e.name.endswith(".json")]
     except OSError:
         return None
-    names = ([mine] if os.path.isfile(os.path.join(folder, mine)) else []) + sorted(n for n in names if n != mine)
+    names = ([mine] if os.path.lexists(os.path.join(folder, mine)) else []) + sorted(n for n in names if n != mine)
+    why = None
     for name in names[:_MAX_REPORTS]:
         try:
-            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as fh:
-                data = json.loads(fh.read(_MAX_REPORT_BYTES))
-        except (OSError, ValueError):
+            data = read_json(os.path.join(folder, name), _MAX_REPORT_BYTES)
+        except (OSError, ValueError) as exc:
+            why = why or f"cannot read the start-up hook's report {name}: {getattr(exc, 'strerror', None) or exc}"
             continue
         if not isinstance(data, dict):
+            why = why or f"the start-up hook's report {name} is not a JSON object"
             continue
         out: dict[str, Any] = {}
         for lib in ("torch", "parinfo"):
@@ -119,7 +137,7 @@ def hook_report(folder: str, pid: int, child: ChildEnv) -> dict[str, Any] | None
             out["preloaded"] = {path: mapped.get(path) if isinstance(mapped.get(path), bool) else None
                                 for path in child.preloaded}
         return out
-    return None
+    return why
 
 
 #: What ``in_force`` says for a trial whose process wrote no report.
@@ -189,21 +207,25 @@ class WorkerMeasurer(Measurer):
                                 f"{s.timeout:g} s (raise --timeout, or lower --repeats/--min-time)") from None
             output = tail.text()
             try:
-                with open(out, encoding="utf-8") as fh:
-                    result = json.load(fh)
+                result = read_json(out, _MAX_RESULT_BYTES)
             except (OSError, ValueError):
                 result = None
             report = hook_report(tmp, proc.pid, child)
         if result is None:
             raise WorkloadFailed(f"the worker for {point_label(p)} {ended(proc.returncode)} before reporting",
                                  exit_code=exit_status(proc.returncode) or 1, output=output)
+        if not isinstance(result, dict):
+            raise WorkloadFailed(f"the worker for {point_label(p)} wrote a result that is not a JSON object",
+                                 exit_code=exit_status(proc.returncode) or 1, output=output)
         if result.get("error") == "usage":
             raise TuneError(result["text"])
         if result.get("error") == "user":
             raise WorkloadFailed(result.get("summary") or RAISED, exit_code=1, output=result["text"])
         seen = result.get("in_force")
-        if isinstance(seen, dict) and report and "preloaded" in report:
+        if isinstance(seen, dict) and isinstance(report, dict) and "preloaded" in report:
             seen["preloaded"] = report["preloaded"]
+        elif isinstance(seen, dict) and isinstance(report, str) and child.preloaded:
+            seen["verified"] = f"unknown ({report})"
         return Stats(tuple(result["samples"]), result["number"]), seen
 
 
@@ -222,7 +244,10 @@ class CommandMeasurer(Measurer):
             report = hook_report(tmp, pid, child)
         seen: dict[str, Any] = {"env": {k: v for k, v in child.env.items() if os.environ.get(k) != v
                                         and not k.startswith("_")}}
-        seen.update(report if report is not None else {"verified": NO_REPORT})
+        if isinstance(report, str):
+            seen["verified"] = f"unknown ({report})"
+        else:
+            seen.update(report if report is not None else {"verified": NO_REPORT})
         return elapsed, seen
 
     def _time(self, p: Point, child: ChildEnv) -> tuple[float, int]:

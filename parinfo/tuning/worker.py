@@ -59,11 +59,26 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     return {"samples": samples, "number": number, "in_force": counts_in_force(fw)}
 
 
+def write_result(path: str, text: str) -> None:
+    """Write ``text`` to a new file ``path`` through :mod:`parinfo.safe_file`: the user's code ran in
+    this process and may have left a FIFO or a link at that name."""
+    import os
+
+    import parinfo.safe_file as safe_file
+
+    folder = safe_file.writable_dir(os.path.dirname(os.path.abspath(path)), make=False)
+    try:
+        fd = safe_file.create(folder, os.path.basename(path), 0o600)
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 def main(argv: list[str]) -> int:
     job = json.loads(argv[0])
     result = run(job)
-    with open(argv[1], "w", encoding="utf-8") as fh:
-        json.dump(result, fh)
+    write_result(argv[1], json.dumps(result))
     return {"user": 1, "usage": 2}.get(result.get("error", ""), 0)
 
 

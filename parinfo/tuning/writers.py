@@ -8,6 +8,7 @@ import os
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+import parinfo.safe_file as safe_file
 from parinfo.checks import shown
 from parinfo.convert import FLATTEN
 from parinfo.errors import UsageError
@@ -183,7 +184,7 @@ def write_profile(r: TuneOutcome, path: str | os.PathLike[str], name: str | None
     """Write :func:`profile_yaml` to ``path``; UsageError when the file cannot be written."""
     text = profile_yaml(r, name)
     try:
-        with open(path, "w", encoding="utf-8") as fh:
+        with os.fdopen(safe_file.create_at(os.fspath(path)), "w", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as exc:
         raise UsageError(f"--write {shown(os.fspath(path))}: cannot write ({exc.strerror or exc})") from None

@@ -263,7 +263,14 @@ class _Report:
         if preloaded:
             report["preloaded"] = _mapped(preloaded)
         path = os.path.join(self.folder, "%d.json" % os.getpid())
-        with open(path + ".part", "w") as fh:
+        # parinfo is not imported here (start-up cost): safe_file.create's moves, by hand. The
+        # program may have left a link or a FIFO at the name; it is replaced, never written through.
+        try:
+            os.unlink(path + ".part")
+        except FileNotFoundError:
+            pass
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        with os.fdopen(os.open(path + ".part", flags, 0o600), "w") as fh:
             json.dump(report, fh)
         os.replace(path + ".part", path)
 
