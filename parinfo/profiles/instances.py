@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 from parinfo.profiles.child import Relay, check_cpus, child_environ, exit_status, not_started, spawn
 
@@ -101,24 +101,62 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
                 log.close()
 
 
-def _open_logs(log_dir: str | None, instances: Sequence[InstancePlan]) -> dict[int, BinaryIO]:
-    """One file per instance under ``log_dir`` (made if missing), instance-I.log, emptied; a directory
-    that cannot be made or written is a usage error, before anything starts."""
+class _Log:
+    """One instance's log file, written without a buffer; the first write that fails (a full disk)
+    is said once as a warning, and the log is left: the terminal still gets the output, and the
+    exit status stays the instances'."""
+
+    def __init__(self, fd: int, shown: str) -> None:
+        self.fd: int | None = fd
+        self.shown = shown
+
+    def write(self, data: bytes) -> str | None:
+        """Write ``data``; a warning line the first time that fails, else None."""
+        if self.fd is None:
+            return None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as exc:
+            self.close()
+            return (f"parinfo: warning: cannot write {self.shown}: {exc.strerror or exc}; this log stops here, "
+                    "the terminal still gets the output")
+        return None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _open_logs(log_dir: str | None, instances: Sequence[InstancePlan]) -> dict[int, _Log]:
+    """One new file per instance under ``log_dir`` (made if missing), instance-I.log, through
+    parinfo.safe_file: no link another user made is followed, and the folder must be one no other
+    user can write. A folder that cannot be made or written, or is not safe, is a usage error before
+    anything starts."""
     if log_dir is None:
         return {}
+    from parinfo import safe_file
     from parinfo.errors import UsageError
     from parinfo.safe_text import shorten
 
-    logs: dict[int, BinaryIO] = {}
+    logs: dict[int, _Log] = {}
+    shown = shorten(log_dir, 300)
     try:
-        os.makedirs(log_dir, exist_ok=True)
-        for inst in instances:
-            logs[inst.index] = open(os.path.join(log_dir, f"instance-{inst.index}.log"), "wb")  # noqa: SIM115
+        folder = safe_file.writable_dir(log_dir)
+        try:
+            for inst in instances:
+                name = f"instance-{inst.index}.log"
+                logs[inst.index] = _Log(safe_file.create(folder, name), f"{shown}/{name}")
+        finally:
+            os.close(folder)
     except OSError as exc:
         for log in logs.values():
             log.close()
-        raise UsageError(f"--log-dir {shorten(log_dir, 300)}: cannot write a log there: {exc.strerror or exc} "
-                         "(give a directory you may write to)") from None
+        fix = ("give a folder that no other user can write, e.g. one you make with mkdir -m 700"
+               if isinstance(exc, safe_file.Unsafe) else "give a directory you may write to")
+        raise UsageError(f"--log-dir {shown}: cannot write a log there: {exc.strerror or exc} ({fix})") from None
     return logs
 
 
@@ -197,11 +235,12 @@ class _Prefixed:
     HOLD_BYTES = 1 << 16
 
     def __init__(self, prefix: bytes, out: Any, owners: dict[int, _Prefixed | None],
-                 log: BinaryIO | None = None) -> None:
+                 log: _Log | None = None, warned: set[int] | None = None) -> None:
         self.prefix = prefix
         self.out = out
         self.log = log  # the instance's log file: its bytes as they come, unprefixed
         self.owners = owners  # id(stream) -> the relay whose line is open there
+        self.warned = set() if warned is None else warned  # id(stream) of streams said to be unwritable
         self.at_line_start = True
         self.held = bytearray()
         self.held_since: float | None = None
@@ -209,7 +248,9 @@ class _Prefixed:
     def feed(self, data: bytes, now: float) -> None:
         """Take bytes read from the pipe: pass on every whole line, hold a short partial one."""
         if self.log is not None:
-            _write_log(self.log, data)
+            warning = self.log.write(data)
+            if warning:
+                _say(self.owners, [warning])
         self.held += data
         cut = self.held.rfind(b"\n")
         if cut >= 0:
@@ -251,11 +292,15 @@ class _Prefixed:
             parts.append(b"\n")
         self.at_line_start = ends
         self.owners[id(self.out)] = None if ends else self
-        _write(self.out, b"".join(parts))
+        why = _write(self.out, b"".join(parts))
+        if why and self.out is not sys.stderr and id(self.out) not in self.warned:
+            self.warned.add(id(self.out))  # keep draining the pipes, so the instances never block
+            _write(sys.stderr, f"parinfo: warning: cannot write the output: {why}; the instances run on, and "
+                               "parinfo exits with their status\n".encode())
 
 
 def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[list[Check]],
-               logs: dict[int, BinaryIO]) -> tuple[int, list[str]]:
+               logs: dict[int, _Log]) -> tuple[int, list[str]]:
     """Relay prefixed output until every instance has exited, reading each back CHECK_AFTER_S
     after the start; the first failure's status and the lines of instances that did not get their plan."""
     import selectors
@@ -265,6 +310,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
 
     sel = selectors.DefaultSelector()
     owners: dict[int, _Prefixed | None] = {}
+    warned: set[int] = set()
     relays: list[_Prefixed] = []
     exact = True  # every exit is seen through a pidfd; else poll every 50 ms
     check_at: float | None = time.monotonic() + CHECK_AFTER_S
@@ -274,7 +320,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
         for pipe, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
             assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
-            relays.append(_Prefixed(prefix, out, owners, logs.get(index)))
+            relays.append(_Prefixed(prefix, out, owners, logs.get(index), warned))
             sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1], pipe))
         pidfd = _pidfd(proc.pid)
         if pidfd is None:
@@ -360,14 +406,6 @@ def _say(owners: dict[int, _Prefixed | None], lines: list[str]) -> None:
     _write(sys.stderr, data)
 
 
-def _write_log(log: BinaryIO, data: bytes) -> None:
-    try:
-        log.write(data)
-        log.flush()
-    except (OSError, ValueError):
-        pass  # a full disk: the terminal still gets the output
-
-
 def _timeout(relays: list[_Prefixed], now: float, idle: float | None) -> float | None:
     """How long select may wait: until the first held partial line is due, else ``idle``."""
     dues = [d for d in (r.due() for r in relays) if d is not None]
@@ -387,9 +425,23 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _write(stream: Any, data: bytes) -> None:
+def _write(stream: Any, data: bytes) -> str | None:
+    """Write ``data`` to ``stream`` unbuffered (nothing is left behind to fail again at exit); why
+    it could not, or None."""
     try:
-        stream.buffer.write(data)
-        stream.buffer.flush()
+        fd = stream.fileno()
     except (OSError, ValueError, AttributeError):
-        pass  # a closed or odd stream: keep draining the children so they never block
+        fd = None
+    try:
+        if fd is None:
+            stream.buffer.write(data)
+            stream.buffer.flush()
+            return None
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BlockingIOError:
+        return None  # a non-blocking terminal that is full: this piece is dropped, the rest goes on
+    except (OSError, ValueError, AttributeError) as exc:
+        return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return None

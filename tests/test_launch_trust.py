@@ -1,0 +1,123 @@
+"""The launcher run by root against what another user (nobody) prepared, in real processes: log
+folders (issue 36), a full log file system, profile values that reach an environment or a shell,
+preloads from folders another user can write, and no process left behind."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import clean_env, run_cli
+
+as_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+NOBODY = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
+SAY = "import os; print('ran', os.environ['PARINFO_INSTANCE'])"
+
+
+@pytest.fixture
+def profile(tmp_path):
+    def write(text: str = "instances: 2\n") -> str:
+        path = tmp_path / "p.yaml"
+        path.write_text("version: 1\nname: trust\nintra_op: 1\ninter_op: 1\n" + text)
+        return str(path)
+    return write
+
+
+def apply(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return run_cli("apply", *args, env=env or clean_env(), timeout=120)
+
+
+@pytest.fixture
+def nobodys() -> Iterator[Path]:
+    """A folder of user nobody's, where nobody may make what it likes (under /tmp, which nobody can reach)."""
+    folder = Path(tempfile.mkdtemp(prefix="parinfo-nobody-", dir="/tmp"))
+    os.chown(folder, 65534, 65534)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def as_nobody(*cmd: str) -> None:
+    subprocess.run([*NOBODY, *cmd], check=True, timeout=30)
+
+
+@as_root
+def test_a_log_in_another_users_folder_linked_to_a_root_file_is_refused(profile, nobodys, tmp_path):
+    victim = tmp_path / "root-owned"
+    victim.write_text("precious\n")
+    logs = nobodys / "logs"
+    as_nobody("mkdir", str(logs))
+    as_nobody("ln", "-s", str(victim), str(logs / "instance-0.log"))
+    proc = apply(profile(), "--log-dir", str(logs), "--", sys.executable, "-c", SAY)
+    assert proc.returncode == 2 and "ran" not in proc.stdout, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"parinfo: error: --log-dir {logs}: cannot write a log there: {nobodys}")
+    assert "owned by uid 65534" in proc.stderr
+    assert "mkdir -m 700" in proc.stderr
+    assert victim.read_text() == "precious\n"
+
+
+@as_root
+def test_a_log_folder_that_is_another_users_link_to_a_root_folder_is_refused(profile, tmp_path):
+    target = tmp_path / "etc-like"
+    target.mkdir()
+    link = Path(tempfile.mktemp(prefix="parinfo-logs-", dir="/tmp"))  # /tmp: sticky, nobody may make links there
+    as_nobody("ln", "-s", str(target), str(link))
+    try:
+        proc = apply(profile(), "--log-dir", str(link), "--", sys.executable, "-c", SAY)
+    finally:
+        link.unlink()
+    assert proc.returncode == 2 and "ran" not in proc.stdout, proc.stderr
+    assert f"{link} is a link owned by uid 65534" in proc.stderr and proc.stderr.count("\n") == 1
+    assert list(target.iterdir()) == []
+
+
+def test_a_log_folder_others_may_write_is_refused(profile, tmp_path):
+    logs = tmp_path / "open"
+    logs.mkdir()
+    logs.chmod(0o777)
+    proc = apply(profile(), "--log-dir", str(logs), "--", sys.executable, "-c", SAY)
+    assert proc.returncode == 2 and "writable by every user" in proc.stderr
+    assert list(logs.iterdir()) == []
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(where: Path) -> Iterator[Path]:
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_full_log_file_system_is_a_warning_and_the_exit_is_the_instances(profile, tmp_path):
+    code = "import sys; sys.stdout.write('x' * 40000 + '\\n'); sys.stdout.flush(); print('done')"
+    with tiny_tmpfs(tmp_path / "small") as logs:
+        proc = apply(profile(), "--log-dir", str(logs), "--", sys.executable, "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("parinfo: warning: cannot write")]
+    assert warnings and all("No space left on device" in w for w in warnings), proc.stderr
+    assert sorted(line for line in proc.stdout.splitlines() if "done" in line) == ["[0] done", "[1] done"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_an_output_that_cannot_be_written_is_a_warning_and_the_exit_is_the_instances(profile):
+    cmd = [sys.executable, "-m", "parinfo", "apply", profile(), "--", sys.executable, "-c", "print('x' * 10)"]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(cmd, env=clean_env(), stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "parinfo: warning: cannot write the output: No space left on device" in proc.stderr
+    assert "Traceback" not in proc.stderr and "error" not in proc.stderr
