@@ -121,3 +121,45 @@ def test_an_output_that_cannot_be_written_is_a_warning_and_the_exit_is_the_insta
     assert proc.returncode == 0, proc.stderr
     assert "parinfo: warning: cannot write the output: No space left on device" in proc.stderr
     assert "Traceback" not in proc.stderr and "error" not in proc.stderr
+
+
+@pytest.mark.parametrize(("conf", "shown"), [("background_thread:true\\0x", "U+0000 (NUL)"),
+                                             ("background_thread:\\e[31mtrue", "U+001B (ESC)"),
+                                             ("background_thread:tr ue", "is not a MALLOC_CONF string")])
+@pytest.mark.parametrize("how", [["--export"], ["--", "true"], ["--instances", "2", "--", "true"]])
+def test_an_allocator_setting_with_a_control_character_is_refused_at_its_line(tmp_path, conf, shown, how):
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f'version: 1\nname: x\nallocator: {{name: jemalloc, conf: "{conf}"}}\n')
+    proc = apply(str(prof), *how)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.startswith(f"parinfo: error: {prof}:3:") and shown in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def _plan(name: str, env: dict[str, str]):
+    from parinfo.profiles.plan import Plan, Setting
+
+    return Plan(name, "", "test", Setting("intra_op", 1, "given"), Setting("inter_op", 1, "given"), {}, env, {},
+                None, "given", ())
+
+
+def test_export_lines_hold_no_control_character_and_eval_to_what_they_show():
+    from parinfo.cli.apply import export_lines
+    from parinfo.safe_text import escape_controls
+
+    text = export_lines(_plan("evil\n$(touch /tmp/x)\x1b[2J", {"OMP_NUM_THREADS": "1\x1b[2J", "MKL_NUM_THREADS": "2"}),
+                        environ={})
+    assert escape_controls(text, keep="\n") == text
+    assert "export MKL_NUM_THREADS=2" in text and "OMP_NUM_THREADS left out" in text
+    assert "export PARINFO_PROFILE" not in text
+    done = subprocess.run(["sh", "-c", text + "\necho \"[$MKL_NUM_THREADS][${OMP_NUM_THREADS-unset}]\""],
+                          capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=30)
+    assert done.stdout == "[2][unset]\n", done.stderr
+
+
+def test_a_variable_with_a_nul_reaches_no_exec():
+    from parinfo.errors import UsageError
+    from parinfo.profiles.child import child_environ
+
+    with pytest.raises(UsageError, match="OMP_NUM_THREADS cannot be passed to a program"):
+        child_environ(_plan("p", {"OMP_NUM_THREADS": "1\0"}), {})
