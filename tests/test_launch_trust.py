@@ -163,3 +163,69 @@ def test_a_variable_with_a_nul_reaches_no_exec():
 
     with pytest.raises(UsageError, match="OMP_NUM_THREADS cannot be passed to a program"):
         child_environ(_plan("p", {"OMP_NUM_THREADS": "1\0"}), {})
+
+
+def _system_jemalloc() -> str:
+    from parinfo.process import preload as pre
+
+    found = pre.locate_allocator(pre.allocator("jemalloc"))
+    if found.path is None or found.where != "the system's library paths":
+        pytest.skip("jemalloc is not installed in the system's folders (apt-get install libjemalloc2)")
+    return os.path.realpath(found.path)
+
+
+def _plan_json(prof: str, folder: Path) -> dict:
+    import json
+
+    proc = apply(prof, "--json", env=clean_env(LD_LIBRARY_PATH=str(folder)))
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["preload"]
+    return row
+
+
+@as_root
+@pytest.mark.parametrize("how", ["nobody's folder", "nobody's file", "a folder all may write"])
+def test_as_root_a_preload_another_user_may_have_placed_is_skipped_and_said(profile, nobodys, tmp_path, how):
+    real = _system_jemalloc()
+    if how == "a folder all may write":
+        folder = tmp_path / "open"
+        folder.mkdir()
+        folder.chmod(0o777)
+    else:
+        folder = nobodys
+    planted = folder / "libjemalloc.so.2"
+    shutil.copyfile(real, planted)
+    if how != "a folder all may write":
+        os.chown(planted, 65534, 65534)
+    if how == "nobody's file":  # a root folder on the path, another user's file in it
+        folder = tmp_path / "lib"
+        folder.mkdir()
+        shutil.move(planted, folder / "libjemalloc.so.2")
+    row = _plan_json(profile("allocator: jemalloc\n"), folder)
+    assert os.path.realpath(row["path"]) == real
+    assert f"skipped {folder}: " in row["why"] and "parinfo runs as root" in row["why"], row["why"]
+    text = apply(profile("allocator: jemalloc\n"), env=clean_env(LD_LIBRARY_PATH=str(folder)))
+    assert text.returncode == 0 and "skipped" in text.stdout, text.stderr
+
+
+@as_root
+def test_as_root_a_preload_in_roots_own_folder_on_the_path_is_taken(profile, tmp_path):
+    real = _system_jemalloc()
+    folder = tmp_path / "lib"
+    folder.mkdir()
+    shutil.copyfile(real, folder / "libjemalloc.so.2")
+    row = _plan_json(profile("allocator: jemalloc\n"), folder)
+    assert row["path"] == str(folder / "libjemalloc.so.2") and "skipped" not in row["why"]
+
+
+@as_root
+def test_as_root_a_launch_never_preloads_another_users_library(profile, nobodys):
+    real = _system_jemalloc()
+    planted = nobodys / "libjemalloc.so.2"
+    shutil.copyfile(real, planted)
+    os.chown(planted, 65534, 65534)
+    code = "import os; print(os.environ['LD_PRELOAD'])"
+    proc = apply(profile("allocator: jemalloc\n"), "--", sys.executable, "-c", code,
+                 env=clean_env(LD_LIBRARY_PATH=str(nobodys)))
+    assert proc.returncode == 0, proc.stderr
+    assert str(nobodys) not in proc.stdout and os.path.realpath(proc.stdout.split()[-1].split(":")[0]) == real
