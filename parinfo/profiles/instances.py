@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from parinfo.profiles.child import Relay, check_cpus, child_environ, exit_status, not_started, spawn
+from parinfo.profiles.reaping import Reaper
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
@@ -69,16 +70,17 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
     procs: list[tuple[int, subprocess.Popen[bytes]]] = []
     expected = []
     send = _sender(procs)
-    die_with_us = _parent_death_hook(os.getpid())
-    with Relay(send), _JobControl(send):
-        try:
+    reaper = Reaper.start()
+    preexec = reaper.preexec(_parent_death_hook(os.getpid()))
+    try:
+        with Relay(_Interrupts(send, reaper, len(plan.instances))), _JobControl(send):
             for inst, child, bind in zip(plan.instances, children, bindings, strict=True):
                 try:
                     with hold(bind, command) as (argv, note):
                         if note:
                             print(note, file=sys.stderr, flush=True)
                         proc = spawn(argv, child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_us)
+                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec)
                 except (OSError, subprocess.SubprocessError) as exc:
                     send(signal.SIGTERM)
                     for _, started in procs:
@@ -87,18 +89,50 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
                         return not_started(command, exc)
                     raise
                 procs.append((inst.index, proc))
+                reaper.watch(proc.pid)
                 expected.append(checks_for(plan, child, bind, inst))
-            status, problems = _supervise(procs, expected, logs)
+            status, problems = _supervise(procs, expected, logs,
+                                          lambda: reaper.finish(frozenset(p.pid for _, p in procs)))
             if check and problems and not status:
                 return EXIT_CHECK_FAILED
             return status
-        finally:
-            for _, proc in procs:
-                if proc.returncode is None:  # only after an unexpected error: leave no orphans
-                    proc.kill()
-                    proc.wait()
-            for log in logs.values():
-                log.close()
+    finally:
+        for _, proc in procs:
+            if proc.returncode is None:  # only after an unexpected error: leave no orphans
+                proc.kill()
+                proc.wait()
+        reaper.finish()
+        for log in logs.values():
+            log.close()
+
+
+class _Interrupts:
+    """What Ctrl-C (SIGINT) does, more each time, said in one line on stderr: the first is passed
+    on to the instances, the second sends them SIGTERM, the third SIGKILL to every process they
+    started. Other signals are passed on as they come."""
+
+    STEPS = ((signal.SIGINT, "SIGINT passed on to {n}; Ctrl-C again sends SIGTERM"),
+             (signal.SIGTERM, "SIGTERM sent to {n}; Ctrl-C again sends SIGKILL"),
+             (signal.SIGKILL, "SIGKILL sent to {n} and every process they started"))
+
+    def __init__(self, send: Callable[[int], None], reaper: Reaper, count: int) -> None:
+        self.send = send
+        self.reaper = reaper
+        self.what = "the instance" if count == 1 else f"the {count} instances"
+        self.seen = 0
+
+    def __call__(self, signum: int) -> None:
+        if signum != signal.SIGINT:
+            self.send(signum)
+            return
+        sig, words = self.STEPS[min(self.seen, len(self.STEPS) - 1)]
+        self.seen += 1
+        if sig == signal.SIGKILL:
+            self.reaper.kill(sig)
+        else:
+            self.send(sig)
+        start = "\n" if sys.stderr.isatty() else ""  # after the terminal's ^C
+        _write(sys.stderr, f"{start}parinfo: Ctrl-C: {words.format(n=self.what)}\n".encode())
 
 
 class _Log:
@@ -299,10 +333,16 @@ class _Prefixed:
                                "parinfo exits with their status\n".encode())
 
 
+#: How long output is still relayed once every instance has exited: a process that outlived its
+#: instance (and holds its pipe) is ended meanwhile, but must never keep the launch waiting.
+DRAIN_S = 2.0
+
+
 def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[list[Check]],
-               logs: dict[int, _Log]) -> tuple[int, list[str]]:
+               logs: dict[int, _Log], all_exited: Callable[[], None] = lambda: None) -> tuple[int, list[str]]:
     """Relay prefixed output until every instance has exited, reading each back CHECK_AFTER_S
-    after the start; the first failure's status and the lines of instances that did not get their plan."""
+    after the start; then call ``all_exited`` and relay what is left in the pipes for at most
+    DRAIN_S. The first failure's status and the lines of instances that did not get their plan."""
     import selectors
     import time
 
@@ -338,14 +378,22 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
             if status and not first_failure:
                 first_failure = status
 
+    drain_until: float | None = None
     while sel.get_map():
         now = time.monotonic()
+        if drain_until is None and not running:
+            all_exited()
+            now = time.monotonic()
+            drain_until = now + DRAIN_S
+        if drain_until is not None and now >= drain_until:
+            break
         if check_at is not None and now >= check_at:
             check_at = None
             problems = _verify(procs, expected, owners)
         idle = None if exact else 0.05
-        if check_at is not None:
-            idle = max(0.0, check_at - now) if idle is None else min(idle, max(0.0, check_at - now))
+        for at in (check_at, drain_until):
+            if at is not None:
+                idle = max(0.0, at - now) if idle is None else min(idle, max(0.0, at - now))
         for key, _ in sel.select(_timeout(relays, now, idle)):
             kind, target, pipe = key.data
             if kind == "exit":
@@ -372,6 +420,12 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
         if not exact:
             for _, proc in procs:
                 reap(proc)
+    for key in list(sel.get_map().values()):  # pipes still held open once the bound is over
+        sel.unregister(key.fileobj)
+        kind, target, pipe = key.data
+        if kind == "out":
+            target.close()
+            pipe.close()
     sel.close()
     for _, proc in procs:  # output closed before exit: wait in start order
         proc.wait()

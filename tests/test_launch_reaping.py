@@ -1,0 +1,166 @@
+"""No process an instance starts outlives the launch (issue 36), in real processes: parinfo killed by
+SIGKILL, a daemon that holds an instance's output pipe, Ctrl-C pressed three times at instances that
+ignore it."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import clean_env
+
+from parinfo.profiles import reaping
+
+# Each instance starts a child that stays in its process group and ignores SIGTERM, and a daemon
+# (setsid, then orphaned) that leaves the group; all three hold the instance's output pipes. Each
+# writes its pid as a file name in the folder argv[1].
+FAMILY = """
+import os, signal, sys, time
+d, i = sys.argv[1], os.environ['PARINFO_INSTANCE']
+def mark(kind):
+    open(os.path.join(d, f"{kind}-{i}-{os.getpid()}"), "w").close()
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    mark("stay")
+    while True: time.sleep(1)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        mark("daemon")
+        while True: time.sleep(1)
+    os._exit(0)
+mark("instance")
+print("ready", flush=True)
+"""
+FOREVER = "while True: time.sleep(0.05)\n"
+
+
+def profile(tmp_path: Path) -> str:
+    path = tmp_path / "p.yaml"
+    path.write_text("version: 1\nname: reap\nintra_op: 1\ninter_op: 1\ninstances: 2\n")
+    return str(path)
+
+
+def start(tmp_path: Path, code: str, **kw) -> tuple[subprocess.Popen, Path]:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "parinfo", "apply", profile(tmp_path), "--", sys.executable, "-c",
+                             code, str(marks)], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kw)
+    return proc, marks
+
+
+def wait_for(pred, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def pids(marks: Path) -> dict[str, int]:
+    return {p.name: int(p.name.rsplit("-", 1)[1]) for p in marks.iterdir()}
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"
+
+
+def started(marks: Path, n: int = 6) -> dict[str, int]:
+    assert wait_for(lambda: len(pids(marks)) >= n, 60), sorted(pids(marks))
+    return pids(marks)
+
+
+def kill_all(found: dict[str, int]) -> None:
+    for pid in found.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def may_make_cgroup() -> bool:
+    made = reaping._make_cgroup()
+    if made is None:
+        return False
+    os.rmdir(made)
+    return True
+
+
+@pytest.mark.timeout(120)
+def test_after_sigkill_of_parinfo_nothing_an_instance_started_runs_on(tmp_path):
+    proc, marks = start(tmp_path, FAMILY + FOREVER)
+    found = {}
+    try:
+        found = started(marks)
+        proc.kill()
+        proc.wait(timeout=30)
+        in_groups = {k: v for k, v in found.items() if not k.startswith("daemon")}
+        assert wait_for(lambda: not any(map(running, in_groups.values())), 10), \
+            {k: running(v) for k, v in found.items()}
+        if may_make_cgroup():  # a daemon that left its group is reached through the launch's cgroup
+            assert wait_for(lambda: not any(map(running, found.values())), 10), \
+                {k: running(v) for k, v in found.items()}
+            cgroup = Path(reaping.cgroup_base() or "/nowhere", f"parinfo-launch-{proc.pid}")
+            assert wait_for(lambda: not cgroup.exists(), 10), cgroup
+    finally:
+        proc.kill()
+        kill_all(found)
+
+
+@pytest.mark.timeout(120)
+def test_a_daemon_holding_the_output_pipe_neither_keeps_parinfo_waiting_nor_outlives_it(tmp_path):
+    proc, marks = start(tmp_path, FAMILY)  # the instances exit at once; their children stay
+    found = {}
+    try:
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+        found = pids(marks)
+        assert proc.returncode == 0, err
+        assert sorted(line for line in out.splitlines()) == ["[0] ready", "[1] ready"]
+        assert took < 30, took
+        assert len(found) == 6 and not any(map(running, found.values())), {k: running(v) for k, v in found.items()}
+    finally:
+        proc.kill()
+        kill_all(found)
+
+
+STUBBORN = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(os.path.join(sys.argv[1], f"instance-{os.environ['PARINFO_INSTANCE']}-{os.getpid()}"), "w").close()
+print("ready", flush=True)
+while True: time.sleep(0.05)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_three_times_ends_instances_that_ignore_it_and_says_each_step(tmp_path):
+    proc, marks = start(tmp_path, STUBBORN)
+    found = {}
+    try:
+        found = started(marks, 2)
+        said = []
+        for step in ("SIGINT passed on", "SIGTERM sent", "SIGKILL sent"):
+            proc.send_signal(signal.SIGINT)
+            said.append(next(line for line in proc.stderr if "Ctrl-C" in line or not line))  # past the check table
+            assert step in said[-1], said
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + signal.SIGKILL, err
+        assert said[0] == "parinfo: Ctrl-C: SIGINT passed on to the 2 instances; Ctrl-C again sends SIGTERM\n"
+        assert said[2] == "parinfo: Ctrl-C: SIGKILL sent to the 2 instances and every process they started\n"
+        assert not any(map(running, found.values()))
+    finally:
+        proc.kill()
+        kill_all(found)
