@@ -164,3 +164,33 @@ def test_ctrl_c_three_times_ends_instances_that_ignore_it_and_says_each_step(tmp
     finally:
         proc.kill()
         kill_all(found)
+
+
+GROUP = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.fork() == 0:
+    open(os.path.join(sys.argv[1], f"child-{os.getpid()}"), "w").close()
+    while True: time.sleep(1)
+open(os.path.join(sys.argv[1], f"leader-{os.getpid()}"), "w").close()
+while True: time.sleep(1)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_without_a_cgroup_the_guard_ends_the_groups_it_was_given_when_its_pipe_closes(tmp_path):
+    """What an unprivileged launch relies on when parinfo is killed: the guard alone, groups only."""
+    group = subprocess.Popen([sys.executable, "-c", GROUP, str(tmp_path)], start_new_session=True)
+    found = {}
+    try:
+        found = started(tmp_path, 2)
+        guard = subprocess.Popen([sys.executable, "-I", "-S", reaping.GUARD], stdin=subprocess.PIPE,
+                                 start_new_session=True)
+        guard.stdin.write(f"g {group.pid}\n".encode())
+        guard.stdin.close()  # as when parinfo dies: SIGTERM, ignored here, then SIGKILL
+        assert guard.wait(timeout=20) == 0
+        assert wait_for(lambda: not any(map(running, found.values())), 5)
+    finally:
+        group.kill()
+        group.wait()
+        kill_all(found)
