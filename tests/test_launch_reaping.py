@@ -194,3 +194,25 @@ def test_without_a_cgroup_the_guard_ends_the_groups_it_was_given_when_its_pipe_c
         group.kill()
         group.wait()
         kill_all(found)
+
+
+CALLER = """
+import os, subprocess, sys
+from parinfo.profiles.launch import run_plan
+from parinfo.profiles.plan import InstancePlan, Plan, Setting
+cpu = min(os.sched_getaffinity(0))
+insts = tuple(InstancePlan(i, (cpu,), 1, 1, {}) for i in range(2))
+plan = Plan("api", "", "test", Setting("intra_op", 1, "given"), Setting("inter_op", 1, "given"), {}, {}, {},
+            None, "given", insts)
+own = subprocess.Popen(["sleep", "60"])
+status = run_plan(plan, [sys.executable, "-c", "pass"])
+print(status, own.poll(), flush=True)
+own.kill()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_python_caller_keeps_its_own_children_across_a_launch_of_instances():
+    done = subprocess.run([sys.executable, "-c", CALLER], env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["0", "None"], done.stdout

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import subprocess
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 #: How long leftover processes are given between SIGTERM and SIGKILL (the guard's own grace).
 GRACE_S = 1.0
 GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guard.py")
@@ -36,11 +37,12 @@ class Reaper:
     """One launch's means of ending everything its instances start (the module's note)."""
 
     def __init__(self, cgroup: str | None, guard: subprocess.Popen[bytes] | None, orders: int | None,
-                 subreaper: bool) -> None:
+                 subreaper: bool, earlier: frozenset[int] = frozenset()) -> None:
         self.cgroup = cgroup
         self.guard = guard
         self.orders = orders  # the write end of the guard's pipe
-        self.subreaper = subreaper
+        self.subreaper = subreaper  # made one here, so to be undone at the end
+        self.earlier = earlier  # children the calling program had before the launch: never ended here
         self.groups: list[int] = []
         self.join_fd: int | None = None
         if cgroup is not None:
@@ -52,10 +54,11 @@ class Reaper:
     @classmethod
     def start(cls) -> Reaper:
         """Become a subreaper, make the launch's cgroup where allowed, start the guard."""
-        subreaper = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        earlier = frozenset(_children())
+        subreaper = not _is_subreaper() and _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         cgroup = _make_cgroup()
         guard, orders = _start_guard()
-        reaper = cls(cgroup, guard, orders, subreaper)
+        reaper = cls(cgroup, guard, orders, subreaper, earlier)
         if cgroup is not None:
             reaper._order(f"c {cgroup}")
         return reaper
@@ -103,7 +106,7 @@ class Reaper:
             os.close(self.orders)  # the guard's signal to end them
             self.orders = None
         guard_pid = self.guard.pid if self.guard is not None else None
-        _end_children(keep | ({guard_pid} if guard_pid else set()))
+        _end_children(keep | self.earlier | ({guard_pid} if guard_pid else set()))
         if self.guard is not None:
             import subprocess
 
@@ -126,6 +129,18 @@ class Reaper:
             os.write(self.orders, os.fsencode(line) + b"\n")
         except OSError:
             pass
+
+
+def _is_subreaper() -> bool:
+    """Whether this process is a child subreaper already (then it stays one, as its owner chose)."""
+    try:
+        import ctypes
+
+        flag = ctypes.c_int(0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)) == 0 and flag.value != 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _prctl(option: int, value: int) -> bool:
