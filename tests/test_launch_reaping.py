@@ -146,6 +146,26 @@ while True: time.sleep(0.05)
 
 
 @pytest.mark.timeout(120)
+def test_ctrl_c_twice_and_a_wait_ends_instances_that_ignore_sigterm(tmp_path):
+    proc, marks = start(tmp_path, STUBBORN)
+    found = {}
+    try:
+        found = started(marks, 2)
+        for _ in range(2):
+            proc.send_signal(signal.SIGINT)
+            next(line for line in proc.stderr if "Ctrl-C" in line)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGKILL, err
+        assert "parinfo: 5 s after SIGTERM: SIGKILL sent to the 2 instances" in err
+        assert 4 < time.monotonic() - t0 < 30
+        assert not any(map(running, found.values()))
+    finally:
+        proc.kill()
+        kill_all(found)
+
+
+@pytest.mark.timeout(120)
 def test_ctrl_c_three_times_ends_instances_that_ignore_it_and_says_each_step(tmp_path):
     proc, marks = start(tmp_path, STUBBORN)
     found = {}

@@ -73,7 +73,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
     reaper = Reaper.start()
     preexec = reaper.preexec(_parent_death_hook(os.getpid()))
     try:
-        with Relay(_Interrupts(send, reaper, len(plan.instances))), _JobControl(send):
+        with _Interrupts(send, reaper, len(plan.instances)) as interrupts, Relay(interrupts), _JobControl(send):
             for inst, child, bind in zip(plan.instances, children, bindings, strict=True):
                 try:
                     with hold(bind, command) as (argv, note):
@@ -108,11 +108,13 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
 
 class _Interrupts:
     """What Ctrl-C (SIGINT) does, more each time, said in one line on stderr: the first is passed
-    on to the instances, the second sends them SIGTERM, the third SIGKILL to every process they
-    started. Other signals are passed on as they come."""
+    on to the instances, the second sends them SIGTERM, the third, or KILL_AFTER_S seconds after
+    the second, SIGKILL to every process they started. Other signals are passed on as they come.
+    While installed it owns SIGALRM (the timer of that last step)."""
 
+    KILL_AFTER_S = 5.0
     STEPS = ((signal.SIGINT, "SIGINT passed on to {n}; Ctrl-C again sends SIGTERM"),
-             (signal.SIGTERM, "SIGTERM sent to {n}; Ctrl-C again sends SIGKILL"),
+             (signal.SIGTERM, "SIGTERM sent to {n}; Ctrl-C again, or {s:g} s, sends SIGKILL"),
              (signal.SIGKILL, "SIGKILL sent to {n} and every process they started"))
 
     def __init__(self, send: Callable[[int], None], reaper: Reaper, count: int) -> None:
@@ -120,19 +122,40 @@ class _Interrupts:
         self.reaper = reaper
         self.what = "the instance" if count == 1 else f"the {count} instances"
         self.seen = 0
+        self.saved_alarm: Any = None
+
+    def __enter__(self) -> _Interrupts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved_alarm is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.saved_alarm)
+            self.saved_alarm = None
 
     def __call__(self, signum: int) -> None:
         if signum != signal.SIGINT:
             self.send(signum)
             return
+        self._step("Ctrl-C")
+
+    def _step(self, why: str) -> None:
         sig, words = self.STEPS[min(self.seen, len(self.STEPS) - 1)]
         self.seen += 1
         if sig == signal.SIGKILL:
             self.reaper.kill(sig)
         else:
             self.send(sig)
-        start = "\n" if sys.stderr.isatty() else ""  # after the terminal's ^C
-        _write(sys.stderr, f"{start}parinfo: Ctrl-C: {words.format(n=self.what)}\n".encode())
+        if sig == signal.SIGTERM and hasattr(signal, "setitimer"):
+            self.saved_alarm = signal.signal(signal.SIGALRM, self._late)
+            signal.setitimer(signal.ITIMER_REAL, self.KILL_AFTER_S)
+        start = "\n" if why == "Ctrl-C" and sys.stderr.isatty() else ""  # after the terminal's ^C
+        _write(sys.stderr, f"{start}parinfo: {why}: {words.format(n=self.what, s=self.KILL_AFTER_S)}\n".encode())
+
+    def _late(self, signum: int, frame: Any) -> None:
+        if self.seen < len(self.STEPS):
+            self.seen = len(self.STEPS) - 1
+            self._step(f"{self.KILL_AFTER_S:g} s after SIGTERM")
 
 
 class _Log:
