@@ -236,3 +236,36 @@ def test_a_python_caller_keeps_its_own_children_across_a_launch_of_instances():
     done = subprocess.run([sys.executable, "-c", CALLER], env=clean_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-2:] == ["0", "None"], done.stdout
+
+
+ORPHANS = """
+import os, sys, time
+for _ in range(5):
+    if os.fork() == 0:
+        if os.fork() == 0:
+            time.sleep(0.2)
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+print("forked", flush=True)
+time.sleep(4)
+"""
+
+
+def zombie_children(pid: int) -> list[int]:
+    kids = [int(p) for t in os.listdir(f"/proc/{pid}/task")
+            for p in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
+    return [k for k in kids if not running(k) and Path(f"/proc/{k}").exists()]
+
+
+@pytest.mark.timeout(60)
+def test_orphans_that_exit_during_a_long_run_are_reaped_as_they_go(tmp_path):
+    proc, _ = start(tmp_path, ORPHANS)
+    try:
+        assert sorted(proc.stdout.readline() for _ in range(2)) == ["[0] forked\n", "[1] forked\n"]
+        time.sleep(0.5)  # the orphans have exited: zombies until parinfo reaps them
+        assert wait_for(lambda: not zombie_children(proc.pid), 2.5), zombie_children(proc.pid)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+    finally:
+        proc.kill()

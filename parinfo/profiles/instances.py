@@ -91,8 +91,9 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
                 procs.append((inst.index, proc))
                 reaper.watch(proc.pid)
                 expected.append(checks_for(plan, child, bind, inst))
-            status, problems = _supervise(procs, expected, logs,
-                                          lambda: reaper.finish(frozenset(p.pid for _, p in procs)))
+            pids = frozenset(p.pid for _, p in procs)
+            status, problems = _supervise(procs, expected, logs, lambda: reaper.finish(pids),
+                                          lambda: reaper.reap(pids))
             if check and problems and not status:
                 return EXIT_CHECK_FAILED
             return status
@@ -362,10 +363,12 @@ DRAIN_S = 2.0
 
 
 def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[list[Check]],
-               logs: dict[int, _Log], all_exited: Callable[[], None] = lambda: None) -> tuple[int, list[str]]:
+               logs: dict[int, _Log], all_exited: Callable[[], None] = lambda: None,
+               every_second: Callable[[], None] = lambda: None) -> tuple[int, list[str]]:
     """Relay prefixed output until every instance has exited, reading each back CHECK_AFTER_S
-    after the start; then call ``all_exited`` and relay what is left in the pipes for at most
-    DRAIN_S. The first failure's status and the lines of instances that did not get their plan."""
+    after the start and calling ``every_second`` meanwhile; then call ``all_exited`` and relay what
+    is left in the pipes for at most DRAIN_S. The first failure's status and the lines of instances
+    that did not get their plan."""
     import selectors
     import time
 
@@ -402,8 +405,12 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
                 first_failure = status
 
     drain_until: float | None = None
+    tick_at = time.monotonic() + 1.0
     while sel.get_map():
         now = time.monotonic()
+        if now >= tick_at:
+            every_second()
+            tick_at = now + 1.0
         if drain_until is None and not running:
             all_exited()
             now = time.monotonic()
@@ -414,7 +421,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
             check_at = None
             problems = _verify(procs, expected, owners)
         idle = None if exact else 0.05
-        for at in (check_at, drain_until):
+        for at in (check_at, drain_until, tick_at):
             if at is not None:
                 idle = max(0.0, at - now) if idle is None else min(idle, max(0.0, at - now))
         for key, _ in sel.select(_timeout(relays, now, idle)):

@@ -99,6 +99,17 @@ class Reaper:
             except OSError:
                 pass
 
+    def reap(self, keep: frozenset[int]) -> None:
+        """Reap the orphans that came to parinfo and have exited (a long run must not gather
+        zombies); ``keep``: the instances, whose exits their Popen objects collect."""
+        guard = {self.guard.pid} if self.guard is not None else set()
+        for pid in _children() - keep - self.earlier - guard:
+            if not _alive(pid):
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+
     def finish(self, keep: frozenset[int] = frozenset()) -> None:
         """The instances have exited: end what they left (the guard ends their groups and the
         cgroup; the orphans that came to parinfo are ended here), within a bound. Idempotent."""
