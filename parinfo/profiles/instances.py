@@ -2,14 +2,18 @@
 
 Each instance gets PARINFO_INSTANCE=i and PARINFO_INSTANCES=N, stdin from /dev/null (N copies cannot
 share a terminal) and its own process group, so signals reach it only through this launcher:
-- SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to every instance;
+- SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to every instance; Ctrl-C (SIGINT)
+  escalates: passed on, then SIGTERM, then SIGKILL (:class:`_Interrupts`);
 - job control works on the whole job: ^Z (SIGTSTP) stops the instances, then the launcher; SIGCONT
   resumes them all;
 - if the launcher dies, even by SIGKILL, the kernel sends every instance SIGTERM (a parent-death
-  signal), so no instance is left running on its own.
+  signal), and :mod:`parinfo.profiles.reaping` ends every process they started, then as when they
+  have all exited.
 Their output is relayed with ``[i] `` before every line; a partial line (a progress bar, a prompt)
-is passed on at once, not held until its newline. With a log directory, each instance's output
-(stdout and stderr, as it came, without the prefix) is also written to ``instance-I.log`` there.
+is passed on at once, not held until its newline; once every instance has exited, for DRAIN_S at
+most. With a log directory, each instance's output (stdout and stderr, as it came, without the
+prefix) is also written to ``instance-I.log`` there (made through :mod:`parinfo.safe_file`). A log
+or an output that cannot be written is a warning: the exit status is always the instances'.
 With the plan's ``memory``, each instance's memory is bound to the NUMA nodes of its own CPUs.
 
 Once an instance has run for :data:`parinfo.profiles.verify.CHECK_AFTER_S`, its CPUs, memory
