@@ -62,10 +62,12 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
             lines.append(_comment(f"{var} kept: already set to {shlex.quote(user)} (profile: "
                                   f"{shlex.quote(value)}; --force overrides)"))
             continue
-        lines.append(f"export {var}={shlex.quote(value)}")
-    lines.append(f"export {library('parinfo').var('profile')}={name}")
+        lines.append(_export(var, value))
+    lines.append(_export(library('parinfo').var('profile'), plan.name))
     ours = plan.preload_paths
-    if ours:
+    if ours and _unsafe(":".join(ours)):
+        lines.append(_comment(f"LD_PRELOAD left out: a path holds a control character ({':'.join(ours)})"))
+    elif ours:
         from parinfo.process.preload import MARK_VAR, PRELOAD_VAR
 
         first = shlex.quote(":".join(ours))
@@ -84,6 +86,23 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
     lines.append(_comment(f"inter-op counts without a variable (torch) are set only by parinfo apply {name} -- "
                           f"COMMAND or parinfo.apply()"))
     return "\n".join(lines) + "\n"
+
+
+def _unsafe(text: str) -> bool:
+    """Whether ``text`` holds a character that is not shown as itself (a control, a bidi override)."""
+    from parinfo.safe_text import escape_controls
+
+    return escape_controls(text) != text
+
+
+def _export(name: str, value: str) -> str:
+    """``export NAME='value'``; a value with a control character (which no checked profile holds)
+    is left out, said in a comment, so what is eval'ed is always what a person reads."""
+    import shlex
+
+    if _unsafe(name) or _unsafe(value):
+        return _comment(f"{name} left out: its value holds a control character ({value})")
+    return f"export {name}={shlex.quote(value)}"
 
 
 def _comment(text: str) -> str:

@@ -12,6 +12,8 @@ wheel and conda put theirs, then the library folders of site-packages: ``torch/l
 then in the system's library paths (``LD_LIBRARY_PATH``, the folders of ``/etc/ld.so.conf``, the
 multiarch and standard folders, ``/usr/lib/llvm-*/lib``). A candidate is accepted only when the
 file it resolves to is the library asked for: Debian's ``libiomp5.so`` is a link to LLVM's libomp.
+As root, a candidate that another user owns or may write, or that lies in a folder another user
+owns or may write, is skipped (:func:`untrusted`), and the plan says which folder and why.
 
 Standard library only at module level: the launcher imports it on the start-up path.
 """
@@ -278,12 +280,45 @@ def system_dirs(environ: Mapping[str, str] | None = None) -> list[str]:
 @record(frozen=True)
 class Found:
     """Where a library was looked for: ``path`` (None when not found), ``where`` (the Python
-    environment or the system), and ``rejected``: files of the right name that are another library
-    (path, what they are)."""
+    environment or the system), ``rejected``: files of the right name that are another library
+    (path, what they are), and ``skipped``: folders passed over because another user has a say in
+    them (folder, why)."""
 
     path: str | None
     where: str = ""
     rejected: tuple[tuple[str, str], ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    def skipped_note(self) -> str:
+        """The skipped folders in words ("" when none)."""
+        return "; ".join(f"skipped {folder}: {why}" for folder, why in self.skipped)
+
+
+def untrusted(path: str) -> str | None:
+    """Why root must not load the file ``path``, or None (and always None for another user, who
+    may load what it can read). As parinfo.safe_file's rule for a folder to write in: every folder
+    on the way to the file, and to the file a link names, and the file itself, are root's (a link
+    too), and none is writable by another user (a folder may be, with the sticky bit, as /tmp)."""
+    if os.geteuid() != 0:
+        return None
+    import stat
+
+    for full in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+        here = ""
+        for part in [p for p in full.split("/") if p]:
+            here += "/" + part
+            try:
+                st = os.lstat(here)
+            except OSError:
+                return None  # gone meanwhile: not found, the search goes on
+            if st.st_uid != 0:
+                return f"{here} is owned by uid {st.st_uid}, not root"
+            if stat.S_ISLNK(st.st_mode):
+                continue  # root's link: where it leads is walked as the real path
+            others = st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid != 0)
+            if others and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and here != full):
+                return f"{here} is writable by {'every user' if st.st_mode & stat.S_IWOTH else f'group {st.st_gid}'}"
+    return None
 
 
 #: Folder lists to search, in order, with the words that say where a file was found. Replaceable
@@ -297,18 +332,23 @@ def locate(files: tuple[str, ...], accept: Callable[[str], str | None]) -> Found
     (``accept`` returns None to take it, or what the file is instead). The Python environment's
     folders are listed once per process."""
     rejected: list[tuple[str, str]] = []
+    skipped: dict[str, str] = {}
     for where, dirs in SEARCH:
         for folder in dirs():
             for name in files:
                 path = os.path.join(folder, name)
                 if not os.path.isfile(path):
                     continue
+                why = untrusted(path)
+                if why is not None:
+                    skipped.setdefault(folder, f"{why}, and parinfo runs as root")
+                    continue
                 other = accept(path)
                 if other is None:
-                    return Found(path, where, tuple(rejected))
+                    return Found(path, where, tuple(rejected), tuple(skipped.items()))
                 if all(p != os.path.realpath(path) for p, _ in rejected):
                     rejected.append((os.path.realpath(path), other))
-    return Found(None, "", tuple(rejected))
+    return Found(None, "", tuple(rejected), tuple(skipped.items()))
 
 
 def locate_allocator(rec: Allocator) -> Found:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from parinfo.errors import ApplyError
+from parinfo.errors import ApplyError, UsageError
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process import libraries as reg, preload as pre
 from parinfo.record import record
@@ -146,8 +146,17 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
     if ours:
         env[pre.PRELOAD_VAR], after = pre.compose_preload(ours, base)
         env[pre.MARK_VAR] = ":".join(ours)
+    _no_nul(env, plan.name)
     return ChildEnv(env, tuple(kept), tuple(overridden), torch_intra, inter,
                     tuple(cpus) if cpus else None, tuple(ours), tuple(after))
+
+
+def _no_nul(env: Mapping[str, str], profile: str) -> None:
+    """Refuse a variable no program can receive (a plan made in Python, not from a checked profile)."""
+    for name, value in env.items():
+        if "\0" in name or "\0" in value or "=" in name:
+            raise UsageError(f"profile {shorten(profile)}: variable {shorten(name)} cannot be passed to a program: "
+                             "its name or value holds a NUL character (or its name an '=')")
 
 
 def _set_by_outer_launch(base: Mapping[str, str]) -> frozenset[str]:

@@ -272,7 +272,10 @@ class Env(Rule):
 
 _PRELOAD_FIX = ("write e.g. 'allocator: jemalloc' (or {name: jemalloc, conf: \"...\"} for MALLOC_CONF) or "
                 "'openmp: intel': parinfo finds the library, preloads it and sets its variables")
-_CONF_PATTERN = r"^[A-Za-z0-9_]+:[^,\s]*(,[A-Za-z0-9_]+:[^,\s]*)*$"
+# An allocator's settings string reaches its variable (and --export's shell line): printable ASCII,
+# no space, commas between option:value pairs.
+_CONF_VALUE = r"[\x21-\x2b\x2d-\x7e]*"
+_CONF_PATTERN = rf"^[A-Za-z0-9_]+:{_CONF_VALUE}(,[A-Za-z0-9_]+:{_CONF_VALUE})*$"
 _CONF_LIMIT = 1000
 
 
@@ -303,7 +306,12 @@ class AllocatorRule(Rule):
         if not isinstance(raw, str):
             raise c.fail(conf_path, f"'allocator.conf' must be text, not {type_name(raw)}", "put the value in quotes")
         text = raw.strip()
-        if len(text) > _CONF_LIMIT or not re.match(_CONF_PATTERN, text, re.ASCII):
+        odd = next(((i, ch) for i, ch in enumerate(text) if not " " <= ch <= "~"), None)
+        if odd is not None:
+            raise c.fail(conf_path, f"'allocator.conf' has {_char_name(odd[1])} at character {odd[0] + 1}; "
+                         f"{conf_vars[name]} is read as printable ASCII",
+                         "write option:value pairs in ASCII letters, digits and punctuation")
+        if len(text) > _CONF_LIMIT or not re.fullmatch(_CONF_PATTERN, text, re.ASCII):
             raise c.fail(conf_path, f"'allocator.conf' {shown(repr(raw), 60)} is not a {conf_vars[name]} string",
                          "write option:value pairs separated by commas, e.g. background_thread:true,"
                          "dirty_decay_ms:10000")

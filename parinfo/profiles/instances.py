@@ -2,14 +2,18 @@
 
 Each instance gets PARINFO_INSTANCE=i and PARINFO_INSTANCES=N, stdin from /dev/null (N copies cannot
 share a terminal) and its own process group, so signals reach it only through this launcher:
-- SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to every instance;
+- SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to every instance; Ctrl-C (SIGINT)
+  escalates: passed on, then SIGTERM, then SIGKILL (:class:`_Interrupts`);
 - job control works on the whole job: ^Z (SIGTSTP) stops the instances, then the launcher; SIGCONT
   resumes them all;
 - if the launcher dies, even by SIGKILL, the kernel sends every instance SIGTERM (a parent-death
-  signal), so no instance is left running on its own.
+  signal), and :mod:`parinfo.profiles.reaping` ends every process they started, then as when they
+  have all exited.
 Their output is relayed with ``[i] `` before every line; a partial line (a progress bar, a prompt)
-is passed on at once, not held until its newline. With a log directory, each instance's output
-(stdout and stderr, as it came, without the prefix) is also written to ``instance-I.log`` there.
+is passed on at once, not held until its newline; once every instance has exited, for DRAIN_S at
+most. With a log directory, each instance's output (stdout and stderr, as it came, without the
+prefix) is also written to ``instance-I.log`` there (made through :mod:`parinfo.safe_file`). A log
+or an output that cannot be written is a warning: the exit status is always the instances'.
 With the plan's ``memory``, each instance's memory is bound to the NUMA nodes of its own CPUs.
 
 Once an instance has run for :data:`parinfo.profiles.verify.CHECK_AFTER_S`, its CPUs, memory
@@ -22,9 +26,10 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 from parinfo.profiles.child import Relay, check_cpus, child_environ, exit_status, not_started, spawn
+from parinfo.profiles.reaping import Reaper
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
@@ -69,16 +74,17 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
     procs: list[tuple[int, subprocess.Popen[bytes]]] = []
     expected = []
     send = _sender(procs)
-    die_with_us = _parent_death_hook(os.getpid())
-    with Relay(send), _JobControl(send):
-        try:
+    reaper = Reaper.start()
+    preexec = reaper.preexec(_parent_death_hook(os.getpid()))
+    try:
+        with _Interrupts(send, reaper, len(plan.instances)) as interrupts, Relay(interrupts), _JobControl(send):
             for inst, child, bind in zip(plan.instances, children, bindings, strict=True):
                 try:
                     with hold(bind, command) as (argv, note):
                         if note:
                             print(note, file=sys.stderr, flush=True)
                         proc = spawn(argv, child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_us)
+                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec)
                 except (OSError, subprocess.SubprocessError) as exc:
                     send(signal.SIGTERM)
                     for _, started in procs:
@@ -87,38 +93,132 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
                         return not_started(command, exc)
                     raise
                 procs.append((inst.index, proc))
+                reaper.watch(proc.pid)
                 expected.append(checks_for(plan, child, bind, inst))
-            status, problems = _supervise(procs, expected, logs)
+            pids = frozenset(p.pid for _, p in procs)
+            status, problems = _supervise(procs, expected, logs, lambda: reaper.finish(pids),
+                                          lambda: reaper.reap(pids))
             if check and problems and not status:
                 return EXIT_CHECK_FAILED
             return status
-        finally:
-            for _, proc in procs:
-                if proc.returncode is None:  # only after an unexpected error: leave no orphans
-                    proc.kill()
-                    proc.wait()
-            for log in logs.values():
-                log.close()
+    finally:
+        for _, proc in procs:
+            if proc.returncode is None:  # only after an unexpected error: leave no orphans
+                proc.kill()
+                proc.wait()
+        reaper.finish()
+        for log in logs.values():
+            log.close()
 
 
-def _open_logs(log_dir: str | None, instances: Sequence[InstancePlan]) -> dict[int, BinaryIO]:
-    """One file per instance under ``log_dir`` (made if missing), instance-I.log, emptied; a directory
-    that cannot be made or written is a usage error, before anything starts."""
+class _Interrupts:
+    """What Ctrl-C (SIGINT) does, more each time, said in one line on stderr: the first is passed
+    on to the instances, the second sends them SIGTERM, the third, or KILL_AFTER_S seconds after
+    the second, SIGKILL to every process they started. Other signals are passed on as they come.
+    While installed it owns SIGALRM (the timer of that last step)."""
+
+    KILL_AFTER_S = 5.0
+    STEPS = ((signal.SIGINT, "SIGINT passed on to {n}; Ctrl-C again sends SIGTERM"),
+             (signal.SIGTERM, "SIGTERM sent to {n}; Ctrl-C again, or {s:g} s, sends SIGKILL"),
+             (signal.SIGKILL, "SIGKILL sent to {n} and every process they started"))
+
+    def __init__(self, send: Callable[[int], None], reaper: Reaper, count: int) -> None:
+        self.send = send
+        self.reaper = reaper
+        self.what = "the instance" if count == 1 else f"the {count} instances"
+        self.seen = 0
+        self.saved_alarm: Any = None
+
+    def __enter__(self) -> _Interrupts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved_alarm is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.saved_alarm)
+            self.saved_alarm = None
+
+    def __call__(self, signum: int) -> None:
+        if signum != signal.SIGINT:
+            self.send(signum)
+            return
+        self._step("Ctrl-C")
+
+    def _step(self, why: str) -> None:
+        sig, words = self.STEPS[min(self.seen, len(self.STEPS) - 1)]
+        self.seen += 1
+        if sig == signal.SIGKILL:
+            self.reaper.kill(sig)
+        else:
+            self.send(sig)
+        if sig == signal.SIGTERM and hasattr(signal, "setitimer"):
+            self.saved_alarm = signal.signal(signal.SIGALRM, self._late)
+            signal.setitimer(signal.ITIMER_REAL, self.KILL_AFTER_S)
+        start = "\n" if why == "Ctrl-C" and sys.stderr.isatty() else ""  # after the terminal's ^C
+        _write(sys.stderr, f"{start}parinfo: {why}: {words.format(n=self.what, s=self.KILL_AFTER_S)}\n".encode())
+
+    def _late(self, signum: int, frame: Any) -> None:
+        if self.seen < len(self.STEPS):
+            self.seen = len(self.STEPS) - 1
+            self._step(f"{self.KILL_AFTER_S:g} s after SIGTERM")
+
+
+class _Log:
+    """One instance's log file, written without a buffer; the first write that fails (a full disk)
+    is said once as a warning, and the log is left: the terminal still gets the output, and the
+    exit status stays the instances'."""
+
+    def __init__(self, fd: int, shown: str) -> None:
+        self.fd: int | None = fd
+        self.shown = shown
+
+    def write(self, data: bytes) -> str | None:
+        """Write ``data``; a warning line the first time that fails, else None."""
+        if self.fd is None:
+            return None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as exc:
+            self.close()
+            return (f"parinfo: warning: cannot write {self.shown}: {exc.strerror or exc}; this log stops here, "
+                    "the terminal still gets the output")
+        return None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _open_logs(log_dir: str | None, instances: Sequence[InstancePlan]) -> dict[int, _Log]:
+    """One new file per instance under ``log_dir`` (made if missing), instance-I.log, through
+    parinfo.safe_file: no link another user made is followed, and the folder must be one no other
+    user can write. A folder that cannot be made or written, or is not safe, is a usage error before
+    anything starts."""
     if log_dir is None:
         return {}
+    from parinfo import safe_file
     from parinfo.errors import UsageError
     from parinfo.safe_text import shorten
 
-    logs: dict[int, BinaryIO] = {}
+    logs: dict[int, _Log] = {}
+    shown = shorten(log_dir, 300)
     try:
-        os.makedirs(log_dir, exist_ok=True)
-        for inst in instances:
-            logs[inst.index] = open(os.path.join(log_dir, f"instance-{inst.index}.log"), "wb")  # noqa: SIM115
+        folder = safe_file.writable_dir(log_dir)
+        try:
+            for inst in instances:
+                name = f"instance-{inst.index}.log"
+                logs[inst.index] = _Log(safe_file.create(folder, name), f"{shown}/{name}")
+        finally:
+            os.close(folder)
     except OSError as exc:
         for log in logs.values():
             log.close()
-        raise UsageError(f"--log-dir {shorten(log_dir, 300)}: cannot write a log there: {exc.strerror or exc} "
-                         "(give a directory you may write to)") from None
+        fix = ("give a folder that no other user can write, e.g. one you make with mkdir -m 700"
+               if isinstance(exc, safe_file.Unsafe) else "give a directory you may write to")
+        raise UsageError(f"--log-dir {shown}: cannot write a log there: {exc.strerror or exc} ({fix})") from None
     return logs
 
 
@@ -197,11 +297,12 @@ class _Prefixed:
     HOLD_BYTES = 1 << 16
 
     def __init__(self, prefix: bytes, out: Any, owners: dict[int, _Prefixed | None],
-                 log: BinaryIO | None = None) -> None:
+                 log: _Log | None = None, warned: set[int] | None = None) -> None:
         self.prefix = prefix
         self.out = out
         self.log = log  # the instance's log file: its bytes as they come, unprefixed
         self.owners = owners  # id(stream) -> the relay whose line is open there
+        self.warned = set() if warned is None else warned  # id(stream) of streams said to be unwritable
         self.at_line_start = True
         self.held = bytearray()
         self.held_since: float | None = None
@@ -209,7 +310,9 @@ class _Prefixed:
     def feed(self, data: bytes, now: float) -> None:
         """Take bytes read from the pipe: pass on every whole line, hold a short partial one."""
         if self.log is not None:
-            _write_log(self.log, data)
+            warning = self.log.write(data)
+            if warning:
+                _say(self.owners, [warning])
         self.held += data
         cut = self.held.rfind(b"\n")
         if cut >= 0:
@@ -251,13 +354,25 @@ class _Prefixed:
             parts.append(b"\n")
         self.at_line_start = ends
         self.owners[id(self.out)] = None if ends else self
-        _write(self.out, b"".join(parts))
+        why = _write(self.out, b"".join(parts))
+        if why and self.out is not sys.stderr and id(self.out) not in self.warned:
+            self.warned.add(id(self.out))  # keep draining the pipes, so the instances never block
+            _write(sys.stderr, f"parinfo: warning: cannot write the output: {why}; the instances run on, and "
+                               "parinfo exits with their status\n".encode())
+
+
+#: How long output is still relayed once every instance has exited: a process that outlived its
+#: instance (and holds its pipe) is ended meanwhile, but must never keep the launch waiting.
+DRAIN_S = 2.0
 
 
 def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[list[Check]],
-               logs: dict[int, BinaryIO]) -> tuple[int, list[str]]:
+               logs: dict[int, _Log], all_exited: Callable[[], None] = lambda: None,
+               every_second: Callable[[], None] = lambda: None) -> tuple[int, list[str]]:
     """Relay prefixed output until every instance has exited, reading each back CHECK_AFTER_S
-    after the start; the first failure's status and the lines of instances that did not get their plan."""
+    after the start and calling ``every_second`` meanwhile; then call ``all_exited`` and relay what
+    is left in the pipes for at most DRAIN_S. The first failure's status and the lines of instances
+    that did not get their plan."""
     import selectors
     import time
 
@@ -265,6 +380,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
 
     sel = selectors.DefaultSelector()
     owners: dict[int, _Prefixed | None] = {}
+    warned: set[int] = set()
     relays: list[_Prefixed] = []
     exact = True  # every exit is seen through a pidfd; else poll every 50 ms
     check_at: float | None = time.monotonic() + CHECK_AFTER_S
@@ -274,7 +390,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
         for pipe, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
             assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
-            relays.append(_Prefixed(prefix, out, owners, logs.get(index)))
+            relays.append(_Prefixed(prefix, out, owners, logs.get(index), warned))
             sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1], pipe))
         pidfd = _pidfd(proc.pid)
         if pidfd is None:
@@ -292,14 +408,26 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
             if status and not first_failure:
                 first_failure = status
 
+    drain_until: float | None = None
+    tick_at = time.monotonic() + 1.0
     while sel.get_map():
         now = time.monotonic()
+        if now >= tick_at:
+            every_second()
+            tick_at = now + 1.0
+        if drain_until is None and not running:
+            all_exited()
+            now = time.monotonic()
+            drain_until = now + DRAIN_S
+        if drain_until is not None and now >= drain_until:
+            break
         if check_at is not None and now >= check_at:
             check_at = None
             problems = _verify(procs, expected, owners)
         idle = None if exact else 0.05
-        if check_at is not None:
-            idle = max(0.0, check_at - now) if idle is None else min(idle, max(0.0, check_at - now))
+        for at in (check_at, drain_until, tick_at):
+            if at is not None:
+                idle = max(0.0, at - now) if idle is None else min(idle, max(0.0, at - now))
         for key, _ in sel.select(_timeout(relays, now, idle)):
             kind, target, pipe = key.data
             if kind == "exit":
@@ -326,6 +454,12 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
         if not exact:
             for _, proc in procs:
                 reap(proc)
+    for key in list(sel.get_map().values()):  # pipes still held open once the bound is over
+        sel.unregister(key.fileobj)
+        kind, target, pipe = key.data
+        if kind == "out":
+            target.close()
+            pipe.close()
     sel.close()
     for _, proc in procs:  # output closed before exit: wait in start order
         proc.wait()
@@ -360,14 +494,6 @@ def _say(owners: dict[int, _Prefixed | None], lines: list[str]) -> None:
     _write(sys.stderr, data)
 
 
-def _write_log(log: BinaryIO, data: bytes) -> None:
-    try:
-        log.write(data)
-        log.flush()
-    except (OSError, ValueError):
-        pass  # a full disk: the terminal still gets the output
-
-
 def _timeout(relays: list[_Prefixed], now: float, idle: float | None) -> float | None:
     """How long select may wait: until the first held partial line is due, else ``idle``."""
     dues = [d for d in (r.due() for r in relays) if d is not None]
@@ -387,9 +513,23 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _write(stream: Any, data: bytes) -> None:
+def _write(stream: Any, data: bytes) -> str | None:
+    """Write ``data`` to ``stream`` unbuffered (nothing is left behind to fail again at exit); why
+    it could not, or None."""
     try:
-        stream.buffer.write(data)
-        stream.buffer.flush()
+        fd = stream.fileno()
     except (OSError, ValueError, AttributeError):
-        pass  # a closed or odd stream: keep draining the children so they never block
+        fd = None
+    try:
+        if fd is None:
+            stream.buffer.write(data)
+            stream.buffer.flush()
+            return None
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BlockingIOError:
+        return None  # a non-blocking terminal that is full: this piece is dropped, the rest goes on
+    except (OSError, ValueError, AttributeError) as exc:
+        return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return None

@@ -122,6 +122,11 @@ def _by_node(cores: list[tuple[int, ...]], node_of: dict[int, int]) -> list[list
     return [groups[k] for k in sorted(groups)]
 
 
+def _skips(found: pre.Found) -> str:
+    """The folders the search passed over (as root, another user's), for the plan's 'why'."""
+    return f" ({found.skipped_note()})" if found.skipped else ""
+
+
 class _Resolver:
     def __init__(self, prof: Profile, facts: MachineFacts, instances: int | None) -> None:
         self.prof = prof
@@ -146,7 +151,8 @@ class _Resolver:
 
     def _not_installed(self, key: str, label: str, files: tuple[str, ...], install: str,
                        found: pre.Found) -> Exception:
-        others = "; ".join(f"{path} is {what}" for path, what in found.rejected)
+        others = "; ".join([*(f"{path} is {what}" for path, what in found.rejected),
+                            *([found.skipped_note()] if found.skipped else [])])
         return self.prof.error(self._where(key),
                                f"{key} {self.prof_word(key)}: {label} is not installed (no {' or '.join(files)} in "
                                f"the Python environment or the system's library paths"
@@ -177,7 +183,7 @@ class _Resolver:
                         out.append(Preload("allocator", rec.name, found.path,
                                            f"auto: {rec.label}, the first installed of "
                                            f"{', '.join(a.name for a in pre.ALLOCATORS if a.preloadable)}{earlier} "
-                                           f"({rec.name} {rec.auto_why}); found in {found.where}"))
+                                           f"({rec.name} {rec.auto_why}); found in {found.where}{_skips(found)}"))
                         break
                     tried.append(rec.name)
                 else:
@@ -191,7 +197,8 @@ class _Resolver:
                 if found.path is None:
                     raise self._not_installed("allocator", rec.label, rec.files, rec.install, found)
                 self.allocator = rec
-                out.append(Preload("allocator", name, found.path, f"set in the profile; found in {found.where}"))
+                out.append(Preload("allocator", name, found.path,
+                                   f"set in the profile; found in {found.where}{_skips(found)}"))
         word = self.prof.get("openmp")
         if word is not None:
             if word == pre.DEFAULT:
@@ -203,7 +210,7 @@ class _Resolver:
                     raise self._not_installed("openmp", rt.label, rt.files, rt.install, found)
                 self.runtime = rt
                 out.append(Preload("openmp", word, found.path, f"set in the profile; found in {found.where}: it "
-                                   f"serves every omp_* and GOMP_* call of the program"))
+                                   f"serves every omp_* and GOMP_* call of the program{_skips(found)}"))
         return out
 
     def preload_env(self, env: dict[str, str], why: dict[str, str]) -> None:
