@@ -19,7 +19,7 @@ OWN_PROC = "this process's own /proc file (the kernel's: cannot be a FIFO or ano
 KERNEL = "a kernel file under /proc or /sys (procfs and sysfs hold no FIFO, and no user can put one there)"
 WRAPS = "wraps a descriptor that safe_file opened or made (a new Python file object, not a new open)"
 ATTACH = "attach channel: checked by its own tests"
-LAUNCHER = "launcher: see instances"
+CGROUP = "the launch's own cgroup v2 files (cgroupfs: the kernel's, under parinfo's own cgroup)"
 TEMP_DIR = "mkdtemp: a new 0700 folder of a random name, which no other user may enter"
 
 #: (module:function, call) -> why the open need not go through safe_file.
@@ -52,8 +52,14 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("parinfo.process.attach.channel:Channel._open", "os.open"): ATTACH,
     ("parinfo.process.attach.channel:Channel.write_script", "os.open"): ATTACH,
     ("parinfo.process.attach.in_target:main", "posix.open"): ATTACH,
-    ("parinfo.profiles.instances:_open_logs", "os.makedirs"): LAUNCHER,
-    ("parinfo.profiles.instances:_open_logs", "open"): LAUNCHER,
+    ("parinfo.profiles.guard:_write", "os.open"): CGROUP,
+    ("parinfo.profiles.guard:cgroup_pids", "open"): CGROUP,
+    ("parinfo.profiles.reaping:Reaper.__init__", "os.open"): CGROUP,
+    ("parinfo.profiles.reaping:Reaper.kill", "os.open"): CGROUP,
+    ("parinfo.profiles.reaping:_make_cgroup", "os.mkdir"): CGROUP + " (made under parinfo's own cgroup)",
+    ("parinfo.profiles.reaping:cgroup_base", "open"): OWN_PROC + " (cgroup, mountinfo)",
+    ("parinfo.profiles.reaping:_children", "open"): OWN_PROC + " (task/TID/children)",
+    ("parinfo.profiles.reaping:_alive", "open"): KERNEL + " (/proc/PID/stat)",
 }
 
 
