@@ -142,3 +142,153 @@ def test_races_on_the_channel_give_refusals_not_tracebacks_and_leave_nothing(py3
         _one_line_or_json(done)
     assert sum(d.returncode == 0 for d in results) >= 1, [d.stderr for d in results]
     assert {p for p in _channels("/dev/shm", "/tmp") - before if os.lstat(p).st_uid == 0} == set()
+
+
+# A hostile target: an audit hook that, when parinfo's script comes, answers parinfo's FIFO itself
+# (its user owns that FIFO and can read the script) with an answer of its choosing, then refuses
+# the script. ANSWER is the answer's text, with TOKEN and PID to fill in.
+HOSTILE = r'''
+import ast, os, sys
+ANSWER = {answer!r}
+def hook(event, args):
+    if event != "cpython.remote_debugger_script" or args[0] == os.devnull:
+        return
+    text = open(args[0]).read()
+    data = ast.literal_eval(ast.parse(text).body[-1].value.args[0])
+    fd = os.open(data["fifo"], os.O_WRONLY | os.O_NONBLOCK)
+    text = ANSWER.replace("TOKEN", data["token"]).replace("PID", str(os.getpid()))
+    text = text.replace("HUGE", str(10 ** 18))  # here, not in the command line parinfo reports
+    os.write(fd, text.replace("DEEP", "[" * 100000 + "]" * 100000).encode())
+    os.close(fd)
+    raise RuntimeError("answered by the target itself")
+sys.addaudithook(hook)
+import numpy
+while True:
+    sum(range(1000))
+'''
+
+_BASE = ('{"token": "TOKEN", "pid": PID, "python": {"version": "3.14.0", "version_info": [3, 14, 0]}, '
+         '"environ": {"OMP_NUM_THREADS": "1e999"}, "modules": ["parinfo", "numexpr"], ')
+HOSTILE_ANSWERS = {
+    "attribute-like keys": _BASE + '"threads": [1, []], "pools": [], "errors": {}, "python_libs": [{"name": '
+    '"numexpr", "file": "/x/numexpr.py", "count": 2, "facts": {"__class__": 1, "a.__dict__": 2, "__dict__": 3, '
+    '"ncores.__class__": 4, "ncores": 1e999}}], "parinfo": null}',
+    "huge and negative counts": _BASE + '"threads": [-5, [[1e999, "x", true]]], "pools": [{"path": "PATH", '
+    '"count": HUGE}], "errors": {}, "python_libs": [{"name": "numexpr", "count": -3}], '
+    '"parinfo": {"version": "9", "runtime_loaded": true, "state": {"info": {"intra_op": {"count": '
+    'HUGE, "source": {"kind": "explicit", "detail": "x", "text": "x"}}, "inter_op": {"count": -3}, '
+    '"pool_ceiling": 1e999, "pool_threads": -1, "follow": {"interval_s": 1e999, "usable_cpus": 1e999}}}}}',
+    "1e999 everywhere": _BASE + '"threads": [1e999, []], "pools": [{"path": "PATH", "count": 1e999}], '
+    '"errors": {"x": 1e999}, "python_libs": [], "parinfo": {"version": 1e999, "runtime_loaded": true, '
+    '"state": {"info": {"intra_op": {"count": 1e999}, "follow": {"interval_s": -1e999}}}}, "torch": '
+    '{"intra_op": 1e999, "inter_op": -1e999}}',
+    "deep nesting": _BASE + '"threads": DEEP, "pools": [], "errors": {}, '
+    '"python_libs": [], "parinfo": null}',
+}
+
+
+def _strict_json(text: str) -> dict:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _hostile(py314: str, kind: str) -> subprocess.Popen[bytes]:
+    answer = HOSTILE_ANSWERS[kind]
+    libs = subprocess.run([py314, "-c", "import numpy, threadpoolctl; print(threadpoolctl.threadpool_info()[0]"
+                           "['filepath'])"], capture_output=True, text=True).stdout.strip()
+    return _start([*NOBODY, py314, "-c", HOSTILE.format(answer=answer.replace("PATH", libs))])
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_ANSWERS))
+def test_a_hostile_answer_gives_unknowns_never_a_traceback_and_valid_json(py314_python: str, kind: str) -> None:
+    """The target answers itself: attribute-like keys set nothing, counts out of 1..MAX_COUNT and
+    numbers that are not finite are unknown, the JSON printed is valid; too deep an answer is
+    refused in one line."""
+    _needs_root(py314_python)
+    target = _hostile(py314_python, kind)
+    try:
+        done = _parinfo("show", "--pid", str(target.pid), "--attach", "--json", "--timeout", "5")
+        checked = _parinfo("show", "--pid", str(target.pid), "--attach", "--check", "--timeout", "5")
+    finally:
+        _end(target)
+    _one_line_or_json(done)
+    assert "Traceback" not in checked.stderr and checked.returncode in (0, 1, 2), checked.stderr
+    if kind == "deep nesting":
+        assert done.returncode == 2 and "cannot be read" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    report = _strict_json(done.stdout)
+    assert "1000000000000000000" not in done.stdout and "Infinity" not in done.stdout
+    counts = [r["count"] for r in report["settings"]] + [p["num_threads"] for p in report["pools"]]
+    assert all(c is None or 1 <= c <= 1 << 16 for c in counts), counts
+    runtime = report["runtime"]
+    for key in ("intra_op", "inter_op"):
+        assert (runtime.get(key) or {}).get("count") is None
+    assert "1000000000000000000" not in checked.stdout
+
+
+def test_host_attach_reports_every_other_process_beside_a_hostile_one(py314_python: str) -> None:
+    """``host --attach`` (scoped to nobody's processes): a target whose answer is hostile is one row
+    among the others, each of which is still read inside."""
+    _needs_root(py314_python)
+    hostile = _hostile(py314_python, "attribute-like keys")
+    plain = _start([*NOBODY, py314_python, "-c", "import numpy\n" + BUSY])
+    try:
+        done = _parinfo("host", "--once", "--attach", "--json", "--user", "nobody", "--timeout", "5",
+                        "--interval", "0.1")
+    finally:
+        _end(hostile)
+        _end(plain)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    host = _strict_json(done.stdout)
+    rows = {p["pid"]: p for p in host["processes"]}
+    assert {hostile.pid, plain.pid} <= set(rows), host["notes"]
+    assert rows[plain.pid]["pools"] and all(p["attached"] for p in rows[plain.pid]["pools"]), host["notes"]
+
+
+def test_one_process_that_breaks_its_read_is_one_row_not_the_end_of_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever one process's attach raises, the scan goes on: that process is read from outside and
+    the notes say why its attach failed; ``show --children --attach`` likewise."""
+    from parinfo.diagnostics import attached
+    from parinfo.host.scanner import Scanner
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise TypeError("attribute name must be string")
+
+    monkeypatch.setattr(attached, "read_inside", broken)
+    monkeypatch.setattr(attached, "read_process", broken)
+    scanner = Scanner(user=os.geteuid(), attach=1.0)
+    child = subprocess.Popen([sys.executable, "-c", "import numpy, time; print('up', flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "up\n"
+        report = scanner.scan()
+        tree = attached.read_tree([child.pid], 1.0)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid in {p.pid for p in report.processes}
+    assert any(f"pid {child.pid}'s answer could not be made into a report (TypeError" in n for n in report.notes)
+    assert [(r.pid, r.attached) for r in tree.reads] == [(child.pid, False)]
+    assert "could not be made into a report" in tree.reads[0].how
+
+
+def test_json_out_is_valid_whatever_a_value_holds_and_floats_read_are_finite() -> None:
+    from parinfo.convert import dumps, load
+    from parinfo.process.attach.result import parse
+    from parinfo.runtime.snapshot import RuntimeSection
+
+    text = dumps({"a": [float("inf"), -float("inf"), float("nan"), 1.5], "b": {"c": float("inf")}}, indent=2)
+    assert _strict_json(text) == {"a": [None, None, None, 1.5], "b": {"c": None}}
+    section = load(RuntimeSection, {"follow": {"interval_s": float("inf"), "usable_cpus": 10 ** 18},
+                                    "intra_op": {"count": 0}, "pool_threads": -1, "pool_ceiling": 4})
+    assert section.follow is not None and section.follow.interval_s is None and section.follow.usable_cpus is None
+    assert section.intra_op is not None and section.intra_op.count is None
+    assert (section.pool_threads, section.pool_ceiling) == (None, 4)
+    answer = parse(b' {"token": "t", "pid": 7, "python": {"version": "3.14.0"}, "threads": [1e999, []], "pools": '
+                   b'[{"path": "/x", "count": 1e999}], "environ": {}, "modules": [], "python_libs": [], "errors": {}}',
+                   "t", 7)
+    assert answer.python_threads is None and answer.pools["/x"].count is None

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from parinfo.runtime.snapshot import RuntimeSection
 
 __all__ = ["EACH_S", "LEAST_S", "Inside", "TreeRead", "inspect_attached", "inspect_tree", "read_inside",
-           "read_process", "read_tree", "waits_for_parinfo"]
+           "read_process", "read_tree", "unreadable", "waits_for_parinfo"]
 
 #: A process tree read inside (``show --pid P --children --attach``, ``watch --children --attach``,
 #: ``host --attach``): the most one process may take of the total time, and the least left worth
@@ -69,7 +69,9 @@ def _pool_rows(attached: Attached, runtimes: list[PoolRow], objects: list[str]) 
 
 def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
     """The Python-module libraries the process imported, as :func:`library_settings` takes them:
-    a stand-in module holding what was read inside (its file and the attributes its record names)."""
+    a stand-in module holding what was read inside (its file and the attributes its record names).
+    Only names the library's record gives are set: a name the process chose sets nothing (it could
+    name ``__class__``)."""
     from parinfo.process import libraries as reg
 
     out: list[ModuleLibrary] = []
@@ -78,12 +80,14 @@ def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
         if lib is None or lib.kind is not reg.LibraryKind.PYTHON:
             continue
         module = SimpleNamespace(__file__=read.file)
-        for dotted, value in read.facts.items():
+        for dotted in lib.module_facts:
+            if dotted not in read.facts:
+                continue
             holder = module
             *parts, last = dotted.split(".")
             for part in parts:
                 holder = holder.__dict__.setdefault(part, SimpleNamespace())
-            setattr(holder, last, value)
+            setattr(holder, last, read.facts[dotted])
         out.append((lib, module, read.count))
     return out
 
@@ -212,6 +216,14 @@ class TreeRead:
     seconds: float
 
 
+def unreadable(pid: int, exc: Exception) -> str:
+    """The words for an attach that failed in a way parinfo did not foresee (an answer it could not
+    make into a report): that process is unknown, the others are read on."""
+    from parinfo.safe_text import escape_controls
+
+    return escape_controls(f"pid {pid}'s answer could not be made into a report ({type(exc).__name__}: {exc})"[:400])
+
+
 def waits_for_parinfo(pid: int, ancestors: Collection[int]) -> str | None:
     """Why parinfo does not try to attach to ``pid`` in a tree or a scan, or None: it is parinfo
     itself, or one of its ancestors (``ancestors``: :func:`parinfo.process.remote.ancestors`), a
@@ -254,8 +266,12 @@ def read_tree(pids: list[int], budget: float, root: str = "/") -> TreeRead:
             continue
         try:
             read = read_process(pid, min(left, EACH_S), root)
+            read.pool_counts()
         except UsageError as exc:
             reads.append(ProcessRead(pid, False, f"not attached: {exc}"))
+            continue
+        except Exception as exc:  # one process's answer, however odd, never ends the tree's reading
+            reads.append(ProcessRead(pid, False, f"not attached: {unreadable(pid, exc)}"))
             continue
         inside[pid] = read
         reads.append(ProcessRead(pid, True, read.read))
@@ -295,7 +311,12 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     from parinfo.process.interpreter import interpreter_facts
     from parinfo.process.probing import Probes
 
-    read = read_process(pid, attach.DEFAULT_TIMEOUT if timeout is None else timeout, root)
+    try:
+        read = read_process(pid, attach.DEFAULT_TIMEOUT if timeout is None else timeout, root)
+    except UsageError:
+        raise
+    except Exception as exc:  # an answer parinfo could not make sense of: one line, never a traceback
+        raise attach.AttachError(unreadable(pid, exc)) from None
     found, pool_rows, listing, torch, rt = read.found, read.pools, read.threads, read.torch, read.runtime
     launch, facts = read.launch, read.facts
     answer = found.answer
