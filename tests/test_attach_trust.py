@@ -292,3 +292,75 @@ def test_json_out_is_valid_whatever_a_value_holds_and_floats_read_are_finite() -
                    b'[{"path": "/x", "count": 1e999}], "environ": {}, "modules": [], "python_libs": [], "errors": {}}',
                    "t", 7)
     assert answer.python_threads is None and answer.pools["/x"].count is None
+
+
+def test_twenty_attaches_at_once_take_turns_and_each_answers(py314_python: str) -> None:
+    """20 ``show --attach --json`` started at once against one busy target: sys.remote_exec keeps one
+    pending script per thread, so they take turns; each gives the target's report, or refuses in one
+    line naming the attach still pending; all within bounded time."""
+    target = subprocess.Popen([py314_python, "-c", "import numpy\n" + BUSY], cwd="/")
+    time.sleep(1.0)
+    began = time.monotonic()
+    try:
+        runs = [subprocess.Popen([sys.executable, "-m", "parinfo", "show", "--pid", str(target.pid), "--attach",
+                                  "--json", "--timeout", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=clean_env(PYTHONPATH=str(REPO)), cwd=str(REPO)) for _ in range(20)]
+        results = [(run.communicate(timeout=180), run.returncode) for run in runs]
+    finally:
+        _end(target)
+    took = time.monotonic() - began
+    for (out, err), code in results:
+        assert "Traceback" not in err, err
+        if code == 0:
+            assert _strict_json(out)["process"]["pid"] == target.pid
+        else:
+            assert code == 2 and len(err.strip().splitlines()) == 1, err
+            assert "another attach to this process is pending" in err, err
+    assert sum(code == 0 for _, code in results) >= 18, [err for (_, err), _ in results]
+    assert took < 150
+
+
+def test_the_reason_for_no_answer_is_the_one_observed(py314_python: str) -> None:
+    """A target that exits, one that starts another program, one whose audit hook refuses the script:
+    each no-answer line says what happened to that process."""
+    exits = subprocess.Popen([py314_python, "-c", "import sys, time\nsys.addaudithook(lambda e, a: e.startswith("
+                              "'cpython.remote_debugger') and a[0] != '/dev/null' and __import__('os')._exit(0))\n"
+                              "while True: sum(range(1000))"], cwd="/")
+    execs = subprocess.Popen([py314_python, "-c", "import os, sys\nsys.addaudithook(lambda e, a: e.startswith("
+                              "'cpython.remote_debugger') and a[0] != '/dev/null' and os.execv('/bin/sleep', "
+                              "['sleep', '30']))\nwhile True: sum(range(1000))"], cwd="/")
+    refuses = subprocess.Popen([py314_python, "-c", "import sys\ndef no(e, a):\n    if e.startswith("
+                                "'cpython.remote_debugger'): raise RuntimeError('no')\nsys.addaudithook(no)\n"
+                                "while True: sum(range(1000))"], cwd="/", stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    try:
+        done = {name: _parinfo("show", "--pid", str(p.pid), "--attach", "--timeout", "2")
+                for name, p in (("exits", exits), ("execs", execs), ("refuses", refuses))}
+    finally:
+        for p in (exits, execs, refuses):
+            _end(p)
+    for name, words in (("exits", "exited"), ("execs", "started another program (exec)"),
+                        ("refuses", "an audit hook in it refused the script")):
+        result = done[name]
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert words in result.stderr, (name, result.stderr)
+
+
+def test_an_attach_whose_turn_never_comes_names_the_pending_attach(py314_python: str) -> None:
+    """Another attach holds the process's turn past the deadline: one line naming it, in bounded time."""
+    import fcntl
+
+    target = subprocess.Popen([py314_python, "-c", BUSY], cwd="/")
+    time.sleep(0.5)
+    fd = os.open(f"/proc/{target.pid}/mem", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        began = time.monotonic()
+        done = _parinfo("show", "--pid", str(target.pid), "--attach", "--timeout", "1")
+        took = time.monotonic() - began
+    finally:
+        os.close(fd)
+        _end(target)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "another attach to this process is pending" in done.stderr
+    assert took < 8

@@ -160,12 +160,21 @@ def _program(proc: Proc) -> tuple[int, int, str] | None:
         return None
 
 
+def _ended(proc: Proc) -> bool:
+    """Whether the process has exited (a zombie its parent has not reaped yet, or gone)."""
+    try:
+        return proc.stat().dead
+    except UsageError:
+        return True
+
+
 def _no_answer(pid: int, proc: Proc, program: tuple[int, int, str] | None, channel: Channel, timeout: float,
                raw: bytes | None) -> UsageError:
     """Why the process gave no answer, as far as parinfo can tell from outside."""
-    if not proc.same():
+    if not proc.same() or _ended(proc):
         return exited_during_read(pid)
-    if _program(proc) != program:
+    now = _program(proc)
+    if program is not None and now is not None and now != program:
         return AttachError(f"pid {pid} started another program (exec) during the attach: the request went with "
                            "the interpreter it replaced")
     if raw is not None:
