@@ -374,3 +374,41 @@ def test_an_attach_whose_turn_never_comes_names_the_pending_attach(py314_python:
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "another attach to this process is pending" in done.stderr
     assert took < 8
+
+
+def test_host_serve_attach_answers_every_scrape_beside_a_hostile_process(py314_python: str) -> None:
+    """``host --serve --attach``: with a hostile target among nobody's processes, every scrape is
+    answered (HTTP 200) and still holds the other process's series."""
+    import socket
+    import urllib.request
+
+    _needs_root(py314_python)
+    pytest.importorskip("prometheus_client")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    hostile = _hostile(py314_python, "attribute-like keys")
+    plain = _start([*NOBODY, py314_python, "-c", "import numpy\n" + BUSY])
+    server = subprocess.Popen([sys.executable, "-m", "parinfo", "host", "--serve", f"127.0.0.1:{port}", "--attach",
+                               "--user", "nobody", "--timeout", "5"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, env=clean_env(PYTHONPATH=str(REPO)), cwd=str(REPO))
+    try:
+        bodies = []
+        deadline = time.monotonic() + 60
+        while len(bodies) < 2 and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+                    assert reply.status == 200
+                    bodies.append(reply.read().decode())
+            except urllib.error.HTTPError as exc:
+                pytest.fail(f"a scrape failed: HTTP {exc.code}")
+            except OSError:
+                time.sleep(0.2)  # not listening yet
+    finally:
+        server.terminate()
+        err = server.communicate(timeout=30)[1].decode(errors="replace")
+        _end(hostile)
+        _end(plain)
+    assert len(bodies) == 2, err
+    assert "Traceback" not in err, err
+    assert all(f'pid="{plain.pid}"' in body for body in bodies), bodies[-1][:2000]
