@@ -22,7 +22,6 @@ error on the way is one :class:`ChannelError` line, and what was made is removed
 """
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import secrets
@@ -32,6 +31,7 @@ import time
 
 from parinfo.errors import UsageError
 from parinfo.machine.procfs import Proc
+from parinfo.safe_file import create, open_dir_beneath
 
 #: Where the folder is made, first fit first (as the target sees them), its name (a random suffix
 #: follows) and its entries.
@@ -94,25 +94,6 @@ class Channel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _walk(self, root: bytes, base: str) -> int:
-        """A descriptor of ``base`` under ``root``, reached one component at a time, following no
-        link (an absolute link would lead out of the target's root into parinfo's)."""
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            for part in base.strip("/").split("/"):
-                try:
-                    step = os.open(part, _DIR, dir_fd=fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise OSError(exc.errno, f"{part!r} on the way is a link or not a directory") from None
-                    raise
-                os.close(fd)
-                fd = step
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
     def _base(self) -> str:
         """Open the first base fit for the channel (:attr:`base_fd`); its path as the target sees it."""
         mine = Proc(None).mount_namespace()
@@ -121,7 +102,7 @@ class Channel:
         for base in BASES:
             root, shown = (b"/", base) if same else (self.proc.path("root"), self.proc.shown("root") + base)
             try:
-                fd = self._walk(root, base)
+                fd = open_dir_beneath(root, base)
                 st = os.fstat(fd)
             except OSError as exc:
                 whys.append(f"cannot open {shown}: {_why(exc)}")
@@ -164,8 +145,7 @@ class Channel:
         except OSError:
             pass  # the user's pipe budget is spent: the kernel's default size bounds the answer
         self.cap = fcntl.fcntl(self.read_fd, _F_GETPIPE_SZ)
-        self.script_fd = os.open(SCRIPT, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                                 dir_fd=self.dir_fd)
+        self.script_fd = create(self.dir_fd, SCRIPT, 0o600)
         self._made.append(SCRIPT)
 
     def _give(self, fd: int) -> None:
