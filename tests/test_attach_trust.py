@@ -261,15 +261,16 @@ def test_host_attach_reports_every_other_process_beside_a_hostile_one(py314_pyth
 
 def test_one_process_that_breaks_its_read_is_one_row_not_the_end_of_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever one process's attach raises, the scan goes on: that process is read from outside and
-    the notes say why its attach failed; ``show --children --attach`` likewise."""
+    the notes say why its attach failed; ``show --children --attach`` likewise; ``show --attach``
+    and ``watch --attach`` get one line."""
     from parinfo.diagnostics import attached
     from parinfo.host.scanner import Scanner
+    from parinfo.process.attach import AttachError
 
     def broken(*args: object, **kwargs: object) -> None:
         raise TypeError("attribute name must be string")
 
     monkeypatch.setattr(attached, "read_inside", broken)
-    monkeypatch.setattr(attached, "read_process", broken)
     scanner = Scanner(user=os.geteuid(), attach=1.0)
     child = subprocess.Popen([sys.executable, "-c", "import numpy, time; print('up', flush=True); time.sleep(30)"],
                              stdout=subprocess.PIPE, text=True)
@@ -277,6 +278,8 @@ def test_one_process_that_breaks_its_read_is_one_row_not_the_end_of_the_scan(mon
         assert child.stdout is not None and child.stdout.readline() == "up\n"
         report = scanner.scan()
         tree = attached.read_tree([child.pid], 1.0)
+        with pytest.raises(AttachError, match="could not be made into a report"):
+            attached.read_process(child.pid, 1.0)  # show --attach, watch --attach: one line
     finally:
         child.kill()
         child.wait()

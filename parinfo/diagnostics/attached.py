@@ -185,7 +185,8 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
 
 def read_process(pid: int, timeout: float, root: str = "/") -> Inside:
     """Attach to ``pid``, its maps, launch environment and machine facts read outside first (see
-    :func:`read_inside`). Raises the one-line errors of :func:`parinfo.process.attach.attach`, and
+    :func:`read_inside`). Raises the one-line errors of :func:`parinfo.process.attach.attach` (one
+    too for an answer that breaks its reading in any way), and
     ProcessGone or NotAProcess for a pid that names no process parinfo can report on."""
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
@@ -203,7 +204,12 @@ def read_process(pid: int, timeout: float, root: str = "/") -> Inside:
     except NoAccess:
         launch = unknown(Proc(pid).permission_reason())
     facts = machine_facts(root, pid)
-    return read_inside(pid, remote.loaded_runtimes(pid, maps), pools.loaded_objects(maps), launch, facts, timeout)
+    try:
+        return read_inside(pid, remote.loaded_runtimes(pid, maps), pools.loaded_objects(maps), launch, facts, timeout)
+    except UsageError:
+        raise
+    except Exception as exc:  # an answer parinfo could not make sense of: one line, never a traceback
+        raise attach.AttachError(unreadable(pid, exc)) from None
 
 
 @record
@@ -311,12 +317,7 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     from parinfo.process.interpreter import interpreter_facts
     from parinfo.process.probing import Probes
 
-    try:
-        read = read_process(pid, attach.DEFAULT_TIMEOUT if timeout is None else timeout, root)
-    except UsageError:
-        raise
-    except Exception as exc:  # an answer parinfo could not make sense of: one line, never a traceback
-        raise attach.AttachError(unreadable(pid, exc)) from None
+    read = read_process(pid, attach.DEFAULT_TIMEOUT if timeout is None else timeout, root)
     found, pool_rows, listing, torch, rt = read.found, read.pools, read.threads, read.torch, read.runtime
     launch, facts = read.launch, read.facts
     answer = found.answer
