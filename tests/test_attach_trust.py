@@ -334,8 +334,8 @@ def test_twenty_attaches_at_once_take_turns_and_each_answers(py314_python: str) 
 
 
 def test_the_reason_for_no_answer_is_the_one_observed(py314_python: str) -> None:
-    """A target that exits, one that starts another program, one whose audit hook refuses the script:
-    each no-answer line says what happened to that process."""
+    """A target that exits, one that starts another program, one whose audit hook refuses the script,
+    one whose script is slow (a getter that sleeps): each no-answer line says what happened there."""
     exits = subprocess.Popen([py314_python, "-c", "import sys, time\nsys.addaudithook(lambda e, a: e.startswith("
                               "'cpython.remote_debugger') and a[0] != '/dev/null' and __import__('os')._exit(0))\n"
                               "while True: sum(range(1000))"], cwd="/")
@@ -345,15 +345,19 @@ def test_the_reason_for_no_answer_is_the_one_observed(py314_python: str) -> None
     refuses = subprocess.Popen([py314_python, "-c", "import sys\ndef no(e, a):\n    if e.startswith("
                                 "'cpython.remote_debugger'): raise RuntimeError('no')\nsys.addaudithook(no)\n"
                                 "while True: sum(range(1000))"], cwd="/", stderr=subprocess.DEVNULL)
+    slow = subprocess.Popen([py314_python, "-c", "import sys, time, types\nslow = types.ModuleType('numexpr')\n"
+                             "slow.get_num_threads = lambda: time.sleep(3) or 1\nsys.modules['numexpr'] = slow\n"
+                             "while True: sum(range(1000))"], cwd="/")
     time.sleep(1.0)
+    cases = (("exits", exits), ("execs", execs), ("refuses", refuses), ("slow", slow))
     try:
-        done = {name: _parinfo("show", "--pid", str(p.pid), "--attach", "--timeout", "2")
-                for name, p in (("exits", exits), ("execs", execs), ("refuses", refuses))}
+        done = {name: _parinfo("show", "--pid", str(p.pid), "--attach", "--timeout", "2") for name, p in cases}
     finally:
-        for p in (exits, execs, refuses):
+        for _, p in cases:
             _end(p)
     for name, words in (("exits", "exited"), ("execs", "started another program (exec)"),
-                        ("refuses", "an audit hook in it refused the script")):
+                        ("refuses", "an audit hook in it refused the script"),
+                        ("slow", "began the attach script but did not finish its answer within 2 s")):
         result = done[name]
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert words in result.stderr, (name, result.stderr)
