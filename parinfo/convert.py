@@ -44,16 +44,18 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
+import json
+import math
 import sys
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from parinfo.source import Source
 
-__all__ = ["FLATTEN", "LOCAL", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "Bound", "at_most", "between", "dump", "key",
-           "load"]
+__all__ = ["FLATTEN", "LOCAL", "MAX_COUNT", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "Bound", "Count", "at_most",
+           "between", "dump", "dumps", "key", "load"]
 
 _T = TypeVar("_T")
 
@@ -118,6 +120,11 @@ def between(low: float | None = None, high: float | None = None) -> Bound:
 
 
 _NOTHING = object()  # what a reader gives for a value it does not accept
+
+#: The largest thread count believed from another process (threads of one pool).
+MAX_COUNT = 1 << 16
+#: A count of threads read from another process: 1 to MAX_COUNT, else unknown.
+Count = Annotated[int, between(1, MAX_COUNT)]
 _SIZED = (str, list, tuple, dict, set, frozenset)
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
@@ -158,6 +165,25 @@ def dump(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         return sorted(dump(v) for v in value)
     return value
+
+
+def dumps(data: Any, **options: Any) -> str:
+    """JSON text of ``data`` (made by :func:`dump`), valid whatever it holds: a number that is not
+    finite (which JSON cannot say) is written as null."""
+    try:
+        return json.dumps(data, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(_finite(data), allow_nan=False, **options)
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, Mapping):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
 
 
 def load(cls: type[_T], data: Any) -> _T:
@@ -376,8 +402,9 @@ def _read(hint: Any, value: Any) -> Any:
             return value if isinstance(value, bool) else _NOTHING
         if hint is int:
             return value if isinstance(value, int) and not isinstance(value, bool) else _NOTHING
-        if hint is float:
-            return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _NOTHING
+        if hint is float:  # a finite number only: JSON has no other
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            return value if number and math.isfinite(value) else _NOTHING
         if hint is str:
             return value if isinstance(value, str) else _NOTHING
     return _NOTHING

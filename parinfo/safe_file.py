@@ -9,7 +9,8 @@ and a use. So, here and nowhere else:
   (``O_NOFOLLOW``) unless asked, and keeps the descriptor only when ``fstat`` of that very descriptor
   says regular file (not FUSE, unless asked);
 - :func:`open_beneath` walks a path one component at a time from a directory (``/proc/PID/root``),
-  following no link at all: the path cannot leave that root or turn into a FIFO on the way;
+  following no link at all: the path cannot leave that root or turn into a FIFO on the way
+  (:func:`open_dir_beneath` likewise, to a directory);
 - :func:`read_bounded` and :func:`read_file` read at most a limit;
 - :func:`writable_dir` opens (making what is missing) a directory to write in, reached from ``/``
   without following a link that another user owns, through directories no other user may rename
@@ -29,8 +30,8 @@ import errno
 import os
 import stat
 
-__all__ = ["Unsafe", "create", "create_at", "kind", "open_beneath", "open_file", "read_bounded", "read_file",
-           "writable_dir"]
+__all__ = ["Unsafe", "create", "create_at", "kind", "open_beneath", "open_dir_beneath", "open_file", "read_bounded",
+           "read_file", "writable_dir"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -112,15 +113,35 @@ def open_beneath(root: str | bytes, path: str | bytes, *, fuse: bool = False) ->
     ``/proc/PID/root``, a link the kernel resolves to that process's root), reached one component at
     a time with no link followed and no ``..``: whatever another user made of the path, the open
     stays beneath ``root`` and never blocks."""
-    raw = os.fsencode(path)
-    parts = [p for p in raw.split(b"/") if p and p != b"."]
+    parts = _parts(path)
+    fd = _descend(root, parts[:-1])
+    try:
+        return open_file(parts[-1], dir_fd=fd, fuse=fuse)
+    finally:
+        os.close(fd)
+
+
+def open_dir_beneath(root: str | bytes, path: str | bytes) -> int:
+    """A descriptor of the directory ``path`` under the directory ``root``, reached as
+    :func:`open_beneath` reaches a file: one component at a time, no link followed, no ``..`` (an
+    absolute link in another process's root would otherwise lead into parinfo's)."""
+    return _descend(root, _parts(path))
+
+
+def _parts(path: str | bytes) -> list[bytes]:
+    parts = [p for p in os.fsencode(path).split(b"/") if p and p != b"."]
     if not parts or len(parts) > _MAX_PARTS:
         raise Unsafe("is not a path to a file", errno.EINVAL)
     if b".." in parts:
         raise Unsafe("holds '..', which parinfo does not follow here", errno.EINVAL)
+    return parts
+
+
+def _descend(root: str | bytes, parts: list[bytes]) -> int:
+    """A descriptor of the directory ``root``/``parts``, each part opened without following a link."""
     fd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     try:
-        for part in parts[:-1]:
+        for part in parts:
             try:
                 step = os.open(part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _NONBLOCK | _CLOEXEC, dir_fd=fd)
             except OSError as exc:
@@ -130,9 +151,10 @@ def open_beneath(root: str | bytes, path: str | bytes, *, fuse: bool = False) ->
                 raise
             os.close(fd)
             fd = step
-        return open_file(parts[-1], dir_fd=fd, fuse=fuse)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def read_bounded(fd: int, limit: int) -> bytes:

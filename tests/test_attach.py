@@ -384,10 +384,12 @@ def test_another_user_can_neither_read_nor_replace_the_channel(py314_python: str
         deadline = time.monotonic() + 10
         while not (new := _attach_dirs() - dirs) and time.monotonic() < deadline:
             time.sleep(0.01)
+        while new and os.stat(next(iter(new))).st_mode & 0o777 != 0o711 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert new, "no channel appeared"
         folder = new.pop()
         st = os.stat(folder)
-        assert (st.st_mode & 0o777, st.st_uid) == (0o700, os.geteuid())
+        assert (st.st_mode & 0o777, st.st_uid) == (0o711, os.geteuid())
         tried = subprocess.run(["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups",
                                 sys.executable, "-c", ADVERSARY, folder, chan.SCRIPT, chan.FIFO],
                                capture_output=True, text=True, timeout=30, cwd="/")
@@ -533,12 +535,14 @@ def test_the_channel_is_private_bounded_and_removed() -> None:
 
     with chan.Channel(Proc(os.getpid()), os.geteuid(), os.getegid()) as ch:
         folder = ch.folder
+        assert os.stat(folder).st_mode & 0o777 == 0o700  # closed until both entries are in place
         path = ch.write_script("main({})\n")
         assert path == f"{folder}/{chan.SCRIPT}" and ch.fifo == f"{folder}/{chan.FIFO}"
-        assert os.stat(folder).st_mode & 0o777 == 0o700
+        assert os.stat(folder).st_mode & 0o777 == 0o711
         assert os.stat(path).st_mode & 0o777 == 0o400
         assert os.stat(ch.fifo).st_mode & 0o777 == 0o600
-        with pytest.raises(FileExistsError):
+        assert sorted(os.listdir(folder)) == sorted([chan.SCRIPT, chan.FIFO])
+        with pytest.raises(chan.ChannelError, match="one script per channel"):
             ch.write_script("again")
         assert ch.receive(time.monotonic() + 0.2) is None  # nobody wrote: the deadline passes
         fd = os.open(ch.fifo, os.O_WRONLY | os.O_NONBLOCK)

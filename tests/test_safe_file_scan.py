@@ -18,7 +18,7 @@ METHODS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "mkdi
 OWN_PROC = "this process's own /proc file (the kernel's: cannot be a FIFO or another user's)"
 KERNEL = "a kernel file under /proc or /sys (procfs and sysfs hold no FIFO, and no user can put one there)"
 WRAPS = "wraps a descriptor that safe_file opened or made (a new Python file object, not a new open)"
-ATTACH = "attach channel: checked by its own tests"
+ATTACH = "the attach channel: a folder parinfo makes in a base the target's user could write, filled by descriptor"
 CGROUP = "the launch's own cgroup v2 files (cgroupfs: the kernel's, under parinfo's own cgroup)"
 TEMP_DIR = "mkdtemp: a new 0700 folder of a random name, which no other user may enter"
 
@@ -46,12 +46,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("parinfo.tuning.writers:write_profile", "os.fdopen"): WRAPS,
     ("parinfo.tuning.measure:WorkerMeasurer.trial", "tempfile.TemporaryDirectory"): TEMP_DIR,
     ("parinfo.tuning.measure:CommandMeasurer._run_once", "tempfile.TemporaryDirectory"): TEMP_DIR,
-    ("parinfo.process.attach.channel:Channel._base", "os.open"): ATTACH,
-    ("parinfo.process.attach.channel:Channel._open", "os.mkdir"): ATTACH,
-    ("parinfo.process.attach.channel:Channel._open", "os.mkfifo"): ATTACH,
-    ("parinfo.process.attach.channel:Channel._open", "os.open"): ATTACH,
-    ("parinfo.process.attach.channel:Channel.write_script", "os.open"): ATTACH,
-    ("parinfo.process.attach.in_target:main", "posix.open"): ATTACH,
+    ("parinfo.process.attach.channel:Channel._open", "os.mkdir"): ATTACH + " (O_EXCL-like: a new name, 0700)",
+    ("parinfo.process.attach.channel:Channel._open", "os.mkfifo"): ATTACH + " (in its own 0700 folder)",
+    ("parinfo.process.attach.channel:Channel._open", "os.open"): ATTACH + " (its own folder and FIFO, by descriptor)",
+    ("parinfo.process.attach.in_target:main", "posix.open"):
+        "runs inside the target, as its user: the FIFO parinfo made, O_NONBLOCK|O_NOFOLLOW, type checked",
+    ("parinfo.process.attach.turn:turn", "os.open"): KERNEL + " (/proc/PID/mem, locked for the attach's turn)",
     ("parinfo.profiles.guard:_write", "os.open"): CGROUP,
     ("parinfo.profiles.guard:cgroup_pids", "open"): CGROUP,
     ("parinfo.profiles.reaping:Reaper.__init__", "os.open"): CGROUP,

@@ -41,10 +41,10 @@ def host(
              "SIGINT or SIGTERM, instead of printing reports. Needs prometheus_client (the metrics extra of parinfo)."),
 ) -> None:
     """Every process's pools and threads against its cgroup's CPUs, families of workers, and oversubscription."""
-    import json
     import time
 
     from parinfo.cli.show import check_level
+    from parinfo.convert import dumps
     from parinfo.errors import UsageError
     from parinfo.host.scanner import Scanner, check_interval
 
@@ -86,7 +86,7 @@ def host(
             time.sleep(seconds)
             report = scanner.scan()
             if as_json:
-                typer.echo(json.dumps(report.to_dict(), default=str, indent=2 if once else None))
+                typer.echo(dumps(report.to_dict(), default=str, indent=2 if once else None))
             elif live:  # the screen is redrawn each time: the line that says how to stop stays, once
                 typer.echo("\x1b[H\x1b[2J" + report.table(all_processes=all_processes) + "\n" + STOP_HINT)
             else:

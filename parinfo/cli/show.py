@@ -84,9 +84,9 @@ def run(a: ShowArgs) -> int:
         a = a._replace(torch=True)  # torch's block is what the format asks for: its lines need torch
     report = gather(a)
     if a.json_out or a.fmt is Format.json:
-        import json
+        from parinfo.convert import dumps
 
-        _echo(json.dumps(report.to_dict(), indent=2, default=str))
+        _echo(dumps(report.to_dict(), indent=2, default=str))
     elif a.fmt is Format.torch:
         from parinfo.cli.torch_block import torch_block
         from parinfo.safe_text import escape_controls

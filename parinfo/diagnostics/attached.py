@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from parinfo.runtime.snapshot import RuntimeSection
 
 __all__ = ["EACH_S", "LEAST_S", "Inside", "TreeRead", "inspect_attached", "inspect_tree", "read_inside",
-           "read_process", "read_tree", "waits_for_parinfo"]
+           "read_process", "read_tree", "unreadable", "waits_for_parinfo"]
 
 #: A process tree read inside (``show --pid P --children --attach``, ``watch --children --attach``,
 #: ``host --attach``): the most one process may take of the total time, and the least left worth
@@ -69,7 +69,9 @@ def _pool_rows(attached: Attached, runtimes: list[PoolRow], objects: list[str]) 
 
 def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
     """The Python-module libraries the process imported, as :func:`library_settings` takes them:
-    a stand-in module holding what was read inside (its file and the attributes its record names)."""
+    a stand-in module holding what was read inside (its file and the attributes its record names).
+    Only names the library's record gives are set: a name the process chose sets nothing (it could
+    name ``__class__``)."""
     from parinfo.process import libraries as reg
 
     out: list[ModuleLibrary] = []
@@ -78,12 +80,14 @@ def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
         if lib is None or lib.kind is not reg.LibraryKind.PYTHON:
             continue
         module = SimpleNamespace(__file__=read.file)
-        for dotted, value in read.facts.items():
+        for dotted in lib.module_facts:
+            if dotted not in read.facts:
+                continue
             holder = module
             *parts, last = dotted.split(".")
             for part in parts:
                 holder = holder.__dict__.setdefault(part, SimpleNamespace())
-            setattr(holder, last, value)
+            setattr(holder, last, read.facts[dotted])
         out.append((lib, module, read.count))
     return out
 
@@ -181,7 +185,8 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
 
 def read_process(pid: int, timeout: float, root: str = "/") -> Inside:
     """Attach to ``pid``, its maps, launch environment and machine facts read outside first (see
-    :func:`read_inside`). Raises the one-line errors of :func:`parinfo.process.attach.attach`, and
+    :func:`read_inside`). Raises the one-line errors of :func:`parinfo.process.attach.attach` (one
+    too for an answer that breaks its reading in any way), and
     ProcessGone or NotAProcess for a pid that names no process parinfo can report on."""
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
@@ -199,7 +204,12 @@ def read_process(pid: int, timeout: float, root: str = "/") -> Inside:
     except NoAccess:
         launch = unknown(Proc(pid).permission_reason())
     facts = machine_facts(root, pid)
-    return read_inside(pid, remote.loaded_runtimes(pid, maps), pools.loaded_objects(maps), launch, facts, timeout)
+    try:
+        return read_inside(pid, remote.loaded_runtimes(pid, maps), pools.loaded_objects(maps), launch, facts, timeout)
+    except UsageError:
+        raise
+    except Exception as exc:  # an answer parinfo could not make sense of: one line, never a traceback
+        raise attach.AttachError(unreadable(pid, exc)) from None
 
 
 @record
@@ -210,6 +220,14 @@ class TreeRead:
     inside: dict[int, Inside]
     reads: list[ProcessRead]
     seconds: float
+
+
+def unreadable(pid: int, exc: Exception) -> str:
+    """The words for an attach that failed in a way parinfo did not foresee (an answer it could not
+    make into a report): that process is unknown, the others are read on."""
+    from parinfo.safe_text import escape_controls
+
+    return escape_controls(f"pid {pid}'s answer could not be made into a report ({type(exc).__name__}: {exc})"[:400])
 
 
 def waits_for_parinfo(pid: int, ancestors: Collection[int]) -> str | None:
@@ -254,8 +272,12 @@ def read_tree(pids: list[int], budget: float, root: str = "/") -> TreeRead:
             continue
         try:
             read = read_process(pid, min(left, EACH_S), root)
+            read.pool_counts()
         except UsageError as exc:
             reads.append(ProcessRead(pid, False, f"not attached: {exc}"))
+            continue
+        except Exception as exc:  # one process's answer, however odd, never ends the tree's reading
+            reads.append(ProcessRead(pid, False, f"not attached: {unreadable(pid, exc)}"))
             continue
         inside[pid] = read
         reads.append(ProcessRead(pid, True, read.read))

@@ -310,7 +310,7 @@ class Scanner:
         """Each pool's count read inside a Python process (``host --attach``), with the source that
         decided it as the process's own report gives it; None when the attach was refused or not
         tried (the scan's budget is spent), and the scan's notes say which."""
-        from parinfo.diagnostics.attached import EACH_S, LEAST_S, read_inside, waits_for_parinfo
+        from parinfo.diagnostics.attached import EACH_S, LEAST_S, read_inside, unreadable, waits_for_parinfo
         from parinfo.process.pools import loaded_objects
 
         log = self._attach_log
@@ -327,16 +327,20 @@ class Scanner:
             inside = read_inside(pid, [dataclasses.replace(r) for r in rows], loaded_objects(
                 (static.maps or b"").decode("utf-8", "surrogateescape")), static.environ, facts,
                 min(left, EACH_S))
+            counts = [PoolCount(row.library, row.filepath or "", row.owner, row.num_threads,
+                                row.count_source or unknown_source("not read inside the process"),
+                                row.num_threads is not None, row.duplicate_of, attached=True)
+                      for row in inside.pool_counts()]
         except UsageError as exc:
             log.refused[pid] = str(exc)
+            return None
+        except Exception as exc:  # one process's answer, however odd, never ends the scan
+            log.refused[pid] = unreadable(pid, exc)
             return None
         finally:
             log.seconds += time.monotonic() - began
         log.read.append(pid)
-        return [PoolCount(row.library, row.filepath or "", row.owner, row.num_threads,
-                          row.count_source or unknown_source("not read inside the process"),
-                          row.num_threads is not None, row.duplicate_of, attached=True)
-                for row in inside.pool_counts()]
+        return counts
 
     def _attach_notes(self) -> list[str]:
         """What ``--attach`` did in the last scan, in lines."""

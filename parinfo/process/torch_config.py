@@ -10,7 +10,7 @@ import sys
 from dataclasses import field
 from typing import Annotated, Any
 
-from parinfo.convert import at_most, between, load
+from parinfo.convert import MAX_COUNT, Count, at_most, load
 from parinfo.process import libraries as reg
 from parinfo.record import record
 
@@ -34,8 +34,8 @@ class TorchFacts:
     the wrong type is None)."""
 
     version: Annotated[str, at_most(200)] | None = None
-    intra_op: Annotated[int, between(1, 1 << 16)] | None = None
-    inter_op: Annotated[int, between(1, 1 << 16)] | None = None
+    intra_op: Count | None = None
+    inter_op: Count | None = None
     parallel_info: Annotated[str, at_most(1 << 16)] | None = None
     mkl_available: bool | None = None
     mkldnn_available: bool | None = None
@@ -86,9 +86,9 @@ def parallel_info_text() -> str | None:
 
 def parse_parallel_info(text: str) -> ParallelInfo:
     """Pick the facts out of torch's parallel_info() text."""
-    def num(pattern: str) -> int | None:
-        m = re.search(pattern + r"\s*:\s*(\d+)", text)
-        return int(m.group(1)) if m else None
+    def num(pattern: str) -> int | None:  # a count from 1 to MAX_COUNT: the text may be another process's
+        m = re.search(pattern + r"\s*:\s*(\d{1,6})(?!\d)", text)
+        return int(m.group(1)) if m and 1 <= int(m.group(1)) <= MAX_COUNT else None
 
     out: dict[str, Any] = {
         "intra_op": num(r"at::get_num_threads\(\)"),

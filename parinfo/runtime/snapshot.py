@@ -8,15 +8,22 @@ does not build the runtime (a report read from another process or a fleet worker
 from __future__ import annotations
 
 from dataclasses import field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from parinfo.convert import OMIT_NONE
+from parinfo.convert import MAX_COUNT, OMIT_NONE, Count, at_most, between
 from parinfo.record import record
 from parinfo.source import Kind, Source, run_time
 
 if TYPE_CHECKING:
     from parinfo.process.environment import EnvRow
     from parinfo.process.provenance import SettingRow
+
+# Read from another process (attach), this section is hostile input: its counts are believed from
+# 1 to MAX_COUNT, its other numbers from 0, its lists and texts are cut.
+#: A number of threads or CPUs that may be 0; a short text; a long one (a path, a why).
+Amount = Annotated[int, between(0, MAX_COUNT)]
+Text = Annotated[str, at_most(400)]
+Long = Annotated[str, at_most(4096)]
 
 
 @record
@@ -25,11 +32,11 @@ class PoolCount:
     they apply: ``not_applied`` (profile requests an explicit call outranked), ``locked`` (inter-op:
     it can no longer change), ``capped_to`` (the pool ceiling, when the count is above it)."""
 
-    count: int | None = None
+    count: Count | None = None
     source: Source | None = None
-    not_applied: list[str] | None = field(default=None, metadata=OMIT_NONE)
+    not_applied: Annotated[list[Text], at_most(64)] | None = field(default=None, metadata=OMIT_NONE)
     locked: bool | None = field(default=None, metadata=OMIT_NONE)
-    capped_to: int | None = field(default=None, metadata=OMIT_NONE)
+    capped_to: Count | None = field(default=None, metadata=OMIT_NONE)
 
 
 @record
@@ -38,14 +45,14 @@ class PushedPool:
     ``user_api``, ``internal_api`` and ``prefix``), the count it asked (``num_threads``), why the
     library refused it (``error``), and ``scope`` for a pool whose limit holds per calling thread."""
 
-    library: str = "unknown"
-    filepath: str | None = None
-    num_threads: int | None = None
-    user_api: str | None = None
-    internal_api: str | None = None
-    prefix: str | None = None
-    error: str | None = field(default=None, metadata=OMIT_NONE)
-    scope: str | None = field(default=None, metadata=OMIT_NONE)
+    library: Text = "unknown"
+    filepath: Long | None = None
+    num_threads: Count | None = None
+    user_api: Text | None = None
+    internal_api: Text | None = None
+    prefix: Text | None = None
+    error: Text | None = field(default=None, metadata=OMIT_NONE)
+    scope: Text | None = field(default=None, metadata=OMIT_NONE)
 
 
 @record
@@ -53,8 +60,8 @@ class Reached:
     """The pool workers that took a push in their own thread (``ran``) and those that take it before
     their next job (``pending``), by thread name."""
 
-    ran: list[str] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)
+    ran: Annotated[list[Text], at_most(4096)] = field(default_factory=list)
+    pending: Annotated[list[Text], at_most(4096)] = field(default_factory=list)
 
 
 @record
@@ -62,10 +69,10 @@ class Push:
     """What the runtime's last push did (``native_push``): the ``count``, who asked (``source``),
     each pool it set, torch's setter call, and which workers took it."""
 
-    count: int | None = None
+    count: Count | None = None
     source: Source | None = None
-    pools: list[PushedPool] = field(default_factory=list)
-    torch: str | None = None
+    pools: Annotated[list[PushedPool], at_most(4096)] = field(default_factory=list)
+    torch: Text | None = None
     workers: Reached | None = field(default=None, metadata=OMIT_NONE)
 
     def by_file(self) -> dict[str, tuple[int, Source]]:
@@ -94,10 +101,10 @@ class Budget:
     """The CPU budget now (``budget``): lanes running, the native cap per lane (None: not capped),
     the usable CPUs it divides, and how many native limit changes it made."""
 
-    lanes: int = 0
-    cap_per_lane: int | None = None
-    usable_cpus: int | None = None
-    native_changes: int = 0
+    lanes: Amount = 0
+    cap_per_lane: Count | None = None
+    usable_cpus: Count | None = None
+    native_changes: Annotated[int, between(0)] = 0
 
 
 @record
@@ -105,10 +112,10 @@ class AdaptiveState:
     """What the adaptive call sites chose (``adaptive``)."""
 
     enabled: bool | None = None
-    region_sites: int = 0
-    fork_sites: int = 0
-    regions_inline: int = 0
-    forks_inline: int = 0
+    region_sites: Annotated[int, between(0)] = 0
+    fork_sites: Annotated[int, between(0)] = 0
+    regions_inline: Annotated[int, between(0)] = 0
+    forks_inline: Annotated[int, between(0)] = 0
 
 
 @record
@@ -117,19 +124,19 @@ class TorchPool:
     ``threads``, the native threads each lane got, who sized it, and how many threads took their
     per-lane count (``pinned``)."""
 
-    threads: int | None = None
-    native_per_lane: int | None = None
+    threads: Count | None = None
+    native_per_lane: Count | None = None
     source: Source | None = None
-    pinned: int | None = field(default=None, metadata=OMIT_NONE)
+    pinned: Amount | None = field(default=None, metadata=OMIT_NONE)
 
 
 @record
 class FollowChange:
     """One re-read that changed the usable CPUs: when (HH:MM:SS), [before, after], what followed."""
 
-    at: str | None = None
-    usable_cpus: list[int] = field(default_factory=list)
-    counts: list[str] = field(default_factory=list)
+    at: Annotated[str, at_most(32)] | None = None
+    usable_cpus: Annotated[list[Count], at_most(2)] = field(default_factory=list)
+    counts: Annotated[list[Text], at_most(64)] = field(default_factory=list)
 
 
 @record
@@ -140,11 +147,11 @@ class Follow:
 
     enabled: bool = True
     enabled_source: Source | None = None
-    interval_s: float | None = None
-    rereads: int = 0
-    usable_cpus: int | None = None
-    changes: list[FollowChange] = field(default_factory=list)
-    not_followed: dict[str, str] = field(default_factory=dict)
+    interval_s: Annotated[float, between(0, 1e9)] | None = None
+    rereads: Annotated[int, between(0)] = 0
+    usable_cpus: Count | None = None
+    changes: Annotated[list[FollowChange], at_most(8)] = field(default_factory=list)
+    not_followed: Annotated[dict[Long, Text], at_most(64)] = field(default_factory=dict)
 
 
 @record
@@ -153,19 +160,19 @@ class RuntimeSection:
     For a process read from outside only ``unknown`` (why the counts cannot be read) is set, and its
     JSON is that alone."""
 
-    backend: str | None = None
+    backend: Text | None = None
     backend_source: Source | None = None
     intra_op: PoolCount | None = None
     inter_op: PoolCount | None = None
-    pool_ceiling: int | None = None
+    pool_ceiling: Count | None = None
     intra_pool_started: bool = False
     inter_pool_started: bool = False
-    pool_threads: int | None = None
+    pool_threads: Amount | None = None
     native_push: Push | None = None
     budget: Budget | None = None
     adaptive: AdaptiveState | None = None
     torch_pool: TorchPool | None = None
-    unknown: str | None = field(default=None, metadata=OMIT_NONE)
+    unknown: Long | None = field(default=None, metadata=OMIT_NONE)
     follow: Follow | None = field(default=None, metadata=OMIT_NONE)
 
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:

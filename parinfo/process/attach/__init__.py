@@ -11,7 +11,11 @@ Bounded in time (``timeout``, :data:`DEFAULT_TIMEOUT` seconds by default): a mai
 no Python code meanwhile (a long C call: a sleep, a lock, I/O) never runs the script in time; the
 request is then withdrawn (its path replaced by /dev/null, which runs nothing), the channel removed,
 and a script that still runs later finds nobody and does nothing. The process's identity (pid and
-start time) is checked before and after. Every way it cannot work is one :class:`AttachError` line.
+start time) is checked before and after. Attaches to one process take turns (one pending script per
+thread is all ``sys.remote_exec`` keeps). When no answer comes, the line says what was observed:
+the process exited or started another program, the script began but was slow, it was read but
+never answered, or nothing was seen of it (the main thread in C, or an audit hook refused it).
+Every way it cannot work is one :class:`AttachError` line.
 """
 from __future__ import annotations
 
@@ -24,12 +28,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from parinfo.errors import UsageError
 from parinfo.machine.procfs import Proc, exited_during_read
 from parinfo.process import libraries as reg
 from parinfo.process.attach import sender
 from parinfo.process.attach.channel import Channel
 from parinfo.process.attach.result import MAX_ITEMS, MAX_TEXT, Answer, BadAnswer, parse
 from parinfo.process.attach.sender import AttachError, send
+from parinfo.process.attach.turn import turn
 from parinfo.process.outer import FRAMEWORK_MODULES
 from parinfo.record import record
 
@@ -145,11 +151,54 @@ def _withdraw(pid: int) -> None:
         pass
 
 
+def _program(proc: Proc) -> tuple[int, int, str] | None:
+    """What the process runs: its executable's (device, inode) and its name; None when unreadable."""
+    try:
+        st = os.stat(proc.path("exe"))
+        return st.st_dev, st.st_ino, proc.stat().name
+    except (OSError, UsageError):
+        return None
+
+
+def _ended(proc: Proc) -> bool:
+    """Whether the process has exited (a zombie its parent has not reaped yet, or gone)."""
+    try:
+        return proc.stat().dead
+    except UsageError:
+        return True
+
+
+def _no_answer(pid: int, proc: Proc, program: tuple[int, int, str] | None, channel: Channel, timeout: float,
+               raw: bytes | None) -> UsageError:
+    """Why the process gave no answer, as far as parinfo can tell from outside."""
+    if not proc.same() or _ended(proc):
+        return exited_during_read(pid)
+    now = _program(proc)
+    if program is not None and now is not None and now != program:
+        return AttachError(f"pid {pid} started another program (exec) during the attach: the request went with "
+                           "the interpreter it replaced")
+    if raw is not None:
+        return AttachError(f"pid {pid} ran the attach script, which ended without an answer (it failed inside "
+                           "the process)")
+    if channel.heard:
+        return AttachError(f"pid {pid} began the attach script but did not finish its answer within {timeout:g} s "
+                           "(its main thread is slow to run it: a busy machine, or a very large process). Try "
+                           "again, or give more time with --timeout")
+    if channel.script_read():
+        return AttachError(f"pid {pid} read the attach script but never opened the answer channel: the script "
+                           "failed inside the process")
+    return AttachError(f"pid {pid} did not run the attach script within {timeout:g} s: its main thread ran no "
+                       "Python code meanwhile (a long call into C: a sleep, a lock, I/O), or an audit hook in "
+                       "it refused the script; the request was withdrawn. Try again, or give more time with "
+                       "--timeout")
+
+
 def attach(pid: int, pools: list[tuple[str, str]], machine: tuple[int, int], *, timeout: float = DEFAULT_TIMEOUT,
            skip_native: bool = False) -> Attached:
     """Run the script inside process ``pid`` and return its answer. ``pools``: (file, library) of
-    the runtimes in its maps; ``machine`` and ``skip_native``: see :func:`script_data`. Raises
-    ProcessGone or NotAProcess (gone, a kernel thread, a zombie), or AttachError: one line each."""
+    the runtimes in its maps; ``machine`` and ``skip_native``: see :func:`script_data`. Attaches to
+    one process take turns (:mod:`~parinfo.process.attach.turn`). Raises ProcessGone or NotAProcess
+    (gone, a kernel thread, a zombie), or AttachError: one line each, saying what was observed."""
     started = time.monotonic()
     deadline = started + timeout
     proc = Proc(pid)
@@ -157,19 +206,19 @@ def attach(pid: int, pools: list[tuple[str, str]], machine: tuple[int, int], *, 
     uid, gid = _owner(proc)
     inner = proc.inner_pid()
     token = secrets.token_hex(16)
-    with Channel(proc, uid, gid) as channel:
+    if sender.can_call_here():
+        _compiled()  # compiled before the turn is taken: the turn is held only for the round trip
+    with turn(proc, deadline), Channel(proc, uid, gid) as channel:
+        program = _program(proc)
         data = script_data(channel.fifo, token, channel.cap, pools, skip_native, machine)
         path = channel.write_script(script(data))
         means = send(pid, path, deadline)
         raw = channel.receive(deadline)
-        if raw is None:
-            _withdraw(pid)
-            time.sleep(_GRACE)
-            if not proc.same():
-                raise exited_during_read(pid)
-            raise AttachError(f"pid {pid} did not run the attach script within {timeout:g} s: its main thread ran "
-                              "no Python code meanwhile (a long call into C: a sleep, a lock, I/O); the request "
-                              "was withdrawn. Try again, or give more time with --timeout")
+        if raw is None or not raw.strip():
+            if raw is None:
+                _withdraw(pid)
+                time.sleep(_GRACE)
+            raise _no_answer(pid, proc, program, channel, timeout, raw)
     seconds = time.monotonic() - started
     if not proc.same():
         raise exited_during_read(pid)

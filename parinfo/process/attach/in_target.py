@@ -374,10 +374,11 @@ def main(data: "_Data") -> "None":
     try:
         if posix.fstat(fd).st_mode & _S_IFMT != _S_IFIFO:
             return
+        _write(posix, modules, fd, b" ")  # JSON's leading blank: tells parinfo the script has begun
         out: list[str] = []
         _encode(_gather(sys, modules, posix, data), out, 0)
         body = "".join(out).encode("ascii")
-        if len(body) > data["cap"]:
+        if len(body) >= data["cap"]:  # the blank sent first takes one byte
             out = []
             _encode({"token": data["token"], "pid": posix.getpid(), "too_big": len(body)}, out, 0)
             body = "".join(out).encode("ascii")

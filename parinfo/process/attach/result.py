@@ -11,25 +11,24 @@ reads them (the few shapes of the script's own, in ``_json_in`` hooks).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import field
 from typing import Annotated, Any
 
-from parinfo.convert import REQUIRED, at_most, between, load
+from parinfo.convert import MAX_COUNT, REQUIRED, Count, at_most, between, load
 from parinfo.payload import integer, rows, section
 from parinfo.process.provenance import SetByApply
 from parinfo.process.torch_config import TorchFacts
 from parinfo.record import record
 
-#: The largest count believed (threads of one pool).
-MAX_COUNT = 1 << 16
 #: The longest text kept, and the most rows of any list or mapping.
 MAX_TEXT = 4096
 MAX_ITEMS = 4096
 
-#: A text of the answer, cut at MAX_TEXT characters; a count of threads.
+#: A text of the answer, cut at MAX_TEXT characters; a count of threads (1 to MAX_COUNT).
 Text = Annotated[str, at_most(MAX_TEXT)]
-Count = Annotated[int, between(1, MAX_COUNT)]
+__all__ = ["MAX_COUNT", "MAX_ITEMS", "MAX_TEXT", "Answer", "BadAnswer", "Count", "Text", "parse"]
 
 
 class BadAnswer(ValueError):
@@ -78,8 +77,8 @@ class ModuleRead:
     name: Annotated[str, at_most(200)] = field(metadata=REQUIRED)
     file: Text | None = None
     count: Count | None = None
-    facts: Annotated[dict[Annotated[str, at_most(200)], bool | int | str | None], at_most(MAX_ITEMS)] = field(
-        default_factory=dict)
+    facts: Annotated[dict[Annotated[str, at_most(200)], bool | Annotated[int, between(-(1 << 62), 1 << 62)] | Text
+                          | None], at_most(MAX_ITEMS)] = field(default_factory=dict)
 
 
 @record(frozen=True)
@@ -89,7 +88,7 @@ class PyThread:
 
     _json_array = True
 
-    native_id: int | None
+    native_id: Annotated[int, between(1, 1 << 22)] | None
     name: Text = field(metadata=REQUIRED)
     daemon: bool
 
@@ -103,7 +102,7 @@ class ParinfoRead:
     version: Annotated[str, at_most(64)] | None = None
     runtime_loaded: bool = False
     info: dict[str, Any] | None = None
-    applied: Annotated[dict[str, SetByApply], at_most(MAX_ITEMS)] | None = None
+    applied: Annotated[dict[Annotated[str, at_most(200)], SetByApply], at_most(MAX_ITEMS)] | None = None
     gil_reenabled_by: Annotated[str, at_most(400)] | None = None
     busy: Annotated[str, at_most(400)] | None = None
 
@@ -149,8 +148,12 @@ def parse(raw: bytes, token: str, pid: int | None) -> Answer:
     def refuse(constant: str) -> Any:
         raise BadAnswer(f"the answer holds {constant}")
 
+    def finite(text: str) -> float | None:  # 1e999 reads as infinity, which no count or JSON may hold
+        number = float(text)
+        return number if math.isfinite(number) else None
+
     try:
-        data = json.loads(raw.decode("ascii"), parse_constant=refuse)
+        data = json.loads(raw.decode("ascii"), parse_constant=refuse, parse_float=finite)
     except BadAnswer:
         raise
     except (ValueError, RecursionError) as exc:  # not ASCII, not JSON, a number of too many digits, too deep
