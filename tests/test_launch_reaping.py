@@ -351,3 +351,39 @@ def test_an_instance_that_exited_stays_a_zombie_of_parinfo_until_the_launch_ends
     finally:
         wrapper.kill()
         kill_all(found)
+
+
+@pytest.mark.timeout(60)
+def test_the_guard_is_given_a_group_only_for_an_instance_outside_the_cgroup():
+    """The cgroup is unambiguous after a SIGKILL of parinfo; a group's id may be another's by then."""
+    if not may_make_cgroup():
+        pytest.skip("parinfo may not make a cgroup here")
+    cgroup = reaping._make_cgroup()
+    assert cgroup is not None
+    read, write = os.pipe()
+    reaper = reaping.Reaper(cgroup, None, write, False, frozenset(reaping._children()))
+    inside = subprocess.Popen(["sleep", "30"], preexec_fn=reaper.preexec(None), start_new_session=True)
+    outside = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        for proc in (inside, outside):
+            reaper.watch(reaping.Leader(proc))
+        reaper.orders = None
+        os.close(write)
+        with os.fdopen(read, "rb") as fh:
+            assert fh.read() == f"g {outside.pid}\n".encode()
+    finally:
+        for proc in (inside, outside):
+            proc.kill()
+            proc.wait()
+        reaper.finish()
+        assert wait_for(lambda: not Path(cgroup, "cgroup.procs").read_text(), 5)
+        os.rmdir(cgroup)
+
+
+def test_the_guard_never_signals_a_group_again_once_it_is_gone():
+    from parinfo.profiles import guard
+
+    gone = subprocess.Popen(["true"], start_new_session=True)
+    gone.wait()
+    groups = [gone.pid]
+    assert guard.send(groups, [], 0) is False and groups == []

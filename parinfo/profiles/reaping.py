@@ -2,10 +2,10 @@
 
 Four means, each covering what the others cannot:
 
-- each instance leads its own process group (and session), which parinfo's guard ends as a group.
-  A group's id is its leader's pid, free for another process once the leader is reaped and the
-  group empty: so an instance's exit is seen without reaping it (:class:`Leader`), and its zombie
-  is reaped only once its group has been ended;
+- each instance leads its own process group (and session), which parinfo ends as a group, and the
+  guard too for an instance outside the cgroup. A group's id is its leader's pid, free for another
+  process once the leader is reaped and the group empty: so an instance's exit is seen without
+  reaping it (:class:`Leader`), and its zombie is reaped only once its group has been ended;
 - where parinfo may make one (root, or a delegated cgroup v2 tree), the instances join a cgroup of
   the launch's own, ``parinfo-launch-PID``, as they start, before they can fork: ``cgroup.kill``
   ends all its processes, a daemon that left its group with setsid included;
@@ -25,6 +25,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from parinfo.profiles.guard import cgroup_pids
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
@@ -135,9 +137,12 @@ class Reaper:
         return hook
 
     def watch(self, leader: Leader) -> None:
-        """An instance, whose process group the guard ends with the launch."""
+        """An instance, whose group is ended with the launch. The guard is given the group only when
+        the instance is not in the cgroup (it could not join): after a SIGKILL of parinfo, a group's
+        id may be another's once the leader is reaped elsewhere, and the cgroup is unambiguous."""
         self.leaders.append(leader)
-        self._order(f"g {leader.pid}")
+        if self.cgroup is None or leader.pid not in cgroup_pids(self.cgroup):
+            self._order(f"g {leader.pid}")
 
     def kill(self, signum: int) -> None:
         """``signum`` to every instance's group and, for SIGKILL, to every process of the cgroup."""
@@ -169,8 +174,8 @@ class Reaper:
                     pass
 
     def finish(self) -> None:
-        """The instances have exited: end what they left (the guard ends their groups and the
-        cgroup; the orphans that came to parinfo are ended here), within a bound; then reap
+        """The instances have exited: end what they left (the guard ends the cgroup and the groups
+        it was given; the orphans that came to parinfo are ended here), within a bound; then reap
         the instances, whose groups no one signals any more. Idempotent."""
         if self.orders is not None:
             os.close(self.orders)  # the guard's signal to end them
