@@ -269,3 +269,121 @@ def test_orphans_that_exit_during_a_long_run_are_reaped_as_they_go(tmp_path):
         assert proc.returncode == 0
     finally:
         proc.kill()
+
+
+def stat_of(pid: int) -> tuple[bytes, int] | None:
+    """A process's state letter and parent, from /proc/PID/stat; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("code", "returncode"), [("raise SystemExit(3)", 3),
+                                                  ("import os; os.kill(os.getpid(), 9)", -signal.SIGKILL)])
+def test_a_leader_s_exit_is_seen_without_reaping_it_until_released(code, returncode):
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()\n" + code], stdin=subprocess.PIPE)
+    leader = reaping.Leader(proc)
+    try:
+        assert leader.poll() is None
+        proc.stdin.close()
+        assert leader.wait() == returncode and leader.poll() == returncode
+        reaper = reaping.Reaper(None, None, None, False, frozenset(reaping._children()) - {proc.pid})
+        reaper.leaders.append(leader)
+        reaper.reap()  # the orphans' reaping leaves an instance alone...
+        assert stat_of(proc.pid) == (b"Z", os.getpid()) and proc.returncode is None
+        reaper.finish()  # ...which is reaped only at the end
+        assert proc.returncode == returncode and stat_of(proc.pid) is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# Instance 0 fails at once, instance 1 runs on for 2 s; each writes its pid as a file name in argv[1].
+EARLY_EXIT = """
+import os, sys, time
+i = os.environ['PARINFO_INSTANCE']
+open(os.path.join(sys.argv[1], f"instance-{i}-{os.getpid()}"), "w").close()
+if i == "1":
+    time.sleep(2)
+sys.exit(3 if i == "0" else 0)
+"""
+# Runs the command in argv[1:] as a child subreaper: whatever it leaves, running or a zombie, becomes
+# this process's child, and is listed once it has exited.
+SUBREAPER = """
+import ctypes, json, os, subprocess, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+print(proc.pid, flush=True)
+err = proc.communicate()[1]
+left = [int(p) for t in os.listdir("/proc/self/task") for p in open(f"/proc/self/task/{t}/children").read().split()]
+print(json.dumps({"status": proc.returncode, "left": left, "stderr": err}), flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_an_instance_that_exited_stays_a_zombie_of_parinfo_until_the_launch_ends(tmp_path):
+    """Its pid is its group's id: reaped early, the number could go to another user's process, which
+    the end of the launch would then signal as the instance's group."""
+    import json
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    wrapper = subprocess.Popen([sys.executable, "-c", SUBREAPER, sys.executable, "-m", "parinfo", "apply",
+                                profile(tmp_path), "--", sys.executable, "-c", EARLY_EXIT, str(marks)],
+                               env=clean_env(), stdout=subprocess.PIPE, text=True)
+    found = {}
+    try:
+        parinfo = int(wrapper.stdout.readline())
+        found = started(marks, 2)
+        first = next(pid for name, pid in found.items() if name.startswith("instance-0-"))
+        second = next(pid for name, pid in found.items() if name.startswith("instance-1-"))
+        time.sleep(0.5)  # long past instance 0's exit; instance 1 still runs
+        assert running(second)
+        assert stat_of(first) == (b"Z", parinfo)
+        report = json.loads(wrapper.stdout.readline())
+        assert wrapper.wait(timeout=30) == 0
+        assert report["status"] == 3, report["stderr"]
+        assert report["left"] == [], report  # no zombie, nothing running
+        assert stat_of(first) is None and stat_of(second) is None
+    finally:
+        wrapper.kill()
+        kill_all(found)
+
+
+@pytest.mark.timeout(60)
+def test_the_guard_is_given_a_group_only_for_an_instance_outside_the_cgroup():
+    """The cgroup is unambiguous after a SIGKILL of parinfo; a group's id may be another's by then."""
+    if not may_make_cgroup():
+        pytest.skip("parinfo may not make a cgroup here")
+    cgroup = reaping._make_cgroup()
+    assert cgroup is not None
+    read, write = os.pipe()
+    reaper = reaping.Reaper(cgroup, None, write, False, frozenset(reaping._children()))
+    inside = subprocess.Popen(["sleep", "30"], preexec_fn=reaper.preexec(None), start_new_session=True)
+    outside = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        for proc in (inside, outside):
+            reaper.watch(reaping.Leader(proc))
+        reaper.orders = None
+        os.close(write)
+        with os.fdopen(read, "rb") as fh:
+            assert fh.read() == f"g {outside.pid}\n".encode()
+    finally:
+        for proc in (inside, outside):
+            proc.kill()
+            proc.wait()
+        reaper.finish()
+        assert wait_for(lambda: not Path(cgroup, "cgroup.procs").read_text(), 5)
+        os.rmdir(cgroup)
+
+
+def test_the_guard_never_signals_a_group_again_once_it_is_gone():
+    from parinfo.profiles import guard
+
+    gone = subprocess.Popen(["true"], start_new_session=True)
+    gone.wait()
+    groups = [gone.pid]
+    assert guard.send(groups, [], 0) is False and groups == []

@@ -3,11 +3,20 @@ even when parinfo was killed by SIGKILL (which no handler of parinfo's own can s
 
 :mod:`parinfo.profiles.reaping` runs this file as ``python -I -S guard.py``, in a session of its
 own (no terminal signal reaches it), its stdin the read end of a pipe that only parinfo holds open.
-parinfo writes one line per thing to end, ``g PGID`` (an instance's process group) or ``c PATH``
-(the launch's cgroup v2 folder). When the pipe closes, because parinfo ended or was killed, the
-guard sends SIGTERM to every group and to every process of the cgroup, waits at most GRACE_S for
-them to go, then sends SIGKILL (``cgroup.kill``: what left its group goes too), and removes the
-cgroup. Standard library only, and no import of parinfo: it starts fast, whatever parinfo's state.
+parinfo writes one line per thing to end, ``c PATH`` (the launch's cgroup v2 folder) or ``g PGID``
+(the process group of an instance that is not in that cgroup: the groups are the fallback). When the
+pipe closes, because parinfo ended or was killed, the guard sends SIGTERM to every group and to
+every process of the cgroup, waits at most GRACE_S for them to go, then sends SIGKILL
+(``cgroup.kill``: what left its group goes too), and removes the cgroup. A group found gone is
+never signalled again. Standard library only, and no import of parinfo: it starts fast, whatever
+parinfo's state.
+
+A group's id is its leader's pid. While parinfo runs it keeps each leader unreaped until the guard
+has ended (parinfo.profiles.reaping.Leader), so the id stays the group's. When parinfo is killed,
+the leaders go to another reaper; a group whose leader is reaped and whose last member ends before
+the guard's signal leaves its id free, and a process that took that pid and made itself a group
+leader in that moment would be signalled. The window is the guard's first milliseconds (or a poll
+of 20 ms), the pid space must wrap around in it, and there is none for an instance in the cgroup.
 """
 from __future__ import annotations
 
@@ -49,12 +58,15 @@ def cgroup_pids(cgroup: str) -> list[int]:
 
 
 def send(groups: list[int], cgroups: list[str], signum: int) -> bool:
-    """Send ``signum`` to every group and every process of every cgroup; whether any was there."""
+    """Send ``signum`` to every group and every process of every cgroup; whether any was there.
+    A group that is gone is taken out of ``groups``: its id may be another's from now on."""
     alive = False
-    for pgid in groups:
+    for pgid in list(groups):
         try:
             os.killpg(pgid, signum)
             alive = True
+        except ProcessLookupError:
+            groups.remove(pgid)
         except OSError:
             pass
     for cgroup in cgroups:

@@ -29,11 +29,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from parinfo.profiles.child import Relay, check_cpus, child_environ, exit_status, not_started, spawn
-from parinfo.profiles.reaping import Reaper
+from parinfo.profiles.reaping import Leader, Reaper
 
 if TYPE_CHECKING:  # pragma: no cover
-    import subprocess
-
     from parinfo.profiles.plan import InstancePlan, Plan
     from parinfo.profiles.verify import Check
 
@@ -71,7 +69,7 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
                 print(line, file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
-    procs: list[tuple[int, subprocess.Popen[bytes]]] = []
+    procs: list[tuple[int, Leader]] = []
     expected = []
     send = _sender(procs)
     reaper = Reaper.start()
@@ -88,25 +86,24 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
                 except (OSError, subprocess.SubprocessError) as exc:
                     send(signal.SIGTERM)
                     for _, started in procs:
-                        started.wait()
+                        started.wait()  # not reaped: finish reaps it once its group is ended
                     if isinstance(exc, OSError):
                         return not_started(command, exc)
                     raise
-                procs.append((inst.index, proc))
-                reaper.watch(proc.pid)
+                leader = Leader(proc)
+                procs.append((inst.index, leader))
+                reaper.watch(leader)
                 expected.append(checks_for(plan, child, bind, inst))
-            pids = frozenset(p.pid for _, p in procs)
-            status, problems = _supervise(procs, expected, logs, lambda: reaper.finish(pids),
-                                          lambda: reaper.reap(pids))
+            status, problems = _supervise(procs, expected, logs, reaper.finish, reaper.reap)
             if check and problems and not status:
                 return EXIT_CHECK_FAILED
             return status
     finally:
-        for _, proc in procs:
-            if proc.returncode is None:  # only after an unexpected error: leave no orphans
-                proc.kill()
-                proc.wait()
-        reaper.finish()
+        for _, leader in procs:
+            if leader.poll() is None:  # only after an unexpected error: leave no orphans
+                leader.kill()
+                leader.wait()
+        reaper.finish()  # reaps the instances, once their groups are ended
         for log in logs.values():
             log.close()
 
@@ -222,12 +219,12 @@ def _open_logs(log_dir: str | None, instances: Sequence[InstancePlan]) -> dict[i
     return logs
 
 
-def _sender(procs: list[tuple[int, subprocess.Popen[bytes]]]) -> Callable[[int], None]:
+def _sender(procs: list[tuple[int, Leader]]) -> Callable[[int], None]:
     def send(signum: int) -> None:
-        for _, proc in procs:
-            if proc.returncode is None:
+        for _, leader in procs:
+            if leader.poll() is None:
                 try:
-                    os.killpg(proc.pid, signum)
+                    os.killpg(leader.pid, signum)
                 except OSError:
                     pass
     return send
@@ -366,13 +363,13 @@ class _Prefixed:
 DRAIN_S = 2.0
 
 
-def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[list[Check]],
+def _supervise(procs: list[tuple[int, Leader]], expected: list[list[Check]],
                logs: dict[int, _Log], all_exited: Callable[[], None] = lambda: None,
                every_second: Callable[[], None] = lambda: None) -> tuple[int, list[str]]:
     """Relay prefixed output until every instance has exited, reading each back CHECK_AFTER_S
     after the start and calling ``every_second`` meanwhile; then call ``all_exited`` and relay what
     is left in the pipes for at most DRAIN_S. The first failure's status and the lines of instances
-    that did not get their plan."""
+    that did not get their plan. The instances are not reaped here (:class:`Leader`)."""
     import selectors
     import time
 
@@ -385,26 +382,27 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
     exact = True  # every exit is seen through a pidfd; else poll every 50 ms
     check_at: float | None = time.monotonic() + CHECK_AFTER_S
     problems: list[str] = []
-    for index, proc in procs:
+    for index, leader in procs:
         prefix = f"[{index}] ".encode()
-        for pipe, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+        for pipe, out in ((leader.proc.stdout, sys.stdout), (leader.proc.stderr, sys.stderr)):
             assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
             relays.append(_Prefixed(prefix, out, owners, logs.get(index), warned))
             sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1], pipe))
-        pidfd = _pidfd(proc.pid)
+        pidfd = _pidfd(leader.pid)  # readable once it has exited; reaps nothing
         if pidfd is None:
             exact = False
         else:
-            sel.register(pidfd, selectors.EVENT_READ, ("exit", proc, None))
+            sel.register(pidfd, selectors.EVENT_READ, ("exit", leader, None))
     first_failure = 0
-    running = {proc.pid for _, proc in procs}
+    running = {leader.pid for _, leader in procs}
 
-    def reap(proc: subprocess.Popen[bytes]) -> None:
+    def exited(leader: Leader) -> None:
         nonlocal first_failure
-        if proc.pid in running and proc.poll() is not None:
-            running.discard(proc.pid)
-            status = exit_status(proc.returncode)
+        returncode = leader.poll()
+        if leader.pid in running and returncode is not None:
+            running.discard(leader.pid)
+            status = exit_status(returncode)
             if status and not first_failure:
                 first_failure = status
 
@@ -434,7 +432,7 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
                 sel.unregister(key.fd)
                 os.close(key.fd)
                 target.wait()
-                reap(target)
+                exited(target)
                 continue
             try:
                 data = os.read(key.fd, 65536)
@@ -452,8 +450,8 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
             if due is not None and due <= now:
                 relay.flush()
         if not exact:
-            for _, proc in procs:
-                reap(proc)
+            for _, leader in procs:
+                exited(leader)
     for key in list(sel.get_map().values()):  # pipes still held open once the bound is over
         sel.unregister(key.fileobj)
         kind, target, pipe = key.data
@@ -461,20 +459,20 @@ def _supervise(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[
             target.close()
             pipe.close()
     sel.close()
-    for _, proc in procs:  # output closed before exit: wait in start order
-        proc.wait()
-        reap(proc)
+    for _, leader in procs:  # output closed before exit: wait in start order
+        leader.wait()
+        exited(leader)
     return first_failure, problems
 
 
-def _verify(procs: list[tuple[int, subprocess.Popen[bytes]]], expected: list[list[Check]],
+def _verify(procs: list[tuple[int, Leader]], expected: list[list[Check]],
             owners: dict[int, _Prefixed | None]) -> list[str]:
     """Read every instance still running and print the table and the lines of those that did not
     get their plan (nothing when every instance has ended: there is nothing left to read)."""
     from parinfo.profiles.verify import Row, problems, read_instance, report
 
-    rows = [read_instance(index, proc.pid, checks) if proc.returncode is None else Row(index, proc.pid, ended=True)
-            for (index, proc), checks in zip(procs, expected, strict=True)]
+    rows = [read_instance(index, leader.pid, checks) if leader.poll() is None else Row(index, leader.pid, ended=True)
+            for (index, leader), checks in zip(procs, expected, strict=True)]
     lines = report(rows, [c.column for c in expected[0]])
     if lines:
         _say(owners, lines)

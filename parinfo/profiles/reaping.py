@@ -2,7 +2,10 @@
 
 Four means, each covering what the others cannot:
 
-- each instance leads its own process group (and session), which parinfo's guard ends as a group;
+- each instance leads its own process group (and session), which parinfo ends as a group, and the
+  guard too for an instance outside the cgroup. A group's id is its leader's pid, free for another
+  process once the leader is reaped and the group empty: so an instance's exit is seen without
+  reaping it (:class:`Leader`), and its zombie is reaped only once its group has been ended;
 - where parinfo may make one (root, or a delegated cgroup v2 tree), the instances join a cgroup of
   the launch's own, ``parinfo-launch-PID``, as they start, before they can fork: ``cgroup.kill``
   ends all its processes, a daemon that left its group with setsid included;
@@ -23,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from parinfo.profiles.guard import cgroup_pids
+
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
 
@@ -31,6 +36,60 @@ _PR_GET_CHILD_SUBREAPER = 37
 #: How long leftover processes are given between SIGTERM and SIGKILL (the guard's own grace).
 GRACE_S = 1.0
 GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guard.py")
+
+
+class Leader:
+    """An instance's process, the leader of its process group, whose exit is seen without reaping it.
+
+    Its zombie keeps its pid, and so the group's id, from going to another process while parinfo
+    may still signal the group; :meth:`Reaper.finish` reaps it (:meth:`release`) once the group has
+    been ended. The one way the launch asks whether an instance has exited, and with what status.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.returncode: int | None = None  # Popen's convention: the code, or -N when killed by signal N
+        self.held = True  # not reaped yet: its group's id is still its own
+
+    def poll(self) -> int | None:
+        """The returncode once the process has exited, else None; the zombie is left in place."""
+        if self.returncode is None:
+            self.returncode = self._peek(os.WNOHANG)
+        return self.returncode
+
+    def wait(self) -> int:
+        """Wait for the process to exit, without reaping it; its returncode."""
+        while self.returncode is None:
+            self.returncode = self._peek(0)
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL to the process, unless it has exited (Popen.kill would reap it)."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def release(self) -> None:
+        """Reap the exited process: only now may its pid, and its group's id, go to another process."""
+        if self.held and self.poll() is not None:
+            self.proc.wait()
+            self.held = False
+
+    def _peek(self, flags: int) -> int | None:
+        if self.proc.returncode is not None:  # reaped through Popen all the same
+            self.held = False
+            return self.proc.returncode
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT | flags)
+        except ChildProcessError:  # reaped elsewhere: its status is lost, as Popen takes it
+            self.held = False
+            return 0
+        if info is None:
+            return None
+        return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
 class Reaper:
@@ -43,7 +102,7 @@ class Reaper:
         self.orders = orders  # the write end of the guard's pipe
         self.subreaper = subreaper  # made one here, so to be undone at the end
         self.earlier = earlier  # children the calling program had before the launch: never ended here
-        self.groups: list[int] = []
+        self.leaders: list[Leader] = []
         self.join_fd: int | None = None
         if cgroup is not None:
             try:
@@ -77,16 +136,21 @@ class Reaper:
                 then()
         return hook
 
-    def watch(self, pgid: int) -> None:
-        """An instance's process group, for the guard to end with the launch."""
-        self.groups.append(pgid)
-        self._order(f"g {pgid}")
+    def watch(self, leader: Leader) -> None:
+        """An instance, whose group is ended with the launch. The guard is given the group only when
+        the instance is not in the cgroup (it could not join): after a SIGKILL of parinfo, a group's
+        id may be another's once the leader is reaped elsewhere, and the cgroup is unambiguous."""
+        self.leaders.append(leader)
+        if self.cgroup is None or leader.pid not in cgroup_pids(self.cgroup):
+            self._order(f"g {leader.pid}")
 
     def kill(self, signum: int) -> None:
         """``signum`` to every instance's group and, for SIGKILL, to every process of the cgroup."""
-        for pgid in self.groups:
+        for leader in self.leaders:
+            if not leader.held:
+                continue  # its group's id may be another's now
             try:
-                os.killpg(pgid, signum)
+                os.killpg(leader.pid, signum)
             except OSError:
                 pass
         if signum == signal.SIGKILL and self.cgroup is not None:
@@ -99,39 +163,46 @@ class Reaper:
             except OSError:
                 pass
 
-    def reap(self, keep: frozenset[int]) -> None:
+    def reap(self) -> None:
         """Reap the orphans that came to parinfo and have exited (a long run must not gather
-        zombies); ``keep``: the instances, whose exits their Popen objects collect."""
-        guard = {self.guard.pid} if self.guard is not None else set()
-        for pid in _children() - keep - self.earlier - guard:
+        zombies); never an instance, whose zombie holds its group's id until :meth:`finish`."""
+        for pid in _children() - self._keep():
             if not _alive(pid):
                 try:
                     os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:
                     pass
 
-    def finish(self, keep: frozenset[int] = frozenset()) -> None:
-        """The instances have exited: end what they left (the guard ends their groups and the
-        cgroup; the orphans that came to parinfo are ended here), within a bound. Idempotent."""
+    def finish(self) -> None:
+        """The instances have exited: end what they left (the guard ends the cgroup and the groups
+        it was given; the orphans that came to parinfo are ended here), within a bound; then reap
+        the instances, whose groups no one signals any more. Idempotent."""
         if self.orders is not None:
             os.close(self.orders)  # the guard's signal to end them
             self.orders = None
-        guard_pid = self.guard.pid if self.guard is not None else None
-        _end_children(keep | self.earlier | ({guard_pid} if guard_pid else set()))
+        _end_children(self._keep())
         if self.guard is not None:
             import subprocess
 
             try:
                 self.guard.wait(timeout=GRACE_S + 4)
             except subprocess.TimeoutExpired:
-                pass  # a guard slow to end goes on alone
+                self.guard.kill()  # stuck: it must not signal a group once the leaders are reaped
+                self.guard.wait()
             self.guard = None
+        for leader in self.leaders:
+            leader.release()
         if self.join_fd is not None:
             os.close(self.join_fd)
             self.join_fd = None
         if self.subreaper:
             _prctl(_PR_SET_CHILD_SUBREAPER, 0)
             self.subreaper = False
+
+    def _keep(self) -> set[int]:
+        """The children never ended nor reaped as orphans: the caller's, the guard, the instances."""
+        guard = {self.guard.pid} if self.guard is not None else set()
+        return set(self.earlier) | guard | {leader.pid for leader in self.leaders if leader.held}
 
     def _order(self, line: str) -> None:
         if self.orders is None:
