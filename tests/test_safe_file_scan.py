@@ -59,7 +59,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("parinfo.profiles.reaping:_make_cgroup", "os.mkdir"): CGROUP + " (made under parinfo's own cgroup)",
     ("parinfo.profiles.reaping:cgroup_base", "open"): OWN_PROC + " (cgroup, mountinfo)",
     ("parinfo.profiles.reaping:_children", "open"): OWN_PROC + " (task/TID/children)",
-    ("parinfo.profiles.reaping:_alive", "open"): KERNEL + " (/proc/PID/stat)",
 }
 
 

@@ -196,7 +196,7 @@ def _open_logs(log_dir: str | None, instances: Sequence[InstancePlan]) -> dict[i
     anything starts."""
     if log_dir is None:
         return {}
-    from parinfo import safe_file
+    import parinfo.safe_file as safe_file
     from parinfo.errors import UsageError
     from parinfo.safe_text import shorten
 

@@ -335,8 +335,11 @@ def _end_children(keep: set[int] | frozenset[int]) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (not a zombie, not gone), as the /proc front reads it."""
+    from parinfo.errors import UsageError
+    from parinfo.machine.procfs import Proc
+
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rpartition(b")")[2].split()[0] != b"Z"
-    except (OSError, IndexError):
+        return not Proc(pid).stat().dead
+    except UsageError:
         return False
