@@ -19,9 +19,6 @@ from parinfo.watching.model import ThrottleUse
 #: Version of :meth:`HostReport.to_dict`; bumped on any incompatible change (docs/host.md).
 SCHEMA_VERSION = 2
 
-#: The end of a count's source when it comes from the launch environment.
-FROM_LAUNCH = "the process may have changed it"
-
 
 @record(frozen=True)
 class Scope:
