@@ -480,6 +480,8 @@ class Scanner:
             row = CgroupRow(key, info.quota, info.cpuset, info.usable, [p.pid for p in members],
                             sum(p.threads for p in members), sum(p.runnable_now for p in members))
             row.threads_at_once = sum(p.threads_at_once or 0 for p in members if p.pools)
+            row.threads_predicted = sum(p.threads_predicted or p.threads_at_once or 0 for p in members if p.pools)
+            row.predicted_pids = [p.pid for p in members if p.threads_predicted is not None]
             row.unknown_pids = [p.pid for p in members if p.pools_unknown is not None]
             if info.quota is not None:
                 counters[key] = cpu_counters("/", info.pid)
@@ -506,8 +508,13 @@ class Scanner:
 
 
 def _load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:
+    """What the rules judge of one process: its widest pool in force and, apart, what its launch
+    environment predicts where that is more."""
     library, count = p.widest
-    unknown = p.pools_unknown or (next(x.source.text for x in p.pools if x.count is None) if count is None else None)
+    guess, predicted = p.widest_predicted if p.threads_predicted is not None else (None, None)
+    unknown = p.pools_unknown
+    if unknown is None and count is None and predicted is None:
+        unknown = next((x.source.text for x in p.pools if x.count is None), "unknown (no count in force)")
     family = families.get(p.family or "")
     variables = []
     for pool in p.pools:
@@ -516,7 +523,8 @@ def _load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:
             variables.append(lib.count_vars[0])
     return ProcessLoad(p.pid, p.name, library, count, p.outer_threads, p.ppid,
                        tuple(family.pids) if family is not None else (p.pid,), p.command,
-                       tuple(dict.fromkeys(variables)), unknown, family.adopted_by if family is not None else None)
+                       tuple(dict.fromkeys(variables)), unknown, family.adopted_by if family is not None else None,
+                       guess, predicted)
 
 
 def _families(processes: list[HostProcess]) -> list[Family]:
