@@ -19,6 +19,7 @@ from conftest import Targets, clean_env, run_cli
 import parinfo.host
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.fleet_rows import ProcessLoad
+from parinfo.source import Kind
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -380,3 +381,89 @@ def test_a_family_started_by_its_parent_is_not_adopted(targets, cgroup):
     parent, _ = targets.start(FAMILY)
     (family,) = _scan(cgroup).families
     assert family.parent == parent.pid and family.adopted_by is None
+
+
+# numpy and scikit-learn (its wheel ships libgomp), limited inside with threadpoolctl when asked; prints
+# threadpoolctl's counts by internal API (ground truth inside the process), then waits for stdin.
+OPENMP_TARGET = """
+import json, sys, threadpoolctl, numpy, sklearn.cluster
+limit = {limit!r}
+if limit:
+    threadpoolctl.threadpool_limits(limit)
+print(json.dumps({{p["internal_api"]: p["num_threads"] for p in threadpoolctl.threadpool_info()}}), flush=True)
+sys.stdin.readline()
+"""
+
+
+def _openmp_targets(targets: Targets, limit: int | None, env: dict[str, str]) -> list:
+    pytest.importorskip("sklearn")
+    started = [targets.start(OPENMP_TARGET.format(limit=limit), env=env) for _ in range(2)]
+    for _, line in started:
+        truth = json.loads(line)
+        if "openmp" not in truth:
+            pytest.skip("scikit-learn loaded no OpenMP runtime here")
+        assert truth == ({"openblas": limit, "openmp": limit} if limit else truth), truth
+    return [proc for proc, _ in started]
+
+
+@pytest.mark.parametrize("env", [{"OMP_NUM_THREADS": "2"}, {}], ids=["omp-2-at-launch", "no-variable"])
+def test_counts_limited_inside_are_not_summed_from_the_launch_environment(targets, cgroup, env):
+    """The issue's case: two processes limited to 1 thread inside (threadpoolctl agrees) whose launch
+    environment (or the default on their 2 CPUs) predicts libgomp at 2. The rows show the prediction,
+    labelled; the sums and the warning count what is in force only; an info note says it is a prediction."""
+    procs = _openmp_targets(targets, 1, clean_env(**env))
+    report = _scan(cgroup)
+    (group,) = report.cgroups
+    for proc in procs:
+        row = report.process(proc.pid)
+        (gomp,) = [p for p in row.pools if p.library == "libgomp" and not p.duplicate_of]
+        assert gomp.count == 2 and not gomp.in_force and not gomp.attached
+        assert gomp.source.kind is Kind.LAUNCH_ENVIRONMENT and "may have changed it" in gomp.source.text
+        assert row.widest == ("openblas", 1) and row.threads_at_once == 1  # read from memory: threadpoolctl's 1
+        assert row.widest_predicted == ("libgomp", 2) and row.threads_predicted == 2
+    assert group.usable_cpus == 2 and group.threads_at_once == 2
+    assert group.threads_predicted == 4 and sorted(group.predicted_pids) == sorted(p.pid for p in procs)
+    (note,) = group.findings
+    assert (note.id, note.severity) == ("host-oversubscribed-predicted", "info")
+    assert "a prediction" in note.message and "--attach" in note.fix and "OMP_NUM_THREADS=1" in note.fix
+    assert report.problems() == []
+    proc = run_cli("host", "--once", "--interval", "0.1", "--cgroup", cgroup, "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "libgomp 2 (launch env)" in proc.stdout and "[host-oversubscribed]" not in proc.stdout
+    assert "2 threads at once in force; up to 4 if the counts predicted" in proc.stdout
+    payload = json.loads(run_cli("host", "--once", "--json", "--interval", "0", "--cgroup", cgroup).stdout)
+    (cg,) = payload["cgroups"]
+    assert (cg["threads_at_once"], cg["threads_at_once_predicted"]) == (2, 4) and payload["schema_version"] == 2
+    for row in payload["processes"]:
+        assert row["threads_at_once"] == 1 and row["widest_pool"] == {"library": "openblas", "count": 1}
+        assert row["predicted"] == {"widest_pool": {"library": "libgomp", "count": 2}, "threads_at_once": 2}
+
+
+def test_counts_in_force_over_the_cpus_still_warn_beside_predictions(targets, cgroup):
+    """OpenBLAS at 2 read from memory in two processes of a 2-CPU cgroup: 4 threads at once in force,
+    the warning fires on them alone; their libgomp (predicted at 2 as well) adds nothing to the sum."""
+    procs = _openmp_targets(targets, None, clean_env(OMP_NUM_THREADS="2"))
+    report = _scan(cgroup)
+    (group,) = report.cgroups
+    for proc in procs:
+        row = report.process(proc.pid)
+        assert row.widest == ("openblas", 2) and row.threads_predicted is None
+    assert group.threads_at_once == 4 and group.predicted_pids == []
+    (finding,) = group.findings
+    assert (finding.id, finding.severity) == ("host-oversubscribed", "warning")
+    assert "4 threads at once" in finding.message and "openblas=2" in finding.message
+
+
+def test_predictions_alone_make_an_info_note_on_hand_made_loads():
+    def load(pid: int, threads: int | None, predicted: int | None) -> ProcessLoad:
+        return ProcessLoad(pid, "python", "openblas" if threads else None, threads,
+                           variables=("OMP_NUM_THREADS",), predicted_pool="libgomp" if predicted else None,
+                           predicted=predicted)
+
+    (note,) = fleet_rules.cgroup_findings("m", 2, [load(1, 1, 4), load(2, None, 4)])
+    assert note.severity == "info" and "up to 8 threads" in note.message and "add up to 1" in note.message
+    # in force over the CPUs: the warning, and no note beside it
+    (f,) = fleet_rules.cgroup_findings("m", 2, [load(1, 2, 4), load(2, 2, None)])
+    assert (f.id, f.severity) == ("host-oversubscribed", "warning") and "4 threads at once" in f.message
+    # predictions within the CPUs: nothing
+    assert fleet_rules.cgroup_findings("m", 4, [load(1, 1, 2), load(2, 1, 2)]) == []

@@ -63,7 +63,8 @@ tests:
   # host mode (h): every series per cgroup; watch mode (w): no cgroup label
   - interval: 1m
     input_series:
-      # h, /jobs: pid 1 OpenBLAS 2, pid 2 OpenBLAS 1 and libgomp 2 (its widest: 2): 4 on 2 CPUs, 3 runnable
+      # h, /jobs: pid 1 OpenBLAS 2, pid 2 OpenBLAS 1 in force and libgomp 2 predicted (launch-env: not
+      # counted): 3 in force on 2 CPUs, 3 runnable
       - series: 'parinfo_pool_threads{{{H},cgroup="/jobs",library="openblas",name="python",pid="1",source="memory"}}'
         values: '2x30'
       - series: 'parinfo_pool_threads{{{H},cgroup="/jobs",library="openblas",name="python",pid="2",source="memory"}}'
@@ -73,6 +74,19 @@ tests:
       - series: 'parinfo_usable_cpus{{{H},cgroup="/jobs"}}'
         values: '2x30'
       - series: 'parinfo_runnable_threads{{{H},cgroup="/jobs"}}'
+        values: '3x30'
+      # h, /guess: busy, wider than its CPUs only by launch-env predictions (1 + 1 in force): no alert
+      - series: 'parinfo_pool_threads{{{H},cgroup="/guess",library="openblas",name="py",pid="10",source="memory"}}'
+        values: '1x30'
+      - series: 'parinfo_pool_threads{{{H},cgroup="/guess",library="libgomp",name="py",pid="10",source="launch-env"}}'
+        values: '2x30'
+      - series: 'parinfo_pool_threads{{{H},cgroup="/guess",library="openblas",name="py",pid="11",source="memory"}}'
+        values: '1x30'
+      - series: 'parinfo_pool_threads{{{H},cgroup="/guess",library="libgomp",name="py",pid="11",source="launch-env"}}'
+        values: '2x30'
+      - series: 'parinfo_usable_cpus{{{H},cgroup="/guess"}}'
+        values: '2x30'
+      - series: 'parinfo_runnable_threads{{{H},cgroup="/guess"}}'
         values: '3x30'
       # h, /idle: pools just as wide, but 1 thread runnable: they do not compete
       - series: 'parinfo_pool_threads{{{H},cgroup="/idle",library="openblas",name="python",pid="3",source="memory"}}'
@@ -116,7 +130,7 @@ tests:
           - exp_labels: {{severity: warning, cgroup: /jobs, instance: "h:9464", job: parinfo}}
             exp_annotations:
               summary: "h:9464 /jobs: native pools wider than the CPUs they share"
-              description: "4 pool threads on fewer CPUs: parinfo host --once names the processes and the fix."
+              description: "3 pool threads on fewer CPUs: parinfo host --once names the processes and the fix."
           - exp_labels: {{severity: warning, instance: "w:9464", job: parinfo}}
             exp_annotations:
               summary: "w:9464 : native pools wider than the CPUs they share"

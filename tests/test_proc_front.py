@@ -349,12 +349,13 @@ def test_a_count_the_kernel_refused_is_never_replaced_by_a_launch_environment_gu
     the launch environment asks for (said so)."""
     from parinfo.host import scanner as sc
     from parinfo.machine.topology import machine_facts
+    from parinfo.process.inforce import CountInForce
 
     row = load(PoolRow, {"library": "openblas", "filepath": "/lib/libopenblas.so", "owner": "numpy"})
     static = sc._Static(("python",), "python", 0, {"OPENBLAS_NUM_THREADS": "1"}, symbol_maps="x")
     for denied, expect_count in ((True, None), (False, 1)):
-        monkeypatch.setattr(sc, "_in_force", lambda pid, maps, d=denied: {
-            "/lib/libopenblas.so": (None, unknown_source("the reason, in any words"), d)})
+        monkeypatch.setattr(sc, "_in_force", lambda pid, maps, d=denied: {"/lib/libopenblas.so": CountInForce(
+            "openblas", "/lib/libopenblas.so", None, unknown_source("the reason, in any words"), denied=d)})
         (pool,) = Scanner()._counts(1, [row], static, machine_facts())
         assert pool.count == expect_count and not pool.in_force
         assert (pool.source.text == "unknown (the reason, in any words)") is denied, pool.source

@@ -149,7 +149,9 @@ class ProcessLoad:
     shell), the ``variables`` that decide its pools' counts (one per pool library, first in its
     precedence), ``unknown``: why its pools could not be read (then it is never guessed), and
     ``adopted_by``: the parent in words when it adopted the family (pid 1 or a subreaper), whose
-    environment is no place to fix them."""
+    environment is no place to fix them. ``predicted_pool`` and ``predicted``: its widest pool when
+    the counts predicted from its launch environment count too, where that is wider than ``threads``
+    (None otherwise): shown, never counted as in force."""
 
     pid: int
     name: str
@@ -162,3 +164,5 @@ class ProcessLoad:
     variables: tuple[str, ...] = ()
     unknown: str | None = None
     adopted_by: str | None = None
+    predicted_pool: str | None = None
+    predicted: int | None = None

@@ -149,11 +149,13 @@ def cgroup_findings(where: str, usable: int, loads: Sequence[ProcessLoad]) -> li
     CPUs they all share. ``loads`` are the processes with native pools loaded. Needs two or more of
     them, one pool of more than one thread, and more threads than CPUs (pools at 1 in more processes
     than CPUs are the processes' own choice, as for a fleet); a process whose pools could not be
-    read counts for nothing and is named as unknown, never guessed."""
+    read counts for nothing and is named as unknown, never guessed. Only counts in force are summed:
+    a count predicted from a launch environment is no evidence, and where predictions alone would
+    exceed the CPUs the rule says so in an ``info`` note (:func:`_predicted_note`), never a warning."""
     busy = [p for p in loads if p.unknown is None and p.threads is not None]
     total = sum(p.threads * p.outer for p in busy if p.threads is not None)
     if len(busy) < 2 or max(p.threads or 1 for p in busy) <= 1 or total <= usable:
-        return []
+        return _predicted_note(where, usable, loads, total)
     outer = sum(p.outer for p in busy)
     share = max(1, usable // outer)
     pools = ", ".join(f"{p.pid} {p.pool or 'pools'}={p.threads}" for p in busy[:12])
@@ -194,4 +196,32 @@ def cgroup_findings(where: str, usable: int, loads: Sequence[ProcessLoad]) -> li
         "processes in one cgroup share its CPUs: each sizes its pools for all of them, so together they ask "
         "for several times the CPUs and every op waits for its threads (or, under a quota, the cgroup is throttled)",
         "; ".join(fixes),
+    )]
+
+
+def _predicted_note(where: str, usable: int, loads: Sequence[ProcessLoad], in_force: int) -> list[Finding]:
+    """``host-oversubscribed-predicted`` (info): the processes would exceed ``usable`` CPUs only if the
+    counts predicted from their launch environments hold, which nothing read confirms (a process may
+    have set its own count since it started); the note says how to confirm them."""
+    def widest(p: ProcessLoad) -> int:
+        return max(p.threads or 0, p.predicted or 0)
+
+    known = [p for p in loads if p.unknown is None and widest(p) > 0]
+    raised = [p for p in known if p.predicted is not None]
+    total = sum(widest(p) * p.outer for p in known)
+    if not raised or len(known) < 2 or max(widest(p) for p in known) <= 1 or total <= usable:
+        return []
+    share = max(1, usable // sum(p.outer for p in known))
+    pools = ", ".join(f"{p.pid} {p.predicted_pool or 'pools'}={p.predicted}" for p in raised[:12])
+    variables = list(dict.fromkeys(v for p in raised for v in p.variables))
+    assign = " ".join(f"{v}={share}" for v in variables) or f"counts of {share}"
+    return [Finding(
+        "host-oversubscribed-predicted", Severity.INFO,
+        f"{where}: a prediction, not a reading: {len(known)} processes could run up to {total} threads at once "
+        f"on {plural(usable, 'usable CPU')} if the counts their launch environments ask for hold ({pools}); "
+        f"the counts in force read add up to {in_force}",
+        "a count predicted from a launch environment is not read from the process: it may have set its own "
+        "since it started (threadpoolctl, torch.set_num_threads), so this alone is no evidence of oversubscription",
+        f"confirm the counts: `parinfo host --attach` reads them inside each Python 3.14+ process; or start "
+        f"the processes with the count they should run set explicitly ({assign})",
     )]

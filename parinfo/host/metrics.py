@@ -57,12 +57,16 @@ def _families(report: HostReport, counters: dict[str, Any]) -> Iterator[Any]:
     runnable = GaugeMetricFamily("parinfo_runnable_threads", "Threads of each cgroup's processes running or "
                                  "waiting for a CPU at the scrape", labels=["cgroup"])
     at_once = GaugeMetricFamily("parinfo_threads_at_once", "Threads each cgroup's processes can run at once: "
-                                "widest native pool x outer threads, summed (what host-oversubscribed judges)",
-                                labels=["cgroup"])
+                                "widest native pool in force x outer threads, summed (what host-oversubscribed "
+                                "judges; counts predicted from launch environments are not in it)", labels=["cgroup"])
+    predicted = GaugeMetricFamily("parinfo_threads_at_once_predicted", "The same sum if the counts predicted "
+                                  "from the processes' launch environments hold (a prediction, not a reading)",
+                                  labels=["cgroup"])
     for c in report.cgroups:
         usable.add_metric([c.path], c.usable_cpus)
         runnable.add_metric([c.path], c.runnable_now)
         at_once.add_metric([c.path], c.threads_at_once)
+        predicted.add_metric([c.path], c.threads_predicted)
     yield usable
 
     pools = GaugeMetricFamily("parinfo_pool_threads", "Threads of each native pool library in each process, "
@@ -75,6 +79,7 @@ def _families(report: HostReport, counters: dict[str, Any]) -> Iterator[Any]:
     yield pools
     yield runnable
     yield at_once
+    yield predicted
 
     seconds = CounterMetricFamily("parinfo_cpu_throttled_seconds", "Time each cgroup's threads were held back "
                                   "by its CPU quota (the kernel's cumulative count)", labels=["cgroup"])

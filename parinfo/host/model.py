@@ -19,9 +19,6 @@ from parinfo.watching.model import ThrottleUse
 #: Version of :meth:`HostReport.to_dict`; bumped on any incompatible change (docs/host.md).
 SCHEMA_VERSION = 2
 
-#: The end of a count's source when it comes from the launch environment.
-FROM_LAUNCH = "the process may have changed it"
-
 
 @record(frozen=True)
 class Scope:
@@ -85,23 +82,41 @@ class HostProcess:
     family: str | None = None  # the key of its Family
     outer_threads: int = 1
 
-    @property
-    def widest(self) -> tuple[str | None, int | None]:
-        """The pool with the most threads: (library, count); (None, 1) without pools, (None, None)
-        when its pools or all their counts are unknown (never guessed)."""
+    def _widest(self, predicted: bool) -> tuple[str | None, int | None]:
         if self.pools_unknown is not None:
             return None, None
         best: tuple[str | None, int | None] = (None, None) if self.pools else (None, 1)
         for p in self.pools:
-            if p.count is not None and not p.duplicate_of and (best[1] is None or p.count > best[1]):
+            counted = p.in_force or (predicted and p.count is not None)
+            if counted and p.count is not None and not p.duplicate_of and (best[1] is None or p.count > best[1]):
                 best = (p.library, p.count)
         return best
 
     @property
+    def widest(self) -> tuple[str | None, int | None]:
+        """The pool in force with the most threads: (library, count); (None, 1) without pools, (None,
+        None) when its pools are unknown or no count of theirs is in force (a prediction is not)."""
+        return self._widest(False)
+
+    @property
+    def widest_predicted(self) -> tuple[str | None, int | None]:
+        """The widest pool when counts predicted from the launch environment count too."""
+        return self._widest(True)
+
+    @property
     def threads_at_once(self) -> int | None:
-        """Its widest pool x its outer threads; None when its pools are unknown."""
+        """Its widest pool in force x its outer threads; None when no count of its pools is in force."""
         count = self.widest[1]
         return None if count is None else count * self.outer_threads
+
+    @property
+    def threads_predicted(self) -> int | None:
+        """Its threads at once if the predicted counts hold; None unless a prediction raises
+        :attr:`threads_at_once` (a process whose counts are all in force has nothing predicted)."""
+        count = self.widest_predicted[1]
+        if count is None or count * self.outer_threads <= (self.threads_at_once or 0):
+            return None
+        return count * self.outer_threads
 
     @property
     def runnable_in_pools(self) -> int:
@@ -113,8 +128,13 @@ class HostProcess:
         library, count = self.widest
         out = {k: data[k] for k in ("pid", "ppid", "name", "command", "user", "cgroup", "group", "usable_cpus",
                                     "affinity_cpus", "pools", "pools_unknown")}
+        predicted = self.threads_predicted
+        guess, most = self.widest_predicted
         out.update(widest_pool={"library": library, "count": count}, outer_threads=self.outer_threads,
                    threads_at_once=self.threads_at_once,
+                   predicted=None if predicted is None else {
+                       "widest_pool": {"library": guess, "count": most},
+                       "threads_at_once": predicted},
                    threads={"count": self.threads, "states": data["states"], "runnable_now": self.runnable_now,
                             "runnable_in_pools": self.runnable_in_pools, "groups": data["groups"]},
                    cpu_percent=self.cpu_percent, family=self.family)
@@ -133,7 +153,10 @@ class CgroupRow:
     pids: list[int] = field(default_factory=list)
     threads: int = 0
     runnable_now: int = 0
-    threads_at_once: int = 0  # the sum over its processes with a pool of widest pool x outer threads
+    threads_at_once: int = 0  # the sum over its processes with a pool in force of widest pool x outer threads
+    # the same sum if the counts predicted from launch environments hold, and the processes they raise
+    threads_predicted: int = field(default=0, metadata=key("threads_at_once_predicted"))
+    predicted_pids: list[int] = field(default_factory=list)
     unknown_pids: list[int] = field(default_factory=list)  # processes whose pools could not be read
     cpu_percent: float | None = None
     throttling: ThrottleUse | None = None
@@ -261,9 +284,15 @@ def _cgroup_lines(r: HostReport) -> list[str]:
     lines = [head]
     for c in r.cgroups:
         quota = "none" if c.quota is None else f"{c.quota:g}"
+        at_once = f"{c.threads_at_once}{'*' if c.predicted_pids else ''}"
         lines.append(f"{_cut(escape_controls(c.path), 34):<34} {c.usable_cpus:>6} {quota:>6} {len(c.pids):>5} "
-                     f"{c.threads:>7} {c.runnable_now:>8} {c.threads_at_once:>7} {_pct(c.cpu_percent):>7} "
+                     f"{c.threads:>7} {c.runnable_now:>8} {at_once:>7} {_pct(c.cpu_percent):>7} "
                      f"{_throttle(c):>16} {_pct(c.pressure_some if r.interval else None):>8}")
+    lines += [escape_controls(f"  * {c.path}: {c.threads_at_once} threads at once in force; up to "
+                              f"{c.threads_predicted} if the counts predicted from the launch environments of "
+                              f"{len(c.predicted_pids)} process{'es' if len(c.predicted_pids) != 1 else ''} hold "
+                              f"(launch env: not read, not counted)")
+              for c in r.cgroups if c.predicted_pids]
     return lines
 
 
@@ -305,7 +334,8 @@ def _render(r: HostReport, *, all_processes: bool = False) -> str:
     if hidden:
         lines.append(f"  ... and {hidden} more processes without native pools (--json lists them all)")
     lines.append("  run: runnable now / of them in pools;  in force: read from the process's memory;  "
-                 "launch env: what its launch environment asks for (the process may have changed it)"
+                 "launch env: what its launch environment asks for (the process may have changed it; a prediction, "
+                 "not counted in at once)"
                  + (";  attached: read inside the process (sys.remote_exec)"
                     if any(x.attached for p in shown for x in p.pools) else ""))
     lines += [escape_controls(f"  {note}") for note in r.notes]

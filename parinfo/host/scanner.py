@@ -35,7 +35,6 @@ from parinfo.diagnostics.fleet_rows import ProcessLoad
 from parinfo.errors import UsageError
 from parinfo.host import adoption
 from parinfo.host.model import (
-    FROM_LAUNCH,
     CgroupRow,
     Family,
     HostProcess,
@@ -48,15 +47,16 @@ from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ,
 from parinfo.machine.topology import REREAD_S
 from parinfo.machine.unknown import unknown
 from parinfo.process import libraries as reg
-from parinfo.process.inforce import IN_FORCE
+from parinfo.process.standing import Decided, Standing, decide
 from parinfo.process.tasks import CLOCK_TICKS
 from parinfo.process.threads import thread_group
 from parinfo.record import record
-from parinfo.source import Kind, Source, unknown as unknown_source
+from parinfo.source import unknown as unknown_source
 
 if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters, PressureFacts
     from parinfo.machine.topology import MachineFacts
+    from parinfo.process.inforce import CountInForce
     from parinfo.process.pools import PoolRow
 
 #: How old a cgroup's binding or the machine's facts may grow before a scan reads them again.
@@ -275,35 +275,12 @@ class Scanner:
 
     def _counts(self, pid: int, rows: list[PoolRow], static: _Static,
                 facts: MachineFacts) -> list[PoolCount]:
-        """Each pool's count: in force where it can be read from the process's memory, else what its
-        launch environment asks for (said so), else unknown."""
-        from parinfo.process.provenance import model_of, predict
-
+        """Each pool's count by the one precedence rule (:func:`parinfo.process.standing.decide`): in
+        force where it can be read from the process's memory, else what its launch environment
+        predicts (said so), else unknown."""
         read = _in_force(pid, static.symbol_maps)
-        out = []
-        for row in rows:
-            library, path = row.library, row.filepath or ""
-            count, in_force = None, False
-            source: Source
-            found = read.get(path)
-            if found is not None and found[0] is not None:
-                count, source, in_force = found[0], IN_FORCE, True
-            elif found is not None and found[2]:
-                source = found[1]  # the launch environment would be a guess: memory is closed to us
-            elif isinstance(static.environ, str):
-                source = unknown_source(static.environ, static.environ)
-            else:
-                lib = reg.find(library)
-                if lib is not None:
-                    guess = predict(model_of(lib), static.environ, facts)
-                    count = guess.count
-                    source = (Source(Kind.LAUNCH_ENVIRONMENT, guess.source.detail,
-                                     f"from its launch environment ({guess.phrase}); {FROM_LAUNCH}")
-                              if count is not None else guess.source)
-                else:
-                    source = unknown_source(f"parinfo has no record for {library}")
-            out.append(PoolCount(library, path, row.owner, count, source, in_force, row.duplicate_of))
-        return out
+        return [_pool_count(row, decide(row.library, read.get(row.filepath or ""), static.environ, facts))
+                for row in rows]
 
     def _inside(self, pid: int, rows: list[PoolRow], static: _Static,
                 facts: MachineFacts) -> list[PoolCount] | None:
@@ -327,10 +304,9 @@ class Scanner:
             inside = read_inside(pid, [dataclasses.replace(r) for r in rows], loaded_objects(
                 (static.maps or b"").decode("utf-8", "surrogateescape")), static.environ, facts,
                 min(left, EACH_S))
-            counts = [PoolCount(row.library, row.filepath or "", row.owner, row.num_threads,
-                                row.count_source or unknown_source("not read inside the process"),
-                                row.num_threads is not None, row.duplicate_of, attached=True)
-                      for row in inside.pool_counts()]
+            counts = [_pool_count(row, decide(row.library, None, static.environ, facts, attached=(
+                row.num_threads, row.count_source or unknown_source("not read inside the process"))))
+                for row in inside.pool_counts()]
         except UsageError as exc:
             log.refused[pid] = str(exc)
             return None
@@ -504,6 +480,8 @@ class Scanner:
             row = CgroupRow(key, info.quota, info.cpuset, info.usable, [p.pid for p in members],
                             sum(p.threads for p in members), sum(p.runnable_now for p in members))
             row.threads_at_once = sum(p.threads_at_once or 0 for p in members if p.pools)
+            row.threads_predicted = sum(p.threads_predicted or p.threads_at_once or 0 for p in members if p.pools)
+            row.predicted_pids = [p.pid for p in members if p.threads_predicted is not None]
             row.unknown_pids = [p.pid for p in members if p.pools_unknown is not None]
             if info.quota is not None:
                 counters[key] = cpu_counters("/", info.pid)
@@ -530,8 +508,13 @@ class Scanner:
 
 
 def _load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:
+    """What the rules judge of one process: its widest pool in force and, apart, what its launch
+    environment predicts where that is more."""
     library, count = p.widest
-    unknown = p.pools_unknown or (next(x.source.text for x in p.pools if x.count is None) if count is None else None)
+    guess, predicted = p.widest_predicted if p.threads_predicted is not None else (None, None)
+    unknown = p.pools_unknown
+    if unknown is None and count is None and predicted is None:
+        unknown = next((x.source.text for x in p.pools if x.count is None), "unknown (no count in force)")
     family = families.get(p.family or "")
     variables = []
     for pool in p.pools:
@@ -540,7 +523,8 @@ def _load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:
             variables.append(lib.count_vars[0])
     return ProcessLoad(p.pid, p.name, library, count, p.outer_threads, p.ppid,
                        tuple(family.pids) if family is not None else (p.pid,), p.command,
-                       tuple(dict.fromkeys(variables)), unknown, family.adopted_by if family is not None else None)
+                       tuple(dict.fromkeys(variables)), unknown, family.adopted_by if family is not None else None,
+                       guess, predicted)
 
 
 def _families(processes: list[HostProcess]) -> list[Family]:
@@ -575,8 +559,8 @@ def _symbol_lines(maps: bytes, rows: list[PoolRow]) -> str | None:
                      if line.split(None, 5)[-1].removesuffix(" (deleted)") in paths)
 
 
-def _in_force(pid: int, symbol_maps: str | None) -> dict[str, tuple[int | None, Source, bool]]:
-    """{library file: (count or None, source, denied)}: each count read from the process's memory
+def _in_force(pid: int, symbol_maps: str | None) -> dict[str, CountInForce]:
+    """{library file: its count in force, or why not}, read from the process's memory
     (:mod:`parinfo.process.inforce`) for the files of ``symbol_maps`` (:func:`_symbol_lines`); {}
     when there are none (nothing is read then)."""
     if symbol_maps is None:
@@ -588,4 +572,10 @@ def _in_force(pid: int, symbol_maps: str | None) -> dict[str, tuple[int | None, 
         found = counts_in_force(pid, symbol_maps)
     except (ProcessGone, NoAccess):
         return {}
-    return {c.path: (c.count, c.source, c.denied) for c in found}
+    return {c.path: c for c in found}
+
+
+def _pool_count(row: PoolRow, got: Decided) -> PoolCount:
+    """The host row of one pool, from the rule's decision."""
+    return PoolCount(row.library, row.filepath or "", row.owner, got.count, got.source, got.in_force,
+                     row.duplicate_of, attached=got.standing is Standing.ATTACHED)

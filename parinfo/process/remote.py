@@ -93,41 +93,38 @@ FROM_LAUNCH = Source(Kind.LAUNCH_ENVIRONMENT, "", "from its launch environment; 
 
 def read_counts(pid: int, rows: list[PoolRow], maps: str, launch_env: dict[str, str] | None,
                 facts: MachineFacts) -> None:
-    """Fill the count of each pool row of ``pid`` (from :func:`loaded_runtimes`), in place:
+    """Fill the count of each pool row of ``pid`` (from :func:`loaded_runtimes`), in place, by the
+    one precedence rule (:func:`parinfo.process.standing.decide`):
 
     - ``num_threads``: the count in force, read from the process's memory where the library keeps
       it in an exported variable (``count_source`` then says "in force (...)");
-    - else ``launch_count``: the count the launch environment asked for (``launch_from`` names the
-      variable; ``count_source`` is :data:`FROM_LAUNCH`): the process may have changed it since, so
+    - else ``launch_count``: the count a variable of the launch environment asked for (``launch_from``
+      names it; ``count_source`` is :data:`FROM_LAUNCH`): the process may have changed it since, so
       it is never shown as in force;
-    - else ``count_source`` says "unknown (why)".
+    - else ``count_source`` says "unknown (why)": a library default predicted from outside is not a
+      count anybody asked for, and this report names the variables instead.
 
     ``launch_env`` is None when the environment could not be read. Raises ProcessGone when the
     process ends during the read.
     """
     from parinfo.process import libraries as reg
-    from parinfo.process.inforce import counts_in_force, reason
-    from parinfo.process.provenance import model_of, predict
+    from parinfo.process.inforce import counts_in_force
+    from parinfo.process.standing import Standing, decide
 
     read = {row.path: row for row in counts_in_force(pid, maps)}
     for row in rows:
-        got = read.get(row.filepath or "")
-        if got is not None and got.count is not None:
+        memory = read.get(row.filepath or "")
+        got = decide(row.library, memory, launch_env, facts)
+        if got.standing is Standing.IN_FORCE:
             row.num_threads, row.count_source = got.count, got.source
-            continue
-        why = reason(got.source) if got is not None else "kept inside the process: not readable from outside"
-        rec = reg.find(row.library)
-        names = rec.count_vars if rec is not None else ()
-        if launch_env is None:
-            row.count_source = unknown(f"{why}; its launch environment cannot be read either")
-            continue
-        guess = predict(model_of(rec), launch_env, facts) if rec is not None and names else None
-        if guess is not None and guess.source.kind is Kind.VARIABLE and guess.count is not None:
-            row.launch_count, row.launch_from, row.count_source = guess.count, guess.phrase, FROM_LAUNCH
-        elif names:
-            row.count_source = unknown(f"{why}; none of {', '.join(names)} was set at launch")
-        else:
-            row.count_source = unknown(why)
+        elif got.standing is Standing.PREDICTED and got.variable is not None:
+            row.launch_count, row.launch_from, row.count_source = got.count, got.variable, FROM_LAUNCH
+        elif launch_env is None or (memory is not None and memory.denied):
+            row.count_source = got.source
+        else:  # nothing set at launch: name the variables that would have said it
+            rec = reg.find(row.library)
+            names = ", ".join(rec.count_vars) if rec is not None else ""
+            row.count_source = unknown(f"{got.unread}; none of {names} was set at launch" if names else got.unread)
 
 
 def environment(pid: int) -> dict[str, str]:
