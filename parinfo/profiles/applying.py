@@ -21,6 +21,7 @@ from parinfo.process import libraries as reg, setter
 from parinfo.process.setter import NativePool
 from parinfo.profiles.plan import Plan
 from parinfo.runtime.state import RUNTIME
+from parinfo.safe_text import plural
 from parinfo.source import profile as profile_source
 
 
@@ -226,7 +227,7 @@ def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str
         if n is None:
             continue
         if row.error:
-            skipped.append(f"{pool.name}: could not set {n} threads ({row.error})")
+            skipped.append(f"{pool.name}: could not set {plural(n, 'thread')} ({row.error})")
             continue
         scope = " in this thread" if pool.per_thread else ""
         if var in kept:
@@ -303,7 +304,7 @@ def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[st
     if failed and len(failed) == len(tids):
         skipped.append(f"affinity {format_cpu_list(cpus)} not set: {', '.join(failed[:3])}")
     else:
-        applied.append(f"affinity {format_cpu_list(cpus)} for {len(tids) - len(failed)} thread(s)")
+        applied.append(f"affinity {format_cpu_list(cpus)} for {plural(len(tids) - len(failed), 'thread')}")
 
 
 def _memory(plan: Plan, nodes: tuple[int, ...], applied: list[str], skipped: list[str]) -> None:
@@ -338,7 +339,7 @@ def _verify(intra: int, inter: int, loaded: list[NativePool], pools: list[tuple[
         now = {pool.path: pool.get() for pool in loaded}
         for path, name, want in pools:
             if path in now and now[path] != want:
-                bad.append(f"{name} runs {now[path]} threads, not {want}")
+                bad.append(f"{name} runs {plural(now[path], 'thread')}, not {want}")
     want_intra, want_inter = torch_want
     now_intra, now_inter = setter.torch_counts()
     if want_intra is not None and now_intra != want_intra:
