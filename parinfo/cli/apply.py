@@ -52,9 +52,10 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
 
     from parinfo.machine.cpulist import format_cpu_list
     from parinfo.process.libraries import library
+    from parinfo.profiles.finding import command_word
 
     env = os.environ if environ is None else environ
-    name = shlex.quote(plan.name)
+    name = command_word(plan.origin) or "FILE"  # a profile given as data: written to a FILE first
     lines = [_comment(f"parinfo profile {plan.name} ({plan.origin})")]
     for var, value in plan.env.items():
         user = env.get(var)
