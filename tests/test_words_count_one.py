@@ -52,6 +52,16 @@ def test_findings_on_one_usable_cpu_say_one_cpu():
     assert [w for t in texts for w in bad_words(t)] == []
 
 
+def test_a_variable_set_after_a_library_loaded_says_not_set_rather_than_none():
+    report = one_cpu_report(
+        environment=[{"name": "OPENBLAS_NUM_THREADS", "value": "1", "launch_value": None, "valid": True,
+                      "changed_after_launch": True, "readers": ["openblas"]}],
+        settings=[{"library": "openblas", "count": 4, "asked_now": 1, "ignored_changes": ["OPENBLAS_NUM_THREADS"]}])
+    (found,) = [f for f in process_rules.diagnose(report) if f.id == "variable-after-load"]
+    assert "OPENBLAS_NUM_THREADS changed after launch (not set -> '1')" in found.message, found.message
+    assert bad_words(found.message) == []
+
+
 def test_a_variable_set_after_launch_says_it_was_not_set_rather_than_none():
     report = one_cpu_report(environment=[{"name": "OMP_NUM_THREADS", "value": "1", "launch_value": None,
                                           "valid": True, "changed_after_launch": True, "readers": ["libgomp"]}])

@@ -292,7 +292,7 @@ def _set_after_load(r: Report) -> list[Finding]:
         launch, now = (None, None) if env_row is None else (env_row.launch_value, env_row.value)
         out.append(Finding(
             "variable-after-load", Severity.WARNING,
-            f"{var} changed after launch ({launch!r} -> {now!r}) "
+            f"{var} changed after launch ({_env_shown(launch)} -> {_env_shown(now)}) "
             f"after libraries that ignore it loaded: {'; '.join(libs)}",
             "native libraries read their variables once, when they load: a later change is ignored "
             "by them but seen by libraries that load afterwards (the import-order trap)",
@@ -559,3 +559,8 @@ RULES: tuple[Rule, ...] = (
     fleet_rules.outer_findings,
     live_rules.throttled, live_rules.thread_stack_budget, live_rules.runnable_above_usable,
 )
+
+
+def _env_shown(value: str | None) -> str:
+    """A variable's value for a finding: quoted, or "not set" (never None)."""
+    return "not set" if value is None else repr(value)
