@@ -209,15 +209,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     who = plan.who()
     share = max(1, usable // plan.count)
     if config.getoption("parinfo_budget"):
-        return [*lines, f"parinfo: budget: {who} share {usable} usable CPUs: each gets {plural(share, 'thread')} "
+        return [*lines, f"parinfo: budget: {who} share {plural(usable, 'usable CPU')}: each gets "
+                f"{plural(share, 'thread')} "
                 "for every pool (OpenMP, BLAS, MKL, torch intra- and inter-op)"]
     expected = _expected_pools(config)
     widest = _widest_default(facts, expected)
     if widest is None or plan.count * widest[0] <= usable:
         return lines
     count, library, why = widest
-    return [*lines, f"parinfo: warning: {who} x {count} threads ({library}; {why}) = {plan.count * count} threads "
-            f"on {usable} usable CPUs; add --parinfo-budget to give each worker {share}"]
+    return [*lines, f"parinfo: warning: {who} x {plural(count, 'thread')} ({library}; {why}) = "
+            f"{plural(plan.count * count, 'thread')} on {plural(usable, 'usable CPU')}; add --parinfo-budget to give "
+            f"each worker {share}"]
 
 
 def _widest_default(facts: Any, expected: dict[str, str]) -> tuple[int, str, str] | None:

@@ -51,7 +51,11 @@ def label_value(text: str) -> str:
     return escape_controls(text)
 
 
-def plural(n: object, noun: str) -> str:
+def plural(n: object, noun: str, spec: str = "") -> str:
     """plural(1, "thread") -> "1 thread"; plural(2, "thread") -> "2 threads"; plural(2, "process") ->
-    "2 processes". ``noun`` may be several words ("usable CPU"): the last one takes the ending."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n} {noun}s"
+    "2 processes"; plural(1.0, "CPU", "g") -> "1 CPU" (``spec`` formats the number, as in an f-string).
+    ``noun`` may be several words ("usable CPU"): the last one takes the ending."""
+    shown = format(n, spec)
+    if n == 1:
+        return f"{shown} {noun}"
+    return f"{shown} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{shown} {noun}s"

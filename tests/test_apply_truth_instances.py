@@ -83,7 +83,7 @@ def test_a_count_too_big_for_an_instance_is_noted(tmp_path):
     path.write_text("version: 1\nintra_op: logical_cpus * 2\ninter_op: 1\n")
     plan = resolve_profile(str(path), MACHINES["2cpus"], instances=2)
     assert {i.intra_op for i in plan.instances} == {2}
-    assert "intra_op 2 is more than the 1 CPU(s) of instance(s) 0, 1: threads will share CPUs" in plan.notes
+    assert "intra_op 2 is more than the 1 CPU of instances 0, 1: threads will share CPUs" in plan.notes
 
 
 def test_too_many_instances_names_the_number_that_fits():
@@ -94,5 +94,5 @@ def test_too_many_instances_names_the_number_that_fits():
     proc = run_cli("apply", "latency", "--instances", str(n), "--", "true", env=clean_env())
     assert proc.returncode == 2
     want = (f"parinfo: error: --instances: {n} instances need at least {n} usable physical cores; "
-            f"{cores} are usable here (use --instances {cores} or fewer)")
+            f"{cores} {'is' if cores == 1 else 'are'} usable here (use --instances {cores} or fewer)")
     assert proc.stderr.strip().splitlines() == [want]

@@ -259,7 +259,7 @@ def test_apply_in_process_binds_the_calling_thread_and_says_what_it_reaches():
     assert got["main"] == "bind:0" and got["new"] == "bind:0"
     assert len(got["applied"]) == 1 and got["applied"][0].startswith("memory bind:0 (set_mempolicy) for the calling "
                                                                       "thread")
-    assert "other thread(s) already running keep their own policy" in got["applied"][0]
+    assert "already running keep" in got["applied"][0]
 
 
 @needs_numa

@@ -98,7 +98,7 @@ def test_machine_dependent_errors_on_this_machine(tmp_path):
     p.write_text("version: 1\ninstances: usable_physical_cores + 1\n")
     line = _one_line_error(run_cli("apply", str(p)))
     assert re.match(rf"{re.escape(str(p))}:2:12: instances: (\d+) instances need at least \1 usable physical "
-                    rf"cores; \d+ are usable here \(", line), line
+                    rf"cores?; \d+ (is|are) usable here \(", line), line
 
 
 def test_unknown_profile_name_and_option_errors():

@@ -61,7 +61,7 @@ def test_a_count_that_only_fits_across_nodes_shrinks_the_instances_with_a_note(t
     assert cpus(resolve_profile(write("instances: 2\n"), f)) == [(0, 1, 2), (3, 4, 5)]
     plan = resolve_profile(write("instances: 1\n"), f)  # one instance gets one node's 3 cores, not all 6
     assert cpus(plan) == [(0, 1, 2)]
-    assert any("3 core(s) each instead of 6, so that no instance spans two NUMA nodes" in n for n in plan.notes)
+    assert any("3 cores each instead of 6, so that no instance spans two NUMA nodes" in n for n in plan.notes)
     assert cpus(resolve_profile(write("instances: {count: 1, cross_numa: true}\n"), f)) == [(0, 1, 2, 3, 4, 5)]
 
 
@@ -122,7 +122,7 @@ def test_memory_names_the_nodes_of_the_programs_cpus(tmp_path, write):
     plan = resolve_profile(write("memory: local\naffinity: [4, 5]\n"), f)
     assert plan.memory == "local" and plan.memory_nodes == (1,)
     whole = resolve_profile(write("memory: interleave\n"), f)
-    assert whole.memory_nodes == (0, 1) and "interleaved over node(s) 0-1" in whole.memory_why
+    assert whole.memory_nodes == (0, 1) and "interleaved over nodes 0-1" in whole.memory_why
     assert resolve_profile(write("intra_op: 1\n"), f).memory == "none"
     one = resolve_profile(write("memory: local\n"), facts(tmp_path, 2))
     assert any("one NUMA node" in n for n in one.notes)

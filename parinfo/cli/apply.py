@@ -6,6 +6,9 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from parinfo.cli.launch import ApplyArgs
     from parinfo.profiles.plan import Plan
 
@@ -52,9 +55,10 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
 
     from parinfo.machine.cpulist import format_cpu_list
     from parinfo.process.libraries import library
+    from parinfo.profiles.finding import command_word
 
     env = os.environ if environ is None else environ
-    name = shlex.quote(plan.name)
+    name = command_word(plan.origin) or "FILE"  # a profile given as data: written to a FILE first
     lines = [_comment(f"parinfo profile {plan.name} ({plan.origin})")]
     for var, value in plan.env.items():
         user = env.get(var)
@@ -131,9 +135,11 @@ def _print_plan(plan: Plan, given: str, instances: int | None = None) -> None:
     if plan.description:
         console.print(escape(plan.description), soft_wrap=True)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    # a value (a path, MALLOC_CONF) is never broken, and a reason only at spaces, so both can be
+    # copied: the table is as wide as its longest value and word need (_wide_enough)
     table.add_column("setting", no_wrap=True)
-    table.add_column("value", justify="right", overflow="fold")
-    table.add_column("why", overflow="fold")
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("why")
     table.add_row("intra_op", str(plan.intra_op.value), escape(plan.intra_op.why))
     table.add_row("inter_op", str(plan.inter_op.value), escape(plan.inter_op.why))
     for lib, setting in plan.libraries.items():
@@ -157,7 +163,7 @@ def _print_plan(plan: Plan, given: str, instances: int | None = None) -> None:
         nodes = f", NUMA node {format_cpu_list(inst.nodes)}" if inst.nodes else ""
         table.add_row(f"instance {inst.index}", format_cpu_list(inst.cpus),
                       f"intra_op {inst.intra_op}, inter_op {inst.inter_op}{nodes}")
-    console.print(table)
+    _wide_enough(console, table).print(table)
     for note in plan.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
     import shlex
@@ -168,3 +174,24 @@ def _print_plan(plan: Plan, given: str, instances: int | None = None) -> None:
               f", or call parinfo.apply(\"{escape(given)}\") at the top of a Python program")
     console.print(f"[dim]nothing applied: this is the plan. Run a program under it with `{escape(run)} -- "
                   f"COMMAND`{inproc}[/dim]", soft_wrap=True)
+
+
+def _wide_enough(console: Console, table: Table) -> Console:
+    """``console``, or one wider when ``table`` needs more columns to break no value and no word
+    (each column at least as wide as its longest cell, or its longest word where it wraps): a line
+    that runs past the terminal's width can still be copied whole; a folded path cannot."""
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.padding import Padding
+    from rich.text import Text
+
+    widths = []
+    for column in table.columns:
+        plain = [Text.from_markup(c).plain if isinstance(c, str) else "" for c in column.cells]
+        parts = plain if column.no_wrap else [w for p in plain for w in p.split()]
+        widths.append(max([cell_len(p) for p in parts] + [cell_len(str(column.header))]))
+    _, right, _, left = Padding.unpack(table.padding)
+    pads = (left + right) * len(widths) - (0 if table.pad_edge else left + right)
+    dividers = (len(widths) - 1 + (2 if table.show_edge else 0)) if table.box else 0
+    need = sum(widths) + pads + dividers
+    return console if need <= console.width else Console(width=need)

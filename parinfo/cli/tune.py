@@ -177,7 +177,8 @@ def _table(result: TuneResult) -> Table:
 
     from parinfo.tuning.plot import TITLE_CHARS, shorten
 
-    title = f"{shorten(result.workload, TITLE_CHARS)}: {result.objective}, {result.machine.usable_cpus} usable CPUs"
+    title = (f"{shorten(result.workload, TITLE_CHARS)}: {result.objective}, "
+             f"{plural(result.machine.usable_cpus, 'usable CPU')}")
     table = Table(title=Text(title), title_justify="left")
     table.add_column("inter x intra" if result.pairs else "threads", justify="right")
     table.add_column(f"median ms ({result.unit.split(' ', 1)[1]})", justify="right")

@@ -63,20 +63,21 @@ def _pct(value: float | str) -> str:
 
 def render_sample(s: Sample, title: str) -> str:
     """A sample for people: a few aligned lines, thread groups busiest first, the verdict last."""
-    from parinfo.safe_text import escape_controls
+    from parinfo.safe_text import escape_controls, plural
 
-    quota = "no quota" if s.quota is None else f"quota {s.quota:g} CPUs"
+    quota = "no quota" if s.quota is None else f"quota {plural(s.quota, 'CPU', 'g')}"
     rate = s.involuntary / s.interval if s.interval else 0
-    head = (f"{title}: {s.processes if s.pid is not None else '-'} process(es), {s.threads} threads; "
+    procs = plural(s.processes, "process") if s.pid is not None else "- processes"
+    head = (f"{title}: {procs}, {plural(s.threads, 'thread')}; "
             f"usable CPUs {s.usable_cpus}, {quota}; every {s.interval:g} s")
-    use = (f"  CPU use       {s.cpu_percent:.0f}% of one CPU; {s.runnable:.1f} threads wanting a CPU on "
-           f"average, {s.running_now} running now; {rate:.0f} involuntary switches/s")
+    use = (f"  CPU use       {s.cpu_percent:.0f}% of one CPU; {plural(s.runnable, 'thread', '.1f')} wanting a CPU "
+           f"on average, {s.running_now} running now; {rate:.0f} involuntary switches/s")
     lines = [head, use]
     t = s.throttling
     if t is not None:
         lines.append(f"  throttling    {t.percent_periods:.0f}% of periods ({t.throttled} of {t.periods}), "
                      f"{t.throttled_usec / 1000:.0f} ms held back ({t.percent_time:.0f}% of the interval) "
-                     f"under {t.quota:g} CPUs at {t.cgroup}")
+                     f"under {plural(t.quota, 'CPU', 'g')} at {t.cgroup}")
     else:
         lines.append(f"  throttling    {s.throttling_unknown or 'none: no CPU quota applies'}")
     lines.append(f"  CPU pressure  machine {_pct(s.pressure_some)}, cgroup {_pct(s.pressure_cgroup_some)} "

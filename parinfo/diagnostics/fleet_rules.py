@@ -81,8 +81,8 @@ def outer_findings(r: Report, per_thread: Sequence[ThreadPools] = ()) -> list[Fi
     fit = max(1, cpus // threads)
     return [Finding(
         "outer-times-inner", Severity.WARNING,
-        f"{who}: {plural(threads, 'task thread')} x {pool} {inner} threads = "
-        f"{threads * inner} threads can run at once on {where}",
+        f"{who}: {plural(threads, 'task thread')} x {pool} {plural(inner, 'thread')} = "
+        f"{plural(threads * inner, 'thread')} can run at once on {where}",
         "every task thread that calls into the library runs its own team of threads (or queues on one "
         "spinning pool), so the threads take turns on the CPUs: more CPU time per op, less throughput",
         f"limit {pool} to {plural(fit, 'thread')} inside the workers: "
@@ -127,8 +127,8 @@ def host_findings(summary: HostSummary) -> list[Finding]:
     fit = max(1, usable // max(1, summary.outer_threads))
     return [Finding(
         "host-oversubscribed", Severity.WARNING,
-        f"{workers} workers run {total} threads at once "
-        f"({summary.outer_threads} task threads with their pools) on {usable} usable CPUs",
+        f"{plural(workers, 'worker')} run {plural(total, 'thread')} at once "
+        f"({plural(summary.outer_threads, 'task thread')} with their pools) on {plural(usable, 'usable CPU')}",
         "workers on one host share its CPUs: each worker's pools are sized for the whole host, so "
         "together they ask for several times the CPUs and every op waits for its threads",
         f"limit the pools to {plural(fit, 'thread')} in every worker: "
@@ -160,7 +160,8 @@ def cgroup_findings(where: str, usable: int, loads: Sequence[ProcessLoad]) -> li
     share = max(1, usable // outer)
     pools = ", ".join(f"{p.pid} {p.pool or 'pools'}={p.threads}" for p in busy[:12])
     unknown = [p for p in loads if p.unknown is not None]
-    message = (f"{where}: {len(busy)} processes (pids {_pids(busy)}) can run {total} threads at once "
+    message = (f"{where}: {plural(len(busy), 'process')} (pids {_pids(busy)}) can run "
+               f"{plural(total, 'thread')} at once "
                f"({pools}) on {plural(usable, 'usable CPU')}")
     if unknown:
         message += f"; {len(unknown)} more not counted, unknown (permission): pids {_pids(unknown)}"
@@ -175,13 +176,13 @@ def cgroup_findings(where: str, usable: int, loads: Sequence[ProcessLoad]) -> li
         widest = max(p.threads or 1 for p in members)
         adopter = members[0].adopted_by
         if adopter is not None:
-            fixes.append(f"the {len(members)} processes under {adopter} are not workers it started with one "
+            fixes.append(f"the {plural(len(members), 'process')} under {adopter} are not workers it started with one "
                          f"environment (it took them in when their parent exited, or starts each on its own): "
                          f"set {assign} where each one is started (its service unit or start command) and "
                          "restart it, or stop the ones left over")
             continue
-        fixes.append(f"for the {len(members)} workers of pid {parent}: set it in the environment pid {parent} "
-                     f"starts them with (they inherit it), or run at most "
+        fixes.append(f"for the {plural(len(members), 'worker')} of pid {parent}: set it in the environment "
+                     f"pid {parent} starts them with (they inherit it), or run at most "
                      f"{plural(max(1, usable // widest), 'worker')} there")
     by_command: dict[str, list[ProcessLoad]] = {}
     for p in busy:

@@ -12,6 +12,7 @@ import math
 
 from parinfo.diagnostics.findings import Finding, Severity
 from parinfo.diagnostics.model import Report
+from parinfo.safe_text import plural
 
 #: A cumulative ratio below this, or fewer throttled periods than MIN_THROTTLED, is not evidence.
 THROTTLED_RATIO = 0.2
@@ -64,13 +65,13 @@ def thread_stack_budget(r: Report) -> list[Finding]:
         fit = max(1, size // stack)
         out.append(Finding(
             "thread-stack-budget", severity,
-            f"{threads} threads x {_mib(stack)} stacks = {_mib(need)}, {100 * share:.0f}% of "
+            f"{plural(threads, 'thread')} x {_mib(stack)} stacks = {_mib(need)}, {100 * share:.0f}% of "
             f"{limit.name} ({_mib(size)}, {limit.source})",
             "every thread reserves a whole stack: past a process limit thread creation fails "
             "(pthread_create: EAGAIN), and stacks that get used count against the cgroup's memory, "
             "where a pool sized for the host's cores gets the container killed",
             f"size the pools from the usable CPUs (parinfo apply container) or lower the stack "
-            f"size (ulimit -s); at most {fit} threads fit",
+            f"size (ulimit -s); at most {plural(fit, 'thread')} fit",
         ))
     return out
 
@@ -86,10 +87,10 @@ def runnable_above_usable(r: Report) -> list[Finding]:
     procs = tree.processes
     return [Finding(
         "runnable-above-usable", Severity.WARNING,
-        f"{runnable:.1f} threads wanted a CPU on average over {tree.seconds:g} s "
-        f"({procs} process{'es' if procs != 1 else ''}) against {usable} usable CPUs",
+        f"{plural(runnable, 'thread', '.1f')} wanted a CPU on average over {tree.seconds:g} s "
+        f"({plural(procs, 'process')}) against {plural(usable, 'usable CPU')}",
         "threads beyond the usable CPUs queue for them and wait for each other at every barrier",
-        f"size the pools of the whole tree to {usable} threads in all (parinfo apply throughput, or "
+        f"size the pools of the whole tree to {plural(usable, 'thread')} in all (parinfo apply throughput, or "
         f"parinfo apply PROFILE --instances N to split the CPUs between processes)",
     )]
 

@@ -89,8 +89,8 @@ def _oversubscribed_interop(r: Report) -> list[Finding]:
         if inter > 1 and intra > 1 and inter * intra > usable:
             fix_inter, fix_intra = interop_fix(inter, usable)
             started = r.frameworks.torch is not None and r.frameworks.torch.interop_started is True
-            message = (f"{who}: {inter} inter-op threads x {intra} intra-op threads = {inter * intra} "
-                       f"threads can run at once on {usable} usable CPUs")
+            message = (f"{who}: {plural(inter, 'inter-op thread')} x {plural(intra, 'intra-op thread')} = "
+                       f"{plural(inter * intra, 'thread')} can run at once on {plural(usable, 'usable CPU')}")
             if not started:
                 message += " once its inter-op pool starts (it has not)"
             out.append(Finding(
@@ -115,7 +115,8 @@ def _oversubscribed_pools(r: Report) -> list[Finding]:
         names = ", ".join(p.library + (f" [{p.owner}]" if p.owner else "") + f"={n}" for p, n in spinning)
         return [Finding(
             "oversubscribed-pools", Severity.INFO,
-            f"{len(spinning)} native pools hold {total} threads for {usable} usable CPUs ({names})",
+            f"{plural(len(spinning), 'native pool')} hold {plural(total, 'thread')} for "
+            f"{plural(usable, 'usable CPU')} ({names})",
             "pools used one after another are fine, but pools used at once (for example BLAS called "
             "from inside an OpenMP region or from several Python threads) oversubscribe the CPUs",
             "limit the pools you do not use in parallel to 1 thread (threadpoolctl.threadpool_limits, "
@@ -172,7 +173,8 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
         if by_allocation:
             out.append(Finding(
                 "count-above-usable", Severity.WARNING,
-                f"{who} uses {count} threads but only {usable} CPUs are usable ({m.allocation_source})",
+                f"{who} uses {plural(count, 'thread')} but only {plural(usable, 'CPU')} "
+                f"{'is' if usable == 1 else 'are'} usable ({m.allocation_source})",
                 "the job was given fewer CPUs than its threads: they share the allocated CPUs (or, when the "
                 "job is not bound, take CPUs given to other jobs on the node)",
                 f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
@@ -184,7 +186,8 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
                         "and parinfo changes only counts nobody chose)")
             out.append(Finding(
                 "count-above-quota", Severity.WARNING,
-                f"{who} uses {count} threads but the cgroup CPU quota allows {quota:g} CPUs{kept}",
+                f"{who} uses {plural(count, 'thread')} but the cgroup CPU quota allows "
+                f"{plural(quota, 'CPU', 'g')}{kept}",
                 "threads beyond the quota are throttled by the kernel: the whole process stalls until the "
                 "next CFS period, which makes parallel code slower than with fewer threads",
                 f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
@@ -192,7 +195,8 @@ def _above_quota_or_affinity(r: Report) -> list[Finding]:
         elif affinity is not None:
             out.append(Finding(
                 "count-above-usable", Severity.WARNING,
-                f"{who} uses {count} threads but only {usable} CPUs are usable (affinity/cpuset)",
+                f"{who} uses {plural(count, 'thread')} but only {plural(usable, 'CPU')} "
+                f"{'is' if usable == 1 else 'are'} usable (affinity/cpuset)",
                 "extra threads share the allowed CPUs and wait for each other at every barrier",
                 f"use at most {usable}: " + _count_fix(row, env, usable, None),
             ))
@@ -209,9 +213,9 @@ def _above_physical(r: Report) -> list[Finding]:
         if phys < count <= m.usable_cpus:
             out.append(Finding(
                 "count-above-physical-cores", Severity.INFO,
-                f"{who} uses {count} threads on {phys} usable physical cores (SMT on)",
+                f"{who} uses {plural(count, 'thread')} on {plural(phys, 'usable physical core')} (SMT on)",
                 "compute-bound kernels (GEMM, convolutions) rarely gain from SMT siblings and often lose",
-                f"try {phys} threads: parinfo tune measures both",
+                f"try {plural(phys, 'thread')}: parinfo tune measures both",
             ))
     return out
 
@@ -264,7 +268,7 @@ def _above_ceiling(r: Report) -> list[Finding]:
         out.append(Finding(
             "count-above-ceiling", Severity.INFO,
             f"{row.library} count {row.count} ({row.source}) is above parinfo's pool ceiling: "
-            f"at most {cap} threads run",
+            f"at most {plural(cap, 'thread')} run",
             "a pool never holds more than 4 x the logical CPUs (as MKL and OpenBLAS cap theirs): more "
             "threads than that only add switching and memory",
             f"ask for at most {cap} (or leave the count to its default)",
@@ -288,7 +292,7 @@ def _set_after_load(r: Report) -> list[Finding]:
         launch, now = (None, None) if env_row is None else (env_row.launch_value, env_row.value)
         out.append(Finding(
             "variable-after-load", Severity.WARNING,
-            f"{var} changed after launch ({launch!r} -> {now!r}) "
+            f"{var} changed after launch ({_env_shown(launch)} -> {_env_shown(now)}) "
             f"after libraries that ignore it loaded: {'; '.join(libs)}",
             "native libraries read their variables once, when they load: a later change is ignored "
             "by them but seen by libraries that load afterwards (the import-order trap)",
@@ -360,8 +364,8 @@ def _openblas_pthreads_with_openmp(r: Report) -> list[Finding]:
         return []
     wait = reg.role_var("wait_policy")
     active = (_env_values(r).get(wait) or "").strip().lower() == "active"
-    message = (f"OpenBLAS with pthreads ({pthreads[0]} threads) is loaded beside an OpenMP "
-               f"runtime ({omp[0]} threads)")
+    message = (f"OpenBLAS with pthreads ({plural(pthreads[0], 'thread')}) is loaded beside an OpenMP "
+               f"runtime ({plural(omp[0], 'thread')})")
     if active:
         return [Finding(
             "openblas-pthreads-with-openmp", Severity.WARNING, message + f" with {wait}=active",
@@ -446,7 +450,7 @@ def _fractional_quota(r: Report) -> list[Finding]:
             name = row.library + (f" [{row.owner}]" if owners[row.library] > 1 and row.owner else "")
             groups.setdefault(row.count, []).append(name)
     here = "; ".join(f"{n} for {', '.join(names)}" for n, names in sorted(groups.items()))
-    message = (f"the cgroup CPU quota is {quota:g} CPUs: parinfo counts "
+    message = (f"the cgroup CPU quota is {plural(quota, 'CPU', 'g')}: parinfo counts "
                f"{plural(usable, 'usable CPU')} ({m.quota_rounding}, {m.quota_rounding_source})")
     if runtimes:
         message += f"; by their own rules {runtimes}"
@@ -523,8 +527,9 @@ def _free_threaded(r: Report) -> list[Finding]:
         fit = max(1, usable // max(1, py.python_threads or 1))
         out.append(Finding(
             "free-threaded-oversubscribed", Severity.WARNING,
-            f"{py.python_threads} Python threads x {py.per_thread_pool} {py.per_thread_threads} threads = "
-            f"{py.threads_at_once} threads can run at once on {usable} usable CPUs (free-threaded build, GIL off)",
+            f"{plural(py.python_threads, 'Python thread')} x {py.per_thread_pool} "
+            f"{plural(py.per_thread_threads, 'thread')} = {plural(py.threads_at_once, 'thread')} can run at once "
+            f"on {plural(usable, 'usable CPU')} (free-threaded build, GIL off)",
             "without the GIL the Python threads run at once, and each one that calls a library whose limit "
             "holds per calling thread (OpenMP, torch) starts a team of its own",
             f"limit {py.per_thread_pool} to {plural(fit, 'thread')} in the threads that call it "
@@ -554,3 +559,8 @@ RULES: tuple[Rule, ...] = (
     fleet_rules.outer_findings,
     live_rules.throttled, live_rules.thread_stack_budget, live_rules.runnable_above_usable,
 )
+
+
+def _env_shown(value: str | None) -> str:
+    """A variable's value for a finding: quoted, or "not set" (never None)."""
+    return "not set" if value is None else repr(value)

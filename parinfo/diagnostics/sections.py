@@ -258,7 +258,8 @@ def environment(r: Report) -> Section:
         if row.capped_to is not None:
             state += f", capped: {plural(row.capped_to, 'thread')} run"
         if row.changed_after_launch:
-            state += f"; changed after launch (was {row.launch_value!r})"
+            was = "not set at launch" if row.launch_value is None else f"was {row.launch_value!r}"
+            state += f"; changed after launch ({was})"
         who = _readers_text(row)
         wrong = (value is not None and row.valid is False) or row.changed_after_launch
         rows.append(Row((f"{row.name}={shown}", state.strip("; "), who), "warning" if wrong else ""))
@@ -302,7 +303,7 @@ def live(r: Report) -> Section | None:
         rows.append(("thread stacks" if i == 0 else "", text))
     tree = ev.tree
     if tree is not None and tree.runnable is not None:
-        wanting = (f"{tree.runnable:.1f} threads on average over {tree.seconds:g} s "
+        wanting = (f"{plural(tree.runnable, 'thread', '.1f')} on average over {tree.seconds:g} s "
                    f"({plural(tree.processes, 'process')}, {plural(tree.threads, 'thread')})")
         rows.append(("wanting a CPU", wanting))
         if tree.processes > 1:
@@ -317,14 +318,15 @@ def outside(r: Report) -> Section:
     read = [pool for pool in r.pools if pool.num_threads is not None]
     if p.tree_reads is not None:  # a tree read with attach: how each process was read, in the tree's order
         inside = {x.pid for x in p.tree_reads if x.attached}
-        notes = [Note(f"in force: {len(read)} of {len(r.pools)} pools (above), {len(inside)} of "
+        notes = [Note(f"in force: {len(read)} of {plural(len(r.pools), 'pool')} (above), {len(inside)} of "
                       f"{plural(len(p.tree_reads), 'process')} read inside", "")]
         notes += [Note(f"pid {x.pid}: read inside ({x.how})" if x.attached else f"pid {x.pid}: read from outside; "
                        f"{x.how}", "" if x.attached else "dim") for x in p.tree_reads]
         if len(inside) < len(p.tree_reads):
             notes.append(Note(str(p.counts)))
         return Section("outside", "Thread counts in force", notes=tuple(notes))
-    notes = [Note(f"read from the process's memory: {len(read)} of {len(r.pools)} pools (above)", "")] if read else []
+    notes = ([Note(f"read from the process's memory: {len(read)} of {plural(len(r.pools), 'pool')} (above)", "")]
+             if read else [])
     notes += [Note(str(p.counts)), Note(str(p.hint))]
     return Section("outside", "Thread counts in force", notes=tuple(notes))
 

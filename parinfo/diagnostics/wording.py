@@ -41,7 +41,7 @@ def human_bytes(value: Any) -> str:
 def quota_text(m: MachineFacts) -> str:
     """The cgroup CPU quota and the file that decided it, or why it is unknown."""
     unknown = m.unknown.get("quota")
-    text = f"{m.quota:g} CPUs" if m.quota is not None else f"unknown ({unknown})" if unknown else "none"
+    text = plural(m.quota, "CPU", "g") if m.quota is not None else f"unknown ({unknown})" if unknown else "none"
     if m.quota_source.kind is not Kind.NONE:
         text += f" ({m.quota_source})"
     if m.cgroup_version:
@@ -73,7 +73,8 @@ def pool_count(p: PoolRow) -> tuple[str, str]:
     outside, read from its memory, asked for by its launch environment (never shown as in force),
     or unknown with the reason."""
     if p.count_source is None:
-        return f"{show_value(p.num_threads)} threads", f"seen by {p.seen_by}"
+        count = "count unknown" if p.num_threads is None else plural(p.num_threads, "thread")
+        return count, f"seen by {p.seen_by}"
     if p.num_threads is not None:
         return plural(p.num_threads, "thread"), p.count_source.text
     if p.launch_count is not None:
@@ -97,8 +98,8 @@ def python_text(py: InterpreterFacts) -> str:
     if py.gil_reenabled_by:
         parts.append(f"turned on by importing {py.gil_reenabled_by}")
     if py.threads_at_once is not None:
-        parts.append(f"{py.python_threads} Python threads x {py.per_thread_pool or 'per-thread pools'} "
-                     f"{py.per_thread_threads or 1} = {py.threads_at_once} threads at once")
+        parts.append(f"{plural(py.python_threads, 'Python thread')} x {py.per_thread_pool or 'per-thread pools'} "
+                     f"{py.per_thread_threads or 1} = {plural(py.threads_at_once, 'thread')} at once")
     return ", ".join(parts)
 
 
@@ -128,7 +129,7 @@ def throttling_text(t: CpuCounters) -> str:
         return "none: no CPU quota on this cgroup or its ancestors"
     return (f"{100 * worst.ratio:.0f}% of periods since the cgroup was created ({worst.throttled} of "
             f"{worst.periods}, {worst.throttled_usec / 1e6:.1f} s held back) under "
-            f"{worst.quota:g} CPUs ({worst.cgroup})")
+            f"{plural(worst.quota, 'CPU', 'g')} ({worst.cgroup})")
 
 
 def pressure_text(p: Pressure | str) -> str:

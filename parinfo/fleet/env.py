@@ -12,6 +12,7 @@ from typing import Any
 from parinfo.fleet import probe
 from parinfo.process.libraries import library
 from parinfo.process.outer import PARINFO_SET_VAR
+from parinfo.safe_text import plural
 
 #: The import path Ray calls in each new worker process (a function, never a lambda: it pickles by name).
 RAY_HOOK = "parinfo.fleet.ray_hook.setup"
@@ -42,7 +43,8 @@ def dask_config(profile: Any) -> str:
     from parinfo.profiles.loading import resolve_profile
 
     plan = resolve_profile(probe.profile_document(profile)[0])
-    lines = [f"# parinfo profile {plan.name}, resolved on this machine ({os.cpu_count()} CPUs seen by the OS,",
+    lines = [f"# parinfo profile {plan.name}, resolved on this machine ({plural(os.cpu_count() or '?', 'CPU')} seen "
+             "by the OS,",
              f"# intra_op {plan.intra_op.value}: {plan.intra_op.why}). Put it in ~/.config/dask/distributed.yaml.",
              "# A variable already set in a nanny's own environment wins over this configuration.",
              "distributed:", "  nanny:", "    pre-spawn-environ:"]

@@ -12,7 +12,7 @@ from typing import Any
 from parinfo.convert import dump, key
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.record import record
-from parinfo.safe_text import escape_controls
+from parinfo.safe_text import escape_controls, plural
 from parinfo.source import Source
 from parinfo.watching.model import ThrottleUse
 
@@ -310,9 +310,10 @@ def _render(r: HostReport, *, all_processes: bool = False) -> str:
     scope = ", ".join(f"{k} {v}" for k, v in (("cgroup", r.scope.cgroup), ("user", r.scope.user)) if v)
     every = f"over {r.interval:g} s" if r.interval else "one reading (no interval)"
     lines = [escape_controls(
-        f"host: {len(r.processes)} processes{' (' + scope + ')' if scope else ''}, {threads} threads, "
-        f"{runnable} runnable now; {r.kernel_threads} kernel threads ({r.kernel_runnable} runnable); "
-        f"{r.logical_cpus or '?'} logical CPUs; {every}; scan {r.elapsed_ms:.0f} ms")]
+        f"host: {plural(len(r.processes), 'process')}{' (' + scope + ')' if scope else ''}, "
+        f"{plural(threads, 'thread')}, {runnable} runnable now; {plural(r.kernel_threads, 'kernel thread')} "
+        f"({r.kernel_runnable} runnable); {plural(r.logical_cpus or '?', 'logical CPU')}; {every}; "
+        f"scan {r.elapsed_ms:.0f} ms")]
     if r.interval:
         lines.append(f"CPU pressure, machine: {_pct(r.pressure_some)} of the interval some task waited for a CPU")
     lines += ["", *_cgroup_lines(r), ""]
@@ -343,8 +344,8 @@ def _render(r: HostReport, *, all_processes: bool = False) -> str:
         lines += ["", "families (one parent, one command)"]
         for f in r.families:
             members = ", ".join(map(str, f.pids[:10])) + (" ..." if len(f.pids) > 10 else "")
-            who = (f"{f.adopted_by}: {f.size} processes it adopted or started each on its own" if f.adopted_by
-                   else f"pid {f.parent}: {f.size} workers")
+            who = (f"{f.adopted_by}: {plural(f.size, 'process')} it adopted or started each on its own" if f.adopted_by
+                   else f"pid {f.parent}: {plural(f.size, 'worker')}")
             lines.append(f"  {who} ({members}): {_cut(f.command, 80)}")
     found = r.findings()
     lines.append("")

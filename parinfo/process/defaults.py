@@ -42,7 +42,7 @@ def physical_in_affinity(facts: MachineFacts, ctx: Mapping[str, Any] | None = No
         n = max(1, min(facts.physical_cores, math.ceil(len(aff) / per_core)))
     else:
         n, _ = affinity_cpus(facts)
-        return n, f"{n} CPUs in affinity (physical cores unknown)"
+        return n, f"{plural(n, 'CPU')} in affinity (physical cores unknown)"
     return n, f"{plural(n, 'physical core')} in affinity"
 
 

@@ -120,7 +120,7 @@ def _numexpr_default(facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int, 
         return pool, f"{pool} (NUMEXPR_MAX_THREADS: numexpr runs its whole pool when no count is asked)"
     ncores = ctx.get("ncores") or facts.logical_cpus or 1
     if ncores > 16:
-        return 16, f"16 (numexpr's safe limit; {ncores} cores detected)"
+        return 16, f"16 (numexpr's safe limit; {plural(ncores, 'core')} detected)"
     return ncores, f"{ncores} (online CPUs detected by numexpr; affinity ignored)"
 
 

@@ -158,15 +158,25 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+def _names(entry: str, path: str) -> bool:
+    """Whether the LD_PRELOAD ``entry`` names the loaded file ``path``. An entry with a slash is a
+    path; a bare name ("libjemalloc.so.2") the loader searches for as it does a needed library, and
+    an object it has loaded under that name answers for it after that: the file of that name, before
+    links are followed (dladdr's path keeps the name the loader found) or after."""
+    if "/" in entry:
+        return _same_file(path, entry)
+    return entry in (os.path.basename(path), os.path.basename(os.path.realpath(path)))
+
+
 def _chooser(path: str, key: str, launch: Mapping[str, str] | str, marks: LaunchMarks) -> Source:
     """Who put ``path`` in the process: the profile (parinfo's preload), the user's LD_PRELOAD, or
     nobody (linked, or the C library's own)."""
     if isinstance(launch, str):
         return unknown(f"the launch environment: {launch}")
-    if any(_same_file(path, p) for p in marks.preloaded):
+    if any(_names(p, path) for p in marks.preloaded):
         name = marks.profile or "?"
         return profile(name, key, f"profile {name} ({key}: preloaded by parinfo apply)")
-    if any(_same_file(path, p) for p in pre.split_preload(launch.get(pre.PRELOAD_VAR), pre.MAX_READ_ENTRIES)):
+    if any(_names(entry, path) for entry in pre.split_preload(launch.get(pre.PRELOAD_VAR), pre.MAX_READ_ENTRIES)):
         return variable(pre.PRELOAD_VAR)
     return library_default("loaded by the program or a library it links (nothing preloaded it)")
 

@@ -10,7 +10,6 @@ count is read back and any that is not in force is reported.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from collections.abc import Collection
 from typing import Any
@@ -21,6 +20,7 @@ from parinfo.process import libraries as reg, setter
 from parinfo.process.setter import NativePool
 from parinfo.profiles.plan import Plan
 from parinfo.runtime.state import RUNTIME
+from parinfo.safe_text import escape_controls, plural
 from parinfo.source import profile as profile_source
 
 
@@ -54,8 +54,8 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     env = dict(plan.env)
     if plan.instances:
         if len(plan.instances) > 1:
-            raise ApplyError(f"profile {plan.name} runs {len(plan.instances)} pinned instances; a running process "
-                             f"is one instance (launch them with: parinfo apply {plan.name} -- COMMAND)")
+            raise ApplyError(f"profile {escape_controls(plan.name)} runs {len(plan.instances)} pinned instances; a "
+                             f"running process is one instance (launch them with: {_launch_command(plan)})")
         only = plan.instances[0]
         intra, inter, cpus = only.intra_op, only.inter_op, only.cpus
         env.update(only.env)
@@ -112,10 +112,20 @@ def _not_preloaded(plan: Plan, env: dict[str, str], skipped: list[str]) -> None:
         if pre.path is None:
             continue
         also = f" (nor {', '.join(pre.variables)})" if pre.variables else ""
-        named = plan.origin if plan.origin.endswith((".yaml", ".yml")) else plan.name
         skipped.append(f"{pre.key} {pre.choice} not preloaded{also}: a running process cannot change its "
                        f"{'malloc' if pre.key == 'allocator' else 'OpenMP runtime'}; launch the program with "
-                       f"`parinfo apply {shlex.quote(named)} -- COMMAND` to preload {pre.path}")
+                       f"`{_launch_command(plan)}` to preload {pre.path}")
+
+
+def _launch_command(plan: Plan) -> str:
+    """The command that launches a program under ``plan``'s profile, naming the profile the way
+    the command line finds it: a shipped one by name, one read from a file by that file's path."""
+    from parinfo.profiles.finding import command_word
+
+    word = command_word(plan.origin)
+    if word is None:
+        return "parinfo apply FILE -- COMMAND, with the profile written to FILE"
+    return escape_controls(f"parinfo apply {word} -- COMMAND")
 
 
 def _check_plan(plan: Plan) -> None:
@@ -226,7 +236,7 @@ def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str
         if n is None:
             continue
         if row.error:
-            skipped.append(f"{pool.name}: could not set {n} threads ({row.error})")
+            skipped.append(f"{pool.name}: could not set {plural(n, 'thread')} ({row.error})")
             continue
         scope = " in this thread" if pool.per_thread else ""
         if var in kept:
@@ -303,7 +313,7 @@ def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[st
     if failed and len(failed) == len(tids):
         skipped.append(f"affinity {format_cpu_list(cpus)} not set: {', '.join(failed[:3])}")
     else:
-        applied.append(f"affinity {format_cpu_list(cpus)} for {len(tids) - len(failed)} thread(s)")
+        applied.append(f"affinity {format_cpu_list(cpus)} for {plural(len(tids) - len(failed), 'thread')}")
 
 
 def _memory(plan: Plan, nodes: tuple[int, ...], applied: list[str], skipped: list[str]) -> None:
@@ -338,7 +348,7 @@ def _verify(intra: int, inter: int, loaded: list[NativePool], pools: list[tuple[
         now = {pool.path: pool.get() for pool in loaded}
         for path, name, want in pools:
             if path in now and now[path] != want:
-                bad.append(f"{name} runs {now[path]} threads, not {want}")
+                bad.append(f"{name} runs {plural(now[path], 'thread')}, not {want}")
     want_intra, want_inter = torch_want
     now_intra, now_inter = setter.torch_counts()
     if want_intra is not None and now_intra != want_intra:

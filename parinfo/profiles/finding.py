@@ -42,6 +42,25 @@ def _looks_like_path(text: str) -> bool:
     return os.sep in text or "/" in text or text.endswith((".yaml", ".yml")) or text.startswith(".")
 
 
+def command_word(origin: str) -> str | None:
+    """The shell word that names the profile read from ``origin`` on a command line (``parinfo apply
+    WORD -- COMMAND``): a shipped profile's name, any other file's path (quoted; ``./`` before a
+    path the command line would take for a shipped name), or None for a profile given as data
+    ("<profile>"), which no command line can name."""
+    import shlex
+
+    if origin == "<profile>":
+        return None
+    path = Path(origin)
+    shipped = shipped_path(path.stem) if path.suffix == ".yaml" else None
+    try:
+        if shipped is not None and shipped.samefile(path):
+            return path.stem
+    except OSError:
+        pass
+    return shlex.quote(origin if _looks_like_path(origin) else f"./{origin}")
+
+
 def find_profile(name: str | os.PathLike[str], relative_to: Path | None = None) -> Path:
     """The file that ``name`` names: a path (relative to ``relative_to``) or a shipped name."""
     text = os.fspath(name)

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from parinfo.machine import mempolicy as mp
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.record import record
+from parinfo.safe_text import plural
 
 _MODES = {"local": mp.MPOL_BIND, "interleave": mp.MPOL_INTERLEAVE}
 _NUMACTL = {"local": "--membind", "interleave": "--interleave"}
@@ -86,7 +87,8 @@ class Binding:
         except mp.PolicyError as exc:
             return None, f"memory {self.mode} not set: {exc}"
         others = threads - 1
-        reach = (f"; {others} other thread(s) already running keep their own policy (the kernel sets it per "
+        keep = "keeps its" if others == 1 else "keep their"
+        reach = (f"; {plural(others, 'other thread')} already running {keep} own policy (the kernel sets it per "
                  "thread: apply() before starting threads, or launch with parinfo apply P -- COMMAND)"
                  if others > 0 else "")
         return (f"memory {self.expected} (set_mempolicy) for the calling thread and the threads and processes "

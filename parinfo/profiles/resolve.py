@@ -16,6 +16,7 @@ from parinfo.profiles import expr
 from parinfo.profiles.grammar import DERIVED_VARS, LIBRARIES, MAX_COUNT
 from parinfo.profiles.model import Profile
 from parinfo.profiles.plan import InstancePlan, Plan, Preload, Setting
+from parinfo.safe_text import plural
 from parinfo.source import profile as profile_source
 
 if TYPE_CHECKING:
@@ -120,6 +121,11 @@ def _by_node(cores: list[tuple[int, ...]], node_of: dict[int, int]) -> list[list
     for core in cores:
         groups.setdefault(node_of.get(core[0], 0), []).append(core)
     return [groups[k] for k in sorted(groups)]
+
+
+def _are(n: int) -> str:
+    """The verb after a count: "1 is", "2 are"."""
+    return "is" if n == 1 else "are"
 
 
 def _skips(found: pre.Found) -> str:
@@ -317,7 +323,7 @@ class _Resolver:
                 raise self.prof.error((*key_path, "cores_per_instance"),
                                       f"cores_per_instance is {cores_each} but NUMA node "
                                       f"{node_of.get(groups[small[0]][0][0], small[0])} has only "
-                                      f"{len(groups[small[0]])} usable physical cores",
+                                      f"{plural(len(groups[small[0]]), 'usable physical core')}",
                                       "lower cores_per_instance, or leave it out to use whole nodes")
             return [g[:cores_each] for g in groups]
         where = "--instances" if overridden else "instances"
@@ -332,14 +338,14 @@ class _Resolver:
                 if n > ncores:
                     fix = (f"use --instances {ncores} or fewer" if overridden
                            else f"lower the count to at most {ncores}")
-                    self._too_many(overridden, f"{where}: {n} instances need at least {n} usable physical cores; "
-                                   f"{ncores} are usable here", fix)
+                    self._too_many(overridden, f"{where}: {plural(n, 'instance')} need at least "
+                                   f"{plural(n, 'usable physical core')}; {ncores} {_are(ncores)} usable here", fix)
                 cores_each = ncores // n
                 if not cross:
                     inside = _fit_inside(groups, n, cores_each)
                     if inside < cores_each:
-                        self.notes.append(f"instances: {inside} core(s) each instead of {cores_each}, so that no "
-                                          f"instance spans two NUMA nodes (usable cores per node: {sizes}; "
+                        self.notes.append(f"instances: {plural(inside, 'core')} each instead of {cores_each}, so that "
+                                          f"no instance spans two NUMA nodes (usable cores per node: {sizes}; "
                                           "cross_numa: true lets them span)")
                         cores_each = inside
             elif n * cores_each > ncores:
@@ -349,14 +355,16 @@ class _Resolver:
                            else f"lower cores_per_instance to at most {ncores}")
                 else:
                     fix = "lower the count or cores_per_instance"
-                self._too_many(overridden, f"{where}: {n} instances x {cores_each} cores need {n * cores_each} "
-                               f"usable physical cores; {ncores} are usable here", fix)
+                self._too_many(overridden, f"{where}: {plural(n, 'instance')} x {plural(cores_each, 'core')} need "
+                               f"{plural(n * cores_each, 'usable physical core')}; {ncores} {_are(ncores)} usable here",
+                               fix)
             elif not cross and sum(len(g) // cores_each for g in groups) < n:
                 inside = _fit_inside(groups, n, cores_each)
                 fix = (f"lower cores_per_instance to {inside}" if inside else "lower the count") + \
                     ", or set 'cross_numa: true' under instances to let an instance span two nodes"
-                self._too_many(overridden, f"{where}: {n} instances x {cores_each} cores do not fit inside the "
-                               f"NUMA nodes (usable cores per node: {sizes}) without one spanning two", fix)
+                self._too_many(overridden, f"{where}: {plural(n, 'instance')} x {plural(cores_each, 'core')} do not "
+                               f"fit inside the NUMA nodes (usable cores per node: {sizes}) without one spanning two",
+                               fix)
         else:
             assert cores_each is not None
             n = ncores // cores_each if cross else sum(len(g) // cores_each for g in groups)
@@ -367,12 +375,14 @@ class _Resolver:
                                f"cores (usable cores per node: {sizes})")
                     fix = f"use at most {largest}, or set 'cross_numa: true' under instances"
                 else:
-                    message = f"cores_per_instance is {cores_each} but only {ncores} physical cores are usable here"
+                    message = (f"cores_per_instance is {cores_each} but only {plural(ncores, 'physical core')} "
+                               f"{_are(ncores)} usable here")
                     fix = f"use at most {ncores}, or an expression such as usable_physical_cores // 2"
                 raise self.prof.error((*key_path, "cores_per_instance"), message, fix)
         left = ncores - n * cores_each
         if left:
-            self.notes.append(f"instances: {left} usable physical core(s) left idle ({n} x {cores_each} of {ncores})")
+            self.notes.append(f"instances: {plural(left, 'usable physical core')} left idle "
+                              f"({n} x {cores_each} of {ncores})")
         if len(groups) > 1:
             per_node = [[g[k * cores_each:(k + 1) * cores_each] for k in range(len(g) // cores_each)] for g in groups]
             interleaved = [blk for i in range(max(map(len, per_node))) for blks in per_node
@@ -442,7 +452,7 @@ class _Resolver:
             how = "one CPU per core first, taking NUMA nodes in turn"
         k = max(1, min(want, len(order), self.values["usable_cpus"]))
         cpus = tuple(sorted(order[:k]))
-        return cpus, f"{mode}: {k} CPU(s) for intra_op x inter_op = {want}, {how}: {format_cpu_list(cpus)}"
+        return cpus, f"{mode}: {plural(k, 'CPU')} for intra_op x inter_op = {want}, {how}: {format_cpu_list(cpus)}"
 
     # -- the plan -------------------------------------------------------------------------------
 
@@ -506,7 +516,8 @@ class _Resolver:
                                               nodes_of(self.facts, own_cpus)))
                 counts = counts or mine
             for (key, value, cpus), which in crowded.items():
-                self.notes.append(f"{key} {value} is more than the {cpus} CPU(s) of instance(s) "
+                self.notes.append(f"{key} {value} is more than the {plural(cpus, 'CPU')} of "
+                                  f"{'instance' if len(which) == 1 else 'instances'} "
                                   f"{', '.join(map(str, which))}: threads will share CPUs")
             sizes = sorted({len(b) for b in blocks})
             if len(sizes) > 1:
@@ -517,16 +528,16 @@ class _Resolver:
                 self.notes.append(f"affinity {mode} does not apply with instances: each instance is pinned "
                                   f"to {each} of each of its own cores")
             affinity = None
-            affinity_why = (f"per instance: {n} instance(s), each pinned to {each} of each of its "
-                            f"{'/'.join(map(str, sizes))} core(s)")
+            affinity_why = (f"per instance: {plural(n, 'instance')}, each pinned to {each} of each of its "
+                            f"{'/'.join(map(str, sizes))} {'core' if sizes == [1] else 'cores'}")
         pinned = bool(instances) or affinity is not None
         env, env_why = self.env(counts)
         self.library_notes(counts, env)
         preloads = [self.finish_preload(p, env, pinned) for p in preloads]
         intra = counts["intra_op"]
         if intra.value > self.values["usable_cpus"] and not instances:
-            self.notes.append(f"intra_op {intra.value} is more than the {self.values['usable_cpus']} usable "
-                              f"CPU(s): threads will share CPUs")
+            usable = plural(self.values["usable_cpus"], "usable CPU")
+            self.notes.append(f"intra_op {intra.value} is more than the {usable}: threads will share CPUs")
         memory, memory_nodes, memory_why = self.memory(affinity, instances)
         return Plan(
             name=prof.get("name", "profile"),
@@ -579,7 +590,8 @@ class _Resolver:
         if len(self.facts.numa_nodes) == 1:
             self.notes.append(f"memory {mode}: this machine has one NUMA node, so the policy changes nothing "
                               "here (it is still set, and shows in /proc/PID/numa_maps)")
-        return mode, nodes, f"{mode}: {verb} node(s) {format_cpu_list(nodes)}, those of its CPUs"
+        return mode, nodes, (f"{mode}: {verb} {'node' if len(nodes) == 1 else 'nodes'} {format_cpu_list(nodes)}, "
+                             "those of its CPUs")
 
     def library_notes(self, counts: dict[str, Setting], env: dict[str, str]) -> None:
         """What each library's record says about the plan's counts (MKL's cap, torch's import)."""

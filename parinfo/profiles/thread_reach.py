@@ -19,6 +19,7 @@ import threading
 
 from parinfo.process.libraries import LIBRARY_VARS
 from parinfo.process.setter import NativePool
+from parinfo.safe_text import plural
 
 PROBE_TIMEOUT_S = 5.0
 # What a user does for the threads a per-thread limit does not reach.
@@ -31,7 +32,7 @@ _FIX_OPENMP = ("call parinfo.apply() or threadpoolctl.threadpool_limits({n}, use
 def _describe(threads: list[threading.Thread]) -> str:
     names = [t.name for t in threads]
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    return f"{len(names)} other live thread(s) ({shown})"
+    return f"{plural(len(names), 'other live thread')} ({shown})"
 
 
 def probe_new_thread(pools: list[NativePool]) -> list[int | None] | None:

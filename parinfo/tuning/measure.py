@@ -18,6 +18,7 @@ from parinfo.convert import LOCAL, dump, key
 from parinfo.errors import TuneError
 from parinfo.process import setter
 from parinfo.record import record
+from parinfo.safe_text import plural
 from parinfo.tuning.search import Point, Stats
 from parinfo.tuning.tail import OutputTail
 from parinfo.tuning.usercode import RAISED
@@ -398,5 +399,6 @@ def _busy_cpus(percent: float, logical: int, usable_cpus: int, interval: float) 
     in_use = percent / 100.0 * logical
     if in_use <= 0.5 * usable_cpus:
         return []
-    return [(f"{in_use:.1f} CPUs were busy in the {interval:g} s before the sweep ({usable_cpus} usable): "
+    return [(f"{plural(in_use, 'CPU', '.1f')} {'was' if in_use == 1 else 'were'} busy in the {interval:g} s before "
+             f"the sweep ({usable_cpus} usable): "
              f"timings may be disturbed")]
