@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from parinfo.errors import UsageError
 from parinfo.profiles.child import ChildEnv, Relay, check_cpus, child_environ, exit_status, not_started, spawn
 from parinfo.profiles.instances import run_instances
+from parinfo.safe_text import plural
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
@@ -83,7 +84,7 @@ def _one_instance(plan: Plan, command: list[str], index: int, *, force: bool, re
         raise UsageError(f"--instance-index {index}: profile {plan.name} runs one process, not instances "
                          "(give the profile an 'instances' key, or add --instances N)")
     if not 0 <= index < n:
-        raise UsageError(f"--instance-index {index}: profile {plan.name} lays out {n} instance(s) here, "
+        raise UsageError(f"--instance-index {index}: profile {plan.name} lays out {plural(n, 'instance')} here, "
                          f"numbered 0-{n - 1}")
     inst = plan.instances[index]
     child = child_environ(plan, os.environ, force=force, instance=inst, instances=n)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.procfs import Proc
 from parinfo.record import record
-from parinfo.safe_text import shorten
+from parinfo.safe_text import plural, shorten
 
 if TYPE_CHECKING:  # pragma: no cover
     from parinfo.profiles.child import ChildEnv
@@ -146,7 +146,7 @@ class CountsCheck:
             want = count_from_env(var, self.env) if var else None
             shown.append(f"{row.library} {row.num_threads}")
             if want is not None and row.num_threads != want:
-                wrong.append(f"{row.library} runs {row.num_threads} threads, not {want} ({var})")
+                wrong.append(f"{row.library} runs {plural(row.num_threads, 'thread')}, not {want} ({var})")
         if not shown:
             return Reading("none read yet" if not rows else "not readable")
         return Reading(", ".join(shown), "; ".join(wrong) or None)
