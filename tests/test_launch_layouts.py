@@ -166,7 +166,7 @@ def test_instance_index_starts_that_instance_alone_in_place_of_parinfo(profile):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--instance-index", "2"], "--instance-index 2: profile lay lays out 2 instance(s) here, numbered 0-1"),
+    (["--instance-index", "2"], "--instance-index 2: profile lay lays out 2 instances here, numbered 0-1"),
     (["--instance-index", "-1"], "--instance-index"),
     (["--instance-index", "0", "--check"], "--log-dir and --check apply to programs that parinfo starts"),
 ])

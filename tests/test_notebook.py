@@ -12,6 +12,7 @@ from html_report import Report as ParsedReport
 
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.sections import sections, title
+from parinfo.safe_text import plural
 
 HOSTILE = {"OMP_NUM_THREADS": "<script>alert(\"x\")</script>", "MKL_NUM_THREADS": "2 & 'q' <b>"}
 
@@ -84,7 +85,7 @@ def test_pools_table_matches_threadpoolctl_in_the_same_process(numpy_report):
     truth = dict(numpy_report["truth"])
     assert truth and set(truth) <= set(shown)
     for path, count in truth.items():
-        assert shown[path] == f"{count} threads"  # threadpoolctl's count, seen by threadpoolctl
+        assert shown[path] == plural(count, "thread")  # threadpoolctl's count, seen by threadpoolctl
     assert 1 in truth.values()  # the limit set in the process shows
 
 
@@ -116,7 +117,7 @@ def test_a_report_read_from_outside_renders_too():
     assert parsed.problems == []
     assert list(parsed.tables) == [s.key for s in sections(report)] and "outside" in parsed.tables
     assert parsed.title == "parinfo report for pid 7 (w<orker>), read from outside python -c <x>"
-    assert parsed.tables["outside"].notes[0] == "read from the process's memory: 1 of 1 pools (above)"
+    assert parsed.tables["outside"].notes[0] == "read from the process's memory: 1 of 1 pool (above)"
     assert parsed.tables["pools"].rows[0][1:] == ["3 threads", "in force (read)"]
 
 
@@ -291,7 +292,7 @@ def test_the_docs_notebook_runs_and_shows_what_it_says():
     settings = ParsedReport(after.data["text/html"]).tables["settings"]
     assert settings.row("openblas")[1:] == ["1", "set at run time by parinfo.set_num_threads(1)"]
     pools = ParsedReport(after.data["text/html"]).tables["pools"]
-    assert [row[1] for row in pools.rows if row[0].startswith("OpenBLAS")] == ["1 threads"]
+    assert [row[1] for row in pools.rows if row[0].startswith("OpenBLAS")] == ["1 thread"]
 
 
 def test_host_report_shows_its_text_in_a_notebook():

@@ -65,7 +65,7 @@ def test_numpy_limited_after_import_shows_the_count_read_from_memory():
         assert all(p["count_source"] == IN_FORCE.to_json() and "launch_count" not in p for p in blas)
         text = run_cli("show", "--pid", str(proc.pid))
         assert text.returncode == 0 and f"1 thread   {IN_FORCE}" in text.stdout, text.stdout
-        assert "read from the process's memory: 1 of 1 pools" in text.stdout
+        assert "read from the process's memory: 1 of 1 pool" in text.stdout
     finally:
         stop_target(proc)
 
