@@ -7,7 +7,7 @@ share a terminal) and its own process group, so signals reach it only through th
 - job control works on the whole job: ^Z (SIGTSTP) stops the instances, then the launcher; SIGCONT
   resumes them all;
 - if the launcher dies, even by SIGKILL, the kernel sends every instance SIGTERM (a parent-death
-  signal), and :mod:`parinfo.profiles.reaping` ends every process they started, then as when they
+  signal), and :mod:`parinfo.launch.reaping` ends every process they started, then as when they
   have all exited.
 Their output is relayed with ``[i] `` before every line; a partial line (a progress bar, a prompt)
 is passed on at once, not held until its newline; once every instance has exited, for DRAIN_S at
@@ -16,9 +16,9 @@ prefix) is also written to ``instance-I.log`` there (made through :mod:`parinfo.
 or an output that cannot be written is a warning: the exit status is always the instances'.
 With the plan's ``memory``, each instance's memory is bound to the NUMA nodes of its own CPUs.
 
-Once an instance has run for :data:`parinfo.profiles.verify.CHECK_AFTER_S`, its CPUs, memory
+Once an instance has run for :data:`parinfo.launch.verify.CHECK_AFTER_S`, its CPUs, memory
 policy, variables and pool counts are read back from outside and shown as one table on stderr, with
-one line per instance that did not get its plan (parinfo.profiles.verify).
+one line per instance that did not get its plan (parinfo.launch.verify).
 """
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from parinfo.profiles.child import Relay, check_cpus, child_environ, exit_status, not_started, spawn
-from parinfo.profiles.reaping import Leader, Reaper
+from parinfo.launch.child import Relay, check_cpus, child_environ, exit_status, not_started, spawn
+from parinfo.launch.reaping import Leader, Reaper
 
 if TYPE_CHECKING:  # pragma: no cover
+    from parinfo.launch.verify import Check
     from parinfo.profiles.plan import InstancePlan, Plan
-    from parinfo.profiles.verify import Check
 
 #: What an instance receives when the launcher dies.
 PARENT_DEATH_SIGNAL = signal.SIGTERM
@@ -49,8 +49,8 @@ def run_instances(plan: Plan, command: Sequence[str], *, force: bool = False, lo
     """
     import subprocess
 
+    from parinfo.launch.verify import EXIT_CHECK_FAILED, checks_for
     from parinfo.profiles.memory import binding, hold
-    from parinfo.profiles.verify import EXIT_CHECK_FAILED, checks_for
 
     command = list(command)
     n = len(plan.instances)
@@ -373,7 +373,7 @@ def _supervise(procs: list[tuple[int, Leader]], expected: list[list[Check]],
     import selectors
     import time
 
-    from parinfo.profiles.verify import CHECK_AFTER_S
+    from parinfo.launch.verify import CHECK_AFTER_S
 
     sel = selectors.DefaultSelector()
     owners: dict[int, _Prefixed | None] = {}
@@ -469,7 +469,7 @@ def _verify(procs: list[tuple[int, Leader]], expected: list[list[Check]],
             owners: dict[int, _Prefixed | None]) -> list[str]:
     """Read every instance still running and print the table and the lines of those that did not
     get their plan (nothing when every instance has ended: there is nothing left to read)."""
-    from parinfo.profiles.verify import Row, problems, read_instance, report
+    from parinfo.launch.verify import Row, problems, read_instance, report
 
     rows = [read_instance(index, leader.pid, checks) if leader.poll() is None else Row(index, leader.pid, ended=True)
             for (index, leader), checks in zip(procs, expected, strict=True)]
