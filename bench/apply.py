@@ -1,7 +1,7 @@
 """Added start-up time of ``parinfo apply P -- python -c pass`` over plain ``python -c pass``.
 
 Measured in one run, interleaved, medians of repeats. Besides the whole command it times two parts:
-the launcher alone (a hand-built plan given to parinfo.profiles.launch.run_plan: no CLI, no profile loading),
+the launcher alone (a hand-built plan given to parinfo.launch.run.run_plan: no CLI, no profile loading),
 and the start-up hook alone (``python -c pass`` with the hook's environment).
 Goal: whole < 150 ms. The timed commands run with bytecode caching on (PYTHONDONTWRITEBYTECODE is
 removed), as after a normal install.
@@ -22,7 +22,7 @@ from _machine import report_machine  # bench/ is on sys.path when run as a scrip
 LAUNCHER = r"""
 import sys
 from parinfo.profiles.plan import Plan, Setting
-from parinfo.profiles.launch import run_plan
+from parinfo.launch.run import run_plan
 
 env = {"PARINFO_NUM_THREADS": "1", "PARINFO_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1",
        "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -55,7 +55,7 @@ def failure(cmd: list[str], env: dict[str, str]) -> str | None:
 
 
 def hook_env(base: dict[str, str]) -> dict[str, str]:
-    from parinfo.profiles.child import child_environ
+    from parinfo.launch.child import child_environ
     from parinfo.profiles.plan import Plan, Setting
 
     plan = Plan("bench", "", "bench", Setting("intra_op", 1, ""), Setting("inter_op", 1, ""), {},

@@ -61,7 +61,7 @@ def test_an_empty_command_name_is_a_usage_error(command):
 
 def test_a_nul_in_the_command_is_refused_in_process():
     from parinfo.errors import UsageError
-    from parinfo.profiles.launch import run_plan
+    from parinfo.launch.run import run_plan
     from parinfo.profiles.loading import resolve_profile
 
     with pytest.raises(UsageError, match="NUL"):

@@ -161,7 +161,7 @@ def test_plain_launch_does_not_load_the_cli_framework(profile):
     path = profile("version: 1\nname: e2e\nintra_op: 1\ninter_op: 1\n")
     code = (
         "import json, sys\n"
-        "import parinfo.profiles.launch as launch\n"
+        "import parinfo.launch.run as launch\n"
         "def record(plan, command, **options):\n"
         "    print(json.dumps(sorted(m for m in ('typer', 'rich', 'click') if m in sys.modules)))\n"
         "    return 7\n"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from parinfo.profiles.child import HOOK_DIR, HOOK_VAR, child_environ
+from parinfo.launch.child import HOOK_DIR, HOOK_VAR, child_environ
 from parinfo.profiles.plan import InstancePlan, Plan, Setting
 
 

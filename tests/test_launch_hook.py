@@ -13,8 +13,8 @@ import textwrap
 import pytest
 from conftest import HAVE_NUMPY, clean_env
 
+from parinfo.launch.child import HOOK_DIR, HOOK_VAR
 from parinfo.process.libraries import hook_facts
-from parinfo.profiles.child import HOOK_DIR, HOOK_VAR
 
 FAKE_TORCH = """
 import sys

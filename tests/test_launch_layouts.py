@@ -13,8 +13,8 @@ import sys
 import pytest
 from conftest import clean_env, run_cli
 
+from parinfo.launch.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED
 from parinfo.machine.cpulist import format_cpu_list
-from parinfo.profiles.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED
 
 CPUS = sorted(os.sched_getaffinity(0))
 needs_two = pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs")
@@ -212,7 +212,7 @@ def test_one_program_is_read_back_too_with_check(profile):
 REFUSED = r"""
 import sys
 from parinfo.profiles.plan import Plan, Setting
-from parinfo.profiles.launch import run_plan
+from parinfo.launch.run import run_plan
 plan = Plan("odd", "", "test", Setting("intra_op", 1, "given"), Setting("inter_op", 1, "given"),
             memory="local", memory_nodes=(4000,))
 sys.exit(run_plan(plan, sys.argv[1:]))
@@ -222,7 +222,7 @@ NO_SYSCALL = r"""
 import sys
 from parinfo.machine import mempolicy
 from parinfo.profiles.plan import Plan, Setting
-from parinfo.profiles.launch import run_plan
+from parinfo.launch.run import run_plan
 mempolicy._SYSCALLS.clear()
 plan = Plan("odd", "", "test", Setting("intra_op", 1, "given"), Setting("inter_op", 1, "given"),
             memory="local", memory_nodes=(0,))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import clean_env
 
-from parinfo.profiles import reaping
+from parinfo.launch import reaping
 
 # Each instance starts a child that stays in its process group and ignores SIGTERM, and a daemon
 # (setsid, then orphaned) that leaves the group; all three hold the instance's output pipes. Each
@@ -218,7 +218,7 @@ def test_without_a_cgroup_the_guard_ends_the_groups_it_was_given_when_its_pipe_c
 
 CALLER = """
 import os, subprocess, sys
-from parinfo.profiles.launch import run_plan
+from parinfo.launch.run import run_plan
 from parinfo.profiles.plan import InstancePlan, Plan, Setting
 cpu = min(os.sched_getaffinity(0))
 insts = tuple(InstancePlan(i, (cpu,), 1, 1, {}) for i in range(2))
@@ -381,7 +381,7 @@ def test_the_guard_is_given_a_group_only_for_an_instance_outside_the_cgroup():
 
 
 def test_the_guard_never_signals_a_group_again_once_it_is_gone():
-    from parinfo.profiles import guard
+    from parinfo.launch import guard
 
     gone = subprocess.Popen(["true"], start_new_session=True)
     gone.wait()

@@ -15,7 +15,7 @@ from conftest import HAVE_NUMPY, clean_env
 LAUNCHER = r"""
 import json, sys
 from parinfo.profiles.plan import InstancePlan, Plan, Setting
-from parinfo.profiles.launch import run_plan
+from parinfo.launch.run import run_plan
 spec = json.loads(sys.argv[1])
 intra, inter = spec["intra"], spec["inter"]
 env = {"PARINFO_NUM_THREADS": str(intra), "PARINFO_NUM_INTEROP_THREADS": str(inter)}
@@ -200,7 +200,7 @@ def test_empty_command_is_a_usage_error():
 
 
 def test_launch_module_stays_lean():
-    code = ("import sys, parinfo.profiles.launch; heavy = ('numpy', 'threadpoolctl', 'yaml', 'psutil', 'rich', 'torch',"
+    code = ("import sys, parinfo.launch.run; heavy = ('numpy', 'threadpoolctl', 'yaml', 'psutil', 'rich', 'torch',"
             " 'subprocess', 'selectors'); print([m for m in heavy if m in sys.modules])")
     out = subprocess.run(py(code), env=clean_env(), capture_output=True, text=True, timeout=60).stdout
     assert out.strip() == "[]"

@@ -12,8 +12,8 @@ import textwrap
 import pytest
 from conftest import HAVE_TORCH, clean_env, run_cli
 
+from parinfo.launch.verify import CHECK_AFTER_S
 from parinfo.process import preload as pre
-from parinfo.profiles.verify import CHECK_AFTER_S
 
 # What an instance holds, read in itself, and its own `parinfo show --check --json` (in-process, so
 # torch's counts are this process's); then it stays long enough for parinfo's read-back.

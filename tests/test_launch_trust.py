@@ -159,7 +159,7 @@ def test_export_lines_hold_no_control_character_and_eval_to_what_they_show():
 
 def test_a_variable_with_a_nul_reaches_no_exec():
     from parinfo.errors import UsageError
-    from parinfo.profiles.child import child_environ
+    from parinfo.launch.child import child_environ
 
     with pytest.raises(UsageError, match="OMP_NUM_THREADS cannot be passed to a program"):
         child_environ(_plan("p", {"OMP_NUM_THREADS": "1\0"}), {})

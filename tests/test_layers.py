@@ -22,8 +22,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
 # sits with the CLI, at the top.
 LAYER = {"errors": 0, "safe_text": 0, "safe_file": 0, "version": 0, "payload": 0, "record": 0, "machine": 1,
          "checks": 1, "process": 2, "runtime": 3,
-         "diagnostics": 4, "profiles": 5, "tuning": 6, "fleet": 6, "watching": 6, "host": 6, "cli": 7,
-         "pytest_plugin": 7}
+         "diagnostics": 4, "profiles": 5, "launch": 6, "tuning": 7, "fleet": 7, "watching": 7, "host": 7, "cli": 8,
+         "pytest_plugin": 8}
 
 
 class Import(NamedTuple):

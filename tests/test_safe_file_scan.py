@@ -52,13 +52,13 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("parinfo.process.attach.in_target:main", "posix.open"):
         "runs inside the target, as its user: the FIFO parinfo made, O_NONBLOCK|O_NOFOLLOW, type checked",
     ("parinfo.process.attach.turn:turn", "os.open"): KERNEL + " (/proc/PID/mem, locked for the attach's turn)",
-    ("parinfo.profiles.guard:_write", "os.open"): CGROUP,
-    ("parinfo.profiles.guard:cgroup_pids", "open"): CGROUP,
-    ("parinfo.profiles.reaping:Reaper.__init__", "os.open"): CGROUP,
-    ("parinfo.profiles.reaping:Reaper.kill", "os.open"): CGROUP,
-    ("parinfo.profiles.reaping:_make_cgroup", "os.mkdir"): CGROUP + " (made under parinfo's own cgroup)",
-    ("parinfo.profiles.reaping:cgroup_base", "open"): OWN_PROC + " (cgroup, mountinfo)",
-    ("parinfo.profiles.reaping:_children", "open"): OWN_PROC + " (task/TID/children)",
+    ("parinfo.launch.guard:_write", "os.open"): CGROUP,
+    ("parinfo.launch.guard:cgroup_pids", "open"): CGROUP,
+    ("parinfo.launch.reaping:Reaper.__init__", "os.open"): CGROUP,
+    ("parinfo.launch.reaping:Reaper.kill", "os.open"): CGROUP,
+    ("parinfo.launch.reaping:_make_cgroup", "os.mkdir"): CGROUP + " (made under parinfo's own cgroup)",
+    ("parinfo.launch.reaping:cgroup_base", "open"): OWN_PROC + " (cgroup, mountinfo)",
+    ("parinfo.launch.reaping:_children", "open"): OWN_PROC + " (task/TID/children)",
 }
 
 

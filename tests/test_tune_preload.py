@@ -226,7 +226,7 @@ def test_the_api_takes_a_list_and_puts_default_first():
 # -- the start-up hook's report is hostile input ------------------------------------------------------------
 
 def test_a_report_is_checked_and_bounded(tmp_path):
-    from parinfo.profiles.child import ChildEnv
+    from parinfo.launch.child import ChildEnv
     from parinfo.tuning.measure import hook_report
 
     child = ChildEnv(env={}, kept=(), overridden=(), torch_intra=None, torch_inter=1, cpus=None,

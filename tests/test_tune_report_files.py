@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import clean_env, run_cli
 
-from parinfo.profiles.child import ChildEnv
+from parinfo.launch.child import ChildEnv
 from parinfo.tuning.measure import hook_report
 
 FAST = ("--repeats", "1", "--min-time", "0", "--warmup", "0", "--no-noise-check", "--max", "1")

@@ -47,7 +47,7 @@ class ApplyArgs(NamedTuple):
 def launch(profile: str, command: list[str], *, force: bool = False, instances: int | None = None,
            instance_index: int | None = None, log_dir: str | None = None, check: bool = False) -> int:
     """Resolve ``profile`` on this machine and run ``command`` under it; the exit code to return."""
-    from parinfo.profiles.launch import run_plan
+    from parinfo.launch.run import run_plan
     from parinfo.profiles.loading import resolve_profile
 
     return run_plan(resolve_profile(profile, instances=instances), command, force=force,

@@ -385,7 +385,7 @@ def compose_preload(ours: list[str], base: Mapping[str, str]) -> tuple[str, list
     return ":".join([*ours, *users]), users
 
 
-#: The private variable a launch writes for its start-up hook (parinfo.profiles.child): its
+#: The private variable a launch writes for its start-up hook (parinfo.launch.child): its
 #: ``watch=`` field lists the variables the launch set.
 HOOK_VAR = "_PARINFO_HOOK"
 

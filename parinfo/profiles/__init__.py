@@ -1,5 +1,7 @@
-"""Profiles: the YAML language, its resolution on a machine, and applying it.
+"""Profiles: the YAML language, its resolution on a machine, and applying it in this process.
 
-Applied in this process (through the runtime), to a launched program (environment, affinity and a
-start-up hook) or to N pinned instances, each resolved on its own CPUs.
+A profile is declared, loaded, validated and resolved into a Plan here, and applied in this process
+(through the runtime). Running a program or N pinned instances under a Plan is the launch layer's
+(parinfo.launch); the start-up hook a launched program runs lives here (hook/), beside the import
+watch ``parinfo.apply()`` shares with it.
 """

@@ -25,8 +25,8 @@ from parinfo.tuning.usercode import RAISED
 from parinfo.tuning.workloads import Command, Workload
 
 if TYPE_CHECKING:  # pragma: no cover
+    from parinfo.launch.child import ChildEnv
     from parinfo.machine.topology import MachineFacts
-    from parinfo.profiles.child import ChildEnv
 
 #: The name of the profile each trial process is launched under (PARINFO_PROFILE in its environment).
 TRIAL_PROFILE = "parinfo-tune-trial"
@@ -70,12 +70,12 @@ def point_label(p: Point) -> str:
 
 def trial_child(p: Point, choices: Mapping[str, str], facts: MachineFacts, report: str) -> ChildEnv:
     """The environment of a process that measures ``p``, built as ``parinfo apply`` builds a launched
-    program's (parinfo.profiles.child): the point's counts as a profile's ``intra_op``/``inter_op``
+    program's (parinfo.launch.child): the point's counts as a profile's ``intra_op``/``inter_op``
     (every library's variable, and the start-up hook that sets torch's counts when torch is imported),
     ``choices`` as its ``allocator``/``openmp`` keys (preloaded), overriding the user's variables as
     ``--force`` does; the hook writes what it reads back to the folder ``report``."""
     from parinfo.errors import ProfileError
-    from parinfo.profiles.child import child_environ
+    from parinfo.launch.child import child_environ
     from parinfo.profiles.loading import resolve_profile
 
     body: dict[str, Any] = {"version": 1, "name": TRIAL_PROFILE, "intra_op": p.intra, "inter_op": p.inter,

@@ -9,7 +9,7 @@ The watch on ``import torch`` is ``_parinfo_import_watch.py`` beside this file, 
 parinfo (the child's interpreter may not have it), and then runs any other ``sitecustomize`` that
 was on the path, as if it were absent.
 
-Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.profiles.child:
+Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.launch.child:
 ``1 intra=N|- inter=N|- watch=NAME,NAME`` then the library registry's facts the hook needs
 (``parinfo.process.libraries.hook_facts``: each pool's variables, parinfo's runtime variables, the
 verify variable, torch's setters), so this file keeps no table of its own. Without that variable

@@ -18,7 +18,7 @@ from parinfo.record import record
 from parinfo.safe_text import plural, shorten
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parinfo.profiles.child import ChildEnv
+    from parinfo.launch.child import ChildEnv
     from parinfo.profiles.memory import Binding
     from parinfo.profiles.plan import InstancePlan, Plan
 

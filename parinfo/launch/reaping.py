@@ -11,7 +11,7 @@ Four means, each covering what the others cannot:
   ends all its processes, a daemon that left its group with setsid included;
 - parinfo is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a descendant orphaned while parinfo
   runs becomes parinfo's child, and is ended when the instances have exited;
-- a guard process (:mod:`parinfo.profiles.guard`), started first, holds a pipe from parinfo and
+- a guard process (:mod:`parinfo.launch.guard`), started first, holds a pipe from parinfo and
   ends the groups and the cgroup when that pipe closes: when parinfo ends, or is killed by SIGKILL.
 
 Without a cgroup (an unprivileged user, in most set-ups), a descendant that leaves its instance's
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from parinfo.profiles.guard import cgroup_pids
+from parinfo.launch.guard import cgroup_pids
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess

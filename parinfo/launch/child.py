@@ -5,7 +5,7 @@ set unless ``force``; the start-up hook of parinfo/profiles/hook/ that sets torc
 torch is imported and reports counts that are not in force). :func:`spawn` starts a child pinned to
 its CPUs, :class:`Relay` forwards signals while it runs, :func:`exit_status` and :func:`not_started`
 say how it ended or why it could not start. Shared by the one-process launch
-(:mod:`parinfo.profiles.launch`) and the N pinned instances (:mod:`parinfo.profiles.instances`).
+(:mod:`parinfo.launch.run`) and the N pinned instances (:mod:`parinfo.launch.instances`).
 
 On the start-up path of ``parinfo apply P -- CMD``: only os, sys and signal at module level;
 subprocess is loaded by :func:`spawn` only.
@@ -30,7 +30,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from parinfo.profiles.plan import InstancePlan, Plan
 
-HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")
+#: The start-up hook's folder, put first on a launched program's PYTHONPATH. It stays beside the
+#: profiles (parinfo/profiles/hook/): its import watch serves ``parinfo.apply()`` in a running process too.
+HOOK_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles", "hook")
 HOOK_VAR = pre.HOOK_VAR
 #: The folder where the start-up hook writes, at exit, what it reads back (``PID.json``), when set.
 REPORT_VAR = "_PARINFO_HOOK_REPORT"

@@ -1,9 +1,9 @@
 """Put a resolved Plan in force in a launched program, or across N pinned instances.
 
-One process: the environment is built (:func:`parinfo.profiles.child.child_environ`), the CPU
+One process: the environment is built (:func:`parinfo.launch.child.child_environ`), the CPU
 affinity is applied, and the command replaces this process (exec), so its exit code and signals need
 no relaying. Instances (N pinned children, each with its own counts) are run by
-:mod:`parinfo.profiles.instances`.
+:mod:`parinfo.launch.instances`.
 
 This module is on the start-up path of ``parinfo apply P -- CMD``: it imports only os, sys, signal
 and contextlib at module level (and parinfo's own small modules); subprocess, selectors and ctypes
@@ -19,16 +19,16 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from parinfo.errors import UsageError
-from parinfo.profiles.child import ChildEnv, Relay, check_cpus, child_environ, exit_status, not_started, spawn
-from parinfo.profiles.instances import run_instances
+from parinfo.launch.child import ChildEnv, Relay, check_cpus, child_environ, exit_status, not_started, spawn
+from parinfo.launch.instances import run_instances
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:  # pragma: no cover
     import subprocess
 
+    from parinfo.launch.verify import Check
     from parinfo.profiles.memory import Binding
     from parinfo.profiles.plan import Plan
-    from parinfo.profiles.verify import Check
 
 
 def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace: bool = True,
@@ -68,7 +68,7 @@ def run_plan(plan: Plan, command: Sequence[str], *, force: bool = False, replace
         print(line, file=sys.stderr)
     bind = _binding(plan.memory, plan.memory_nodes, f"profile {plan.name}'s program")
     if check:
-        from parinfo.profiles.verify import checks_for
+        from parinfo.launch.verify import checks_for
 
         return _run_child(command, child, bind, checks_for(plan, child, bind))
     if replace:
@@ -181,7 +181,7 @@ def _watched(proc: subprocess.Popen[bytes], checks: list[Check]) -> int:
     status, or EXIT_CHECK_FAILED when it succeeded but did not get its plan."""
     import subprocess
 
-    from parinfo.profiles.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED, problems, read_instance, report
+    from parinfo.launch.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED, problems, read_instance, report
     from parinfo.safe_text import escape_controls
 
     try:

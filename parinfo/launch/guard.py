@@ -1,7 +1,7 @@
 """The watchdog of one launch of instances: ends every process they started once parinfo is gone,
 even when parinfo was killed by SIGKILL (which no handler of parinfo's own can see).
 
-:mod:`parinfo.profiles.reaping` runs this file as ``python -I -S guard.py``, in a session of its
+:mod:`parinfo.launch.reaping` runs this file as ``python -I -S guard.py``, in a session of its
 own (no terminal signal reaches it), its stdin the read end of a pipe that only parinfo holds open.
 parinfo writes one line per thing to end, ``c PATH`` (the launch's cgroup v2 folder) or ``g PGID``
 (the process group of an instance that is not in that cgroup: the groups are the fallback). When the
@@ -12,7 +12,7 @@ never signalled again. Standard library only, and no import of parinfo: it start
 parinfo's state.
 
 A group's id is its leader's pid. While parinfo runs it keeps each leader unreaped until the guard
-has ended (parinfo.profiles.reaping.Leader), so the id stays the group's. When parinfo is killed,
+has ended (parinfo.launch.reaping.Leader), so the id stays the group's. When parinfo is killed,
 the leaders go to another reaper; a group whose leader is reaped and whose last member ends before
 the guard's signal leaves its id free, and a process that took that pid and made itself a group
 leader in that moment would be signalled. The window is the guard's first milliseconds (or a poll
