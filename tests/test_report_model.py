@@ -1,5 +1,6 @@
-"""The typed report: ``--json`` is made from the typed sections, and a payload from elsewhere comes back
-through one parse path (Report.from_dict) that never fails on a missing or odd field."""
+"""The typed report: ``--json`` is made from the typed sections, and a payload comes back through one
+parse path (Report.from_dict): strict for a payload this parinfo made, never failing on a missing or odd
+field for one from elsewhere (``strict=False``)."""
 from __future__ import annotations
 
 import json
@@ -109,7 +110,7 @@ SECTION = st.dictionaries(ROW_KEYS, JSON, max_size=6) | st.lists(st.dictionaries
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(SECTIONS), SECTION, max_size=8))
 def test_odd_payloads_never_crash_the_rules_or_the_renderers(payload):
-    report = Report.from_dict(payload)
+    report = Report.from_dict(payload, strict=False)
     report.findings = diagnose(report)
     json.dumps(report.to_dict())
     render_lines(report)
@@ -129,7 +130,7 @@ from parinfo.process.pools import PoolRow
 pool = PoolRow("openblas", "blas", "openblas", "/x/libopenblas.so", "libopenblas", num_threads=2)
 print(json.dumps(worker_row("w", [ThreadPools("t0", [pool])])))
 """, env=clean_env(OMP_NUM_THREADS="1"))
-    worker = load(WorkerRow, row)
+    worker = load(WorkerRow, row, strict=True)
     assert dump(worker) == row
     assert worker.report.machine.usable_cpus == row["machine"]["usable_cpus"] and worker.pid == row["pid"]
     assert [(v.name, who) for v, who in worker.variables()] == [(v["name"], v["set_by"]) for v in row["variables"]]
@@ -137,7 +138,7 @@ print(json.dumps(worker_row("w", [ThreadPools("t0", [pool])])))
 
 def test_a_row_that_is_not_an_object_is_listed_as_failed():
     good = {"worker": "w", "host": {"key": "h", "hostname": "h"}, "machine": {"usable_cpus": 2}}
-    report = FleetReport.from_rows({"kind": "dask"}, [good, ["not", "a", "row"]])
+    report = FleetReport.from_rows({"kind": "dask"}, [good, ["not", "a", "row"]], strict=True)
     assert [w.worker for w in report.workers] == ["w"]
     assert report.cluster["failed"] == {"row 1": "not a worker row: list"}
     assert "1 worker on 1 host" in report.table()

@@ -117,6 +117,8 @@ class SettingRow:
     filepath: str | None = None
     capped_to: int | None = None
 
+    _json_extra = ("kind",)  # a version 1 report's (now source.kind), read and let go
+
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         """The row's JSON: a row of parinfo's own pools carries only what its runtime records."""
         out = {k: data[k] for k in (_OWN_KEYS if self.own else _ROW_KEYS)}
