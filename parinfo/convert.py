@@ -373,8 +373,8 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool, whole: bool = 
                     got = _read(r.hint, data[k], True)
                     if hook is not None and k in given and given[k] is not data[k] and given[k] is not None:
                         _read(r.hint, given[k], True)  # as given, not as the hook made it
-                except RecordError as e:
-                    raise e.within(k) from None
+                except RecordError as e:  # a key its hook made (a WorkerRow's report) is not in the path
+                    raise (e.within(k) if k in given else e) from None
             elif r.required:
                 raise RecordError("missing (the record needs it)", (k,))
             else:

@@ -3,6 +3,7 @@ parse path (Report.from_dict): strict for a payload this parinfo made, never fai
 field for one from elsewhere (``strict=False``)."""
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from parinfo.convert import dump, load
 from parinfo.diagnostics.fleet_rows import WorkerRow
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
-from parinfo.errors import UsageError
+from parinfo.errors import RecordError, UsageError
 from parinfo.fleet.report import FleetReport
 
 SCHEMA = json.loads((REPO / "parinfo" / "diagnostics" / "report.schema.json").read_text())
@@ -87,6 +88,76 @@ def test_usable_cpus_missing_are_worked_out_again_and_said_so():
     assert m.usable_cpus == 2 and any("worked out again" in n for n in m.notes)
     m = Report.from_dict({"machine": {"usable_cpu_list": [4, 5]}}).machine
     assert m.usable_cpus == 2 and m.usable_cpu_list == (4, 5) and "affinity" in m.unknown
+
+
+# -- strict: a payload this parinfo made, or a test's -------------------------------------------------
+
+@pytest.mark.parametrize(("payload", "error"), [
+    ({"machine": {"usable_cpu": 2}}, "machine.usable_cpu: unknown key (did you mean usable_cpus?)"),
+    ({"machine": {"usable_cpus": "2"}}, "machine.usable_cpus: expected int, not str"),
+    ({"machine": {"affinity": [0, "1"]}}, "machine.affinity[1]: expected int, not str"),  # as given, not as fixed
+    ({"pools": [{"library": "a"}, {"library": "b", "num_threads": "2"}]},
+     "pools[1].num_threads: expected int or null, not str"),
+    ({"settings": [{"library": "a", "source": {"kind": "variable", "detial": "X=1"}}]},
+     "settings[0].source.detial: unknown key (did you mean detail?)"),
+    ({"findings": [{"id": "x", "severity": "fatal"}]}, "findings[0].severity: 'fatal' is not one of"),
+    ({"live": {"throttling": {"version": "v2", "levels": [{"cgroup": "/"}]}}},
+     "live.throttling.levels[0].quota: missing (the record needs it)"),
+    ({"schema_version": 2, "proces": {}}, "proces: unknown key (did you mean process?)"),
+])
+def test_a_trusted_payload_that_does_not_fit_is_an_error_naming_its_path(payload, error):
+    with pytest.raises(RecordError) as caught:
+        Report.from_dict(payload)
+    assert str(caught.value).startswith(error)
+
+
+def test_a_hostile_payload_is_read_as_before_an_odd_value_unknown():
+    report = Report.from_dict({"machine": {"usable_cpu": 2, "affinity": [0]}}, strict=False)
+    assert report.machine.usable_cpus == 1  # the misspelled key is not read: worked out from the affinity
+    odd = Report.from_dict({"pools": [{"library": "b", "num_threads": "2"}]}, strict=False)
+    assert odd.pools[0].num_threads is None
+
+
+def test_this_processs_report_and_one_read_from_outside_come_back_the_same():
+    import parinfo
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        for report in (parinfo.inspect(imports=[]), parinfo.inspect(pid=child.pid)):
+            payload = json.loads(json.dumps(report.to_dict()))
+            assert Report.from_dict(payload).to_dict() == payload
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_payload_of_an_older_parinfo_reads_strictly():
+    """Fewer keys (those added within version 2 missing) and a version 1 row's words still read."""
+    import parinfo
+
+    payload = json.loads(json.dumps(parinfo.inspect(imports=[]).to_dict()))
+    old = copy.deepcopy(payload)
+    old["schema_version"] = 1
+    del old["memory"], old["machine"]["numa_node_ids"], old["backend"]["python"]
+    old["runtime"].pop("follow", None)
+    for row in old["settings"]:
+        row["kind"], row["source"] = "env", row["source"]["text"]
+    old["machine"]["quota_source"] = old["machine"]["quota_source"]["text"]
+    report = Report.from_dict(old)
+    assert report.memory is None and report.machine.usable_cpus == payload["machine"]["usable_cpus"]
+    assert [r.source.text for r in report.settings] == [r["source"]["text"] for r in payload["settings"]]
+
+
+def test_a_worker_row_read_strictly_names_its_bad_key_and_the_fleet_reads_workers_leniently():
+    row = {"worker": "w", "host": {"key": "h", "hostname": "h"}, "machine": {"usable_cpus": 2},
+           "pools": [{"library": "openblas", "num_thread": 2}]}
+    with pytest.raises(RecordError) as caught:
+        load(WorkerRow, row, strict=True)
+    assert str(caught.value) == "pools[0].num_thread: unknown key (did you mean num_threads?)"  # as in the row
+    with pytest.raises(RecordError, match=r"variabels: unknown key \(did you mean variables\?\)"):
+        load(WorkerRow, {**row, "pools": [], "variabels": []}, strict=True)
+    report = FleetReport.from_rows({"kind": "dask"}, [row], strict=False)  # what a worker answers is hostile
+    assert report.workers[0].report.pools[0].num_threads is None
 
 
 @pytest.mark.parametrize("payload", [[], "report", 3, None])
