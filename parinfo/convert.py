@@ -13,8 +13,9 @@ chooses (``strict`` has no default, so no caller is lenient by accident):
   :class:`~parinfo.errors.RecordError` naming its path (``pools[2].num_threads``); a missing field that
   is not REQUIRED takes its default, as in the JSON of an older parinfo. A record reads the keys its
   fields travel under, and those its class lists in ``_json_extra`` (written by its ``_json_out``,
-  older words its ``_json_in`` takes); the keys are checked as given, before ``_json_in``, and a
-  value that hook replaces is read as given too.
+  older words its ``_json_in`` takes); a key only an older version wrote, which nothing reads, is in
+  its class's ``_json_gone`` ((key, why) pairs), named as obsolete. The keys are checked as given, before
+  ``_json_in``, and a value that hook replaces is read as given too.
 
 A field can say how it travels through ``field(metadata=...)`` (several at once: ``{**OMIT_NONE, **key("x")}``):
 
@@ -335,6 +336,9 @@ def _unknown(cls: type, data: Mapping[str, Any]) -> RecordError:
     """The error of the first key of ``data`` that ``cls``'s JSON never holds, with the key it may mean."""
     known = _known(cls)
     name = next(str(k) for k in data if k not in known)
+    gone = dict(getattr(cls, "_json_gone", ())).get(name)
+    if gone is not None:
+        return RecordError(f"obsolete key ({gone})", (name,))
     close = difflib.get_close_matches(name, sorted(known), n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return RecordError(f"unknown key{hint}", (name,))

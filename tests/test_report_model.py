@@ -131,20 +131,25 @@ def test_this_processs_report_and_one_read_from_outside_come_back_the_same():
         child.wait()
 
 
-def test_the_payload_of_an_older_parinfo_reads_strictly():
-    """Fewer keys (those added within version 2 missing) and a version 1 row's words still read."""
+def test_the_payload_of_an_older_parinfo_reads_strictly_and_a_version_1_key_is_named():
+    """A version 2 payload without the keys added within version 2 reads strictly; a version 1 row's
+    ``kind`` (never read: its source says it) is an error strictly, let go leniently."""
     import parinfo
 
     payload = json.loads(json.dumps(parinfo.inspect(imports=[]).to_dict()))
     old = copy.deepcopy(payload)
-    old["schema_version"] = 1
     del old["memory"], old["machine"]["numa_node_ids"], old["backend"]["python"]
     old["runtime"].pop("follow", None)
-    for row in old["settings"]:
-        row["kind"], row["source"] = "env", row["source"]["text"]
-    old["machine"]["quota_source"] = old["machine"]["quota_source"]["text"]
     report = Report.from_dict(old)
     assert report.memory is None and report.machine.usable_cpus == payload["machine"]["usable_cpus"]
+    assert report.settings == Report.from_dict(payload).settings
+    old["schema_version"] = 1
+    for row in old["settings"]:
+        row["kind"], row["source"] = "env", row["source"]["text"]  # version 1: the source's words alone
+    old["machine"]["quota_source"] = old["machine"]["quota_source"]["text"]
+    with pytest.raises(RecordError, match=r"settings\[0\]\.kind: obsolete key"):
+        Report.from_dict(old)
+    report = Report.from_dict(old, strict=False)
     assert [r.source.text for r in report.settings] == [r["source"]["text"] for r in payload["settings"]]
 
 
