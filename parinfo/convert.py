@@ -119,7 +119,6 @@ class Bound:
             return _NOTHING
         return got
 
-
     def check(self, got: Any) -> None:
         """A strict reading's check: a RecordError for what the lenient one cuts or refuses."""
         if self.most is not None and isinstance(got, _SIZED) and len(got) > self.most:
@@ -506,7 +505,7 @@ def _read(hint: Any, value: Any, strict: bool) -> Any:
             else:
                 got = _read(inner, v, False)
             if got is not _NOTHING:
-                name = str(k) if keys is None else _read(keys, str(k), strict)
+                name = str(k) if keys is None else _item(keys, str(k), str(k), strict)
                 if name is not _NOTHING:
                     out[name] = got
         return out
@@ -572,7 +571,7 @@ def _named(hint: Any) -> str:
     if origin is not None:
         return "a JSON object" if origin in (dict, Mapping) else "a JSON array"
     if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
-        return f"a {hint.__name__} object"
+        return f"{hint.__name__} (an object)"
     return getattr(hint, "__name__", str(hint))
 
 

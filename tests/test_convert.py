@@ -243,13 +243,13 @@ def test_strict_a_value_of_the_wrong_type_is_an_error():
     assert _error(Outer, {"name": "a", "pair": [1, "b"]}) == "pair[1]: expected int, not str"
     assert _error(Outer, {"name": "a", "pair": [1]}) == "pair: expected 2 items, not 1"
     assert _error(Outer, {"name": "a", "either": 2.5}) == "either: expected int or str or null, not float"
-    assert _error(Outer, {"name": "a", "inner": [1]}) == "inner: expected a Inner object or null, not list"
+    assert _error(Outer, {"name": "a", "inner": [1]}) == "inner: expected Inner (an object) or null, not list"
     assert _error(Outer, {"name": "a", "fallback": None}) == "fallback: expected str, not null"
     assert _error(Outer, {"name": "a", "source": {"kind": "nonsense"}}) == \
         "source.kind: 'nonsense' is not a source kind"
     assert _error(Outer, {"name": "a", "source": {"kind": "variable", "detial": "X"}}) == \
         "source.detial: unknown key (did you mean detail?)"
-    assert _error(Outer, []) == "expected a Outer object, not list"
+    assert _error(Outer, []) == "expected Outer (an object), not list"
     assert _error(Row, [1, "a"]) == "expected an array of 3 items, not 2"
     assert _error(Hooked, {"n": -1}) == "not a Hooked as its reader takes one"
 
@@ -258,6 +258,7 @@ def test_strict_bounds_are_errors_not_cuts():
     assert _error(Bounded, {"word": "abcdef"}) == "word: 6 long, more than its bound 3"
     assert _error(Bounded, {"count": 9}) == "count: 9 is out of its bounds 1..8"
     assert _error(Bounded, {"first": ["a", "b", "c", "d"]}) == "first: 4 long, more than its bound 3"
+    assert _error(Bounded, {"seen": {"long": 1}}) == "seen.long: 4 long, more than its bound 2"  # a bounded key
     assert load(Bounded, {"word": "abc", "count": 8, "first": ["a"], "kept": "k"}, strict=True) == \
         Bounded("abc", count=8, first=["a"], kept="k")
 
@@ -273,3 +274,8 @@ def test_strict_missing_fields_take_their_defaults_but_a_required_one_is_an_erro
 def test_strict_reads_the_keys_a_hook_writes_and_its_values_as_given():
     assert load(Hooked, {"n": 3, "words": "w"}, strict=True) == Hooked(3, "W")
     assert _error(Hooked, {"n": 3, "double": 6}) == "double: unknown key"  # Hooked lists no extra key
+
+
+def test_every_reading_says_how_far_it_trusts_its_data():
+    with pytest.raises(TypeError, match="strict"):
+        load(Outer, {"name": "a"})  # type: ignore[call-arg]
