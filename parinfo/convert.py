@@ -348,6 +348,7 @@ def _meant(name: str, known: frozenset[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+_NONE = type(None)
 _EMPTY = object()  # a field without a default: its type's empty value when missing
 
 
@@ -370,12 +371,12 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool, whole: bool = 
                 return _NOTHING
             data = {}
     values: dict[str, Any] = {}
-    for r in readings:
-        k = r.json_key
-        if strict:
-            if k is None:
-                hint = _record_type(r.hint)
-                got = _record(hint, data, True, flat=True) if hint is not None else _read(r.hint, data, True)
+    if strict:
+        for r in readings:
+            k = r.json_key
+            if k is None:  # a flattened record: its keys were checked with its parent's
+                flat_cls = _record_type(r.hint)
+                got = _record(flat_cls, data, True, flat=True) if flat_cls is not None else _read(r.hint, data, True)
             elif k in data:
                 try:
                     got = _read(r.hint, data[k], True)
@@ -385,12 +386,17 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool, whole: bool = 
                     raise (e.within(k) if k in given else e) from None
             elif r.required:
                 raise RecordError("missing (the record needs it)", (k,))
+            elif r.missing is _NOTHING:
+                continue
             else:
-                got = _NOTHING
-        elif k is None:
+                got = _empty(r.hint) if r.missing is _EMPTY else r.missing
+            values[r.name] = got
+        return cls(**values)
+    for r in readings:
+        if r.json_key is None:
             got = _read(r.hint, data, False)
         else:
-            got = _read(r.hint, data[k], False) if k in data else _NOTHING
+            got = _read(r.hint, data[r.json_key], False) if r.json_key in data else _NOTHING
         if got is _NOTHING:
             if whole and r.required:
                 return _NOTHING
@@ -439,30 +445,33 @@ def _shape(hint: Any) -> tuple[Any, tuple[Any, ...]]:
 def _read(hint: Any, value: Any, strict: bool) -> Any:
     """``value`` as ``hint`` says; when it is not one, _NOTHING (or, ``strict``, a RecordError)."""
     if hint is str:  # the commonest first
-        return value if isinstance(value, str) else _wrong(strict, hint, value)
+        return value if isinstance(value, str) else (_wrong(hint, value) if strict else _NOTHING)
     if hint is int:
-        return value if isinstance(value, int) and not isinstance(value, bool) else _wrong(strict, hint, value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        return _wrong(hint, value) if strict else _NOTHING
     if hint is Any or hint is object:
         return value
     if hint is Source:
         source = Source.from_json(value)
-        if strict:
-            _strict_source(value, source)
+        if strict and (source is None or not isinstance(value, Mapping) or not _SOURCE_KEYS.issuperset(value)
+                       or value.get("kind") not in _SOURCE_KINDS):
+            _strict_source(value, source)  # raises, unless a version 1 text
         return _NOTHING if source is None else source
     origin, args = _shape(hint)
     if origin is typing.Annotated:
         return _bounded(args, value, strict)
     if origin in (typing.Union, types.UnionType):
         if value is None:
-            return None if type(None) in args else _wrong(strict, hint, value)
+            return None if type(None) in args else (_wrong(hint, value) if strict else _NOTHING)
         if strict:
-            errors = []
+            errors: list[RecordError] = []  # made once, only by a member that refuses
             for arg in args:
-                if arg is not type(None):
+                if arg is not _NONE:
                     try:
                         return _read(arg, value, True)
                     except RecordError as e:
-                        errors.append(e)
+                        errors = [*errors, e]
             return _union_error(hint, errors, value)
         for arg in args:
             if arg is type(None):
@@ -472,14 +481,14 @@ def _read(hint: Any, value: Any, strict: bool) -> Any:
                 return got
         return _NOTHING
     if value is None:
-        return _wrong(strict, hint, value)
+        return _wrong(hint, value) if strict else _NOTHING
     if origin is typing.Literal:
         if value in args:
             return value
         return _refuse(strict, f"{value!r} is not one of {', '.join(map(repr, args))}")
     if origin in (list, tuple, set, frozenset):
         if not isinstance(value, (list, tuple)):
-            return _wrong(strict, hint, value)
+            return _wrong(hint, value) if strict else _NOTHING
         if origin is tuple and args and args[-1] is not Ellipsis:  # a fixed-length tuple
             if len(value) != len(args):
                 return _refuse(strict, f"expected {len(args)} items, not {len(value)}")
@@ -497,7 +506,7 @@ def _read(hint: Any, value: Any, strict: bool) -> Any:
         return origin(i for i in items if i is not _NOTHING)
     if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
-            return _wrong(strict, hint, value)
+            return _wrong(hint, value) if strict else _NOTHING
         inner = args[1] if len(args) == 2 else Any
         keys = args[0] if args and _shape(args[0])[0] is typing.Annotated else None  # a bounded key
         out = {}
@@ -524,22 +533,24 @@ def _read(hint: Any, value: Any, strict: bool) -> Any:
                     return _record(hint, {r.json_key or r.name: v for r, v in zip(readings, value, strict=True)},
                                    strict)
                 return _refuse(strict, f"expected an array of {len(readings)} items, not {len(value)}")
-            return _wrong(strict, hint, value)
+            return _wrong(hint, value) if strict else _NOTHING
         if issubclass(hint, enum.Enum):
             try:
                 return hint(value)
             except ValueError:
                 return _refuse(strict, f"{value!r} is not one of {', '.join(repr(m.value) for m in hint)}")
         if hint is bool:
-            return value if isinstance(value, bool) else _wrong(strict, hint, value)
+            return value if isinstance(value, bool) else (_wrong(hint, value) if strict else _NOTHING)
         if hint is int:
-            return value if isinstance(value, int) and not isinstance(value, bool) else _wrong(strict, hint, value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            return _wrong(hint, value) if strict else _NOTHING
         if hint is float:  # a finite number only: JSON has no other
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            return value if number and math.isfinite(value) else _wrong(strict, hint, value)
+            return value if number and math.isfinite(value) else (_wrong(hint, value) if strict else _NOTHING)
         if hint is str:
-            return value if isinstance(value, str) else _wrong(strict, hint, value)
-    return _wrong(strict, hint, value)
+            return value if isinstance(value, str) else (_wrong(hint, value) if strict else _NOTHING)
+    return _wrong(hint, value) if strict else _NOTHING
 
 
 def _item(hint: Any, value: Any, where: str | int, strict: bool) -> Any:
@@ -558,12 +569,11 @@ def _refuse(strict: bool, why: str) -> Any:
     return _NOTHING
 
 
-def _wrong(strict: bool, hint: Any, value: Any) -> Any:
-    """_NOTHING, or, ``strict``, the error of a value of the wrong type."""
-    if strict:
-        shown = "null" if value is None else type(value).__name__
-        raise RecordError(f"expected {_named(hint)}, not {shown}", of_type=True)
-    return _NOTHING
+def _wrong(hint: Any, value: Any) -> Any:
+    """A strict reading's error for a value of the wrong type (a lenient one's is _NOTHING, given
+    where it is found: no call on that path)."""
+    shown = "null" if value is None else type(value).__name__
+    raise RecordError(f"expected {_named(hint)}, not {shown}", of_type=True)
 
 
 def _named(hint: Any) -> str:
@@ -586,7 +596,7 @@ def _union_error(hint: Any, errors: list[RecordError], value: Any) -> Any:
     deepest = max(errors, key=lambda e: (len(e.parts), not e.of_type))
     if deepest.parts or not deepest.of_type:
         raise deepest
-    return _wrong(True, hint, value)
+    return _wrong(hint, value)
 
 
 _SOURCE_KEYS = frozenset({"kind", "detail", "text", "when"})
@@ -603,7 +613,7 @@ def _strict_source(value: Any, source: Source | None) -> None:
         if kind not in _SOURCE_KINDS:
             raise RecordError(f"{kind!r} is not a source kind", ("kind",))
     if source is None:
-        _wrong(True, Source, value)
+        _wrong(Source, value)
 
 
 def _bounded(args: tuple[Any, ...], value: Any, strict: bool) -> Any:
