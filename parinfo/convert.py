@@ -2,10 +2,20 @@
 
 :func:`dump` makes JSON-ready data of a record (its fields in order; a :class:`~parinfo.source.Source`
 as its object; enums as their values; tuples and sets as lists). :func:`load` reads such data back
-into a record of a given class from the field annotations, and never raises on odd data: what
-parinfo reads may come from another process, a fleet worker, an older or newer parinfo, or a hand-made
-dict, so a missing or odd value becomes the field's default (or the empty value of its type: None,
-"", 0, False, [], {}), and an odd item of a list or a mapping is left out.
+into a record of a given class from the field annotations, in one of two ways that each caller
+chooses (``strict`` has no default, so no caller is lenient by accident):
+
+- ``strict=False``, for hostile input (another process's answer, a fleet worker's row, a file another
+  user controls): it never raises; a missing or odd value becomes the field's default (or the empty
+  value of its type: None, "", 0, False, [], {}), and an odd item of a list or a mapping is left out;
+- ``strict=True``, for trusted input (a test's payload, a report read back): an unknown key (with the
+  key it may mean), a missing REQUIRED field, a value of the wrong type or outside its bounds raises
+  :class:`~parinfo.errors.RecordError` naming its path (``pools[2].num_threads``); a missing field that
+  is not REQUIRED takes its default, as in the JSON of an older parinfo. A record reads the keys its
+  fields travel under, and those its class lists in ``_json_extra`` (written by its ``_json_out``,
+  older words its ``_json_in`` takes); a key only an older version wrote, which nothing reads, is in
+  its class's ``_json_gone`` ((key, why) pairs), named as obsolete. The keys are checked as given, before
+  ``_json_in``, and a value that hook replaces is read as given too.
 
 A field can say how it travels through ``field(metadata=...)`` (several at once: ``{**OMIT_NONE, **key("x")}``):
 
@@ -52,7 +62,8 @@ import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
-from parinfo.source import Source
+from parinfo.errors import RecordError
+from parinfo.source import Kind, Source
 
 __all__ = ["FLATTEN", "LOCAL", "MAX_COUNT", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "Bound", "Count", "at_most",
            "between", "dump", "dumps", "key", "load"]
@@ -106,6 +117,14 @@ class Bound:
         if number and ((self.low is not None and got < self.low) or (self.high is not None and got > self.high)):
             return _NOTHING
         return got
+
+    def check(self, got: Any) -> None:
+        """A strict reading's check: a RecordError for what the lenient one cuts or refuses."""
+        if self.most is not None and isinstance(got, _SIZED) and len(got) > self.most:
+            raise RecordError(f"{len(got)} long, more than its bound {self.most}")
+        number = isinstance(got, (int, float)) and not isinstance(got, bool)
+        if number and ((self.low is not None and got < self.low) or (self.high is not None and got > self.high)):
+            raise RecordError(f"{got} is out of its bounds {self.low}..{self.high}")
 
 
 def at_most(n: int) -> Bound:
@@ -186,13 +205,24 @@ def _finite(data: Any) -> Any:
     return data
 
 
-def load(cls: type[_T], data: Any) -> _T:
-    """A ``cls`` record from JSON data; anything missing or odd takes its default (see the module)."""
-    got = _read(cls, data)
+def load(cls: type[_T], data: Any, *, strict: bool) -> _T:
+    """A ``cls`` record from JSON data. Every caller says how far it trusts the data:
+
+    - ``strict=True`` (trusted: a test's payload, a report read back): an unknown key, a missing
+      REQUIRED field, a value of the wrong type or out of its bounds raises
+      :class:`~parinfo.errors.RecordError` naming its path (``machine.usable_cpu: unknown key (did
+      you mean usable_cpus?)``); a missing field that is not REQUIRED takes its default, as in the
+      JSON of an older parinfo;
+    - ``strict=False`` (hostile: another process, a fleet worker, a file another user controls):
+      never raises; anything missing or odd takes its default (see the module)."""
+    if strict:
+        got = _read(cls, data, True)
+        return got  # type: ignore[no-any-return]
+    got = _read(cls, data, False)
     if got is not _NOTHING:
         return got  # type: ignore[no-any-return]
     if dataclasses.is_dataclass(cls) and isinstance(data, Mapping):  # asked for, so kept whole
-        kept: _T = _record(cls, data, strict=False)
+        kept: _T = _record(cls, data, False, whole=False)
         return kept
     return _empty_record(cls)
 
@@ -230,7 +260,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _empty_record(cls: type[_T]) -> _T:
-    got: _T = _record(cls, {}, strict=False)
+    got: _T = _record(cls, {}, False, whole=False)
     return got
 
 
@@ -245,6 +275,7 @@ class _Reading:
 
 
 _READINGS: dict[type, tuple[tuple[_Reading, ...], Any]] = {}
+_KNOWN: dict[type, frozenset[str]] = {}
 
 
 def _readings(cls: type) -> tuple[tuple[_Reading, ...], Any]:
@@ -269,26 +300,105 @@ def _readings(cls: type) -> tuple[tuple[_Reading, ...], Any]:
     return found
 
 
+def _known(cls: type) -> frozenset[str]:
+    """The keys a record's JSON object may hold (what a strict reading accepts): its fields' keys
+    (a flattened record's keys in their stead), and the keys its class lists in ``_json_extra``
+    (written by its ``_json_out``, or older words its ``_json_in`` reads); worked out once per class."""
+    known = _KNOWN.get(cls)
+    if known is None:
+        hints, keys = _hints(cls), set(getattr(cls, "_json_extra", ()))
+        for name, f in _FIELDS.get(cls) or _fields(cls):
+            meta = f.metadata
+            if meta.get("local"):
+                continue
+            if meta.get("flatten"):
+                keys |= _known(_record_type(hints.get(name, Any)) or object)
+            else:
+                keys.add(meta.get("key", name))
+        known = _KNOWN[cls] = frozenset(keys)
+    return known
+
+
+def _record_type(hint: Any) -> type | None:
+    """The record class a hint names (``X``, ``X | None``, ``Annotated[X, ...]``), or None."""
+    if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
+        return hint
+    for arg in typing.get_args(hint):
+        found = _record_type(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _unknown(cls: type, data: Mapping[str, Any]) -> RecordError:
+    """The error of the first key of ``data`` that ``cls``'s JSON never holds, with the key it may mean."""
+    known = _known(cls)
+    name = next(str(k) for k in data if k not in known)
+    gone = dict(getattr(cls, "_json_gone", ())).get(name)
+    if gone is not None:
+        return RecordError(f"obsolete key ({gone})", (name,))
+    return RecordError(f"unknown key{_meant(name, known)}", (name,))
+
+
+def _meant(name: str, known: frozenset[str]) -> str:
+    """`` (did you mean KEY?)`` for the known key closest to ``name``, or ""."""
+    import difflib  # only when an error is said: 2 ms at start-up otherwise
+
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+_NONE = type(None)
 _EMPTY = object()  # a field without a default: its type's empty value when missing
 
 
-def _record(cls: type[_T], data: Mapping[str, Any], strict: bool = True) -> Any:
-    """A ``cls`` record of ``data``, or _NOTHING when ``strict`` and a REQUIRED field is not there."""
+def _record(cls: type[_T], data: Mapping[str, Any], strict: bool, whole: bool = True, flat: bool = False) -> Any:
+    """A ``cls`` record of ``data``. Lenient (not ``strict``): _NOTHING when ``whole`` and a REQUIRED
+    field is not there. ``strict``: a RecordError for an unknown key (unless ``flat``: the keys are
+    its parent's, checked there), a missing REQUIRED field or an odd value."""
     readings, hook = _READINGS.get(cls) or _readings(cls)
+    given = data
+    if strict and not flat:
+        known = _KNOWN.get(cls) or _known(cls)
+        if not known.issuperset(data):
+            raise _unknown(cls, data)
     if hook is not None:
         data = hook(data)
         if data is None:
             if strict:
+                raise RecordError(f"not a {cls.__name__} as its reader takes one")
+            if whole:
                 return _NOTHING
             data = {}
     values: dict[str, Any] = {}
+    if strict:
+        for r in readings:
+            k = r.json_key
+            if k is None:  # a flattened record: its keys were checked with its parent's
+                flat_cls = _record_type(r.hint)
+                got = _record(flat_cls, data, True, flat=True) if flat_cls is not None else _read(r.hint, data, True)
+            elif k in data:
+                try:
+                    got = _read(r.hint, data[k], True)
+                    if hook is not None and k in given and given[k] is not data[k] and given[k] is not None:
+                        _read(r.hint, given[k], True)  # as given, not as the hook made it
+                except RecordError as e:  # a key its hook made (a WorkerRow's report) is not in the path
+                    raise (e.within(k) if k in given else e) from None
+            elif r.required:
+                raise RecordError("missing (the record needs it)", (k,))
+            elif r.missing is _NOTHING:
+                continue
+            else:
+                got = _empty(r.hint) if r.missing is _EMPTY else r.missing
+            values[r.name] = got
+        return cls(**values)
     for r in readings:
         if r.json_key is None:
-            got = _read(r.hint, data)
+            got = _read(r.hint, data, False)
         else:
-            got = _read(r.hint, data[r.json_key]) if r.json_key in data else _NOTHING
+            got = _read(r.hint, data[r.json_key], False) if r.json_key in data else _NOTHING
         if got is _NOTHING:
-            if strict and r.required:
+            if whole and r.required:
                 return _NOTHING
             if r.missing is _NOTHING:
                 continue
@@ -332,90 +442,192 @@ def _shape(hint: Any) -> tuple[Any, tuple[Any, ...]]:
         return typing.get_origin(hint), typing.get_args(hint)
 
 
-def _read(hint: Any, value: Any) -> Any:
-    """``value`` as ``hint`` says, or _NOTHING when it is not one."""
+def _read(hint: Any, value: Any, strict: bool) -> Any:
+    """``value`` as ``hint`` says; when it is not one, _NOTHING (or, ``strict``, a RecordError)."""
     if hint is str:  # the commonest first
-        return value if isinstance(value, str) else _NOTHING
+        return value if isinstance(value, str) else (_wrong(hint, value) if strict else _NOTHING)
     if hint is int:
-        return value if isinstance(value, int) and not isinstance(value, bool) else _NOTHING
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        return _wrong(hint, value) if strict else _NOTHING
     if hint is Any or hint is object:
         return value
     if hint is Source:
         source = Source.from_json(value)
+        if strict and (source is None or not isinstance(value, Mapping) or not _SOURCE_KEYS.issuperset(value)
+                       or value.get("kind") not in _SOURCE_KINDS):
+            _strict_source(value, source)  # raises, unless a version 1 text
         return _NOTHING if source is None else source
     origin, args = _shape(hint)
     if origin is typing.Annotated:
-        return _bounded(args, value)
+        return _bounded(args, value, strict)
     if origin in (typing.Union, types.UnionType):
         if value is None:
-            return None if type(None) in args else _NOTHING
+            return None if type(None) in args else (_wrong(hint, value) if strict else _NOTHING)
+        if strict:
+            errors: list[RecordError] = []  # made once, only by a member that refuses
+            for arg in args:
+                if arg is not _NONE:
+                    try:
+                        return _read(arg, value, True)
+                    except RecordError as e:
+                        errors = [*errors, e]
+            return _union_error(hint, errors, value)
         for arg in args:
             if arg is type(None):
                 continue
-            got = _read(arg, value)
+            got = _read(arg, value, False)
             if got is not _NOTHING:
                 return got
         return _NOTHING
     if value is None:
-        return _NOTHING
+        return _wrong(hint, value) if strict else _NOTHING
     if origin is typing.Literal:
-        return value if value in args else _NOTHING
+        if value in args:
+            return value
+        return _refuse(strict, f"{value!r} is not one of {', '.join(map(repr, args))}")
     if origin in (list, tuple, set, frozenset):
         if not isinstance(value, (list, tuple)):
-            return _NOTHING
+            return _wrong(hint, value) if strict else _NOTHING
         if origin is tuple and args and args[-1] is not Ellipsis:  # a fixed-length tuple
             if len(value) != len(args):
-                return _NOTHING
-            items = [_read(a, v) for a, v in zip(args, value, strict=True)]
+                return _refuse(strict, f"expected {len(args)} items, not {len(value)}")
+            items = [_item(a, v, i, strict) for i, (a, v) in enumerate(zip(args, value, strict=True))]
             return _NOTHING if any(i is _NOTHING for i in items) else tuple(items)
         inner = args[0] if args else Any
-        items = [_read(inner, v) for v in value]
+        if strict:
+            try:
+                return origin([_read(inner, v, True) for v in value])
+            except RecordError:
+                for i, v in enumerate(value):  # which item: read again, its index said
+                    _item(inner, v, i, True)
+                raise
+        items = [_read(inner, v, False) for v in value]
         return origin(i for i in items if i is not _NOTHING)
     if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
-            return _NOTHING
+            return _wrong(hint, value) if strict else _NOTHING
         inner = args[1] if len(args) == 2 else Any
         keys = args[0] if args and _shape(args[0])[0] is typing.Annotated else None  # a bounded key
         out = {}
         for k, v in value.items():
-            got = _read(inner, v)
+            if strict:
+                try:
+                    got = _read(inner, v, True)
+                except RecordError as e:
+                    raise e.within(str(k)) from None
+            else:
+                got = _read(inner, v, False)
             if got is not _NOTHING:
-                name = str(k) if keys is None else _read(keys, str(k))
+                name = str(k) if keys is None else _item(keys, str(k), str(k), strict)
                 if name is not _NOTHING:
                     out[name] = got
         return out
     if isinstance(hint, type):
         if hasattr(hint, "__dataclass_fields__"):
             if isinstance(value, Mapping):
-                return _record(hint, value)
+                return _record(hint, value, strict)
             if isinstance(value, (list, tuple)) and getattr(hint, "_json_array", False):
                 readings = (_READINGS.get(hint) or _readings(hint))[0]
                 if len(value) == len(readings):
-                    return _record(hint, {r.json_key or r.name: v for r, v in zip(readings, value, strict=True)})
-            return _NOTHING
+                    return _record(hint, {r.json_key or r.name: v for r, v in zip(readings, value, strict=True)},
+                                   strict)
+                return _refuse(strict, f"expected an array of {len(readings)} items, not {len(value)}")
+            return _wrong(hint, value) if strict else _NOTHING
         if issubclass(hint, enum.Enum):
             try:
                 return hint(value)
             except ValueError:
-                return _NOTHING
+                return _refuse(strict, f"{value!r} is not one of {', '.join(repr(m.value) for m in hint)}")
         if hint is bool:
-            return value if isinstance(value, bool) else _NOTHING
+            return value if isinstance(value, bool) else (_wrong(hint, value) if strict else _NOTHING)
         if hint is int:
-            return value if isinstance(value, int) and not isinstance(value, bool) else _NOTHING
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            return _wrong(hint, value) if strict else _NOTHING
         if hint is float:  # a finite number only: JSON has no other
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            return value if number and math.isfinite(value) else _NOTHING
+            return value if number and math.isfinite(value) else (_wrong(hint, value) if strict else _NOTHING)
         if hint is str:
-            return value if isinstance(value, str) else _NOTHING
+            return value if isinstance(value, str) else (_wrong(hint, value) if strict else _NOTHING)
+    return _wrong(hint, value) if strict else _NOTHING
+
+
+def _item(hint: Any, value: Any, where: str | int, strict: bool) -> Any:
+    """An item of a list (``where``: its index) or a mapping (its key) read as ``hint`` says; a strict
+    reading's error names where it is."""
+    try:
+        return _read(hint, value, strict)
+    except RecordError as e:
+        raise e.within(where) from None
+
+
+def _refuse(strict: bool, why: str) -> Any:
+    """_NOTHING, or, ``strict``, the error ``why``."""
+    if strict:
+        raise RecordError(why)
     return _NOTHING
 
 
-def _bounded(args: tuple[Any, ...], value: Any) -> Any:
-    """``value`` read as ``Annotated[hint, bounds...]`` (``args``) says, or _NOTHING."""
+def _wrong(hint: Any, value: Any) -> Any:
+    """A strict reading's error for a value of the wrong type (a lenient one's is _NOTHING, given
+    where it is found: no call on that path)."""
+    shown = "null" if value is None else type(value).__name__
+    raise RecordError(f"expected {_named(hint)}, not {shown}", of_type=True)
+
+
+def _named(hint: Any) -> str:
+    """A hint in words for an error: ``int``, ``list``, ``int or null``."""
+    origin, args = _shape(hint)
+    if origin is typing.Annotated:
+        return _named(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _named(a) for a in args)
+    if origin is not None:
+        return "a JSON object" if origin in (dict, Mapping) else "a JSON array"
+    if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
+        return f"{hint.__name__} (an object)"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _union_error(hint: Any, errors: list[RecordError], value: Any) -> Any:
+    """The error of a value no member of a union takes: that of the member it went furthest into (a
+    record's bad key, a refused value), else that of a value of none of its types."""
+    deepest = max(errors, key=lambda e: (len(e.parts), not e.of_type))
+    if deepest.parts or not deepest.of_type:
+        raise deepest
+    return _wrong(hint, value)
+
+
+_SOURCE_KEYS = frozenset({"kind", "detail", "text", "when"})
+_SOURCE_KINDS = frozenset(k.value for k in Kind)
+
+
+def _strict_source(value: Any, source: Source | None) -> None:
+    """A strict reading's check of a source: the object ``Source.to_json`` writes (or a version 1 text)."""
+    if isinstance(value, Mapping):
+        odd = [str(k) for k in value if k not in _SOURCE_KEYS]
+        if odd:
+            raise RecordError(f"unknown key{_meant(odd[0], _SOURCE_KEYS)}", (odd[0],))
+        kind = value.get("kind")
+        if kind not in _SOURCE_KINDS:
+            raise RecordError(f"{kind!r} is not a source kind", ("kind",))
+    if source is None:
+        _wrong(Source, value)
+
+
+def _bounded(args: tuple[Any, ...], value: Any, strict: bool) -> Any:
+    """``value`` read as ``Annotated[hint, bounds...]`` (``args``) says, or _NOTHING (``strict``: an
+    error for a value out of its bounds, a text or a list longer than its bound)."""
     bounds = [b for b in args[1:] if isinstance(b, Bound)]
+    if strict:
+        got = _read(args[0], value, True)
+        for b in bounds:
+            b.check(got)
+        return got
     for b in bounds:
         value = b.before(value)
-    got = _read(args[0], value)
+    got = _read(args[0], value, False)
     for b in bounds:
         if got is _NOTHING:
             break

@@ -52,3 +52,32 @@ class TuneError(ParinfoError):
 
 class ConnectError(UsageError):
     """A cluster address that is malformed, refused, silent or not the cluster's, said in one line."""
+
+
+class RecordError(UsageError, ValueError):
+    """Trusted JSON (a test's payload, a report read back) that does not fit its record, said with
+    the path of the bad value: ``machine.usable_cpu: unknown key (did you mean usable_cpus?)``,
+    ``pools[2].num_threads: expected int, not str``. Raised by :func:`parinfo.convert.load` with
+    ``strict=True`` only; the hostile paths never raise it."""
+
+    def __init__(self, why: str, path: tuple[str | int, ...] = (), *, of_type: bool = False) -> None:
+        self.why = why
+        self.of_type = of_type  # a value of the wrong type (not a refused one)
+        self.parts = list(path)  # outermost first; an int is a list index
+        super().__init__(why)
+
+    def within(self, part: str | int) -> RecordError:
+        """This error, its path now starting at ``part`` (a key, or an index of a list)."""
+        self.parts.insert(0, part)
+        self.args = (str(self),)
+        return self
+
+    @property
+    def path(self) -> str:
+        out = ""
+        for part in self.parts:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.why}" if self.parts else self.why

@@ -27,7 +27,7 @@ def _row(framework, threads, pools, usable=4, cpus=None, worker="w", host="h"):
 
 def _judge(row):
     """outer-times-inner over a hand-made worker row, read through the rows' parse path."""
-    return fleet_rules.worker_findings(load(WorkerRow, row))
+    return fleet_rules.worker_findings(load(WorkerRow, row, strict=True))
 
 
 def test_outer_times_inner_fires_only_when_the_product_exceeds_the_cpus():
@@ -46,22 +46,22 @@ def test_ray_budget_is_the_tasks_cpus():
 def test_per_thread_counts_are_seen():
     row = _row("dask", 2, [("libgomp", 1)])
     row["per_thread"] = [{"thread": "t0", "pools": [{"library": "libgomp", "num_threads": 4}]}]
-    worker = load(WorkerRow, row)
+    worker = load(WorkerRow, row, strict=True)
     assert fleet_rules.widest_pool(worker.report, worker.per_thread or ()) == ("libgomp", 4)
     assert [f.id for f in _judge(row)] == ["outer-times-inner"]
 
 
 def test_host_oversubscribed_sums_the_workers_of_one_host():
     rows = [_row("dask", 1, [("openblas", 2)], usable=2, worker=w) for w in ("a", "b")]
-    report = FleetReport.from_rows({"kind": "dask"}, rows)
+    report = FleetReport.from_rows({"kind": "dask"}, rows, strict=True)
     assert [f.id for f in report.hosts[0].findings] == ["host-oversubscribed"]
     assert report.hosts[0].threads_at_once == 4
     # Task threads alone above the CPUs, pools at 1: the cluster's own choice, not flagged.
     rows = [_row("dask", 2, [("openblas", 1)], usable=2, worker=w) for w in ("a", "b")]
-    assert FleetReport.from_rows({"kind": "dask"}, rows).hosts[0].findings == []
+    assert FleetReport.from_rows({"kind": "dask"}, rows, strict=True).hosts[0].findings == []
     # Two hosts are judged apart.
     rows = [_row("dask", 1, [("openblas", 2)], usable=2, worker=w, host=w) for w in ("a", "b")]
-    report = FleetReport.from_rows({"kind": "dask"}, rows)
+    report = FleetReport.from_rows({"kind": "dask"}, rows, strict=True)
     assert len(report.hosts) == 2 and all(h.findings == [] for h in report.hosts)
     assert json.loads(json.dumps(report.to_dict()))["schema_version"] == 2
 
@@ -88,7 +88,7 @@ print(json.dumps([f.id for f in r.findings]))
 def test_who_set_a_variable():
     rows = [{"name": "A", "value": "1", "launch_value": "1"}, {"name": "B", "value": "2", "launch_value": None},
             {"name": "C", "value": "3", "launch_value": "3"}, {"name": "D", "value": None, "launch_value": None}]
-    got = outer.set_by([load(EnvRow, r) for r in rows], None, parinfo_set={"B": "2"},
+    got = outer.set_by([load(EnvRow, r, strict=True) for r in rows], None, parinfo_set={"B": "2"},
                        launch_env={outer.PARINFO_SET_VAR: "C"})
     assert got == {"A": "the user (at launch)", "B": outer.PARINFO, "C": outer.PARINFO}
 
@@ -99,7 +99,7 @@ def test_who_set_dask_nanny():
     rows = [{"name": "X_NUM", "value": "1", "launch_value": "1"}, {"name": "Y_NUM", "value": "1", "launch_value": None}]
     with dask.config.set({"distributed.nanny.pre-spawn-environ": {"X_NUM": 1},
                           "distributed.nanny.environ": {"Y_NUM": 1}}):
-        got = outer.set_by([load(EnvRow, r) for r in rows], "dask", parinfo_set={})
+        got = outer.set_by([load(EnvRow, r, strict=True) for r in rows], "dask", parinfo_set={})
     assert got == {"X_NUM": outer.NANNY_PRE_SPAWN, "Y_NUM": outer.NANNY_ENVIRON}
 
 

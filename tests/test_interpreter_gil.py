@@ -18,9 +18,10 @@ from parinfo.process.interpreter import InterpreterFacts, interpreter_facts
 from parinfo.process.pools import PoolRow
 
 FT = {"Py_GIL_DISABLED": 1}
-GOMP2 = [load(PoolRow, {"library": "libgomp", "user_api": "openmp", "internal_api": "openmp", "num_threads": 2})]
+GOMP2 = [load(PoolRow, {"library": "libgomp", "user_api": "openmp", "internal_api": "openmp", "num_threads": 2},
+              strict=True)]
 PTHREADS_BLAS4 = [load(PoolRow, {"library": "openblas", "user_api": "blas", "internal_api": "openblas",
-                                     "num_threads": 4, "threading_layer": "pthreads"})]
+                                     "num_threads": 4, "threading_layer": "pthreads"}, strict=True)]
 MESSAGE = ("The global interpreter lock (GIL) has been enabled to load module 'fakepkg._speedups', which has "
            "not declared that it can run safely without the GIL. To override this behavior and keep the GIL "
            "disabled (at your own risk), run with PYTHON_GIL=0 or -Xgil=0.")

@@ -154,7 +154,7 @@ def test_threading_layers_in_words():
         {"library": "libgomp", "threading_layer": None},
         {"library": "mkl", "threading_layer": None},
     ]
-    out = dump(threading_layers([load(PoolRow, p) for p in pools]))
+    out = dump(threading_layers([load(PoolRow, p, strict=True) for p in pools]))
     assert out["openmp"] == "GNU libgomp"
     assert out["openblas"] == "pthreads, openmp"
     assert out["mkl"] == "unknown"

@@ -351,7 +351,7 @@ def test_a_count_the_kernel_refused_is_never_replaced_by_a_launch_environment_gu
     from parinfo.machine.topology import machine_facts
     from parinfo.process.inforce import CountInForce
 
-    row = load(PoolRow, {"library": "openblas", "filepath": "/lib/libopenblas.so", "owner": "numpy"})
+    row = load(PoolRow, {"library": "openblas", "filepath": "/lib/libopenblas.so", "owner": "numpy"}, strict=True)
     static = sc._Static(("python",), "python", 0, {"OPENBLAS_NUM_THREADS": "1"}, symbol_maps="x")
     for denied, expect_count in ((True, None), (False, 1)):
         monkeypatch.setattr(sc, "_in_force", lambda pid, maps, d=denied: {"/lib/libopenblas.so": CountInForce(

@@ -172,7 +172,7 @@ def test_numexpr_is_modelled_when_imported(tmp_path):
 def test_a_library_without_a_model_is_unknown_not_run_time():
     pools = [{"library": "flexiblas", "num_threads": 4, "owner": "system", "filepath": "/usr/lib/libflexiblas.so"},
              {"library": "vcomp", "num_threads": 2, "owner": "unknown", "filepath": "/x/vcomp140.dll"}]
-    rows = [dump(r) for r in library_settings([load(PoolRow, p) for p in pools], None, {}, {}, facts())]
+    rows = [dump(r) for r in library_settings([load(PoolRow, p, strict=True) for p in pools], None, {}, {}, facts())]
     assert [r["source"]["kind"] for r in rows] == ["unknown", "unknown"]
     assert rows[0]["source"]["text"] == "unknown (decided by FlexiBLAS's backend)"
     assert rows[1]["source"]["text"] == "unknown (parinfo has no model for vcomp)"
@@ -186,8 +186,8 @@ def _torch_copies(env: dict[str, str], counts: dict[str, int], intra: int, mkl: 
              for lib, owner in (("libgomp", "torch"), ("mkl", "torch"), ("openblas", "torch"), ("libgomp", "numpy"))]
     torch = {"intra_op": intra, "inter_op": 1, "mkl_available": mkl, "aten_backend": "native thread pool",
              "hardware_concurrency": 2}
-    rows = [dump(r) for r in library_settings([load(PoolRow, p) for p in pools], load(TorchInfo, torch),
-                                                  env, env, facts())]
+    rows = [dump(r) for r in library_settings([load(PoolRow, p, strict=True) for p in pools],
+                                              load(TorchInfo, torch, strict=True), env, env, facts())]
     return {f"{r['library']} {r['owner']}": r["source"] for r in rows}
 
 

@@ -121,11 +121,11 @@ def test_rounded_and_the_round_trip(tmp_path):
     assert (f.usable_cpus, f.usable_physical_cores) == (2, 2)
     g = f.rounded("ceil", profile("x"))
     assert (g.usable_cpus, g.usable_physical_cores, str(g.quota_rounding_source)) == (3, 2, "profile x")
-    back = load(MachineFacts, json.loads(json.dumps(dump(g))))
+    back = load(MachineFacts, json.loads(json.dumps(dump(g))), strict=True)
     assert back == g
     d = dump(g)
     del d["usable_cpus"]
-    assert load(MachineFacts, d).usable_cpus == 3  # worked out again with the report's rounding
+    assert load(MachineFacts, d, strict=True).usable_cpus == 3  # worked out again with the report's rounding
 
 
 def test_profile_quota_rounding(tmp_path):

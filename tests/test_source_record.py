@@ -58,7 +58,7 @@ def test_only_a_default_follows_the_machine_whatever_it_says():
 
 
 def pushed_counts(data):
-    return load(Push, data).by_file()
+    return load(Push, data, strict=True).by_file()
 
 
 def test_who_pushed_a_count_is_read_from_the_kind():

@@ -56,8 +56,10 @@ def test_count_above_usable_fix_fits_and_names_the_variable(usable, quota, varia
     count = usable * 3
     env = {variable: str(count)} if variable else {}
     s["environment"] = [{"name": k, "value": v, "valid": True} for k, v in env.items()]
-    s["settings"] = [{"library": "libgomp", "count": count, "kind": "env" if variable else "default",
-                      "variable": variable, "precedence": ["OMP_NUM_THREADS"]}]
+    source = ({"kind": "variable", "detail": f"{variable}={count}", "text": f"env {variable}={count}"} if variable
+              else {"kind": "library default", "detail": "", "text": "default"})
+    s["settings"] = [{"library": "libgomp", "count": count, "source": source, "variable": variable,
+                      "precedence": ["OMP_NUM_THREADS"]}]
     fid = "count-above-quota" if quota is not None else "count-above-usable"
     found = _by_id(s, fid)
     assert len(found) == 1
@@ -75,7 +77,8 @@ def test_count_above_usable_fix_fits_and_names_the_variable(usable, quota, varia
 @pytest.mark.parametrize("usable", [2, 4, 8, 16, 64])
 def test_count_above_physical_fix_fits(usable):
     s = sections(usable, None)
-    s["settings"] = [{"library": "openblas", "count": usable, "kind": "default"}]
+    s["settings"] = [{"library": "openblas", "count": usable,
+                      "source": {"kind": "library default", "detail": "", "text": "default"}}]
     found = _by_id(s, "count-above-physical-cores")
     assert found
     n = int(re.search(r"try (\d+) threads?", found[0].fix).group(1))

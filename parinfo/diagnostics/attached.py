@@ -174,7 +174,8 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
         torch = (torch_unread(None, pools.CONFLICT_NOTE) if conflict
                  else torch_info_of(answer.torch, listing) if answer.torch is not None else None)
     inside = answer.parinfo
-    rt = load(RuntimeSection, inside.info) if inside is not None and inside.info is not None else None
+    rt = (load(RuntimeSection, inside.info, strict=False)  # the attached process's answer: hostile
+          if inside is not None and inside.info is not None else None)
     applied = inside.applied if inside is not None else None
     push = rt.native_push if rt is not None else None
     settings = provenance.library_settings(pool_rows, torch, answer.environ, launch, facts,

@@ -27,6 +27,8 @@ POOL_KEYS = ("library", "user_api", "internal_api", "num_threads", "threading_la
              "duplicate_of", "copies")
 #: The pool fields read in each executor thread (OpenMP's count is per thread).
 THREAD_POOL_KEYS = ("library", "user_api", "num_threads")
+#: The report's sections a worker row carries under the report's own keys.
+REPORT_KEYS = ("machine", "outer", "pools", "frameworks", "findings")
 
 
 @record
@@ -86,6 +88,8 @@ class WorkerRow:
         set_by = (r.outer.variables_set_by if r.outer is not None else None) or {}
         return [(e, set_by.get(e.name)) for e in r.environment if e.value is not None or e.launch_value]
 
+    _json_extra = ("pid", *REPORT_KEYS, "variables")  # the report's sections, in the row's own object
+
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         report = data["report"]
         outer = {k: v for k, v in report["outer"].items() if k != "variables_set_by"}
@@ -110,7 +114,9 @@ class WorkerRow:
         outer = section(data.get("outer")) or None
         if outer is not None or set_by:
             outer = {**(outer or {}), "variables_set_by": set_by}
-        report = {**data, "process": {"pid": data.get("pid")}, "environment": variables, "outer": outer}
+        report = {**{k: data[k] for k in REPORT_KEYS if k in data}, "process": {"pid": data.get("pid")},
+                  "environment": [{k: v for k, v in row.items() if k != "set_by"} for row in variables],
+                  "outer": outer}
         return {"worker": data.get("worker"), "host": section(data.get("host")), "report": report,
                 "per_thread": data.get("per_thread")}
 

@@ -11,8 +11,10 @@ are defined in :mod:`parinfo.diagnostics.parts` and named here too.
 
 :meth:`Report.from_dict` (:func:`parinfo.convert.load`) is the one parse path: a report from
 another process (a fleet worker), from an older or newer parinfo, or a hand-made dict in a test
-becomes typed sections there, each field that is missing or odd being unknown, never an error; the
-rules only ever see typed sections.
+becomes typed sections there. It reads strictly by default (a report read back, a test's payload:
+an unknown key or a value of the wrong type is a RecordError naming its path; a missing field
+takes its default); with ``strict=False`` (another process, another user) a field that is missing
+or odd is unknown, never an error. The rules only ever see typed sections.
 :meth:`Report.to_dict` (:func:`parinfo.convert.dump`) is the ``--json`` payload (report.schema.json).
 """
 from __future__ import annotations
@@ -74,6 +76,8 @@ class Report:
     parinfo_version: str = field(default=__version__, metadata={"missing": "unknown"})
     memory: MemoryPolicy | None = None
 
+    _json_extra = ("schema_version",)  # written by _json_out
+
     def problems(self, severity: Severity | str = Severity.WARNING) -> list[Finding]:
         """Findings at ``severity`` or above (what ``parinfo show --check`` fails on)."""
         return at_least(self.findings, severity)
@@ -85,12 +89,16 @@ class Report:
         return report_html(self)
 
     @classmethod
-    def from_dict(cls, payload: Any) -> Report:
+    def from_dict(cls, payload: Any, *, strict: bool = True) -> Report:
         """The report of a ``--json`` payload (or any part of one: a missing section is empty, a
-        missing field unknown). Raises UsageError only when ``payload`` is not a JSON object."""
+        missing field unknown). Raises UsageError when ``payload`` is not a JSON object, and, read
+        ``strict`` (trusted: a report read back, a test's payload), RecordError (a UsageError too)
+        naming the path of an unknown key, a missing REQUIRED field or a value of the wrong type.
+        ``strict=False`` is for a payload from another process or user: a missing or odd value is
+        unknown, never an error."""
         if not isinstance(payload, Mapping):
             raise UsageError(f"a report is a JSON object (parinfo show --json), not {type(payload).__name__}")
-        return load(cls, payload)
+        return load(cls, payload, strict=strict)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``parinfo show --json`` payload."""

@@ -115,6 +115,8 @@ class StackBudget:
     limits: list[StackLimit] = field(default_factory=list)
     unknown: str | None = None
 
+    _json_extra = ("stack", "data", "address_space")  # the limits' keys, in its own object
+
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         if self.unknown is not None:
             return {"unknown": self.unknown}
@@ -126,7 +128,10 @@ class StackBudget:
     def _json_in(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
         if isinstance(data.get("unknown"), str):
             return {"unknown": data["unknown"]}
-        return {**data, "rlimits": data, "unknown": None}
+        return {**data, "rlimits": {k: data[k] for k in _LIMITS if k in data}, "unknown": None}
+
+
+_LIMITS = ("stack", "data", "address_space")
 
 
 @record

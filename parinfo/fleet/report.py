@@ -32,13 +32,15 @@ class FleetReport:
     elapsed_s: float | None = None
 
     @classmethod
-    def from_rows(cls, cluster: dict[str, Any], rows: list[Any], elapsed_s: float | None = None) -> FleetReport:
+    def from_rows(cls, cluster: dict[str, Any], rows: list[Any], elapsed_s: float | None = None, *,
+                  strict: bool) -> FleetReport:
         """Parse the worker rows (a row that is not a JSON object is listed in ``cluster["failed"]``),
-        group them by host and judge each host."""
+        group them by host and judge each host. ``strict``: how far the rows are trusted
+        (:func:`parinfo.convert.load`): False for what workers answer, True for a test's rows."""
         parsed = []
         for i, row in enumerate(rows):
             if isinstance(row, Mapping):
-                parsed.append(load(WorkerRow, row))
+                parsed.append(load(WorkerRow, row, strict=strict))
             else:
                 cluster.setdefault("failed", {})[f"row {i}"] = f"not a worker row: {type(row).__name__}"
         by_host: dict[str, list[WorkerRow]] = {}

@@ -80,6 +80,8 @@ class MachineFacts:
         allowed = set(self.cpuset)
         return tuple(c for c in self.affinity if c in allowed) or self.affinity
 
+    _json_extra = ("usable_cpu_list",)  # derived: written by _json_out, read by _json_in
+
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         """The report's ``machine`` section: the fields (each NUMA node's number as the kernel gives
         it, or 0, 1, ... where not known), then ``usable_cpu_list``."""

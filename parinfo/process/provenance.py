@@ -117,6 +117,10 @@ class SettingRow:
     filepath: str | None = None
     capped_to: int | None = None
 
+    #: Keys only a version 1 report has, each with why it went: a strict reading names it (a test's
+    #: row that still sets it tests nothing); a lenient one lets it go.
+    _json_gone = (("kind", "a version 1 key, never read: the row's source.kind says it"),)
+
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         """The row's JSON: a row of parinfo's own pools carries only what its runtime records."""
         out = {k: data[k] for k in (_OWN_KEYS if self.own else _ROW_KEYS)}

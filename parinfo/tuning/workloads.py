@@ -38,6 +38,8 @@ class Workload:
 
     framework: str = "numpy"
 
+    _json_extra = ("kind",)  # names the class to read it back (read_spec)
+
     def may_fork(self) -> bool:
         """Whether one call may run inter-op tasks, so the inter-op count can change its time: the
         ensemble does; the user's code may with torch (``torch.jit.fork``; the worker sets torch's
@@ -177,7 +179,7 @@ KINDS: dict[str, type[Workload]] = {**BUILTIN, **{c.kind: c for c in (Stmt, Modu
 
 def read_spec(data: Mapping[str, Any]) -> Workload:
     """The workload of a spec (``convert.dump`` of one): how a worker process receives it."""
-    return load(KINDS[data["kind"]], data)
+    return load(KINDS[data["kind"]], data, strict=True)  # made by this parinfo, in the parent
 
 
 # ---------------------------------------------------------------- from the user's arguments
