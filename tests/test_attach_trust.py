@@ -336,28 +336,33 @@ def test_twenty_attaches_at_once_take_turns_and_each_answers(py314_python: str) 
 def test_the_reason_for_no_answer_is_the_one_observed(py314_python: str) -> None:
     """A target that exits, one that starts another program, one whose audit hook refuses the script,
     one whose script is slow (a getter that sleeps): each no-answer line says what happened there."""
+    up = "print('up', flush=True)\n"
     exits = subprocess.Popen([py314_python, "-c", "import sys, time\nsys.addaudithook(lambda e, a: e.startswith("
                               "'cpython.remote_debugger') and a[0] != '/dev/null' and __import__('os')._exit(0))\n"
-                              "while True: sum(range(1000))"], cwd="/")
+                              + up + "while True: sum(range(1000))"], cwd="/", stdout=subprocess.PIPE, text=True)
     execs = subprocess.Popen([py314_python, "-c", "import os, sys\nsys.addaudithook(lambda e, a: e.startswith("
                               "'cpython.remote_debugger') and a[0] != '/dev/null' and os.execv('/bin/sleep', "
-                              "['sleep', '30']))\nwhile True: sum(range(1000))"], cwd="/")
+                              "['sleep', '30']))\n" + up + "while True: sum(range(1000))"], cwd="/",
+                             stdout=subprocess.PIPE, text=True)
     refuses = subprocess.Popen([py314_python, "-c", "import sys\ndef no(e, a):\n    if e.startswith("
                                 "'cpython.remote_debugger'): raise RuntimeError('no')\nsys.addaudithook(no)\n"
-                                "while True: sum(range(1000))"], cwd="/", stderr=subprocess.DEVNULL)
+                                + up + "while True: sum(range(1000))"], cwd="/", stderr=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, text=True)
     slow = subprocess.Popen([py314_python, "-c", "import sys, time, types\nslow = types.ModuleType('numexpr')\n"
-                             "slow.get_num_threads = lambda: time.sleep(3) or 1\nsys.modules['numexpr'] = slow\n"
-                             "while True: sum(range(1000))"], cwd="/")
-    time.sleep(1.0)
+                             "slow.get_num_threads = lambda: time.sleep(60) or 1\nsys.modules['numexpr'] = slow\n"
+                             + up + "while True: sum(range(1000))"], cwd="/", stdout=subprocess.PIPE, text=True)
     cases = (("exits", exits), ("execs", execs), ("refuses", refuses), ("slow", slow))
     try:
-        done = {name: _parinfo("show", "--pid", str(p.pid), "--attach", "--timeout", "2") for name, p in cases}
+        for _, p in cases:  # each target runs its loop before it is attached to, however busy the machine
+            assert p.stdout is not None and p.stdout.readline() == "up\n"
+        # A timeout long enough for a busy machine to run the script; the slow getter outlasts it.
+        done = {name: _parinfo("show", "--pid", str(p.pid), "--attach", "--timeout", "8") for name, p in cases}
     finally:
         for _, p in cases:
             _end(p)
     for name, words in (("exits", "exited"), ("execs", "started another program (exec)"),
                         ("refuses", "an audit hook in it refused the script"),
-                        ("slow", "began the attach script but did not finish its answer within 2 s")):
+                        ("slow", "began the attach script but did not finish its answer within 8 s")):
         result = done[name]
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert words in result.stderr, (name, result.stderr)
