@@ -1,12 +1,12 @@
-"""The one precedence rule for another process's pool counts (parinfo.process.standing), on hand-made
+"""The one precedence rule for another process's pool counts (parinfo.outside.standing), on hand-made
 reads: in force > attached > launch environment > unknown; a prediction is typed as one."""
 from __future__ import annotations
 
 import dataclasses
 
 from parinfo.machine.topology import machine_facts
-from parinfo.process.inforce import IN_FORCE, CountInForce
-from parinfo.process.standing import Standing, decide
+from parinfo.outside.inforce import IN_FORCE, CountInForce
+from parinfo.outside.standing import Standing, decide
 from parinfo.source import Kind, Source, unknown
 
 PATH = "/lib/libgomp.so.1"

@@ -10,7 +10,7 @@ from parinfo.diagnostics import live_rules, process_rules
 from parinfo.diagnostics.model import Report
 from parinfo.machine.memlimit import memory_facts
 from parinfo.machine.pressure import cpu_counters, cpu_pressure, read_pressure
-from parinfo.process.remote import parse_limits
+from parinfo.outside.remote import parse_limits
 from parinfo.process.tasks import parse_stat
 from parinfo.watching.model import GroupUse, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict

@@ -63,7 +63,7 @@ def host(
     if timeout is not None and not attach:
         raise UsageError("--timeout applies to --attach only (parinfo host --attach --timeout S)")
     if attach:
-        from parinfo.process.attach import DEFAULT_TIMEOUT
+        from parinfo.outside.attach import DEFAULT_TIMEOUT
 
         budget: float | None = DEFAULT_TIMEOUT if timeout is None else timeout
     else:

@@ -53,6 +53,6 @@ def watch_interval(value: Any) -> float:
 def attach_timeout(value: Any) -> float:
     """A parser of ``--timeout`` (attach): seconds from 0.1 to the most an attach may wait."""
     import parinfo.checks as checks
-    from parinfo.process.attach import MAX_TIMEOUT
+    from parinfo.outside.attach import MAX_TIMEOUT
 
     return checks.seconds(value, "--timeout", 0.1, MAX_TIMEOUT)

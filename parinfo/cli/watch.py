@@ -166,7 +166,7 @@ def attach_budget(pid: int | None, attach: bool, timeout: float | None, serve: s
     if serve is not None:
         raise UsageError("--attach reads the counts of each printed sample; --serve serves metrics read from "
                          "outside: pick one")
-    from parinfo.process.attach import DEFAULT_TIMEOUT
+    from parinfo.outside.attach import DEFAULT_TIMEOUT
 
     return DEFAULT_TIMEOUT if timeout is None else timeout
 

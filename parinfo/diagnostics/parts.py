@@ -13,10 +13,10 @@ from typing import Any
 from parinfo.convert import FLATTEN, OMIT_NONE, key
 from parinfo.machine.memlimit import MemoryFacts
 from parinfo.machine.pressure import CpuCounters, PressureFacts
+from parinfo.outside.remote import Limits
 from parinfo.process.frameworks import TorchInfo
 from parinfo.process.interpreter import InterpreterFacts
 from parinfo.process.pools import ThreadingLayers
-from parinfo.process.remote import Limits
 from parinfo.process.serving import Served
 from parinfo.record import record
 from parinfo.source import Source

@@ -128,14 +128,14 @@ def _attached(pid: int | None, children: bool, timeout: Any, root: str, imports:
         raise UsageError("attach reads another process (--pid PID): this one's report needs no attach")
     if timeout is not None:
         from parinfo.checks import seconds
-        from parinfo.process.attach import MAX_TIMEOUT
+        from parinfo.outside.attach import MAX_TIMEOUT
 
         timeout = seconds(timeout, "timeout", 0.1, MAX_TIMEOUT)
     if imports or torch or outer_threads is not None:
         raise UsageError("attach reads a process as it is: imports, torch and outer_threads do not apply to it")
     if children:
         from parinfo.diagnostics.attached import inspect_tree
-        from parinfo.process.attach import DEFAULT_TIMEOUT
+        from parinfo.outside.attach import DEFAULT_TIMEOUT
 
         return inspect_tree(pid, DEFAULT_TIMEOUT if timeout is None else timeout, root)
     from parinfo.diagnostics.attached import inspect_attached

@@ -295,7 +295,7 @@ class Runtime:
 
     def attach_state(self, machine: tuple[int, int]) -> dict[str, Any]:
         """What parinfo's attach reads of this runtime from a script it runs on the main thread of
-        this process (:mod:`parinfo.process.attach`), as plain data: ``info`` (:meth:`info` with
+        this process (:mod:`parinfo.outside.attach`), as plain data: ``info`` (:meth:`info` with
         ``machine``, the machine's numbers as parinfo read them outside: nothing is resolved or kept
         behind the process's back); ``applied`` (:meth:`applied_env`, each with ``value``,
         ``profile`` and the sorted ``loaded``); ``gil_reenabled_by`` (the module CPython's warning

@@ -115,7 +115,7 @@ class ParinfoRead:
 
 @record(frozen=True)
 class Answer:
-    """Everything the script answered (see :mod:`parinfo.process.attach.in_target`); ``torch`` is
+    """Everything the script answered (see :mod:`parinfo.outside.attach.in_target`); ``torch`` is
     torch's raw facts (:class:`~parinfo.process.torch_config.TorchFacts`), None when it sent none."""
 
     pid: int
