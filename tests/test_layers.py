@@ -18,10 +18,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
 # Lower number = lower layer. Top-level helpers (errors, safe_text, safe_file, version, payload, record) are usable
-# from every layer; the checks of user input sit with machine (they resolve cgroups through it); what reads another
-# running process (outside) sits above the process facts it uses; the pytest plugin sits with the CLI, at the top.
+# from every layer; what reads another running process (outside) sits above the process facts it uses; the pytest
+# plugin sits with the CLI, at the top.
 LAYER = {"errors": 0, "safe_text": 0, "safe_file": 0, "version": 0, "payload": 0, "record": 0, "machine": 1,
-         "checks": 1, "process": 2, "outside": 3, "runtime": 4,
+         "process": 2, "outside": 3, "runtime": 4,
          "diagnostics": 5, "profiles": 6, "launch": 7, "tuning": 8, "fleet": 8, "watching": 8, "host": 8, "cli": 9,
          "pytest_plugin": 9}
 

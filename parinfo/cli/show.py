@@ -152,7 +152,7 @@ def parse_modules(value: list[str] | None) -> list[str] | None:
             if name.lower() in ("", "none"):
                 continue
             if not all(part.isidentifier() for part in name.split(".")):
-                from parinfo.checks import shown
+                from parinfo.machine.checks import shown
 
                 raise UsageError(f"--import: {shown(name)} is not a module name (use e.g. --import numpy,scipy)")
             mods.append(name)
@@ -190,7 +190,7 @@ def check_level(value: str | None) -> str | None:
     if value is None:
         return None
     if Severity.parse(value) is None:
-        from parinfo.checks import shown
+        from parinfo.machine.checks import shown
 
         raise UsageError(f"--check={shown(value)}: not a level; use --check (warning), --check=error or --check=info")
     return value

@@ -46,7 +46,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     from parinfo.diagnostics import live
 
     if pid is not None:
-        from parinfo.checks import pid as checked_pid
+        from parinfo.machine.checks import pid as checked_pid
 
         pid = checked_pid(pid, "pid")
     if attach:
@@ -127,7 +127,7 @@ def _attached(pid: int | None, children: bool, timeout: Any, root: str, imports:
     if pid is None or live_pid_is_self(pid):
         raise UsageError("attach reads another process (--pid PID): this one's report needs no attach")
     if timeout is not None:
-        from parinfo.checks import seconds
+        from parinfo.machine.checks import seconds
         from parinfo.outside.attach import MAX_TIMEOUT
 
         timeout = seconds(timeout, "timeout", 0.1, MAX_TIMEOUT)

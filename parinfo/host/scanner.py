@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import parinfo.checks as checks
+import parinfo.machine.checks as checks
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.fleet_rows import ProcessLoad
 from parinfo.errors import UsageError

@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from parinfo.checks import shown
 from parinfo.errors import UsageError
+from parinfo.machine.checks import shown
 from parinfo.record import record
 from parinfo.tuning import choices, search, workloads
 from parinfo.tuning.checks import check_int

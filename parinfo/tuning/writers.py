@@ -9,9 +9,9 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import parinfo.safe_file as safe_file
-from parinfo.checks import shown
 from parinfo.convert import FLATTEN
 from parinfo.errors import UsageError
+from parinfo.machine.checks import shown
 from parinfo.record import record
 from parinfo.safe_text import plural
 from parinfo.tuning.choices import TITLES

@@ -80,7 +80,7 @@ class Sampler:
     def __init__(self, pid: int | None, *, children: bool = False, root: str = "/",
                  attach: float | None = None) -> None:
         if attach is not None:
-            from parinfo.checks import seconds
+            from parinfo.machine.checks import seconds
             from parinfo.outside.attach import MAX_TIMEOUT
 
             if pid is None:
@@ -280,7 +280,7 @@ MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
 def check_interval(interval: object, what: str = "interval") -> float:
     """``interval`` (a number, or decimal text as typed after the option ``what``) as seconds;
     UsageError unless it is a number from MIN_INTERVAL to MAX_INTERVAL."""
-    from parinfo.checks import seconds
+    from parinfo.machine.checks import seconds
 
     return seconds(interval, what, MIN_INTERVAL, MAX_INTERVAL)
 
