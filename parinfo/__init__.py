@@ -17,8 +17,8 @@ _EXPORTS: dict[str, str] = {
     "Report": "parinfo.diagnostics.report",
     "machine_facts": "parinfo.machine.topology",
     "MachineFacts": "parinfo.machine.topology",
-    "Source": "parinfo.source",
-    "SourceKind": "parinfo.source",
+    "Source": "parinfo.records.source",
+    "SourceKind": "parinfo.records.source",
     # runtime
     "set_num_threads": "parinfo.runtime",
     "get_num_threads": "parinfo.runtime",
@@ -103,6 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from parinfo.profiles.applying import apply as apply
     from parinfo.profiles.loading import load_profile as load_profile, resolve_profile as resolve_profile
     from parinfo.profiles.plan import Plan as Plan
+    from parinfo.records.source import Source as Source, SourceKind as SourceKind
     from parinfo.runtime import (
         Future as Future,
         fork as fork,
@@ -118,7 +119,6 @@ if TYPE_CHECKING:  # pragma: no cover
         set_num_threads as set_num_threads,
         wait as wait,
     )
-    from parinfo.source import Source as Source, SourceKind as SourceKind
     from parinfo.tuning.sweep import tune as tune
     from parinfo.watching.model import Sample as Sample
     from parinfo.watching.sample import watch as watch

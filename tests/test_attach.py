@@ -637,7 +637,7 @@ def test_the_script_reads_torch_as_the_report_does_and_imports_nothing() -> None
         "before = set(sys.modules)\n"
         "read = in_target._torch(sys.modules, data)\n"
         "loaded = sorted(set(sys.modules) - before)\n"
-        "from parinfo.convert import dump\n"
+        "from parinfo.records.convert import dump\n"
         "print(json.dumps([read, dump(torch_facts(torch)), loaded]))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=clean_env())
     assert done.returncode == 0, done.stderr

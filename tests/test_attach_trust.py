@@ -290,8 +290,8 @@ def test_one_process_that_breaks_its_read_is_one_row_not_the_end_of_the_scan(mon
 
 
 def test_json_out_is_valid_whatever_a_value_holds_and_floats_read_are_finite() -> None:
-    from parinfo.convert import dumps, load
     from parinfo.outside.attach.result import parse
+    from parinfo.records.convert import dumps, load
     from parinfo.runtime.snapshot import RuntimeSection
 
     text = dumps({"a": [float("inf"), -float("inf"), float("nan"), 1.5], "b": {"c": float("inf")}}, indent=2)

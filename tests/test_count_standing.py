@@ -7,7 +7,7 @@ import dataclasses
 from parinfo.machine.topology import machine_facts
 from parinfo.outside.inforce import IN_FORCE, CountInForce
 from parinfo.outside.standing import Standing, decide
-from parinfo.source import Kind, Source, unknown
+from parinfo.records.source import Kind, Source, unknown
 
 PATH = "/lib/libgomp.so.1"
 FACTS = dataclasses.replace(machine_facts(), usable_cpus=2)

@@ -20,7 +20,7 @@ from parinfo.outside import inforce
 from parinfo.outside.inforce import IN_FORCE, PERMISSION, counts_in_force, mapped_files
 from parinfo.process import elfcount
 from parinfo.process.tasks import ProcessGone
-from parinfo.source import Source, SourceKind
+from parinfo.records.source import Source, SourceKind
 
 pytest.importorskip("numpy")
 pytest.importorskip("scipy")
@@ -97,7 +97,7 @@ def test_process_of_another_user_is_read_by_root_and_refused_to_a_third():
         # daemon (uid 1) may read neither nobody's maps nor its memory
         with open(f"/proc/{proc.pid}/maps") as fh:
             maps = fh.read()
-        probe = ("import json, sys; from parinfo.convert import dump; "
+        probe = ("import json, sys; from parinfo.records.convert import dump; "
                  "from parinfo.outside.inforce import counts_in_force\n"
                  "from parinfo.process.tasks import NoAccess\n"
                  "pid, maps = int(sys.argv[1]), sys.stdin.read()\n"

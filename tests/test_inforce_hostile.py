@@ -22,11 +22,11 @@ from crafted_elf import after_load_bloom_zero, build, poke, section, sparse_dyns
 
 import parinfo.host
 import parinfo.machine.procfs
-from parinfo.convert import dump
 from parinfo.outside import inforce
 from parinfo.outside.inforce import IN_FORCE, counts_in_force
 from parinfo.process import elfcount, getter_code, libraries as reg
-from parinfo.source import SourceKind, unknown as unknown_source
+from parinfo.records.convert import dump
+from parinfo.records.source import SourceKind, unknown as unknown_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("gcc") is None,
                                 reason="needs Linux and gcc")

@@ -20,14 +20,14 @@ import pytest
 from conftest import REPO, Targets, clean_env, run_cli, start_target, stop_target
 
 import parinfo.host
-from parinfo.convert import load
 from parinfo.errors import UsageError
 from parinfo.host.scanner import FOLLOW_S, Scanner
 from parinfo.machine import procfs
 from parinfo.machine.procfs import NotAProcess, Proc, ProcessGone
 from parinfo.outside.inforce import IN_FORCE, counts_in_force
 from parinfo.process.pools import PoolRow
-from parinfo.source import unknown as unknown_source
+from parinfo.records.convert import load
+from parinfo.records.source import unknown as unknown_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

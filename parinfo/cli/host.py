@@ -44,9 +44,9 @@ def host(
     import time
 
     from parinfo.cli.show import check_level
-    from parinfo.convert import dumps
     from parinfo.errors import UsageError
     from parinfo.host.scanner import Scanner, check_interval
+    from parinfo.records.convert import dumps
 
     level = check_level(check)
     seconds = check_interval(interval)

@@ -161,8 +161,8 @@ def _watch(line: str) -> None:
     import os
 
     from parinfo.cli.watch import check_tree, render_sample
-    from parinfo.convert import dump
     from parinfo.process.tasks import gone
+    from parinfo.records.convert import dump
     from parinfo.watching.sample import Sampler, check_interval, samples
 
     a = watch_args(line)

@@ -84,7 +84,7 @@ def run(a: ShowArgs) -> int:
         a = a._replace(torch=True)  # torch's block is what the format asks for: its lines need torch
     report = gather(a)
     if a.json_out or a.fmt is Format.json:
-        from parinfo.convert import dumps
+        from parinfo.records.convert import dumps
 
         _echo(dumps(report.to_dict(), indent=2, default=str))
     elif a.fmt is Format.torch:

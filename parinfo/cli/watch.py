@@ -219,7 +219,7 @@ def run(a: WatchArgs) -> int:
                             ends=lambda: f"parinfo: pid {pid} exited; metrics server stopped"
                             if collector.exited() else None)
         return 0
-    from parinfo.convert import dump
+    from parinfo.records.convert import dump
 
     title = "container (parinfo's cgroup)" if pid is None else f"pid {pid}"
     endless = count is None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.parts import ProcessRead
 from parinfo.errors import UsageError
-from parinfo.record import record
+from parinfo.records.record import record
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -134,7 +134,7 @@ class Inside:
         inside has None and "unknown (why)"."""
         import dataclasses
 
-        from parinfo.source import unknown
+        from parinfo.records.source import unknown
 
         explained = {row.filepath: row for row in self.settings}
         out = []
@@ -157,10 +157,10 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
     """Attach to ``pid`` (its runtime rows and loaded objects from its maps, its launch environment
     and machine facts read outside) and explain what it answered, as ``parinfo.inspect()`` would
     inside it. Raises the one-line errors of :func:`parinfo.outside.attach.attach`."""
-    from parinfo.convert import load
     from parinfo.outside import attach
     from parinfo.process import pools, provenance
     from parinfo.process.frameworks import torch_info_of, torch_unread
+    from parinfo.records.convert import load
     from parinfo.runtime.settings import machine_of
     from parinfo.runtime.snapshot import RuntimeSection
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.diagnostics.model import LiveSection, ProcessTree, Report, StackBudget, StackLimit, TreeMember
 from parinfo.diagnostics.parts import ProcessRead
-from parinfo.source import Kind, Source
+from parinfo.records.source import Kind, Source
 
 if TYPE_CHECKING:
     from parinfo.machine.memlimit import MemoryFacts

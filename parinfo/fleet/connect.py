@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 import parinfo.machine.checks as checks
 from parinfo.errors import ConnectError, UsageError
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.safe_text import shorten
 
 #: How long reaching a cluster may take unless told otherwise.

@@ -50,8 +50,8 @@ from parinfo.outside.standing import Decided, Standing, decide
 from parinfo.process import libraries as reg
 from parinfo.process.tasks import CLOCK_TICKS
 from parinfo.process.threads import thread_group
-from parinfo.record import record
-from parinfo.source import unknown as unknown_source
+from parinfo.records.record import record
+from parinfo.records.source import unknown as unknown_source
 
 if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters, PressureFacts

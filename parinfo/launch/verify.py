@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.procfs import Proc
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.safe_text import plural, shorten
 
 if TYPE_CHECKING:  # pragma: no cover

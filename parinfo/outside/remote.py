@@ -15,8 +15,8 @@ import os
 from typing import TYPE_CHECKING
 
 from parinfo.machine.procfs import Proc, gone, pids
-from parinfo.record import record
-from parinfo.source import Kind, Source, unknown
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts

@@ -12,8 +12,8 @@ import enum
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from parinfo.record import record
-from parinfo.source import Kind, Source, unknown
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from parinfo.process import getter_code, libraries as reg
-from parinfo.record import record
+from parinfo.records.record import record
 
 __all__ = ["BUDGET_S", "MAX_ENTRIES", "MAX_FILE", "Place", "locate", "machine_name"]
 

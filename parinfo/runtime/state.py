@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from parinfo.convert import dump
+from parinfo.records.convert import dump
+from parinfo.records.source import Kind, Source
 from parinfo.runtime import workers
 from parinfo.runtime.adaptive import Adaptive
 from parinfo.runtime.follow import BudgetFollower
@@ -26,7 +27,6 @@ from parinfo.runtime.snapshot import PoolCount, RuntimeSection
 from parinfo.runtime.torchfork import TorchForks
 from parinfo.runtime.tracing import Profile, Recorders
 from parinfo.runtime.workers import WorkerSetup
-from parinfo.source import Kind, Source
 
 if TYPE_CHECKING:
     from parinfo.process.provenance import SetByApply

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import UsageError
 from parinfo.machine.checks import shown
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.tuning import choices, search, workloads
 from parinfo.tuning.checks import check_int
 from parinfo.tuning.measure import Settings

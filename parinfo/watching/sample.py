@@ -32,8 +32,8 @@ from parinfo.process.tasks import (
     thread_stats,
 )
 from parinfo.process.threads import thread_group
-from parinfo.record import record
-from parinfo.source import unknown as unknown_source
+from parinfo.records.record import record
+from parinfo.records.source import unknown as unknown_source
 from parinfo.watching.model import GroupUse, InsideCount, ProcessCounts, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict
 

@@ -37,7 +37,7 @@ from parinfo.outside.attach.sender import AttachError, send
 from parinfo.outside.attach.turn import turn
 from parinfo.process import libraries as reg
 from parinfo.process.outer import FRAMEWORK_MODULES
-from parinfo.record import record
+from parinfo.records.record import record
 
 __all__ = ["DEFAULT_TIMEOUT", "MAX_TIMEOUT", "Answer", "AttachError", "Attached", "attach", "script_data"]
 
