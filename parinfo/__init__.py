@@ -13,7 +13,7 @@ from parinfo.version import __version__
 _EXPORTS: dict[str, str] = {
     # inspector
     "inspect": "parinfo.diagnostics.report",
-    "parallel_info": "parinfo.cli.torch_block",
+    "parallel_info": "parinfo.diagnostics.torch_block",
     "Report": "parinfo.diagnostics.report",
     "machine_facts": "parinfo.machine.topology",
     "MachineFacts": "parinfo.machine.topology",
@@ -90,8 +90,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     # The lazy exports above, for type checkers (``X as X``: re-exported).
-    from parinfo.cli.torch_block import parallel_info as parallel_info
     from parinfo.diagnostics.report import Report as Report, inspect as inspect
+    from parinfo.diagnostics.torch_block import parallel_info as parallel_info
     from parinfo.errors import (
         ApplyError as ApplyError,
         ParinfoError as ParinfoError,

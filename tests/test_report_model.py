@@ -14,10 +14,10 @@ from conftest import HAVE_NUMPY, HAVE_TORCH, REPO, clean_env, run_json
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from parinfo.cli.render_text import render_lines
-from parinfo.cli.torch_block import torch_block
 from parinfo.diagnostics.fleet_rows import WorkerRow
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
+from parinfo.diagnostics.torch_block import torch_block
 from parinfo.errors import RecordError, UsageError
 from parinfo.fleet.report import FleetReport
 from parinfo.records.convert import dump, load

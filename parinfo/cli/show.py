@@ -88,7 +88,7 @@ def run(a: ShowArgs) -> int:
 
         _echo(dumps(report.to_dict(), indent=2, default=str))
     elif a.fmt is Format.torch:
-        from parinfo.cli.torch_block import torch_block
+        from parinfo.diagnostics.torch_block import torch_block
         from parinfo.safe_text import escape_controls
 
         _echo("\n".join(escape_controls(line, keep="\t") for line in torch_block(report).split("\n")), nl=False)

@@ -2,8 +2,8 @@
 
 :func:`inspect` gathers the facts from the lower layers (machine, process, runtime) without changing
 anything and returns a :class:`~parinfo.diagnostics.model.Report` (typed sections; ``to_dict`` is
-the ``--json`` payload). The front ends render it (``parinfo.cli.render_text``, and
-``parinfo.cli.torch_block`` for :func:`parinfo.parallel_info`).
+the ``--json`` payload). The front ends render it (``parinfo.cli.render_text``); its torch-style
+text, which :func:`parinfo.parallel_info` returns, is :mod:`parinfo.diagnostics.torch_block`.
 """
 from __future__ import annotations
 
