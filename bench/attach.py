@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from _machine import report_machine
 
     from parinfo.diagnostics.report import inspect
-    from parinfo.process.attach import sender
+    from parinfo.outside.attach import sender
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=30)

@@ -1,4 +1,4 @@
-"""Reading counts in force from outside: parinfo.process.inforce.counts_in_force over N numpy processes.
+"""Reading counts in force from outside: parinfo.outside.inforce.counts_in_force over N numpy processes.
 
 Measured in one run: the first scan (each library file parsed once with pyelftools, then cached),
 a warm scan (cache hits: maps, one open of each file to check its inode, one pread per library), and
@@ -27,7 +27,7 @@ def _maps(pids: list[int]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from parinfo.process import inforce
+    from parinfo.outside import inforce
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--processes", type=int, default=8)

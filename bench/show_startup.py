@@ -4,7 +4,7 @@ Prints the median whole-process wall time of each over interleaved repeats (the 
 every other round), their ratio, and the median of the ratios taken within each round (goal: both
 <= 1.2), then the in-process cost of `parinfo.parallel_info()` after its first call
 (goal: < 5 ms). It also runs `parinfo show` with every record made by `dataclasses.dataclass`
-instead of `parinfo.record` (patched before any parinfo module defines one), to tell whether
+instead of `parinfo.records.record` (patched before any parinfo module defines one), to tell whether
 record.py still earns its place.
 
     python bench/show_startup.py [--repeats 15]
@@ -22,7 +22,7 @@ from _machine import report_machine  # bench/ is on sys.path when run as a scrip
 
 # The same `parinfo show`, run in -c so that the record helper can be replaced first.
 SHOW = "import sys; from parinfo.cli import main; sys.argv = ['parinfo', 'show']; main()\n"
-DATACLASSES = ("import dataclasses, parinfo.record as r\n"
+DATACLASSES = ("import dataclasses, parinfo.records.record as r\n"
                "def _dc(cls=None, /, *, frozen=False, order=False):\n"
                "    make = lambda c: dataclasses.dataclass(frozen=frozen, order=order)(c)\n"
                "    return make if cls is None else make(cls)\n"
@@ -71,7 +71,7 @@ def main() -> None:
     print(f"RATIO parinfo show / threadpoolctl -i numpy = {ratio:.2f} (of the medians); within each round: "
           f"median {quartiles[1]:.2f}, quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f} (goal <= 1.2, both) {verdict}")
     saved = med["show, dataclasses"] - med["show, records"]
-    print(f"records: parinfo.record saves {saved * 1000:.1f} ms of a show against dataclasses.dataclass "
+    print(f"records: parinfo.records.record saves {saved * 1000:.1f} ms of a show against dataclasses.dataclass "
           f"(ratio {med['show, dataclasses'] / med['show, records']:.3f})")
 
     code = (

@@ -13,12 +13,12 @@ from parinfo.version import __version__
 _EXPORTS: dict[str, str] = {
     # inspector
     "inspect": "parinfo.diagnostics.report",
-    "parallel_info": "parinfo.cli.torch_block",
+    "parallel_info": "parinfo.diagnostics.torch_block",
     "Report": "parinfo.diagnostics.report",
     "machine_facts": "parinfo.machine.topology",
     "MachineFacts": "parinfo.machine.topology",
-    "Source": "parinfo.source",
-    "SourceKind": "parinfo.source",
+    "Source": "parinfo.records.source",
+    "SourceKind": "parinfo.records.source",
     # runtime
     "set_num_threads": "parinfo.runtime",
     "get_num_threads": "parinfo.runtime",
@@ -90,8 +90,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     # The lazy exports above, for type checkers (``X as X``: re-exported).
-    from parinfo.cli.torch_block import parallel_info as parallel_info
     from parinfo.diagnostics.report import Report as Report, inspect as inspect
+    from parinfo.diagnostics.torch_block import parallel_info as parallel_info
     from parinfo.errors import (
         ApplyError as ApplyError,
         ParinfoError as ParinfoError,
@@ -103,6 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from parinfo.profiles.applying import apply as apply
     from parinfo.profiles.loading import load_profile as load_profile, resolve_profile as resolve_profile
     from parinfo.profiles.plan import Plan as Plan
+    from parinfo.records.source import Source as Source, SourceKind as SourceKind
     from parinfo.runtime import (
         Future as Future,
         fork as fork,
@@ -118,7 +119,6 @@ if TYPE_CHECKING:  # pragma: no cover
         set_num_threads as set_num_threads,
         wait as wait,
     )
-    from parinfo.source import Source as Source, SourceKind as SourceKind
     from parinfo.tuning.sweep import tune as tune
     from parinfo.watching.model import Sample as Sample
     from parinfo.watching.sample import watch as watch

@@ -57,7 +57,7 @@ class ConnectError(UsageError):
 class RecordError(UsageError, ValueError):
     """Trusted JSON (a test's payload, a report read back) that does not fit its record, said with
     the path of the bad value: ``machine.usable_cpu: unknown key (did you mean usable_cpus?)``,
-    ``pools[2].num_threads: expected int, not str``. Raised by :func:`parinfo.convert.load` with
+    ``pools[2].num_threads: expected int, not str``. Raised by :func:`parinfo.records.convert.load` with
     ``strict=True`` only; the hostile paths never raise it."""
 
     def __init__(self, why: str, path: tuple[str | int, ...] = (), *, of_type: bool = False) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import parinfo.safe_file as safe_file
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.safe_text import plural
 
 _KEY = "parinfo"  # in a worker's workeroutput: what its pools held at the end of its session

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, clean_env
 
-from parinfo.process.attach import channel as chan, in_target, script_data
-from parinfo.process.attach.result import MAX_COUNT, BadAnswer, parse
+from parinfo.outside.attach import channel as chan, in_target, script_data
+from parinfo.outside.attach.result import MAX_COUNT, BadAnswer, parse
 
 # A target: PREP, then "ready", then commands on stdin, each answered by one JSON line: "state"
 # (its modules, environment and Python threads), "report" (its own parinfo.inspect()). Its main
@@ -631,13 +631,13 @@ def test_the_script_reads_torch_as_the_report_does_and_imports_nothing() -> None
     code = (
         "import json, sys, torch\n"
         "torch.set_num_threads(1)\n"
-        "from parinfo.process.attach import in_target, script_data\n"
+        "from parinfo.outside.attach import in_target, script_data\n"
         "from parinfo.process.torch_config import torch_facts\n"
         "data = script_data('/nowhere/r', 't', 1 << 16, [], False, (2, 2))\n"
         "before = set(sys.modules)\n"
         "read = in_target._torch(sys.modules, data)\n"
         "loaded = sorted(set(sys.modules) - before)\n"
-        "from parinfo.convert import dump\n"
+        "from parinfo.records.convert import dump\n"
         "print(json.dumps([read, dump(torch_facts(torch)), loaded]))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=clean_env())
     assert done.returncode == 0, done.stderr

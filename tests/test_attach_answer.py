@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from parinfo.process.attach.result import MAX_COUNT, MAX_ITEMS, MAX_TEXT, BadAnswer, PythonFacts, PyThread, parse
+from parinfo.outside.attach.result import MAX_COUNT, MAX_ITEMS, MAX_TEXT, BadAnswer, PythonFacts, PyThread, parse
 from parinfo.process.provenance import SetByApply
 from parinfo.process.torch_config import TorchFacts
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, clean_env
 
-from parinfo.process.attach import channel as chan
+from parinfo.outside.attach import channel as chan
 
 NOBODY = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
 # A busy target: its main thread runs Python code all the time.
@@ -265,7 +265,7 @@ def test_one_process_that_breaks_its_read_is_one_row_not_the_end_of_the_scan(mon
     and ``watch --attach`` get one line."""
     from parinfo.diagnostics import attached
     from parinfo.host.scanner import Scanner
-    from parinfo.process.attach import AttachError
+    from parinfo.outside.attach import AttachError
 
     def broken(*args: object, **kwargs: object) -> None:
         raise TypeError("attribute name must be string")
@@ -290,8 +290,8 @@ def test_one_process_that_breaks_its_read_is_one_row_not_the_end_of_the_scan(mon
 
 
 def test_json_out_is_valid_whatever_a_value_holds_and_floats_read_are_finite() -> None:
-    from parinfo.convert import dumps, load
-    from parinfo.process.attach.result import parse
+    from parinfo.outside.attach.result import parse
+    from parinfo.records.convert import dumps, load
     from parinfo.runtime.snapshot import RuntimeSection
 
     text = dumps({"a": [float("inf"), -float("inf"), float("nan"), 1.5], "b": {"c": float("inf")}}, indent=2)

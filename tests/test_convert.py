@@ -9,11 +9,11 @@ from typing import Annotated, ClassVar
 
 import pytest
 
-from parinfo.convert import FLATTEN, LOCAL, OMIT_EMPTY, OMIT_NONE, REQUIRED, at_most, between, dump, key, load
 from parinfo.errors import RecordError, UsageError
-from parinfo.record import record
+from parinfo.records.convert import FLATTEN, LOCAL, OMIT_EMPTY, OMIT_NONE, REQUIRED, at_most, between, dump, key, load
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, variable
 from parinfo.runtime.snapshot import RuntimeSection
-from parinfo.source import Kind, Source, variable
 
 
 def lenient(cls, data):

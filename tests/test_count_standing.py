@@ -1,13 +1,13 @@
-"""The one precedence rule for another process's pool counts (parinfo.process.standing), on hand-made
+"""The one precedence rule for another process's pool counts (parinfo.outside.standing), on hand-made
 reads: in force > attached > launch environment > unknown; a prediction is typed as one."""
 from __future__ import annotations
 
 import dataclasses
 
 from parinfo.machine.topology import machine_facts
-from parinfo.process.inforce import IN_FORCE, CountInForce
-from parinfo.process.standing import Standing, decide
-from parinfo.source import Kind, Source, unknown
+from parinfo.outside.inforce import IN_FORCE, CountInForce
+from parinfo.outside.standing import Standing, decide
+from parinfo.records.source import Kind, Source, unknown
 
 PATH = "/lib/libgomp.so.1"
 FACTS = dataclasses.replace(machine_facts(), usable_cpus=2)

@@ -8,10 +8,10 @@ import pytest
 from conftest import clean_env, run_json
 from fake_trees import FakeMachine
 
-from parinfo.convert import dump
 from parinfo.machine import cpuid
 from parinfo.machine.cpuid import cpu_identity
 from parinfo.machine.sysfs import Unreadable
+from parinfo.records.convert import dump
 
 SPR = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -104,7 +104,7 @@ def test_result_is_a_copy(tmp_path):
 
 
 def test_real_machine_fast_path_never_imports_py_cpuinfo():
-    code = ("import json, sys; from parinfo.convert import dump; "
+    code = ("import json, sys; from parinfo.records.convert import dump; "
             "from parinfo.machine.cpuid import cpu_identity; d = dump(cpu_identity()); "
             "d['imported'] = 'cpuinfo' in sys.modules; print(json.dumps(d))")
     d = run_json(code)
@@ -192,7 +192,7 @@ def test_py_cpuinfo_failure_is_unknown(monkeypatch, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_real_py_cpuinfo_runs_once_per_boot(tmp_path):
-    code = ("import json, sys; from parinfo.convert import dump; "
+    code = ("import json, sys; from parinfo.records.convert import dump; "
             "from parinfo.machine.cpuid import cpu_identity; d = dump(cpu_identity(slow=True)); "
             "d['imported'] = 'cpuinfo' in sys.modules; print(json.dumps(d))")
     env = clean_env(XDG_CACHE_HOME=str(tmp_path))
@@ -233,7 +233,7 @@ elif kind == "types":
 elif kind == "deep":
     with open(path, "w") as f:
         f.write("[" * 100_000)
-from parinfo.convert import dump
+from parinfo.records.convert import dump
 t = time.monotonic()
 d = dump(cpuid.cpu_identity(slow=True))
 print(json.dumps({"hz": d["hz_advertised"], "calls": len(calls), "s": time.monotonic() - t}))

@@ -5,10 +5,10 @@ import copy
 
 import pytest
 
-from parinfo.convert import dump
 from parinfo.diagnostics import process_rules
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import at_least
+from parinfo.records.convert import dump
 
 
 def diagnose(sections: dict) -> list:

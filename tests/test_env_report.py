@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from conftest import clean_env, run_json
 
-from parinfo.convert import dump
 from parinfo.process.environment import environment_report, launch_environment
 from parinfo.process.libraries import listed_unset
 from parinfo.process.variables import THREAD_VARS
+from parinfo.records.convert import dump
 
-REPORT = ("import json, os; from parinfo.convert import dump; "
+REPORT = ("import json, os; from parinfo.records.convert import dump; "
           "from parinfo.process.environment import environment_report as r; "
           "print(json.dumps({x.name: dump(x) for x in r()}))")
 
@@ -54,7 +54,7 @@ def test_other_invalid_values():
 
 
 def test_variable_changed_after_launch_is_flagged_from_the_launch_environment():
-    code = ("import os, json; from parinfo.convert import dump; "
+    code = ("import os, json; from parinfo.records.convert import dump; "
             "os.environ['OMP_NUM_THREADS'] = '1'; os.environ.pop('MKL_NUM_THREADS'); "
             "from parinfo.process.environment import environment_report as r; "
             "print(json.dumps({x.name: dump(x) for x in r()}))")

@@ -8,13 +8,13 @@ import pytest
 from conftest import clean_env, run_cli, run_json
 
 import parinfo
-from parinfo.convert import load
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.fleet_rows import WorkerRow
 from parinfo.errors import UsageError
 from parinfo.fleet.report import FleetReport
 from parinfo.process import outer
 from parinfo.process.environment import EnvRow
+from parinfo.records.convert import load
 
 
 def _row(framework, threads, pools, usable=4, cpus=None, worker="w", host="h"):

@@ -7,7 +7,7 @@ from conftest import clean_env, run_json
 from parinfo.process.torch_config import parse_parallel_info
 
 # torch_info() as the JSON the report carries (None when torch is not imported)
-INFO = ("import json, sys; from parinfo.convert import dump; from parinfo.process import frameworks; "
+INFO = ("import json, sys; from parinfo.records.convert import dump; from parinfo.process import frameworks; "
         "torch_info = lambda **kw: (lambda t: None if t is None else dump(t))(frameworks.torch_info(**kw)); ")
 
 NATIVE_TEXT = """ATen/Parallel:

@@ -19,7 +19,7 @@ from conftest import Targets, clean_env, run_cli
 import parinfo.host
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.fleet_rows import ProcessLoad
-from parinfo.source import Kind
+from parinfo.records.source import Kind
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -173,7 +173,7 @@ def test_a_huge_count_is_shown_valid_but_capped_with_what_runs():
     assert f"uses {ceiling} threads" in found["count-above-usable"]["message"]
 
 
-# --- every argument checked the same way (parinfo.checks) ---------------------------------------
+# --- every argument checked the same way (parinfo.machine.checks) ---------------------------------------
 
 ESC = "\x1b]0;PWND\x07\x1b[2J"
 
@@ -292,7 +292,7 @@ def test_inspect_refuses_a_bad_pid(pid):
     ("host", "fe80::1%\x1b"), ("host", "\u2488.com"), ("listen", "example.org:1"), ("listen", "[::1"),
 ])
 def test_checks_refuse_with_one_escaped_line(check, value):
-    from parinfo import checks
+    from parinfo.machine import checks
 
     call = {"integer": lambda v: checks.integer(v, "--n", 0, 10), "seconds": lambda v: checks.seconds(v, "--s", 0, 10),
             "port": lambda v: checks.port(v, "--p", "fix"), "host": lambda v: checks.host(v, "--h", "fix"),
@@ -308,7 +308,7 @@ def test_checks_refuse_with_one_escaped_line(check, value):
     ("::1:1", ("::1", 1)), ("localhost:65535", ("localhost", 65535)), ("0.0.0.0:80", ("0.0.0.0", 80)),
 ])
 def test_listen_addresses_are_kept(value, expected):
-    from parinfo.checks import listen_address
+    from parinfo.machine.checks import listen_address
 
     assert listen_address(value) == expected
 

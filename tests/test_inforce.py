@@ -1,4 +1,4 @@
-"""Counts in force read from another process's memory (parinfo.process.inforce), checked against
+"""Counts in force read from another process's memory (parinfo.outside.inforce), checked against
 the library's own getter run inside that process (threadpoolctl, or the OpenBLAS getter through
 ctypes): real numpy/scipy processes at different counts, one limited after import, under taskset,
 of another user, in another mount and pid namespace, with its library file deleted."""
@@ -16,10 +16,11 @@ import pytest
 from conftest import REPO, clean_env, run_cli, start_target, stop_target
 
 import parinfo.host
-from parinfo.process import elfcount, inforce
-from parinfo.process.inforce import IN_FORCE, PERMISSION, counts_in_force, mapped_files
+from parinfo.outside import inforce
+from parinfo.outside.inforce import IN_FORCE, PERMISSION, counts_in_force, mapped_files
+from parinfo.process import elfcount
 from parinfo.process.tasks import ProcessGone
-from parinfo.source import Source, SourceKind
+from parinfo.records.source import Source, SourceKind
 
 pytest.importorskip("numpy")
 pytest.importorskip("scipy")
@@ -96,8 +97,8 @@ def test_process_of_another_user_is_read_by_root_and_refused_to_a_third():
         # daemon (uid 1) may read neither nobody's maps nor its memory
         with open(f"/proc/{proc.pid}/maps") as fh:
             maps = fh.read()
-        probe = ("import json, sys; from parinfo.convert import dump; "
-                 "from parinfo.process.inforce import counts_in_force\n"
+        probe = ("import json, sys; from parinfo.records.convert import dump; "
+                 "from parinfo.outside.inforce import counts_in_force\n"
                  "from parinfo.process.tasks import NoAccess\n"
                  "pid, maps = int(sys.argv[1]), sys.stdin.read()\n"
                  "try:\n    counts_in_force(pid)\nexcept NoAccess as e:\n    refused = str(e)\n"
@@ -196,7 +197,7 @@ def test_process_in_another_mount_and_pid_namespace_is_read_as_it_sees_its_files
         if not line:
             pytest.skip(f"cannot make namespaces here: {proc.stderr.read() if proc.stderr else ''}")
         truth = json.loads(line)
-        from parinfo.process.remote import children
+        from parinfo.outside.remote import children
 
         target = children(proc.pid)[-1]  # unshare -> (forked) python, pid 1 inside its namespace
         assert truth["pid"] != target and not (inside / "libopenblas_ns.so").exists()
@@ -204,7 +205,7 @@ def test_process_in_another_mount_and_pid_namespace_is_read_as_it_sees_its_files
         # root opens the mapped file through /proc/PID/map_files
         assert [(r.path, r.count, r.source) for r in counts_in_force(target)] == expected
         # the process's own user may not use map_files: it goes through /proc/PID/root
-        probe = ("import json, sys; from parinfo.process.inforce import counts_in_force\n"
+        probe = ("import json, sys; from parinfo.outside.inforce import counts_in_force\n"
                  "rows = counts_in_force(int(sys.argv[1]))\n"
                  "print(json.dumps([[r.path, r.count, r.source.to_json()] for r in rows]))")
         out = subprocess.run([*NOBODY, sys.executable, "-c", probe, str(target)], capture_output=True, text=True,
@@ -249,7 +250,7 @@ def test_maps_text_gives_each_file_once_with_its_load_base():
 
 @ROOT_ONLY
 def test_no_access_to_maps_raises_no_access():
-    probe = ("import sys; from parinfo.process.inforce import counts_in_force\n"
+    probe = ("import sys; from parinfo.outside.inforce import counts_in_force\n"
              "from parinfo.process.tasks import NoAccess\n"
              "try:\n    counts_in_force(1)\nexcept NoAccess as e:\n    print('refused:', e)")
     out = subprocess.run([*NOBODY, sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,

@@ -22,10 +22,11 @@ from crafted_elf import after_load_bloom_zero, build, poke, section, sparse_dyns
 
 import parinfo.host
 import parinfo.machine.procfs
-from parinfo.convert import dump
-from parinfo.process import elfcount, getter_code, inforce, libraries as reg
-from parinfo.process.inforce import IN_FORCE, counts_in_force
-from parinfo.source import SourceKind, unknown as unknown_source
+from parinfo.outside import inforce
+from parinfo.outside.inforce import IN_FORCE, counts_in_force
+from parinfo.process import elfcount, getter_code, libraries as reg
+from parinfo.records.convert import dump
+from parinfo.records.source import SourceKind, unknown as unknown_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("gcc") is None,
                                 reason="needs Linux and gcc")
@@ -355,7 +356,7 @@ def test_a_deleted_library_read_by_its_own_user_is_unknown_with_why(corpus):
     proc, truth = _mapped(path)
     try:
         path.unlink()
-        probe = ("import json, sys; from parinfo.process.inforce import counts_in_force\n"
+        probe = ("import json, sys; from parinfo.outside.inforce import counts_in_force\n"
                  "rows = counts_in_force(int(sys.argv[1]))\n"
                  "print(json.dumps([[r.count, str(r.source), r.path, r.deleted] for r in rows]))")
         out = subprocess.run([*AS_NOBODY, sys.executable, "-c", probe, str(proc.pid)], capture_output=True,

@@ -13,9 +13,9 @@ import sysconfig
 from conftest import run_json
 from test_diagnostics_rules import base, diagnose
 
-from parinfo.convert import dump, load
 from parinfo.process.interpreter import InterpreterFacts, interpreter_facts
 from parinfo.process.pools import PoolRow
+from parinfo.records.convert import dump, load
 
 FT = {"Py_GIL_DISABLED": 1}
 GOMP2 = [load(PoolRow, {"library": "libgomp", "user_api": "openmp", "internal_api": "openmp", "num_threads": 2},

@@ -17,13 +17,13 @@ from typing import NamedTuple
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
-# Lower number = lower layer. Top-level helpers (errors, safe_text, safe_file, version, payload, record) are usable
-# from every layer; the checks of user input sit with machine (they resolve cgroups through it); the pytest plugin
-# sits with the CLI, at the top.
-LAYER = {"errors": 0, "safe_text": 0, "safe_file": 0, "version": 0, "payload": 0, "record": 0, "machine": 1,
-         "checks": 1, "process": 2, "runtime": 3,
-         "diagnostics": 4, "profiles": 5, "launch": 6, "tuning": 7, "fleet": 7, "watching": 7, "host": 7, "cli": 8,
-         "pytest_plugin": 8}
+# Lower number = lower layer. The records (records/) and the loose helpers (errors, safe_text, safe_file, version) are
+# usable from every layer; what reads another running process (outside) sits above the process facts it uses; the pytest
+# plugin sits with the CLI, at the top.
+LAYER = {"errors": 0, "safe_text": 0, "safe_file": 0, "version": 0, "records": 0, "machine": 1,
+         "process": 2, "outside": 3, "runtime": 4,
+         "diagnostics": 5, "profiles": 6, "launch": 7, "tuning": 8, "fleet": 8, "watching": 8, "host": 8, "cli": 9,
+         "pytest_plugin": 9}
 
 
 class Import(NamedTuple):

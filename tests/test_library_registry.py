@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from conftest import clean_env, run_json
 
-from parinfo.convert import dump
 from parinfo.process import libraries as reg
 from parinfo.process.environment import environment_report
 from parinfo.process.variables import THREAD_VARS, validate
+from parinfo.records.convert import dump
 
 PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
 HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 
-SETTINGS = ("import json, os, sys, numba; from parinfo.convert import dump; "
+SETTINGS = ("import json, os, sys, numba; from parinfo.records.convert import dump; "
             "from parinfo.process.provenance import library_settings; "
             "from parinfo.machine.topology import machine_facts; {before}"
             "rows = [dump(r) for r in library_settings([], None, os.environ, None, machine_facts()) "

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from fake_trees import FakeMachine
 
-from parinfo.convert import dump
 from parinfo.diagnostics import live_rules, process_rules
 from parinfo.diagnostics.model import Report
 from parinfo.machine.memlimit import memory_facts
 from parinfo.machine.pressure import cpu_counters, cpu_pressure, read_pressure
-from parinfo.process.remote import parse_limits
+from parinfo.outside.remote import parse_limits
 from parinfo.process.tasks import parse_stat
+from parinfo.records.convert import dump
 from parinfo.watching.model import GroupUse, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict
 

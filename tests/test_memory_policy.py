@@ -14,7 +14,7 @@ import pytest
 from conftest import clean_env, run_cli
 
 from parinfo.machine import mempolicy as mp
-from parinfo.source import Kind
+from parinfo.records.source import Kind
 
 NUMACTL = shutil.which("numactl")
 needs_numactl = pytest.mark.skipif(NUMACTL is None, reason="numactl is not installed")

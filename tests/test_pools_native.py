@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
-from parinfo.convert import dump, load
 from parinfo.process.pools import PoolRow, classify, loaded_objects, owner_of, threading_layers
+from parinfo.records.convert import dump, load
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
@@ -18,7 +18,7 @@ HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 
 @needs_numpy
 def test_numpy_pools_match_threadpoolctl():
-    out = run_json("import json, numpy; from parinfo.convert import dump; "
+    out = run_json("import json, numpy; from parinfo.records.convert import dump; "
                    "from parinfo.process.pools import native_pools; import threadpoolctl; "
                    "print(json.dumps([[dump(r) for r in native_pools()], threadpoolctl.threadpool_info()]))")
     ours, theirs = out
@@ -37,7 +37,7 @@ def test_numpy_pools_match_threadpoolctl():
 @needs_numpy
 @pytest.mark.skipif(not HAVE_SCIPY, reason="scipy is not installed")
 def test_numpy_and_scipy_openblas_are_two_copies_marked_duplicate():
-    rows = run_json("import json, numpy, scipy.linalg; from parinfo.convert import dump; "
+    rows = run_json("import json, numpy, scipy.linalg; from parinfo.records.convert import dump; "
                     "from parinfo.process.pools import native_pools; "
                     "print(json.dumps([dump(r) for r in native_pools()]))")
     blas = [r for r in rows if r["library"] == "openblas"]
@@ -58,7 +58,7 @@ def test_two_libgomp_copies_loaded_by_path_are_duplicates(tmp_path):
     if not bundled.exists():
         pytest.skip("this torch build bundles no libgomp")
     rows = run_json(f"import ctypes, json; ctypes.CDLL({str(system)!r}); ctypes.CDLL({str(bundled)!r}); "
-                    "from parinfo.convert import dump; from parinfo.process.pools import native_pools; "
+                    "from parinfo.records.convert import dump; from parinfo.process.pools import native_pools; "
                     "print(json.dumps([dump(r) for r in native_pools()]))")
     gomp = [r for r in rows if r["library"] == "libgomp"]
     assert len(gomp) == 2 and all(r["copies"] == 2 for r in gomp)
@@ -130,7 +130,7 @@ def test_classify_and_owner():
 
 
 def test_runtimes_threadpoolctl_cannot_see_come_from_loaded_objects():
-    code = ("import json; from parinfo.convert import dump; "
+    code = ("import json; from parinfo.records.convert import dump; "
             "from parinfo.process.pools import native_pools, threading_layers; "
             f"rows = native_pools({FAKE_MAPS!r}); "
             "print(json.dumps([[dump(r) for r in rows], dump(threading_layers(rows))]))")
@@ -165,7 +165,7 @@ def test_threading_layers_in_words():
 
 @pytest.mark.torch
 def test_torch_libgomp_and_mkl_inside_torch_are_pools():
-    out = run_json("import json, torch; from parinfo.convert import dump; "
+    out = run_json("import json, torch; from parinfo.records.convert import dump; "
                    "from parinfo.process.pools import native_pools; "
                    "from parinfo.process.torch_config import parse_parallel_info; "
                    "print(json.dumps([[dump(r) for r in native_pools()],\n"
@@ -187,7 +187,7 @@ def test_torch_libgomp_and_mkl_inside_torch_are_pools():
 
 @pytest.mark.torch
 def test_mkl_inside_torch_follows_mkl_num_threads():
-    rows = run_json("import json, torch; from parinfo.convert import dump; "
+    rows = run_json("import json, torch; from parinfo.records.convert import dump; "
                     "from parinfo.process.pools import native_pools; "
                     "print(json.dumps([dump(r) for r in native_pools()]))", env=clean_env(MKL_NUM_THREADS="1"))
     inside = [r for r in rows if r["library"] == "mkl" and r["owner"] == "torch"]
@@ -214,7 +214,7 @@ def test_tbb_is_a_pool_with_its_count_read_through_getters(prefix, cpus):
     name = _system_tbb()
     if name is None:
         pytest.skip("no libtbb on this machine")
-    code = (f"import ctypes, json, os; ctypes.CDLL({name!r}); from parinfo.convert import dump; "
+    code = (f"import ctypes, json, os; ctypes.CDLL({name!r}); from parinfo.records.convert import dump; "
              "from parinfo.process.pools import native_pools; "
             "rows = [dump(r) for r in native_pools()]; "
             "print(json.dumps([rows, len(os.listdir('/proc/self/task'))]))")

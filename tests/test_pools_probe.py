@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
-PROBE = ("import json, sys; from parinfo.convert import dump; "
+PROBE = ("import json, sys; from parinfo.records.convert import dump; "
          "from parinfo.process.probing import import_probes; r = dump(import_probes({arg})); ")
 
 

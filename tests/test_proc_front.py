@@ -20,14 +20,14 @@ import pytest
 from conftest import REPO, Targets, clean_env, run_cli, start_target, stop_target
 
 import parinfo.host
-from parinfo.convert import load
 from parinfo.errors import UsageError
 from parinfo.host.scanner import FOLLOW_S, Scanner
 from parinfo.machine import procfs
 from parinfo.machine.procfs import NotAProcess, Proc, ProcessGone
-from parinfo.process.inforce import IN_FORCE, counts_in_force
+from parinfo.outside.inforce import IN_FORCE, counts_in_force
 from parinfo.process.pools import PoolRow
-from parinfo.source import unknown as unknown_source
+from parinfo.records.convert import load
+from parinfo.records.source import unknown as unknown_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -337,7 +337,7 @@ def test_a_vanished_process_is_one_line_through_the_cli():
     proc.wait(timeout=30)
     out = run_cli("show", "--pid", str(proc.pid))
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
-    probe = subprocess.run([sys.executable, "-c", f"from parinfo.process.inforce import counts_in_force\n"
+    probe = subprocess.run([sys.executable, "-c", f"from parinfo.outside.inforce import counts_in_force\n"
                             f"counts_in_force({proc.pid})"], capture_output=True, text=True, timeout=60,
                            env=clean_env(PYTHONPATH=str(REPO)))
     assert "ProcessGone" in probe.stderr
@@ -349,7 +349,7 @@ def test_a_count_the_kernel_refused_is_never_replaced_by_a_launch_environment_gu
     the launch environment asks for (said so)."""
     from parinfo.host import scanner as sc
     from parinfo.machine.topology import machine_facts
-    from parinfo.process.inforce import CountInForce
+    from parinfo.outside.inforce import CountInForce
 
     row = load(PoolRow, {"library": "openblas", "filepath": "/lib/libopenblas.so", "owner": "numpy"}, strict=True)
     static = sc._Static(("python",), "python", 0, {"OPENBLAS_NUM_THREADS": "1"}, symbol_maps="x")

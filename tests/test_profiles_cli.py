@@ -43,8 +43,8 @@ def test_apply_prints_every_setting_with_its_why():
 
 
 def test_apply_json_is_the_plan():
-    from parinfo.convert import dump
     from parinfo.profiles.loading import resolve_profile
+    from parinfo.records.convert import dump
 
     proc = run_cli("apply", "latency", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -8,10 +8,10 @@ import pytest
 import yaml
 from profile_machines import MACHINES, machine
 
-from parinfo.convert import dump
 from parinfo.errors import ProfileError, UsageError
 from parinfo.profiles.loading import load_profile, resolve_profile
 from parinfo.profiles.plan import Plan
+from parinfo.records.convert import dump
 
 
 @pytest.fixture

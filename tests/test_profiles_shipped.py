@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from profile_machines import MACHINES
 
-from parinfo.convert import dump
 from parinfo.profiles.loading import list_profiles, load_profile, resolve_profile, shipped_names
+from parinfo.records.convert import dump
 
 SHIPPED = ["balanced", "container", "latency", "multi-instance", "single-thread", "throughput"]
 

@@ -7,19 +7,19 @@ import importlib.util
 import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
-from parinfo.convert import dump, load
 from parinfo.machine.topology import machine_facts
 from parinfo.process.frameworks import TorchInfo
 from parinfo.process.pools import PoolRow
 from parinfo.process.provenance import MODELS, RUNTIME, explain, library_settings, predict
-from parinfo.source import SourceKind
+from parinfo.records.convert import dump, load
+from parinfo.records.source import SourceKind
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 
 SETTINGS = ("import json, os{imports}; {before}from parinfo.process.pools import native_pools; "
             "from parinfo.process.frameworks import torch_info; "
-            "from parinfo.convert import dump; from parinfo.process.provenance import library_settings; "
+            "from parinfo.records.convert import dump; from parinfo.process.provenance import library_settings; "
             "from parinfo.machine.topology import machine_facts; "
             "print(json.dumps([dump(r) for r in library_settings(native_pools(), torch_info(), os.environ, None, "
             "machine_facts())]))")
@@ -154,7 +154,7 @@ def test_numexpr_is_modelled_when_imported(tmp_path):
         "import os\nncores = 8\nMAX_THREADS = 64\n"
         "nthreads = int(os.environ.get('NUMEXPR_NUM_THREADS') or os.environ.get('OMP_NUM_THREADS') or 8)\n"
         "def get_num_threads():\n    return nthreads\n")
-    code = ("import json, os, numexpr; from parinfo.convert import dump; "
+    code = ("import json, os, numexpr; from parinfo.records.convert import dump; "
             "from parinfo.process.provenance import library_settings; "
             "from parinfo.machine.topology import machine_facts; "
             "rows = library_settings([], None, os.environ, None, machine_facts()); "
@@ -217,7 +217,7 @@ def test_torch_sets_the_libraries_its_records_say_it_sets_along():
 AFTER_APPLY = """
 import json
 import parinfo
-from parinfo.convert import dump
+from parinfo.records.convert import dump
 parinfo.apply({profile!r})
 {late}
 report = parinfo.inspect()

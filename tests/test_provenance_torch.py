@@ -6,7 +6,7 @@ from conftest import clean_env, run_json
 
 pytestmark = pytest.mark.torch
 
-CODE = ("import json, os, torch; from parinfo.convert import dump; "
+CODE = ("import json, os, torch; from parinfo.records.convert import dump; "
         "{before}from parinfo.process.pools import native_pools; "
         "from parinfo.process.frameworks import torch_info; from parinfo.process.provenance import library_settings; "
         "from parinfo.machine.topology import machine_facts; "

@@ -15,14 +15,14 @@ import real_cgroup
 from conftest import clean_env, run_cli
 from fake_trees import FakeMachine
 
-from parinfo.convert import dump, load
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
 from parinfo.errors import ProfileError, UsageError
 from parinfo.machine.rounding import round_quota
 from parinfo.machine.topology import MachineFacts, machine_facts
 from parinfo.profiles.loading import resolve_profile
-from parinfo.source import SourceKind, profile, variable
+from parinfo.records.convert import dump, load
+from parinfo.records.source import SourceKind, profile, variable
 
 
 def _v2(tmp_path, cpus: int, cpu_max: dict[str, str], path: str = "/job") -> str:

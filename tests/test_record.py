@@ -1,4 +1,4 @@
-"""parinfo.record behaves as the dataclass it stands in for: each case is checked against
+"""parinfo.records.record behaves as the dataclass it stands in for: each case is checked against
 ``dataclasses.dataclass`` on the same class body."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 
-from parinfo.record import record
+from parinfo.records.record import record
 
 
 def _pair(frozen: bool = False, order: bool = False):

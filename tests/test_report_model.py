@@ -14,13 +14,13 @@ from conftest import HAVE_NUMPY, HAVE_TORCH, REPO, clean_env, run_json
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from parinfo.cli.render_text import render_lines
-from parinfo.cli.torch_block import torch_block
-from parinfo.convert import dump, load
 from parinfo.diagnostics.fleet_rows import WorkerRow
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
+from parinfo.diagnostics.torch_block import torch_block
 from parinfo.errors import RecordError, UsageError
 from parinfo.fleet.report import FleetReport
+from parinfo.records.convert import dump, load
 
 SCHEMA = json.loads((REPO / "parinfo" / "diagnostics" / "report.schema.json").read_text())
 SECTIONS = ("process", "probes", "machine", "cpu", "runtime", "backend", "pools", "frameworks", "settings",

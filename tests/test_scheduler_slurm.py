@@ -11,12 +11,12 @@ import pytest
 from conftest import clean_env, run_cli
 from fake_trees import FakeMachine
 
-from parinfo.convert import dump
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
 from parinfo.machine.scheduler import allocation
 from parinfo.machine.topology import machine_facts
-from parinfo.source import SourceKind
+from parinfo.records.convert import dump
+from parinfo.records.source import SourceKind
 
 
 @pytest.mark.parametrize(("env", "cpus", "source"), [

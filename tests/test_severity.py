@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from parinfo.convert import dump, load
 from parinfo.diagnostics.findings import WORST_FIRST, Finding, Severity, at_least, sort_findings
 from parinfo.diagnostics.sections import findings_by_severity
+from parinfo.records.convert import dump, load
 
 
 def _finding(fid: str, severity: Severity) -> Finding:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import clean_env, run_cli, start_target, stop_target
 
-from parinfo.process.inforce import IN_FORCE
-from parinfo.process.remote import FROM_LAUNCH
+from parinfo.outside.inforce import IN_FORCE
+from parinfo.outside.remote import FROM_LAUNCH
 from parinfo.process.tasks import ProcessGone
 
 NUMPY_TARGET = """

@@ -6,11 +6,11 @@ import json
 import pytest
 
 import parinfo
-from parinfo.convert import dump, load
 from parinfo.diagnostics.model import Report
+from parinfo.records.convert import dump, load
+from parinfo.records.source import EXPLICIT_CALL, Kind, Source, SourceKind, parinfo_default, profile, variable
 from parinfo.runtime.settings import RuntimeSettings
 from parinfo.runtime.snapshot import Push
-from parinfo.source import EXPLICIT_CALL, Kind, Source, SourceKind, parinfo_default, profile, variable
 
 
 def test_the_record_round_trips_and_reads_older_words():

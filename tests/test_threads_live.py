@@ -5,8 +5,8 @@ import subprocess
 import sys
 import threading
 
-from parinfo.convert import dump
 from parinfo.process.threads import live_threads
+from parinfo.records.convert import dump
 
 
 def test_counts_this_process_threads_and_follows_a_new_one():

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 from fake_trees import FakeMachine
 
-from parinfo.convert import dump
 from parinfo.machine import sysfs as _sysfs
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.topology import USABLE_RULE, MachineFacts, machine_facts
+from parinfo.records.convert import dump
 
 
 def test_two_sockets_28_cores_smt_numa(tmp_path):

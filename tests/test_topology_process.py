@@ -14,7 +14,7 @@ from conftest import clean_env, run_json
 
 from parinfo.machine.topology import machine_facts
 
-FACTS = ("import json; from parinfo.convert import dump; from parinfo.machine.topology import machine_facts; "
+FACTS = ("import json; from parinfo.records.convert import dump; from parinfo.machine.topology import machine_facts; "
          "print(json.dumps(dump(machine_facts())))")
 
 needs_taskset = pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset is not installed")

@@ -117,7 +117,7 @@ print(json.dumps({"truth": truth, "rows": rows, "torch": torch.get_num_threads()
 HAVE_NUMEXPR = importlib.util.find_spec("numexpr") is not None
 _NUMEXPR_TRUTH = """
 import json, numexpr, parinfo
-from parinfo.convert import dump
+from parinfo.records.convert import dump
 r = parinfo.inspect()
 row = dump(next(x for x in r.settings if x.library == "numexpr"))
 print(json.dumps({"truth": numexpr.get_num_threads(), "pool": numexpr.MAX_THREADS, "row": row,

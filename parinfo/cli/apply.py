@@ -36,7 +36,7 @@ def apply_cmd(a: ApplyArgs) -> int:
     if a.json_out:
         import json
 
-        from parinfo.convert import dump
+        from parinfo.records.convert import dump
 
         typer.echo(json.dumps(dump(plan), indent=2))
     elif a.export:

@@ -44,9 +44,9 @@ def host(
     import time
 
     from parinfo.cli.show import check_level
-    from parinfo.convert import dumps
     from parinfo.errors import UsageError
     from parinfo.host.scanner import Scanner, check_interval
+    from parinfo.records.convert import dumps
 
     level = check_level(check)
     seconds = check_interval(interval)
@@ -63,7 +63,7 @@ def host(
     if timeout is not None and not attach:
         raise UsageError("--timeout applies to --attach only (parinfo host --attach --timeout S)")
     if attach:
-        from parinfo.process.attach import DEFAULT_TIMEOUT
+        from parinfo.outside.attach import DEFAULT_TIMEOUT
 
         budget: float | None = DEFAULT_TIMEOUT if timeout is None else timeout
     else:

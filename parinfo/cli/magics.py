@@ -124,7 +124,7 @@ def report_bundle(line: str) -> dict[str, Any]:
         payload = json.loads(json.dumps(report.to_dict(), default=str))
         return {"application/json": payload, "text/plain": json.dumps(payload, indent=2)}
     if a.fmt is Format.torch:
-        from parinfo.cli.torch_block import torch_block
+        from parinfo.diagnostics.torch_block import torch_block
         from parinfo.safe_text import escape_controls
 
         return _text("\n".join(escape_controls(line, keep="\t") for line in torch_block(report).split("\n")))
@@ -161,8 +161,8 @@ def _watch(line: str) -> None:
     import os
 
     from parinfo.cli.watch import check_tree, render_sample
-    from parinfo.convert import dump
     from parinfo.process.tasks import gone
+    from parinfo.records.convert import dump
     from parinfo.watching.sample import Sampler, check_interval, samples
 
     a = watch_args(line)

@@ -84,11 +84,11 @@ def run(a: ShowArgs) -> int:
         a = a._replace(torch=True)  # torch's block is what the format asks for: its lines need torch
     report = gather(a)
     if a.json_out or a.fmt is Format.json:
-        from parinfo.convert import dumps
+        from parinfo.records.convert import dumps
 
         _echo(dumps(report.to_dict(), indent=2, default=str))
     elif a.fmt is Format.torch:
-        from parinfo.cli.torch_block import torch_block
+        from parinfo.diagnostics.torch_block import torch_block
         from parinfo.safe_text import escape_controls
 
         _echo("\n".join(escape_controls(line, keep="\t") for line in torch_block(report).split("\n")), nl=False)
@@ -152,7 +152,7 @@ def parse_modules(value: list[str] | None) -> list[str] | None:
             if name.lower() in ("", "none"):
                 continue
             if not all(part.isidentifier() for part in name.split(".")):
-                from parinfo.checks import shown
+                from parinfo.machine.checks import shown
 
                 raise UsageError(f"--import: {shown(name)} is not a module name (use e.g. --import numpy,scipy)")
             mods.append(name)
@@ -190,7 +190,7 @@ def check_level(value: str | None) -> str | None:
     if value is None:
         return None
     if Severity.parse(value) is None:
-        from parinfo.checks import shown
+        from parinfo.machine.checks import shown
 
         raise UsageError(f"--check={shown(value)}: not a level; use --check (warning), --check=error or --check=info")
     return value

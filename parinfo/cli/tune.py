@@ -80,8 +80,8 @@ def tune(
     """
     import os
 
-    from parinfo.checks import shown
     from parinfo.errors import UsageError
+    from parinfo.machine.checks import shown
     from parinfo.tuning.measure import WorkloadFailed
     from parinfo.tuning.options import TuneOptions
     from parinfo.tuning.plot import check_plot_path

@@ -166,7 +166,7 @@ def attach_budget(pid: int | None, attach: bool, timeout: float | None, serve: s
     if serve is not None:
         raise UsageError("--attach reads the counts of each printed sample; --serve serves metrics read from "
                          "outside: pick one")
-    from parinfo.process.attach import DEFAULT_TIMEOUT
+    from parinfo.outside.attach import DEFAULT_TIMEOUT
 
     return DEFAULT_TIMEOUT if timeout is None else timeout
 
@@ -219,7 +219,7 @@ def run(a: WatchArgs) -> int:
                             ends=lambda: f"parinfo: pid {pid} exited; metrics server stopped"
                             if collector.exited() else None)
         return 0
-    from parinfo.convert import dump
+    from parinfo.records.convert import dump
 
     title = "container (parinfo's cgroup)" if pid is None else f"pid {pid}"
     endless = count is None

@@ -2,7 +2,7 @@
 
 What the process holds inside (each pool's count through the library's own getter, torch's counts,
 the environment now, its Python threads, parinfo's runtime when it runs there) comes from the
-script :func:`parinfo.process.attach.attach` runs in it; the rest (its files, launch environment,
+script :func:`parinfo.outside.attach.attach` runs in it; the rest (its files, launch environment,
 OS threads, machine facts, live counters) is read from /proc as for ``show --pid``. The report is
 then assembled by the same functions :func:`parinfo.diagnostics.report.inspect` uses inside a
 process, so that every count and its source read the same as the process's own ``parinfo.inspect()``
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.parts import ProcessRead
 from parinfo.errors import UsageError
-from parinfo.record import record
+from parinfo.records.record import record
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
-    from parinfo.process.attach import Attached
-    from parinfo.process.attach.result import Answer
+    from parinfo.outside.attach import Attached
+    from parinfo.outside.attach.result import Answer
     from parinfo.process.frameworks import TorchInfo
     from parinfo.process.pools import PoolRow
     from parinfo.process.provenance import ModuleLibrary, SettingRow
@@ -134,7 +134,7 @@ class Inside:
         inside has None and "unknown (why)"."""
         import dataclasses
 
-        from parinfo.source import unknown
+        from parinfo.records.source import unknown
 
         explained = {row.filepath: row for row in self.settings}
         out = []
@@ -156,10 +156,11 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
                 facts: MachineFacts, timeout: float) -> Inside:
     """Attach to ``pid`` (its runtime rows and loaded objects from its maps, its launch environment
     and machine facts read outside) and explain what it answered, as ``parinfo.inspect()`` would
-    inside it. Raises the one-line errors of :func:`parinfo.process.attach.attach`."""
-    from parinfo.convert import load
-    from parinfo.process import attach, pools, provenance
+    inside it. Raises the one-line errors of :func:`parinfo.outside.attach.attach`."""
+    from parinfo.outside import attach
+    from parinfo.process import pools, provenance
     from parinfo.process.frameworks import torch_info_of, torch_unread
+    from parinfo.records.convert import load
     from parinfo.runtime.settings import machine_of
     from parinfo.runtime.snapshot import RuntimeSection
 
@@ -186,13 +187,14 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
 
 def read_process(pid: int, timeout: float, root: str = "/") -> Inside:
     """Attach to ``pid``, its maps, launch environment and machine facts read outside first (see
-    :func:`read_inside`). Raises the one-line errors of :func:`parinfo.process.attach.attach` (one
+    :func:`read_inside`). Raises the one-line errors of :func:`parinfo.outside.attach.attach` (one
     too for an answer that breaks its reading in any way), and
     ProcessGone or NotAProcess for a pid that names no process parinfo can report on."""
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
     from parinfo.machine.unknown import unknown
-    from parinfo.process import attach, pools, remote
+    from parinfo.outside import attach, remote
+    from parinfo.process import pools
     from parinfo.process.tasks import NoAccess
 
     remote.check_pid(pid)
@@ -233,7 +235,7 @@ def unreadable(pid: int, exc: Exception) -> str:
 
 def waits_for_parinfo(pid: int, ancestors: Collection[int]) -> str | None:
     """Why parinfo does not try to attach to ``pid`` in a tree or a scan, or None: it is parinfo
-    itself, or one of its ancestors (``ancestors``: :func:`parinfo.process.remote.ancestors`), a
+    itself, or one of its ancestors (``ancestors``: :func:`parinfo.outside.remote.ancestors`), a
     shell, test runner or launcher that waits for parinfo to end, typically in a call into C: its
     main thread would run the script only once parinfo has gone, and the time would be spent for
     nothing."""
@@ -254,7 +256,7 @@ def read_tree(pids: list[int], budget: float, root: str = "/") -> TreeRead:
     an ancestor that waits for it: :func:`waits_for_parinfo`) or left untried once the time is
     spent, says why, and its counts are read from outside by the caller. Never raises for one
     process: a tree's reading goes on."""
-    from parinfo.process.remote import ancestors
+    from parinfo.outside.remote import ancestors
 
     deadline = time.monotonic() + budget
     began = time.monotonic()
@@ -291,7 +293,7 @@ def inspect_tree(pid: int, timeout: float, root: str = "/") -> Report:
     (:func:`read_tree`), its pools' counts with the sources its own report gives; the others read
     from outside; ``process.tree_reads`` says how each process was read."""
     from parinfo.diagnostics.live import inspect_pid
-    from parinfo.process import remote
+    from parinfo.outside import remote
 
     remote.check_pid(pid)
     members = [pid, *remote.children(pid)]
@@ -304,7 +306,7 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     """The report of process ``pid`` (CPython 3.14+) read from inside through ``sys.remote_exec``.
 
     Raises a one-line usage error when it cannot be had: ProcessGone, NotAProcess (a kernel thread,
-    a zombie), or :class:`parinfo.process.attach.AttachError` (an older Python, remote debugging
+    a zombie), or :class:`parinfo.outside.attach.AttachError` (an older Python, remote debugging
     off, not permitted, no Python code run within ``timeout`` seconds...).
     """
     from parinfo.diagnostics.live import live_section
@@ -314,7 +316,8 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.mempolicy import memory_policy
     from parinfo.machine.unknown import unknown
-    from parinfo.process import attach, environment as envmod, outer, pools, remote
+    from parinfo.outside import attach, remote
+    from parinfo.process import environment as envmod, outer, pools
     from parinfo.process.interpreter import interpreter_facts
     from parinfo.process.probing import Probes
 

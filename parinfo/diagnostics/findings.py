@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import field
 from enum import Enum
 
-from parinfo.convert import REQUIRED
-from parinfo.record import record
+from parinfo.records.convert import REQUIRED
+from parinfo.records.record import record
 
 
 class Severity(str, Enum):

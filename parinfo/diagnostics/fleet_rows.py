@@ -16,10 +16,10 @@ from typing import Any
 
 from parinfo.diagnostics.findings import Finding
 from parinfo.diagnostics.model import Report
-from parinfo.payload import rows, section, text
 from parinfo.process.environment import EnvRow
 from parinfo.process.pools import PoolRow
-from parinfo.record import record
+from parinfo.records.payload import rows, section, text
+from parinfo.records.record import record
 
 #: The machine facts and pool fields a worker row carries (the rest stays in the worker).
 MACHINE_KEYS = ("usable_cpus", "usable_cpu_list", "quota", "cpuset", "logical_cpus", "cgroup_path")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.diagnostics.model import LiveSection, ProcessTree, Report, StackBudget, StackLimit, TreeMember
 from parinfo.diagnostics.parts import ProcessRead
-from parinfo.source import Kind, Source
+from parinfo.records.source import Kind, Source
 
 if TYPE_CHECKING:
     from parinfo.machine.memlimit import MemoryFacts
@@ -43,7 +43,7 @@ def _counts_text(readable: tuple[str, ...]) -> str:
 
 
 def _stack_budget(pid: int | None, threads: int | None, memory: MemoryFacts) -> StackBudget:
-    from parinfo.process.remote import limits
+    from parinfo.outside.remote import limits
 
     try:
         lim = limits(pid)
@@ -142,7 +142,8 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
     from parinfo.machine.unknown import unknown
-    from parinfo.process import environment as envmod, libraries as reg, pools, remote, threads as thr
+    from parinfo.outside import remote
+    from parinfo.process import environment as envmod, libraries as reg, pools, threads as thr
     from parinfo.process.probing import Probes
     from parinfo.process.tasks import NoAccess, ProcessGone, exited_during_read
 
@@ -220,7 +221,7 @@ def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str],
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
     from parinfo.machine.unknown import unknown
-    from parinfo.process import remote
+    from parinfo.outside import remote
     from parinfo.process.tasks import NoAccess, ProcessGone
 
     out: list[PoolRow] = []

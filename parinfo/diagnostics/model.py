@@ -5,17 +5,17 @@ definition, next to the code that reads it: :class:`~parinfo.machine.topology.Ma
 :class:`~parinfo.machine.cpuid.CpuIdentity`, the live counters of :mod:`parinfo.machine.pressure`
 and :mod:`parinfo.machine.memlimit`, and the rows of :mod:`parinfo.process` (pools, settings,
 variables, torch, outer threads, OS threads, probes). Each record says on its fields how it
-travels as JSON (:mod:`parinfo.convert`). The sections only the report assembles (the
+travels as JSON (:mod:`parinfo.records.convert`). The sections only the report assembles (the
 process, parinfo's runtime as ``parinfo.runtime.info()`` gives it, the backends, the live evidence)
 are defined in :mod:`parinfo.diagnostics.parts` and named here too.
 
-:meth:`Report.from_dict` (:func:`parinfo.convert.load`) is the one parse path: a report from
+:meth:`Report.from_dict` (:func:`parinfo.records.convert.load`) is the one parse path: a report from
 another process (a fleet worker), from an older or newer parinfo, or a hand-made dict in a test
 becomes typed sections there. It reads strictly by default (a report read back, a test's payload:
 an unknown key or a value of the wrong type is a RecordError naming its path; a missing field
 takes its default); with ``strict=False`` (another process, another user) a field that is missing
 or odd is unknown, never an error. The rules only ever see typed sections.
-:meth:`Report.to_dict` (:func:`parinfo.convert.dump`) is the ``--json`` payload (report.schema.json).
+:meth:`Report.to_dict` (:func:`parinfo.records.convert.dump`) is the ``--json`` payload (report.schema.json).
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from parinfo.convert import dump, load
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.diagnostics.parts import (
     Backend as Backend,
@@ -45,7 +44,8 @@ from parinfo.process.pools import PoolRow
 from parinfo.process.probing import Probes
 from parinfo.process.provenance import SettingRow
 from parinfo.process.threads import ThreadList
-from parinfo.record import record
+from parinfo.records.convert import dump, load
+from parinfo.records.record import record
 from parinfo.runtime.snapshot import PoolCount as PoolCount, RuntimeSection as RuntimeSection
 from parinfo.version import __version__
 

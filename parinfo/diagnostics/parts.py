@@ -10,16 +10,16 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from parinfo.convert import FLATTEN, OMIT_NONE, key
 from parinfo.machine.memlimit import MemoryFacts
 from parinfo.machine.pressure import CpuCounters, PressureFacts
+from parinfo.outside.remote import Limits
 from parinfo.process.frameworks import TorchInfo
 from parinfo.process.interpreter import InterpreterFacts
 from parinfo.process.pools import ThreadingLayers
-from parinfo.process.remote import Limits
 from parinfo.process.serving import Served
-from parinfo.record import record
-from parinfo.source import Source
+from parinfo.records.convert import FLATTEN, OMIT_NONE, key
+from parinfo.records.record import record
+from parinfo.records.source import Source
 
 # platform.python_implementation()'s names, without importing platform (1 ms of every start-up)
 IMPLEMENTATIONS = {"cpython": "CPython", "pypy": "PyPy", "ironpython": "IronPython", "jython": "Jython"}

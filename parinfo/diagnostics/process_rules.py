@@ -19,8 +19,8 @@ from parinfo.process import libraries as reg
 from parinfo.process.pools import PoolRow
 from parinfo.process.provenance import SettingRow
 from parinfo.process.serving import bypassed_by_parinfo
+from parinfo.records.source import Kind
 from parinfo.safe_text import plural
-from parinfo.source import Kind
 
 __all__ = ["RULES", "Finding", "Rule", "Severity", "at_least", "diagnose", "interop_fix"]
 

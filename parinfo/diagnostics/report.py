@@ -2,8 +2,8 @@
 
 :func:`inspect` gathers the facts from the lower layers (machine, process, runtime) without changing
 anything and returns a :class:`~parinfo.diagnostics.model.Report` (typed sections; ``to_dict`` is
-the ``--json`` payload). The front ends render it (``parinfo.cli.render_text``, and
-``parinfo.cli.torch_block`` for :func:`parinfo.parallel_info`).
+the ``--json`` payload). The front ends render it (``parinfo.cli.render_text``); its torch-style
+text, which :func:`parinfo.parallel_info` returns, is :mod:`parinfo.diagnostics.torch_block`.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     from parinfo.diagnostics import live
 
     if pid is not None:
-        from parinfo.checks import pid as checked_pid
+        from parinfo.machine.checks import pid as checked_pid
 
         pid = checked_pid(pid, "pid")
     if attach:
@@ -127,15 +127,15 @@ def _attached(pid: int | None, children: bool, timeout: Any, root: str, imports:
     if pid is None or live_pid_is_self(pid):
         raise UsageError("attach reads another process (--pid PID): this one's report needs no attach")
     if timeout is not None:
-        from parinfo.checks import seconds
-        from parinfo.process.attach import MAX_TIMEOUT
+        from parinfo.machine.checks import seconds
+        from parinfo.outside.attach import MAX_TIMEOUT
 
         timeout = seconds(timeout, "timeout", 0.1, MAX_TIMEOUT)
     if imports or torch or outer_threads is not None:
         raise UsageError("attach reads a process as it is: imports, torch and outer_threads do not apply to it")
     if children:
         from parinfo.diagnostics.attached import inspect_tree
-        from parinfo.process.attach import DEFAULT_TIMEOUT
+        from parinfo.outside.attach import DEFAULT_TIMEOUT
 
         return inspect_tree(pid, DEFAULT_TIMEOUT if timeout is None else timeout, root)
     from parinfo.diagnostics.attached import inspect_attached

@@ -29,9 +29,9 @@ from parinfo.diagnostics.wording import (
 )
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process.threads import thread_group
-from parinfo.record import record
+from parinfo.records.record import record
+from parinfo.records.source import Kind
 from parinfo.safe_text import plural
-from parinfo.source import Kind
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.findings import Finding, Severity

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process.libraries import find
+from parinfo.records.source import Kind
 from parinfo.safe_text import plural
-from parinfo.source import Kind
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.parts import StackBudget

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-import parinfo.checks as checks
+import parinfo.machine.checks as checks
 from parinfo.errors import ConnectError, UsageError
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.safe_text import shorten
 
 #: How long reaching a cluster may take unless told otherwise.
@@ -74,7 +74,7 @@ def connect_timeout(value: Any) -> float:
 
 
 def _split(kind: str, text: str, scheme: str, rest: str, example: str) -> Address:
-    """Host and port of ``scheme://rest``, checked (:mod:`parinfo.checks`) before any resolver sees
+    """Host and port of ``scheme://rest``, checked (:mod:`parinfo.machine.checks`) before any resolver sees
     them: a well-formed host, a port 1-65535, nothing else."""
     fix = f"give HOST:PORT, e.g. {example}"
 

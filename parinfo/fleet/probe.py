@@ -73,11 +73,11 @@ def worker_row(worker: str, per_thread: list[ThreadPools] | None = None) -> dict
     travels to the client): host identity, pid, usable CPUs, outer threads, every pool with its
     count and copy, the thread variables with who set them, and the findings (the single-process
     rules and ``outer-times-inner``, over per-thread counts when given)."""
-    from parinfo.convert import dump
     from parinfo.diagnostics import fleet_rules
     from parinfo.diagnostics.findings import sort_findings
     from parinfo.diagnostics.fleet_rows import WorkerRow
     from parinfo.diagnostics.report import inspect
+    from parinfo.records.convert import dump
 
     report = inspect(imports=[])
     row = WorkerRow(worker, host_identity(report.machine), report, per_thread)

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from parinfo.convert import dump, load
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.diagnostics.fleet_rows import HostSummary, WorkerRow
-from parinfo.record import record
+from parinfo.records.convert import dump, load
+from parinfo.records.record import record
 from parinfo.safe_text import plural
 
 #: Version of :meth:`FleetReport.to_dict`; bumped on any incompatible change (docs/fleet.md).
@@ -36,7 +36,7 @@ class FleetReport:
                   strict: bool) -> FleetReport:
         """Parse the worker rows (a row that is not a JSON object is listed in ``cluster["failed"]``),
         group them by host and judge each host. ``strict``: how far the rows are trusted
-        (:func:`parinfo.convert.load`): False for what workers answer, True for a test's rows."""
+        (:func:`parinfo.records.convert.load`): False for what workers answer, True for a test's rows."""
         parsed = []
         for i, row in enumerate(rows):
             if isinstance(row, Mapping):

@@ -2,12 +2,12 @@
 
 One scan walks /proc: per process its CPUs (affinity and its cgroup's quota and cpuset), the
 native pools mapped into it with each count in force where the library exposes it (read from the
-process's memory, see :mod:`parinfo.process.inforce`) or else the count its launch environment
+process's memory, see :mod:`parinfo.outside.inforce`) or else the count its launch environment
 asks for (said so, never shown as in force), its OS threads by state; per cgroup whose limit binds
 (the machine's root when none) the threads its processes can run at once against its usable CPUs,
 the runnable threads, and throttling and CPU pressure over the interval; with ``attach``, the
 counts of each CPython 3.14+ process read from inside it (opt-in, bounded in total time, marked
-attached: :mod:`parinfo.process.attach`); families (processes with
+attached: :mod:`parinfo.outside.attach`); families (processes with
 one parent and one command: server workers, multiprocessing and loky pools, torchrun ranks) and the
 finding ``host-oversubscribed``. The processes are never stopped, traced or signalled.
 

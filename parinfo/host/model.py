@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-from parinfo.convert import dump, key
 from parinfo.diagnostics.findings import Finding, Severity, at_least
-from parinfo.record import record
+from parinfo.records.convert import dump, key
+from parinfo.records.record import record
+from parinfo.records.source import Source
 from parinfo.safe_text import escape_controls, plural
-from parinfo.source import Source
 from parinfo.watching.model import ThrottleUse
 
 #: Version of :meth:`HostReport.to_dict`; bumped on any incompatible change (docs/host.md).

@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import parinfo.checks as checks
+import parinfo.machine.checks as checks
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.fleet_rows import ProcessLoad
 from parinfo.errors import UsageError
@@ -46,17 +46,17 @@ from parinfo.host.model import (
 from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ, pids
 from parinfo.machine.topology import REREAD_S
 from parinfo.machine.unknown import unknown
+from parinfo.outside.standing import Decided, Standing, decide
 from parinfo.process import libraries as reg
-from parinfo.process.standing import Decided, Standing, decide
 from parinfo.process.tasks import CLOCK_TICKS
 from parinfo.process.threads import thread_group
-from parinfo.record import record
-from parinfo.source import unknown as unknown_source
+from parinfo.records.record import record
+from parinfo.records.source import unknown as unknown_source
 
 if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters, PressureFacts
     from parinfo.machine.topology import MachineFacts
-    from parinfo.process.inforce import CountInForce
+    from parinfo.outside.inforce import CountInForce
     from parinfo.process.pools import PoolRow
 
 #: How old a cgroup's binding or the machine's facts may grow before a scan reads them again.
@@ -68,7 +68,7 @@ _DIGITS = re.compile(r"\d+")
 
 
 def _attach_budget(seconds: float) -> float:
-    from parinfo.process.attach import MAX_TIMEOUT
+    from parinfo.outside.attach import MAX_TIMEOUT
 
     return checks.seconds(seconds, "--timeout", 0.1, MAX_TIMEOUT)
 
@@ -350,7 +350,7 @@ class Scanner:
             self._refresh_facts(clock)
         attaching = self.attach is not None and attach
         if attaching:
-            from parinfo.process.remote import ancestors
+            from parinfo.outside.remote import ancestors
 
             self._attach_deadline = time.monotonic() + (self.attach or 0.0)
             self._attach_log = _AttachLog(waiting=set(ancestors()))
@@ -565,7 +565,7 @@ def _in_force(pid: int, symbol_maps: str | None) -> dict[str, CountInForce]:
     when there are none (nothing is read then)."""
     if symbol_maps is None:
         return {}
-    from parinfo.process.inforce import counts_in_force
+    from parinfo.outside.inforce import counts_in_force
     from parinfo.process.tasks import NoAccess, ProcessGone
 
     try:

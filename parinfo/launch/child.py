@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.errors import ApplyError, UsageError
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process import libraries as reg, preload as pre
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.safe_text import shorten
 
 if TYPE_CHECKING:  # pragma: no cover

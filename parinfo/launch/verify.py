@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.procfs import Proc
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.safe_text import plural, shorten
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -127,7 +127,8 @@ class CountsCheck:
     def read(self, proc: Proc) -> Reading:
         from parinfo.errors import UsageError
         from parinfo.machine.topology import machine_facts
-        from parinfo.process import libraries as reg, remote
+        from parinfo.outside import remote
+        from parinfo.process import libraries as reg
         from parinfo.process.variables import count_from_env
 
         pid = proc.pid or 0
@@ -164,8 +165,8 @@ class PreloadCheck:
         import os
 
         from parinfo.errors import UsageError
+        from parinfo.outside.remote import maps_text
         from parinfo.process.pools import DELETED, loaded_objects
-        from parinfo.process.remote import maps_text
 
         try:
             text = maps_text(proc.pid or 0)

@@ -19,8 +19,8 @@ from typing import Any
 
 from parinfo.machine.procfs import Proc
 from parinfo.machine.sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
-from parinfo.record import record
-from parinfo.source import NO_LIMIT, Source, file
+from parinfo.records.record import record
+from parinfo.records.source import NO_LIMIT, Source, file
 
 
 @record

@@ -16,10 +16,10 @@ from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
-from parinfo.convert import OMIT_NONE
 from parinfo.machine.sysfs import Unreadable, read, read_bytes, shown
-from parinfo.record import record
-from parinfo.source import Source, file, unknown
+from parinfo.records.convert import OMIT_NONE
+from parinfo.records.record import record
+from parinfo.records.source import Source, file, unknown
 
 # (name shown, /proc/cpuinfo flag). py-cpuinfo's names differ only by underscores.
 X86_ISA: tuple[tuple[str, str], ...] = (

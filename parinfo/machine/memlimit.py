@@ -12,8 +12,8 @@ from dataclasses import field
 
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
-from parinfo.record import record
-from parinfo.source import NO_LIMIT, Source, file
+from parinfo.records.record import record
+from parinfo.records.source import NO_LIMIT, Source, file
 
 # v1 writes "no limit" as the largest page-aligned signed 64-bit value; anything this large is none.
 _V1_UNLIMITED = 1 << 62

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.procfs import Proc, ProcessGone
-from parinfo.record import record
-from parinfo.source import Kind, Source, unknown
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, unknown
 
 # Modes of include/uapi/linux/mempolicy.h.
 MPOL_DEFAULT = 0

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from parinfo.convert import LOCAL, REQUIRED, dump
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
-from parinfo.record import record
-from parinfo.source import Source, file
+from parinfo.records.convert import LOCAL, REQUIRED, dump
+from parinfo.records.record import record
+from parinfo.records.source import Source, file
 
 #: What a report read from elsewhere says of a pressure it does not carry.
 NOT_IN_REPORT = "unknown (not in the report)"

@@ -23,7 +23,7 @@ import os
 import parinfo.safe_file as safe_file
 from parinfo.errors import UsageError
 from parinfo.machine.sysfs import Unreadable, read_bytes
-from parinfo.record import record
+from parinfo.records.record import record
 
 __all__ = ["PERMISSION", "PF_KTHREAD", "Denied", "Memory", "NoAccess", "NotAProcess", "Proc", "ProcessGone", "Stat",
            "exited_during_read", "gone", "kernel_thread", "no_access", "parse_environ", "parse_stat", "pids",

@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping
 
 from parinfo.machine.sysfs import Unreadable, read
-from parinfo.source import PARINFO_DEFAULT, Source, variable
+from parinfo.records.source import PARINFO_DEFAULT, Source, variable
 
 ROUNDINGS = ("floor", "ceil", "nearest")
 DEFAULT = "floor"

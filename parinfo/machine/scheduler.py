@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import field
 
-from parinfo.record import record
-from parinfo.source import NO_LIMIT, Source, variable
+from parinfo.records.record import record
+from parinfo.records.source import NO_LIMIT, Source, variable
 
 JOB_VAR = "SLURM_JOB_ID"
 #: The count variables, in the order they are tried.

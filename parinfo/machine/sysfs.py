@@ -12,7 +12,7 @@ from dataclasses import field
 from functools import lru_cache
 
 from parinfo.machine.cpulist import parse_cpu_list
-from parinfo.record import record
+from parinfo.records.record import record
 
 _CPU = "sys/devices/system/cpu"
 

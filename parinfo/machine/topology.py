@@ -18,9 +18,9 @@ from typing import Any
 from parinfo.errors import UsageError
 from parinfo.machine import cgroup as _cgroup, rounding as _rounding, scheduler as _scheduler, sysfs as _sysfs
 from parinfo.machine.cpulist import parse_cpu_list
-from parinfo.payload import integer, ints, number, section, text, text_map, texts
-from parinfo.record import record
-from parinfo.source import NO_LIMIT, PARINFO_DEFAULT, Source, argument
+from parinfo.records.payload import integer, ints, number, section, text, text_map, texts
+from parinfo.records.record import record
+from parinfo.records.source import NO_LIMIT, PARINFO_DEFAULT, Source, argument
 
 
 def usable_rule(rounding: str = _rounding.DEFAULT, allocation: bool = False) -> str:

@@ -1,5 +1,5 @@
 """Where a library file keeps its count getter and count variable: the file side of reading a count
-in force from another process (:mod:`parinfo.process.inforce`).
+in force from another process (:mod:`parinfo.outside.inforce`).
 
 The file is hostile input (any local user can make a process map a file named like OpenBLAS). So
 pyelftools reads only the ELF header and gives the record layouts; every table is located, checked
@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from parinfo.process import getter_code, libraries as reg
-from parinfo.record import record
+from parinfo.records.record import record
 
 __all__ = ["BUDGET_S", "MAX_ENTRIES", "MAX_FILE", "Place", "locate", "machine_name"]
 

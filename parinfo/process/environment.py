@@ -12,12 +12,12 @@ import sys
 from collections.abc import Collection, Mapping
 from dataclasses import field
 
-from parinfo.convert import OMIT_EMPTY, OMIT_NONE
 from parinfo.errors import UsageError
 from parinfo.machine.unknown import because
 from parinfo.process.libraries import Var, listed_unset
 from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
-from parinfo.record import record
+from parinfo.records.convert import OMIT_EMPTY, OMIT_NONE
+from parinfo.records.record import record
 
 
 @record

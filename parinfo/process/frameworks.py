@@ -12,7 +12,7 @@ from dataclasses import field
 from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 from parinfo.process.threads import ThreadList, live_threads
 from parinfo.process.torch_config import TorchFacts, parse_parallel_info, torch_facts
-from parinfo.record import record
+from parinfo.records.record import record
 
 # c10::ThreadPool names its workers "PTThreadPool"; older builds used "pt_thread_pool".
 _POOL_THREAD_NAMES = ("ptthreadpool", "pt_thread_pool")

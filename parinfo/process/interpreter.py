@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process import libraries as reg
-from parinfo.record import record
-from parinfo.source import Kind, Source, unknown
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, unknown
 
 if TYPE_CHECKING:
     from parinfo.process.pools import PoolRow

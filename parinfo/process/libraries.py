@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.rounding import ROUNDING_VAR, ROUNDINGS
 from parinfo.process import defaults
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:

@@ -15,12 +15,12 @@ import sys
 from collections.abc import Collection, Mapping
 from dataclasses import field
 
-from parinfo.convert import OMIT_NONE
 from parinfo.process import libraries as reg
 from parinfo.process.environment import EnvRow
-from parinfo.record import record
+from parinfo.records.convert import OMIT_NONE
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, argument, unknown
 from parinfo.safe_text import plural
-from parinfo.source import Kind, Source, argument, unknown
 
 #: Variable that lists, in a launched worker's environment, the variables parinfo put there.
 PARINFO_SET_VAR = "_PARINFO_FLEET_SET"

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import parinfo.safe_file as safe_file
 from parinfo.process import libraries as reg
-from parinfo.record import record
+from parinfo.records.record import record
 
 #: The dynamic loader's preload list, and parinfo's mark of the entries it put at its front (so a
 #: program, a nested launch and the report can tell them from the user's own).

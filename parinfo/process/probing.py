@@ -11,9 +11,9 @@ import os
 import sys
 from dataclasses import field
 
-from parinfo.convert import OMIT_NONE
 from parinfo.machine.unknown import describe
-from parinfo.record import record
+from parinfo.records.convert import OMIT_NONE
+from parinfo.records.record import record
 
 DEFAULT_PROBES = ("numpy",)
 

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
-from parinfo.convert import REQUIRED, at_most
 from parinfo.process import libraries as reg
 from parinfo.process.defaults import Cap, Rule, hardware_concurrency
 from parinfo.process.pools import CONFLICT_NOTE, PoolRow
 from parinfo.process.variables import count_from_env
-from parinfo.record import record
-from parinfo.source import Kind, Source, library_default, run_time, unknown, variable
+from parinfo.records.convert import REQUIRED, at_most
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, library_default, run_time, unknown, variable
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -79,7 +79,7 @@ class SettingRow:
       "torch inter-op", a Python-module library's name (numexpr...), or one of parinfo's own pools
       ("parinfo intra-op", "parinfo inter-op").
     - ``count``: the count in force (int), or None when it cannot be read.
-    - ``source``: the :class:`~parinfo.source.Source` that decided it; its kind is a variable, a
+    - ``source``: the :class:`~parinfo.records.source.Source` that decided it; its kind is a variable, a
       library default, a run-time call, a framework (torch on its libgomp), a profile, unknown...;
       its words: "env MKL_NUM_THREADS=1", "env OMP_NUM_THREADS=8, capped at 2 CPUs in affinity",
       "default: 2 CPUs in affinity", "set at run time (API call)", "unknown (...)".

@@ -18,11 +18,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import field
 
-from parinfo.convert import OMIT_NONE
 from parinfo.process import preload as pre
 from parinfo.process.preload import LaunchMarks, launch_marks
-from parinfo.record import record
-from parinfo.source import Kind, Source, library_default, profile, unknown, variable
+from parinfo.records.convert import OMIT_NONE
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, library_default, profile, unknown, variable
 
 
 @record

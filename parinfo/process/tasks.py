@@ -25,7 +25,7 @@ from parinfo.machine.procfs import (
     parse_stat as _parse_stat,
     zombie,
 )
-from parinfo.record import record
+from parinfo.records.record import record
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 

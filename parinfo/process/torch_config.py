@@ -10,9 +10,9 @@ import sys
 from dataclasses import field
 from typing import Annotated, Any
 
-from parinfo.convert import MAX_COUNT, Count, at_most, load
 from parinfo.process import libraries as reg
-from parinfo.record import record
+from parinfo.records.convert import MAX_COUNT, Count, at_most, load
+from parinfo.records.record import record
 
 _TORCH = reg.library("torch")
 

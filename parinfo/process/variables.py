@@ -18,8 +18,8 @@ from parinfo.process.libraries import (
     is_false,
     openmp_runtimes,
 )
-from parinfo.record import record
-from parinfo.source import PARINFO_DEFAULT, Source, variable
+from parinfo.records.record import record
+from parinfo.records.source import PARINFO_DEFAULT, Source, variable
 
 __all__ = ["LIBRARY_VARS", "OPENMP", "THREAD_PREFIXES", "THREAD_VARS", "Setting", "Var", "count_from_env",
            "is_false", "looks_thread_related", "parse_count", "read_setting", "validate"]

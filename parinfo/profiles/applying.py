@@ -14,14 +14,14 @@ import sys
 from collections.abc import Collection
 from typing import Any
 
-from parinfo.convert import dump
 from parinfo.errors import ApplyError
 from parinfo.process import libraries as reg, setter
 from parinfo.process.setter import NativePool
 from parinfo.profiles.plan import Plan
+from parinfo.records.convert import dump
+from parinfo.records.source import profile as profile_source
 from parinfo.runtime.state import RUNTIME
 from parinfo.safe_text import escape_controls, plural
-from parinfo.source import profile as profile_source
 
 
 def _plan_of(profile: Any) -> Plan:

@@ -19,7 +19,7 @@ from typing import Any
 
 from parinfo.process import libraries as reg
 from parinfo.process.provenance import WATCH_MODULE
-from parinfo.source import Kind, Source
+from parinfo.records.source import Kind, Source
 
 _WATCH_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook", WATCH_MODULE + ".py")
 # Who set torch's inter-op count, and what else a program that wants its own count can do.

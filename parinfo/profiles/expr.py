@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from parinfo.record import record
+from parinfo.records.record import record
 
 MAX_LENGTH = 200
 MAX_TOKENS = 100

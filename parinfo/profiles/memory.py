@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from parinfo.machine import mempolicy as mp
 from parinfo.machine.cpulist import format_cpu_list
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.safe_text import plural
 
 _MODES = {"local": mp.MPOL_BIND, "interleave": mp.MPOL_INTERLEAVE}

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from parinfo.convert import LOCAL
-from parinfo.record import record
+from parinfo.records.convert import LOCAL
+from parinfo.records.record import record
 
 
 @record(frozen=True)

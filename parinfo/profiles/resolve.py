@@ -16,8 +16,8 @@ from parinfo.profiles import expr
 from parinfo.profiles.grammar import DERIVED_VARS, LIBRARIES, MAX_COUNT
 from parinfo.profiles.model import Profile
 from parinfo.profiles.plan import InstancePlan, Plan, Preload, Setting
+from parinfo.records.source import profile as profile_source
 from parinfo.safe_text import plural
-from parinfo.source import profile as profile_source
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts

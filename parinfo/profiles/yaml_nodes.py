@@ -18,7 +18,7 @@ from typing import Any
 
 import parinfo.safe_file as safe_file
 from parinfo.errors import ProfileError
-from parinfo.record import record
+from parinfo.records.record import record
 
 MAX_FILE_BYTES = 64 * 1024
 MAX_NODES = 5000

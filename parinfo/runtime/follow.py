@@ -39,10 +39,10 @@ from parinfo.process import libraries as reg
 from parinfo.process.interpreter import watch_gil_warning
 from parinfo.process.setter import TORCH
 from parinfo.process.variables import read_setting
+from parinfo.records.source import PARINFO_DEFAULT, Source, clock, followed_default, variable
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings, read_facts
 from parinfo.runtime.snapshot import Follow, FollowChange
-from parinfo.source import PARINFO_DEFAULT, Source, clock, followed_default, variable
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts

@@ -26,9 +26,9 @@ from typing import Any
 
 from parinfo.process import setter
 from parinfo.process.setter import NativePool
+from parinfo.records.source import Source
 from parinfo.runtime.settings import RuntimeSettings
 from parinfo.runtime.snapshot import Budget, Push, PushedPool, Reached
-from parinfo.source import Source
 
 
 def _torch() -> Any:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from parinfo.process.libraries import library
 from parinfo.process.variables import count_from_env, read_setting
-from parinfo.source import EXPLICIT_CALL, Kind, Source, followed_default, parinfo_default, profile, variable
+from parinfo.records.source import EXPLICIT_CALL, Kind, Source, followed_default, parinfo_default, profile, variable
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts

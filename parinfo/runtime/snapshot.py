@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import field
 from typing import TYPE_CHECKING, Annotated, Any
 
-from parinfo.convert import MAX_COUNT, OMIT_NONE, Count, at_most, between
-from parinfo.record import record
-from parinfo.source import Kind, Source, run_time
+from parinfo.records.convert import MAX_COUNT, OMIT_NONE, Count, at_most, between
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, run_time
 
 if TYPE_CHECKING:
     from parinfo.process.environment import EnvRow

@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from parinfo.convert import dump
+from parinfo.records.convert import dump
+from parinfo.records.source import Kind, Source
 from parinfo.runtime import workers
 from parinfo.runtime.adaptive import Adaptive
 from parinfo.runtime.follow import BudgetFollower
@@ -26,7 +27,6 @@ from parinfo.runtime.snapshot import PoolCount, RuntimeSection
 from parinfo.runtime.torchfork import TorchForks
 from parinfo.runtime.tracing import Profile, Recorders
 from parinfo.runtime.workers import WorkerSetup
-from parinfo.source import Kind, Source
 
 if TYPE_CHECKING:
     from parinfo.process.provenance import SetByApply
@@ -295,7 +295,7 @@ class Runtime:
 
     def attach_state(self, machine: tuple[int, int]) -> dict[str, Any]:
         """What parinfo's attach reads of this runtime from a script it runs on the main thread of
-        this process (:mod:`parinfo.process.attach`), as plain data: ``info`` (:meth:`info` with
+        this process (:mod:`parinfo.outside.attach`), as plain data: ``info`` (:meth:`info` with
         ``machine``, the machine's numbers as parinfo read them outside: nothing is resolved or kept
         behind the process's back); ``applied`` (:meth:`applied_env`, each with ``value``,
         ``profile`` and the sorted ``loaded``); ``gil_reenabled_by`` (the module CPython's warning

@@ -17,10 +17,10 @@ import threading
 from typing import Any
 
 from parinfo.process import setter
+from parinfo.records.source import Kind, Source
 from parinfo.runtime.native import NativeLimits
 from parinfo.runtime.settings import RuntimeSettings
 from parinfo.runtime.snapshot import TorchPool
-from parinfo.source import Kind, Source
 
 _CACHE_SIZE = 256  # launchers kept (each holds its target alive): the first compiled go first
 

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 from typing import Any
 
-from parinfo.checks import shown
 from parinfo.errors import UsageError
+from parinfo.machine.checks import shown
 from parinfo.process import preload as pre
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.tuning.search import DEFAULT_MARGIN, Point, Stats, clearly_worse
 
 #: The profile keys a tune can choose, in the order they are measured, and their options.

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from parinfo.convert import LOCAL, dump, key
 from parinfo.errors import TuneError
 from parinfo.process import setter
-from parinfo.record import record
+from parinfo.records.convert import LOCAL, dump, key
+from parinfo.records.record import record
 from parinfo.safe_text import plural
 from parinfo.tuning.search import Point, Stats
 from parinfo.tuning.tail import OutputTail

@@ -11,9 +11,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from parinfo.checks import shown
 from parinfo.errors import UsageError
-from parinfo.record import record
+from parinfo.machine.checks import shown
+from parinfo.records.record import record
 from parinfo.tuning import choices, search, workloads
 from parinfo.tuning.checks import check_int
 from parinfo.tuning.measure import Settings

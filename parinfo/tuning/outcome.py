@@ -10,7 +10,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.cpulist import format_cpu_list
-from parinfo.record import record
+from parinfo.records.record import record
 from parinfo.tuning.choices import ChoiceSearch
 from parinfo.tuning.measure import Settings
 from parinfo.tuning.search import Point, SearchResult, Stats

@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from parinfo.checks import shown
 from parinfo.errors import TuneError, UsageError
+from parinfo.machine.checks import shown
 
 if TYPE_CHECKING:  # pragma: no cover
     from parinfo.tuning.outcome import TuneOutcome

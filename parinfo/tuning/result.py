@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from parinfo.convert import dump
+from parinfo.records.convert import dump
 from parinfo.tuning import plot as plots, writers
 from parinfo.tuning.outcome import TuneOutcome
 

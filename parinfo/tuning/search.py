@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import field
 from typing import Any
 
-from parinfo.record import record
+from parinfo.records.record import record
 
 DEFAULT_MARGIN = 0.03  # smallest relative gap called "clearly" slower
 DEFAULT_TIE = 0.01  # medians this close count as equal; the one using fewer threads wins

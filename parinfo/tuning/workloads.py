@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 from typing import Any, ClassVar
 
-from parinfo.convert import load
 from parinfo.errors import UsageError
-from parinfo.record import record
+from parinfo.records.convert import load
+from parinfo.records.record import record
 from parinfo.tuning import kernels
 from parinfo.tuning.checks import check_int
 from parinfo.tuning.usercode import build_module, build_stmt, compile_user

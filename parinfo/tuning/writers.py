@@ -9,10 +9,10 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import parinfo.safe_file as safe_file
-from parinfo.checks import shown
-from parinfo.convert import FLATTEN
 from parinfo.errors import UsageError
-from parinfo.record import record
+from parinfo.machine.checks import shown
+from parinfo.records.convert import FLATTEN
+from parinfo.records.record import record
 from parinfo.safe_text import plural
 from parinfo.tuning.choices import TITLES
 
@@ -74,7 +74,7 @@ class SkippedRow:
 
 @record(frozen=True)
 class TuneJson:
-    """What ``parinfo tune --json`` prints, key by key in this order (through :func:`parinfo.convert.dump`)."""
+    """What ``parinfo tune --json`` prints, key by key in this order (through :func:`parinfo.records.convert.dump`)."""
 
     workload: str
     spec: Workload

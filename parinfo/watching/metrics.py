@@ -8,7 +8,7 @@ report reads the process's memory maps and environment). Counters are the kernel
 so they only grow across scrapes. prometheus_client is imported here only (the ``metrics`` extra)
 and by the collectors this module serves.
 
-The address check (:mod:`parinfo.checks`), the extra's import and the server (:func:`check_serve`,
+The address check (:mod:`parinfo.machine.checks`), the extra's import and the server (:func:`check_serve`,
 :func:`serve`; what a scrape returns: :mod:`parinfo.watching.exposition`) serve ``parinfo host
 --serve`` too, with its collector (:mod:`parinfo.host.metrics`).
 
@@ -43,8 +43,8 @@ def prometheus() -> Any:
 
 def parse_address(text: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` or ``PORT`` -> (host, port); the host defaults to 127.0.0.1 (see
-    :func:`parinfo.checks.listen_address`)."""
-    from parinfo.checks import listen_address
+    :func:`parinfo.machine.checks.listen_address`)."""
+    from parinfo.machine.checks import listen_address
 
     return listen_address(text, "--serve")
 
@@ -151,7 +151,7 @@ def serve(collector: Any, address: str) -> tuple[Any, str]:
     Returns (the server, its URL); ``server.shutdown()`` stops it. A port in use or an address that
     cannot be bound is a UsageError.
     """
-    from parinfo.checks import shown
+    from parinfo.machine.checks import shown
     from parinfo.watching.exposition import start
 
     prometheus()

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from parinfo.convert import OMIT_NONE
-from parinfo.record import record
-from parinfo.source import Source
+from parinfo.records.convert import OMIT_NONE
+from parinfo.records.record import record
+from parinfo.records.source import Source
 
 
 @record(frozen=True)

@@ -32,8 +32,8 @@ from parinfo.process.tasks import (
     thread_stats,
 )
 from parinfo.process.threads import thread_group
-from parinfo.record import record
-from parinfo.source import unknown as unknown_source
+from parinfo.records.record import record
+from parinfo.records.source import unknown as unknown_source
 from parinfo.watching.model import GroupUse, InsideCount, ProcessCounts, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict
 
@@ -71,7 +71,7 @@ class Sampler:
 
     With ``attach`` (seconds; ``pid`` needed), each sample also carries the counts in force of the
     process (with ``children``: of each CPython 3.14+ process of the tree, all within ``attach``
-    seconds) read inside it through ``sys.remote_exec`` (:mod:`parinfo.process.attach`), as its own
+    seconds) read inside it through ``sys.remote_exec`` (:mod:`parinfo.outside.attach`), as its own
     report gives them. The first reading attaches too: a process that cannot be attached to (an
     older Python, remote debugging off, not permitted...) raises its one-line AttachError then,
     before any sample; a later attach that fails (its main thread in a long call into C) leaves that
@@ -80,8 +80,8 @@ class Sampler:
     def __init__(self, pid: int | None, *, children: bool = False, root: str = "/",
                  attach: float | None = None) -> None:
         if attach is not None:
-            from parinfo.checks import seconds
-            from parinfo.process.attach import MAX_TIMEOUT
+            from parinfo.machine.checks import seconds
+            from parinfo.outside.attach import MAX_TIMEOUT
 
             if pid is None:
                 raise UsageError("attach needs the pid of the process to read from inside")
@@ -143,7 +143,7 @@ class Sampler:
         if self.pid is not None:
             pids = [self.pid]
             if self.children:
-                from parinfo.process.remote import children
+                from parinfo.outside.remote import children
 
                 pids += children(self.pid)
             for i, p in enumerate(pids):
@@ -180,7 +180,7 @@ class Sampler:
 
         assert self.pid is not None and self.attach is not None
         if self.children:
-            from parinfo.process.remote import children
+            from parinfo.outside.remote import children
 
             tree = read_tree([self.pid, *children(self.pid)], self.attach, self.root)
             return tuple(_counts(r.pid, r.attached, r.how, tree.inside.get(r.pid)) for r in tree.reads)
@@ -280,7 +280,7 @@ MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
 def check_interval(interval: object, what: str = "interval") -> float:
     """``interval`` (a number, or decimal text as typed after the option ``what``) as seconds;
     UsageError unless it is a number from MIN_INTERVAL to MAX_INTERVAL."""
-    from parinfo.checks import seconds
+    from parinfo.machine.checks import seconds
 
     return seconds(interval, what, MIN_INTERVAL, MAX_INTERVAL)
 
@@ -322,7 +322,7 @@ def watch(pid: int | None = None, interval: float = 1.0, *, children: bool = Fal
         raise UsageError("timeout applies to attach only (attach=True)")
     budget = None
     if attach:
-        from parinfo.process.attach import DEFAULT_TIMEOUT
+        from parinfo.outside.attach import DEFAULT_TIMEOUT
 
         if pid is None or pid == os.getpid():
             raise UsageError("attach reads another process (pid=PID): this one's counts need no attach")

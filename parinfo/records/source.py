@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from parinfo.record import record
+from parinfo.records.record import record
 
 
 class Kind(enum.Enum):

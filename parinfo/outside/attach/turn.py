@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 
 from parinfo.machine.procfs import Proc
-from parinfo.process.attach.sender import AttachError
+from parinfo.outside.attach.sender import AttachError
 
 __all__ = ["PENDING", "turn"]
 

@@ -3,7 +3,7 @@ worker, ``/proc``), an older or newer parinfo, or a hand-made dict in a test.
 
 Each reader returns the value when it has the expected type and the empty value (None, [], {})
 otherwise, so the few readers that work a payload over by hand (a record's ``_json_in`` hook of
-:mod:`parinfo.convert`, the bounded parse of an attached process's answer) never raise on a missing
+:mod:`parinfo.records.convert`, the bounded parse of an attached process's answer) never raise on a missing
 or odd field: the field is simply unknown, and the report says so where it shows it. Bottom layer:
 imports nothing.
 """

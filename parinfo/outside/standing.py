@@ -12,12 +12,12 @@ import enum
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from parinfo.record import record
-from parinfo.source import Kind, Source, unknown
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
-    from parinfo.process.inforce import CountInForce
+    from parinfo.outside.inforce import CountInForce
 
 #: The end of a predicted count's words.
 MAY_HAVE_CHANGED = "the process may have changed it"
@@ -62,8 +62,8 @@ def decide(library: str, memory: CountInForce | None, launch_env: Mapping[str, s
     """The count of one pool of ``library`` by the precedence rule: ``memory`` (its count in force read
     from the process's memory, or why not), ``attached`` (count and source read inside it), else what
     ``launch_env`` predicts (None or "unknown (why)": it could not be read), else unknown with why."""
+    from parinfo.outside.inforce import IN_FORCE, reason
     from parinfo.process import libraries as reg
-    from parinfo.process.inforce import IN_FORCE, reason
     from parinfo.process.provenance import model_of, predict
 
     if memory is not None and memory.count is not None:

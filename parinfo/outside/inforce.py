@@ -29,11 +29,11 @@ import os
 from dataclasses import field
 from typing import Any
 
-from parinfo.convert import LOCAL
 from parinfo.machine.procfs import PERMISSION, Denied, Memory, Proc, gone
 from parinfo.process import libraries as reg
-from parinfo.record import record
-from parinfo.source import Kind, Source, unknown
+from parinfo.records.convert import LOCAL
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, unknown
 
 __all__ = ["IN_FORCE", "PERMISSION", "CountInForce", "MappedFile", "counts_in_force", "mapped_files",
            "process_machine", "reason", "unknown"]

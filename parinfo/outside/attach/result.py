@@ -5,7 +5,7 @@ broken: it is parsed with the standard parser (no NaN, no Infinity), every field
 it has the expected type and lies within its bounds (counts from 1 to :data:`MAX_COUNT`, texts cut
 at :data:`MAX_TEXT` characters, at most :data:`MAX_ITEMS` rows of anything), and a field that is
 not is unknown, never an error. Texts keep what they say; they are escaped where they are shown.
-The records below say their types and bounds in their annotations, and :func:`parinfo.convert.load`
+The records below say their types and bounds in their annotations, and :func:`parinfo.records.convert.load`
 reads them (the few shapes of the script's own, in ``_json_in`` hooks).
 """
 from __future__ import annotations
@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Annotated, Any
 
-from parinfo.convert import MAX_COUNT, REQUIRED, Count, at_most, between, load
-from parinfo.payload import integer, rows, section
 from parinfo.process.provenance import SetByApply
 from parinfo.process.torch_config import TorchFacts
-from parinfo.record import record
+from parinfo.records.convert import MAX_COUNT, REQUIRED, Count, at_most, between, load
+from parinfo.records.payload import integer, rows, section
+from parinfo.records.record import record
 
 #: The longest text kept, and the most rows of any list or mapping.
 MAX_TEXT = 4096
@@ -115,7 +115,7 @@ class ParinfoRead:
 
 @record(frozen=True)
 class Answer:
-    """Everything the script answered (see :mod:`parinfo.process.attach.in_target`); ``torch`` is
+    """Everything the script answered (see :mod:`parinfo.outside.attach.in_target`); ``torch`` is
     torch's raw facts (:class:`~parinfo.process.torch_config.TorchFacts`), None when it sent none."""
 
     pid: int

@@ -2,7 +2,9 @@
 
 People used to torch's block find its lines first (torch's own lines verbatim when torch is imported,
 the same shape for parinfo's pools otherwise), then parinfo's additions: CPUs and quota, where each
-count came from, and the findings.
+count came from, and the findings. The text is the Python API's answer (:func:`parallel_info`, re-exported
+as ``parinfo.parallel_info``); the CLI only escapes it for the terminal and prints it (``show --format torch``,
+the ``%parinfo`` magic).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Attach: read a running Python 3.14+ process from inside, through ``sys.remote_exec`` (PEP 768).
 
-:func:`attach` runs :mod:`parinfo.process.attach.in_target` on the target's main thread at its next
+:func:`attach` runs :mod:`parinfo.outside.attach.in_target` on the target's main thread at its next
 bytecode: a script that imports nothing, sets nothing, starts no thread, prints nothing, and answers
-through a private FIFO (:mod:`parinfo.process.attach.channel`) with the facts only the inside knows:
+through a private FIFO (:mod:`parinfo.outside.attach.channel`) with the facts only the inside knows:
 each loaded pool's count through the library's own getter, torch's counts, the environment now,
 the Python threads, parinfo's runtime when it runs there. The report is then built outside by
 parinfo's usual code (:mod:`parinfo.diagnostics.attached`).
@@ -30,14 +30,14 @@ from typing import Any
 
 from parinfo.errors import UsageError
 from parinfo.machine.procfs import Proc, exited_during_read
+from parinfo.outside.attach import sender
+from parinfo.outside.attach.channel import Channel
+from parinfo.outside.attach.result import MAX_ITEMS, MAX_TEXT, Answer, BadAnswer, parse
+from parinfo.outside.attach.sender import AttachError, send
+from parinfo.outside.attach.turn import turn
 from parinfo.process import libraries as reg
-from parinfo.process.attach import sender
-from parinfo.process.attach.channel import Channel
-from parinfo.process.attach.result import MAX_ITEMS, MAX_TEXT, Answer, BadAnswer, parse
-from parinfo.process.attach.sender import AttachError, send
-from parinfo.process.attach.turn import turn
 from parinfo.process.outer import FRAMEWORK_MODULES
-from parinfo.record import record
+from parinfo.records.record import record
 
 __all__ = ["DEFAULT_TIMEOUT", "MAX_TIMEOUT", "Answer", "AttachError", "Attached", "attach", "script_data"]
 
@@ -53,7 +53,7 @@ _MODULES_ASKED = ("parinfo", *FRAMEWORK_MODULES)
 
 @record(frozen=True)
 class Attached:
-    """An attach's answer (:class:`~parinfo.process.attach.result.Answer`), how the call was made
+    """An attach's answer (:class:`~parinfo.outside.attach.result.Answer`), how the call was made
     (``means``, in words) and how long the round trip took (``seconds``)."""
 
     answer: Answer
@@ -197,7 +197,7 @@ def attach(pid: int, pools: list[tuple[str, str]], machine: tuple[int, int], *, 
            skip_native: bool = False) -> Attached:
     """Run the script inside process ``pid`` and return its answer. ``pools``: (file, library) of
     the runtimes in its maps; ``machine`` and ``skip_native``: see :func:`script_data`. Attaches to
-    one process take turns (:mod:`~parinfo.process.attach.turn`). Raises ProcessGone or NotAProcess
+    one process take turns (:mod:`~parinfo.outside.attach.turn`). Raises ProcessGone or NotAProcess
     (gone, a kernel thread, a zombie), or AttachError: one line each, saying what was observed."""
     started = time.monotonic()
     deadline = started + timeout

@@ -3,7 +3,7 @@
 What can be known from outside: the runtimes it has loaded (``/proc/PID/maps``), the environment it
 was launched with (``/proc/PID/environ``), its command line, resource limits and children, and the
 count in force of a library that keeps it in an exported variable (read from its memory by
-:mod:`parinfo.process.inforce`). The other counts live inside the process: a pool row shows the
+:mod:`parinfo.outside.inforce`). The other counts live inside the process: a pool row shows the
 count its launch environment asked for, marked as such, or says why it is unknown; never a guess.
 
 Edges: a kernel thread and a zombie are named as such (:func:`check_pid`); another user's process
@@ -15,8 +15,8 @@ import os
 from typing import TYPE_CHECKING
 
 from parinfo.machine.procfs import Proc, gone, pids
-from parinfo.record import record
-from parinfo.source import Kind, Source, unknown
+from parinfo.records.record import record
+from parinfo.records.source import Kind, Source, unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -94,7 +94,7 @@ FROM_LAUNCH = Source(Kind.LAUNCH_ENVIRONMENT, "", "from its launch environment; 
 def read_counts(pid: int, rows: list[PoolRow], maps: str, launch_env: dict[str, str] | None,
                 facts: MachineFacts) -> None:
     """Fill the count of each pool row of ``pid`` (from :func:`loaded_runtimes`), in place, by the
-    one precedence rule (:func:`parinfo.process.standing.decide`):
+    one precedence rule (:func:`parinfo.outside.standing.decide`):
 
     - ``num_threads``: the count in force, read from the process's memory where the library keeps
       it in an exported variable (``count_source`` then says "in force (...)");
@@ -107,9 +107,9 @@ def read_counts(pid: int, rows: list[PoolRow], maps: str, launch_env: dict[str, 
     ``launch_env`` is None when the environment could not be read. Raises ProcessGone when the
     process ends during the read.
     """
+    from parinfo.outside.inforce import counts_in_force
+    from parinfo.outside.standing import Standing, decide
     from parinfo.process import libraries as reg
-    from parinfo.process.inforce import counts_in_force
-    from parinfo.process.standing import Standing, decide
 
     read = {row.path: row for row in counts_in_force(pid, maps)}
     for row in rows:

@@ -1,6 +1,6 @@
 """JSON in and out of records, in one place, driven by the records' fields.
 
-:func:`dump` makes JSON-ready data of a record (its fields in order; a :class:`~parinfo.source.Source`
+:func:`dump` makes JSON-ready data of a record (its fields in order; a :class:`~parinfo.records.source.Source`
 as its object; enums as their values; tuples and sets as lists). :func:`load` reads such data back
 into a record of a given class from the field annotations, in one of two ways that each caller
 chooses (``strict`` has no default, so no caller is lenient by accident):
@@ -63,7 +63,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
 from parinfo.errors import RecordError
-from parinfo.source import Kind, Source
+from parinfo.records.source import Kind, Source
 
 __all__ = ["FLATTEN", "LOCAL", "MAX_COUNT", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "Bound", "Count", "at_most",
            "between", "dump", "dumps", "key", "load"]

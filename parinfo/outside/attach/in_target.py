@@ -1,5 +1,5 @@
 """The script parinfo's attach runs inside another Python process (``sys.remote_exec``): a small runner
-(:func:`parinfo.process.attach.script`) executes this module's code in a fresh namespace, compiled by
+(:func:`parinfo.outside.attach.script`) executes this module's code in a fresh namespace, compiled by
 parinfo when the target is its very version and build, else from this source, then calls
 ``main(DATA)``, whose DATA (a Python literal parinfo writes) says where to answer and what to read.
 parinfo itself never imports this module.
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         calls: dict[str, str]  # key in the answer: dotted getter under the module
 
     class _Data(TypedDict):
-        """What parinfo.process.attach.script_data writes (a Python literal: lists, never tuples)."""
+        """What parinfo.outside.attach.script_data writes (a Python literal: lists, never tuples)."""
 
         fifo: str
         token: str

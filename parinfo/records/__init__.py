@@ -1,0 +1,8 @@
+"""Records and their JSON: what travels between the layers, declared once.
+
+:mod:`record` makes a class a dataclass without compiling its methods per class; :mod:`source` is the
+record of where a value came from (:class:`~parinfo.records.source.Source`); :mod:`convert` is the one
+converter between records and JSON (strict for trusted input, bounded and lenient for hostile input);
+:mod:`payload` reads the fields of a JSON-ready payload by hand, never raising. Bottom layer: usable
+from every layer, imports nothing of parinfo but :mod:`parinfo.errors`.
+"""
