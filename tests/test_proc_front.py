@@ -353,14 +353,14 @@ def test_a_count_the_kernel_refused_is_never_replaced_by_a_launch_environment_gu
     """The host scan tells a refusal by its type (procfs.Denied carried as CountInForce.denied), not
     by its words: a refused read stays unknown with its reason, another failure falls back to what
     the launch environment asks for (said so)."""
-    from parinfo.host import scanner as sc
+    from parinfo.host import pool_counts, scanner as sc
     from parinfo.machine.topology import machine_facts
     from parinfo.process.inforce import CountInForce
 
     row = load(PoolRow, {"library": "openblas", "filepath": "/lib/libopenblas.so", "owner": "numpy"}, strict=True)
     static = sc._Static(("python",), "python", 0, {"OPENBLAS_NUM_THREADS": "1"}, symbol_maps="x")
     for denied, expect_count in ((True, None), (False, 1)):
-        monkeypatch.setattr(sc, "_in_force", lambda pid, maps, d=denied: {"/lib/libopenblas.so": CountInForce(
+        monkeypatch.setattr(pool_counts, "in_force", lambda pid, maps, d=denied: {"/lib/libopenblas.so": CountInForce(
             "openblas", "/lib/libopenblas.so", None, unknown_source("the reason, in any words"), denied=d)})
         (pool,) = Scanner()._counts(1, [row], static, machine_facts())
         assert pool.count == expect_count and not pool.in_force
