@@ -316,11 +316,17 @@ def _proc_paths(tree: ast.AST) -> list[int]:
     return lines
 
 
+# The front is procfs.py alone: the modules split from it build no /proc path of a process
+# (proc_words parses what procfs read, proc_memory opens the path Proc.live_path gives, capabilities
+# reads /proc/sys only).
+FRONT = ("machine/procfs.py",)
+
+
 def test_only_the_front_builds_paths_into_another_process():
     package = REPO / "parinfo"
     offenders = {}
     for path in package.rglob("*.py"):
-        if path == package / "machine" / "procfs.py":
+        if path.relative_to(package).as_posix() in FRONT:
             continue
         found = _proc_paths(ast.parse(path.read_text()))
         if found:
@@ -347,14 +353,14 @@ def test_a_count_the_kernel_refused_is_never_replaced_by_a_launch_environment_gu
     """The host scan tells a refusal by its type (procfs.Denied carried as CountInForce.denied), not
     by its words: a refused read stays unknown with its reason, another failure falls back to what
     the launch environment asks for (said so)."""
-    from parinfo.host import scanner as sc
+    from parinfo.host import pool_counts, scanner as sc
     from parinfo.machine.topology import machine_facts
     from parinfo.outside.inforce import CountInForce
 
     row = load(PoolRow, {"library": "openblas", "filepath": "/lib/libopenblas.so", "owner": "numpy"}, strict=True)
     static = sc._Static(("python",), "python", 0, {"OPENBLAS_NUM_THREADS": "1"}, symbol_maps="x")
     for denied, expect_count in ((True, None), (False, 1)):
-        monkeypatch.setattr(sc, "_in_force", lambda pid, maps, d=denied: {"/lib/libopenblas.so": CountInForce(
+        monkeypatch.setattr(pool_counts, "in_force", lambda pid, maps, d=denied: {"/lib/libopenblas.so": CountInForce(
             "openblas", "/lib/libopenblas.so", None, unknown_source("the reason, in any words"), denied=d)})
         (pool,) = Scanner()._counts(1, [row], static, machine_facts())
         assert pool.count == expect_count and not pool.in_force

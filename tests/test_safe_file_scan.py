@@ -26,7 +26,7 @@ TEMP_DIR = "mkdtemp: a new 0700 folder of a random name, which no other user may
 ALLOWED: dict[tuple[str, str], str] = {
     ("parinfo.machine.sysfs:read_bytes", "os.open"): KERNEL,
     ("parinfo.machine.procfs:read_small", "os.open"): KERNEL + " (/proc/PID/task/TID/stat)",
-    ("parinfo.machine.procfs:Memory.read", "os.open"): KERNEL + " (/proc/PID/mem)",
+    ("parinfo.machine.proc_memory:Memory.read", "os.open"): KERNEL + " (/proc/PID/mem)",
     ("parinfo.process.pools:loaded_objects", "open"): OWN_PROC + " (maps)",
     ("parinfo.process.serving:_program_defines", "os.open"): OWN_PROC + " (exe: the program this process runs)",
     ("parinfo.watching.sample:_procs_running", "open"): KERNEL + " (/proc/stat)",

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from parinfo.cli import values
+
+if TYPE_CHECKING:  # pragma: no cover
+    from parinfo.host.model import HostReport
+    from parinfo.host.scanner import Scanner
 
 
 def host(
@@ -41,15 +45,30 @@ def host(
              "SIGINT or SIGTERM, instead of printing reports. Needs prometheus_client (the metrics extra of parinfo)."),
 ) -> None:
     """Every process's pools and threads against its cgroup's CPUs, families of workers, and oversubscription."""
-    import time
-
     from parinfo.cli.show import check_level
-    from parinfo.errors import UsageError
     from parinfo.host.scanner import Scanner, check_interval
-    from parinfo.records.convert import dumps
 
     level = check_level(check)
     seconds = check_interval(interval)
+    _check_modes(level, seconds, interval, once, serve, json_out, all_processes, timeout, attach)
+    scanner = Scanner(cgroup=cgroup, user=user, attach=_attach_budget(attach, timeout))
+    if serve is not None:
+        from parinfo.cli.watch import serve_until_stopped
+        from parinfo.host.metrics import HostCollector
+
+        scope = ", ".join(f"{k} {v}" for k, v in (("cgroup", cgroup), ("user", user)) if v)
+        serve_until_stopped(HostCollector(scanner), serve, f"this host{' (' + scope + ')' if scope else ''}")
+        return
+    report = _report_until_stopped(scanner, seconds, json_out, once, all_processes)
+    if report is not None and level is not None and report.problems(level):
+        raise typer.Exit(1)
+
+
+def _check_modes(level: str | None, seconds: float, interval: float, once: bool, serve: str | None,
+                 json_out: bool, all_processes: bool, timeout: float | None, attach: bool) -> None:
+    """Refuse options that do not go together, before anything is read."""
+    from parinfo.errors import UsageError
+
     if level is not None and not once:
         raise UsageError("--check needs --once (a refreshing report has no exit status to give)")
     if serve is not None:
@@ -62,21 +81,25 @@ def host(
         raise UsageError(f"--interval {interval:g}: a refreshing report needs at least 0.05 s between scans")
     if timeout is not None and not attach:
         raise UsageError("--timeout applies to --attach only (parinfo host --attach --timeout S)")
-    if attach:
-        from parinfo.outside.attach import DEFAULT_TIMEOUT
 
-        budget: float | None = DEFAULT_TIMEOUT if timeout is None else timeout
-    else:
-        budget = None
-    scanner = Scanner(cgroup=cgroup, user=user, attach=budget)
-    if serve is not None:
-        from parinfo.cli.watch import serve_until_stopped
-        from parinfo.host.metrics import HostCollector
 
-        scope = ", ".join(f"{k} {v}" for k, v in (("cgroup", cgroup), ("user", user)) if v)
-        serve_until_stopped(HostCollector(scanner), serve, f"this host{' (' + scope + ')' if scope else ''}")
-        return
+def _attach_budget(attach: bool, timeout: float | None) -> float | None:
+    """The seconds all attaches of one scan may take together (None: no attach)."""
+    if not attach:
+        return None
+    from parinfo.outside.attach import DEFAULT_TIMEOUT
+
+    return DEFAULT_TIMEOUT if timeout is None else timeout
+
+
+def _report_until_stopped(scanner: Scanner, seconds: float, json_out: bool, once: bool,
+                          all_processes: bool) -> HostReport | None:
+    """Scan every ``seconds`` and print each report (JSON, a redrawn screen, or tables) until
+    interrupted, or once; the last report (None when interrupted)."""
+    import time
+
     from parinfo.cli.watch import STOP_HINT
+    from parinfo.records.convert import dumps
 
     live = not json_out and sys.stdout.isatty() and not once
     as_json = json_out or (not once and not sys.stdout.isatty())
@@ -93,8 +116,6 @@ def host(
                 typer.echo(report.table(all_processes=all_processes))
             sys.stdout.flush()
             if once:
-                break
+                return report
     except KeyboardInterrupt:
-        return
-    if level is not None and report.problems(level):
-        raise typer.Exit(1)
+        return None

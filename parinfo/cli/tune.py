@@ -78,21 +78,39 @@ def tune(
     traceback is shown); 130 on an interrupt; a failing command's own exit code, 128+N when signal N
     killed it (the end of its output is shown).
     """
-    import os
+    workload, args = _workload_and_command(command, workload)
+    _check_outputs(plot, name, write)
+    result = _measure(as_json, workload=workload, objective=objective, framework=framework, size=size,
+                      stmt=stmt, setup=setup, module=module, command=args or None,
+                      min_threads=min_threads, max_threads=max_threads, min_inter=min_inter,
+                      max_inter=max_inter, repeats=repeats, warmup=warmup, min_time=min_time,
+                      timeout=timeout, in_process=in_process, exhaustive=exhaustive,
+                      confirm=confirm, check_noise=noise_check, allocator=allocator, openmp=openmp)
+    _publish(result, write, name, plot, as_json)
 
+
+def _workload_and_command(command: list[str] | None, workload: str | None) -> tuple[str | None, list[str]]:
+    """The built-in workload (a lone argument that names one, or --workload) and the command to time."""
     from parinfo.errors import UsageError
     from parinfo.machine.checks import shown
-    from parinfo.tuning.measure import WorkloadFailed
-    from parinfo.tuning.options import TuneOptions
-    from parinfo.tuning.plot import check_plot_path
-    from parinfo.tuning.sweep import run
-    from parinfo.tuning.writers import check_name
 
     args = list(command or [])
     if len(args) == 1 and args[0] in BUILTIN:
         if workload is not None:
             raise UsageError(f"workload given twice: {args[0]} and --workload {shown(workload)}")
         workload, args = args[0], []
+    return workload, args
+
+
+def _check_outputs(plot: str | None, name: str | None, write: str | None) -> None:
+    """Refuse, before measuring, a plot path, profile name or --write folder that cannot be used."""
+    import os
+
+    from parinfo.errors import UsageError
+    from parinfo.machine.checks import shown
+    from parinfo.tuning.plot import check_plot_path
+    from parinfo.tuning.writers import check_name
+
     if plot:
         check_plot_path(plot)
     if name is not None:
@@ -101,15 +119,18 @@ def tune(
         raise UsageError(f"--write {shown(write)}: folder {shown(os.path.dirname(os.path.abspath(write)))} "
                          f"does not exist")
 
+
+def _measure(as_json: bool, **fields: Any) -> TuneResult:
+    """Run the sweep the options (``fields``) describe, with a progress bar on a terminal; a workload
+    that fails ends the command with its output and exit code."""
+    from parinfo.tuning.measure import WorkloadFailed
+    from parinfo.tuning.options import TuneOptions
+    from parinfo.tuning.sweep import run
+
     bar = _Bar() if sys.stderr.isatty() and not as_json else None
     try:
-        options = TuneOptions(workload=workload, objective=objective, framework=framework, size=size,
-                              stmt=stmt, setup=setup, module=module, command=args or None,
-                              min_threads=min_threads, max_threads=max_threads, min_inter=min_inter,
-                              max_inter=max_inter, repeats=repeats, warmup=warmup, min_time=min_time,
-                              timeout=timeout, in_process=in_process, exhaustive=exhaustive,
-                              confirm=confirm, check_noise=noise_check, allocator=allocator, openmp=openmp)
-        result = run(options, progress=bar)
+        options = TuneOptions(**fields)
+        return run(options, progress=bar)
     except WorkloadFailed as exc:
         if bar:
             bar.close()
@@ -122,6 +143,9 @@ def tune(
         if bar:
             bar.close()
 
+
+def _publish(result: TuneResult, write: str | None, name: str | None, plot: str | None, as_json: bool) -> None:
+    """Write the profile and the plot asked for, then show the result (JSON, or the table)."""
     if write:
         result.write_profile(write, name)
     if plot:

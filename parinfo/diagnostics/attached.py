@@ -21,9 +21,11 @@ from parinfo.errors import UsageError
 from parinfo.records.record import record
 
 if TYPE_CHECKING:
+    from parinfo.diagnostics.model import ProcessInfo
     from parinfo.machine.topology import MachineFacts
     from parinfo.outside.attach import Attached
-    from parinfo.outside.attach.result import Answer
+    from parinfo.outside.attach.result import Answer, ParinfoRead
+    from parinfo.outside.remote import Identity
     from parinfo.process.frameworks import TorchInfo
     from parinfo.process.pools import PoolRow
     from parinfo.process.provenance import ModuleLibrary, SettingRow
@@ -310,12 +312,10 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     off, not permitted, no Python code run within ``timeout`` seconds...).
     """
     from parinfo.diagnostics.live import live_section
-    from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo, RuntimeSection
-    from parinfo.diagnostics.parts import IMPLEMENTATIONS
+    from parinfo.diagnostics.model import Backend, Frameworks
     from parinfo.diagnostics.process_rules import diagnose
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.mempolicy import memory_policy
-    from parinfo.machine.unknown import unknown
     from parinfo.outside import attach, remote
     from parinfo.process import environment as envmod, outer, pools
     from parinfo.process.interpreter import interpreter_facts
@@ -325,16 +325,9 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     found, pool_rows, listing, torch, rt = read.found, read.pools, read.threads, read.torch, read.runtime
     launch, facts = read.launch, read.facts
     answer = found.answer
-    ident = remote.identity(pid)
     environ = answer.environ
     inside = answer.parinfo
-    if rt is not None:
-        runtime = rt
-    elif inside is None or not inside.runtime_loaded:
-        runtime = RuntimeSection(unknown="parinfo's runtime is not loaded in the process: it has no counts there")
-    else:
-        runtime = RuntimeSection(unknown=f"parinfo {inside.version or '(version unknown)'} in the process is older "
-                                         "than attach: its runtime cannot be read from inside")
+    runtime = _runtime_section(rt, inside)
     python = answer.python
     version = python.version_info[:2] if len(python.version_info) >= 2 else None
     env_rows = envmod.environment_report(environ, launch, modules=answer.modules,
@@ -351,17 +344,7 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
         reenabled_by=(inside.gil_reenabled_by if inside is not None else None) or False,
         python_threads=answer.python_threads, pools=pool_rows,
         torch_intra=None if torch is None else torch.intra_op)
-    process = ProcessInfo(pid=ident.pid, name=ident.name, ppid=ident.ppid, cmdline=ident.cmdline,
-                          python=ident.python, executable=ident.executable, inspected_from=ident.inspected_from,
-                          note=ident.note)
-    process.python, process.executable = python.version or process.python, python.executable or process.executable
-    process.implementation = IMPLEMENTATIONS.get(python.implementation or "", python.implementation)
-    process.platform = python.platform
-    process.attached = read.read
-    if answer.errors:
-        process.unreadable = {f"inside: {part}": unknown(why) for part, why in answer.errors.items()}
-    if inside is not None and inside.busy:
-        process.unreadable = {**(process.unreadable or {}), "parinfo.apply's variables": unknown(inside.busy)}
+    process = _attached_process(remote.identity(pid), read, answer)
     outer_section = outer.outer_of_modules(answer.modules)
     outer_section.variables_set_by = outer.set_by(
         env_rows, outer_section.framework,
@@ -387,3 +370,37 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
     )
     report.findings = diagnose(report)
     return report
+
+
+def _runtime_section(rt: RuntimeSection | None, inside: ParinfoRead | None) -> RuntimeSection:
+    """parinfo's runtime in the process as read inside, or why it has none that can be read."""
+    from parinfo.diagnostics.model import RuntimeSection
+
+    if rt is not None:
+        return rt
+    if inside is None or not inside.runtime_loaded:
+        return RuntimeSection(unknown="parinfo's runtime is not loaded in the process: it has no counts there")
+    return RuntimeSection(unknown=f"parinfo {inside.version or '(version unknown)'} in the process is older "
+                                  "than attach: its runtime cannot be read from inside")
+
+
+def _attached_process(ident: Identity, read: Inside, answer: Answer) -> ProcessInfo:
+    """The ``process`` section of a process read inside: who it is, as its own interpreter says,
+    how it was read, and what could not be read there."""
+    from parinfo.diagnostics.model import ProcessInfo
+    from parinfo.diagnostics.parts import IMPLEMENTATIONS
+    from parinfo.machine.unknown import unknown
+
+    python, inside = answer.python, answer.parinfo
+    process = ProcessInfo(pid=ident.pid, name=ident.name, ppid=ident.ppid, cmdline=ident.cmdline,
+                          python=ident.python, executable=ident.executable, inspected_from=ident.inspected_from,
+                          note=ident.note)
+    process.python, process.executable = python.version or process.python, python.executable or process.executable
+    process.implementation = IMPLEMENTATIONS.get(python.implementation or "", python.implementation)
+    process.platform = python.platform
+    process.attached = read.read
+    if answer.errors:
+        process.unreadable = {f"inside: {part}": unknown(why) for part, why in answer.errors.items()}
+    if inside is not None and inside.busy:
+        process.unreadable = {**(process.unreadable or {}), "parinfo.apply's variables": unknown(inside.busy)}
+    return process

@@ -18,7 +18,10 @@ from parinfo.diagnostics.parts import ProcessRead
 from parinfo.records.source import Kind, Source
 
 if TYPE_CHECKING:
+    from parinfo.diagnostics.model import ProcessInfo
     from parinfo.machine.memlimit import MemoryFacts
+    from parinfo.machine.topology import MachineFacts
+    from parinfo.outside.remote import Identity
     from parinfo.process.pools import PoolRow
 
 __all__ = ["inspect_pid", "live_section", "pid_is_self"]
@@ -135,7 +138,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     in ``process.unreadable``. Raises ProcessGone for a pid that names no process or that exits
     while it is read, and NotAProcess for a kernel thread or a zombie: one-line usage errors.
     """
-    from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo, RuntimeSection
+    from parinfo.diagnostics.model import Backend, Frameworks, RuntimeSection
     from parinfo.diagnostics.process_rules import diagnose
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.mempolicy import memory_policy
@@ -143,7 +146,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     from parinfo.machine.topology import machine_facts
     from parinfo.machine.unknown import unknown
     from parinfo.outside import remote
-    from parinfo.process import environment as envmod, libraries as reg, pools, threads as thr
+    from parinfo.process import environment as envmod, pools, threads as thr
     from parinfo.process.probing import Probes
     from parinfo.process.tasks import NoAccess, ProcessGone, exited_during_read
 
@@ -159,15 +162,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         if members is None:
             members = [pid, *(remote.children(pid) if children else [])]
         inside = inside or {}
-        if pid in inside:
-            runtimes = inside[pid]
-        else:
-            try:
-                maps = remote.maps_text(pid)
-                runtimes = remote.loaded_runtimes(pid, maps)
-                remote.read_counts(pid, runtimes, maps, env, facts)
-            except NoAccess:
-                runtimes, unreadable["pools"] = [], unknown(Proc(pid).permission_reason())
+        runtimes = inside[pid] if pid in inside else _own_pools(pid, env, facts, unreadable)
         descendants = _descendants_pools(members[1:], root, unreadable, inside) if children else []
         tree, stats = _tree(members, sample_seconds)
         if pid not in stats:
@@ -183,13 +178,7 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
         states[t.state] = states.get(t.state, 0) + 1
     listing.states = states
     names = [t.name for t in stats[pid]]
-    process = ProcessInfo(pid=ident.pid, name=ident.name, ppid=ident.ppid, cmdline=ident.cmdline,
-                          python=ident.python, executable=ident.executable, inspected_from=ident.inspected_from,
-                          note=ident.note)
-    readable = tuple(r.label for r in reg.records() if r.count_symbol is not None)
-    process.hint, process.counts = _hint(env or {}, names), _counts_text(readable)
-    process.unreadable = unreadable or None
-    process.tree_reads = None if reads is None else list(reads)
+    process = _process_info(ident, env, names, unreadable, reads)
     report = Report(
         machine=facts,
         process=process,
@@ -211,6 +200,41 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
             row.pid = pid
         report.pools += descendants
     return report
+
+
+def _own_pools(pid: int, env: dict[str, str] | None, facts: MachineFacts,
+               unreadable: dict[str, str]) -> list[PoolRow]:
+    """The pools of ``pid`` read from outside, with their counts in force where they can be read;
+    none, and why in ``unreadable``, when this user may not read its maps."""
+    from parinfo.machine.procfs import Proc
+    from parinfo.machine.unknown import unknown
+    from parinfo.outside import remote
+    from parinfo.process.tasks import NoAccess
+
+    try:
+        maps = remote.maps_text(pid)
+        runtimes = remote.loaded_runtimes(pid, maps)
+        remote.read_counts(pid, runtimes, maps, env, facts)
+    except NoAccess:
+        runtimes, unreadable["pools"] = [], unknown(Proc(pid).permission_reason())
+    return runtimes
+
+
+def _process_info(ident: Identity, env: dict[str, str] | None, names: list[str], unreadable: dict[str, str],
+                  reads: list[ProcessRead] | None) -> ProcessInfo:
+    """The ``process`` section of a process read from outside: who it is, the hint for a full
+    report, which counts can be read from outside, what could not be read, and how a tree was read."""
+    from parinfo.diagnostics.model import ProcessInfo
+    from parinfo.process import libraries as reg
+
+    process = ProcessInfo(pid=ident.pid, name=ident.name, ppid=ident.ppid, cmdline=ident.cmdline,
+                          python=ident.python, executable=ident.executable, inspected_from=ident.inspected_from,
+                          note=ident.note)
+    readable = tuple(r.label for r in reg.records() if r.count_symbol is not None)
+    process.hint, process.counts = _hint(env or {}, names), _counts_text(readable)
+    process.unreadable = unreadable or None
+    process.tree_reads = None if reads is None else list(reads)
+    return process
 
 
 def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str],

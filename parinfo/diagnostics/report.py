@@ -57,6 +57,12 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         raise UsageError("timeout applies to attach only (attach=True, or --attach)")
     if not live.pid_is_self(pid) or children:
         return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
+    return _inspect_self(imports, torch, root, outer_threads)
+
+
+def _inspect_self(imports: list[str] | None, torch: bool, root: str, outer_threads: int | None) -> Report:
+    """This process's report, read from inside (:func:`inspect` with no other pid and no attach)."""
+    from parinfo.diagnostics import live
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.mempolicy import memory_policy

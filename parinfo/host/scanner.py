@@ -17,26 +17,24 @@ A process that exits during a scan is dropped; a zombie or a kernel thread has n
 threads are counted apart). A process whose maps or environment this user may not read gets its
 pools as "unknown (permission: ...)": they are never guessed, and it counts for nothing in the
 sums its cgroup is judged by.
+
+The scan reads; how it is judged (cgroups, families, findings) is :mod:`parinfo.host.judging`, and
+how each pool's count is decided :mod:`parinfo.host.pool_counts`.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import os
-import re
 import shlex
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import parinfo.machine.checks as checks
-from parinfo.diagnostics import fleet_rules
-from parinfo.diagnostics.fleet_rows import ProcessLoad
 from parinfo.errors import UsageError
-from parinfo.host import adoption
+from parinfo.host import judging, pool_counts
+from parinfo.host.judging import CgroupInfo, Reading
 from parinfo.host.model import (
-    CgroupRow,
-    Family,
     HostProcess,
     HostReport,
     PoolCount,
@@ -46,7 +44,7 @@ from parinfo.host.model import (
 from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ, pids
 from parinfo.machine.topology import REREAD_S
 from parinfo.machine.unknown import unknown
-from parinfo.outside.standing import Decided, Standing, decide
+from parinfo.outside.standing import decide
 from parinfo.process import libraries as reg
 from parinfo.process.tasks import CLOCK_TICKS
 from parinfo.process.threads import thread_group
@@ -54,16 +52,12 @@ from parinfo.records.record import record
 from parinfo.records.source import unknown as unknown_source
 
 if TYPE_CHECKING:
-    from parinfo.machine.pressure import CpuCounters, PressureFacts
+    from parinfo.machine.pressure import CpuCounters
     from parinfo.machine.topology import MachineFacts
-    from parinfo.outside.inforce import CountInForce
     from parinfo.process.pools import PoolRow
 
 #: How old a cgroup's binding or the machine's facts may grow before a scan reads them again.
 FOLLOW_S = REREAD_S
-
-_DIGITS = re.compile(r"\d+")
-
 
 
 
@@ -124,39 +118,6 @@ class _Static:
     symbol_maps: str | None = None  # the maps lines of its pools whose count can be read from memory
 
 
-@record
-class _CgroupInfo:
-    """One cgroup membership (the text of /proc/PID/cgroup) and the cgroup whose limit binds it."""
-
-    path: str
-    key: str
-    quota: float | None
-    cpuset: tuple[int, ...] | None
-    usable: int
-    pid: int  # a process in it, to read its counters through
-    read_at: float  # time.monotonic() of the reading
-
-
-@record
-class _Reading:
-    clock: float
-    ticks: dict[tuple[int, int], int]  # (pid, start time) -> CPU ticks
-    counters: dict[str, CpuCounters]
-    pressure: dict[str, PressureFacts]
-
-
-def _own_pressure(key: str, a: PressureFacts, b: PressureFacts, dt: float) -> float | str:
-    """Cgroup ``key``'s CPU pressure over the interval, when the v2 cgroup its processes' pressure
-    was read from is ``key`` itself; a v1 cgroup has no pressure file, and the figure of the v2
-    cgroup its processes sit in (often the root: the whole machine) is not its own."""
-    from parinfo.watching.sample import pressure_percent
-
-    if b.cgroup_dir is None or os.path.realpath(b.cgroup_dir) != os.path.realpath(key):
-        where = f"its processes' v2 cgroup is {b.cgroup_dir}" if b.cgroup_dir else "no v2 cgroup"
-        return f"unknown (no CPU pressure file of its own: {where})"
-    return pressure_percent(a.cgroup, b.cgroup, dt)
-
-
 class Scanner:
     """Scans of the processes (of ``user``, in ``cgroup``), each made against the previous one:
     CPU use, throttling and pressure are counted over the time between them."""
@@ -176,8 +137,8 @@ class Scanner:
         self.cgroup = None if cgroup is None else self._cgroup_path(cgroup)
         self.cgroup_given = cgroup
         self._static: dict[tuple[int, int, str], _Static] = {}
-        self._cgroups: dict[bytes, _CgroupInfo] = {}
-        self._last: _Reading | None = None
+        self._cgroups: dict[bytes, CgroupInfo] = {}
+        self._last: Reading | None = None
 
     @property
     def counters(self) -> dict[str, CpuCounters]:
@@ -226,7 +187,7 @@ class Scanner:
         self._static[key] = static
         return static
 
-    def _cgroup_of(self, proc: Proc, clock: float) -> _CgroupInfo | None:
+    def _cgroup_of(self, proc: Proc, clock: float) -> CgroupInfo | None:
         """The binding of ``proc``'s cgroup, computed once per membership and re-read when older than
         :data:`FOLLOW_S` (a quota or cpuset changed under a long-running scanner shows in its next
         scan); memberships no process has any more are forgotten at the end of each scan."""
@@ -240,7 +201,7 @@ class Scanner:
         self._cgroups_seen.add(raw)
         return info
 
-    def _binding(self, pid: int, clock: float) -> _CgroupInfo:
+    def _binding(self, pid: int, clock: float) -> CgroupInfo:
         """The cgroup whose CPU limit binds ``pid``: where its tightest quota is set, else the
         nearest cpuset narrower than the machine, else "/" (the machine)."""
         from parinfo.machine.cgroup import cgroup_facts
@@ -256,7 +217,7 @@ class Scanner:
         else:
             key = "/"
         cpus = len(cg.cpuset) if cg.cpuset is not None else online
-        return _CgroupInfo(cg.path or "/", key, cg.quota, cg.cpuset if narrower else None,
+        return CgroupInfo(cg.path or "/", key, cg.quota, cg.cpuset if narrower else None,
                            usable_from(cpus, None, cg.quota), pid, clock)
 
     def _pools(self, proc: Proc, static: _Static) -> list[PoolRow] | str:
@@ -270,16 +231,16 @@ class Scanner:
             from parinfo.process.pools import runtimes_in_maps
 
             rows = runtimes_in_maps(maps, "/proc/PID/maps")
-            static.maps, static.pools, static.symbol_maps = maps, rows, _symbol_lines(maps, rows)
+            static.maps, static.pools, static.symbol_maps = maps, rows, pool_counts.symbol_lines(maps, rows)
         return static.pools if static.pools is not None else []
 
     def _counts(self, pid: int, rows: list[PoolRow], static: _Static,
                 facts: MachineFacts) -> list[PoolCount]:
-        """Each pool's count by the one precedence rule (:func:`parinfo.process.standing.decide`): in
+        """Each pool's count by the one precedence rule (:func:`parinfo.outside.standing.decide`): in
         force where it can be read from the process's memory, else what its launch environment
         predicts (said so), else unknown."""
-        read = _in_force(pid, static.symbol_maps)
-        return [_pool_count(row, decide(row.library, read.get(row.filepath or ""), static.environ, facts))
+        read = pool_counts.in_force(pid, static.symbol_maps)
+        return [pool_counts.pool_count(row, decide(row.library, read.get(row.filepath or ""), static.environ, facts))
                 for row in rows]
 
     def _inside(self, pid: int, rows: list[PoolRow], static: _Static,
@@ -304,7 +265,7 @@ class Scanner:
             inside = read_inside(pid, [dataclasses.replace(r) for r in rows], loaded_objects(
                 (static.maps or b"").decode("utf-8", "surrogateescape")), static.environ, facts,
                 min(left, EACH_S))
-            counts = [_pool_count(row, decide(row.library, None, static.environ, facts, attached=(
+            counts = [pool_counts.pool_count(row, decide(row.library, None, static.environ, facts, attached=(
                 row.num_threads, row.count_source or unknown_source("not read inside the process"))))
                 for row in inside.pool_counts()]
         except UsageError as exc:
@@ -342,7 +303,7 @@ class Scanner:
         dt = None if before is None else max(clock - before.clock, 1e-6)
         processes: list[HostProcess] = []
         ticks: dict[tuple[int, int], int] = {}
-        reps: dict[str, _CgroupInfo] = {}
+        reps: dict[str, CgroupInfo] = {}
         kernel_threads = kernel_runnable = 0
         seen: set[tuple[int, int, str]] = set()
         self._cgroups_seen = set()
@@ -393,19 +354,19 @@ class Scanner:
             del self._static[gone]
         for raw in set(self._cgroups) - self._cgroups_seen:
             del self._cgroups[raw]
-        families = _families(processes)
+        families = judging.families(processes)
         report = HostReport(time=time.time(), interval=None if dt is None else round(dt, 3),
                             scope=Scope(self.cgroup_given, self.user),
                             logical_cpus=self.facts.logical_cpus, processes=processes, families=families,
                             kernel_threads=kernel_threads, kernel_runnable=kernel_runnable)
         if attaching:
             report.notes += self._attach_notes()
-        reading = self._judge(report, reps, clock, ticks, before, dt)
+        reading = judging.judge(report, reps, clock, ticks, before, dt)
         self._last = reading
         report.elapsed_ms = round((time.perf_counter() - started) * 1e3, 2)
         return report
 
-    def _process(self, proc: Proc, ppid: int, name: str, static: _Static, cg: _CgroupInfo,
+    def _process(self, proc: Proc, ppid: int, name: str, static: _Static, cg: CgroupInfo,
                  attaching: bool = False) -> HostProcess | None:
         pid = proc.pid or 0
         try:
@@ -461,121 +422,3 @@ class Scanner:
             cgroup=cg.path, group=cg.key, usable_cpus=usable, affinity=len(affinity), pools=pools,
             pools_unknown=unknown, threads=sum(states.values()), states=states, runnable_now=states.get("R", 0),
             groups=groups)
-
-    def _judge(self, report: HostReport, reps: Mapping[str, _CgroupInfo], clock: float,
-               ticks: dict[tuple[int, int], int], before: _Reading | None, dt: float | None) -> _Reading:
-        """Fill the report's cgroup rows and findings; return this reading's counters."""
-        from parinfo.machine.pressure import cpu_counters, cpu_pressure
-        from parinfo.watching.sample import pressure_percent, throttle_use
-
-        counters: dict[str, CpuCounters] = {}
-        pressure: dict[str, PressureFacts] = {}
-        by_group: dict[str, list[HostProcess]] = {}
-        for p in report.processes:
-            by_group.setdefault(p.group, []).append(p)
-        families = {f.key: f for f in report.families}
-        for key in sorted(by_group, key=lambda k: (k != "/", k)):
-            info, members = reps[key], by_group[key]
-            pressure[key] = cpu_pressure("/", info.pid)
-            row = CgroupRow(key, info.quota, info.cpuset, info.usable, [p.pid for p in members],
-                            sum(p.threads for p in members), sum(p.runnable_now for p in members))
-            row.threads_at_once = sum(p.threads_at_once or 0 for p in members if p.pools)
-            row.threads_predicted = sum(p.threads_predicted or p.threads_at_once or 0 for p in members if p.pools)
-            row.predicted_pids = [p.pid for p in members if p.threads_predicted is not None]
-            row.unknown_pids = [p.pid for p in members if p.pools_unknown is not None]
-            if info.quota is not None:
-                counters[key] = cpu_counters("/", info.pid)
-            else:
-                row.throttling_unknown = "none: no CPU quota on this cgroup or its ancestors"
-            if before is not None and dt is not None:
-                row.cpu_percent = round(sum(p.cpu_percent or 0.0 for p in members), 1)
-                if key in counters and key in before.counters:
-                    row.throttling, why = throttle_use(before.counters[key], counters[key], dt)
-                    row.throttling_unknown = why
-                if key in before.pressure:
-                    a, b = before.pressure[key], pressure[key]
-                    row.pressure_some = (pressure_percent(a.system, b.system, dt) if key == "/" else
-                                         _own_pressure(key, a, b, dt))
-            loads = [_load(p, families) for p in members if p.pools or p.pools_unknown is not None]
-            row.findings = fleet_rules.cgroup_findings(
-                "the machine" if key == "/" else f"cgroup {key}", row.usable_cpus, loads)
-            report.cgroups.append(row)
-        both = [k for k in pressure if before is not None and k in before.pressure]
-        if before is not None and dt is not None and both:  # every reading holds the machine's too
-            report.pressure_some = pressure_percent(before.pressure[both[0]].system, pressure[both[0]].system, dt)
-        report.processes.sort(key=lambda p: (p.group != "/", p.group, -(p.threads_at_once or 0), p.pid))
-        return _Reading(clock, ticks, counters, pressure)
-
-
-def _load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:
-    """What the rules judge of one process: its widest pool in force and, apart, what its launch
-    environment predicts where that is more."""
-    library, count = p.widest
-    guess, predicted = p.widest_predicted if p.threads_predicted is not None else (None, None)
-    unknown = p.pools_unknown
-    if unknown is None and count is None and predicted is None:
-        unknown = next((x.source.text for x in p.pools if x.count is None), "unknown (no count in force)")
-    family = families.get(p.family or "")
-    variables = []
-    for pool in p.pools:
-        lib = reg.find(pool.library)
-        if lib is not None and lib.count_vars and pool.count is not None and pool.count > 1:
-            variables.append(lib.count_vars[0])
-    return ProcessLoad(p.pid, p.name, library, count, p.outer_threads, p.ppid,
-                       tuple(family.pids) if family is not None else (p.pid,), p.command,
-                       tuple(dict.fromkeys(variables)), unknown, family.adopted_by if family is not None else None,
-                       guess, predicted)
-
-
-def _families(processes: list[HostProcess]) -> list[Family]:
-    """Processes with one parent and one command, two or more of them. Numbers in the command are
-    masked: workers that differ by a pipe handle or an index (``spawn_main(pipe_handle=11)``,
-    ``--process-name LokyProcess-3``) run one command."""
-    groups: dict[tuple[int, str], list[HostProcess]] = {}
-    for p in processes:
-        groups.setdefault((p.ppid, _DIGITS.sub("#", p.command)), []).append(p)
-    out = []
-    for (parent, _), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[1][0].pid)):
-        if len(members) < 2 or parent < 1:
-            continue
-        key = f"{parent}:{members[0].pid}"
-        for p in members:
-            p.family = key
-        out.append(Family(key, parent, members[0].command, sorted(p.pid for p in members),
-                          adoption.adopter(parent, members[0].pid)))
-    return out
-
-
-def _symbol_lines(maps: bytes, rows: list[PoolRow]) -> str | None:
-    """The lines of a maps file that map the pools among ``rows`` whose library keeps its count where
-    it can be read from outside (the registry's ``count_symbol``), or None when none does. Reading the counts
-    needs those lines only: kept per maps version, they spare each scan a parse of the whole file."""
-    paths = {r.filepath for r in rows
-             if (lib := reg.find(r.library)) is not None and lib.count_symbol is not None}
-    if not paths:
-        return None
-    text = maps.decode("utf-8", "surrogateescape")
-    return "\n".join(line for line in text.splitlines()
-                     if line.split(None, 5)[-1].removesuffix(" (deleted)") in paths)
-
-
-def _in_force(pid: int, symbol_maps: str | None) -> dict[str, CountInForce]:
-    """{library file: its count in force, or why not}, read from the process's memory
-    (:mod:`parinfo.process.inforce`) for the files of ``symbol_maps`` (:func:`_symbol_lines`); {}
-    when there are none (nothing is read then)."""
-    if symbol_maps is None:
-        return {}
-    from parinfo.outside.inforce import counts_in_force
-    from parinfo.process.tasks import NoAccess, ProcessGone
-
-    try:
-        found = counts_in_force(pid, symbol_maps)
-    except (ProcessGone, NoAccess):
-        return {}
-    return {c.path: c for c in found}
-
-
-def _pool_count(row: PoolRow, got: Decided) -> PoolCount:
-    """The host row of one pool, from the rule's decision."""
-    return PoolCount(row.library, row.filepath or "", row.owner, got.count, got.source, got.in_force,
-                     row.duplicate_of, attached=got.standing is Standing.ATTACHED)

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from parinfo.launch.child import exit_status
 
 if TYPE_CHECKING:  # pragma: no cover
+    import selectors
+
     from parinfo.launch.reaping import Leader
     from parinfo.launch.verify import Check
     from parinfo.profiles.plan import InstancePlan
@@ -183,21 +185,9 @@ def supervise(procs: list[tuple[int, Leader]], expected: list[list[Check]],
     owners: dict[int, Prefixed | None] = {}
     warned: set[int] = set()
     relays: list[Prefixed] = []
-    exact = True  # every exit is seen through a pidfd; else poll every 50 ms
     check_at: float | None = time.monotonic() + CHECK_AFTER_S
     problems: list[str] = []
-    for index, leader in procs:
-        prefix = f"[{index}] ".encode()
-        for pipe, out in ((leader.proc.stdout, sys.stdout), (leader.proc.stderr, sys.stderr)):
-            assert pipe is not None
-            os.set_blocking(pipe.fileno(), False)
-            relays.append(Prefixed(prefix, out, owners, logs.get(index), warned))
-            sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1], pipe))
-        pidfd = _pidfd(leader.pid)  # readable once it has exited; reaps nothing
-        if pidfd is None:
-            exact = False
-        else:
-            sel.register(pidfd, selectors.EVENT_READ, ("exit", leader, None))
+    exact = _register(sel, procs, logs, owners, warned, relays)
     first_failure = 0
     running = {leader.pid for _, leader in procs}
 
@@ -226,28 +216,9 @@ def supervise(procs: list[tuple[int, Leader]], expected: list[list[Check]],
         if check_at is not None and now >= check_at:
             check_at = None
             problems = _verify(procs, expected, owners)
-        idle = None if exact else 0.05
-        for at in (check_at, drain_until, tick_at):
-            if at is not None:
-                idle = max(0.0, at - now) if idle is None else min(idle, max(0.0, at - now))
+        idle = _idle(exact, now, (check_at, drain_until, tick_at))
         for key, _ in sel.select(_timeout(relays, now, idle)):
-            kind, target, pipe = key.data
-            if kind == "exit":
-                sel.unregister(key.fd)
-                os.close(key.fd)
-                target.wait()
-                exited(target)
-                continue
-            try:
-                data = os.read(key.fd, 65536)
-            except BlockingIOError:
-                continue
-            if data:
-                target.feed(data, time.monotonic())
-            else:
-                sel.unregister(key.fileobj)
-                target.close()
-                pipe.close()
+            _ready(sel, key, exited)
         now = time.monotonic()
         for relay in relays:
             due = relay.due()
@@ -256,17 +227,78 @@ def supervise(procs: list[tuple[int, Leader]], expected: list[list[Check]],
         if not exact:
             for _, leader in procs:
                 exited(leader)
-    for key in list(sel.get_map().values()):  # pipes still held open once the bound is over
+    _close_left(sel)
+    for _, leader in procs:  # output closed before exit: wait in start order
+        leader.wait()
+        exited(leader)
+    return first_failure, problems
+
+
+def _register(sel: selectors.BaseSelector, procs: list[tuple[int, Leader]], logs: dict[int, Log],
+              owners: dict[int, Prefixed | None], warned: set[int], relays: list[Prefixed]) -> bool:
+    """Watch each instance's output pipes (a relay each, added to ``relays``) and, through a pidfd,
+    its exit; False when some exit cannot be seen that way (then exits are polled every 50 ms)."""
+    import selectors
+
+    exact = True
+    for index, leader in procs:
+        prefix = f"[{index}] ".encode()
+        for pipe, out in ((leader.proc.stdout, sys.stdout), (leader.proc.stderr, sys.stderr)):
+            assert pipe is not None
+            os.set_blocking(pipe.fileno(), False)
+            relays.append(Prefixed(prefix, out, owners, logs.get(index), warned))
+            sel.register(pipe, selectors.EVENT_READ, ("out", relays[-1], pipe))
+        pidfd = _pidfd(leader.pid)  # readable once it has exited; reaps nothing
+        if pidfd is None:
+            exact = False
+        else:
+            sel.register(pidfd, selectors.EVENT_READ, ("exit", leader, None))
+    return exact
+
+
+def _idle(exact: bool, now: float, deadlines: tuple[float | None, ...]) -> float | None:
+    """How long the loop may wait for output: until the nearest deadline (None: no bound; 50 ms at
+    most when exits are polled)."""
+    idle = None if exact else 0.05
+    for at in deadlines:
+        if at is not None:
+            idle = max(0.0, at - now) if idle is None else min(idle, max(0.0, at - now))
+    return idle
+
+
+def _ready(sel: selectors.BaseSelector, key: selectors.SelectorKey, exited: Callable[[Leader], None]) -> None:
+    """Handle one ready file: an instance's exit (its pidfd), or output to relay (an end of file
+    closes the pipe and its relay)."""
+    import time
+
+    kind, target, pipe = key.data
+    if kind == "exit":
+        sel.unregister(key.fd)
+        os.close(key.fd)
+        target.wait()
+        exited(target)
+        return
+    try:
+        data = os.read(key.fd, 65536)
+    except BlockingIOError:
+        return
+    if data:
+        target.feed(data, time.monotonic())
+    else:
+        sel.unregister(key.fileobj)
+        target.close()
+        pipe.close()
+
+
+def _close_left(sel: selectors.BaseSelector) -> None:
+    """Close the pipes still held open once the drain's bound is over, then the selector."""
+    for key in list(sel.get_map().values()):
         sel.unregister(key.fileobj)
         kind, target, pipe = key.data
         if kind == "out":
             target.close()
             pipe.close()
     sel.close()
-    for _, leader in procs:  # output closed before exit: wait in start order
-        leader.wait()
-        exited(leader)
-    return first_failure, problems
 
 
 def _verify(procs: list[tuple[int, Leader]], expected: list[list[Check]],

@@ -22,107 +22,34 @@ import os
 
 import parinfo.safe_file as safe_file
 from parinfo.errors import UsageError
+from parinfo.machine.capabilities import attach_refusal, memory_refusal, ptrace_scope
+from parinfo.machine.proc_memory import Memory
+from parinfo.machine.proc_words import (
+    PERMISSION,
+    PF_KTHREAD,
+    Denied,
+    NoAccess,
+    NotAProcess,
+    ProcessGone,
+    Stat,
+    exited_during_read,
+    gone,
+    kernel_thread,
+    no_access,
+    parse_environ,
+    parse_stat,
+    zombie,
+)
 from parinfo.machine.sysfs import Unreadable, read_bytes
-from parinfo.records.record import record
 
 __all__ = ["PERMISSION", "PF_KTHREAD", "Denied", "Memory", "NoAccess", "NotAProcess", "Proc", "ProcessGone", "Stat",
            "exited_during_read", "gone", "kernel_thread", "no_access", "parse_environ", "parse_stat", "pids",
            "ptrace_scope", "zombie"]
 
-#: The task flag of a kernel thread (include/linux/sched.h).
-PF_KTHREAD = 0x00200000
-#: Why another user's process cannot be read.
-PERMISSION = "permission: run as the process's user or root"
 #: Most of one file read: an environment or command line is at most a few MiB; maps of a large process
 #: tens of thousands of lines.
 LIMIT = 1 << 24
 MAPS_LIMIT = 1 << 26
-
-
-class Denied(str):
-    """A reason that is a refusal by the kernel's permission rules (the words say which rule):
-    callers tell it from other reasons by its type, never by its words."""
-
-    __slots__ = ()
-
-
-class ProcessGone(UsageError):
-    """The process does not exist, or no longer does."""
-
-
-class NoAccess(UsageError):
-    """The process exists but its files cannot be read by this user."""
-
-
-class NotAProcess(UsageError):
-    """The pid names a task with nothing to report on: a kernel thread, or a zombie."""
-
-
-def gone(pid: int) -> ProcessGone:
-    return ProcessGone(f"no process with pid {pid} (it has exited, or never existed: check the pid with ps)")
-
-
-def exited_during_read(pid: int) -> ProcessGone:
-    return ProcessGone(f"pid {pid} exited while parinfo was reading it: nothing left to report")
-
-
-def kernel_thread(pid: int, name: str) -> NotAProcess:
-    return NotAProcess(f"pid {pid} is a kernel thread ({_shown(name)}): it has no user-space pools")
-
-
-def zombie(pid: int, name: str, ppid: int, parent: str | None) -> NotAProcess:
-    return NotAProcess(f"pid {pid} ({_shown(name)}) is a zombie: it has exited and its parent, pid {ppid}"
-                       f"{f' ({_shown(parent)})' if parent else ''}, has not collected it yet; it has no "
-                       f"threads or pools left")
-
-
-def no_access(pid: int, what: str, exc: OSError) -> NoAccess:
-    return NoAccess(f"cannot read {what} of pid {pid}: {exc.strerror or exc} (run parinfo as the "
-                    f"process's user or as root)")
-
-
-def _shown(text: str) -> str:
-    from parinfo.safe_text import escape_controls
-
-    return escape_controls(text)
-
-
-@record(frozen=True)
-class Stat:
-    """One task's /proc stat line. ``name`` is decoded with surrogateescape (exact bytes kept);
-    escape it where it is shown."""
-
-    pid: int
-    name: str
-    state: str  # R running or runnable, S sleeping, D uninterruptible, T stopped, Z zombie, X dead
-    ppid: int
-    flags: int
-    ticks: int  # utime + stime, in clock ticks
-    start: int  # start time after boot, in clock ticks: with the pid, the process's identity
-    cpu: int | None  # the CPU it last ran on
-    pgrp: int = 0  # its process group: a worker keeps its starter's group when it is orphaned
-
-    @property
-    def kernel_thread(self) -> bool:
-        return bool(self.flags & PF_KTHREAD) or self.pid == 2
-
-    @property
-    def dead(self) -> bool:
-        return self.state in ("Z", "X")
-
-
-def parse_stat(data: bytes, pid: int = 0) -> Stat:
-    """The fields of a /proc stat line. The name sits between the first '(' and the last ')': it may
-    itself hold spaces and parentheses. ValueError when the line is not one."""
-    try:
-        close = data.rindex(b")")
-        rest = data[close + 2:].split()
-        return Stat(pid or int(data[:data.index(b" ")]), data[data.index(b"(") + 1:close].decode(
-            "utf-8", "surrogateescape"), rest[0].decode("ascii"), int(rest[1]), int(rest[6]),
-            int(rest[11]) + int(rest[12]), int(rest[19]), int(rest[36]) if len(rest) > 36 else None,
-            int(rest[2]))
-    except (IndexError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not a stat line: {exc}") from None
 
 
 def read_small(path: bytes | str) -> bytes:
@@ -141,16 +68,6 @@ def pids(root: str = "/") -> list[int]:
         return [int(e) for e in os.listdir(os.path.join(root, "proc")) if e.isdigit() and e.isascii()]
     except OSError as exc:
         raise UsageError(f"cannot list /proc: {exc.strerror or exc}") from None
-
-
-def parse_environ(raw: bytes) -> dict[str, str]:
-    """An environment block (NUL-separated NAME=value) as a dict; the first of a repeated name wins."""
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        name, sep, value = item.partition(b"=")
-        if sep and name:
-            env.setdefault(name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
-    return env
 
 
 #: The files a process's main thread keeps readable after it exits (the others read empty or fail).
@@ -190,6 +107,11 @@ class Proc:
         """A per-process file's path: through a live thread when the main thread has exited."""
         return self.path(name) if self._via is None or name in _OWN_FILES else self._via + b"/" + name.encode()
 
+    def live_path(self, name: str) -> bytes:
+        """A per-process file's path as it can be read now (through a live thread when the main
+        thread has exited)."""
+        return self._file(name)
+
     def shown(self, name: str) -> str:
         """A file's path as it is on the machine, for messages."""
         return f"/proc/{self.label}/{name}"
@@ -217,47 +139,14 @@ class Proc:
 
     def permission_reason(self) -> Denied:
         """Why this user may not read the process's memory or maps: another user's process, or rules
-        the kernel applies even to its own user or to root (capabilities the target holds and this
-        process lacks, a process that is not dumpable, Yama's ptrace_scope, a security module)."""
-        mine = self._status_of(b"/proc/self")
-        theirs = self._status_of(self._base)
-        if os.geteuid() != 0 and str(os.geteuid()) not in theirs.get("Uid", "").split():
-            return Denied(PERMISSION)
-        try:
-            extra = int(theirs.get("CapPrm", "0"), 16) & ~int(mine.get("CapEff", "0"), 16)
-        except ValueError:
-            extra = 0
-        if extra:
-            return Denied(f"permission: refused{' even to root' if os.geteuid() == 0 else ''}: the process holds "
-                          f"capabilities this one lacks ({_capability_names(extra)}); run parinfo with them")
-        if os.geteuid() == 0:
-            return Denied("permission: refused even to root (a security module's rule, or another user namespace)")
-        return Denied("permission: the kernel lets only root read this process's memory "
-                      "(kernel.yama.ptrace_scope, or a process that is not dumpable): run as root")
+        the kernel applies even to its own user or to root
+        (:func:`~parinfo.machine.capabilities.memory_refusal`)."""
+        return memory_refusal(self._status_of(b"/proc/self"), self._status_of(self._base))
 
     def attach_refusal(self) -> Denied:
         """Why the kernel refused to let this process write into this one's memory (what
-        ``sys.remote_exec`` does, with a debugger's rights): another user's process, Yama's
-        ptrace_scope, capabilities the target holds, or a rule of a security module. parinfo never
-        asks for more rights than it has; the words say which rule refused and what would be allowed."""
-        mine, theirs = self._status_of(b"/proc/self"), self._status_of(self._base)
-        scope = ptrace_scope()
-        cap_ptrace = _has_capability(mine.get("CapEff", "0"), _CAPABILITIES.index("CAP_SYS_PTRACE"))
-        owners = theirs.get("Uid", "").split()
-        if not cap_ptrace and owners and any(uid != str(os.getuid()) for uid in owners[:3]):
-            return Denied("permission: another user's process (the kernel lets a process attach only to its "
-                          "own user's, without CAP_SYS_PTRACE): run parinfo as its user or as root")
-        if scope == 3:
-            return Denied("permission: kernel.yama.ptrace_scope is 3: no process may attach to another on this "
-                          "machine until it reboots")
-        if scope == 2 and not cap_ptrace:
-            return Denied("permission: kernel.yama.ptrace_scope is 2: only a process with CAP_SYS_PTRACE may "
-                          "attach: run parinfo as root")
-        if scope == 1 and not cap_ptrace:
-            return Denied("permission: kernel.yama.ptrace_scope is 1: a process may attach only to its own "
-                          "descendants (or a process that allowed it with prctl PR_SET_PTRACER): run parinfo "
-                          "as root, or start the program under it")
-        return self.permission_reason()
+        ``sys.remote_exec`` does): :func:`~parinfo.machine.capabilities.attach_refusal`."""
+        return attach_refusal(self._status_of(b"/proc/self"), self._status_of(self._base))
 
     def mount_namespace(self) -> int | None:
         """The inode of the process's mount namespace (None when it cannot be read): two processes
@@ -529,88 +418,3 @@ class Proc:
     def memory(self) -> Memory:
         """The process's memory, opened on first read; close it when done."""
         return Memory(self)
-
-
-class Memory:
-    """/proc/PID/mem, opened on first use: plain reads, no ptrace attach, no signal, the process runs
-    on. A refusal says why once, for every later read."""
-
-    def __init__(self, proc: Proc) -> None:
-        self.proc = proc
-        self.fd: int | None = None
-        self.refused: str | None = None  # a Denied when the kernel refused
-
-    def read(self, address: int, size: int) -> bytes | str:
-        """``size`` bytes at ``address``, or why they cannot be read. ProcessGone when the process ends."""
-        proc = self.proc
-        if self.refused is not None:
-            return self.refused
-        if self.fd is None:
-            try:
-                self.fd = os.open((proc._via or proc._base) + b"/mem", os.O_RDONLY | os.O_CLOEXEC)
-            except PermissionError:
-                self.refused = proc.permission_reason()
-                return self.refused
-            except OSError as exc:
-                if isinstance(exc, (FileNotFoundError, ProcessLookupError)) or not proc.exists():
-                    raise exited_during_read(proc.pid or 0) from None
-                self.refused = f"cannot open {proc.shown('mem')}: {exc.strerror or exc}"
-                return self.refused
-        try:
-            data = os.pread(self.fd, size, address)
-        except ProcessLookupError:
-            raise exited_during_read(proc.pid or 0) from None
-        except PermissionError:
-            return proc.permission_reason()
-        except OSError as exc:
-            if not proc.exists():
-                raise exited_during_read(proc.pid or 0) from None
-            return f"cannot read the process's memory at {address:#x}: {exc.strerror or exc}"
-        if len(data) != size:
-            if not proc.exists():
-                raise exited_during_read(proc.pid or 0)
-            return f"short read of the process's memory at {address:#x}"
-        return data
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def __enter__(self) -> Memory:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-_CAPABILITIES = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
-                 "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE",
-                 "CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK", "CAP_IPC_OWNER",
-                 "CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE", "CAP_SYS_PACCT",
-                 "CAP_SYS_ADMIN", "CAP_SYS_BOOT", "CAP_SYS_NICE", "CAP_SYS_RESOURCE", "CAP_SYS_TIME",
-                 "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE", "CAP_AUDIT_WRITE", "CAP_AUDIT_CONTROL",
-                 "CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG", "CAP_WAKE_ALARM",
-                 "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE")
-
-
-def _has_capability(mask: str, bit: int) -> bool:
-    try:
-        return bool(int(mask, 16) >> bit & 1)
-    except ValueError:
-        return False
-
-
-def ptrace_scope(root: str = "/") -> int | None:
-    """Yama's kernel.yama.ptrace_scope (0 classic rules, 1 descendants only, 2 CAP_SYS_PTRACE only,
-    3 none), or None where Yama is not in the kernel."""
-    try:
-        return int(read_bytes(os.path.join(root, "proc/sys/kernel/yama/ptrace_scope"), 64))
-    except (OSError, ValueError):
-        return None
-
-
-def _capability_names(mask: int) -> str:
-    names = [(_CAPABILITIES[i] if i < len(_CAPABILITIES) else f"capability {i}")
-             for i in range(mask.bit_length()) if mask >> i & 1]
-    return ", ".join(names)

@@ -1,0 +1,235 @@
+"""The rules over a process's thread counts: pools oversubscribing the usable CPUs, counts above the
+quota, the affinity, the physical cores or a library's ceiling, variables a library ignores or
+refuses, and counts set after the library read them. :data:`parinfo.diagnostics.process_rules.RULES`
+lists them with every other rule.
+"""
+from __future__ import annotations
+
+from parinfo.diagnostics.findings import Finding, Severity
+from parinfo.diagnostics.model import Report
+from parinfo.diagnostics.rule_views import (
+    called_pools,
+    counts_in_force,
+    env_shown,
+    env_values,
+    inter_intra_pairs,
+)
+from parinfo.machine import rounding
+from parinfo.process import libraries as reg
+from parinfo.process.provenance import SettingRow
+from parinfo.records.source import Kind
+from parinfo.safe_text import plural
+
+
+def interop_fix(inter: int, usable: int) -> tuple[int, int]:
+    """(inter-op, intra-op) counts whose product fits ``usable`` CPUs, keeping inter-op when it fits."""
+    inter = max(1, min(inter, usable))
+    return inter, max(1, usable // inter)
+
+def oversubscribed_interop(r: Report) -> list[Finding]:
+    """torch's inter-op x intra-op above the usable CPUs: a warning once its inter-op pool runs, info
+    before (it starts with the first inter-op task, and many programs never start it)."""
+    usable = r.machine.usable_cpus
+    out = []
+    for who, inter, intra in inter_intra_pairs(r):
+        if inter > 1 and intra > 1 and inter * intra > usable:
+            fix_inter, fix_intra = interop_fix(inter, usable)
+            started = r.frameworks.torch is not None and r.frameworks.torch.interop_started is True
+            message = (f"{who}: {plural(inter, 'inter-op thread')} x {plural(intra, 'intra-op thread')} = "
+                       f"{plural(inter * intra, 'thread')} can run at once on {plural(usable, 'usable CPU')}")
+            if not started:
+                message += " once its inter-op pool starts (it has not)"
+            out.append(Finding(
+                "oversubscribed-interop", Severity.WARNING if started else Severity.INFO, message,
+                "every inter-op task that runs a parallel op opens its own team, so concurrent tasks "
+                "multiply the intra-op count and the threads fight for the CPUs",
+                f"keep inter-op x intra-op <= {usable}: torch.set_num_interop_threads({fix_inter}) and "
+                f"torch.set_num_threads({fix_intra}) at start-up ({fix_inter} x {fix_intra} = "
+                f"{fix_inter * fix_intra}), or torch.set_num_interop_threads(1) when you run no "
+                "inter-op tasks",
+            ))
+    return out
+
+def oversubscribed_pools(r: Report) -> list[Finding]:
+    """Several multi-threaded native pools that spin while idle can all be busy at once. Every loaded
+    copy of a runtime is a pool of its own (numpy's and scipy's OpenBLAS each start their threads)."""
+    usable = r.machine.usable_cpus
+    spinning = [(p, p.num_threads) for p in called_pools(r) if p.num_threads is not None and p.num_threads > 1]
+    total = sum(n for _, n in spinning)
+    if len(spinning) > 1 and total > 2 * usable:
+        names = ", ".join(p.library + (f" [{p.owner}]" if p.owner else "") + f"={n}" for p, n in spinning)
+        return [Finding(
+            "oversubscribed-pools", Severity.INFO,
+            f"{plural(len(spinning), 'native pool')} hold {plural(total, 'thread')} for "
+            f"{plural(usable, 'usable CPU')} ({names})",
+            "pools used one after another are fine, but pools used at once (for example BLAS called "
+            "from inside an OpenMP region or from several Python threads) oversubscribe the CPUs",
+            "limit the pools you do not use in parallel to 1 thread (threadpoolctl.threadpool_limits, "
+            "or a parinfo profile)",
+        )]
+    return []
+
+def _count_fix(row: SettingRow, env: dict[str, str], usable: int, profile: str | None) -> str:
+    """How to bring ``row``'s count to ``usable`` so that it works as printed: name the variable that
+    decides it (``parinfo apply`` keeps a variable the user set unless ``--force``)."""
+    var = row.variable or next((v for v in row.precedence if v in env), None)
+    if var:
+        text = f"set {var}={usable}"
+        if profile:
+            text += f", or run under `parinfo apply {profile} --force` (without --force it keeps your {var})"
+        return text
+    if row.source is not None and row.source.kind in (Kind.RUN_TIME, Kind.EXPLICIT):
+        return f"lower the count your program sets at run time to {usable}"
+    first = row.precedence[0] if row.precedence else None
+    if first:
+        return f"set {first}={usable} before the program starts" + (
+            f", or run under `parinfo apply {profile}`" if profile else "")
+    return f"set {row.library} to at most {plural(usable, 'thread')}"
+
+def _allocation_binds(r: Report) -> bool:
+    """The scheduler's allocation, not the quota, is what limits the usable CPUs."""
+    m = r.machine
+    if m.allocation is None or m.allocation != m.usable_cpus:
+        return False
+    return m.quota is None or m.allocation < rounding.round_quota(m.quota, m.quota_rounding)
+
+def above_quota_or_affinity(r: Report) -> list[Finding]:
+    m = r.machine
+    quota = m.quota
+    affinity = len(m.affinity) or None
+    usable = m.usable_cpus
+    env = env_values(r)
+    by_allocation = _allocation_binds(r)
+    changed_at = r.runtime.followed_at
+    out = []
+    for row in r.settings:
+        who, count = row.library, row.count
+        if count is not None and row.capped_to is not None:
+            count = min(count, row.capped_to)  # what runs, not what was asked (count-above-ceiling)
+        if count is None or count <= usable:
+            continue
+        if by_allocation:
+            out.append(Finding(
+                "count-above-usable", Severity.WARNING,
+                f"{who} uses {plural(count, 'thread')} but only {plural(usable, 'CPU')} "
+                f"{'is' if usable == 1 else 'are'} usable ({m.allocation_source})",
+                "the job was given fewer CPUs than its threads: they share the allocated CPUs (or, when the "
+                "job is not bound, take CPUs given to other jobs on the node)",
+                f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
+            ))
+        elif quota is not None:
+            kept = ""
+            if changed_at is not None and row.source is not None and row.source.chosen:  # followed; this stayed
+                kept = (f" (kept when the usable CPUs changed at {changed_at}: {row.source} chose it, "
+                        "and parinfo changes only counts nobody chose)")
+            out.append(Finding(
+                "count-above-quota", Severity.WARNING,
+                f"{who} uses {plural(count, 'thread')} but the cgroup CPU quota allows "
+                f"{plural(quota, 'CPU', 'g')}{kept}",
+                "threads beyond the quota are throttled by the kernel: the whole process stalls until the "
+                "next CFS period, which makes parallel code slower than with fewer threads",
+                f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
+            ))
+        elif affinity is not None:
+            out.append(Finding(
+                "count-above-usable", Severity.WARNING,
+                f"{who} uses {plural(count, 'thread')} but only {plural(usable, 'CPU')} "
+                f"{'is' if usable == 1 else 'are'} usable (affinity/cpuset)",
+                "extra threads share the allowed CPUs and wait for each other at every barrier",
+                f"use at most {usable}: " + _count_fix(row, env, usable, None),
+            ))
+    return out
+
+def above_physical(r: Report) -> list[Finding]:
+    m = r.machine
+    phys = m.usable_physical_cores
+    if not m.smt:
+        return []
+    out = []
+    for who, count in counts_in_force(r):
+        if phys < count <= m.usable_cpus:
+            out.append(Finding(
+                "count-above-physical-cores", Severity.INFO,
+                f"{who} uses {plural(count, 'thread')} on {plural(phys, 'usable physical core')} (SMT on)",
+                "compute-bound kernels (GEMM, convolutions) rarely gain from SMT siblings and often lose",
+                f"try {plural(phys, 'thread')}: parinfo tune measures both",
+            ))
+    return out
+
+def invalid_variables(r: Report) -> list[Finding]:
+    out = []
+    machine_said = r.machine.invalid or {}  # PARINFO_QUOTA_ROUNDING: the machine's own finding says it
+    for row in r.environment:
+        if row.value is not None and row.valid is False and row.name not in machine_said:
+            readers = ", ".join(row.readers) or "its readers"
+            out.append(Finding(
+                "invalid-variable", Severity.WARNING,
+                f"{row.name}={row.value!r} is invalid: {row.problem}",
+                f"{readers} ignore an invalid value silently ({' and '.join(reg.warns_invalid())} alone "
+                "prints a warning) and fall back to their defaults",
+                f"unset {row.name} or give it a valid value",
+            ))
+    return out
+
+def refused_counts(r: Report) -> list[Finding]:
+    """A count a library refused because it is above its cap (numexpr above NUMEXPR_MAX_THREADS): the
+    library runs a fallback count, far from the one asked, and says so only on stderr."""
+    out = []
+    for row in r.settings:
+        refused = row.refused
+        if refused is None:
+            continue
+        var, asked, cap, runs = refused.variable, refused.asked, refused.cap, refused.runs
+        cap_var = next((v for v in row.cap_vars if v != var), None)
+        raise_cap = f", or raise {cap_var} to {asked}" if cap_var else ""
+        out.append(Finding(
+            "count-refused", Severity.WARNING,
+            f"{row.library} runs {plural(runs, 'thread')}, not {asked}: "
+            f"{var}={asked} is above {refused.why}",
+            f"{row.library} refuses a count above its cap instead of cutting it to the cap: it prints an "
+            f"error on stderr and keeps {runs}",
+            f"set {var} to at most {cap}{raise_cap}, before {row.library} is imported",
+        ))
+    return out
+
+def above_ceiling(r: Report) -> list[Finding]:
+    """A valid count above parinfo's pool ceiling: the runtime runs the ceiling, not the count."""
+    out = []
+    for row in r.settings:
+        cap = row.capped_to
+        if cap is None or row.count is None:
+            continue
+        out.append(Finding(
+            "count-above-ceiling", Severity.INFO,
+            f"{row.library} count {row.count} ({row.source}) is above parinfo's pool ceiling: "
+            f"at most {plural(cap, 'thread')} run",
+            "a pool never holds more than 4 x the logical CPUs (as MKL and OpenBLAS cap theirs): more "
+            "threads than that only add switching and memory",
+            f"ask for at most {cap} (or leave the count to its default)",
+        ))
+    return out
+
+def set_after_load(r: Report) -> list[Finding]:
+    """A variable changed after launch that a library loaded earlier ignores: its count is still the
+    launch environment's and differs from what the variable asks now. Made of the settings rows'
+    ``ignored_changes``, the rows whose provenance note says "ignored", so the two always agree."""
+    env_rows = {e.name: e for e in r.environment}
+    hits: dict[str, list[str]] = {}
+    for row in r.settings:
+        for var in row.ignored_changes:
+            owner = f" [{row.owner}]" if row.owner else ""
+            hits.setdefault(var, []).append(f"{row.library}{owner} runs {row.count}, not {row.asked_now}")
+    out = []
+    for var, libs in hits.items():
+        env_row = env_rows.get(var)
+        launch, now = (None, None) if env_row is None else (env_row.launch_value, env_row.value)
+        out.append(Finding(
+            "variable-after-load", Severity.WARNING,
+            f"{var} changed after launch ({env_shown(launch)} -> {env_shown(now)}) "
+            f"after libraries that ignore it loaded: {'; '.join(libs)}",
+            "native libraries read their variables once, when they load: a later change is ignored "
+            "by them but seen by libraries that load afterwards (the import-order trap)",
+            f"set {var} before starting Python (or before the first import), or use "
+            "parinfo.apply() / threadpoolctl to change loaded pools",
+        ))
+    return out

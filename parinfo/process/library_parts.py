@@ -1,0 +1,200 @@
+"""The parts a library record is made of: what a library is (:class:`LibraryKind`), how parinfo sets
+its count (:class:`Push`) and for whom (:class:`Scope`), the calls that set and read it
+(:class:`Calls`, :class:`DirectRead`, :class:`NativeReads`), where another process keeps it
+(:class:`CountSymbol`), who sets it along (:class:`SetAlong`), how a profile preloads it
+(:class:`Preloadable`), and the words a boolean variable takes.
+
+:class:`~parinfo.process.library_record.Library` puts them together; the registry
+(:mod:`parinfo.process.libraries`) is the place to ask.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from parinfo.records.record import record
+
+#: The words a boolean variable takes (any case), as the libraries that read them accept.
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+
+
+def is_false(value: str | None) -> bool:
+    """True when a boolean variable's value means off (FALSE, 0, no, off)."""
+    return value is not None and value.strip().lower() in FALSE_WORDS
+
+
+
+class LibraryKind(str, enum.Enum):
+    """What a library is, which says where parinfo finds it and its count."""
+
+    NATIVE = "native"  # a shared object, found by its file name among the loaded objects
+    PYTHON = "python"  # a Python module with its own count (numexpr, numba), read when imported
+    FRAMEWORK = "framework"  # a Python framework with its own pools (torch)
+    INTERPRETER = "interpreter"  # Python itself
+    PARINFO = "parinfo"  # parinfo's own runtime
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Push(str, enum.Enum):
+    """How parinfo sets a library's count (:mod:`parinfo.process.setter` does it, asking the record)."""
+
+    THREADPOOLCTL = "threadpoolctl"  # threadpoolctl's controller for its ``internal_api``, per loaded copy
+    SETTER = "setter"  # the module's own functions (:class:`Calls`)
+    RUNTIME = "runtime"  # parinfo's own runtime
+    NONE = "none"  # parinfo cannot set it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Scope(str, enum.Enum):
+    """For whom a set limit holds: the calling thread only (OpenMP's ICVs), or the whole process.
+    Its value is the word an :class:`~parinfo.process.setter.Outcome` carries."""
+
+    THREAD = "thread"
+    PROCESS = "process"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@record(frozen=True)
+class Calls:
+    """A count set and read through a Python module's own functions: ``setter(n)`` and
+    ``getter()``; ``read(module)`` replaces the getter where calling it would change something
+    (numba's launches its threads). Counts are set through it by :mod:`parinfo.process.setter` only
+    (:meth:`Library.push_count`)."""
+
+    setter: str = "set_num_threads"
+    getter: str = "get_num_threads"
+    read: Callable[[Any], Any] | None = None
+
+    def set(self, module: Any, n: int) -> None:
+        """Set the count; raises what the module raises when it refuses."""
+        getattr(module, self.setter)(n)
+
+    def get(self, module: Any) -> int | None:
+        """The count in force, read without changing it; None when it cannot be read (a
+        half-initialised module, no getter, not an int)."""
+        try:
+            if self.read is not None:
+                count = self.read(module)
+            else:
+                getter = getattr(module, self.getter, None)
+                count = getter() if callable(getter) else getattr(module, "nthreads", None)
+        except Exception:
+            return None
+        return _count(count)
+
+    def call(self, owner: str, n: int | None = None) -> str:
+        """How a report names the setter: ``numba.set_num_threads``, or with ``n``: ``...(2)``."""
+        return f"{owner}.{self.setter}" + ("" if n is None else f"({n})")
+
+
+@record(frozen=True)
+class DirectRead:
+    """How a loaded copy that threadpoolctl does not see is read without changing anything (TBB):
+    ``read(path)`` gives (version, count) through the library's own getters, None parts when they
+    are missing; ``how`` is the pool row's note when the count was read, ``unread`` when it was not."""
+
+    read: Callable[[str], tuple[str | None, int | None]]
+    how: str
+    unread: str
+
+
+@record(frozen=True)
+class SetAlong:
+    """A framework that sets this library's count to its own intra-op count (torch sets its OpenMP
+    runtime's and MKL's): ``framework`` (its record name, also the package that ships the copy it
+    sets), ``named`` (how the words name this library: "OpenMP runtime", "MKL"), and ``when``
+    (appended to say when the framework sets it unasked: " when it initialised", or "")."""
+
+    framework: str
+    named: str
+    when: str = ""
+
+
+@record(frozen=True)
+class CountSymbol:
+    """Where a library keeps its count in force, so that the count of another process can be read
+    from its memory (:mod:`parinfo.outside.inforce`) without stopping it.
+
+    ``getters``: the exported getter functions tried in order (the first the file exports wins); its
+    machine code, read from the process's memory, must load the variable it returns (that is what
+    makes a file named like the library believed; it also finds the variable where no symbol names
+    it). ``names``: the variable's symbol names, exported or local (``.symtab``); when the file
+    names it, the getter must load that very variable. ``size``: its width in bytes (a C ``int``: 4),
+    read as a signed integer in the file's byte order; ``unset``: the value it holds before the
+    library has set it up (the count is then unknown). A count is believed from 1 to the build's
+    maximum: ``max_symbol`` names a local array of one pointer per thread the build allows (its size
+    over the pointer size), and ``max_count`` bounds it, and is the bound when the file does not say.
+    ``verified``: the builds on which the facts were checked against the library's own getter.
+    """
+
+    names: tuple[str, ...]
+    getters: tuple[str, ...] = ()
+    size: int = 4
+    unset: int = 0
+    max_symbol: str = ""
+    max_count: int = 1024
+    verified: str = ""
+
+
+@record(frozen=True)
+class NativeReads:
+    """The C functions that read a loaded library's facts without changing anything, called (through
+    ctypes, on the copy already loaded) by the script parinfo's attach runs inside another process
+    (:mod:`parinfo.outside.attach`): names without the build's affixes, every one optional but ``count``.
+
+    ``count``: ``int f(void)``, the count in force for the calling thread (the target's main thread).
+    ``affixes``: (prefix, suffix) pairs a build may put around every name (scipy-openblas builds);
+    the first pair under which ``count`` is exported is used for the others. ``version``: ``const
+    char *f(void)``, or with ``version_buffer`` ``void f(char *buf, int len)``; the version is the word
+    after ``version_after`` in that text ("" : the whole text). ``layer``: ``int f(void)`` whose
+    value ``layer_codes`` names (the threading layer); with the layer "openmp" the count is
+    ``openmp_count``'s instead (the calling thread's OpenMP limit, as threadpoolctl reads it).
+    ``architecture``: ``const char *f(void)``, the kernels in use.
+    """
+
+    count: str
+    affixes: tuple[tuple[str, str], ...] = (("", ""),)
+    version: str = ""
+    version_buffer: bool = False
+    version_after: str = ""
+    layer: str = ""
+    layer_codes: tuple[tuple[int, str], ...] = ()
+    openmp_count: str = ""
+    architecture: str = ""
+
+    def to_data(self) -> dict[str, Any]:
+        """Its fields as plain data (the attach script takes nothing else)."""
+        return {"count": self.count, "affixes": [list(a) for a in self.affixes], "version": self.version,
+                "version_buffer": self.version_buffer, "version_after": self.version_after, "layer": self.layer,
+                "layer_codes": {str(code): name for code, name in self.layer_codes},
+                "openmp_count": self.openmp_count, "architecture": self.architecture}
+
+
+@record(frozen=True)
+class Preloadable:
+    """How a profile's ``openmp:`` word puts this runtime in charge of a launched program: ``word``
+    (intel, gnu, llvm), the file ``names`` to preload, best first, ``binds`` (``kmp``: its threads
+    are bound through its ``affinity`` variable; ``omp``: through ``proc_bind`` and ``places``), and
+    what to ``install`` when it is missing."""
+
+    word: str
+    names: tuple[str, ...]
+    binds: str
+    install: str
+
+
+#: The entry points that say which OpenMP runtime serves a process: the OpenMP API's, and the GNU
+#: ABI's that GCC-built code calls (Intel's and LLVM's runtimes provide both).
+OPENMP_ENTRY_POINTS = ("omp_get_max_threads", "GOMP_parallel")
