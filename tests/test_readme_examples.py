@@ -117,8 +117,8 @@ def _finding_ids() -> dict[str, set[str]]:
     """Every finding id the rules can emit (a process's, live evidence, outer threads: a fleet's and
     ``parinfo host``'s), with the severities written beside it."""
     out: dict[str, set[str]] = {}
-    for name in ("process_rules.py", "live_rules.py", "fleet_rules.py"):
-        text = (REPO / "parinfo" / "diagnostics" / name).read_text()
+    for path in sorted((REPO / "parinfo" / "diagnostics").glob("*_rules.py")):
+        text = path.read_text()
         for fid, sev in re.findall(r'Finding\(\s*"([a-z0-9-]+)",\s*(Severity\.(?:INFO|WARNING|ERROR)\b|\w+)', text):
             out.setdefault(fid, set()).add(sev[9:].lower() if sev.startswith("Severity.") else "info or warning")
     return out
