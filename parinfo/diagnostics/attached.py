@@ -194,10 +194,10 @@ def read_process(pid: int, timeout: float, root: str = "/") -> Inside:
     ProcessGone or NotAProcess for a pid that names no process parinfo can report on."""
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
-    from parinfo.machine.unknown import unknown
     from parinfo.outside import attach, remote
     from parinfo.process import pools
     from parinfo.process.tasks import NoAccess
+    from parinfo.records.unknown import unknown
 
     remote.check_pid(pid)
     try:
@@ -389,7 +389,7 @@ def _attached_process(ident: Identity, read: Inside, answer: Answer) -> ProcessI
     how it was read, and what could not be read there."""
     from parinfo.diagnostics.model import ProcessInfo
     from parinfo.diagnostics.parts import IMPLEMENTATIONS
-    from parinfo.machine.unknown import unknown
+    from parinfo.records.unknown import unknown
 
     python, inside = answer.python, answer.parinfo
     process = ProcessInfo(pid=ident.pid, name=ident.name, ppid=ident.ppid, cmdline=ident.cmdline,

@@ -144,11 +144,11 @@ def inspect_pid(pid: int, *, children: bool = False, root: str = "/",
     from parinfo.machine.mempolicy import memory_policy
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
-    from parinfo.machine.unknown import unknown
     from parinfo.outside import remote
     from parinfo.process import environment as envmod, pools, threads as thr
     from parinfo.process.probing import Probes
     from parinfo.process.tasks import NoAccess, ProcessGone, exited_during_read
+    from parinfo.records.unknown import unknown
 
     remote.check_pid(pid)
     unreadable: dict[str, str] = {}
@@ -207,9 +207,9 @@ def _own_pools(pid: int, env: dict[str, str] | None, facts: MachineFacts,
     """The pools of ``pid`` read from outside, with their counts in force where they can be read;
     none, and why in ``unreadable``, when this user may not read its maps."""
     from parinfo.machine.procfs import Proc
-    from parinfo.machine.unknown import unknown
     from parinfo.outside import remote
     from parinfo.process.tasks import NoAccess
+    from parinfo.records.unknown import unknown
 
     try:
         maps = remote.maps_text(pid)
@@ -244,9 +244,9 @@ def _descendants_pools(pids: list[int], root: str, unreadable: dict[str, str],
     that ends meanwhile is left out; one this user may not read is named in ``unreadable``."""
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
-    from parinfo.machine.unknown import unknown
     from parinfo.outside import remote
     from parinfo.process.tasks import NoAccess, ProcessGone
+    from parinfo.records.unknown import unknown
 
     out: list[PoolRow] = []
     for child in pids:

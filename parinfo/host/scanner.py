@@ -43,13 +43,13 @@ from parinfo.host.model import (
 )
 from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ, pids
 from parinfo.machine.topology import REREAD_S
-from parinfo.machine.unknown import unknown
 from parinfo.outside.standing import decide
 from parinfo.process import libraries as reg
 from parinfo.process.tasks import CLOCK_TICKS
 from parinfo.process.threads import thread_group
 from parinfo.records.record import record
 from parinfo.records.source import unknown as unknown_source
+from parinfo.records.unknown import unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters

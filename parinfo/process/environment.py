@@ -13,11 +13,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import field
 
 from parinfo.errors import UsageError
-from parinfo.machine.unknown import because
 from parinfo.process.libraries import Var, listed_unset
 from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
 from parinfo.records.convert import OMIT_EMPTY, OMIT_NONE
 from parinfo.records.record import record
+from parinfo.records.unknown import because
 
 
 @record

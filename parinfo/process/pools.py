@@ -14,11 +14,11 @@ import sys
 from dataclasses import field
 from typing import TYPE_CHECKING
 
-from parinfo.machine.unknown import describe
 from parinfo.process import libraries as reg
 from parinfo.records.convert import OMIT_NONE
 from parinfo.records.record import record
 from parinfo.records.source import Source
+from parinfo.records.unknown import describe
 
 if TYPE_CHECKING:
     from parinfo.process.torch_config import TorchFacts

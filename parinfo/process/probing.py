@@ -11,9 +11,9 @@ import os
 import sys
 from dataclasses import field
 
-from parinfo.machine.unknown import describe
 from parinfo.records.convert import OMIT_NONE
 from parinfo.records.record import record
+from parinfo.records.unknown import describe
 
 DEFAULT_PROBES = ("numpy",)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import re
 from dataclasses import field
 
-from parinfo.machine.unknown import because, describe
 from parinfo.records.convert import OMIT_NONE, REQUIRED
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, file, unknown
+from parinfo.records.unknown import because, describe
 
 #: What a report read from elsewhere says of a thread fact it does not carry.
 NOT_IN_REPORT = "unknown (not in the report)"
