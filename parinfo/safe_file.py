@@ -54,6 +54,11 @@ class Unsafe(OSError):
         super().__init__(code, what)
 
 
+class OnFuse(Unsafe):
+    """A file on a FUSE file system, refused where a read must not wait on a user-space process:
+    told from the other refusals by its type (a copy on a local file system is the fix)."""
+
+
 def kind(mode: int) -> str:
     """What a file of this mode is, in words ("a FIFO")."""
     return "a regular file" if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
@@ -86,7 +91,7 @@ def _checked_regular(fd: int, fuse: bool) -> int:
         if not stat.S_ISREG(st.st_mode):
             raise Unsafe(f"is {kind(st.st_mode)}, not a regular file", errno.EINVAL)
         if not fuse and _on_fuse(fd):
-            raise Unsafe("lies on a FUSE file system, whose reads its owner's process may never answer",
+            raise OnFuse("lies on a FUSE file system, whose reads its owner's process may never answer",
                          errno.EINVAL)
     except BaseException:
         os.close(fd)
