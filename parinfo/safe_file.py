@@ -30,8 +30,8 @@ import errno
 import os
 import stat
 
-__all__ = ["Unsafe", "create", "create_at", "kind", "open_beneath", "open_dir_beneath", "open_file", "read_bounded",
-           "read_file", "writable_dir"]
+__all__ = ["OnFuse", "Unsafe", "create", "create_at", "kind", "open_beneath", "open_dir_beneath", "open_file",
+           "read_bounded", "read_file", "writable_dir"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
