@@ -30,8 +30,8 @@ import errno
 import os
 import stat
 
-__all__ = ["Unsafe", "create", "create_at", "kind", "open_beneath", "open_dir_beneath", "open_file", "read_bounded",
-           "read_file", "writable_dir"]
+__all__ = ["OnFuse", "Unsafe", "create", "create_at", "kind", "open_beneath", "open_dir_beneath", "open_file",
+           "read_bounded", "read_file", "writable_dir"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -52,6 +52,11 @@ class Unsafe(OSError):
 
     def __init__(self, what: str, code: int = errno.EPERM) -> None:
         super().__init__(code, what)
+
+
+class OnFuse(Unsafe):
+    """A file on a FUSE file system, refused where a read must not wait on a user-space process:
+    told from the other refusals by its type (a copy on a local file system is the fix)."""
 
 
 def kind(mode: int) -> str:
@@ -86,7 +91,7 @@ def _checked_regular(fd: int, fuse: bool) -> int:
         if not stat.S_ISREG(st.st_mode):
             raise Unsafe(f"is {kind(st.st_mode)}, not a regular file", errno.EINVAL)
         if not fuse and _on_fuse(fd):
-            raise Unsafe("lies on a FUSE file system, whose reads its owner's process may never answer",
+            raise OnFuse("lies on a FUSE file system, whose reads its owner's process may never answer",
                          errno.EINVAL)
     except BaseException:
         os.close(fd)

@@ -12,6 +12,7 @@ from parinfo.machine.pressure import cpu_counters, cpu_pressure, read_pressure
 from parinfo.outside.remote import parse_limits
 from parinfo.process.tasks import parse_stat
 from parinfo.records.convert import dump
+from parinfo.records.unknown import Unknown
 from parinfo.watching.model import GroupUse, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict
 
@@ -87,12 +88,12 @@ def test_pressure_v2_system_and_cgroup(tmp_path):
 def test_pressure_missing_garbage_and_v1_only(tmp_path):
     missing = FakeMachine(tmp_path).cpus(4).cgroup_v2("/job").build()
     p = cpu_pressure(missing)
-    assert p.system.startswith("unknown (cannot read /proc/pressure/cpu") and "no PSI" in p.system
-    assert p.cgroup.startswith("unknown (cannot read /sys/fs/cgroup/job/cpu.pressure")
+    assert p.system == Unknown("cannot read /proc/pressure/cpu: No such file or directory; the kernel has no PSI")
+    assert p.cgroup == Unknown("cannot read /sys/fs/cgroup/job/cpu.pressure: No such file or directory")
     bad = FakeMachine(tmp_path).cpus(4).cgroup_v2("/job").file("proc/pressure/cpu", "some avg10=x").build()
-    assert "unexpected content in /proc/pressure/cpu" in cpu_pressure(bad).system
+    assert cpu_pressure(bad).system == Unknown("unexpected content in /proc/pressure/cpu: 'some avg10=x'")
     v1 = FakeMachine(tmp_path).cpus(4).cgroup_v1("/job").file("proc/pressure/cpu", PSI).build()
-    assert cpu_pressure(v1).cgroup == "unknown (no cgroup v2 hierarchy)"
+    assert cpu_pressure(v1).cgroup == Unknown("no cgroup v2 hierarchy")
     some_only = FakeMachine(tmp_path).cpus(4).file("proc/pressure/cpu", PSI.splitlines()[0]).build()
     assert read_pressure(some_only, "proc/pressure/cpu").full_avg10 is None
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.process.libraries import find
 from parinfo.records.source import Kind
+from parinfo.records.unknown import Unknown
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -132,10 +133,10 @@ def throttling_text(t: CpuCounters) -> str:
             f"{plural(worst.quota, 'CPU', 'g')} ({worst.cgroup})")
 
 
-def pressure_text(p: Pressure | str) -> str:
+def pressure_text(p: Pressure | Unknown) -> str:
     """CPU pressure over the last 10 s, or why it is unknown."""
-    if isinstance(p, str):
-        return p
+    if isinstance(p, Unknown):
+        return str(p)
     full = "" if p.full_avg10 is None else f", all waiting {p.full_avg10:.0f}%"
     return f"some task waiting {p.some_avg10:.0f}% of the last 10 s{full} ({p.source})"
 

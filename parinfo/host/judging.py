@@ -15,6 +15,7 @@ from parinfo.host import adoption
 from parinfo.host.model import CgroupRow, Family, HostProcess, HostReport
 from parinfo.process import libraries as reg
 from parinfo.records.record import record
+from parinfo.records.unknown import Unknown, in_words
 
 if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters, PressureFacts
@@ -43,7 +44,7 @@ class Reading:
     pressure: dict[str, PressureFacts]
 
 
-def own_pressure(key: str, a: PressureFacts, b: PressureFacts, dt: float) -> float | str:
+def own_pressure(key: str, a: PressureFacts, b: PressureFacts, dt: float) -> float | Unknown:
     """Cgroup ``key``'s CPU pressure over the interval, when the v2 cgroup its processes' pressure
     was read from is ``key`` itself; a v1 cgroup has no pressure file, and the figure of the v2
     cgroup its processes sit in (often the root: the whole machine) is not its own."""
@@ -51,7 +52,7 @@ def own_pressure(key: str, a: PressureFacts, b: PressureFacts, dt: float) -> flo
 
     if b.cgroup_dir is None or os.path.realpath(b.cgroup_dir) != os.path.realpath(key):
         where = f"its processes' v2 cgroup is {b.cgroup_dir}" if b.cgroup_dir else "no v2 cgroup"
-        return f"unknown (no CPU pressure file of its own: {where})"
+        return Unknown(f"no CPU pressure file of its own: {where}")
     return pressure_percent(a.cgroup, b.cgroup, dt)
 
 
@@ -87,15 +88,16 @@ def judge(report: HostReport, reps: Mapping[str, CgroupInfo], clock: float,
                 row.throttling_unknown = why
             if key in before.pressure:
                 a, b = before.pressure[key], pressure[key]
-                row.pressure_some = (pressure_percent(a.system, b.system, dt) if key == "/" else
-                                     own_pressure(key, a, b, dt))
+                row.pressure_some = in_words(pressure_percent(a.system, b.system, dt) if key == "/" else
+                                             own_pressure(key, a, b, dt))
         loads = [load(p, families) for p in members if p.pools or p.pools_unknown is not None]
         row.findings = fleet_rules.cgroup_findings(
             "the machine" if key == "/" else f"cgroup {key}", row.usable_cpus, loads)
         report.cgroups.append(row)
     both = [k for k in pressure if before is not None and k in before.pressure]
     if before is not None and dt is not None and both:  # every reading holds the machine's too
-        report.pressure_some = pressure_percent(before.pressure[both[0]].system, pressure[both[0]].system, dt)
+        report.pressure_some = in_words(pressure_percent(before.pressure[both[0]].system, pressure[both[0]].system,
+                                                         dt))
     report.processes.sort(key=lambda p: (p.group != "/", p.group, -(p.threads_at_once or 0), p.pid))
     return Reading(clock, ticks, counters, pressure)
 

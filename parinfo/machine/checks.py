@@ -38,11 +38,18 @@ _SCOPE = re.compile(r"[A-Za-z0-9_.:-]{1,15}")  # an interface name (IFNAMSIZ - 1
 class BadValue(UsageError):
     """A value refused by a check: ``what`` (the option or argument) ``value``: ``reason`` (``fix``).
 
-    ``reason`` alone is for callers that say the line in their own words (a cluster address)."""
+    ``reason`` alone is for callers that say the line in their own words (a cluster address);
+    ``out_of_range`` says a number was refused only for lying outside its bounds, not for its form."""
 
-    def __init__(self, what: str, value: Any, reason: str, fix: str) -> None:
+    def __init__(self, what: str, value: Any, reason: str, fix: str, *, out_of_range: bool = False) -> None:
         self.what, self.value, self.reason, self.fix = what, value, reason, fix
+        self.out_of_range = out_of_range
         super().__init__(f"{what} {shown(value)}: {reason} ({fix})")
+
+
+def _out_of_range(what: str, value: Any, bounds: str, fix: str) -> BadValue:
+    """The refusal of a well-formed number outside ``bounds`` ("1-65535")."""
+    return BadValue(what, value, f"out of range ({bounds})", fix, out_of_range=True)
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -71,10 +78,10 @@ def integer(value: Any, what: str, low: int, high: int, fix: str = "") -> int:
         if not (text.isascii() and text.isdigit()):
             raise BadValue(what, value, "not a whole number (ASCII digits only)", fix)
         if len(text.lstrip("0")) > len(str(high)):
-            raise BadValue(what, value, f"out of range ({low}-{high})", fix)
+            raise _out_of_range(what, value, f"{low}-{high}", fix)
         number = int(text)
     if not low <= number <= high:
-        raise BadValue(what, value, f"out of range ({low}-{high})", fix)
+        raise _out_of_range(what, value, f"{low}-{high}", fix)
     return number
 
 
@@ -89,7 +96,7 @@ def seconds(value: Any, what: str, low: float, high: float, fix: str = "") -> fl
             raise BadValue(what, value, "not a number of seconds (ASCII digits, e.g. 0.5)", fix)
         number = float(text)
     if not (math.isfinite(number) and low <= number <= high):
-        raise BadValue(what, value, f"out of range ({low:g}-{high:g})", fix)
+        raise _out_of_range(what, value, f"{low:g}-{high:g}", fix)
     return number
 
 
@@ -105,7 +112,7 @@ def port(value: Any, what: str, fix: str) -> int:
     try:
         return integer(value, what, 1, 65535, fix)
     except BadValue as exc:
-        word = "is out of range" if exc.reason.startswith("out of range") else "is not a number"
+        word = "is out of range" if exc.out_of_range else "is not a number"
         raise BadValue(what, value, f"port {shown(value, 20)} {word}; {PORT_RANGE}", fix) from None
 
 

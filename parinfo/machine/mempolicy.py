@@ -26,6 +26,7 @@ from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.procfs import Proc, ProcessGone
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, unknown
+from parinfo.records.unknown import Unknown
 
 # Modes of include/uapi/linux/mempolicy.h.
 MPOL_DEFAULT = 0
@@ -199,8 +200,8 @@ def memory_policy(pid: int | None = None, root: str = "/") -> MemoryPolicy:
     else:
         where = proc.shown("numa_maps")
         raw = _read(proc, "numa_maps", NUMA_MAPS_LIMIT, "a kernel without NUMA support")
-        if isinstance(raw, str):
-            source = unknown(raw)
+        if isinstance(raw, Unknown):
+            source = unknown(raw.why)
         elif not raw:
             source = unknown(f"{where} is empty (a kernel without NUMA support, or no mappings)")
         else:
@@ -210,22 +211,24 @@ def memory_policy(pid: int | None = None, root: str = "/") -> MemoryPolicy:
     return MemoryPolicy(policy, nodes, allowed, source, allowed_source, note)
 
 
-def _read(proc: Proc, name: str, limit: int, missing: str) -> bytes | str:
-    """A bounded read of one of the process's files, or why it could not be read; ProcessGone only
-    when another process has gone (this one's missing file is only missing)."""
+def _read(proc: Proc, name: str, limit: int, missing: str) -> bytes | Unknown:
+    """A bounded read of one of the process's files, or Unknown saying why it could not be read
+    (``missing``: why the file may not exist); ProcessGone only when another process has gone (this
+    one's missing file is only missing)."""
     try:
-        return proc.read_or_why(name, limit)
+        got = proc.read_or_why(name, limit)
     except ProcessGone:
         if proc.pid is not None and not proc.exists():
             raise
-        return f"{proc.shown(name)} does not exist ({missing})"
+        return Unknown(f"{proc.shown(name)} does not exist ({missing})")
+    return Unknown(got) if isinstance(got, str) else got
 
 
 def _allowed(proc: Proc) -> tuple[tuple[int, ...] | None, Source]:
     where = proc.shown("status")
     raw = _read(proc, "status", 1 << 16, "no such file")
-    if isinstance(raw, str):
-        return None, unknown(raw)
+    if isinstance(raw, Unknown):
+        return None, unknown(raw.why)
     for line in raw.decode("ascii", "replace").splitlines():
         key, _, value = line.partition(":")
         if key == "Mems_allowed_list":

@@ -7,7 +7,8 @@ with ``throttled_time`` in nanoseconds. Those counters live in the cgroup whose 
 may be an ancestor (a systemd slice, an outer container), so every level with a quota is read.
 
 Everything is read under ``root`` (tests pass fake trees); a file that is missing or unreadable
-gives "unknown (reason)", never an exception. Files are re-read on every call: these are counters.
+gives an :class:`~parinfo.records.unknown.Unknown` with the reason, never an exception. Files are
+re-read on every call: these are counters.
 """
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ from dataclasses import field
 from typing import Any
 
 from parinfo.machine import cgroup as _cgroup
-from parinfo.machine.sysfs import Unreadable, garbage, read, shown
+from parinfo.machine.sysfs import Missing, Unreadable, garbage, read, shown
 from parinfo.records.convert import LOCAL, REQUIRED, dump
 from parinfo.records.record import record
 from parinfo.records.source import Source, file
+from parinfo.records.unknown import Unknown
 
 #: What a report read from elsewhere says of a pressure it does not carry.
-NOT_IN_REPORT = "unknown (not in the report)"
+NOT_IN_REPORT = Unknown("not in the report")
 
 
 @record(frozen=True)
@@ -178,11 +180,11 @@ def read_pressure(root: str, rel: str) -> Pressure:
 
 @record(frozen=True)
 class PressureFacts:
-    """The machine's CPU pressure and the process's cgroup's, each a Pressure or "unknown (why)"
-    (:data:`NOT_IN_REPORT` when a report read back does not carry it)."""
+    """The machine's CPU pressure and the process's cgroup's, each a Pressure or an Unknown
+    (:data:`NOT_IN_REPORT` when a report read back does not carry it); in JSON an Unknown is its words."""
 
-    system: Pressure | str = field(metadata={"missing": NOT_IN_REPORT})
-    cgroup: Pressure | str = field(default="unknown (no cgroup v2 hierarchy)", metadata={"missing": NOT_IN_REPORT})
+    system: Pressure | Unknown = field(metadata={"missing": NOT_IN_REPORT})
+    cgroup: Pressure | Unknown = field(default=Unknown("no cgroup v2 hierarchy"), metadata={"missing": NOT_IN_REPORT})
     #: the v2 cgroup directory ``cgroup`` was read from (None: none was read); not in the report
     cgroup_dir: str | None = field(default=None, metadata=LOCAL)
 
@@ -191,17 +193,17 @@ def cpu_pressure(root: str = "/", pid: int | None = None) -> PressureFacts:
     """CPU pressure of the whole machine (/proc/pressure/cpu) and of process ``pid``'s v2 cgroup."""
     root = os.path.abspath(root)
     try:
-        system: Pressure | str = read_pressure(root, "proc/pressure/cpu")
+        system: Pressure | Unknown = read_pressure(root, "proc/pressure/cpu")
     except Unreadable as exc:
-        system = f"unknown ({exc}{'; the kernel has no PSI' if 'No such file' in str(exc) else ''})"
+        system = Unknown(f"{exc}{'; the kernel has no PSI' if isinstance(exc, Missing) else ''}")
     try:
         where = _cgroup.unified_dir(root, pid)
     except Unreadable as exc:
-        return PressureFacts(system, f"unknown ({exc})")
+        return PressureFacts(system, Unknown(str(exc)))
     if where is None:
         return PressureFacts(system)
     try:
-        group: Pressure | str = read_pressure(root, f"{where.leaf}/cpu.pressure")
+        group: Pressure | Unknown = read_pressure(root, f"{where.leaf}/cpu.pressure")
     except Unreadable as exc:
-        group = f"unknown ({exc})"
+        group = Unknown(str(exc))
     return PressureFacts(system, group, where.leaf)

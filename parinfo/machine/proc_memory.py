@@ -7,6 +7,7 @@ import os
 from typing import Protocol
 
 from parinfo.machine.proc_words import exited_during_read
+from parinfo.records.unknown import Unknown
 
 
 class Target(Protocol):
@@ -26,15 +27,17 @@ class Target(Protocol):
 
 class Memory:
     """/proc/PID/mem, opened on first use: plain reads, no ptrace attach, no signal, the process runs
-    on. A refusal says why once, for every later read."""
+    on. A refusal says why once, for every later read. A read the kernel refused for want of rights
+    is an Unknown whose ``why`` is a :class:`~parinfo.machine.proc_words.Denied`."""
 
     def __init__(self, proc: Target) -> None:
         self.proc = proc
         self.fd: int | None = None
-        self.refused: str | None = None  # a Denied when the kernel refused
+        self.refused: Unknown | None = None
 
-    def read(self, address: int, size: int) -> bytes | str:
-        """``size`` bytes at ``address``, or why they cannot be read. ProcessGone when the process ends."""
+    def read(self, address: int, size: int) -> bytes | Unknown:
+        """``size`` bytes at ``address``, or Unknown saying why they cannot be read. ProcessGone when
+        the process ends."""
         proc = self.proc
         if self.refused is not None:
             return self.refused
@@ -42,27 +45,27 @@ class Memory:
             try:
                 self.fd = os.open(proc.live_path("mem"), os.O_RDONLY | os.O_CLOEXEC)
             except PermissionError:
-                self.refused = proc.permission_reason()
+                self.refused = Unknown(proc.permission_reason())
                 return self.refused
             except OSError as exc:
                 if isinstance(exc, (FileNotFoundError, ProcessLookupError)) or not proc.exists():
                     raise exited_during_read(proc.pid or 0) from None
-                self.refused = f"cannot open {proc.shown('mem')}: {exc.strerror or exc}"
+                self.refused = Unknown(f"cannot open {proc.shown('mem')}: {exc.strerror or exc}")
                 return self.refused
         try:
             data = os.pread(self.fd, size, address)
         except ProcessLookupError:
             raise exited_during_read(proc.pid or 0) from None
         except PermissionError:
-            return proc.permission_reason()
+            return Unknown(proc.permission_reason())
         except OSError as exc:
             if not proc.exists():
                 raise exited_during_read(proc.pid or 0) from None
-            return f"cannot read the process's memory at {address:#x}: {exc.strerror or exc}"
+            return Unknown(f"cannot read the process's memory at {address:#x}: {exc.strerror or exc}")
         if len(data) != size:
             if not proc.exists():
                 raise exited_during_read(proc.pid or 0)
-            return f"short read of the process's memory at {address:#x}"
+            return Unknown(f"short read of the process's memory at {address:#x}")
         return data
 
     def close(self) -> None:

@@ -21,6 +21,14 @@ class Unreadable(Exception):
     """A file that is missing, unreadable, empty or holds garbage; ``str()`` is the reason."""
 
 
+class Missing(Unreadable):
+    """A file that does not exist (the kernel lacks the feature, or the tree lacks the file)."""
+
+
+class Empty(Unreadable):
+    """A file that exists and holds nothing (a NUMA node without CPUs has an empty cpulist)."""
+
+
 def shown(rel: str) -> str:
     """The path as it would appear on the machine."""
     return "/" + rel.lstrip("/")
@@ -51,9 +59,10 @@ def read(root: str, rel: str) -> str:
     try:
         text = read_bytes(os.path.join(root, rel)).decode("utf-8", "replace").strip()
     except OSError as exc:
-        raise Unreadable(f"cannot read {shown(rel)}: {exc.strerror or exc}") from None
+        kind = Missing if isinstance(exc, FileNotFoundError) else Unreadable
+        raise kind(f"cannot read {shown(rel)}: {exc.strerror or exc}") from None
     if not text:
-        raise Unreadable(f"{shown(rel)} is empty")
+        raise Empty(f"{shown(rel)} is empty")
     return text
 
 
@@ -224,9 +233,9 @@ def _numa(root: str, unknown: dict[str, str]) -> tuple[tuple[int, ...], tuple[tu
     for number, name in nodes:
         try:
             out.append(read_cpu_list(root, f"{rel}/{name}/cpulist"))
+        except Empty:
+            continue  # a node with memory and no CPU
         except Unreadable as exc:
-            if "is empty" in str(exc):
-                continue  # a node with memory and no CPU
             unknown["numa_nodes"] = str(exc)
             return (), ()
         ids.append(number)

@@ -34,6 +34,7 @@ from parinfo.process import libraries as reg
 from parinfo.records.convert import LOCAL
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, unknown
+from parinfo.records.unknown import Unknown
 
 __all__ = ["IN_FORCE", "PERMISSION", "CountInForce", "MappedFile", "counts_in_force", "mapped_files",
            "process_machine", "reason", "unknown"]
@@ -192,19 +193,19 @@ def _count(m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, place: Any, m
 
     entry = m.start + place.getter
     code = mem.read(entry, place.getter_size)
-    if isinstance(code, str):
-        return code
+    if isinstance(code, Unknown):
+        return code.why
     load = loaded_address(code, entry, place.machine, place.little)
-    if isinstance(load, str):
-        return f"{place.getter_name}: {load}; not believed to be {rec.label}"
+    if isinstance(load, Unknown):
+        return f"{place.getter_name}: {load.why}; not believed to be {rec.label}"
     address, through = load
     if through:  # a GOT slot of the library's own data, holding the variable's address
         if not place.holds(address - m.start, place.pointer):
             return (f"{place.getter_name} loads through a slot outside the library's data: "
                     f"not believed to be {rec.label}")
         slot = mem.read(address, place.pointer)
-        if isinstance(slot, str):
-            return slot
+        if isinstance(slot, Unknown):
+            return slot.why
         address = int.from_bytes(slot, "little" if place.little else "big")
     offset = address - m.start
     if place.variable is not None and offset != place.variable:
@@ -213,8 +214,8 @@ def _count(m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, place: Any, m
     if not place.holds(offset, spec.size):
         return f"{place.getter_name} loads from outside the library's data: not believed to be {rec.label}"
     data = mem.read(address, spec.size)
-    if isinstance(data, str):
-        return data
+    if isinstance(data, Unknown):
+        return data.why
     value = int.from_bytes(data, "little" if place.little else "big", signed=True)
     if value == spec.unset:
         return "the library has not set its count up yet"
@@ -280,7 +281,7 @@ def process_machine(maps_text: str, mem: Memory) -> str:
         try:
             head = mem.read(int(line.partition("-")[0], 16), 20)
         except ValueError:
-            head = ""
+            head = b""
         if isinstance(head, bytes) and head.startswith(b"\x7fELF") and head[5] in (1, 2):
             number = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
             name = next((k for k, v in ENUM_E_MACHINE.items() if v == number and k.startswith("EM_")), None)

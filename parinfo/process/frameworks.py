@@ -13,6 +13,7 @@ from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 from parinfo.process.threads import ThreadList, live_threads
 from parinfo.process.torch_config import TorchFacts, parse_parallel_info, torch_facts
 from parinfo.records.record import record
+from parinfo.records.unknown import Unknown
 
 # c10::ThreadPool names its workers "PTThreadPool"; older builds used "pt_thread_pool".
 _POOL_THREAD_NAMES = ("ptthreadpool", "pt_thread_pool")
@@ -64,11 +65,12 @@ class TorchInfo:
     not_read: str | None = None
 
 
-def torch_pool_threads(threads: ThreadList | None = None) -> int | str:
-    """How many OS threads are torch pool workers (named PTThreadPool), or "unknown (reason)"."""
+def torch_pool_threads(threads: ThreadList | None = None) -> int | Unknown:
+    """How many OS threads are torch pool workers (named PTThreadPool), or Unknown when the
+    process's threads could not be listed."""
     threads = live_threads() if threads is None else threads
     if isinstance(threads.count, str):
-        return threads.count
+        return threads.not_counted()
     return sum(1 for t in threads.threads if t.name.lower() in _POOL_THREAD_NAMES)
 
 
@@ -79,14 +81,14 @@ def torch_info_of(facts: TorchFacts, threads: ThreadList | None = None) -> Torch
     parsed = parse_parallel_info(facts.parallel_info or "")
     pool_threads = torch_pool_threads(threads)
     backend = parsed.aten_backend
-    started: bool | str
-    if isinstance(pool_threads, str):
+    started: bool | Unknown
+    if isinstance(pool_threads, Unknown):
         started = pool_threads
     elif pool_threads == 0:
         started = False
     elif backend and "native" in backend.lower():
-        started = ("unknown (native thread pool backend: intra-op and inter-op workers share the "
-                   f"name PTThreadPool; {pool_threads} such threads)")
+        started = Unknown("native thread pool backend: intra-op and inter-op workers share the name "
+                          f"PTThreadPool; {pool_threads} such threads")
     else:
         started = True
     return TorchInfo(
@@ -103,8 +105,8 @@ def torch_info_of(facts: TorchFacts, threads: ThreadList | None = None) -> Torch
         mkldnn_available=facts.mkldnn_available,
         mkldnn_version=parsed.mkldnn_version,
         hardware_concurrency=parsed.hardware_concurrency,
-        pool_threads=pool_threads,
-        interop_started=started,
+        pool_threads=pool_threads if isinstance(pool_threads, int) else str(pool_threads),
+        interop_started=started if isinstance(started, bool) else str(started),
         env=dict(parsed.env),
         parallel_info_text=facts.parallel_info,
     )

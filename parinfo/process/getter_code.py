@@ -12,9 +12,12 @@ from the entry to the first return (branches are not followed):
 - aarch64: ``bti``, ``paciasp``, ``nop``; ``adrp xN, page``; ``add xN, xN, #imm``;
   ``ldr wN, [xM, #imm]``; ``ldr xN, [xM, #imm]`` (a GOT slot); ``cbz``/``cbnz wN``; ``ret``.
 
-Anything else is a reason: the count is then unknown, never guessed.
+Anything else is an :class:`~parinfo.records.unknown.Unknown` with the reason: the count is then
+unknown, never guessed.
 """
 from __future__ import annotations
+
+from parinfo.records.unknown import Unknown
 
 __all__ = ["MAX_BYTES", "Load", "loaded_address"]
 
@@ -26,16 +29,18 @@ MAX_BYTES = 64
 #: ``through`` the address of a pointer slot (the GOT) that holds the variable's address.
 Load = tuple[int, bool]
 
+_NO_LOAD = Unknown("the getter returns without loading a variable")
 
-def loaded_address(code: bytes, address: int, machine: str, little: bool = True) -> Load | str:
+
+def loaded_address(code: bytes, address: int, machine: str, little: bool = True) -> Load | Unknown:
     """Where the getter at ``address`` (whose first bytes are ``code``) loads the 4-byte value it
-    returns (:data:`Load`), or why it cannot be told. ``machine`` is "x86_64" or "aarch64"."""
+    returns (:data:`Load`), or Unknown saying why it cannot be told. ``machine`` is "x86_64" or "aarch64"."""
     code = code[:MAX_BYTES]
     if machine == "x86_64" and little:
         return _x86_64(code, address)
     if machine == "aarch64" and little:
         return _aarch64(code, address)
-    return f"parinfo does not decode {machine} getters"
+    return Unknown(f"parinfo does not decode {machine} getters")
 
 
 # (opening bytes, length, what it does): "load" eax from [rip+disp32] (its last four bytes), "slot"
@@ -54,14 +59,14 @@ _X86_FORMS: tuple[tuple[bytes, int, str], ...] = (
 )
 
 
-def _x86_64(code: bytes, address: int) -> Load | str:
+def _x86_64(code: bytes, address: int) -> Load | Unknown:
     i, loaded, slot = 0, None, None
     while i < len(code):
         if code[i] == 0xC3:  # ret
-            return loaded if loaded is not None else "the getter returns without loading a variable"
+            return loaded if loaded is not None else _NO_LOAD
         form = next((f for f in _X86_FORMS if code.startswith(f[0], i) and i + f[1] <= len(code)), None)
         if form is None:
-            return f"the getter's code is not a load parinfo knows (byte {code[i]:#04x} at +{i})"
+            return Unknown(f"the getter's code is not a load parinfo knows (byte {code[i]:#04x} at +{i})")
         i += form[1]
         target = address + i + int.from_bytes(code[i - 4:i], "little", signed=True)
         if form[2] == "load":
@@ -70,16 +75,16 @@ def _x86_64(code: bytes, address: int) -> Load | str:
             loaded, slot = None, target
         elif form[2] == "deref":
             if slot is None:
-                return "the getter loads through a pointer parinfo cannot follow"
+                return Unknown("the getter loads through a pointer parinfo cannot follow")
             loaded, slot = (slot, True), None
-    return f"no return within the getter's first {len(code)} bytes"
+    return Unknown(f"no return within the getter's first {len(code)} bytes")
 
 
 _RET = 0xD65F03C0
 _HINTS = {0xD503201F, 0xD503233F, 0xD503245F, 0xD503241F, 0xD50324DF}  # nop, paciasp, bti c/j/jc
 
 
-def _aarch64(code: bytes, address: int) -> Load | str:
+def _aarch64(code: bytes, address: int) -> Load | Unknown:
     regs: dict[int, Load] = {}  # register -> the address it holds (through: read from a slot)
     loaded: Load | None = None
     for i in range(0, len(code) - 3, 4):
@@ -88,7 +93,7 @@ def _aarch64(code: bytes, address: int) -> Load | str:
         rd, rn = insn & 0x1F, (insn >> 5) & 0x1F
         base = regs.get(rn)
         if insn == _RET:
-            return loaded if loaded is not None else "the getter returns without loading a variable"
+            return loaded if loaded is not None else _NO_LOAD
         if insn in _HINTS:
             continue
         if insn & 0x9F000000 == 0x90000000:  # adrp
@@ -101,12 +106,12 @@ def _aarch64(code: bytes, address: int) -> Load | str:
             regs[rd] = (base[0] + ((insn >> 10) & 0xFFF) * 8, True)
         elif insn & 0xFFC00000 == 0xB9400000 and base is not None:  # ldr wt, [xn, #imm*4]
             if base[1] and insn & 0x3FFC00:
-                return "the getter loads at an offset from a pointer parinfo cannot follow"
+                return Unknown("the getter loads at an offset from a pointer parinfo cannot follow")
             regs.pop(rd, None)
             if rd == 0:
                 loaded = base if base[1] else (base[0] + ((insn >> 10) & 0xFFF) * 4, False)
         elif insn & 0x7E000000 == 0x34000000 and not insn & 0x80000000:  # cbz/cbnz wN: straight on
             continue
         else:
-            return f"the getter's code is not a load parinfo knows (instruction {insn:#010x} at +{i})"
-    return f"no return within the getter's first {len(code)} bytes"
+            return Unknown(f"the getter's code is not a load parinfo knows (instruction {insn:#010x} at +{i})")
+    return Unknown(f"no return within the getter's first {len(code)} bytes")

@@ -7,7 +7,7 @@ from dataclasses import field
 from parinfo.records.convert import OMIT_NONE, REQUIRED
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, file, unknown
-from parinfo.records.unknown import because, describe
+from parinfo.records.unknown import Unknown, because, describe
 
 #: What a report read from elsewhere says of a thread fact it does not carry.
 NOT_IN_REPORT = "unknown (not in the report)"
@@ -55,6 +55,13 @@ class ThreadList:
     threads: list[OsThread] = field(default_factory=list)
     source: Source = NOT_READ
     states: dict[str, int] | None = field(default=None, metadata=OMIT_NONE)
+
+    def not_counted(self) -> Unknown:
+        """Why ``count`` is no number, as a value: the reason of its unknown ``source`` (the two
+        are made together, so its words are ``count``'s)."""
+        if self.source.kind is Kind.UNKNOWN and self.source.detail:
+            return Unknown(self.source.detail)
+        return Unknown("the threads were not counted")
 
 
 def live_threads(pid: int | None = None) -> ThreadList:

@@ -24,6 +24,11 @@ from parinfo.runtime.state import RUNTIME
 from parinfo.safe_text import escape_controls, plural
 
 
+class Kept(str):
+    """A line of ``skipped`` saying that a value the user set stays over the profile's: told from
+    the other skipped lines by its type (the pytest plugin's summary lists these), written as text."""
+
+
 def _plan_of(profile: Any) -> Plan:
     if isinstance(profile, Plan):
         return profile
@@ -72,8 +77,8 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     loaded = _loaded(pools)
     for name, value in env.items():
         if name in kept:
-            skipped.append(f"{name}: kept {kept[name]!r} set by the user over the profile's {value!r} "
-                           f"(force=True overrides)")
+            skipped.append(Kept(f"{name}: kept {kept[name]!r} set by the user over the profile's {value!r} "
+                                f"(force=True overrides)"))
             continue
         before = os.environ.get(name)
         overrides = before is not None and before != value and _users(name)
@@ -186,12 +191,12 @@ def _configure(plan: Plan, intra: int, inter: int, counts: dict[str, int | None]
     intra_var, inter_var = reg.RUNTIME_VARS
     kwargs: dict[str, int] = {}
     if intra_var in kept:
-        skipped.append(f"runtime intra-op: {intra_var} set by the user stays in force")
+        skipped.append(Kept(f"runtime intra-op: {intra_var} set by the user stays in force"))
     else:
         kwargs["intra_op"] = intra
     state = RUNTIME.snapshot().inter_op
     if inter_var in kept:
-        skipped.append(f"runtime inter-op: {inter_var} set by the user stays in force")
+        skipped.append(Kept(f"runtime inter-op: {inter_var} set by the user stays in force"))
     elif state is not None and state.locked and state.count == inter:
         applied.append(f"runtime inter-op count {inter} (already in force, from {state.source})")
     else:
@@ -229,8 +234,8 @@ def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str
             continue
         if row is None:
             if var in kept:
-                skipped.append(f"{pool.name}: left at {pool.get()} ({var}={kept[var]!r} set by "
-                               f"the user is not a valid count)")
+                skipped.append(Kept(f"{pool.name}: left at {pool.get()} ({var}={kept[var]!r} set by "
+                                    f"the user is not a valid count)"))
             continue
         n = row.num_threads
         if n is None:
@@ -240,7 +245,7 @@ def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str
             continue
         scope = " in this thread" if pool.per_thread else ""
         if var in kept:
-            skipped.append(f"{pool.name}: kept at {n} from {var} set by the user")
+            skipped.append(Kept(f"{pool.name}: kept at {n} from {var} set by the user"))
         else:
             applied.append(f"{pool.name} limited to {n}{scope}")
         if scope:
@@ -272,11 +277,11 @@ def _torch(plan: Plan, counts: dict[str, int | None], inter: int, kept: dict[str
     want_intra = counts.get(rec.name)
     imported = sys.modules.get("torch") is not None
     if want_intra is None:
-        skipped.append(f"torch intra-op: {first}={kept.get(first or '')!r} set by the user is "
-                       f"not a valid count; torch's count left as it is")
+        skipped.append(Kept(f"torch intra-op: {first}={kept.get(first or '')!r} set by the user is "
+                            f"not a valid count; torch's count left as it is"))
     elif first in kept:
-        skipped.append(f"{setter.torch_call(want_intra)} from {first} set by the user" if imported else
-                       f"torch intra-op: at import torch follows {first}={kept[first or '']!r} set by the user")
+        skipped.append(Kept(f"{setter.torch_call(want_intra)} from {first} set by the user" if imported else
+                            f"torch intra-op: at import torch follows {first}={kept[first or '']!r} set by the user"))
     elif imported:
         applied.append(setter.torch_call(want_intra))
         RUNTIME.note_framework_set(TORCH_ROWS[0], want_intra,

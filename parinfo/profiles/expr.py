@@ -36,6 +36,13 @@ class ExprError(ValueError):
         super().__init__(f"column {column}: {message}")
 
 
+class ZeroDivisor(ExprError):
+    """A division by a divisor that is 0 (written so, or worked out so on this machine)."""
+
+    def __init__(self, column: int) -> None:
+        super().__init__("division by zero", column, "divide by a fact or number that is at least 1")
+
+
 @record(frozen=True)
 class Token:
     kind: str  # int | name | op | end
@@ -168,7 +175,7 @@ class _Parser:
             tok = self.take()
             rhs = self.unary()
             if tok.text == "//" and rhs.const == 0:
-                raise ExprError("division by zero", tok.start + 1, "divide by a fact or number that is at least 1")
+                raise ZeroDivisor(tok.start + 1)
             node = _binary(tok, node, rhs)
         return node
 
@@ -251,7 +258,7 @@ def _value(node: Node, names: Mapping[str, int]) -> int:
         return -_value(node.args[0], names)
     values = [_value(arg, names) for arg in node.args]
     if node.text == "//" and values[1] == 0:
-        raise ExprError("division by zero", node.start + 1, "divide by a fact or number that is at least 1")
+        raise ZeroDivisor(node.start + 1)
     return _apply(node.text, values)
 
 

@@ -35,6 +35,7 @@ from parinfo.profiles.validation import validate_document
 from parinfo.profiles.yaml_nodes import (
     Document,
     Mark,
+    Missing,
     file_problem,
     parse,
     read_text,
@@ -110,7 +111,7 @@ def _extend(doc: Document, chain: tuple[Path, ...], default_name: str, base_dir:
         raise error_at(extends_mark, doc.path, f"extends: {exc.message}", exc.fix) from None
     problem = file_problem(parent_path)
     if problem is not None:
-        what = f"no such file {parent_path}" if problem == "no such file" else f"{shown(str(parent_path))} {problem}"
+        what = f"no such file {parent_path}" if isinstance(problem, Missing) else f"{shown(str(parent_path))} {problem}"
         raise error_at(extends_mark, doc.path, f"extends: {what}",
                        "give a path relative to this file, or the name of a shipped profile")
     parent = _load(parent_path, chain, (extends_mark, doc.path))

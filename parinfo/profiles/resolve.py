@@ -66,7 +66,7 @@ class _Resolver:
                 working = expr.substitute(raw, names)
                 shown = f"{raw} = {working}" if working != raw.strip() else raw
                 fix = exc.fix or "change the expression"
-                if exc.message == "division by zero":
+                if isinstance(exc, expr.ZeroDivisor):
                     fix = "wrap the divisor in max(1, ...) so that it is at least 1 on every machine"
                 raise self.prof.error(keypath, f"'{label}': {shown} on this machine: {exc.message} at column "
                                       f"{exc.column}", fix, exc.column) from None

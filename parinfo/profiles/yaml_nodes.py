@@ -75,6 +75,14 @@ _KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device
           stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
 
 
+class Missing(str):
+    """The problem of a path that names no file (nor a dangling link): told from the others by its
+    type, as its fix differs (the name of a shipped profile may have been meant)."""
+
+
+NO_SUCH_FILE = Missing("no such file")
+
+
 def file_problem(path: Path) -> str | None:
     """Why ``path`` cannot be a profile file (without opening it), or None when it may be one."""
     try:
@@ -90,7 +98,7 @@ def file_problem(path: Path) -> str | None:
         try:
             os.lstat(path)
         except OSError:
-            return "no such file"
+            return NO_SUCH_FILE
         return "is a dangling symbolic link"
     except PermissionError:
         return None  # reading says "permission denied"
@@ -113,7 +121,7 @@ def read_text(path: Path) -> str:
     """
     shown_path = str(path)
     problem = file_problem(path)
-    if problem == "no such file":
+    if isinstance(problem, Missing):
         raise _error(problem, shown_path, fix="check the path, or give the name of a shipped profile")
     if problem is not None:
         raise _error(problem, shown_path, fix="give the path of a .yaml file")
@@ -121,7 +129,8 @@ def read_text(path: Path) -> str:
         fd = safe_file.open_file(os.fspath(path), follow=True)
     except safe_file.Unsafe as exc:  # swapped for a FIFO or a device since the check above, or on FUSE
         why = exc.strerror or "is not a regular file"
-        fix = "copy the profile to a local file" if "FUSE" in why else "give the path of a .yaml file"
+        on_fuse = isinstance(exc, safe_file.OnFuse)
+        fix = "copy the profile to a local file" if on_fuse else "give the path of a .yaml file"
         raise _error(why, shown_path, fix=fix) from None
     except FileNotFoundError:
         raise _error("no such file", shown_path, fix="check the path, or give the name of a shipped profile") from None

@@ -1,9 +1,10 @@
 """JSON in and out of records, in one place, driven by the records' fields.
 
 :func:`dump` makes JSON-ready data of a record (its fields in order; a :class:`~parinfo.records.source.Source`
-as its object; enums as their values; tuples and sets as lists). :func:`load` reads such data back
-into a record of a given class from the field annotations, in one of two ways that each caller
-chooses (``strict`` has no default, so no caller is lenient by accident):
+as its object; an :class:`~parinfo.records.unknown.Unknown` as its words "unknown (why)"; enums as their
+values; tuples and sets as lists). :func:`load` reads such data back into a record of a given class
+from the field annotations, in one of two ways that each caller chooses (``strict`` has no default,
+so no caller is lenient by accident):
 
 - ``strict=False``, for hostile input (another process's answer, a fleet worker's row, a file another
   user controls): it never raises; a missing or odd value becomes the field's default (or the empty
@@ -78,6 +79,7 @@ from parinfo.records.field_marks import (
 )
 from parinfo.records.reading import load
 from parinfo.records.source import Source
+from parinfo.records.unknown import Unknown
 
 __all__ = ["FLATTEN", "LOCAL", "MAX_COUNT", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "Bound", "Count", "at_most",
            "between", "dump", "dumps", "key", "load"]
@@ -92,6 +94,8 @@ def dump(value: Any) -> Any:
         return value
     if cls is Source:
         return value.to_json()
+    if cls is Unknown:
+        return str(value)
     if isinstance(value, enum.Enum):
         return value.value
     fields = FIELDS.get(cls) or (record_fields(cls) if hasattr(cls, "__dataclass_fields__") else None)

@@ -26,6 +26,7 @@ from parinfo.records.reading_errors import (
     wrong as _wrong,
 )
 from parinfo.records.source import Source
+from parinfo.records.unknown import Unknown
 
 _T = TypeVar("_T")
 
@@ -250,6 +251,8 @@ def _read(hint: Any, value: Any, strict: bool) -> Any:
                        or value.get("kind") not in _SOURCE_KINDS):
             _strict_source(value, source)  # raises, unless a version 1 text
         return _NOTHING if source is None else source
+    if hint is Unknown:  # the words "unknown (why)" a record's unknown value is written as
+        return Unknown.from_words(value) if isinstance(value, str) else (_wrong(hint, value) if strict else _NOTHING)
     origin, args = _shape(hint)
     if origin is typing.Annotated:
         return _bounded(args, value, strict)

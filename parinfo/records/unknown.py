@@ -6,6 +6,10 @@ never by reading parinfo's own English.
 """
 from __future__ import annotations
 
+from typing import TypeVar
+
+_T = TypeVar("_T")
+
 
 def describe(exc: BaseException) -> str:
     """"ExceptionType: message" (or just the type when the message is empty)."""
@@ -16,6 +20,12 @@ def describe(exc: BaseException) -> str:
 def because(exc: BaseException) -> str:
     """"unknown (ExceptionType: message)" for an error met while reading a fact."""
     return f"unknown ({describe(exc)})"
+
+
+def in_words(value: _T | Unknown) -> _T | str:
+    """``value`` for a record field that keeps the report's words: an Unknown as "unknown (why)",
+    anything else as it is."""
+    return str(value) if isinstance(value, Unknown) else value
 
 
 def unknown(why: str) -> str:
@@ -35,6 +45,14 @@ class Unknown:
     def of(cls, exc: BaseException) -> Unknown:
         """The unknown value left by an error met while reading it."""
         return cls(describe(exc))
+
+    @classmethod
+    def from_words(cls, text: str) -> Unknown:
+        """The value whose words a report carries, read back at the JSON edge (the one place that
+        reads them): "unknown (why)" is Unknown(why); other text (another program's) is the reason."""
+        if text.startswith("unknown (") and text.endswith(")"):
+            return cls(text[len("unknown ("):-1])
+        return cls(text)
 
     def __str__(self) -> str:
         return f"unknown ({self.why})"

@@ -34,6 +34,7 @@ from parinfo.process.tasks import (
 from parinfo.process.threads import thread_group
 from parinfo.records.record import record
 from parinfo.records.source import unknown as unknown_source
+from parinfo.records.unknown import Unknown, in_words
 from parinfo.watching.model import GroupUse, InsideCount, ProcessCounts, Sample, ThrottleUse
 from parinfo.watching.verdict import verdict
 
@@ -224,8 +225,8 @@ class Sampler:
             threads=len(b.threads), usable_cpus=self.usable, quota=self.quota,
             cpu_percent=round(total_cpu, 1), runnable=round(total_run, 2), running_now=running,
             involuntary=total_inv, groups=uses, throttling=throttle, throttling_unknown=why,
-            pressure_some=pressure_percent(a.pressure.system, b.pressure.system, dt),
-            pressure_cgroup_some=pressure_percent(a.pressure.cgroup, b.pressure.cgroup, dt),
+            pressure_some=in_words(pressure_percent(a.pressure.system, b.pressure.system, dt)),
+            pressure_cgroup_some=in_words(pressure_percent(a.pressure.cgroup, b.pressure.cgroup, dt)),
             notes=b.counters.notes,
         )
         return _with_verdict(sample, verdict(sample))
@@ -264,11 +265,12 @@ def throttle_use(a: CpuCounters, b: CpuCounters, dt: float) -> tuple[ThrottleUse
     return best, None
 
 
-def pressure_percent(a: Pressure | str, b: Pressure | str, dt: float) -> float | str:
-    """The percent of ``dt`` seconds in which some task waited for a CPU, from two pressure readings."""
-    if isinstance(b, str):
+def pressure_percent(a: Pressure | Unknown, b: Pressure | Unknown, dt: float) -> float | Unknown:
+    """The percent of ``dt`` seconds in which some task waited for a CPU, from two pressure readings
+    (Unknown when either is: the later one's reason first)."""
+    if isinstance(b, Unknown):
         return b
-    if isinstance(a, str):
+    if isinstance(a, Unknown):
         return a
     return round(min(100.0, 100 * (b.some_total_usec - a.some_total_usec) / 1e6 / dt), 1)
 
