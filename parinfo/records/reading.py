@@ -52,10 +52,10 @@ def load(cls: type[_T], data: Any, *, strict: bool) -> _T:
     return _empty_record(cls)
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_HINTS: dict[type, dict[str, object]] = {}
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
     hints = _HINTS.get(cls)
     if hints is None:
         module = sys.modules.get(cls.__module__)
@@ -187,7 +187,7 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool, whole: bool = 
             if whole:
                 return _NOTHING
             data = {}
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     if strict:
         for r in readings:
             k = r.json_key

@@ -22,6 +22,9 @@ from typing import Any
 from parinfo.records.field_marks import Bound, fields as record_fields
 from parinfo.records.reading import _hints, _record_type
 
+#: A JSON Schema object (the JSON edge: what is written to the schema file).
+Schema = dict[str, Any]
+
 _PLAIN = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
 
@@ -29,10 +32,10 @@ class SchemaMaker:
     """Makes the schema of one top record, gathering the records it holds in ``defs``."""
 
     def __init__(self) -> None:
-        self.defs: dict[str, dict[str, Any]] = {}
+        self.defs: dict[str, Schema] = {}
         self._named: dict[str, type] = {}
 
-    def top(self, cls: type, **head: Any) -> dict[str, Any]:
+    def top(self, cls: type, **head: Any) -> Schema:
         """The schema of ``cls`` as a whole document: ``head`` ($id, title, description) first, then the
         record's own object, then the ``$defs`` of the records inside it."""
         body = self.record(cls)
@@ -41,7 +44,7 @@ class SchemaMaker:
             out["$defs"] = dict(sorted(self.defs.items()))
         return out
 
-    def hint(self, hint: Any) -> dict[str, Any]:
+    def hint(self, hint: Any) -> Schema:
         """The schema of a value of type ``hint``."""
         origin, args = typing.get_origin(hint), typing.get_args(hint)
         if hint in _PLAIN:
@@ -64,7 +67,7 @@ class SchemaMaker:
             return {"$ref": f"#/$defs/{self._define(hint)}"}
         raise TypeError(f"no JSON Schema for {hint!r}")
 
-    def record(self, cls: type) -> dict[str, Any]:
+    def record(self, cls: type) -> Schema:
         """The object (or, for a ``_json_array`` record, the array) a record is written as."""
         properties, required = self._properties(cls)
         if getattr(cls, "_json_array", False):
@@ -80,10 +83,10 @@ class SchemaMaker:
             return {"anyOf": [_object({alone_key: properties[alone_key]}, [alone_key]), _object(rest, required)]}
         return _object(properties, required)
 
-    def _properties(self, cls: type) -> tuple[dict[str, Any], list[str]]:
+    def _properties(self, cls: type) -> tuple[Schema, list[str]]:
         """The properties of a record's object, in the order it writes them, and the keys always written."""
         hints = _hints(cls)
-        properties: dict[str, Any] = {}
+        properties: Schema = {}
         required: list[str] = []
         for name, f in record_fields(cls):
             meta = f.metadata
@@ -123,7 +126,7 @@ class SchemaMaker:
             raise TypeError(f"two records named {name}: {known.__module__} and {cls.__module__}")
         return name
 
-    def _union(self, args: tuple[Any, ...]) -> dict[str, Any]:
+    def _union(self, args: tuple[Any, ...]) -> Schema:
         members = [self.hint(a) for a in args]
         if all(set(m) == {"type"} for m in members):
             kinds: list[str] = []
@@ -140,14 +143,14 @@ class SchemaMaker:
                 return merged
         return {"anyOf": members}
 
-    def _items(self, origin: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+    def _items(self, origin: Any, args: tuple[Any, ...]) -> Schema:
         if origin is tuple and args and args[-1] is not Ellipsis:  # a fixed-length tuple
             return {"type": "array", "prefixItems": [self.hint(a) for a in args],
                     "minItems": len(args), "maxItems": len(args)}
         return {"type": "array", "items": self.hint(args[0] if args else Any)}
 
-    def _mapping(self, args: tuple[Any, ...]) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "object"}
+    def _mapping(self, args: tuple[Any, ...]) -> Schema:
+        out: Schema = {"type": "object"}
         if len(args) == 2:
             names = self.hint(args[0])
             if set(names) - {"type"}:
@@ -155,7 +158,7 @@ class SchemaMaker:
             out["additionalProperties"] = self.hint(args[1])
         return out
 
-    def _bounded(self, hint: Any, bounds: list[Bound]) -> dict[str, Any]:
+    def _bounded(self, hint: Any, bounds: list[Bound]) -> Schema:
         out = self.hint(hint)
         target = out
         if "anyOf" in out:  # a bound applies to the member it can bound
@@ -179,9 +182,9 @@ class SchemaMaker:
         return out
 
 
-def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def _object(properties: Schema, required: list[str]) -> Schema:
     """A JSON object of these properties and no other, the ``required`` ones always there."""
-    out: dict[str, Any] = {"type": "object"}
+    out: Schema = {"type": "object"}
     if required:
         out["required"] = required
     out["properties"] = properties
@@ -189,7 +192,7 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return out
 
 
-def record_schema(cls: type, **head: Any) -> dict[str, Any]:
+def record_schema(cls: type, **head: Any) -> Schema:
     """The JSON Schema (draft 2020-12) of ``cls``'s JSON, ``head`` ($id, title, description) first."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a record")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import TYPE_CHECKING, Annotated
 
-from parinfo.records.convert import ALONE, MAX_COUNT, OMIT_NONE, Count, at_most, between
+from parinfo.records.convert import ALONE, MAX_COUNT, OMIT_NONE, Count, among, at_most, between
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, run_time
 
@@ -160,7 +160,7 @@ class RuntimeSection:
     For a process read from outside only ``unknown`` (why the counts cannot be read) is set, and its
     JSON is that alone."""
 
-    backend: Text | None = None
+    backend: Annotated[Text, among("native", "sequential")] | None = None
     backend_source: Source | None = None
     intra_op: PoolCount | None = None
     inter_op: PoolCount | None = None
