@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 import jsonschema
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, clean_env, run_cli
 
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.report_schema import build_schema, schema_text
@@ -66,6 +66,22 @@ def test_show_json_of_this_process_and_of_a_child_read_from_outside_follow_the_s
         assert _errors(payload) == []
         assert Report.from_dict(payload).to_dict() == payload  # and a strict reading takes it whole
     assert json.loads(theirs.stdout)["process"]["inspected_from"]
+
+
+def test_an_attached_report_follows_the_schema(py314_python: str):
+    child = subprocess.Popen([py314_python, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    try:
+        time.sleep(0.5)
+        out = subprocess.run([py314_python, "-m", "parinfo", "show", "--json", "--pid", str(child.pid), "--attach",
+                              "--timeout", "8"], capture_output=True, text=True, env=clean_env(PYTHONPATH=str(REPO)),
+                             timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+    assert out.returncode == 0, out.stderr
+    payload = json.loads(out.stdout)
+    assert payload["process"]["attached"] and _errors(payload) == []
+    assert Report.from_dict(payload).to_dict() == payload
 
 
 @pytest.mark.parametrize("payload", [
