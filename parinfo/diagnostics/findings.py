@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dataclasses import field
 from enum import Enum
+from typing import Annotated
 
-from parinfo.records.convert import REQUIRED
+from parinfo.records.convert import REQUIRED, matching
 from parinfo.records.record import record
 
 
@@ -69,7 +70,8 @@ WORST_FIRST = tuple(sorted(Severity, reverse=True))
 class Finding:
     """One thing wrong (or worth knowing) about the process's parallelism."""
 
-    id: str = field(metadata=REQUIRED)  # a report from elsewhere keeps the findings it can say in full
+    id: Annotated[str, matching("^[a-z0-9-]+$")] = field(metadata=REQUIRED)  # a report from elsewhere keeps
+    # the findings it can say in full
     severity: Severity = field(metadata=REQUIRED)
     message: str = field(metadata=REQUIRED)
     why: str = field(metadata=REQUIRED)

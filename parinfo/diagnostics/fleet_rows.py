@@ -15,7 +15,7 @@ from dataclasses import field
 from typing import Any
 
 from parinfo.diagnostics.findings import Finding
-from parinfo.diagnostics.model import Report
+from parinfo.diagnostics.model import Frameworks, Report
 from parinfo.process.environment import EnvRow
 from parinfo.process.pools import PoolRow
 from parinfo.records.payload import rows, section, text
@@ -88,7 +88,11 @@ class WorkerRow:
         set_by = (r.outer.variables_set_by if r.outer is not None else None) or {}
         return [(e, set_by.get(e.name)) for e in r.environment if e.value is not None or e.launch_value]
 
-    _json_extra = ("pid", *REPORT_KEYS, "variables")  # the report's sections, in the row's own object
+    #: The keys its _json_out writes beside its fields: the pid, the report's sections (the machine's and
+    #: pools' in part, MACHINE_KEYS and POOL_KEYS), the variables with who set each.
+    _json_extra = (("pid", int | None), ("machine", dict[str, object]), ("outer", dict[str, object]),
+                   ("pools", list[dict[str, object]]), ("frameworks", Frameworks), ("findings", list[Finding]),
+                   ("variables", list[dict[str, object]]))
 
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         report = data["report"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
+from typing import Any, Literal
 
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.diagnostics.parts import (
@@ -44,7 +44,7 @@ from parinfo.process.pools import PoolRow
 from parinfo.process.probing import Probes
 from parinfo.process.provenance import SettingRow
 from parinfo.process.threads import ThreadList
-from parinfo.records.convert import dump, load
+from parinfo.records.convert import EMPTY_IS_NONE, doc, dump, load
 from parinfo.records.record import record
 from parinfo.runtime.snapshot import PoolCount as PoolCount, RuntimeSection as RuntimeSection
 from parinfo.version import __version__
@@ -71,12 +71,16 @@ class Report:
     environment: list[EnvRow] = field(default_factory=list)
     threads: ThreadList = field(default_factory=ThreadList)
     findings: list[Finding] = field(default_factory=list)
-    live: LiveSection | None = None
-    outer: OuterThreads | None = None
+    live: LiveSection | None = field(default=None, metadata=EMPTY_IS_NONE)
+    outer: OuterThreads | None = field(default=None, metadata=EMPTY_IS_NONE)
     parinfo_version: str = field(default=__version__, metadata={"missing": "unknown"})
-    memory: MemoryPolicy | None = None
+    memory: MemoryPolicy | None = field(default=None, metadata={**EMPTY_IS_NONE, **doc(
+        "The process's NUMA memory policy (added within version 2; {} when not gathered): policy as "
+        "/proc/PID/numa_maps words it (default, bind, interleave, prefer, local, ...) or null when unknown "
+        "(source says why), the nodes it names, the nodes the process may use (Mems_allowed_list, or null), "
+        "where each was read, and a note on mappings under another policy.")})
 
-    _json_extra = ("schema_version",)  # written by _json_out
+    _json_extra = (("schema_version", Literal[SCHEMA_VERSION]),)  # written by _json_out
 
     def problems(self, severity: Severity | str = Severity.WARNING) -> list[Finding]:
         """Findings at ``severity`` or above (what ``parinfo show --check`` fails on)."""
@@ -106,13 +110,9 @@ class Report:
         return out
 
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
-        for name in ("outer", "live", "memory"):  # not gathered: {}
+        for name in ("outer", "live", "memory"):  # not gathered: {} (read back as None)
             data[name] = data[name] or {}
         return {"schema_version": SCHEMA_VERSION, **{k: data[k] for k in _ORDER}}
-
-    @classmethod
-    def _json_in(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
-        return {**data, **{name: data.get(name) or None for name in ("outer", "live", "memory")}}
 
 
 #: The order of the payload's sections (report.schema.json).

@@ -6,9 +6,7 @@ without importing the model that renders through it.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
 
 from parinfo.machine.memlimit import MemoryFacts
 from parinfo.machine.pressure import CpuCounters, PressureFacts
@@ -17,7 +15,7 @@ from parinfo.process.frameworks import TorchInfo
 from parinfo.process.interpreter import InterpreterFacts
 from parinfo.process.pools import ThreadingLayers
 from parinfo.process.serving import Served
-from parinfo.records.convert import FLATTEN, OMIT_NONE, key
+from parinfo.records.convert import ALONE, EMPTY_IS_NONE, FLATTEN, OMIT_NONE, doc, key
 from parinfo.records.record import record
 from parinfo.records.source import Source
 
@@ -59,9 +57,14 @@ class ProcessInfo:
     attached: str | None = field(default=None, metadata=OMIT_NONE)
     hint: str | None = field(default=None, metadata=OMIT_NONE)
     counts: str | None = field(default=None, metadata=OMIT_NONE)
-    unreadable: dict[str, str] | None = field(default=None, metadata=OMIT_NONE)
-    note: str | None = field(default=None, metadata=OMIT_NONE)  # its main thread exited, the others run on
-    tree_reads: list[ProcessRead] | None = field(default=None, metadata=OMIT_NONE)
+    unreadable: dict[str, str] | None = field(default=None, metadata={**OMIT_NONE, **doc(
+        "a process read from outside only: section -> unknown (why) for what this user may not read")})
+    note: str | None = field(default=None, metadata={**OMIT_NONE, **doc(
+        "a process read from outside only: what is odd about it (its main thread has exited while its other "
+        "threads run on)")})
+    tree_reads: list[ProcessRead] | None = field(default=None, metadata={**OMIT_NONE, **doc(
+        "show --pid P --children --attach only: how each process of the tree was read, in the tree's order "
+        "(attached: read inside, how: the means and the round trip; else read from outside, how: why not attached)")})
 
 
 @record
@@ -77,19 +80,19 @@ class Backend:
     layers: ThreadingLayers = field(default_factory=ThreadingLayers, metadata=FLATTEN)
     torch: str | None = None
     python: InterpreterFacts | None = field(default=None, metadata=OMIT_NONE)
-    allocator: Served | None = field(default=None, metadata=OMIT_NONE)
-    openmp: Served | None = field(default=None, metadata={**OMIT_NONE, **key("openmp_runtime")})
+    allocator: Served | None = field(default=None, metadata={**OMIT_NONE, **doc(
+        "the malloc that serves the process: the file its global scope resolves malloc to, who chose it, its "
+        "variables, and every malloc library loaded")})
+    openmp: Served | None = field(default=None, metadata={**OMIT_NONE, **key("openmp_runtime"), **doc(
+        "the OpenMP runtime that serves omp_* and GOMP_* calls, who chose it, its variables, and every OpenMP "
+        "runtime loaded")})
 
 
 @record
 class Frameworks:
     """Frameworks with pools of their own (``frameworks``): torch, or None when it is not imported."""
 
-    torch: TorchInfo | None = None
-
-    @classmethod
-    def _json_in(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
-        return data if data.get("torch") else {}  # an empty object: torch not imported
+    torch: TorchInfo | None = field(default=None, metadata=EMPTY_IS_NONE)  # {}: torch not imported
 
 
 @record
@@ -106,32 +109,15 @@ class StackLimit:
 
 @record
 class StackBudget:
-    """Thread stacks against memory limits (``live.stack_budget``): the soft resource limits, the
-    stack a new thread gets (``thread_stack``), and each limit with the threads it bounds; or, when
-    the limits could not be read, only ``unknown`` (why). Its JSON holds the limits' keys itself."""
+    """Thread stacks against memory limits (``live.stack_budget``): the soft resource limits
+    (``rlimits``, unlimited when not read; their keys in its own object), the stack a new thread gets
+    (``thread_stack``), and each limit with the threads it bounds; or, when the limits could not be
+    read, only ``unknown`` (why)."""
 
-    rlimits: Limits | None = None
+    rlimits: Limits = field(default_factory=lambda: Limits(None, None, None), metadata=FLATTEN)
     thread_stack: int | None = None
     limits: list[StackLimit] = field(default_factory=list)
-    unknown: str | None = None
-
-    _json_extra = ("stack", "data", "address_space")  # the limits' keys, in its own object
-
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
-        if self.unknown is not None:
-            return {"unknown": self.unknown}
-        rl = self.rlimits or Limits(None, None, None)
-        return {"stack": rl.stack, "data": rl.data, "address_space": rl.address_space,
-                "thread_stack": data["thread_stack"], "limits": data["limits"]}
-
-    @classmethod
-    def _json_in(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
-        if isinstance(data.get("unknown"), str):
-            return {"unknown": data["unknown"]}
-        return {**data, "rlimits": {k: data[k] for k in _LIMITS if k in data}, "unknown": None}
-
-
-_LIMITS = ("stack", "data", "address_space")
+    unknown: str | None = field(default=None, metadata=ALONE)
 
 
 @record

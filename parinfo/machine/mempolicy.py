@@ -21,9 +21,11 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from typing import Annotated
 
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
 from parinfo.machine.procfs import Proc, ProcessGone
+from parinfo.records.field_marks import between
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, unknown
 from parinfo.records.unknown import Unknown
@@ -75,8 +77,8 @@ class MemoryPolicy:
     """
 
     policy: str | None = None
-    nodes: tuple[int, ...] = ()
-    allowed: tuple[int, ...] | None = None
+    nodes: tuple[Annotated[int, between(0)], ...] = ()
+    allowed: tuple[Annotated[int, between(0)], ...] | None = None
     source: Source = unknown("not read")
     allowed_source: Source = unknown("not read")
     note: str | None = None

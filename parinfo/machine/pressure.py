@@ -43,7 +43,7 @@ class Throttling:
         """Throttled periods over periods (0 when none has elapsed)."""
         return self.throttled / self.periods if self.periods else 0.0
 
-    _json_extra = ("ratio",)  # worked out: written by _json_out
+    _json_extra = (("ratio", float),)  # worked out: written by _json_out
 
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         return {**data, "ratio": round(self.ratio, 4)}  # worked out again when read back
@@ -67,7 +67,7 @@ class CpuCounters:
         """The level that throttled most (by throttled periods), or None."""
         return max(self.levels, key=lambda t: (t.throttled, -t.quota), default=None)
 
-    _json_extra = ("worst",)  # written by _json_out, read by _json_in
+    _json_extra = (("worst", Throttling | None),)  # written by _json_out, read by _json_in
 
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         worst = self.worst

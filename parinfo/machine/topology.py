@@ -13,11 +13,12 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import field, replace
-from typing import Any
+from typing import Annotated, Any
 
 from parinfo.errors import UsageError
 from parinfo.machine import cgroup as _cgroup, rounding as _rounding, scheduler as _scheduler, sysfs as _sysfs
 from parinfo.machine.cpulist import parse_cpu_list
+from parinfo.records.convert import above, among, between, doc
 from parinfo.records.payload import integer, ints, number, section, text, text_map, texts
 from parinfo.records.record import record
 from parinfo.records.source import NO_LIMIT, PARINFO_DEFAULT, Source, argument
@@ -30,6 +31,8 @@ def usable_rule(rounding: str = _rounding.DEFAULT, allocation: bool = False) -> 
 
 
 USABLE_RULE = usable_rule()
+#: A CPU's (or a NUMA node's) number as the kernel gives it.
+CpuId = Annotated[int, between(0)]
 #: The source of a quota rounding given to :func:`machine_facts` by its caller.
 QUOTA_ROUNDING_ARGUMENT = argument("quota_rounding", "argument")
 
@@ -41,29 +44,30 @@ class MachineFacts:
     logical_cpus: int | None
     physical_cores: int | None
     sockets: int | None
-    numa_nodes: tuple[tuple[int, ...], ...]
+    numa_nodes: tuple[tuple[CpuId, ...], ...]
     smt: bool | None
-    core_siblings: tuple[tuple[int, ...], ...]
-    core_types: dict[str, tuple[int, ...]]
-    affinity: tuple[int, ...]
-    cpuset: tuple[int, ...] | None
-    quota: float | None
+    core_siblings: tuple[tuple[CpuId, ...], ...]
+    core_types: dict[str, tuple[CpuId, ...]]
+    affinity: tuple[CpuId, ...]
+    cpuset: tuple[CpuId, ...] | None
+    quota: Annotated[float, above(0)] | None
     quota_source: Source = field(metadata={"missing": NO_LIMIT})
-    usable_cpus: int
-    usable_physical_cores: int
+    usable_cpus: Annotated[int, between(1)]
+    usable_physical_cores: Annotated[int, between(1)]
     usable_rule: str = USABLE_RULE
     unknown: dict[str, str] = field(default_factory=dict)
     cgroup_version: str | None = None
     cgroup_path: str | None = None
     cpuset_source: Source = NO_LIMIT
     notes: tuple[str, ...] = ()
-    quota_rounding: str = _rounding.DEFAULT
+    quota_rounding: Annotated[str, among(*_rounding.ROUNDINGS)] = _rounding.DEFAULT
     quota_rounding_source: Source = PARINFO_DEFAULT
-    allocation: int | None = None
+    allocation: Annotated[int, between(1)] | None = None
     allocation_source: Source = NO_LIMIT
-    usable_by_rule: dict[str, int] = field(default_factory=dict)
+    usable_by_rule: dict[str, Annotated[int, between(1)]] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)
-    numa_node_ids: tuple[int, ...] = ()
+    numa_node_ids: tuple[CpuId, ...] = field(default=(), metadata=doc(
+        "the kernel's number of each entry of numa_nodes (added within version 2)"))
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -80,7 +84,7 @@ class MachineFacts:
         allowed = set(self.cpuset)
         return tuple(c for c in self.affinity if c in allowed) or self.affinity
 
-    _json_extra = ("usable_cpu_list",)  # derived: written by _json_out, read by _json_in
+    _json_extra = (("usable_cpu_list", tuple[CpuId, ...]),)  # derived: written by _json_out, read by _json_in
 
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         """The report's ``machine`` section: the fields (each NUMA node's number as the kernel gives

@@ -15,7 +15,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING
 
 from parinfo.process import libraries as reg
-from parinfo.records.convert import OMIT_NONE
+from parinfo.records.convert import OMIT_NONE, doc
 from parinfo.records.record import record
 from parinfo.records.source import Source
 from parinfo.records.unknown import describe
@@ -69,10 +69,13 @@ class PoolRow:
     duplicate_of: str | None = None
     copies: int = 1
     note: str | None = None
-    count_source: Source | None = field(default=None, metadata=OMIT_NONE)
-    launch_count: int | None = field(default=None, metadata=OMIT_NONE)
+    count_source: Source | None = field(default=None, metadata={**OMIT_NONE, **doc(
+        "a process read from outside only: where num_threads (or launch_count) comes from, or unknown (why)")})
+    launch_count: int | None = field(default=None, metadata={**OMIT_NONE, **doc(
+        "a process read from outside only: the count its launch environment asked for (never in force)")})
     launch_from: str | None = field(default=None, metadata=OMIT_NONE)
-    pid: int | None = field(default=None, metadata=OMIT_NONE)
+    pid: int | None = field(default=None, metadata={**OMIT_NONE, **doc(
+        "show --pid P --children only: the process of the tree this pool belongs to")})
 
     @classmethod
     def of_file(cls, path: str, family: tuple[str, str, str], *, seen_by: str, note: str | None) -> PoolRow:

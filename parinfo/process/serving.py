@@ -20,7 +20,7 @@ from dataclasses import field
 
 from parinfo.process import preload as pre
 from parinfo.process.preload import LaunchMarks, launch_marks
-from parinfo.records.convert import OMIT_NONE
+from parinfo.records.convert import OMIT_NONE, doc
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, library_default, profile, unknown, variable
 
@@ -46,13 +46,18 @@ class Served:
     runtime: omp_* and GOMP_* both); ``note`` what else is true; ``unknown`` why it could not be told.
     """
 
-    name: str | None = None
+    name: str | None = field(default=None, metadata=doc(
+        "jemalloc, tcmalloc, glibc; libiomp, libgomp, libomp; null when unknown"))
     label: str | None = None
-    path: str | None = None
-    source: Source | None = None
+    path: str | None = field(default=None, metadata=doc(
+        "the file the process's global scope resolves the family's entry point to (dlsym + dladdr)"))
+    source: Source | None = field(default=None, metadata=doc(
+        "profile (preloaded by parinfo apply), variable (the user's LD_PRELOAD), library default (linked, "
+        "or the C library's malloc)"))
     settings: list[ServedSetting] = field(default_factory=list)
-    loaded: list[str] = field(default_factory=list)
-    bypasses: list[str] = field(default_factory=list)
+    loaded: list[str] = field(default_factory=list, metadata=doc("every file of the family loaded"))
+    bypasses: list[str] = field(default_factory=list, metadata=doc(
+        "other loaded files of the family whose entry points resolve to this one instead"))
     note: str | None = field(default=None, metadata=OMIT_NONE)
     unknown: str | None = field(default=None, metadata=OMIT_NONE)
 

@@ -75,6 +75,9 @@ class SettingRow:
     #: row that still sets it tests nothing); a lenient one lets it go.
     _json_gone = (("kind", "a version 1 key, never read: the row's source.kind says it"),)
 
+    #: The keys both of its JSON shapes hold (a row of parinfo's own pools carries no more).
+    _json_always = ("library", "count", "source", "precedence")
+
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
         """The row's JSON: a row of parinfo's own pools carries only what its runtime records."""
         out = {k: data[k] for k in (_OWN_KEYS if self.own else _ROW_KEYS)}

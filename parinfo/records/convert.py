@@ -13,9 +13,10 @@ so no caller is lenient by accident):
   key it may mean), a missing REQUIRED field, a value of the wrong type or outside its bounds raises
   :class:`~parinfo.errors.RecordError` naming its path (``pools[2].num_threads``); a missing field that
   is not REQUIRED takes its default, as in the JSON of an older parinfo. A record reads the keys its
-  fields travel under, and those its class lists in ``_json_extra`` (written by its ``_json_out``,
-  older words its ``_json_in`` takes); a key only an older version wrote, which nothing reads, is in
-  its class's ``_json_gone`` ((key, why) pairs), named as obsolete. The keys are checked as given, before
+  fields travel under, and those its class declares in ``_json_extra`` ((key, type) pairs: written
+  by its ``_json_out``, or older words its ``_json_in`` takes; the schema gives them that type); a
+  key only an older version wrote, which nothing reads, is in its class's ``_json_gone`` ((key, why)
+  pairs), named as obsolete. The keys are checked as given, before
   ``_json_in``, and a value that hook replaces is read as given too.
 
 A field can say how it travels through ``field(metadata=...)`` (several at once: ``{**OMIT_NONE, **key("x")}``):
@@ -27,7 +28,11 @@ A field can say how it travels through ``field(metadata=...)`` (several at once:
 - ``REQUIRED``: a record missing it (or holding an odd value) is odd as a whole: left out of a
   list, None where None is allowed (a finding or a counter that cannot be said in full);
 - ``FLATTEN``: a record whose keys sit in its parent's object instead of an object of its own;
-- ``LOCAL``: stays in the process: never written, never read (its default is kept).
+- ``LOCAL``: stays in the process: never written, never read (its default is kept);
+- ``ALONE``: while it is set, the record's JSON is this key alone (``{"unknown": why}``: a record that
+  could not be read); left out while it is None;
+- ``EMPTY_IS_NONE``: an empty object in this key is read as None (a section not gathered);
+- ``doc(text)``: what the field means to a reader of the JSON (its description in the schema).
 
 A value read from another process is believed only within bounds, said in its annotation with
 ``typing.Annotated`` (at any depth: a list's items, a mapping's keys and values):
@@ -35,7 +40,9 @@ A value read from another process is believed only within bounds, said in its an
 - ``Annotated[str, at_most(n)]``: a text is cut at ``n`` characters; ``Annotated[list[T], at_most(n)]``
   (a tuple, set or mapping alike): only its first ``n`` items are read, the rest is not looked at;
 - ``Annotated[int, between(low, high)]``: a number outside ``low..high`` is odd, as one of another
-  type is.
+  type is; ``above(low)``: a number at or below ``low`` is odd;
+- ``Annotated[str, among(*words)]``: a text that is none of ``words`` is odd; ``matching(pattern)``: a
+  text in which the regular expression finds nothing is odd.
 
 A record written as a JSON array of its fields in order (a compact row) says so with a class variable
 ``_json_array = True``; an array of another length is odd.
@@ -44,7 +51,10 @@ A record whose JSON form truly differs from its fields says so with two optional
 ``_json_out(self, data)`` method that gets the field-by-field object and returns the JSON one, and a
 ``_json_in(cls, data)`` classmethod that gets the JSON object and returns the one to read the fields
 from (or None: the object is odd as a whole). Both are for the few records that need them (a
-computed figure, an older version's words), never a second converter.
+computed figure, an older version's words), never a second converter. The keys a ``_json_out`` adds
+are declared with their types in ``_json_extra``; one that writes a record in several shapes names the
+keys every shape holds in ``_json_always``. The report's schema is made of these declarations
+(:mod:`parinfo.records.schema`).
 
 Only the edges call this module: ``--json``, the fleet's rows, a report read back, the schema. The
 annotations are resolved once per class, at its first conversion (``typing.get_type_hints``), so
@@ -62,6 +72,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from parinfo.records.field_marks import (
+    ALONE,
+    EMPTY_IS_NONE,
     FIELDS,
     FLATTEN,
     LOCAL,
@@ -72,17 +84,21 @@ from parinfo.records.field_marks import (
     SIZED,
     Bound,
     Count,
+    above,
+    among,
     at_most,
     between,
+    doc,
     fields as record_fields,
     key,
+    matching,
 )
 from parinfo.records.reading import load
 from parinfo.records.source import Source
 from parinfo.records.unknown import Unknown
 
-__all__ = ["FLATTEN", "LOCAL", "MAX_COUNT", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "Bound", "Count", "at_most",
-           "between", "dump", "dumps", "key", "load"]
+__all__ = ["ALONE", "EMPTY_IS_NONE", "FLATTEN", "LOCAL", "MAX_COUNT", "OMIT_EMPTY", "OMIT_NONE", "REQUIRED", "Bound",
+           "Count", "above", "among", "at_most", "between", "doc", "dump", "dumps", "key", "load", "matching"]
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
@@ -107,8 +123,11 @@ def dump(value: Any) -> Any:
             item = getattr(value, name)
             meta = f.metadata
             if meta:
-                if meta.get("local") or (item is None and meta.get("omit_none")):
+                if meta.get("local") or (item is None and (meta.get("omit_none") or meta.get("alone"))):
                     continue
+                if meta.get("alone"):
+                    out = {meta.get("key", name): dump(item)}
+                    break
                 if meta.get("omit_empty") and (item is None or (isinstance(item, SIZED) and not item)):
                     continue
                 if meta.get("flatten"):

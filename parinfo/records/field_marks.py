@@ -26,6 +26,11 @@ REQUIRED: Mapping[str, Any] = types.MappingProxyType({"required": True})
 FLATTEN: Mapping[str, Any] = types.MappingProxyType({"flatten": True})
 #: Field metadata: the field stays in the process (never written to JSON nor read from it).
 LOCAL: Mapping[str, Any] = types.MappingProxyType({"local": True})
+#: Field metadata: while the field is set, the record's JSON is this key alone (a record that could not
+#: be read says only why); left out while it is None.
+ALONE: Mapping[str, Any] = types.MappingProxyType({"alone": True})
+#: Field metadata: an empty JSON object in this field is read as None (a section not gathered).
+EMPTY_IS_NONE: Mapping[str, Any] = types.MappingProxyType({"empty_none": True})
 
 
 def key(name: str) -> Mapping[str, Any]:
@@ -33,17 +38,42 @@ def key(name: str) -> Mapping[str, Any]:
     return types.MappingProxyType({"key": name})
 
 
+def doc(text: str) -> Mapping[str, Any]:
+    """Field metadata: what the field means to a reader of the JSON (its ``description`` in the schema)."""
+    return types.MappingProxyType({"doc": text})
+
+
 class Bound:
-    """A bound on a value read (the metadata of ``typing.Annotated``; made by :func:`at_most` or
-    :func:`between`)."""
+    """A bound on a value read (the metadata of ``typing.Annotated``; made by :func:`at_most`,
+    :func:`between`, :func:`above`, :func:`among` or :func:`matching`)."""
 
-    __slots__ = ("high", "low", "most")
+    __slots__ = ("choices", "high", "low", "low_open", "most", "pattern")
 
-    def __init__(self, most: int | None = None, low: float | None = None, high: float | None = None) -> None:
-        self.most, self.low, self.high = most, low, high
+    def __init__(self, most: int | None = None, low: float | None = None, high: float | None = None, *,
+                 low_open: bool = False, choices: tuple[str, ...] | None = None, pattern: str | None = None) -> None:
+        self.most, self.low, self.high, self.low_open = most, low, high, low_open
+        self.choices, self.pattern = choices, pattern
 
     def __repr__(self) -> str:
-        return f"Bound(most={self.most}, low={self.low}, high={self.high})"
+        return (f"Bound(most={self.most}, low={self.low}, high={self.high}, low_open={self.low_open}, "
+                f"choices={self.choices}, pattern={self.pattern})")
+
+    def _refuses(self, got: Any) -> str | None:
+        """Why ``got`` is outside this bound (a number out of range, a text not among its choices or
+        not matching its pattern), or None."""
+        if isinstance(got, (int, float)) and not isinstance(got, bool):
+            low, high = self.low, self.high
+            if (low is not None and (got <= low if self.low_open else got < low)) or (high is not None and got > high):
+                return f"{got} is out of its bounds {'(' if self.low_open else ''}{low}..{high}"
+        elif isinstance(got, str):
+            if self.choices is not None and got not in self.choices:
+                return f"{got!r} is not one of {', '.join(map(repr, self.choices))}"
+            if self.pattern is not None:
+                import re  # only where a record reads a text with a pattern
+
+                if re.search(self.pattern, got) is None:
+                    return f"{got!r} does not match {self.pattern}"
+        return None
 
     def before(self, value: Any) -> Any:
         """``value`` as far as it is read: a list's, tuple's or mapping's first items."""
@@ -56,21 +86,20 @@ class Bound:
         return value
 
     def after(self, got: Any) -> Any:
-        """What was read, cut (a text) or refused (a number out of bounds: NOTHING)."""
-        if isinstance(got, str):
-            return got if self.most is None else got[:self.most]
-        number = isinstance(got, (int, float)) and not isinstance(got, bool)
-        if number and ((self.low is not None and got < self.low) or (self.high is not None and got > self.high)):
+        """What was read, cut (a text) or refused (out of bounds: NOTHING)."""
+        if self._refuses(got) is not None:
             return NOTHING
+        if isinstance(got, str) and self.most is not None:
+            return got[:self.most]
         return got
 
     def check(self, got: Any) -> None:
         """A strict reading's check: a RecordError for what the lenient one cuts or refuses."""
         if self.most is not None and isinstance(got, SIZED) and len(got) > self.most:
             raise RecordError(f"{len(got)} long, more than its bound {self.most}")
-        number = isinstance(got, (int, float)) and not isinstance(got, bool)
-        if number and ((self.low is not None and got < self.low) or (self.high is not None and got > self.high)):
-            raise RecordError(f"{got} is out of its bounds {self.low}..{self.high}")
+        why = self._refuses(got)
+        if why is not None:
+            raise RecordError(why)
 
 
 def at_most(n: int) -> Bound:
@@ -82,6 +111,22 @@ def at_most(n: int) -> Bound:
 def between(low: float | None = None, high: float | None = None) -> Bound:
     """``Annotated`` metadata: a number below ``low`` or above ``high`` is odd."""
     return Bound(low=low, high=high)
+
+
+def above(low: float) -> Bound:
+    """``Annotated`` metadata: a number at or below ``low`` is odd."""
+    return Bound(low=low, low_open=True)
+
+
+def among(*choices: str) -> Bound:
+    """``Annotated`` metadata: a text that is none of ``choices`` is odd."""
+    return Bound(choices=choices)
+
+
+def matching(pattern: str) -> Bound:
+    """``Annotated`` metadata: a text in which the regular expression ``pattern`` finds nothing is odd (as
+    JSON Schema's ``pattern``: anchor it with ``^...$`` to match the whole)."""
+    return Bound(pattern=pattern)
 
 
 #: The largest thread count believed from another process (threads of one pool).

@@ -53,10 +53,10 @@ def load(cls: type[_T], data: Any, *, strict: bool) -> _T:
     return _empty_record(cls)
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_HINTS: dict[type, dict[str, object]] = {}
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
     hints = _HINTS.get(cls)
     if hints is None:
         module = sys.modules.get(cls.__module__)
@@ -81,16 +81,20 @@ def _empty_record(cls: type[_T]) -> _T:
 
 class _Reading:
     """How one field of a record is read: its JSON key (None: the parent's whole object), its hint,
-    whether the record needs it, and what it takes when missing (_NOTHING: its default)."""
+    whether the record needs it, what it takes when missing (_NOTHING: its default), and whether an
+    empty object is None (EMPTY_IS_NONE)."""
 
-    __slots__ = ("hint", "json_key", "missing", "name", "required")
+    __slots__ = ("empty_none", "hint", "json_key", "missing", "name", "required")
 
-    def __init__(self, name: str, json_key: str | None, hint: Any, required: bool, missing: Any) -> None:
+    def __init__(self, name: str, json_key: str | None, hint: Any, required: bool, missing: Any,
+                 empty_none: bool = False) -> None:
         self.name, self.json_key, self.hint, self.required, self.missing = name, json_key, hint, required, missing
+        self.empty_none = empty_none
 
 
 _READINGS: dict[type, tuple[tuple[_Reading, ...], Any]] = {}
 _KNOWN: dict[type, frozenset[str]] = {}
+_ALONE: dict[type, Any] = {}  # the key of a record's ALONE field (None: it has none)
 
 
 def _readings(cls: type) -> tuple[tuple[_Reading, ...], Any]:
@@ -110,18 +114,18 @@ def _readings(cls: type) -> tuple[tuple[_Reading, ...], Any]:
             else:
                 missing = _EMPTY
             out.append(_Reading(name, None if meta.get("flatten") else meta.get("key", name), hint,
-                                bool(meta.get("required")), missing))
+                                bool(meta.get("required")), missing, bool(meta.get("empty_none"))))
         found = _READINGS[cls] = (tuple(out), getattr(cls, "_json_in", None))
     return found
 
 
 def _known(cls: type) -> frozenset[str]:
     """The keys a record's JSON object may hold (what a strict reading accepts): its fields' keys
-    (a flattened record's keys in their stead), and the keys its class lists in ``_json_extra``
+    (a flattened record's keys in their stead), and the keys its class declares in ``_json_extra``
     (written by its ``_json_out``, or older words its ``_json_in`` reads); worked out once per class."""
     known = _KNOWN.get(cls)
     if known is None:
-        hints, keys = _hints(cls), set(getattr(cls, "_json_extra", ()))
+        hints, keys = _hints(cls), {k for k, _ in getattr(cls, "_json_extra", ())}
         for name, f in _FIELDS.get(cls) or _fields(cls):
             meta = f.metadata
             if meta.get("local"):
@@ -169,6 +173,13 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool, whole: bool = 
         known = _KNOWN.get(cls) or _known(cls)
         if not known.issuperset(data):
             raise _unknown(cls, data)
+        alone = _ALONE.get(cls, _NOTHING)
+        if alone is _NOTHING:
+            alone = _ALONE[cls] = next((f.metadata.get("key", n) for n, f in _FIELDS.get(cls) or _fields(cls)
+                                        if f.metadata.get("alone")), None)
+        if alone is not None and data.get(alone) is not None and len(data) > 1:
+            other = next(str(k) for k in data if k != alone)
+            raise RecordError(f"a record whose {alone} is set holds that key alone", (other,))
     if hook is not None:
         data = hook(data)
         if data is None:
@@ -177,7 +188,7 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool, whole: bool = 
             if whole:
                 return _NOTHING
             data = {}
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     if strict:
         for r in readings:
             k = r.json_key
@@ -186,7 +197,7 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool, whole: bool = 
                 got = _record(flat_cls, data, True, flat=True) if flat_cls is not None else _read(r.hint, data, True)
             elif k in data:
                 try:
-                    got = _read(r.hint, data[k], True)
+                    got = None if r.empty_none and data[k] == {} else _read(r.hint, data[k], True)
                     if hook is not None and k in given and given[k] is not data[k] and given[k] is not None:
                         _read(r.hint, given[k], True)  # as given, not as the hook made it
                 except RecordError as e:  # a key its hook made (a WorkerRow's report) is not in the path
@@ -202,8 +213,11 @@ def _record(cls: type[_T], data: Mapping[str, Any], strict: bool, whole: bool = 
     for r in readings:
         if r.json_key is None:
             got = _read(r.hint, data, False)
+        elif r.json_key in data:
+            v = data[r.json_key]
+            got = None if r.empty_none and v == {} else _read(r.hint, v, False)
         else:
-            got = _read(r.hint, data[r.json_key], False) if r.json_key in data else _NOTHING
+            got = _NOTHING
         if got is _NOTHING:
             if whole and r.required:
                 return _NOTHING

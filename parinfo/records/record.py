@@ -182,7 +182,7 @@ def _plain_fields(cls: type) -> dict[str, dataclasses.Field[Any]] | None:
     plain fields (a ClassVar, an annotation that is not text, a mutable default, a ``field()``
     without an annotation), which dataclass then reads itself, refusals included. Keyword-only
     fields and InitVars never come here (:func:`_needs_dataclass`)."""
-    own: dict[str, Any] = getattr(cls, "__annotations__", {})  # the class's own (3.10+)
+    own: dict[str, object] = getattr(cls, "__annotations__", {})  # the class's own (3.10+)
     for name, kind in own.items():
         if not isinstance(kind, str) or "ClassVar" in kind:
             return None

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
+from parinfo.records.field_marks import OMIT_NONE, doc
 from parinfo.records.record import record
 
 
@@ -63,10 +64,12 @@ class Source:
     ``when`` (seconds since the epoch it was read, or None). Equal sources have the same kind,
     detail and words; ``when`` is not compared."""
 
-    kind: Kind
-    detail: str = ""
-    text: str = ""
-    when: float | None = field(default=None, compare=False)
+    kind: Kind = field(metadata=doc("what decided the value"))
+    detail: str = field(default="", metadata=doc(
+        "the evidence: variable=value, the call, profile (key), the file"))
+    text: str = field(default="", metadata=doc("the words shown"))
+    when: float | None = field(default=None, compare=False, metadata={**OMIT_NONE, **doc(
+        "seconds since the epoch it was read, where the time matters")})
 
     def __post_init__(self) -> None:
         if not self.text:

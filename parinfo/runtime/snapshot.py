@@ -8,9 +8,9 @@ does not build the runtime (a report read from another process or a fleet worker
 from __future__ import annotations
 
 from dataclasses import field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
-from parinfo.records.convert import MAX_COUNT, OMIT_NONE, Count, at_most, between
+from parinfo.records.convert import ALONE, MAX_COUNT, OMIT_NONE, Count, among, at_most, between
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, run_time
 
@@ -160,7 +160,7 @@ class RuntimeSection:
     For a process read from outside only ``unknown`` (why the counts cannot be read) is set, and its
     JSON is that alone."""
 
-    backend: Text | None = None
+    backend: Annotated[Text, among("native", "sequential")] | None = None
     backend_source: Source | None = None
     intra_op: PoolCount | None = None
     inter_op: PoolCount | None = None
@@ -172,11 +172,8 @@ class RuntimeSection:
     budget: Budget | None = None
     adaptive: AdaptiveState | None = None
     torch_pool: TorchPool | None = None
-    unknown: Long | None = field(default=None, metadata=OMIT_NONE)
+    unknown: Long | None = field(default=None, metadata=ALONE)
     follow: Follow | None = field(default=None, metadata=OMIT_NONE)
-
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
-        return data if self.unknown is None else {"unknown": self.unknown}
 
     @property
     def started(self) -> bool:

@@ -38,7 +38,7 @@ class Workload:
 
     framework: str = "numpy"
 
-    _json_extra = ("kind",)  # names the class to read it back (read_spec)
+    _json_extra = (("kind", str),)  # names the class to read it back (read_spec)
 
     def may_fork(self) -> bool:
         """Whether one call may run inter-op tasks, so the inter-op count can change its time: the
