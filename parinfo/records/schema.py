@@ -21,6 +21,7 @@ from typing import Any
 
 from parinfo.records.field_marks import Bound, fields as record_fields
 from parinfo.records.reading import _hints, _record_type
+from parinfo.records.unknown import Unknown
 
 #: A JSON Schema object (the JSON edge: what is written to the schema file).
 Schema = dict[str, Any]
@@ -63,6 +64,8 @@ class SchemaMaker:
             return self._mapping(args)
         if isinstance(hint, type) and issubclass(hint, enum.Enum):
             return {"enum": [m.value for m in hint]}
+        if hint is Unknown:  # written as its words
+            return {"type": "string", "pattern": "^unknown \\("}
         if isinstance(hint, type) and _record_type(hint) is hint:
             return {"$ref": f"#/$defs/{self._define(hint)}"}
         raise TypeError(f"no JSON Schema for {hint!r}")
