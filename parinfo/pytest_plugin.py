@@ -138,7 +138,7 @@ def _put_in_force(config: pytest.Config, count: int) -> None:
     except ParinfoError as exc:
         config.stash[_budget] = Budget(share, [f"budget not applied: {exc}"])
         return
-    config.stash[_budget] = Budget(share, [line for line in outcome["skipped"] if "set by the user" in line])
+    config.stash[_budget] = Budget(share, [str(s) for s in outcome.skipped if s.reason.users])
 
 
 @pytest.hookimpl(tryfirst=True)
