@@ -159,3 +159,21 @@ def test_per_thread_reach_and_its_gap_are_one_record_in_two_lines():
     assert result.lines()["threads"] == [str(reach)] and result.lines()["not_in_force"] == [str(Gap(reach))]
     assert result.lines()["at_import"][0].startswith("torch is not imported yet: torch.set_num_interop_threads(2) "
                                                      "when `import torch` finishes")
+
+
+def _threading_helpers(source: str) -> list[str]:
+    """Functions that take a list of lines to append to (what apply() threaded through its helpers)."""
+    import ast
+
+    return sorted({f.name for f in ast.walk(ast.parse(source)) if isinstance(f, ast.FunctionDef)
+                   for a in (*f.args.args, *f.args.kwonlyargs)
+                   if a.annotation is not None and ast.unparse(a.annotation) == "list[str]"})
+
+
+def test_no_helper_of_apply_threads_a_list_of_lines():
+    from pathlib import Path
+
+    # before: _not_preloaded, _configure, _pool_lines, _modules, _torch, _affinity and _memory
+    profiles = Path(__file__).resolve().parent.parent / "parinfo" / "profiles"
+    modules = ("applying.py", "applied.py", "thread_reach.py", "at_import.py")
+    assert [(name, _threading_helpers((profiles / name).read_text())) for name in modules] == [(name, []) for name in modules]

@@ -10,7 +10,7 @@ first parallel op (or get_num_threads call), so its OpenMP copy reaches new thre
 that already ran one keeps the count it had then.
 
 This module says exactly that for one apply(), as records (their words are
-:mod:`parinfo.profiles.applied_words`'): what the calling thread got, what a thread started now gets
+:mod:`parinfo.profiles.applied`'s): what the calling thread got, what a thread started now gets
 (measured in a probe thread), which live threads were not reached.
 """
 from __future__ import annotations
