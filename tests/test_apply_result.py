@@ -176,4 +176,5 @@ def test_no_helper_of_apply_threads_a_list_of_lines():
     # before: _not_preloaded, _configure, _pool_lines, _modules, _torch, _affinity and _memory
     profiles = Path(__file__).resolve().parent.parent / "parinfo" / "profiles"
     modules = ("applying.py", "applied.py", "thread_reach.py", "at_import.py")
-    assert [(name, _threading_helpers((profiles / name).read_text())) for name in modules] == [(name, []) for name in modules]
+    threading = [(name, _threading_helpers((profiles / name).read_text())) for name in modules]
+    assert threading == [(name, []) for name in modules]
