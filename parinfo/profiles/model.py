@@ -15,7 +15,7 @@ from typing import Any
 
 from parinfo.errors import ProfileError
 from parinfo.profiles.yaml_nodes import PATH_LIMIT, KeyPath, Mark, shown
-from parinfo.records.convert import LOCAL
+from parinfo.records.field_marks import LOCAL
 from parinfo.records.record import record
 
 #: A count as written: a whole number, or an expression over machine facts (checked, not evaluated).
