@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "load_profile": "parinfo.profiles.loading",
     "resolve_profile": "parinfo.profiles.loading",
     "apply": "parinfo.profiles.applying",
+    "Applied": "parinfo.profiles.applied",
     "Plan": "parinfo.profiles.plan",
     # live evidence
     "watch": "parinfo.watching.sample",
@@ -100,6 +101,7 @@ if TYPE_CHECKING:  # pragma: no cover
         UsageError as UsageError,
     )
     from parinfo.machine.topology import MachineFacts as MachineFacts, machine_facts as machine_facts
+    from parinfo.profiles.applied import Applied as Applied
     from parinfo.profiles.applying import apply as apply
     from parinfo.profiles.loading import load_profile as load_profile, resolve_profile as resolve_profile
     from parinfo.profiles.plan import Plan as Plan

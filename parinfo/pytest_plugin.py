@@ -129,7 +129,7 @@ def _put_in_force(config: pytest.Config, count: int) -> None:
     if config.stash.get(_budget, None) is not None:
         return
     from parinfo.errors import ParinfoError
-    from parinfo.profiles.applying import Kept, apply
+    from parinfo.profiles.applying import apply
 
     share = max(1, _facts().usable_cpus // count)
     try:
@@ -138,7 +138,7 @@ def _put_in_force(config: pytest.Config, count: int) -> None:
     except ParinfoError as exc:
         config.stash[_budget] = Budget(share, [f"budget not applied: {exc}"])
         return
-    config.stash[_budget] = Budget(share, [line for line in outcome["skipped"] if isinstance(line, Kept)])
+    config.stash[_budget] = Budget(share, [str(s) for s in outcome.skipped if s.reason.users])
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -41,7 +41,7 @@ def _run(body: str, **env: str) -> tuple[dict, str]:
 def test_torch_imported_after_apply_gets_both_counts_at_import_with_the_profile_as_source():
     out, err = _run(f"""
         import parinfo
-        r = parinfo.apply({PROFILE})
+        r = parinfo.apply({PROFILE}).lines()
         watching = sum(type(f).__name__ == "ImportWatcher" for f in sys.meta_path)
         import torch
         left = sum(type(f).__name__ == "ImportWatcher" for f in sys.meta_path)
@@ -68,7 +68,7 @@ def test_torch_imported_after_apply_gets_both_counts_at_import_with_the_profile_
 def test_torch_imported_before_apply_is_set_at_once_as_before():
     out, _ = _run(f"""
         import torch, parinfo
-        r = parinfo.apply({PROFILE})
+        r = parinfo.apply({PROFILE}).lines()
         watching = sum(type(f).__name__ == "ImportWatcher" for f in sys.meta_path)
         print(json.dumps({{"r": r, "intra": torch.get_num_threads(), "inter": torch.get_num_interop_threads(),
                           "rows": rows(), "watching": watching}}))
@@ -101,7 +101,7 @@ def test_a_second_apply_before_the_import_replaces_the_first_ones_counts():
 def test_the_users_own_variable_for_torch_is_kept_and_said_at_apply_time():
     out, _ = _run(f"""
         import parinfo
-        r = parinfo.apply({PROFILE})
+        r = parinfo.apply({PROFILE}).lines()
         import torch
         print(json.dumps({{"r": r, "intra": torch.get_num_threads(), "inter": torch.get_num_interop_threads(),
                           "rows": rows()}}))
@@ -134,7 +134,7 @@ def test_the_programs_own_inter_op_call_after_the_import_does_not_raise():
 def test_numpy_loaded_after_apply_reads_the_profiles_count():
     out, _ = _run("""
         import parinfo
-        r = parinfo.apply({"version": 1, "name": "later", "intra_op": 1, "inter_op": 1})
+        r = parinfo.apply({"version": 1, "name": "later", "intra_op": 1, "inter_op": 1}).lines()
         import numpy
         from threadpoolctl import threadpool_info
         blas = [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"]

@@ -28,7 +28,7 @@ def test_loaded_native_pools_are_limited_and_stay_limited():
     out = _run("""
         import numpy, parinfo
         before = pools()
-        r = parinfo.apply("single-thread")
+        r = parinfo.apply("single-thread").lines()
         numpy.ones((300, 300)) @ numpy.ones((300, 300))
         print(json.dumps({"before": before, "after": pools(), "r": r}))
     """)
@@ -44,7 +44,7 @@ def test_variables_are_set_for_libraries_loaded_later():
         r = parinfo.apply("single-thread")
         assert "numpy" not in sys.modules
         import numpy
-        print(json.dumps({"pools": pools(), "env": {k: os.environ[k] for k in r["plan"]["env"]}}))
+        print(json.dumps({"pools": pools(), "env": {k: os.environ[k] for k in r.plan.env}}))
     """)
     assert out["pools"] and all(n == 1 for _, n in out["pools"])
     assert out["env"]["OPENBLAS_NUM_THREADS"] == "1" and out["env"]["OMP_NUM_THREADS"] == "1"
@@ -53,7 +53,8 @@ def test_variables_are_set_for_libraries_loaded_later():
 def test_runtime_counts_follow_the_profile():
     out = _run("""
         import parinfo
-        r = parinfo.apply({"version": 1, "name": "t", "intra_op": 3, "inter_op": 2})
+        done = parinfo.apply({"version": 1, "name": "t", "intra_op": 3, "inter_op": 2})
+        r = {**done.lines(), "plan": {"name": done.plan.name}}
         from parinfo import runtime
         i = runtime.info()
         print(json.dumps({"intra": parinfo.get_num_threads(), "inter": parinfo.get_num_interop_threads(),
@@ -71,7 +72,7 @@ def test_runtime_counts_follow_the_profile():
 def test_users_variables_are_kept_unless_forced():
     body = """
         import numpy, parinfo
-        r = parinfo.apply("single-thread", force={force})
+        r = parinfo.apply("single-thread", force={force}).lines()
         print(json.dumps({{"omp": os.environ["OMP_NUM_THREADS"], "blas": os.environ["OPENBLAS_NUM_THREADS"],
                           "pools": dict(pools()), "r": r}}))
     """
@@ -89,7 +90,7 @@ def test_a_second_apply_is_not_confused_by_the_first():
     out = _run("""
         import parinfo
         parinfo.apply({"version": 1, "intra_op": 2, "inter_op": 1})
-        r = parinfo.apply({"version": 1, "intra_op": 1, "inter_op": 1})
+        r = parinfo.apply({"version": 1, "intra_op": 1, "inter_op": 1}).lines()
         print(json.dumps({"omp": os.environ["OMP_NUM_THREADS"], "r": r, "intra": parinfo.get_num_threads()}))
     """)
     assert out["omp"] == "1" and out["intra"] == 1
@@ -140,7 +141,7 @@ def test_affinity_is_applied_to_every_thread():
         import threading, parinfo
         ev = threading.Event()
         t = threading.Thread(target=ev.wait); t.start()
-        r = parinfo.apply({{"version": 1, "intra_op": 1, "inter_op": 1, "affinity": [{cpu}]}})
+        r = parinfo.apply({{"version": 1, "intra_op": 1, "inter_op": 1, "affinity": [{cpu}]}}).lines()
         tids = os.listdir("/proc/self/task")
         masks = sorted({{tuple(sorted(os.sched_getaffinity(int(t)))) for t in tids}})
         ev.set(); t.join()
@@ -154,7 +155,7 @@ def test_affinity_is_applied_to_every_thread():
 def test_torch_counts_are_set_when_torch_is_imported():
     out = _run("""
         import torch, parinfo
-        r = parinfo.apply({"version": 1, "intra_op": 1, "inter_op": 1})
+        r = parinfo.apply({"version": 1, "intra_op": 1, "inter_op": 1}).lines()
         print(json.dumps({"intra": torch.get_num_threads(), "inter": torch.get_num_interop_threads(), "r": r}))
     """)
     assert (out["intra"], out["inter"]) == (1, 1)
@@ -167,7 +168,7 @@ def test_torch_inter_op_too_late_is_reported_not_raised():
     out = _run("""
         import torch, parinfo
         torch.set_num_interop_threads(2)
-        r = parinfo.apply({"version": 1, "intra_op": 1, "inter_op": 1})
+        r = parinfo.apply({"version": 1, "intra_op": 1, "inter_op": 1}).lines()
         print(json.dumps({"inter": torch.get_num_interop_threads(), "r": r}))
     """)
     assert out["inter"] == 2

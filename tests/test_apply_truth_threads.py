@@ -32,7 +32,7 @@ def in_thread(name, fn):
     t = threading.Thread(target=fn, name=name); t.start(); t.join()
 
 def loop():
-    result.update(parinfo.apply("single-thread"))
+    result.update(parinfo.apply("single-thread").lines())
     truth["caller"] = omp.omp_get_max_threads()
 
 in_thread("event-loop", loop)
@@ -83,7 +83,7 @@ def test_the_pool_threads_of_parinfo_are_reached_and_named():
         parinfo.set_num_interop_threads(1)
         parinfo.wait(parinfo.fork(lambda: 1))  # starts parinfo's inter-op pool
         import threading
-        r = parinfo.apply("single-thread")
+        r = parinfo.apply("single-thread").lines()
         names = [t.name for t in threading.enumerate()]
         print(json.dumps({"names": names, "gaps": r["not_in_force"]}))
     """)
@@ -106,7 +106,7 @@ def test_torch_count_reaches_new_threads_but_not_one_that_already_ran_an_op():
             ready.set(); go.wait(); truth["early"] = torch.get_num_threads(); done.set()
         t = threading.Thread(target=early, name="early-worker"); t.start()
         ready.wait()
-        r = parinfo.apply("single-thread")
+        r = parinfo.apply("single-thread").lines()
         go.set(); done.wait(); t.join()
         def late():
             torch.ones(1 << 20) + 1; truth["late"] = torch.get_num_threads()

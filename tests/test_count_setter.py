@@ -119,7 +119,7 @@ def test_apply_sets_each_pool_once():
         "        return real(self, n)\n"
         "    return call\n"
         "NativePool.set, NativePool.set_checked = counted('set', real_set), counted('checked', real_checked)\n"
-        "r = parinfo.apply({'version': 1, 'name': 'one', 'intra_op': 1, 'libraries': {'blas': 1}})\n"
+        "r = parinfo.apply({'version': 1, 'name': 'one', 'intra_op': 1, 'libraries': {'blas': 1}}).lines()\n"
         "print(json.dumps({'calls': list(calls.values()), 'bad': r['not_in_force'],\n"
         "  'blas': [p['num_threads'] for p in threadpoolctl.threadpool_info() if p['user_api'] == 'blas']}))")
     assert out["calls"] and set(out["calls"]) == {1}

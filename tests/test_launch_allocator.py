@@ -251,7 +251,7 @@ def test_show_inside_names_the_users_preloaded_allocator_and_glibc_otherwise():
 def test_in_process_apply_cannot_preload_and_says_how(tmp_path):
     jemalloc()
     prof = profile(tmp_path, "allocator: jemalloc\n")
-    code = (f"import json, os, parinfo; r = parinfo.apply({prof!r}); "
+    code = (f"import json, os, parinfo; r = parinfo.apply({prof!r}).lines(); "
             "print(json.dumps([r['skipped'], os.environ.get('MALLOC_CONF')]))")
     skipped, conf = json.loads(run_py(code).stdout)
     (line,) = [s for s in skipped if s.startswith("allocator")]

@@ -247,7 +247,7 @@ def test_a_binding_the_kernel_refuses_is_said_and_the_program_runs():
 def test_apply_in_process_binds_the_calling_thread_and_says_what_it_reaches():
     code = ("import json, threading, time, parinfo\n"
             "t = threading.Thread(target=time.sleep, args=(1,)); t.start()\n"
-            "r = parinfo.apply({'version': 1, 'name': 'm', 'memory': 'local', 'intra_op': 1})\n"
+            "r = parinfo.apply({'version': 1, 'name': 'm', 'memory': 'local', 'intra_op': 1}).lines()\n"
             "seen = {}\n"
             "def child(): seen['policy'] = open('/proc/thread-self/numa_maps').readline().split()[1]\n"
             "c = threading.Thread(target=child); c.start(); c.join()\n"

@@ -10,6 +10,7 @@ from profile_machines import MACHINES, machine
 
 from parinfo.errors import ProfileError, UsageError
 from parinfo.profiles.loading import load_profile, resolve_profile
+from parinfo.profiles.model import Profile
 from parinfo.profiles.plan import Plan
 from parinfo.records.convert import dump
 
@@ -168,10 +169,11 @@ def test_extends_merges_child_over_parent(write):
         libraries: {mkl: 3}
         """, "child.yaml")
     prof = load_profile(child)
-    assert isinstance(prof, dict)
-    assert prof["name"] == "child" and prof["description"] == "the base"
-    assert prof["libraries"] == {"blas": 1, "mkl": 3}
-    assert "extends" not in prof
+    assert isinstance(prof, Profile)
+    assert prof.name == "child" and prof.description == "the base"
+    assert prof.libraries == {"blas": 1, "mkl": 3}
+    assert prof.extends is None and "extends" not in prof.document()
+    assert prof.chain == (str(child), str(child.parent / "base.yaml"))
     plan = resolve_profile(prof, MACHINES["16cores_smt"])
     assert (plan.intra_op.value, plan.inter_op.value) == (4, 3)
     assert plan.env["OMP_WAIT_POLICY"] == "passive"
@@ -236,9 +238,10 @@ def test_expression_valid_on_some_machines_is_checked_per_machine(tmp_path):
 ])
 def test_a_checked_profile_checks_again_to_itself(text):
     # What a fleet sends its workers is the checked form: it must pass the same check unchanged.
-    from parinfo.fleet.probe import _plain
     from parinfo.profiles.loading import validate_profile
 
     doc = yaml.safe_load("version: 1\nname: again\nintra_op: 1\ninter_op: 1\n" + text)
-    once = _plain(dict(validate_profile(doc, "<profile>")))
-    assert _plain(dict(validate_profile(once, "<profile>"))) == once
+    first = validate_profile(doc, "<profile>")
+    once = first.document()
+    again = validate_profile(once, "<profile>")
+    assert again == first and again.document() == once

@@ -24,7 +24,7 @@ def test_shipped_profiles_teach_with_comments(name):
     text = shipped_path(name).read_text()
     comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
     assert len(comments) >= 3
-    assert load_profile(name)["name"] == name
+    assert load_profile(name).name == name
 
 
 @pytest.mark.parametrize("machine", sorted(MACHINES))

@@ -136,7 +136,7 @@ def test_set_num_threads_reaches_openmp_in_every_pool_thread():
 def test_apply_reaches_parinfos_pool_threads_and_says_so():
     out = run_json("import sklearn.ensemble\n" + _start(1) + READ_OMP + textwrap.dedent("""
         parinfo.set_num_threads(1)  # so the pushed count is not what the profile sets
-        r = parinfo.apply("single-thread")
+        r = parinfo.apply("single-thread").lines()
         print(json.dumps({"truth": truth(), "workers": workers, "threads": r["threads"],
                           "gaps": r["not_in_force"]}))
     """), env=clean_env(), timeout=120)

@@ -84,7 +84,8 @@ class ProfilePlugin(WorkerPlugin):
             done = apply(plan, reached_threads={tid for _, tid in pushed})
         except ParinfoError as exc:
             raise type(exc)(f"worker {worker.address}: {exc}") from None
-        self.result = {"applied": done["applied"], "not_in_force": done["not_in_force"],
+        lines = done.lines()  # the words travel to the client
+        self.result = {"applied": lines["applied"], "not_in_force": lines["not_in_force"],
                        "threads_reached": sorted({name for name, _ in pushed}), "threads": n}
 
 

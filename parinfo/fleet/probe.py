@@ -32,15 +32,7 @@ def profile_document(profile: Any) -> tuple[dict[str, Any], str]:
         raise ProfileError("a resolved Plan belongs to one machine; give the profile itself",
                            fix="pass its name, path or dict: each worker resolves it on its own CPUs")
     prof = as_profile(profile)
-    return _plain(dict(prof)), str(getattr(prof, "origin", "<profile>"))
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+    return prof.document(), prof.origin
 
 
 def resolve_here(document: dict[str, Any], origin: str) -> Any:

@@ -31,5 +31,5 @@ def setup() -> None:
     except (ValueError, KeyError, TypeError) as exc:
         print(f"parinfo: {PROFILE_DOC_VAR} is not a profile parinfo wrote: {exc}", file=sys.stderr)
         return
-    for line in done["not_in_force"]:
+    for line in done.not_in_force:
         print(f"parinfo: Ray worker {os.getpid()}: not in force: {line}", file=sys.stderr)

@@ -17,16 +17,11 @@ from typing import Any
 from parinfo.errors import ApplyError
 from parinfo.process import libraries as reg, setter
 from parinfo.process.setter import NativePool
+from parinfo.profiles.applied import Applied, AtImport, Done, Drift, Reason, Skipped, Where
 from parinfo.profiles.plan import Plan
-from parinfo.records.convert import dump
 from parinfo.records.source import profile as profile_source
 from parinfo.runtime.state import RUNTIME
-from parinfo.safe_text import escape_controls, plural
-
-
-class Kept(str):
-    """A line of ``skipped`` saying that a value the user set stays over the profile's: told from
-    the other skipped lines by its type (the pytest plugin's summary lists these), written as text."""
+from parinfo.safe_text import escape_controls
 
 
 def _plan_of(profile: Any) -> Plan:
@@ -37,18 +32,23 @@ def _plan_of(profile: Any) -> Plan:
     return resolve_profile(profile)
 
 
-def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int] = ()) -> dict[str, Any]:
+#: What a step of apply() did: settings made and settings left out, in the order they happened.
+Steps = list[Done | Skipped]
+
+
+def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int] = ()) -> Applied:
     """Apply ``profile`` (a shipped name, a path, a dict or a resolved Plan) to this process.
 
-    Variables the user set to other values are kept unless ``force``. Returns ``{"plan": ...,
-    "applied": [...], "skipped": [...], "not_in_force": [...], "threads": [...], "at_import": [...]}``
-    (lists of one-line strings). ``at_import`` says what is set when a framework not imported yet is
-    imported (torch's counts, the moment ``import torch`` finishes); what will not reach it is in
-    ``skipped``. Limits that hold per thread (OpenMP's, torch's intra-op count) reach the
-    calling thread: ``threads`` says which threads each one reaches and ``not_in_force`` names the
-    threads it does not, with what to do there. ``reached_threads`` are native ids of threads where
-    the caller has put the same per-thread limits in force itself (parinfo.fleet does so in each
-    executor thread of a Dask worker): they are reported as reached.
+    Variables the user set to other values are kept unless ``force``. Returns an :class:`Applied`
+    record: the plan, each setting made (``applied``) or left out with its reason (``skipped``),
+    each count read back that is not in force (``not_in_force``), where per-thread limits reached
+    (``threads``) and what is set when a framework not imported yet is imported (``at_import``:
+    torch's counts, the moment ``import torch`` finishes); ``str()`` of any of them is its line.
+    Limits that hold per thread (OpenMP's, torch's intra-op count) reach the calling thread:
+    ``threads`` says which threads each one reaches and ``not_in_force`` names the threads it does
+    not. ``reached_threads`` are native ids of threads where the caller has put the same per-thread
+    limits in force itself (parinfo.fleet does so in each executor thread of a Dask worker): they
+    are reported as reached.
     Raises ProfileError for a bad profile and ApplyError when the runtime says it is too late;
     in both cases nothing has been changed.
     """
@@ -64,62 +64,58 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
         only = plan.instances[0]
         intra, inter, cpus = only.intra_op, only.inter_op, only.cpus
         env.update(only.env)
-    applied: list[str] = []
-    skipped: list[str] = []
-    _not_preloaded(plan, env, skipped)
-
+    steps = _not_preloaded(plan, env)
     kept = {name: os.environ[name] for name, value in env.items()
             if not force and _users(name) and os.environ[name] != value}
     counts = _library_counts(plan, kept)
-    _configure(plan, intra, inter, counts, kept, applied, skipped)
+    steps += _configure(plan, intra, inter, counts, kept)
 
-    pools = setter.native_pools()  # read once: the lines below and the check at the end use it
-    loaded = _loaded(pools)
+    pools = setter.native_pools()  # read once: the steps below and the check at the end use it
+    steps += _variables(plan, env, kept, _loaded(pools))
+    per_thread: list[tuple[NativePool, str, int]] = []
+    pool_steps, expected_pools = _pool_steps(plan, pools, kept, per_thread)
+    steps += pool_steps + _modules(plan, counts)
+    torch_steps, torch_want, later = _torch(plan, counts, inter, kept)
+    steps += torch_steps + _affinity(cpus) + _memory(plan, plan.instances[0].nodes if plan.instances
+                                                      else plan.memory_nodes)
+
+    drifts = _verify(intra, inter, pools, expected_pools, torch_want, cpus, kept)
+    from parinfo.profiles.thread_reach import reach
+
+    threads, missing = reach(per_thread, torch_want[0], reached=frozenset(reached_threads),
+                             pool_reached=_workers_reached())
+    return Applied(plan, tuple(s for s in steps if isinstance(s, Done)),
+                   tuple(s for s in steps if isinstance(s, Skipped)), (*drifts, *missing), tuple(threads),
+                   later)
+
+
+def _variables(plan: Plan, env: dict[str, str], kept: dict[str, str], loaded: frozenset[str]) -> Steps:
+    """Set the plan's variables, but those the user set (``kept``), for libraries loaded later."""
+    steps: Steps = []
     for name, value in env.items():
         if name in kept:
-            skipped.append(Kept(f"{name}: kept {kept[name]!r} set by the user over the profile's {value!r} "
-                                f"(force=True overrides)"))
+            steps.append(Skipped(name, Where.VARIABLE, Reason.USER_SET, value, variable=name,
+                                 user_value=kept[name]))
             continue
         before = os.environ.get(name)
         overrides = before is not None and before != value and _users(name)
         os.environ[name] = value
         # a second apply() must not take it for the user's; a library loaded later reads it
         RUNTIME.note_env_set(name, value, plan.name, loaded)
-        if overrides:
-            applied.append(f"{name}={value} (overrode the user's {before!r}, force=True)")
-        else:
-            applied.append(f"{name}={value}")
-
-    per_thread: list[tuple[NativePool, str, int]] = []
-    expected_pools = _pool_lines(pools, kept, applied, skipped, per_thread)
-    _modules(counts, applied)
-    at_import: list[str] = []
-    torch_want = _torch(plan, counts, inter, kept, applied, skipped, at_import)
-    _affinity(cpus, applied, skipped)
-    _memory(plan, plan.instances[0].nodes if plan.instances else plan.memory_nodes, applied, skipped)
-
-    not_in_force = _verify(intra, inter, pools, expected_pools, torch_want, cpus, kept)
-    from parinfo.profiles.thread_reach import reach
-
-    threads, missing = reach(per_thread, torch_want[0], reached=frozenset(reached_threads),
-                             pool_reached=_workers_reached())
-    return {"plan": dump(plan), "applied": applied, "skipped": skipped,
-            "not_in_force": not_in_force + missing, "threads": threads, "at_import": at_import}
+        steps.append(Done(name, value, Where.VARIABLE, profile_source(plan.name, name),
+                          overrode=before if overrides else None))
+    return steps
 
 
-def _not_preloaded(plan: Plan, env: dict[str, str], skipped: list[str]) -> None:
+def _not_preloaded(plan: Plan, env: dict[str, str]) -> Steps:
     """A running process keeps the allocator and OpenMP runtime it started with: the plan's preloads
     and their variables are left out (a library loaded later must not read settings meant for
-    another), each with one line in ``skipped`` saying how to get it."""
+    another), each skipped with the command that launches with it."""
     for var in plan.preload_variables:
         env.pop(var, None)
-    for pre in plan.preload:
-        if pre.path is None:
-            continue
-        also = f" (nor {', '.join(pre.variables)})" if pre.variables else ""
-        skipped.append(f"{pre.key} {pre.choice} not preloaded{also}: a running process cannot change its "
-                       f"{'malloc' if pre.key == 'allocator' else 'OpenMP runtime'}; launch the program with "
-                       f"`{_launch_command(plan)}` to preload {pre.path}")
+    return [Skipped(pre.key, Where.PRELOAD, Reason.NOT_PRELOADABLE, pre.choice, path=pre.path,
+                    variables=pre.variables, launch=_launch_command(plan))
+            for pre in plan.preload if pre.path is not None]
 
 
 def _launch_command(plan: Plan) -> str:
@@ -185,27 +181,28 @@ def _library_counts(plan: Plan, kept: dict[str, str]) -> dict[str, int | None]:
     return out
 
 
-def _configure(plan: Plan, intra: int, inter: int, counts: dict[str, int | None], kept: dict[str, str],
-               applied: list[str], skipped: list[str]) -> None:
+def _configure(plan: Plan, intra: int, inter: int, counts: dict[str, int | None], kept: dict[str, str]) -> Steps:
     """The runtime's counts, and the push of each library's count into its loaded pools (once)."""
     intra_var, inter_var = reg.RUNTIME_VARS
+    steps: Steps = []
     kwargs: dict[str, int] = {}
     if intra_var in kept:
-        skipped.append(Kept(f"runtime intra-op: {intra_var} set by the user stays in force"))
+        steps.append(Skipped("intra_op", Where.RUNTIME, Reason.USER_SET, intra, variable=intra_var))
     else:
         kwargs["intra_op"] = intra
     state = RUNTIME.snapshot().inter_op
     if inter_var in kept:
-        skipped.append(Kept(f"runtime inter-op: {inter_var} set by the user stays in force"))
+        steps.append(Skipped("inter_op", Where.RUNTIME, Reason.USER_SET, inter, variable=inter_var))
     elif state is not None and state.locked and state.count == inter:
-        applied.append(f"runtime inter-op count {inter} (already in force, from {state.source})")
+        steps.append(Done("inter_op", inter, Where.RUNTIME, state.source, already=True))
     else:
         kwargs["inter_op"] = inter
+    source = profile_source(plan.name)
     try:
-        RUNTIME.configure(**kwargs, libraries=counts, source=profile_source(plan.name))
+        RUNTIME.configure(**kwargs, libraries=counts, source=source)
     except RuntimeError as exc:
         raise ApplyError(f"cannot apply profile {plan.name}: {exc}") from None
-    applied += [f"runtime {k.replace('_', '-')} count {v}" for k, v in kwargs.items()]
+    return steps + [Done(k, v, Where.RUNTIME, source) for k, v in kwargs.items()]
 
 
 def _workers_reached() -> frozenset[int]:
@@ -218,14 +215,15 @@ def _workers_reached() -> frozenset[int]:
     return frozenset(t.native_id for t in threading.enumerate() if t.name in ran and t.native_id is not None)
 
 
-def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str], skipped: list[str],
-                per_thread: list[tuple[NativePool, str, int]]) -> list[tuple[str, str, int]]:
-    """Say what the push did to each loaded native pool; return (filepath, name, count) to check.
+def _pool_steps(plan: Plan, pools: list[NativePool], kept: dict[str, str],
+                per_thread: list[tuple[NativePool, str, int]]) -> tuple[Steps, list[tuple[str, str, int]]]:
+    """What the push did to each loaded native pool, and (filepath, name, count) to check.
 
     Pools whose limit holds in the calling thread only go to ``per_thread`` as (pool, name, count).
     """
     push = RUNTIME.limits.push_record()
     pushed = {row.filepath: row for row in push.pools} if push is not None else {}
+    steps: Steps = []
     expected: list[tuple[str, str, int]] = []
     for pool in pools:
         rec, row = pool.record, pushed.get(pool.path)
@@ -234,41 +232,45 @@ def _pool_lines(pools: list[NativePool], kept: dict[str, str], applied: list[str
             continue
         if row is None:
             if var in kept:
-                skipped.append(Kept(f"{pool.name}: left at {pool.get()} ({var}={kept[var]!r} set by "
-                                    f"the user is not a valid count)"))
+                steps.append(Skipped(pool.name, Where.POOL, Reason.USER_VALUE_INVALID, library=rec.name,
+                                     variable=var, user_value=kept[var], now=pool.get()))
             continue
         n = row.num_threads
         if n is None:
             continue
         if row.error:
-            skipped.append(f"{pool.name}: could not set {plural(n, 'thread')} ({row.error})")
+            steps.append(Skipped(pool.name, Where.POOL, Reason.REFUSED, n, library=rec.name, error=row.error))
             continue
-        scope = " in this thread" if pool.per_thread else ""
         if var in kept:
-            skipped.append(Kept(f"{pool.name}: kept at {n} from {var} set by the user"))
+            steps.append(Skipped(pool.name, Where.POOL, Reason.USER_SET, n, library=rec.name, variable=var, now=n))
         else:
-            applied.append(f"{pool.name} limited to {n}{scope}")
-        if scope:
+            steps.append(Done(pool.name, n, Where.POOL, profile_source(plan.name, rec.profile_key),
+                              library=rec.name, per_thread=pool.per_thread))
+        if pool.per_thread:
             per_thread.append((pool, pool.name, n))
         expected.append((pool.path, pool.name, n))
-    return expected
+    return steps, expected
 
 
-def _modules(counts: dict[str, int | None], applied: list[str]) -> None:
+def _modules(plan: Plan, counts: dict[str, int | None]) -> Steps:
     """Set the count of each imported Python-module library (numexpr...) that has a profile key."""
+    steps: Steps = []
     for rec in reg.python_libraries():
         n = counts.get(rec.name)
         if n is None:
             continue
         done = setter.set_module(rec, n)
         if done is not None and not done.error:
-            applied.append(rec.set_call(n))
+            steps.append(Done(rec.name, n, Where.MODULE, profile_source(plan.name, rec.profile_key or ""),
+                              library=rec.name, via=rec.set_call()))
+    return steps
 
 
-def _torch(plan: Plan, counts: dict[str, int | None], inter: int, kept: dict[str, str], applied: list[str],
-           skipped: list[str], at_import: list[str]) -> tuple[int | None, int | None]:
+def _torch(plan: Plan, counts: dict[str, int | None], inter: int,
+           kept: dict[str, str]) -> tuple[Steps, tuple[int | None, int | None], tuple[AtImport, ...]]:
     """Set torch's counts: now when torch is imported (the push gave it its intra-op count; its
-    inter-op count is set here), else the moment it is imported. Return the counts to verify now."""
+    inter-op count is set here), else the moment it is imported. Return the steps, the counts to
+    verify now and what waits for the import."""
     from parinfo.process.provenance import TORCH_KEYS, TORCH_ROWS
     from parinfo.profiles import at_import as later
 
@@ -276,33 +278,36 @@ def _torch(plan: Plan, counts: dict[str, int | None], inter: int, kept: dict[str
     first = _count_var(rec)  # torch's intra-op default reads it first
     want_intra = counts.get(rec.name)
     imported = sys.modules.get("torch") is not None
+    steps: Steps = []
+    users = kept.get(first or "")
     if want_intra is None:
-        skipped.append(Kept(f"torch intra-op: {first}={kept.get(first or '')!r} set by the user is "
-                            f"not a valid count; torch's count left as it is"))
+        steps.append(Skipped("intra_op", Where.FRAMEWORK, Reason.USER_VALUE_INVALID, library=rec.name,
+                             variable=first, user_value=users))
     elif first in kept:
-        skipped.append(Kept(f"{setter.torch_call(want_intra)} from {first} set by the user" if imported else
-                            f"torch intra-op: at import torch follows {first}={kept[first or '']!r} set by the user"))
+        steps.append(Skipped("intra_op", Where.FRAMEWORK, Reason.USER_SET, want_intra, library=rec.name,
+                             via=rec.set_call(), variable=first, user_value=users, at_import=not imported))
     elif imported:
-        applied.append(setter.torch_call(want_intra))
-        RUNTIME.note_framework_set(TORCH_ROWS[0], want_intra,
-                                   later.source(plan.name, TORCH_KEYS[0]))
+        source = later.source(plan.name, TORCH_KEYS[0])
+        steps.append(Done("intra_op", want_intra, Where.FRAMEWORK, source, library=rec.name, via=rec.set_call()))
+        RUNTIME.note_framework_set(TORCH_ROWS[0], want_intra, source)
     if not imported:
-        at_import.append(later.torch_when_imported(plan.name, want_intra if first not in kept else None, inter))
-        return None, None
+        return steps, (None, None), (later.torch_when_imported(plan.name, want_intra if first not in kept else None,
+                                                               inter),)
     sized = setter.set_torch(inter=inter)[0]
     if sized.error:
-        skipped.append(f"torch inter-op stays {sized.now}: {sized.error}")
+        steps.append(Skipped("inter_op", Where.FRAMEWORK, Reason.REFUSED, inter, library=rec.name, now=sized.now,
+                             error=sized.error))
     else:
-        applied.append(rec.interop_call(inter))
-        RUNTIME.note_framework_set(TORCH_ROWS[1], inter, later.source(plan.name, TORCH_KEYS[1]))
-    return want_intra, inter
+        source = later.source(plan.name, TORCH_KEYS[1])
+        steps.append(Done("inter_op", inter, Where.FRAMEWORK, source, library=rec.name, via=rec.interop_call()))
+        RUNTIME.note_framework_set(TORCH_ROWS[1], inter, source)
+    return steps, (want_intra, inter), ()
 
 
-def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[str]) -> None:
+def _affinity(cpus: tuple[int, ...] | None) -> Steps:
+    """Pin every thread of the process to ``cpus``."""
     if not cpus:
-        return
-    from parinfo.machine.cpulist import format_cpu_list
-
+        return []
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:
@@ -316,53 +321,46 @@ def _affinity(cpus: tuple[int, ...] | None, applied: list[str], skipped: list[st
         except OSError as exc:
             failed.append(f"{tid} ({exc.strerror})")
     if failed and len(failed) == len(tids):
-        skipped.append(f"affinity {format_cpu_list(cpus)} not set: {', '.join(failed[:3])}")
-    else:
-        applied.append(f"affinity {format_cpu_list(cpus)} for {plural(len(tids) - len(failed), 'thread')}")
+        return [Skipped("affinity", Where.AFFINITY, Reason.REFUSED, cpus, error=", ".join(failed[:3]))]
+    return [Done("affinity", cpus, Where.AFFINITY, threads=len(tids) - len(failed))]
 
 
-def _memory(plan: Plan, nodes: tuple[int, ...], applied: list[str], skipped: list[str]) -> None:
+def _memory(plan: Plan, nodes: tuple[int, ...]) -> Steps:
     """The plan's ``memory`` for the calling thread: the kernel keeps the policy per thread, so it
-    reaches this thread and what it starts from now on, and the line says so."""
+    reaches this thread and what it starts from now on, and the step says how many it does not."""
     from parinfo.profiles.memory import binding
 
     bind = binding(plan.memory, nodes, "this process")
     if bind is None:
-        return
+        return []
     try:
         threads = len(os.listdir("/proc/self/task"))
     except OSError:
         threads = 1
-    done, not_done = bind.in_this_thread(threads)
-    if done:
-        applied.append(done)
-    if not_done:
-        skipped.append(not_done)
+    return [bind.in_this_thread(threads)]
 
 
 def _verify(intra: int, inter: int, loaded: list[NativePool], pools: list[tuple[str, str, int]],
-            torch_want: tuple[int | None, int | None], cpus: tuple[int, ...] | None, kept: dict[str, str]) -> list[str]:
-    """Read every count back; one line for each that is not what the plan asked for."""
-    bad: list[str] = []
+            torch_want: tuple[int | None, int | None], cpus: tuple[int, ...] | None,
+            kept: dict[str, str]) -> list[Drift]:
+    """Read every count back; one Drift for each that is not what the plan asked for."""
+    bad: list[Drift] = []
     state = RUNTIME.snapshot()
     for key, want, var in zip(("intra_op", "inter_op"), (intra, inter), reg.RUNTIME_VARS, strict=True):
         got = getattr(state, key)
         if var not in kept and got is not None and got.count != want:
-            bad.append(f"runtime {key.replace('_', '-')} count is {got.count} (from {got.source}), not {want}")
+            bad.append(Drift(key, Where.RUNTIME, want, got.count, source=got.source))
     if pools:
         now = {pool.path: pool.get() for pool in loaded}
-        for path, name, want in pools:
-            if path in now and now[path] != want:
-                bad.append(f"{name} runs {plural(now[path], 'thread')}, not {want}")
-    want_intra, want_inter = torch_want
-    now_intra, now_inter = setter.torch_counts()
-    if want_intra is not None and now_intra != want_intra:
-        bad.append(f"torch intra-op count is {now_intra}, not {want_intra}")
-    if want_inter is not None and now_inter != want_inter:
-        bad.append(f"torch inter-op count is {now_inter}, not {want_inter} "
-                   f"(set once, before torch's inter-op pool starts)")
+        bad += [Drift(name, Where.POOL, want, now[path]) for path, name, want in pools
+                if path in now and now[path] != want]
+    now_counts = setter.torch_counts()
+    torch = reg.library("torch").name
+    for key, wanted, got in zip(("intra_op", "inter_op"), torch_want, now_counts, strict=True):
+        if wanted is not None and got != wanted:
+            bad.append(Drift(key, Where.FRAMEWORK, wanted, got, library=torch))
     if cpus:
         mine = tuple(sorted(os.sched_getaffinity(0)))
         if mine != tuple(sorted(cpus)):
-            bad.append(f"affinity is {list(mine)}, not {list(cpus)}")
+            bad.append(Drift("affinity", Where.AFFINITY, cpus, mine))
     return bad

@@ -19,6 +19,7 @@ from typing import Any
 
 from parinfo.process import libraries as reg
 from parinfo.process.provenance import WATCH_MODULE
+from parinfo.profiles.applied import AtImport
 from parinfo.records.source import Kind, Source
 
 _WATCH_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook", WATCH_MODULE + ".py")
@@ -61,9 +62,9 @@ def source(profile: str, key: str) -> Source:
     return Source(Kind.PROFILE, detail, f"profile {detail}, set by parinfo.apply in this process")
 
 
-def torch_when_imported(profile: str, intra: int | None, inter: int) -> str:
+def torch_when_imported(profile: str, intra: int | None, inter: int) -> AtImport:
     """Set torch's counts (``intra`` None: leave it to its variables) as soon as ``import torch``
-    finishes; replaces what an earlier apply() asked for. Returns the line apply() reports."""
+    finishes; replaces what an earlier apply() asked for. Returns what apply() reports."""
     watch = watch_module()
 
     def fire(torch: ModuleType) -> None:
@@ -78,6 +79,4 @@ def torch_when_imported(profile: str, intra: int | None, inter: int) -> str:
             old.cancel()
         _pending[:] = [watch.watch("torch", fire)]
     rec = reg.library("torch")
-    calls = [rec.interop_call(inter)] + ([rec.set_call(intra)] if intra is not None else [])
-    return (f"torch is not imported yet: {' and '.join(calls)} when `import torch` finishes, before any "
-            f"op runs (a count torch refuses then is a 'parinfo: not in force' line on stderr)")
+    return AtImport(rec.name, inter, rec.interop_call(), intra, rec.set_call())

@@ -7,8 +7,8 @@ from typing import Any
 
 from parinfo.machine.cpulist import parse_cpu_list
 from parinfo.process.preload import ALLOCATOR_WORDS, ALLOCATORS
-from parinfo.profiles.model import type_name
-from parinfo.profiles.value_rules import Checker, Choice, Count, Rule, char_name
+from parinfo.profiles.model import AllocatorChoice, InstanceSpec, Written, type_name
+from parinfo.profiles.value_rules import Checker, Choice, Count, Rule, Schema, char_name
 from parinfo.profiles.words import AFFINITY_WORDS, CPU_LIST_PATTERN, FACT_NAMES, INSTANCE_CPUS, INSTANCE_KEYS
 from parinfo.profiles.yaml_nodes import KeyPath, shown
 
@@ -26,16 +26,15 @@ class AllocatorRule(Rule):
         super().__init__(doc)
         self.word = Choice(ALLOCATOR_WORDS)
 
-    def check(self, c: Checker, value: Any, key_path: KeyPath) -> dict[str, str]:
-        # The checked form is itself a valid value (a fleet sends it on to be checked again).
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> AllocatorChoice:
         if not isinstance(value, dict):
-            return {"name": self.word.check(c, value, key_path)}
+            return AllocatorChoice(self.word.check(c, value, key_path))
         c.keys(value, key_path, ("name", "conf"))
         if "name" not in value:
             raise c.fail(key_path, "'allocator' has settings but no 'name'", "add e.g. 'name: jemalloc'")
         name = self.word.check(c, value["name"], (*key_path, "name"))
         if "conf" not in value:
-            return {"name": name}
+            return AllocatorChoice(name)
         conf_path = (*key_path, "conf")
         conf_vars = {a.name: a.conf_var for a in ALLOCATORS}
         if not conf_vars.get(name):
@@ -55,9 +54,9 @@ class AllocatorRule(Rule):
             raise c.fail(conf_path, f"'allocator.conf' {shown(repr(raw), 60)} is not a {conf_vars[name]} string",
                          "write option:value pairs separated by commas, e.g. background_thread:true,"
                          "dirty_decay_ms:10000")
-        return {"name": name, "conf": text}
+        return AllocatorChoice(name, text)
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> Schema:
         conf = {"type": "string", "maxLength": _CONF_LIMIT, "pattern": _CONF_PATTERN}
         mapping = {"type": "object", "additionalProperties": False, "required": ["name"],
                    "properties": {"name": self.word.shape(), "conf": conf}}
@@ -67,7 +66,7 @@ class AllocatorRule(Rule):
 class Affinity(Rule):
     FIX = "write none, compact, spread, a list such as [0, 1, 2] or a string such as \"0-3,8\""
 
-    def check(self, c: Checker, value: Any, key_path: KeyPath) -> str | list[int]:
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> str | tuple[int, ...]:
         fix = self.FIX
         if isinstance(value, str) and value.strip().lower() in AFFINITY_WORDS:
             return value.strip().lower()
@@ -76,7 +75,7 @@ class Affinity(Rule):
             hint = f"did you mean '{close[0]}'? or " if close else ""
             raise c.fail(key_path, f"unknown affinity {shown(repr(value), 60)}", hint + fix)
         if isinstance(value, str):
-            return _cpu_list(c, value, key_path, fix)
+            return tuple(_cpu_list(c, value, key_path, fix))
         if isinstance(value, int) and not isinstance(value, bool):
             value = [value]
         if not isinstance(value, list):
@@ -90,9 +89,9 @@ class Affinity(Rule):
             if isinstance(item, bool) or not isinstance(item, (int, str)):
                 raise c.fail(item_path, f"affinity entry must be a CPU number or range, not {type_name(item)}", fix)
             cpus.update(_cpu_list(c, str(item), item_path, fix))
-        return sorted(cpus)
+        return tuple(sorted(cpus))
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> Schema:
         cpu_list = {"type": "string", "pattern": CPU_LIST_PATTERN}
         cpu = {"type": "integer", "minimum": 0}
         return {"anyOf": [{"enum": list(AFFINITY_WORDS)}, cpu_list, cpu,
@@ -111,7 +110,7 @@ def _cpu_list(c: Checker, text: str, key_path: KeyPath, fix: str) -> list[int]:
     return cpus
 
 
-def _node_list(c: Checker, value: Any, key_path: KeyPath) -> list[int]:
+def _node_list(c: Checker, value: Any, key_path: KeyPath) -> tuple[int, ...]:
     """NUMA node numbers: a list such as [0, 1], one number, or a string such as "0-1,3"."""
     fix = "write the NUMA node numbers, e.g. [0, 1] or \"0-1\" (see 'parinfo show' for this machine's nodes)"
     items = value if isinstance(value, list) else [value]
@@ -129,7 +128,7 @@ def _node_list(c: Checker, value: Any, key_path: KeyPath) -> list[int]:
             raise c.fail(key_path, f"instances.nodes: {exc}", fix) from None
         if not re.match(CPU_LIST_PATTERN, text, re.ASCII):
             raise c.fail(key_path, f"instances.nodes: {shown(repr(text), 60)} is not written in ASCII digits", fix)
-    return sorted(nodes)
+    return tuple(sorted(nodes))
 
 
 class Instances(Rule):
@@ -139,46 +138,32 @@ class Instances(Rule):
         self.cpus = Choice(INSTANCE_CPUS, "physical_cores (the default): one CPU of each core; logical_cpus: "
                                           "every CPU of each core (SMT siblings included).")
 
-    def check(self, c: Checker, value: Any, key_path: KeyPath) -> dict[str, Any]:
+    def check(self, c: Checker, value: Any, key_path: KeyPath) -> InstanceSpec:
         if isinstance(value, (int, str)) and not isinstance(value, bool):
-            return {"count": self.count.check(c, value, key_path)}
+            return InstanceSpec(count=self.count.check(c, value, key_path))
         if not isinstance(value, dict):
             raise c.fail(key_path, f"'instances' must be a count or a mapping, not {type_name(value)}",
                          "write e.g. 'instances: 2' or 'instances: {per_numa_node: true}'")
         c.keys(value, key_path, INSTANCE_KEYS)
-        out: dict[str, Any] = {}
-        if "per_numa_node" in value:
-            flag = value["per_numa_node"]
-            if not isinstance(flag, bool):
-                raise c.fail((*key_path, "per_numa_node"),
-                             f"'instances.per_numa_node' must be true or false, not {type_name(flag)}",
-                             "write 'per_numa_node: true'")
-            out["per_numa_node"] = flag
+        per_node = _flag(c, value, key_path, "per_numa_node", "write 'per_numa_node: true'")
+        count: Written | None = None
         if "count" in value:
-            if out.get("per_numa_node"):
+            if per_node:
                 raise c.fail((*key_path, "count"), "'instances' has both 'count' and 'per_numa_node: true'",
                              "keep one: per_numa_node gives one instance per NUMA node", key=True)
-            out["count"] = self.count.check(c, value["count"], (*key_path, "count"))
-        if "cores_per_instance" in value:
-            out["cores_per_instance"] = self.count.check(c, value["cores_per_instance"],
-                                                         (*key_path, "cores_per_instance"))
-        if "cpus" in value:
-            out["cpus"] = self.cpus.check(c, value["cpus"], (*key_path, "cpus"))
-        if "cross_numa" in value:
-            flag = value["cross_numa"]
-            if not isinstance(flag, bool):
-                raise c.fail((*key_path, "cross_numa"),
-                             f"'instances.cross_numa' must be true or false, not {type_name(flag)}",
-                             "write 'cross_numa: true' to let an instance span two NUMA nodes")
-            out["cross_numa"] = flag
-        if "nodes" in value:
-            out["nodes"] = _node_list(c, value["nodes"], (*key_path, "nodes"))
-        if not out.get("per_numa_node") and "count" not in out and "cores_per_instance" not in out:
+            count = self.count.check(c, value["count"], (*key_path, "count"))
+        size = (self.count.check(c, value["cores_per_instance"], (*key_path, "cores_per_instance"))
+                if "cores_per_instance" in value else None)
+        cpus = self.cpus.check(c, value["cpus"], (*key_path, "cpus")) if "cpus" in value else None
+        cross = _flag(c, value, key_path, "cross_numa",
+                      "write 'cross_numa: true' to let an instance span two NUMA nodes")
+        nodes = _node_list(c, value["nodes"], (*key_path, "nodes")) if "nodes" in value else None
+        if not per_node and count is None and size is None:
             raise c.fail(key_path, "'instances' says neither how many instances nor how large",
                          "add 'count: N', 'cores_per_instance: N' or 'per_numa_node: true'")
-        return out
+        return InstanceSpec(count, per_node, size, cpus, cross, nodes)
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> Schema:
         per_node_true = {"properties": {"per_numa_node": {"const": True}}}
         mapping = {
             "type": "object", "additionalProperties": False,
@@ -199,3 +184,13 @@ class Instances(Rule):
         return {"anyOf": [self.count.schema(), mapping]}
 
 
+
+
+def _flag(c: Checker, value: dict[str, object], key_path: KeyPath, key: str, fix: str) -> bool | None:
+    """The true/false value of ``instances.<key>``; None when it is not written."""
+    if key not in value:
+        return None
+    flag = value[key]
+    if not isinstance(flag, bool):
+        raise c.fail((*key_path, key), f"'instances.{key}' must be true or false, not {type_name(flag)}", fix)
+    return flag

@@ -5,12 +5,13 @@ the CPUs of one process's affinity (:meth:`Layout.affinity`); ProfileError (Usag
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from parinfo.errors import UsageError
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.profiles.machine_values import by_node, cpu_nodes, fit_inside, usable_cores
-from parinfo.profiles.model import Profile
+from parinfo.profiles.model import InstanceSpec, Profile, Written
 from parinfo.profiles.plan import Setting
 from parinfo.safe_text import plural
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
 
 #: How a count is evaluated: (key path, raw value, names) -> its Setting (the resolver's count).
-Count = Callable[[tuple[str, ...], Any, dict[str, int]], Setting]
+Count = Callable[[tuple[str, ...], Written | None, dict[str, int]], Setting]
 
 
 def _are(n: int) -> str:
@@ -40,39 +41,37 @@ class Layout:
         self.notes = notes
         self.count = count
 
-    def instance_spec(self) -> dict[str, Any] | None:
-        spec = self.prof.get("instances")
+    def instance_spec(self) -> InstanceSpec | None:
+        """The profile's ``instances``, with --instances (``override``) for its count."""
+        spec = self.prof.instances
         if self.override is None:
             return spec
         if isinstance(self.override, bool) or not isinstance(self.override, int) or self.override < 1:
             raise UsageError(f"--instances {self.override!r}: must be a whole number of 1 or more")
         if self.override > self.limit:
             raise UsageError(f"--instances {self.override}: more than {self.limit}, the largest count allowed here")
-        out: dict[str, Any] = {"count": self.override}
-        for key in ("cores_per_instance", "cpus", "cross_numa", "nodes"):  # the layout stays the profile's
-            if spec and key in spec:
-                out[key] = spec[key]
-        return out
+        # the layout (cores_per_instance, cpus, cross_numa, nodes) stays the profile's
+        return replace(spec, count=self.override, per_numa_node=None) if spec else InstanceSpec(count=self.override)
 
-    def blocks(self, spec: dict[str, Any]) -> list[list[tuple[int, ...]]]:
+    def blocks(self, spec: InstanceSpec) -> list[list[tuple[int, ...]]]:
         """Split the usable cores into one block of whole cores per instance, none spanning two
         NUMA nodes unless ``cross_numa``."""
-        explicit = self.prof.get("affinity")
-        restrict = set(explicit) if isinstance(explicit, list) else None
-        if isinstance(explicit, list):
+        explicit = self.prof.cpus
+        restrict = set(explicit) if explicit is not None else None
+        if explicit is not None:
             self.check_allowed(explicit)
         cores = usable_cores(self.facts, restrict)
         node_of = cpu_nodes(self.facts)
-        if "nodes" in spec:
-            cores = self.on_nodes(spec["nodes"], cores, node_of)
+        if spec.nodes is not None:
+            cores = self.on_nodes(spec.nodes, cores, node_of)
         groups = by_node(cores, node_of)
         cores_each = None
-        if "cores_per_instance" in spec:
-            cores_each = self.count(("instances", "cores_per_instance"), spec["cores_per_instance"], self.values).value
-        if spec.get("per_numa_node"):
+        if spec.cores_per_instance is not None:
+            cores_each = self.count(("instances", "cores_per_instance"), spec.cores_per_instance, self.values).value
+        if spec.per_numa_node:
             return self._per_numa_node(groups, cores_each, node_of)
-        cross = bool(spec.get("cross_numa")) or len(groups) < 2
-        if "count" in spec:
+        cross = bool(spec.cross_numa) or len(groups) < 2
+        if spec.count is not None:
             n, cores_each = self._by_count(spec, cores_each, groups, len(cores), cross)
         else:
             assert cores_each is not None
@@ -93,7 +92,7 @@ class Layout:
                                   "lower cores_per_instance, or leave it out to use whole nodes")
         return [g[:cores_each] for g in groups]
 
-    def _by_count(self, spec: dict[str, Any], cores_each: int | None, groups: list[list[tuple[int, ...]]],
+    def _by_count(self, spec: InstanceSpec, cores_each: int | None, groups: list[list[tuple[int, ...]]],
                   ncores: int, cross: bool) -> tuple[int, int]:
         """The instances the count asks for, and the cores each gets (all it can, without crossing a
         NUMA node unless ``cross``, when cores_per_instance is not given); an error when they do not fit."""
@@ -101,11 +100,11 @@ class Layout:
         where = "--instances" if overridden else "instances"
         sizes = ", ".join(str(len(g)) for g in groups)
         key_path = ("instances",)
-        if overridden:
-            n = spec["count"]
+        if overridden and isinstance(spec.count, int):
+            n = spec.count
         else:
             count_path = (*key_path, "count") if self.prof.mark(*key_path, "count") else key_path
-            n = self.count(count_path, spec["count"], self.values).value
+            n = self.count(count_path, spec.count, self.values).value
         if cores_each is None:
             if n > ncores:
                 fix = (f"use --instances {ncores} or fewer" if overridden
@@ -175,7 +174,7 @@ class Layout:
                               "not divide evenly)")
         return [cores[i * cores_each:(i + 1) * cores_each] for i in range(n)]
 
-    def on_nodes(self, wanted: list[int], cores: list[tuple[int, ...]],
+    def on_nodes(self, wanted: tuple[int, ...], cores: list[tuple[int, ...]],
                  node_of: dict[int, int]) -> list[tuple[int, ...]]:
         """The usable cores of NUMA nodes ``wanted`` (``instances.nodes``); a node that does not exist,
         or has no usable core, is an error at that key."""
@@ -202,7 +201,7 @@ class Layout:
             raise UsageError(f"{message} ({fix})")
         raise self.prof.error(("instances",), message, fix)
 
-    def check_allowed(self, cpus: list[int]) -> None:
+    def check_allowed(self, cpus: tuple[int, ...]) -> None:
         allowed = set(self.facts.usable_cpu_list)
         bad = [c for c in cpus if c not in allowed]
         if bad:
@@ -212,12 +211,12 @@ class Layout:
                                   f"({shown})", f"pick CPUs from {shown}, or write compact or spread")
 
     def affinity(self, want: int) -> tuple[tuple[int, ...] | None, str]:
-        mode = self.prof.get("affinity", "none")
+        mode, listed = self.prof.affinity_word, self.prof.cpus
         if mode == "none":
             return None, f"not set: inherited ({format_cpu_list(self.facts.usable_cpu_list)})"
-        if isinstance(mode, list):
-            self.check_allowed(mode)
-            return tuple(mode), f"listed in the profile: {format_cpu_list(mode)}"
+        if listed is not None:
+            self.check_allowed(listed)
+            return listed, f"listed in the profile: {format_cpu_list(listed)}"
         cores = usable_cores(self.facts)
         node_of = cpu_nodes(self.facts)
         per_node = []

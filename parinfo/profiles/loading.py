@@ -9,6 +9,7 @@ and the fix; nothing is applied by this module.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +63,7 @@ def list_profiles() -> list[dict[str, str]]:
         if path is None:  # removed since the listing
             continue
         prof = load_profile(path)
-        out.append({"name": name, "description": prof.get("description", ""), "path": str(path)})
+        out.append({"name": name, "description": prof.description or "", "path": str(path)})
     return out
 
 
@@ -100,13 +101,12 @@ def _extend(doc: Document, chain: tuple[Path, ...], default_name: str, base_dir:
     name is the child's (or ``default_name``); the description is inherited when the child has none.
     """
     own = validate_document(doc)
-    name = own.get("name", default_name)
-    if "extends" not in own:
-        return Profile({**own, "name": name}, origin=doc.path, marks=doc.marks, chain=(doc.path,))
-    target = own.pop("extends")
+    name = own.name or default_name
+    if own.extends is None:
+        return replace(own, name=name)
     extends_mark = doc.marks.get(("extends",))
     try:
-        parent_path = find_profile(target, relative_to=base_dir)
+        parent_path = find_profile(own.extends, relative_to=base_dir)
     except ProfileError as exc:
         raise error_at(extends_mark, doc.path, f"extends: {exc.message}", exc.fix) from None
     problem = file_problem(parent_path)
@@ -115,20 +115,19 @@ def _extend(doc: Document, chain: tuple[Path, ...], default_name: str, base_dir:
         raise error_at(extends_mark, doc.path, f"extends: {what}",
                        "give a path relative to this file, or the name of a shipped profile")
     parent = _load(parent_path, chain, (extends_mark, doc.path))
-    merged: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in parent.items()}
-    marks = dict(parent.marks)
-    for k, v in own.items():
-        if k in ("libraries", "env") and isinstance(merged.get(k), dict):
-            merged[k].update(v)
-        else:
-            merged[k] = v
-            for mk in [m for m in marks if m[:1] == (k,)]:
-                del marks[mk]
-    marks.update((mk, m) for mk, m in doc.marks.items() if mk[:1] != ("extends",))
-    merged["name"] = name
-    if "description" not in own and "description" in parent:
-        merged["description"] = parent["description"]
-    return Profile(merged, origin=doc.path, marks=marks, chain=(doc.path, *parent.chain))
+    return _over(own, parent, name)
+
+
+def _over(own: Profile, parent: Profile, name: str) -> Profile:
+    """``own`` merged over ``parent``: ``libraries`` and ``env`` key by key, any other key the
+    child does not write taken from the parent (with the parent's marks under it)."""
+    single = [key for key in Profile.document_keys() if key not in ("libraries", "env")]
+    inherited = {key: getattr(parent, key) for key in single if getattr(own, key) is None}
+    written = {(key,) for key in single if getattr(own, key) not in (None, "")}
+    marks = {mk: m for mk, m in parent.marks.items() if mk[:1] not in written}
+    marks.update((mk, m) for mk, m in own.marks.items() if mk[:1] != ("extends",))
+    return replace(own, **inherited, name=name, extends=None, libraries={**parent.libraries, **own.libraries},
+                   env={**parent.env, **own.env}, marks=marks, chain=(own.origin, *parent.chain))
 
 
 def validate_profile(data: Any, origin: str = "<profile>") -> Profile:

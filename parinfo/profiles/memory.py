@@ -15,8 +15,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from parinfo.machine import mempolicy as mp
 from parinfo.machine.cpulist import format_cpu_list
+from parinfo.profiles.applied import Done, Reason, Skipped, Where
 from parinfo.records.record import record
-from parinfo.safe_text import plural
 
 _MODES = {"local": mp.MPOL_BIND, "interleave": mp.MPOL_INTERLEAVE}
 _NUMACTL = {"local": "--membind", "interleave": "--interleave"}
@@ -78,21 +78,16 @@ class Binding:
         return ([numactl, f"{_NUMACTL[self.mode]}={nodes}", "--", *command],
                 f"parinfo: memory {self.mode} for {self.what} through numactl {_NUMACTL[self.mode]}={nodes} ({exc})")
 
-    def in_this_thread(self, threads: int) -> tuple[str | None, str | None]:
-        """Set the policy on the calling thread for ``parinfo.apply()``: (applied line, skipped line)."""
+    def in_this_thread(self, threads: int) -> Done | Skipped:
+        """Set the policy on the calling thread for ``parinfo.apply()``: what was set (and how many
+        of the ``threads`` running keep their own policy), or why not."""
         if not self.nodes:
-            return None, f"memory {self.mode}: this machine's NUMA nodes are unknown; the policy is left as it is"
+            return Skipped("memory", Where.MEMORY, Reason.NUMA_UNKNOWN, self.mode)
         try:
             mp.set_policy(_MODES[self.mode], self.nodes)
         except mp.PolicyError as exc:
-            return None, f"memory {self.mode} not set: {exc}"
-        others = threads - 1
-        keep = "keeps its" if others == 1 else "keep their"
-        reach = (f"; {plural(others, 'other thread')} already running {keep} own policy (the kernel sets it per "
-                 "thread: apply() before starting threads, or launch with parinfo apply P -- COMMAND)"
-                 if others > 0 else "")
-        return (f"memory {self.expected} (set_mempolicy) for the calling thread and the threads and processes "
-                f"it starts from now on{reach}"), None
+            return Skipped("memory", Where.MEMORY, Reason.REFUSED, self.mode, error=str(exc))
+        return Done("memory", self.expected, Where.MEMORY, via="set_mempolicy", threads=threads - 1)
 
 
 def binding(mode: str, nodes: Sequence[int], what: str) -> Binding | None:

@@ -28,26 +28,23 @@ class Preloads:
         """The key path of a preload choice's word (``allocator.name`` in the mapping form)."""
         return (key, "name") if self.prof.mark(key, "name") else (key,)
 
-    def _not_installed(self, key: str, label: str, files: tuple[str, ...], install: str,
+    def _not_installed(self, key: str, word: str, label: str, files: tuple[str, ...], install: str,
                        found: pre.Found) -> Exception:
         others = "; ".join([*(f"{path} is {what}" for path, what in found.rejected),
                             *([found.skipped_note()] if found.skipped else [])])
         return self.prof.error(self._where(key),
-                               f"{key} {self.prof_word(key)}: {label} is not installed (no {' or '.join(files)} in "
+                               f"{key} {word}: {label} is not installed (no {' or '.join(files)} in "
                                f"the Python environment or the system's library paths"
                                + (f"; {others}" if others else "") + ")", f"install it: {install}")
 
-    def prof_word(self, key: str) -> str:
-        value = self.prof.get(key)
-        return str(value.get("name") if isinstance(value, dict) else value)
 
     def choose(self) -> list[Preload]:
         """Find the allocator and the OpenMP runtime the profile names (ProfileError when one is
         not installed); ``auto`` takes the first allocator installed, in the records' order."""
         out: list[Preload] = []
-        spec = self.prof.get("allocator")
+        spec = self.prof.allocator
         if spec is not None:
-            name, self.allocator_conf = spec["name"], spec.get("conf")
+            name, self.allocator_conf = spec.name, spec.conf
             if name == pre.DEFAULT:
                 out.append(Preload("allocator", name, None, "default: the C library's malloc, nothing preloaded"))
             elif name == pre.AUTO:
@@ -74,11 +71,11 @@ class Preloads:
                 rec = pre.allocator(name)
                 found = pre.locate_allocator(rec)
                 if found.path is None:
-                    raise self._not_installed("allocator", rec.label, rec.files, rec.install, found)
+                    raise self._not_installed("allocator", name, rec.label, rec.files, rec.install, found)
                 self.allocator = rec
                 out.append(Preload("allocator", name, found.path,
                                    f"set in the profile; found in {found.where}{_skips(found)}"))
-        word = self.prof.get("openmp")
+        word = self.prof.openmp
         if word is not None:
             if word == pre.DEFAULT:
                 out.append(Preload("openmp", word, None, "default: whichever runtime the program's libraries load"))
@@ -86,7 +83,7 @@ class Preloads:
                 rt = pre.openmp_runtime(word)
                 found = pre.locate_runtime(rt)
                 if found.path is None:
-                    raise self._not_installed("openmp", rt.label, rt.files, rt.install, found)
+                    raise self._not_installed("openmp", word, rt.label, rt.files, rt.install, found)
                 self.runtime = rt
                 out.append(Preload("openmp", word, found.path, f"set in the profile; found in {found.where}: it "
                                    f"serves every omp_* and GOMP_* call of the program{_skips(found)}"))
@@ -95,7 +92,7 @@ class Preloads:
     def env(self, env: dict[str, str], why: dict[str, str]) -> None:
         """The variables that come with the preloaded libraries; a variable the profile's ``env``
         sets keeps the profile's value."""
-        own = self.prof.get("env", {})
+        own = self.prof.env
         wanted: list[tuple[str, str, str]] = []
         rec = self.allocator
         if rec is not None and rec.conf_var:
@@ -116,7 +113,7 @@ class Preloads:
     def finish(self, p: Preload, env: dict[str, str], pinned: bool) -> Preload:
         """``p`` with the variables it brought into ``env`` (not those the profile's env sets), and
         for an OpenMP runtime why its threads are left unbound, when they are."""
-        own = self.prof.get("env", {})
+        own = self.prof.env
         why = p.why
         may: tuple[str, ...] = ()
         if p.key == "allocator" and self.allocator is not None and self.allocator.conf_var:

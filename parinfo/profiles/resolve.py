@@ -8,7 +8,7 @@ the preloaded libraries :mod:`parinfo.profiles.preloads`'s.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from parinfo.machine.cpulist import format_cpu_list
 from parinfo.machine.rounding import ROUNDING_VAR
@@ -17,7 +17,7 @@ from parinfo.profiles import expr
 from parinfo.profiles.grammar import DERIVED_VARS, LIBRARIES, MAX_COUNT
 from parinfo.profiles.layout import Layout
 from parinfo.profiles.machine_values import fact_values, instance_values, nodes_of
-from parinfo.profiles.model import Profile
+from parinfo.profiles.model import Profile, Written
 from parinfo.profiles.plan import InstancePlan, Plan, Setting
 from parinfo.profiles.preloads import Preloads
 from parinfo.records.source import profile as profile_source
@@ -34,9 +34,9 @@ class _Resolver:
 
     def __init__(self, prof: Profile, facts: MachineFacts, instances: int | None) -> None:
         self.prof = prof
-        rule = prof.get("quota_rounding")
+        rule = prof.quota_rounding
         if rule is not None and rule != facts.quota_rounding:
-            facts = facts.rounded(rule, profile_source(str(prof.get("name", "profile")), "quota_rounding"))
+            facts = facts.rounded(rule, profile_source(prof.name or "profile", "quota_rounding"))
         self.facts = facts
         self.override = instances
         self.values, notes = fact_values(facts)
@@ -47,7 +47,7 @@ class _Resolver:
 
     # -- counts ---------------------------------------------------------------------------------
 
-    def count(self, keypath: tuple[str, ...], raw: Any, names: dict[str, int], *,
+    def count(self, keypath: tuple[str, ...], raw: Written | None, names: dict[str, int], *,
               default: str | None = None, quiet: bool = False) -> Setting:
         label = ".".join(keypath)
         if raw is None:
@@ -90,10 +90,10 @@ class _Resolver:
     def counts(self, names: dict[str, int], default: str, quiet: bool) -> dict[str, Setting]:
         prof = self.prof
         out = {
-            "intra_op": self.count(("intra_op",), prof.get("intra_op"), names, default=default, quiet=quiet),
-            "inter_op": self.count(("inter_op",), prof.get("inter_op"), names, default=default, quiet=quiet),
+            "intra_op": self.count(("intra_op",), prof.intra_op, names, default=default, quiet=quiet),
+            "inter_op": self.count(("inter_op",), prof.inter_op, names, default=default, quiet=quiet),
         }
-        libs = prof.get("libraries", {})
+        libs = prof.libraries
         intra = out["intra_op"]
         for lib in LIBRARIES:
             if lib in libs:
@@ -109,11 +109,11 @@ class _Resolver:
             key = owner.split(".")[-1]
             env[var] = str(counts[key].value)
             why[var] = f"{owner} = {counts[key].value}"
-        rule = self.prof.get("quota_rounding")
+        rule = self.prof.quota_rounding
         if rule is not None:  # the launched program, and parinfo in it, count usable CPUs the same way
             env[ROUNDING_VAR] = rule
             why[ROUNDING_VAR] = f"quota_rounding: {rule}"
-        for var, value in self.prof.get("env", {}).items():
+        for var, value in self.prof.env.items():
             env[var] = value
             mark = self.prof.mark("env", var)
             why[var] = "set in the profile" + (f" ({mark.path}:{mark.line})" if mark else "")
@@ -132,7 +132,7 @@ class _Resolver:
         else:
             blocks = self.layout.blocks(spec)
             n = len(blocks)
-            logical = spec.get("cpus") == "logical_cpus"
+            logical = spec.logical
             counts = {}
             crowded: dict[tuple[str, int, int], list[int]] = {}
             for i, block in enumerate(blocks):
@@ -154,7 +154,7 @@ class _Resolver:
             if len(sizes) > 1:
                 self.notes.append(f"instances have {'/'.join(map(str, sizes))} cores: counts are per instance")
             each = "every CPU" if logical else "one CPU"
-            mode = prof.get("affinity", "none")
+            mode = prof.affinity_word
             if mode in ("compact", "spread"):
                 self.notes.append(f"affinity {mode} does not apply with instances: each instance is pinned "
                                   f"to {each} of each of its own cores")
@@ -171,8 +171,8 @@ class _Resolver:
             self.notes.append(f"intra_op {intra.value} is more than the {usable}: threads will share CPUs")
         memory, memory_nodes, memory_why = self.memory(affinity, instances)
         return Plan(
-            name=prof.get("name", "profile"),
-            description=prof.get("description", ""),
+            name=prof.name or "profile",
+            description=prof.description or "",
             origin=prof.origin,
             intra_op=counts["intra_op"],
             inter_op=counts["inter_op"],
@@ -192,7 +192,7 @@ class _Resolver:
     def memory(self, affinity: tuple[int, ...] | None,
                instances: list[InstancePlan]) -> tuple[str, tuple[int, ...], str]:
         """``memory``: the policy, the nodes of the program's CPUs (each instance's are its own), and why."""
-        mode = self.prof.get("memory", "none")
+        mode = self.prof.memory_word
         if mode == "none":
             return mode, (), "not set: the kernel's default"
         verb = "bound to" if mode == "local" else "interleaved over"

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 from parinfo.profiles.grammar import FACT_NAMES, INSTANCE_NAMES, LANGUAGE, VERSION, Count
+from parinfo.profiles.value_rules import Schema
 
 
-def build_schema() -> dict[str, Any]:
+def build_schema() -> Schema:
     """The schema (JSON Schema draft 2020-12) as a dict."""
     facts = ", ".join(FACT_NAMES + INSTANCE_NAMES[:-1]) + f" and {INSTANCE_NAMES[-1]}"
     return {

@@ -5,11 +5,12 @@ The first fault raises a one-line ProfileError at the file:line:column of the ke
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any
 
 from parinfo.errors import ProfileError
 from parinfo.profiles.grammar import LANGUAGE, TOP_KEYS, VERSION
-from parinfo.profiles.model import error_at, type_name
+from parinfo.profiles.model import Profile, error_at, type_name
 from parinfo.profiles.yaml_nodes import MAX_DEPTH, Document, KeyPath, shown
 
 
@@ -25,7 +26,7 @@ class DocumentChecker:
         mark = marks.get(keypath) or self.doc.marks.get(keypath)
         return error_at(mark, self.doc.path, message, fix, column_in_value)
 
-    def keys(self, mapping: dict[str, Any], keypath: KeyPath, allowed: tuple[str, ...]) -> None:
+    def keys(self, mapping: Mapping[Any, object], keypath: KeyPath, allowed: tuple[str, ...]) -> None:
         for k in mapping:
             if k not in allowed:
                 k = shown(str(k), 80)
@@ -35,8 +36,9 @@ class DocumentChecker:
                 raise self.fail((*keypath, k), f"unknown key {where!r}", fix, key=True)
 
 
-def validate_document(doc: Document) -> dict[str, Any]:
-    """The document's values, checked key by key in the language's order (``extends`` not followed)."""
+def validate_document(doc: Document) -> Profile:
+    """The document checked key by key in the language's order, as a Profile (``extends`` not
+    followed; the name is the document's own, or empty)."""
     c = DocumentChecker(doc)
     data = doc.data
     if not isinstance(data, dict):
@@ -48,7 +50,8 @@ def validate_document(doc: Document) -> dict[str, Any]:
         if rule.required and key not in data:
             raise ProfileError(f"missing {key!r}", path=doc.path, line=1, column=1,
                                fix=f"add 'version: {VERSION}' as the first line")
-    return {key: rule.check(c, data[key], (key,)) for key, rule in LANGUAGE.items() if key in data}
+    checked = {key: rule.check(c, data[key], (key,)) for key, rule in LANGUAGE.items() if key in data}
+    return Profile(**checked, origin=doc.path, marks=dict(doc.marks), chain=(doc.path,))
 
 
 def _check_keys_are_text(c: DocumentChecker, data: dict[Any, Any]) -> None:

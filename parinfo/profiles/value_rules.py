@@ -3,6 +3,7 @@ through a :class:`Checker`), and the rules of the shapes several keys share: the
 count or a mapping of counts, one word of a list, and the variables of ``env``.
 """
 import difflib
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from parinfo.errors import ProfileError
@@ -13,6 +14,9 @@ from parinfo.profiles.model import type_name
 from parinfo.profiles.words import DERIVED_VARS, EXPR_PATTERN, MAX_COUNT, VAR_NAME_PATTERN, VERSION
 from parinfo.profiles.yaml_nodes import KeyPath, shown
 
+#: A piece of the published JSON Schema (the JSON edge: :mod:`parinfo.profiles.schema` writes it out).
+Schema = dict[str, Any]
+
 
 class Checker(Protocol):
     """What a rule needs from the validator: errors positioned in the document."""
@@ -20,7 +24,7 @@ class Checker(Protocol):
     def fail(self, keypath: KeyPath, message: str, fix: str | None = None, *, key: bool = False,
              column_in_value: int | None = None) -> ProfileError: ...
 
-    def keys(self, mapping: dict[str, Any], keypath: KeyPath, allowed: tuple[str, ...]) -> None: ...
+    def keys(self, mapping: Mapping[Any, object], keypath: KeyPath, allowed: tuple[str, ...]) -> None: ...
 
 
 class Rule:
@@ -34,10 +38,10 @@ class Rule:
     def check(self, c: Checker, value: Any, key_path: KeyPath) -> Any:
         raise NotImplementedError
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> Schema:
         raise NotImplementedError
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> Schema:
         return {"description": self.doc, **self.shape()} if self.doc else self.shape()
 
 
@@ -83,7 +87,7 @@ class Version(Rule):
                          f"write 'version: {VERSION}' and check the keys against the documentation")
         return value
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> Schema:
         return {"const": VERSION}
 
 
@@ -114,8 +118,8 @@ class Text(Rule):
                              "remove it: profile text is printed to terminals")
         return text
 
-    def shape(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "string"}
+    def shape(self) -> Schema:
+        out: Schema = {"type": "string"}
         if self.empty:
             out["minLength"] = 1
         out["maxLength"] = self.limit
@@ -157,11 +161,11 @@ class Count(Rule):
                          exc.fix or "write e.g. physical_cores // 2", column_in_value=exc.column) from None
         return value.strip()
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> Schema:
         return {"$ref": "#/$defs/count"}
 
     @staticmethod
-    def definition() -> dict[str, Any]:
+    def definition() -> Schema:
         """The shared ``$defs/count`` schema."""
         return {
             "description": f"An integer from 1 to {MAX_COUNT}, or an expression such as physical_cores // 2.",
@@ -187,7 +191,7 @@ class Counts(Rule):
         c.keys(value, key_path, self.keys)
         return {k: self.count.check(c, v, (*key_path, k)) for k, v in value.items()}
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> Schema:
         return {"type": "object", "additionalProperties": False,
                 "properties": {k: self.count.schema() for k in self.keys}}
 
@@ -233,7 +237,7 @@ class Env(Rule):
             out[name] = text
         return out
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> Schema:
         # Names by pattern: the list of variables lives in parinfo.process, and the validator checks it.
         return {"type": "object", "propertyNames": {"pattern": VAR_NAME_PATTERN},
                 "additionalProperties": {"type": ["string", "integer", "boolean"]}}
@@ -257,7 +261,7 @@ class Choice(Rule):
             raise c.fail(key_path, f"unknown {label} {shown(repr(value), 60)}", hint + fix)
         return value
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> Schema:
         return {"enum": list(self.words)}
 
 
