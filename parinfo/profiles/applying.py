@@ -267,10 +267,10 @@ def _torch(plan: Plan, counts: dict[str, int | None], inter: int, kept: dict[str
     from parinfo.process.provenance import TORCH_KEYS, TORCH_ROWS
     from parinfo.profiles import at_import as later
 
-    rec = reg.library("torch")
+    rec = reg.family(reg.Torch)
     first = _count_var(rec)  # torch's intra-op default reads it first
     want_intra = counts.get(rec.name)
-    imported = sys.modules.get("torch") is not None
+    imported = rec.is_loaded()
     if want_intra is None:
         skipped.append(f"torch intra-op: {first}={kept.get(first or '')!r} set by the user is "
                        f"not a valid count; torch's count left as it is")

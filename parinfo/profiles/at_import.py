@@ -49,7 +49,7 @@ def watch_module() -> ModuleType:
 
 def _torch_names() -> tuple[str, str, str, str]:
     """torch's setter, getter, inter-op setter and inter-op getter, as its registry record names them."""
-    rec = reg.library("torch")
+    rec = reg.family(reg.Torch)
     calls, interop = rec.calls or reg.Calls(), rec.interop_calls or reg.Calls()
     return calls.setter, calls.getter, interop.setter, interop.getter
 
@@ -77,7 +77,7 @@ def torch_when_imported(profile: str, intra: int | None, inter: int) -> str:
         for old in _pending:
             old.cancel()
         _pending[:] = [watch.watch("torch", fire)]
-    rec = reg.library("torch")
+    rec = reg.family(reg.Torch)
     calls = [rec.interop_call(inter)] + ([rec.set_call(intra)] if intra is not None else [])
     return (f"torch is not imported yet: {' and '.join(calls)} when `import torch` finishes, before any "
             f"op runs (a count torch refuses then is a 'parinfo: not in force' line on stderr)")
