@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def _no_torch(r: Report) -> str:
     """The one line that says why torch's own lines are missing, so their absence is not silent."""
-    failed = r.probes.failed.get("torch")
+    failed = r.probes.failed.get(str(family(Torch).module))
     if failed:
         return f"torch: not imported ({failed}): no ATen/Parallel lines"
     return "torch: not imported: no ATen/Parallel lines (import torch first; `parinfo show --torch` imports it)"

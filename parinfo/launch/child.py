@@ -89,7 +89,7 @@ def _invalid_note(name: str, value: str) -> str:
 def _torch_counts(plan: Plan, instance: InstancePlan | None) -> tuple[int, int]:
     if instance is not None:
         return instance.intra_op, instance.inter_op
-    torch = plan.libraries.get("torch")
+    torch = plan.libraries.get(str(reg.family(reg.Torch).profile_key))
     return (torch.value if torch is not None else plan.intra_op.value), plan.inter_op.value
 
 

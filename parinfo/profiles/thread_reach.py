@@ -14,10 +14,9 @@ now gets (measured in a probe thread), which live threads were not reached, and 
 """
 from __future__ import annotations
 
-import sys
 import threading
 
-from parinfo.process.libraries import LIBRARY_VARS
+from parinfo.process.libraries import LIBRARY_VARS, Torch, family
 from parinfo.process.setter import NativePool
 from parinfo.safe_text import plural
 
@@ -50,7 +49,7 @@ def probe_new_thread(pools: list[NativePool]) -> list[int | None] | None:
 
 
 def _torch_is_per_thread() -> bool:
-    torch = sys.modules.get("torch")
+    torch = family(Torch).loaded_module()
     try:
         return torch is not None and "parallel backend: OpenMP" in torch.__config__.parallel_info()
     except Exception:
@@ -88,7 +87,7 @@ def reach(per_thread: list[tuple[NativePool, str, int]], torch_intra: int | None
     lines: list[str] = []
     missing: list[str] = []
     torch_copy = [(pool, name, n) for pool, name, n in per_thread
-                  if owner_of(pool.path) == "torch" and torch_intra is not None]
+                  if owner_of(pool.path) == family(Torch).module and torch_intra is not None]
     plain = [entry for entry in per_thread if entry not in torch_copy]
     fresh = probe_new_thread([pool for pool, _, _ in plain]) if plain else []
     for (_lib, name, n), m in zip(plain, fresh or [None] * len(plain), strict=False):
