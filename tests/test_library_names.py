@@ -18,8 +18,7 @@ import pytest
 from profile_machines import machine
 from test_library_registry import REGISTRY
 
-from parinfo.process import libraries as reg
-from parinfo.process import setter
+from parinfo.process import libraries as reg, setter
 from parinfo.process.provenance import model_of, predict
 
 PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
@@ -127,7 +126,7 @@ def test_every_library_is_one_family_class_with_a_unique_name():
         assert type(lib).__doc__, f"{type(lib).__name__} says what it is"
         for prefix in lib.prefixes:  # found by its own files, by no other family first
             assert reg.by_prefix(prefix + ".so") is lib, prefix
-    assert reg.openmp_runtimes() == tuple(lib.name for lib in libs if isinstance(lib, reg.OpenMPRuntime))
+    assert reg.openmp_runtimes() == tuple(lib.name for lib in libs if isinstance(lib, reg.OpenMPLibrary))
     # the name the hook-loadable setter and the runtime's hot paths use is the registry's
     torch = reg.family(reg.Torch)
     assert setter.TORCH == torch.name == torch.module

@@ -48,14 +48,14 @@ from parinfo.process.library_parts import (
     SetAlong,
     is_false,
 )
-from parinfo.process.library_runtimes import GnuOpenMP, IntelOpenMP, LlvmOpenMP, OneTBB, OpenMPRuntime
+from parinfo.process.library_runtimes import GnuOpenMP, IntelOpenMP, LlvmOpenMP, OneTBB, OpenMPLibrary
 from parinfo.process.thread_vars import THREAD_VARS, VARIABLES, Var
 
 __all__ = [
     "FALSE_WORDS", "LIBRARY_VARS", "OPENMP_ENTRY_POINTS", "REGISTRY", "RUNTIME_VARS", "THREAD_PREFIXES",
     "THREAD_VARS", "TRUE_WORDS", "Accelerate", "Blis", "Calls", "CountSymbol", "DirectRead", "FlexiBLAS",
     "GnuOpenMP", "IntelOpenMP", "Interpreter", "Library", "LibraryKind", "LlvmOpenMP", "Mkl", "NativeReads",
-    "Numba", "Numexpr", "OneTBB", "OpenBLAS", "OpenMPRuntime", "ParinfoRuntime", "Preloadable", "Push",
+    "Numba", "Numexpr", "OneTBB", "OpenBLAS", "OpenMPLibrary", "ParinfoRuntime", "Preloadable", "Push",
     "Registry", "Scope", "SetAlong", "Torch", "Var", "by_internal_api", "by_prefix", "conflicting_openmp",
     "family", "find", "hook_facts", "is_false", "library", "listed_unset", "of_kind", "openmp_runtimes",
     "profile_keys", "python_libraries", "records", "role_var", "set_on_import", "warns_invalid",
@@ -108,7 +108,7 @@ class Registry:
 
     def openmp_runtimes(self) -> tuple[str, ...]:
         """Names of the OpenMP runtimes (libgomp, libiomp, libomp)."""
-        return tuple(r.name for r in self._all if isinstance(r, OpenMPRuntime))
+        return tuple(r.name for r in self._all if isinstance(r, OpenMPLibrary))
 
     def profile_keys(self) -> tuple[str, ...]:
         """The keys of a profile's ``libraries`` section, in the order the language lists them."""

@@ -20,7 +20,7 @@ _KMP_ROLES: tuple[tuple[str, str], ...] = (("duplicate_ok", "KMP_DUPLICATE_LIB_O
                                            ("blocktime", "KMP_BLOCKTIME"))
 
 
-class OpenMPRuntime(Library):
+class OpenMPLibrary(Library):
     """An OpenMP runtime: OMP_NUM_THREADS, a limit per calling thread (the ICVs), no cap (libgomp
     takes 8 on 2 CPUs); set through threadpoolctl's openmp controller, preloaded by a profile's
     ``openmp:`` word."""
@@ -43,7 +43,7 @@ class OpenMPRuntime(Library):
         return defaults.affinity_cpus(facts, ctx)
 
 
-class GnuOpenMP(OpenMPRuntime):
+class GnuOpenMP(OpenMPLibrary):
     """GNU libgomp: frees one thread's team (``omp_pause_resource_all``); warns of an invalid count."""
 
     name, vendor, label = "libgomp", "GNU libgomp", "GNU OpenMP (libgomp)"
@@ -56,7 +56,7 @@ class GnuOpenMP(OpenMPRuntime):
     warns_invalid = True
 
 
-class _KmpRuntime(OpenMPRuntime):
+class _KmpRuntime(OpenMPLibrary):
     """The Intel-style runtimes (KMP_ variables). Both register as "the" Intel-style runtime: the
     second to initialise aborts (OMP Error #15). Their pause acts on the whole process."""
 
