@@ -38,13 +38,9 @@ ALLOWED = {
     ("profiles/hook/sitecustomize.py", "torch"): "the start-up hook imports nothing of parinfo (the "
                                                   "registry's facts come in its variable): its report keys",
     ("profiles/hook/sitecustomize.py", "parinfo"): "the start-up hook's report key for parinfo's runtime",
-    ("tuning/kernels.py", "torch"): "tune's --framework word (numpy or torch: which workload to build)",
-    ("tuning/measure.py", "torch"): "tune's --framework word and its result's key",
-    ("tuning/options.py", "torch"): "tune's --framework word",
-    ("tuning/worker.py", "torch"): "tune's --framework word and its result's key",
-    ("tuning/worker.py", "parinfo"): "tune's result key for parinfo's runtime counts",
-    ("tuning/workloads.py", "torch"): "tune's --framework word",
-    ("tuning/writers.py", "torch"): "tune's --framework word",
+    ("tuning/measure.py", "torch"): "the key of tune's result for torch's count in force",
+    ("tuning/worker.py", "torch"): "the key of a tune worker's report for torch's counts",
+    ("tuning/worker.py", "parinfo"): "the key of a tune worker's report for parinfo's runtime counts",
 }
 
 

@@ -349,20 +349,21 @@ def _torch_rows(torch: TorchInfo, environ: Mapping[str, str], launch_environ: La
     """torch's intra-op and inter-op provenance rows."""
     rows = []
     framework_set = framework_set or {}
+    lib = reg.family(reg.Torch)
     if torch:
         intra_model = MODELS["torch intra-op" if torch.mkl_available else "torch intra-op (no MKL)"]
         row = explain("torch intra-op", torch.intra_op, intra_model, environ, launch_environ, facts,
                       runtime=(run_time(_OPENMP_CALLERS, f"set at run time in this thread: by {_OPENMP_CALLERS}, "
                                         "which torch reads here")
-                               if _openmp_build(torch) else run_time(reg.family(reg.Torch).set_call())),
+                               if _openmp_build(torch) else run_time(lib.set_call())),
                       pushed=framework_set.get(TORCH_ROWS[0]),
-                      after_apply=read_after_apply(intra_model, "torch", environ, applied))
-        row.owner = "torch"
+                      after_apply=read_after_apply(intra_model, lib.module, environ, applied))
+        row.owner = lib.module
         rows.append(row)
         ctx = {"hardware_concurrency": torch.hardware_concurrency}
         row = explain("torch inter-op", torch.inter_op, MODELS["torch inter-op"], environ,
-                      launch_environ, facts, ctx, runtime=run_time(reg.family(reg.Torch).interop_call()),
+                      launch_environ, facts, ctx, runtime=run_time(lib.interop_call()),
                       pushed=framework_set.get(TORCH_ROWS[1]))
-        row.owner = "torch"
+        row.owner = lib.module
         rows.append(row)
     return rows

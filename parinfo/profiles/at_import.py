@@ -73,11 +73,11 @@ def torch_when_imported(profile: str, intra: int | None, inter: int) -> str:
             _pending.clear()
         watch.set_torch(torch, intra, inter, _torch_names(), setter, profile, _HOW)  # it records what it set
 
+    rec = reg.family(reg.Torch)
     with _lock:
         for old in _pending:
             old.cancel()
-        _pending[:] = [watch.watch("torch", fire)]
-    rec = reg.family(reg.Torch)
+        _pending[:] = [watch.watch(str(rec.module), fire)]
     calls = [rec.interop_call(inter)] + ([rec.set_call(intra)] if intra is not None else [])
     return (f"torch is not imported yet: {' and '.join(calls)} when `import torch` finishes, before any "
             f"op runs (a count torch refuses then is a 'parinfo: not in force' line on stderr)")

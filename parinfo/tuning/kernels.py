@@ -81,10 +81,11 @@ def torch_elementwise(length: int) -> Callable[[], Any]:
 
 def ensemble(framework: str) -> Callable[[], Any]:
     from parinfo.runtime import fork, wait
+    from parinfo.tuning.workloads import TORCH
 
     x: Any
     models: list[list[Any]]
-    if framework == "torch":
+    if framework == TORCH:
         import torch
 
         g = torch.Generator().manual_seed(0)
