@@ -80,12 +80,12 @@ def torch_elementwise(length: int) -> Callable[[], Any]:
 
 
 def ensemble(framework: str) -> Callable[[], Any]:
+    from parinfo.process.libraries import Torch, family
     from parinfo.runtime import fork, wait
-    from parinfo.tuning.workloads import TORCH
 
     x: Any
     models: list[list[Any]]
-    if framework == TORCH:
+    if framework == family(Torch).module:
         import torch
 
         g = torch.Generator().manual_seed(0)
