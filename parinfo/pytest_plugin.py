@@ -163,22 +163,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """torch has no variable for its inter-op count: set it once the test modules imported torch,
     before a test runs an op (torch takes the count only before its pool starts)."""
     budget = session.config.stash.get(_budget, None)
-    if budget is not None and "torch" in sys.modules:
-        from parinfo.process.setter import set_torch
+    if budget is None:
+        return
+    from parinfo.process.setter import TORCH, set_torch
 
+    if TORCH in sys.modules:
         set_torch(intra=budget.share, inter=budget.share)
 
 
 def _held_now(notes: list[str]) -> dict[str, Any]:
     """What this process's pools hold now, read back from each library."""
-    from parinfo.process.setter import native_pools, torch_counts
+    from parinfo.process.setter import TORCH, native_pools, torch_counts
 
     pools: dict[str, int] = {}
     for pool in native_pools():
         n = pool.get()
         if n is not None:
             pools[pool.record.name] = max(n, pools.get(pool.record.name, 0))
-    if "torch" in sys.modules:
+    if TORCH in sys.modules:
         intra, inter = torch_counts()
         if intra is not None:
             pools["torch intra-op"] = intra

@@ -49,9 +49,10 @@ def set_num_threads(n):
 """
 
 
-# The registry's modules: the questions (libraries), the parts of a record, the record, the entries and
-# the thread variables.
-REGISTRY = {"process/libraries.py", "process/library_parts.py", "process/library_record.py",
+# The registry's modules: the questions (libraries), the parts of a family, the base class, the
+# families, the entries and the thread variables.
+REGISTRY = {"process/libraries.py", "process/library_parts.py", "process/library_base.py",
+            "process/library_runtimes.py", "process/library_blas.py", "process/library_modules.py",
             "process/library_entries.py", "process/thread_vars.py"}
 
 
@@ -210,8 +211,8 @@ def test_every_record_is_consistent():
         assert isinstance(rec.scope, reg.Scope) and rec.listed in ("always", "loaded")
         assert isinstance(rec.push, reg.Push) and isinstance(rec.kind, reg.LibraryKind)
         assert rec.profile_var is None or rec.profile_var in rec.count_vars or rec.name == "flexiblas"
-        if rec.cap_vars:
-            assert rec.cap is not None
+        if rec.cap_vars:  # the variables that steer its cap: its family has one
+            assert type(rec).cap is not reg.Library.cap, rec.name
         # a module that parinfo sets through its functions says which; no other record names any
         assert (rec.calls is not None) == (rec.push is reg.Push.SETTER) == rec.set_in_module, rec.name
         assert rec.interop_calls is None or rec.calls is not None, rec.name

@@ -54,7 +54,7 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
     import shlex
 
     from parinfo.machine.cpulist import format_cpu_list
-    from parinfo.process.libraries import library
+    from parinfo.process.libraries import role_var
     from parinfo.profiles.finding import command_word
 
     env = os.environ if environ is None else environ
@@ -67,7 +67,7 @@ def export_lines(plan: Plan, *, force: bool = False, environ: dict[str, str] | N
                                   f"{shlex.quote(value)}; --force overrides)"))
             continue
         lines.append(_export(var, value))
-    lines.append(_export(library('parinfo').var('profile'), plan.name))
+    lines.append(_export(role_var('profile'), plan.name))
     ours = plan.preload_paths
     if ours and _unsafe(":".join(ours)):
         lines.append(_comment(f"LD_PRELOAD left out: a path holds a control character ({':'.join(ours)})"))

@@ -48,7 +48,7 @@ def _pool_rows(attached: Attached, runtimes: list[PoolRow], objects: list[str]) 
     from parinfo.process.pools import mark_duplicates, torch_mkl_row
 
     answer = attached.answer
-    mkl_layer = reg.library("mkl").layer_in(objects)
+    layers = {lib.name: lib.layer_in(objects) for lib in reg.records() if lib.layer_files}
     rows = []
     for row in runtimes:
         read = answer.pools.get(row.filepath or "")
@@ -59,8 +59,8 @@ def _pool_rows(attached: Attached, runtimes: list[PoolRow], objects: list[str]) 
                 row.note = f"not read inside the process: {read.why}"
         elif "pools" in answer.errors:
             row.note = f"not read inside the process: {answer.errors['pools']}"
-        if row.library == "mkl" and row.threading_layer is None:
-            row.threading_layer = mkl_layer
+        if row.threading_layer is None and row.library in layers:  # told by the files beside it (MKL)
+            row.threading_layer = layers[row.library]
         rows.append(row)
     torch_row = torch_mkl_row(objects, rows, answer.torch)
     if torch_row is not None:
@@ -160,7 +160,7 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
     and machine facts read outside) and explain what it answered, as ``parinfo.inspect()`` would
     inside it. Raises the one-line errors of :func:`parinfo.outside.attach.attach`."""
     from parinfo.outside import attach
-    from parinfo.process import pools, provenance
+    from parinfo.process import libraries as reg, pools, provenance
     from parinfo.process.frameworks import torch_info_of, torch_unread
     from parinfo.records.convert import load
     from parinfo.runtime.settings import machine_of
@@ -173,7 +173,7 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
     pool_rows = _pool_rows(found, runtimes, objects)
     listing = _threads(pid, answer)
     torch = None
-    if "torch" in answer.modules or answer.torch is not None:
+    if reg.family(reg.Torch).is_loaded(answer.modules) or answer.torch is not None:
         torch = (torch_unread(None, pools.CONFLICT_NOTE) if conflict
                  else torch_info_of(answer.torch, listing) if answer.torch is not None else None)
     inside = answer.parinfo

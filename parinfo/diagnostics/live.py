@@ -114,7 +114,7 @@ def _tree(pids: list[int], seconds: float) -> tuple[ProcessTree, dict[int, list[
 def _hint(env: dict[str, str], names: list[str]) -> str:
     from parinfo.process import libraries as reg
 
-    profile = env.get(reg.library("parinfo").var("profile"))
+    profile = env.get(reg.role_var("profile"))
     if profile:
         return (f"launched by parinfo apply (profile {profile}): the counts it set are in its launch "
                 f"environment below; for the counts in force, call parinfo.inspect() inside it")

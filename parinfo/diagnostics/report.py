@@ -14,6 +14,7 @@ from typing import Any
 from parinfo.diagnostics.model import SCHEMA_VERSION, Report
 from parinfo.diagnostics.parts import IMPLEMENTATIONS
 from parinfo.diagnostics.process_rules import diagnose
+from parinfo.process import libraries as reg
 from parinfo.process.environment import EnvRow
 from parinfo.process.outer import OuterThreads
 from parinfo.runtime.state import RUNTIME
@@ -78,8 +79,9 @@ def _inspect_self(imports: list[str] | None, torch: bool, root: str, outer_threa
 
         raise UsageError(f"outer_threads must be a positive integer, not {outer_threads!r}")
     wanted = list(imports or [])
-    if torch and "torch" not in wanted:
-        wanted.append("torch")
+    torch_module = str(reg.family(reg.Torch).module)
+    if torch and torch_module not in wanted:
+        wanted.append(torch_module)
     probes = probe.import_probes(wanted)
 
     facts = machine_facts(root)

@@ -57,17 +57,24 @@ def openmp_and_tbb(r: Report) -> list[Finding]:
             "OpenMP and TBB are both loaded",
             "the two schedulers do not know each other's threads; PyTorch's threading note strongly "
             "recommends not mixing OpenMP and TBB within one build",
-            f"use builds of your libraries that share one threading layer (e.g. {reg.library('mkl').layer_var} "
+            f"use builds of your libraries that share one threading layer (e.g. {reg.family(reg.Mkl).layer_var} "
             "matching the rest)",
         )]
     return []
+
+def _spinning_layers(internal_api: str | None) -> tuple[str, ...]:
+    """The threading layers of a BLAS whose idle threads spin a while after each call (OpenBLAS's
+    pthreads), as its family says."""
+    rec = reg.by_internal_api(internal_api)
+    return rec.spinning_layers if rec is not None else ()
+
 
 def openblas_pthreads_with_openmp(r: Report) -> list[Finding]:
     """OpenBLAS-pthreads beside a multi-threaded OpenMP runtime. Their idle threads spin a short while
     after each call: that may hurt work that alternates the two (info). With OMP_WAIT_POLICY=active the
     OpenMP threads spin until their next region: BLAS calls between regions find the CPUs busy (warning)."""
     pthreads = [p.num_threads for p in blas_pools(r)
-                if p.internal_api == "openblas" and p.threading_layer == "pthreads"
+                if p.threading_layer in _spinning_layers(p.internal_api)
                 and p.num_threads is not None and p.num_threads > 1]
     omp = [p.num_threads for p in r.pools
            if p.user_api == "openmp" and p.num_threads is not None and p.num_threads > 1]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from parinfo.diagnostics.wording import pool_title, quota_text, show_value
 from parinfo.machine.cpulist import format_cpu_list
-from parinfo.process.libraries import by_internal_api, find, library
+from parinfo.process.libraries import Torch, by_internal_api, family, find
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def _no_torch(r: Report) -> str:
     """The one line that says why torch's own lines are missing, so their absence is not silent."""
-    failed = r.probes.failed.get("torch")
+    failed = r.probes.failed.get(str(family(Torch).module))
     if failed:
         return f"torch: not imported ({failed}): no ATen/Parallel lines"
     return "torch: not imported: no ATen/Parallel lines (import torch first; `parinfo show --torch` imports it)"
@@ -32,7 +32,8 @@ def torch_block(report: Report) -> str:
     r = report
     m = r.machine
     lines: list[str] = []
-    torch_vars = library("torch").count_vars  # the variables torch's own block lists
+    torch_lib = family(Torch)
+    torch_vars = torch_lib.count_vars  # the variables torch's own block lists
     torch = r.frameworks.torch
     if torch is not None and torch.parallel_info_text:
         lines.extend(torch.parallel_info_text.rstrip("\n").splitlines())
@@ -43,7 +44,7 @@ def torch_block(report: Report) -> str:
     lines.append(f"\tparinfo.get_num_threads() : {show_value(rt.intra_op and rt.intra_op.count)}")
     lines.append(f"\tparinfo.get_num_interop_threads() : {show_value(rt.inter_op and rt.inter_op.count)}")
     for pool in r.pools:
-        if torch is not None and pool.owner == "torch" and pool.user_api == "openmp":
+        if torch is not None and pool.owner == torch_lib.name and pool.user_api == "openmp":
             continue  # torch's block above already shows its OpenMP
         lines.append(pool_title(pool))
         rec = find(pool.library) or by_internal_api(pool.internal_api)

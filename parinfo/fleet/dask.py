@@ -101,12 +101,12 @@ class EnvironPlugin(NannyPlugin):
         self.origin = origin
 
     def setup(self, nanny: Any) -> None:
-        from parinfo.process.libraries import library
+        from parinfo.process.libraries import role_var
         from parinfo.process.outer import PARINFO_SET_VAR
 
         plan = probe.resolve_here(self.document, self.origin)
         env = {name: str(value) for name, value in plan.env_without_preload.items()}
-        profile_var = library("parinfo").var("profile")
+        profile_var = role_var("profile")
         ours = ",".join(sorted([*env, profile_var]))
         nanny.pre_spawn_env.update({**env, profile_var: plan.name, PARINFO_SET_VAR: ours})
 

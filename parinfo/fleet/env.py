@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from parinfo.fleet import probe
-from parinfo.process.libraries import library
+from parinfo.process.libraries import role_var
 from parinfo.process.outer import PARINFO_SET_VAR
 from parinfo.safe_text import plural
 
@@ -30,7 +30,7 @@ def ray_runtime_env(profile: Any) -> dict[str, Any]:
     document, origin = probe.profile_document(profile)
     plan = resolve_profile(document)
     env = {name: str(value) for name, value in plan.env_without_preload.items()}
-    profile_var = library("parinfo").var("profile")
+    profile_var = role_var("profile")
     ours = ",".join(sorted([*env, profile_var, PROFILE_DOC_VAR]))
     env.update({profile_var: plan.name, PARINFO_SET_VAR: ours,
                 PROFILE_DOC_VAR: json.dumps({"origin": origin, "document": document}, sort_keys=True)})

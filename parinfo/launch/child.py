@@ -37,7 +37,7 @@ HOOK_VAR = pre.HOOK_VAR
 #: The folder where the start-up hook writes, at exit, what it reads back (``PID.json``), when set.
 REPORT_VAR = "_PARINFO_HOOK_REPORT"
 # torch's intra-op default reads these; when the user's own value stays in force, torch follows it.
-TORCH_INTRA_VARS = reg.library("torch").count_vars
+TORCH_INTRA_VARS = reg.family(reg.Torch).count_vars
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
@@ -89,7 +89,7 @@ def _invalid_note(name: str, value: str) -> str:
 def _torch_counts(plan: Plan, instance: InstancePlan | None) -> tuple[int, int]:
     if instance is not None:
         return instance.intra_op, instance.inter_op
-    torch = plan.libraries.get("torch")
+    torch = plan.libraries.get(str(reg.family(reg.Torch).profile_key))
     return (torch.value if torch is not None else plan.intra_op.value), plan.inter_op.value
 
 
@@ -126,11 +126,10 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
             overridden.append((name, user, value))
         env[name] = value
         watch.append(name)
-    own = reg.library("parinfo")
-    env[own.var("profile")] = plan.name
+    env[reg.role_var("profile")] = plan.name
     if instance is not None:
-        env[own.var("instance")] = str(instance.index)
-        env[own.var("instances")] = str(instances)
+        env[reg.role_var("instance")] = str(instance.index)
+        env[reg.role_var("instances")] = str(instances)
     intra, inter = _torch_counts(plan, instance)
     users_own = {n for n, _, _ in kept} | {n for n in TORCH_INTRA_VARS
                                             if n in base and n not in wanted and n not in from_parinfo}

@@ -189,15 +189,14 @@ def checks_for(plan: Plan, child: ChildEnv, memory: Binding | None,
     """
     import os
 
-    from parinfo.process.libraries import library
+    from parinfo.process.libraries import role_var
 
     cpus = instance.cpus if instance is not None else child.cpus or tuple(sorted(os.sched_getaffinity(0)))
     checks: list[Check] = [AffinityCheck(tuple(cpus))]
     if memory is not None and memory.nodes:
         checks.append(MemoryCheck(memory))
-    own = library("parinfo")
     names = [*plan.env, *(instance.env if instance is not None else ()),
-             *(own.var(role) for role in ("profile", "instance", "instances"))]
+             *(role_var(role) for role in ("profile", "instance", "instances"))]
     checks.append(VariablesCheck({n: child.env[n] for n in dict.fromkeys(names) if n in child.env}))
     checks.append(CountsCheck(dict(child.env)))
     preloaded = tuple((p.choice, p.path) for p in plan.preload if p.path)

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import field
 
 from parinfo.errors import UsageError
-from parinfo.process.libraries import Var, listed_unset
+from parinfo.process.libraries import LibraryKind, Var, library, listed_unset
 from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
 from parinfo.records.convert import OMIT_EMPTY, OMIT_NONE
 from parinfo.records.record import record
@@ -96,7 +96,8 @@ def _readers_here(spec: Var | None, python: tuple[int, int]) -> list[str]:
     """The readers of a variable in the process: Python itself only from the version that reads it."""
     if spec is None:
         return []
-    return [r for r in spec.readers if not (r == "python" and _python_too_old(spec, python))]
+    return [r for r in spec.readers
+            if not (library(r).kind is LibraryKind.INTERPRETER and _python_too_old(spec, python))]
 
 
 def _summary_here(spec: Var | None, python: tuple[int, int]) -> str:

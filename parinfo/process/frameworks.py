@@ -6,9 +6,9 @@ seconds and starts its runtime, which a report must never do behind the user's b
 from __future__ import annotations
 
 import importlib
-import sys
 from dataclasses import field
 
+from parinfo.process import libraries as reg
 from parinfo.process.pools import CONFLICT_NOTE, openmp_conflict
 from parinfo.process.threads import ThreadList, live_threads
 from parinfo.process.torch_config import TorchFacts, parse_parallel_info, torch_facts
@@ -119,11 +119,12 @@ def torch_info(import_if_missing: bool = False) -> TorchInfo | None:
     Everything is read through getters that change nothing (``get_num_interop_threads()`` does not
     start the inter-op pool; ``set_num_interop_threads`` stays allowed afterwards).
     """
-    torch = sys.modules.get("torch")
+    lib = reg.family(reg.Torch)
+    torch = lib.loaded_module()
     if torch is None:
         if not import_if_missing:
             return None
-        torch = importlib.import_module("torch")  # asked for explicitly
+        torch = importlib.import_module(str(lib.module))  # asked for explicitly
 
     if openmp_conflict():  # torch's getters call omp_get_max_threads(): never with the pair loaded
         return torch_unread(str(torch.__version__), CONFLICT_NOTE)

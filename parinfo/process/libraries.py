@@ -1,28 +1,38 @@
-"""The library registry: one :class:`Library` record per library, and the thread variables they read.
+"""The library registry: one instance of each library family (a small :class:`Library` subclass),
+and the thread variables they read.
 
 The registry is the only place in parinfo that knows a library: which files it ships as, which
 variables carry its count and in what order, its default and its cap, the profile key that sets it,
 how a count is pushed and read back, and whether its limit holds per calling thread or for the whole
-process. Every other module asks this one (:func:`library`, :func:`records`, :data:`THREAD_VARS`...).
+process. Every other module asks it: by name (:func:`find`, for a name read from a pool row), by
+file (:func:`by_prefix`), by kind or role (:func:`of_kind`, :func:`role_var`), or for a family's
+instance by its class (:func:`family`, where the code is about that library: torch's block), and
+then asks the instance its questions (methods and attributes), never compares its name.
 
-It is four modules, by what each holds: the parts a record is made of
-(:mod:`~parinfo.process.library_parts`), the record (:mod:`~parinfo.process.library_record`), the
-entries and their rules (:mod:`~parinfo.process.library_entries`) and the thread variables
-(:mod:`~parinfo.process.thread_vars`); this module holds the questions other modules ask and names
-the public parts of the others.
+The families live in :mod:`~parinfo.process.library_runtimes`, :mod:`~parinfo.process.library_blas`
+and :mod:`~parinfo.process.library_modules` (their base, :mod:`~parinfo.process.library_base`; their
+parts, :mod:`~parinfo.process.library_parts`); :mod:`~parinfo.process.library_entries` lists one
+instance of each in order; :mod:`~parinfo.process.thread_vars` holds the variables. A
+:class:`Registry` answers over any such list (a test builds a fresh one); this module's functions
+are those of the one over the entries.
 
 Importing it is cheap (the standard library and :mod:`parinfo.process.defaults`, the default rules
 over the machine's facts alone): the launcher runs it on the start-up path of ``parinfo apply P -- CMD``.
 
-Adding a library: append one :class:`Library` to ``RECORDS`` in :mod:`parinfo.process.library_entries`
-(and its variables to ``VARIABLES`` in :mod:`parinfo.process.thread_vars` when it brings its own).
-Nothing else needs editing; docs/process.md says more.
+Adding a library: write its class (a subclass of :class:`Library` or of its kin, data as class
+attributes, what it does differently as methods) and put one instance in ``RECORDS`` of
+:mod:`parinfo.process.library_entries` (and its variables in ``VARIABLES`` of
+:mod:`parinfo.process.thread_vars` when it brings its own). Nothing else needs editing.
 """
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TypeVar
 
+from parinfo.process.library_base import Library
+from parinfo.process.library_blas import Accelerate, Blis, FlexiBLAS, Mkl, OpenBLAS
 from parinfo.process.library_entries import RECORDS
+from parinfo.process.library_modules import Interpreter, Numba, Numexpr, ParinfoRuntime, Torch
 from parinfo.process.library_parts import (
     FALSE_WORDS,
     OPENMP_ENTRY_POINTS,
@@ -38,66 +48,108 @@ from parinfo.process.library_parts import (
     SetAlong,
     is_false,
 )
-from parinfo.process.library_record import Library
+from parinfo.process.library_runtimes import GnuOpenMP, IntelOpenMP, LlvmOpenMP, OneTBB, OpenMPLibrary
 from parinfo.process.thread_vars import THREAD_VARS, VARIABLES, Var
 
 __all__ = [
-    "FALSE_WORDS", "LIBRARY_VARS", "OPENMP_ENTRY_POINTS", "RUNTIME_VARS", "THREAD_PREFIXES", "THREAD_VARS",
-    "TRUE_WORDS", "Calls", "CountSymbol", "DirectRead", "Library", "LibraryKind", "NativeReads", "Preloadable",
-    "Push", "Scope", "SetAlong", "Var", "by_internal_api", "by_prefix", "conflicting_openmp", "find",
-    "hook_facts", "is_false", "library", "listed_unset", "openmp_runtimes", "profile_keys", "python_libraries",
-    "records", "role_var", "set_on_import", "warns_invalid",
+    "FALSE_WORDS", "LIBRARY_VARS", "OPENMP_ENTRY_POINTS", "REGISTRY", "RUNTIME_VARS", "THREAD_PREFIXES",
+    "THREAD_VARS", "TRUE_WORDS", "Accelerate", "Blis", "Calls", "CountSymbol", "DirectRead", "FlexiBLAS",
+    "GnuOpenMP", "IntelOpenMP", "Interpreter", "Library", "LibraryKind", "LlvmOpenMP", "Mkl", "NativeReads",
+    "Numba", "Numexpr", "OneTBB", "OpenBLAS", "OpenMPLibrary", "ParinfoRuntime", "Preloadable", "Push",
+    "Registry", "Scope", "SetAlong", "Torch", "Var", "by_internal_api", "by_prefix", "conflicting_openmp",
+    "family", "find", "hook_facts", "is_false", "library", "listed_unset", "of_kind", "openmp_runtimes",
+    "profile_keys", "python_libraries", "records", "role_var", "set_on_import", "warns_invalid",
 ]
 
-_BY_NAME: dict[str, Library] = {r.name: r for r in RECORDS}
-
-# ---------------------------------------------------------------------------------------------
-# Questions other modules ask
+L = TypeVar("L", bound=Library)
 
 
-def records() -> tuple[Library, ...]:
-    """Every library record, in registry order."""
-    return RECORDS
+class Registry:
+    """The questions asked of a list of library families (one instance each), in registry order."""
+
+    def __init__(self, families: tuple[Library, ...]) -> None:
+        self._all = families
+        self._by_name = {f.name: f for f in families}
+
+    def records(self) -> tuple[Library, ...]:
+        """Every library, in registry order."""
+        return self._all
+
+    def library(self, name: str) -> Library:
+        """The library named ``name`` (KeyError when there is none)."""
+        return self._by_name[name]
+
+    def find(self, name: str) -> Library | None:
+        """The library named ``name`` (read from a pool row, a reader list...), or None."""
+        return self._by_name.get(name)
+
+    def family(self, cls: type[L]) -> L:
+        """The registered instance of family ``cls`` (torch's, for code about torch)."""
+        for lib in self._all:
+            if type(lib) is cls:
+                return lib
+        raise KeyError(f"no library of family {cls.__name__}")
+
+    def of_kind(self, kind: LibraryKind) -> tuple[Library, ...]:
+        """The libraries of ``kind`` (the Python modules, the frameworks, the interpreter...)."""
+        return tuple(r for r in self._all if r.kind is kind)
+
+    def by_prefix(self, file_name: str) -> Library | None:
+        """The native library whose shared object ``file_name`` (a base name, lower case) is, or None."""
+        return next((r for r in self._all if r.owns_file(file_name)), None)
+
+    def by_internal_api(self, internal_api: str | None) -> Library | None:
+        """The first library for a threadpoolctl ``internal_api`` (openblas, mkl, blis, flexiblas, openmp)."""
+        return next((r for r in self._all if internal_api and r.internal_api == internal_api), None)
+
+    def python_libraries(self) -> tuple[Library, ...]:
+        """Libraries that are Python modules with their own count (numexpr...), read when imported."""
+        return self.of_kind(LibraryKind.PYTHON)
+
+    def openmp_runtimes(self) -> tuple[str, ...]:
+        """Names of the OpenMP runtimes (libgomp, libiomp, libomp)."""
+        return tuple(r.name for r in self._all if isinstance(r, OpenMPLibrary))
+
+    def profile_keys(self) -> tuple[str, ...]:
+        """The keys of a profile's ``libraries`` section, in the order the language lists them."""
+        keys = [r.profile_key for r in self._all if r.profile_key]
+        first = ("blas", "openmp", "mkl", "torch")
+        return tuple(dict.fromkeys([k for k in first if k in keys] + keys))
+
+    def role_var(self, role: str) -> str:
+        """The variable that plays ``role`` (wait_policy, duplicate_ok, dynamic, inter_op, backend,
+        verify, adaptive, follow, gil, profile...) for the first library that has one."""
+        for rec in self._all:
+            for name, var in rec.roles:
+                if name == role:
+                    return var
+        raise KeyError(f"no library has a variable for {role!r}")
+
+    def conflicting_openmp(self) -> tuple[Library, Library]:
+        """The two OpenMP runtimes that cannot share a process (Intel libiomp, LLVM libomp)."""
+        first = next(r for r in self._all if r.conflicts)
+        return first, self.library(first.conflicts[0])
+
+    def warns_invalid(self) -> tuple[str, ...]:
+        """The libraries that print a warning for an invalid count variable (the others are silent)."""
+        return tuple(r.name for r in self._all if r.warns_invalid)
 
 
-def library(name: str) -> Library:
-    """The record named ``name`` (KeyError when there is none)."""
-    return _BY_NAME[name]
-
-
-def find(name: str) -> Library | None:
-    """The record named ``name``, or None."""
-    return _BY_NAME.get(name)
-
-
-def by_prefix(file_name: str) -> Library | None:
-    """The native library whose shared object ``file_name`` (a base name, lower case) is, or None."""
-    for rec in RECORDS:
-        if rec.prefixes and file_name.startswith(rec.prefixes):
-            return None if rec.not_prefixes and file_name.startswith(rec.not_prefixes) else rec
-    return None
-
-
-def by_internal_api(internal_api: str | None) -> Library | None:
-    """The first record for a threadpoolctl ``internal_api`` (openblas, mkl, blis, flexiblas, openmp)."""
-    return next((r for r in RECORDS if internal_api and r.internal_api == internal_api), None)
-
-
-def python_libraries() -> tuple[Library, ...]:
-    """Libraries that are Python modules with their own count (numexpr...), read when imported."""
-    return tuple(r for r in RECORDS if r.kind is LibraryKind.PYTHON)
-
-
-def openmp_runtimes() -> tuple[str, ...]:
-    """Names of the OpenMP runtimes (libgomp, libiomp, libomp)."""
-    return tuple(r.name for r in RECORDS if r.user_api == "openmp")
-
-
-def profile_keys() -> tuple[str, ...]:
-    """The keys of a profile's ``libraries`` section, in the order the language lists them."""
-    keys = [r.profile_key for r in RECORDS if r.profile_key]
-    first = ("blas", "openmp", "mkl", "torch")
-    return tuple(dict.fromkeys([k for k in first if k in keys] + keys))
+#: The registry over the entries; the functions below are its questions.
+REGISTRY = Registry(RECORDS)
+records = REGISTRY.records
+library = REGISTRY.library
+find = REGISTRY.find
+family = REGISTRY.family
+of_kind = REGISTRY.of_kind
+by_prefix = REGISTRY.by_prefix
+by_internal_api = REGISTRY.by_internal_api
+python_libraries = REGISTRY.python_libraries
+openmp_runtimes = REGISTRY.openmp_runtimes
+profile_keys = REGISTRY.profile_keys
+role_var = REGISTRY.role_var
+conflicting_openmp = REGISTRY.conflicting_openmp
+warns_invalid = REGISTRY.warns_invalid
 
 
 def _library_vars() -> dict[str, tuple[str, ...]]:
@@ -110,9 +162,10 @@ def _library_vars() -> dict[str, tuple[str, ...]]:
     return out
 
 
+_OWN = family(ParinfoRuntime)
 
 #: parinfo's runtime counts: (intra-op variable, inter-op variable).
-RUNTIME_VARS: tuple[str, str] = (library("parinfo").precedence[0], library("parinfo").var("inter_op"))
+RUNTIME_VARS: tuple[str, str] = (_OWN.precedence[0], _OWN.var("inter_op"))
 
 #: The variables that carry each profile key's count (torch has none of its own).
 LIBRARY_VARS: dict[str, tuple[str, ...]] = _library_vars()
@@ -128,29 +181,8 @@ def listed_unset(name: str, modules: Collection[str] | None = None) -> bool:
     process imported; default: this process's)."""
     if name in THREAD_VARS and not THREAD_VARS[name].listed_unset:
         return False
-    readers = [_BY_NAME[n] for n in THREAD_VARS[name].readers] if name in THREAD_VARS else []
+    readers = [library(n) for n in THREAD_VARS[name].readers] if name in THREAD_VARS else []
     return not readers or any(r.listed == "always" or r.is_loaded(modules) for r in readers)
-
-
-def role_var(role: str) -> str:
-    """The variable that plays ``role`` (wait_policy, duplicate_ok, dynamic, inter_op, backend,
-    verify, adaptive, follow, gil) for the first library that has one."""
-    for rec in RECORDS:
-        for name, var in rec.roles:
-            if name == role:
-                return var
-    raise KeyError(f"no library has a variable for {role!r}")
-
-
-def conflicting_openmp() -> tuple[Library, Library]:
-    """The two OpenMP runtimes that cannot share a process (Intel libiomp, LLVM libomp)."""
-    first = next(r for r in RECORDS if r.conflicts)
-    return first, library(first.conflicts[0])
-
-
-def warns_invalid() -> tuple[str, ...]:
-    """The libraries that print a warning for an invalid count variable (the others are silent)."""
-    return tuple(r.name for r in RECORDS if r.warns_invalid)
 
 
 def set_on_import(module: str) -> tuple[str, ...]:
@@ -169,13 +201,13 @@ def hook_facts() -> str:
     for rec in RECORDS:
         if rec.internal_api and rec.set_by_threadpoolctl and rec.count_vars:
             fields.setdefault(f"pool.{rec.internal_api}", ",".join(rec.count_vars))
-    torch = library("torch")
+    torch = family(Torch)
     calls = (torch.calls or Calls(), torch.interop_calls or Calls())
     fields.update({
         "runtime": ",".join(RUNTIME_VARS),
-        "verify": library("parinfo").var("verify"),
-        "profile": library("parinfo").var("profile"),
-        "preload": library("parinfo").var("preload"),
+        "verify": _OWN.var("verify"),
+        "profile": _OWN.var("profile"),
+        "preload": _OWN.var("preload"),
         "undo": ",".join(set_on_import("threadpoolctl")),
         "torch": ",".join(name for c in calls for name in (c.setter, c.getter)),
     })

@@ -4,13 +4,12 @@ its count (:class:`Push`) and for whom (:class:`Scope`), the calls that set and 
 (:class:`CountSymbol`), who sets it along (:class:`SetAlong`), how a profile preloads it
 (:class:`Preloadable`), and the words a boolean variable takes.
 
-:class:`~parinfo.process.library_record.Library` puts them together; the registry
+:class:`~parinfo.process.library_base.Library` and its families put them together; the registry
 (:mod:`parinfo.process.libraries`) is the place to ask.
 """
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from typing import Any
 
 from parinfo.records.record import record
@@ -62,20 +61,20 @@ class Scope(str, enum.Enum):
         return self.value
 
 
-def _count(value: Any) -> int | None:
+def as_count(value: Any) -> int | None:
+    """``value`` when it is an int count (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @record(frozen=True)
 class Calls:
     """A count set and read through a Python module's own functions: ``setter(n)`` and
-    ``getter()``; ``read(module)`` replaces the getter where calling it would change something
-    (numba's launches its threads). Counts are set through it by :mod:`parinfo.process.setter` only
+    ``getter()`` (a family whose getter would change something reads otherwise: numba's
+    ``read_count``). Counts are set through it by :mod:`parinfo.process.setter` only
     (:meth:`Library.push_count`)."""
 
     setter: str = "set_num_threads"
     getter: str = "get_num_threads"
-    read: Callable[[Any], Any] | None = None
 
     def set(self, module: Any, n: int) -> None:
         """Set the count; raises what the module raises when it refuses."""
@@ -85,14 +84,11 @@ class Calls:
         """The count in force, read without changing it; None when it cannot be read (a
         half-initialised module, no getter, not an int)."""
         try:
-            if self.read is not None:
-                count = self.read(module)
-            else:
-                getter = getattr(module, self.getter, None)
-                count = getter() if callable(getter) else getattr(module, "nthreads", None)
+            getter = getattr(module, self.getter, None)
+            count = getter() if callable(getter) else getattr(module, "nthreads", None)
         except Exception:
             return None
-        return _count(count)
+        return as_count(count)
 
     def call(self, owner: str, n: int | None = None) -> str:
         """How a report names the setter: ``numba.set_num_threads``, or with ``n``: ``...(2)``."""
@@ -101,11 +97,10 @@ class Calls:
 
 @record(frozen=True)
 class DirectRead:
-    """How a loaded copy that threadpoolctl does not see is read without changing anything (TBB):
-    ``read(path)`` gives (version, count) through the library's own getters, None parts when they
-    are missing; ``how`` is the pool row's note when the count was read, ``unread`` when it was not."""
+    """The words for a loaded copy that threadpoolctl does not see, read without changing anything
+    by its family's ``read_direct`` (TBB): ``how`` is the pool row's note when the count was read,
+    ``unread`` when it was not."""
 
-    read: Callable[[str], tuple[str | None, int | None]]
     how: str
     unread: str
 

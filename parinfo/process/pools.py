@@ -229,7 +229,7 @@ def torch_mkl_row(objects: list[str], rows: list[PoolRow], facts: TorchFacts | N
     """A row for MKL linked inside torch's library, when torch reports MKL: from torch's raw facts
     (:func:`parinfo.process.torch_config.torch_facts`, read in this process or inside another) and
     the process's loaded objects."""
-    mkl = reg.library("mkl")
+    mkl = reg.family(reg.Mkl)
     (prefix, owner), = mkl.linked_into
     if facts is None or not facts.mkl_available:
         return None
@@ -308,7 +308,7 @@ def native_pools(maps_text: str | None = None, objects: list[str] | None = None)
             note = CONFLICT_NOTE
         row = _object_row(path, library, user_api, internal_api, note)
         if rec.direct is not None and maps_text is None and not conflict:
-            row.version, row.num_threads = rec.direct.read(path)
+            row.version, row.num_threads = rec.read_direct(path)
             if row.num_threads is not None:
                 row.note = rec.direct.how
         if rec.layer_files:  # its threading layer is told by the files loaded beside it (MKL)
@@ -324,7 +324,7 @@ def native_pools(maps_text: str | None = None, objects: list[str] | None = None)
             if rec.layer_files:
                 row.threading_layer = rec.layer_in(objects)
             rows.append(row)
-    torch_row = None if conflict else torch_mkl_row(objects, rows, _torch_facts(reg.library("mkl").linked_into[0][1]))
+    torch_row = None if conflict else torch_mkl_row(objects, rows, _torch_facts(reg.family(reg.Mkl).linked_into[0][1]))
     if torch_row is not None:
         rows.append(torch_row)
     mark_duplicates(rows)
@@ -375,13 +375,13 @@ def threading_layers(pools: list[PoolRow]) -> ThreadingLayers:
         n = sum(1 for r in pools if r.library == library)
         return f" ({n} copies)" if n > 1 else ""
 
-    out = ThreadingLayers(" + ".join(vendors) if vendors else None, vendors, layers("mkl"), layers("openblas"),
-                          layers("blis"), any(r.library == "tbb" for r in pools))
+    mkl, openblas, blis = reg.family(reg.Mkl), reg.family(reg.OpenBLAS), reg.family(reg.Blis)
+    out = ThreadingLayers(" + ".join(vendors) if vendors else None, vendors, layers(mkl.name), layers(openblas.name),
+                          layers(blis.name), any(r.library == reg.family(reg.OneTBB).name for r in pools))
     parts = [f"OpenMP: {out.openmp or 'none'}"]
-    for key, label, layer in (("mkl", "MKL", out.mkl), ("openblas", "OpenBLAS", out.openblas),
-                              ("blis", "BLIS", out.blis)):
+    for lib, label, layer in ((mkl, "MKL", out.mkl), (openblas, "OpenBLAS", out.openblas), (blis, "BLIS", out.blis)):
         if layer is not None:
-            parts.append(f"{label}: {layer}{copies(key)}")
+            parts.append(f"{label}: {layer}{copies(lib.name)}")
     parts.append("TBB: " + ("yes" if out.tbb else "no"))
     out.summary = "; ".join(parts)
     return out

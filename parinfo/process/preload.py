@@ -34,7 +34,7 @@ from parinfo.records.record import record
 #: The dynamic loader's preload list, and parinfo's mark of the entries it put at its front (so a
 #: program, a nested launch and the report can tell them from the user's own).
 PRELOAD_VAR = "LD_PRELOAD"
-MARK_VAR = reg.library("parinfo").var("preload")
+MARK_VAR = reg.role_var("preload")
 
 _MAX_DIR_ENTRIES = 20000  # entries of one site-packages folder looked at
 _MAX_CONF_FILES = 64  # files of /etc/ld.so.conf and its includes read
@@ -406,5 +406,5 @@ def launch_marks(environ: Mapping[str, str]) -> LaunchMarks:
     for part in environ.get(HOOK_VAR, "").split()[1:]:
         if part.startswith("watch="):
             watched = frozenset(n for n in part[len("watch="):].split(",") if n)
-    return LaunchMarks(environ.get(reg.library("parinfo").var("profile")) or None,
+    return LaunchMarks(environ.get(reg.role_var("profile")) or None,
                        tuple(split_preload(environ.get(MARK_VAR), MAX_READ_ENTRIES)), watched)

@@ -118,24 +118,22 @@ def _no_model(name: str) -> Model:
 
 def model_of(lib: reg.Library) -> Model:
     """The count model of a library record."""
-    default = lib.default or _no_model(lib.name).default
-    return Model(lib.count_vars, default, lib.cap, lib.cap_vars, lib.refused)
+    return Model(lib.count_vars, lib.default, lib.cap, lib.cap_vars, lib.refused)
 
 
 def _torch_models() -> dict[str, Model]:
-    torch = model_of(reg.library("torch"))
-    mkl_own = reg.library("mkl").env_prefixes
+    lib = reg.family(reg.Torch)
+    torch = model_of(lib)
     return {
         "torch intra-op": torch,
-        "torch intra-op (no MKL)": Model(tuple(v for v in torch.precedence if not v.startswith(mkl_own)),
-                                         torch.default),
+        "torch intra-op (no MKL)": Model(lib.vars_without_mkl(), torch.default),
         "torch inter-op": Model((), hardware_concurrency),
     }
 
 
 MODELS: dict[str, Model] = {
     **{lib.name: model_of(lib) for lib in reg.records()
-       if lib.default is not None and lib.kind is not reg.LibraryKind.FRAMEWORK},
+       if lib.has_default and lib.kind is not reg.LibraryKind.FRAMEWORK},
     **_torch_models(),
 }
 
@@ -256,7 +254,7 @@ def _module_row(lib: reg.Library, module: Any, count: int | None, environ: Mappi
                 applied: Mapping[str, SetByApply] | None = None) -> SettingRow:
     """The row of a library that is a Python module (numexpr...), imported in the process."""
     env = environ if isinstance(launch_environ, str) else launch_environ
-    ctx = lib.context(module, env) if lib.context is not None else {}
+    ctx = lib.context(module, env)
     model = model_of(lib)
     row = explain(lib.name, count, model, environ, launch_environ, facts, ctx,
                   runtime=run_time(lib.set_call()),
@@ -351,20 +349,21 @@ def _torch_rows(torch: TorchInfo, environ: Mapping[str, str], launch_environ: La
     """torch's intra-op and inter-op provenance rows."""
     rows = []
     framework_set = framework_set or {}
+    lib = reg.family(reg.Torch)
     if torch:
         intra_model = MODELS["torch intra-op" if torch.mkl_available else "torch intra-op (no MKL)"]
         row = explain("torch intra-op", torch.intra_op, intra_model, environ, launch_environ, facts,
                       runtime=(run_time(_OPENMP_CALLERS, f"set at run time in this thread: by {_OPENMP_CALLERS}, "
                                         "which torch reads here")
-                               if _openmp_build(torch) else run_time(reg.library("torch").set_call())),
+                               if _openmp_build(torch) else run_time(lib.set_call())),
                       pushed=framework_set.get(TORCH_ROWS[0]),
-                      after_apply=read_after_apply(intra_model, "torch", environ, applied))
-        row.owner = "torch"
+                      after_apply=read_after_apply(intra_model, lib.module, environ, applied))
+        row.owner = lib.module
         rows.append(row)
         ctx = {"hardware_concurrency": torch.hardware_concurrency}
         row = explain("torch inter-op", torch.inter_op, MODELS["torch inter-op"], environ,
-                      launch_environ, facts, ctx, runtime=run_time(reg.library("torch").interop_call()),
+                      launch_environ, facts, ctx, runtime=run_time(lib.interop_call()),
                       pushed=framework_set.get(TORCH_ROWS[1]))
-        row.owner = "torch"
+        row.owner = lib.module
         rows.append(row)
     return rows

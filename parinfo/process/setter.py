@@ -214,7 +214,10 @@ def set_module(record: Any, n: int) -> Outcome | None:
     return Outcome(record.name, str(record.module), n, record.read_count(module), before, str(record.scope), error)
 
 
-#: torch's record name (the registry's): what the runtime's push keys torch's count by.
+#: torch's module name (its family's ``module`` and ``name`` in the registry), for code that cannot
+#: import the registry (the start-up hook loads this file by path) and for the runtime's hot paths
+#: (is torch imported?, the key the runtime's push files torch's count under);
+#: tests/test_library_names.py checks that it is the registry's.
 TORCH = "torch"
 
 

@@ -6,7 +6,6 @@ Below both :mod:`parinfo.process.pools` (MKL linked into torch) and :mod:`parinf
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import field
 from typing import Annotated, Any
 
@@ -14,7 +13,7 @@ from parinfo.process import libraries as reg
 from parinfo.records.convert import MAX_COUNT, Count, at_most, load
 from parinfo.records.record import record
 
-_TORCH = reg.library("torch")
+_TORCH = reg.family(reg.Torch)
 
 #: torch's getters a report reads (key -> the call, from the torch module), all of which change
 #: nothing; the same calls are made inside another process by parinfo's attach.
@@ -77,7 +76,7 @@ class ParallelInfo:
 
 def parallel_info_text() -> str | None:
     """``torch.__config__.parallel_info()`` when torch is imported, else None (never imports torch)."""
-    torch = sys.modules.get("torch")
+    torch = _TORCH.loaded_module()
     if torch is None or not hasattr(torch, "__config__"):
         return None
     text = torch.__config__.parallel_info()

@@ -274,10 +274,10 @@ def _torch(plan: Plan, counts: dict[str, int | None], inter: int,
     from parinfo.process.provenance import TORCH_KEYS, TORCH_ROWS
     from parinfo.profiles import at_import as later
 
-    rec = reg.library("torch")
+    rec = reg.family(reg.Torch)
     first = _count_var(rec)  # torch's intra-op default reads it first
     want_intra = counts.get(rec.name)
-    imported = sys.modules.get("torch") is not None
+    imported = rec.is_loaded()
     steps: Steps = []
     users = kept.get(first or "")
     if want_intra is None:
@@ -355,7 +355,7 @@ def _verify(intra: int, inter: int, loaded: list[NativePool], pools: list[tuple[
         bad += [Drift(name, Where.POOL, want, now[path]) for path, name, want in pools
                 if path in now and now[path] != want]
     now_counts = setter.torch_counts()
-    torch = reg.library("torch").name
+    torch = reg.family(reg.Torch).name
     for key, wanted, got in zip(("intra_op", "inter_op"), torch_want, now_counts, strict=True):
         if wanted is not None and got != wanted:
             bad.append(Drift(key, Where.FRAMEWORK, wanted, got, library=torch))

@@ -50,7 +50,7 @@ def watch_module() -> ModuleType:
 
 def _torch_names() -> tuple[str, str, str, str]:
     """torch's setter, getter, inter-op setter and inter-op getter, as its registry record names them."""
-    rec = reg.library("torch")
+    rec = reg.family(reg.Torch)
     calls, interop = rec.calls or reg.Calls(), rec.interop_calls or reg.Calls()
     return calls.setter, calls.getter, interop.setter, interop.getter
 
@@ -74,9 +74,9 @@ def torch_when_imported(profile: str, intra: int | None, inter: int) -> AtImport
             _pending.clear()
         watch.set_torch(torch, intra, inter, _torch_names(), setter, profile, _HOW)  # it records what it set
 
+    rec = reg.family(reg.Torch)
     with _lock:
         for old in _pending:
             old.cancel()
-        _pending[:] = [watch.watch("torch", fire)]
-    rec = reg.library("torch")
+        _pending[:] = [watch.watch(str(rec.module), fire)]
     return AtImport(rec.name, inter, rec.interop_call(), intra, rec.set_call())

@@ -15,10 +15,10 @@ This module says exactly that for one apply(), as records (their words are
 """
 from __future__ import annotations
 
-import sys
 import threading
 from dataclasses import replace
 
+from parinfo.process.libraries import Torch, family
 from parinfo.process.setter import NativePool
 from parinfo.profiles.applied import Gap, Reach
 
@@ -40,7 +40,7 @@ def probe_new_thread(pools: list[NativePool]) -> list[int | None] | None:
 
 
 def _torch_is_per_thread() -> bool:
-    torch = sys.modules.get("torch")
+    torch = family(Torch).loaded_module()
     try:
         return torch is not None and "parallel backend: OpenMP" in torch.__config__.parallel_info()
     except Exception:
@@ -72,7 +72,7 @@ def reach(per_thread: list[tuple[NativePool, str, int]], torch_intra: int | None
     where = Reach(pool="", count=0, thread=(current.name, threading.get_native_id()), pool_threads=_names(pool),
                   caller=_names(also), others=_names(others), busy=_names([t for t in others if is_pool_worker(t)]))
     torch_copy = [(pool, name, n) for pool, name, n in per_thread
-                  if owner_of(pool.path) == "torch" and torch_intra is not None]
+                  if owner_of(pool.path) == family(Torch).module and torch_intra is not None]
     plain = [entry for entry in per_thread if entry not in torch_copy]
     fresh = probe_new_thread([pool for pool, _, _ in plain]) if plain else []
     lines: list[Reach] = []

@@ -32,7 +32,7 @@ import os
 import threading
 from typing import Any
 
-from parinfo.process.libraries import library
+from parinfo.process.libraries import role_var
 from parinfo.process.variables import read_setting
 from parinfo.runtime.snapshot import AdaptiveState
 
@@ -58,7 +58,7 @@ class Adaptive:
     def enabled(self) -> bool:
         on = self.on
         if on is None:
-            on = self.on = read_setting(library("parinfo").var("adaptive"), os.environ).value is not False
+            on = self.on = read_setting(role_var("adaptive"), os.environ).value is not False
         return on
 
     def set_enabled(self, on: bool) -> None:

@@ -28,7 +28,6 @@ following off.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -55,7 +54,7 @@ RETRY_S = 0.05
 _INTERVAL_NS = int(INTERVAL_S * 1e9)
 _RETRY_NS = int(RETRY_S * 1e9)
 
-_FOLLOW_VAR = reg.library("parinfo").var("follow")
+_FOLLOW_VAR = reg.role_var("follow")
 _NEVER = 1 << 63  # an int, as perf_counter_ns is: the comparison stays int against int
 
 #: (count, source, {record name: count or None}) -> None: how the follower pushes defaults.
@@ -73,7 +72,7 @@ def _enabled() -> tuple[bool, Source]:
 
 def _followable() -> tuple[reg.Library, ...]:
     """The records whose count the runtime's push sets: native pools and torch."""
-    return tuple(r for r in reg.records() if r.set_by_threadpoolctl or r.name == TORCH)
+    return tuple(r for r in reg.records() if r.set_by_threadpoolctl or r.kind is reg.LibraryKind.FRAMEWORK)
 
 
 def _budget(facts: MachineFacts) -> tuple[Any, ...]:
@@ -176,9 +175,10 @@ class BudgetFollower:
         pools = (*process, *per_thread)
         for pool in pools:
             self._judge(pool.path, pool.name, pool.record, limits.count_before_cap(pool), old, by_library)
-        torch_loaded = TORCH in sys.modules
+        torch = reg.family(reg.Torch)
+        torch_loaded = torch.is_loaded()
         if torch_loaded:
-            self._judge(TORCH, "torch intra-op", reg.library(TORCH), limits.torch_before_cap(), old, by_library)
+            self._judge(TORCH, "torch intra-op", torch, limits.torch_before_cap(), old, by_library)
         if all(n is None for n in by_library.values()):
             return []
         self._push(self.settings.intra()[0], followed_default("usable CPUs", at), by_library)

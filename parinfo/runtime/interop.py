@@ -22,6 +22,7 @@ from contextvars import copy_context
 from time import perf_counter_ns
 from typing import Any
 
+from parinfo.process.setter import TORCH
 from parinfo.runtime.adaptive import INLINE, SAMPLE_MASK, Adaptive
 from parinfo.runtime.crew import STOP, Crew
 from parinfo.runtime.follow import BudgetFollower
@@ -131,7 +132,7 @@ class InteropPool:
         follow = self.follow
         if perf_counter_ns() >= follow.due_ns:  # at most once a second: re-read the usable CPUs
             follow.check()
-        if "torch" in _MODULES and self.torch_forks.accepts(fn) and not self.settings.sequential():
+        if TORCH in _MODULES and self.torch_forks.accepts(fn) and not self.settings.sequential():
             torch_fut = self.torch_forks.fork(fn, args, kwargs)
             if torch_fut is not None:
                 return torch_fut

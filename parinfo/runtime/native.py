@@ -32,7 +32,7 @@ from parinfo.runtime.snapshot import Budget, Push, PushedPool, Reached
 
 
 def _torch() -> Any:
-    return sys.modules.get("torch")
+    return sys.modules.get(setter.TORCH)
 
 
 def _describe(pool: NativePool, done: setter.Outcome, scope: str | None = None) -> PushedPool:
@@ -123,7 +123,7 @@ class NativeLimits:
         rest of the process. ``omp_pause_resource_all(omp_pause_soft)`` frees the calling thread's
         team (0.3 us when it has none); the next region on the worker makes a new one.
         """
-        if self._controller is None and "torch" not in sys.modules:
+        if self._controller is None and setter.TORCH not in sys.modules:
             return  # nothing asked for a native view yet (pure-Python tasks pay nothing)
         per_thread = self._libs()[0]  # cached; rebuilt only after imports
         seen, pauses = self._pauses

@@ -20,7 +20,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from parinfo.process.libraries import library
+from parinfo.process.libraries import ParinfoRuntime, family, role_var
 from parinfo.process.variables import count_from_env, read_setting
 from parinfo.records.source import EXPLICIT_CALL, Kind, Source, followed_default, parinfo_default, profile, variable
 
@@ -33,9 +33,9 @@ INTEROP_ERROR = ("Error: cannot set number of interop threads after parallel wor
 EXPLICIT = EXPLICIT_CALL
 
 # The variables each count reads, first wins (after an explicit call and a profile).
-INTRA_VARS = library("parinfo").count_vars  # PARINFO_NUM_THREADS, then torch's variables
-INTER_VARS = (library("parinfo").var("inter_op"),)
-BACKEND_VAR = library("parinfo").var("backend")
+INTRA_VARS = family(ParinfoRuntime).count_vars  # PARINFO_NUM_THREADS, then torch's variables
+INTER_VARS = (role_var("inter_op"),)
+BACKEND_VAR = role_var("backend")
 
 # Each pool holds at most this many threads per logical CPU of the machine, whatever the count asks
 # (MKL and OpenBLAS cap their own pools the same way); a larger count is valid but capped.
@@ -85,7 +85,7 @@ def _from_env(names: tuple[str, ...], default: int, default_source: Source,
         if n is None:
             ignored.append((name, raw))
             continue
-        own = library("parinfo")
+        own = family(ParinfoRuntime)
         name_of = environ.get(own.var("profile"))
         source = profile(name_of, name) if name in own.variables and name_of else variable(name)
         note = _ignored_note(ignored)

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from parinfo.process.setter import TORCH
 from parinfo.records.convert import dump
 from parinfo.records.source import Kind, Source
 from parinfo.runtime import workers
@@ -182,7 +183,7 @@ class Runtime:
         """The task's value; re-raises its exception. An unstarted task runs on this thread."""
         if isinstance(fut, Future):
             return fut.result()
-        torch = sys.modules.get("torch")
+        torch = sys.modules.get(TORCH)
         if torch is not None and isinstance(fut, torch._C.Future):  # from fork of a TorchScript callable
             if not fut.done():  # this thread blocks: its idle OpenMP team must not spin on the task's CPUs
                 self.limits.release_teams()

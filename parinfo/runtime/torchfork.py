@@ -106,7 +106,7 @@ class TorchForks:
     def accepts(self, fn: Any) -> bool:
         """Whether ``fn`` is a TorchScript callable (only asked while torch is imported)."""
         if self._types is None:
-            jit = getattr(sys.modules["torch"], "jit", None)
+            jit = getattr(sys.modules[setter.TORCH], "jit", None)
             self._types = tuple(t for t in (getattr(jit, "ScriptModule", None),
                                             getattr(jit, "ScriptFunction", None)) if isinstance(t, type))
         return isinstance(fn, self._types)
@@ -126,7 +126,7 @@ class TorchForks:
         budget's native threads per lane, ``usable_cpus // threads``: the tasks of a fork/wait run
         at once, and 2 pool threads x 2 OpenMP threads on 2 CPUs made the tutorial's ensemble
         slower than 1 thread each. A pool the program started or sized itself is left alone."""
-        torch = sys.modules["torch"]
+        torch = sys.modules[setter.TORCH]
         with self._lock:
             if self._sized:
                 return
@@ -194,7 +194,7 @@ class TorchForks:
 
     def _compile(self, fn: Any) -> _Launcher | None:
         """A launcher for ``fn``, or None when TorchScript cannot express one for its signature."""
-        torch = sys.modules["torch"]
+        torch = sys.modules[setter.TORCH]
         is_module = isinstance(fn, torch.jit.ScriptModule)
         try:
             schema = fn.forward.schema if is_module else fn.schema
@@ -221,7 +221,7 @@ class TorchForks:
                 def __init__(self, target: Any, src: str) -> None:
                     super().__init__()
                     self.target = target
-                    torch = sys.modules["torch"]  # noqa: F841 -- define() resolves names in this frame
+                    torch = sys.modules[setter.TORCH]  # noqa: F841 -- define() resolves names in this frame
                     self.define(src)
 
             self._holder = LaunchHolder

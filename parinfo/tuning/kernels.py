@@ -80,11 +80,12 @@ def torch_elementwise(length: int) -> Callable[[], Any]:
 
 
 def ensemble(framework: str) -> Callable[[], Any]:
+    from parinfo.process.libraries import Torch, family
     from parinfo.runtime import fork, wait
 
     x: Any
     models: list[list[Any]]
-    if framework == "torch":
+    if framework == family(Torch).module:
         import torch
 
         g = torch.Generator().manual_seed(0)

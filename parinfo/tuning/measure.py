@@ -22,7 +22,7 @@ from parinfo.safe_text import plural
 from parinfo.tuning.search import Point, Stats
 from parinfo.tuning.tail import OutputTail
 from parinfo.tuning.usercode import RAISED
-from parinfo.tuning.workloads import Command, Workload
+from parinfo.tuning.workloads import TORCH, Command, Workload
 
 if TYPE_CHECKING:  # pragma: no cover
     from parinfo.launch.child import ChildEnv
@@ -338,7 +338,7 @@ class InProcessMeasurer(Measurer):
             set_runtime = None
         if set_runtime is not None:
             set_runtime(p.intra)
-        torch = self.workload.framework == "torch"
+        torch = self.workload.framework == TORCH
         pools = setter.native_pools()
         done = setter.set_counts(p.intra, torch=torch, pools=pools)
         s = self.settings

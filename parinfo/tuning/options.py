@@ -124,7 +124,7 @@ def _mode(o: TuneOptions, w: Workload) -> str:
     if w.uses_interop:
         raise UsageError("--in-process cannot sweep the ensemble workload: the inter-op count is set once "
                          "per process; drop --in-process")
-    if o.framework == "torch" and w.kind in workloads.BUILTIN:
+    if o.framework == workloads.TORCH and w.kind in workloads.BUILTIN:
         import torch  # noqa: F401 - asked for: the in-process torch workload needs it
     return "in-process"
 

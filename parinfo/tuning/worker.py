@@ -17,6 +17,7 @@ from typing import Any
 def counts_in_force(framework: str) -> dict[str, Any]:
     """The counts the loaded libraries report now (read-only: nothing is probed by setting)."""
     from parinfo.process import setter
+    from parinfo.tuning.workloads import TORCH
 
     seen: dict[str, Any] = {}
     try:
@@ -31,7 +32,7 @@ def counts_in_force(framework: str) -> dict[str, Any]:
         except Exception as exc:
             seen["parinfo"] = f"unknown ({exc})"
     intra, inter = setter.torch_counts()
-    if framework == "torch" and intra is not None:
+    if framework == TORCH and intra is not None:
         seen["torch"] = {"intra_op": intra, "inter_op": inter}
     return seen
 
@@ -40,11 +41,11 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     """Build the workload under this process's counts and time it; returns the result dict."""
     from parinfo.tuning.timing import time_calls
     from parinfo.tuning.usercode import UserCodeError, WorkloadUsageError
-    from parinfo.tuning.workloads import read_spec
+    from parinfo.tuning.workloads import TORCH, read_spec
 
     workload = read_spec(job["spec"])
     fw = workload.framework
-    if fw == "torch":
+    if fw == TORCH:
         import torch  # noqa: F401 - the start-up hook sets its counts as the import finishes
     try:
         fn = workload.build()

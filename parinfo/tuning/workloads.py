@@ -16,13 +16,16 @@ from dataclasses import field
 from typing import Any, ClassVar
 
 from parinfo.errors import UsageError
+from parinfo.process.libraries import Torch, family
 from parinfo.records.convert import load
 from parinfo.records.record import record
 from parinfo.tuning import kernels
 from parinfo.tuning.checks import check_int
 from parinfo.tuning.usercode import build_module, build_stmt, compile_user
 
-FRAMEWORKS = ("numpy", "torch")
+#: tune's --framework word for torch's workloads: torch's module, as its registry family names it.
+TORCH = str(family(Torch).module)
+FRAMEWORKS = ("numpy", TORCH)
 MATMUL_DTYPE_BYTES = 4  # float32
 MATMUL_ARRAYS = 3  # a, b and the result
 
@@ -44,7 +47,7 @@ class Workload:
         """Whether one call may run inter-op tasks, so the inter-op count can change its time: the
         ensemble does; the user's code may with torch (``torch.jit.fork``; the worker sets torch's
         inter-op count); the built-in matmul and elementwise never do."""
-        return self.uses_interop or (self.user_code and self.framework == "torch")
+        return self.uses_interop or (self.user_code and self.framework == TORCH)
 
     @classmethod
     def create(cls, framework: str, size: Any) -> Workload:
@@ -78,10 +81,10 @@ class Matmul(Workload):
 
     def describe(self) -> str:
         n = self.size
-        return f"matmul {n}x{n} float32 ({'torch.mm' if self.framework == 'torch' else 'numpy @'})"
+        return f"matmul {n}x{n} float32 ({'torch.mm' if self.framework == TORCH else 'numpy @'})"
 
     def build(self) -> Callable[[], Any]:
-        make = kernels.torch_matmul if self.framework == "torch" else kernels.numpy_matmul
+        make = kernels.torch_matmul if self.framework == TORCH else kernels.numpy_matmul
         return make(self.size)
 
     def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -95,11 +98,11 @@ class Elementwise(Workload):
     kind: ClassVar[str] = "elementwise"
 
     def describe(self) -> str:
-        how = "torch ops" if self.framework == "torch" else "numpy ufuncs split by parinfo.parallel_for"
+        how = "torch ops" if self.framework == TORCH else "numpy ufuncs split by parinfo.parallel_for"
         return f"elementwise exp/mul/add over {kernels.ELEMENTWISE_LEN} doubles ({how})"
 
     def build(self) -> Callable[[], Any]:
-        make = kernels.torch_elementwise if self.framework == "torch" else kernels.numpy_elementwise
+        make = kernels.torch_elementwise if self.framework == TORCH else kernels.numpy_elementwise
         return make(kernels.ELEMENTWISE_LEN)
 
 
@@ -233,7 +236,7 @@ def _builtin(name: str, framework: str, size: Any) -> Workload:
     if cls is None:
         raise UsageError(f"unknown workload {name!r}: use one of {', '.join(BUILTIN)}, "
                          f"or --stmt, --module, -- COMMAND")
-    need = "torch" if framework == "torch" else "numpy"
+    need = TORCH if framework == TORCH else "numpy"
     if importlib.util.find_spec(need) is None:
         raise UsageError(f"the {name} workload with --framework {framework} needs {need}: pip install {need}")
     return cls.create(framework, size)

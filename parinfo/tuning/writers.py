@@ -168,12 +168,14 @@ def profile_yaml(r: TuneOutcome, name: str | None = None) -> str:
     """A profile (``version: 1``) with the winning counts, and comments recording how they were found."""
     import yaml
 
+    from parinfo.tuning.workloads import TORCH
+
     if name is not None:
         check_name(name)
 
     body: dict[str, Any] = {"version": 1, "name": name or f"tuned-{r.spec.kind}",
                             "description": _description(r), **r.counts(), **r.preloads()}
-    if r.spec.framework == "torch":
+    if r.spec.framework == TORCH:
         body["libraries"] = {"torch": r.best.intra}
     # a command's argument may hold a line break: keep every comment on one line
     comments = "".join(ln.replace("\r", "\\r").replace("\n", "\\n") + "\n" for ln in _comments(r))

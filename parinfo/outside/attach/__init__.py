@@ -73,7 +73,7 @@ def script_data(fifo: str, token: str, cap: int, pools: list[tuple[str, str]], s
     """
     from parinfo.process.torch_config import TORCH_CALLS
 
-    torch = reg.library("torch")
+    torch = reg.family(reg.Torch)
     return {
         "fifo": fifo, "token": token, "cap": cap, "max_items": MAX_ITEMS, "max_text": MAX_TEXT,
         "machine": [int(machine[0]), int(machine[1])],
@@ -84,7 +84,7 @@ def script_data(fifo: str, token: str, cap: int, pools: list[tuple[str, str]], s
         "native": {r.name: r.native.to_data() for r in reg.records() if r.native is not None},
         "skip_native": skip_native,
         "torch": {"module": torch.module, "calls": dict(TORCH_CALLS)},
-        "python_libs": [[r.name, r.module, "" if r.calls is None or r.calls.read is not None else r.calls.getter,
+        "python_libs": [[r.name, r.module, r.quiet_getter(),
                          list(r.module_facts)] for r in reg.python_libraries()],
     }
 

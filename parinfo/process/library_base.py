@@ -1,0 +1,254 @@
+"""The base class of the library families (:class:`Library`): what every library is asked, with the
+answer most of them give.
+
+A library family is a small subclass whose class attributes say what it is (its files, its
+variables, how its count is set) and whose methods hold what it does differently (its default and
+cap, what a plan's counts mean for it, how its count is read). The registry
+(:mod:`parinfo.process.libraries`) holds one instance of each; other modules ask it, never build one.
+Plain classes with class attributes: defining them costs nothing at import (the launcher imports the
+registry on its start-up path).
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from parinfo.process.library_parts import (
+    Calls,
+    CountSymbol,
+    DirectRead,
+    LibraryKind,
+    NativeReads,
+    Preloadable,
+    Push,
+    Scope,
+    SetAlong,
+)
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from parinfo.machine.topology import MachineFacts
+
+
+class Library:
+    """One library family, in the manner of threadpoolctl's controllers: data as class attributes,
+    behaviour as methods that a family overrides.
+
+    Found by: ``prefixes`` (starts of its shared objects' file names, ``not_prefixes`` excepted: a
+    helper such as TBB's allocator is not a runtime; the owning package is the ``site-packages``
+    folder the file lies in) or ``module`` (a Python module, read only when it is already in
+    ``sys.modules``, never imported by parinfo).
+    Count: ``precedence`` (variables read in order, first valid wins; then those of the family it
+    ``follows``), :meth:`default` when none is set, :meth:`cap` on a variable's request
+    (``cap_vars`` steer the cap; ``refused`` is the count kept when a request above the cap is
+    refused rather than cut to the cap, as numexpr does; :meth:`context` gathers what only the
+    loaded module can tell the default and the cap). ``layer_files`` tell its threading layer from
+    the files loaded beside it; ``layer_var`` chooses that layer.
+    Set and read back (by :mod:`parinfo.process.setter`, the one module that sets counts, asking the
+    family): ``push`` (:class:`Push`) says how: through threadpoolctl's controller for
+    ``internal_api``, through the module's own functions (``calls``, ``interop_calls`` for a
+    framework's inter-op pool), by parinfo's runtime, or not at all. ``native_getter`` names the C
+    call that reads it; ``team_release`` the C call that frees the calling thread's idle team.
+    ``scope`` (:class:`Scope`) is THREAD when a set limit holds for the calling thread only
+    (OpenMP's ICVs). ``set_along``: the framework that sets its count with its own. ``direct``: the
+    words for a copy threadpoolctl does not see, read by :meth:`read_direct`. ``avoid_with``: the
+    user APIs of runtimes not to mix with it in one build. ``spinning_layers``: its threading layers
+    whose idle threads spin a while after each call (OpenBLAS's pthreads). ``kind``
+    (:class:`LibraryKind`) says what it is.
+    Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch;
+    :meth:`plan_note` says what a plan's counts mean for it on the machine. From outside:
+    ``count_symbol`` (:class:`CountSymbol`) names the getter and variable that hold the count in
+    force. Attached: ``native`` (:class:`NativeReads`) names the C getters of a loaded copy;
+    ``module_facts`` the module attributes :meth:`context` reads.
+    """
+
+    name: str = ""
+    label: str = ""
+    kind: LibraryKind = LibraryKind.NATIVE
+    prefixes: tuple[str, ...] = ()
+    not_prefixes: tuple[str, ...] = ()
+    module: str | None = None
+    user_api: str | None = None
+    internal_api: str | None = None
+    vendor: str | None = None
+    env_prefixes: tuple[str, ...] = ()
+    precedence: tuple[str, ...] = ()
+    follows: type[Library] | None = None
+    reads: tuple[str, ...] = ()
+    cap_vars: tuple[str, ...] = ()
+    refused: int | None = None
+    profile_key: str | None = None
+    profile_var: str | None = None
+    push: Push = Push.THREADPOOLCTL
+    calls: Calls | None = None
+    interop_calls: Calls | None = None
+    native_getter: str | None = None
+    team_release: str | None = None
+    scope: Scope = Scope.PROCESS
+    layer_files: tuple[tuple[str, str], ...] = ()
+    layer_var: str | None = None
+    listed: str = "always"  # always | loaded: list its unset variables only when the module is loaded
+    roles: tuple[tuple[str, str], ...] = ()  # (role, variable): variables other modules ask for by role
+    conflicts: tuple[str, ...] = ()  # runtimes it cannot share a process with (both initialised: abort)
+    warns_invalid: bool = False  # prints a warning for an invalid count variable (the others are silent)
+    static_prefixes: tuple[str, ...] = ()  # files that hold it without a controller threadpoolctl knows
+    linked_into: tuple[tuple[str, str], ...] = ()  # (file prefix, framework): a copy linked inside it
+    layer_from_openmp: tuple[tuple[str, str], ...] = ()  # (OpenMP runtime, layer) when no layer file says
+    count_symbol: CountSymbol | None = None
+    native: NativeReads | None = None
+    module_facts: tuple[str, ...] = ()
+    set_along: SetAlong | None = None
+    direct: DirectRead | None = None
+    static_note: str = ""  # the pool row's note for a file of static_prefixes
+    avoid_with: tuple[str, ...] = ()  # user APIs of runtimes whose threads its scheduler does not know
+    spinning_layers: tuple[str, ...] = ()
+    preload: Preloadable | None = None  # how a profile's openmp: word preloads it (OpenMP runtimes)
+    note: str = ""
+
+    def __repr__(self) -> str:
+        return f"<library {self.name}>"
+
+    # -- the count a library takes by itself ---------------------------------------------------
+    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+        """Its count when no variable sets it: (count or None, the phrase the report prints)."""
+        return None, f"parinfo has no model for {self.name}"
+
+    @property
+    def has_default(self) -> bool:
+        """Whether parinfo knows its default (its family overrides :meth:`default`)."""
+        return type(self).default is not Library.default
+
+    def cap(self, facts: MachineFacts, env: Mapping[str, str],
+            ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+        """The cap on a variable's request: (cap or None for none, why)."""
+        return None, ""
+
+    def context(self, module: Any, env: Mapping[str, str]) -> dict[str, Any]:
+        """What only its loaded ``module`` can tell :meth:`default` and :meth:`cap`."""
+        return {}
+
+    def plan_note(self, counts: Mapping[str, int], values: Mapping[str, int],
+                  env: Mapping[str, str]) -> str | None:
+        """What a profile's counts (by profile key) mean for it on the machine (``values``: the
+        machine's profile values), or None when they mean what they say."""
+        return None
+
+    # -- variables -----------------------------------------------------------------------------
+    def var(self, role: str) -> str:
+        """The variable that plays ``role`` for this library (KeyError when none does)."""
+        for name, var in self.roles:
+            if name == role:
+                return var
+        raise KeyError(f"{self.name} has no variable for {role!r}")
+
+    @property
+    def count_vars(self) -> tuple[str, ...]:
+        """All variables that decide its count, first wins (its own, then those it follows)."""
+        return self.precedence + (self.follows().count_vars if self.follows is not None else ())
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The variables it reads itself (not those of the library it follows): its own count
+        variables, then the other steering ones."""
+        return tuple(dict.fromkeys(self.precedence + self.reads))
+
+    # -- its files and threading layer ---------------------------------------------------------
+    def owns_file(self, file_name: str) -> bool:
+        """Whether the shared object ``file_name`` (a base name, lower case) is a copy of it."""
+        return bool(self.prefixes) and file_name.startswith(self.prefixes) and not (
+            self.not_prefixes and file_name.startswith(self.not_prefixes))
+
+    def layer_in(self, objects: list[str]) -> str | None:
+        """Its threading layer, from the files loaded beside it (``layer_files``), or None."""
+        for path in objects:
+            base = path.rsplit("/", 1)[-1].lower()
+            for prefix, layer in self.layer_files:
+                if base.startswith(prefix):
+                    return layer
+        return None
+
+    def layer_given_openmp(self, runtimes: set[str]) -> str | None:
+        """Its threading layer inferred from the one OpenMP runtime its owner loaded, or None."""
+        if len(runtimes) != 1:
+            return None
+        return dict(self.layer_from_openmp).get(next(iter(runtimes)))
+
+    def read_direct(self, path: str) -> tuple[str | None, int | None]:
+        """(version, count) of the loaded copy at ``path`` read through its own getters, for a
+        library threadpoolctl does not see (``direct``); None parts when they cannot be read."""
+        return None, None
+
+    # -- how its count is set and read back ----------------------------------------------------
+    @property
+    def set_by_threadpoolctl(self) -> bool:
+        """Whether its loaded copies are set through threadpoolctl's controller for them."""
+        return self.push is Push.THREADPOOLCTL
+
+    @property
+    def set_in_module(self) -> bool:
+        """Whether its count is set through its Python module's own functions (:meth:`push_count`)."""
+        return self.push is Push.SETTER and self.calls is not None
+
+    def _calls(self, calls: Calls | None) -> Calls:
+        if calls is None or self.push is not Push.SETTER:
+            raise TypeError(f"{self.name}'s count is not set through its module's functions")
+        return calls
+
+    def push_count(self, module: Any, n: int) -> None:
+        """Set its count in its imported ``module`` (torch: the intra-op count); raises what the
+        module raises when it refuses. Only :mod:`parinfo.process.setter` calls it."""
+        self._calls(self.calls).set(module, n)
+
+    def read_count(self, module: Any) -> int | None:
+        """The count in force in its imported ``module`` (torch: the intra-op count), read without
+        changing it; None when it cannot be read."""
+        return None if self.calls is None else self.calls.get(module)
+
+    def quiet_getter(self) -> str:
+        """The name of its module's getter that reads the count without changing anything ("" when
+        there is none: numba's launches its threads)."""
+        return "" if self.calls is None else self.calls.getter
+
+    def push_interop(self, module: Any, n: int) -> None:
+        """Set a framework's inter-op count (torch's); raises what the module raises when it refuses.
+        Only :mod:`parinfo.process.setter` calls it."""
+        self._calls(self.interop_calls).set(module, n)
+
+    def read_interop(self, module: Any) -> int | None:
+        """A framework's inter-op count in force; None when it cannot be read."""
+        return None if self.interop_calls is None else self.interop_calls.get(module)
+
+    def set_call(self, n: int | None = None) -> str:
+        """How a report names the call that sets its count: ``numexpr.set_num_threads``, with ``n``
+        ``numexpr.set_num_threads(4)``."""
+        return self._calls(self.calls).call(str(self.module), n)
+
+    def interop_call(self, n: int | None = None) -> str:
+        """How a report names the call that sets a framework's inter-op count."""
+        return self._calls(self.interop_calls).call(str(self.module), n)
+
+    @property
+    def per_thread(self) -> bool:
+        """Whether a limit set on it holds for the calling thread only (whatever its build)."""
+        return self.scope is Scope.THREAD
+
+    def scope_of(self, threading_layer: str | None) -> Scope:
+        """Whose limit a set count is for a loaded copy with this threading layer: a library built
+        on an OpenMP runtime follows the calling thread's OpenMP limit."""
+        return Scope.THREAD if self.per_thread or threading_layer == "openmp" else Scope.PROCESS
+
+    def per_thread_in(self, threading_layer: str | None) -> bool:
+        """Whether a limit set on a loaded copy with this threading layer holds per calling thread."""
+        return self.scope_of(threading_layer) is Scope.THREAD
+
+    # -- its Python module ---------------------------------------------------------------------
+    def is_loaded(self, modules: Collection[str] | None = None) -> bool:
+        """True when its Python module is imported (in ``modules``, default this process's; always
+        False for a native library)."""
+        return self.module is not None and self.module in (sys.modules if modules is None else modules)
+
+    def loaded_module(self) -> ModuleType | None:
+        """Its Python module when this process has imported it (never imports it), else None."""
+        return sys.modules.get(self.module) if self.module is not None else None

@@ -1,0 +1,167 @@
+"""The families that are Python modules or frameworks (numexpr, numba, torch), the interpreter
+itself, and parinfo's own runtime: read only when imported, set through their own functions."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from parinfo.machine.rounding import ROUNDING_VAR
+from parinfo.process import defaults
+from parinfo.process.library_base import Library
+from parinfo.process.library_blas import MKL_DYNAMIC, Mkl, mkl_dynamic_cap
+from parinfo.process.library_parts import Calls, LibraryKind, Push, Scope, as_count
+from parinfo.safe_text import plural
+
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
+
+
+class Numexpr(Library):
+    """numexpr: a pool of NUMEXPR_MAX_THREADS; a count above it is refused (1 thread runs)."""
+
+    name = label = module = "numexpr"
+    kind = LibraryKind.PYTHON
+    env_prefixes = ("NUMEXPR_",)
+    precedence = ("NUMEXPR_NUM_THREADS", "OMP_NUM_THREADS")
+    reads = ("NUMEXPR_MAX_THREADS",)
+    cap_vars = ("NUMEXPR_MAX_THREADS",)
+    refused = 1
+    module_facts = ("ncores", "MAX_THREADS")
+    profile_key, profile_var = "numexpr", "NUMEXPR_NUM_THREADS"
+    push, calls = Push.SETTER, Calls()
+    note = ("pool of NUMEXPR_MAX_THREADS (read at import, 64 unset); a count above it is refused with "
+            "an 'Error.' line on stderr and 1 thread runs; 16 at most when neither it nor "
+            "OMP_NUM_THREADS is set")
+
+    def context(self, module: Any, env: Mapping[str, str]) -> dict[str, Any]:
+        return {"ncores": getattr(module, "ncores", None), "max_threads": getattr(module, "MAX_THREADS", None),
+                "max_set": bool(env.get("NUMEXPR_MAX_THREADS"))}
+
+    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+        """numexpr 2.8.5+ with no count asked: its whole pool when NUMEXPR_MAX_THREADS is set, else
+        the online CPUs it detects (affinity ignored), at most 16."""
+        pool = ctx.get("max_threads")
+        if ctx.get("max_set") and isinstance(pool, int):
+            return pool, f"{pool} (NUMEXPR_MAX_THREADS: numexpr runs its whole pool when no count is asked)"
+        ncores = ctx.get("ncores") or facts.logical_cpus or 1
+        if ncores > 16:
+            return 16, f"16 (numexpr's safe limit; {plural(ncores, 'core')} detected)"
+        return ncores, f"{ncores} (online CPUs detected by numexpr; affinity ignored)"
+
+    def cap(self, facts: MachineFacts, env: Mapping[str, str],
+            ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+        """numexpr's pool size (MAX_THREADS: NUMEXPR_MAX_THREADS at import, else 64): a request
+        above it is refused."""
+        pool = (ctx or {}).get("max_threads")
+        if not isinstance(pool, int):
+            return None, ""
+        if (ctx or {}).get("max_set"):
+            return pool, f"its pool of NUMEXPR_MAX_THREADS={pool}"
+        return pool, f"its pool of {pool} (NUMEXPR_MAX_THREADS unset)"
+
+
+class Torch(Library):
+    """torch: an intra-op count read from MKL's and OpenMP's variables at import (MKL's only when
+    torch has MKL), an inter-op count that reads none; both set through its own functions."""
+
+    name = label = module = "torch"
+    kind = LibraryKind.FRAMEWORK
+    precedence = ("MKL_NUM_THREADS", "OMP_NUM_THREADS")
+    cap_vars = (MKL_DYNAMIC,)
+    profile_key = "torch"
+    push, calls = Push.SETTER, Calls()
+    interop_calls = Calls("set_num_interop_threads", "get_num_interop_threads")
+    scope = Scope.THREAD
+    note = ("intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "
+            "(std::thread::hardware_concurrency)")
+
+    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+        return defaults.physical_in_affinity(facts, ctx)
+
+    def cap(self, facts: MachineFacts, env: Mapping[str, str],
+            ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+        return mkl_dynamic_cap(facts, env)
+
+    def vars_without_mkl(self) -> tuple[str, ...]:
+        """The variables its intra-op count reads in a build without MKL."""
+        return tuple(v for v in self.precedence if not v.startswith(Mkl.env_prefixes))
+
+    def plan_note(self, counts: Mapping[str, int], values: Mapping[str, int],
+                  env: Mapping[str, str]) -> str | None:
+        """A profile's torch count other than its MKL count: torch reads MKL's variable at import,
+        so its own count is set afterwards."""
+        mkl, torch = counts["mkl"], counts["torch"]
+        if torch != mkl:
+            return (f"torch reads {self.precedence[0]} ({mkl}) at import; its intra-op count {torch} "
+                    "is set by the start-up hook or parinfo.apply()")
+        return None
+
+
+class Numba(Library):
+    """numba: launches NUMBA_NUM_THREADS threads once; its getter would launch them, so its count
+    is read from its config until they are."""
+
+    name = label = module = "numba"
+    kind = LibraryKind.PYTHON
+    precedence = ("NUMBA_NUM_THREADS",)
+    reads = ("NUMBA_THREADING_LAYER",)
+    module_facts = ("config.NUMBA_DEFAULT_NUM_THREADS",)
+    push, calls = Push.SETTER, Calls()
+    scope = Scope.THREAD
+    layer_var = "NUMBA_THREADING_LAYER"
+    layer_files = (("tbbpool", "tbb"), ("omppool", "omp"), ("workqueue", "workqueue"))
+    listed = "loaded"
+    note = ("launches NUMBA_NUM_THREADS threads once; set_num_threads masks them for the calling "
+            "thread only and refuses more than were launched")
+
+    def context(self, module: Any, env: Mapping[str, str]) -> dict[str, Any]:
+        return {"default": getattr(getattr(module, "config", None), "NUMBA_DEFAULT_NUM_THREADS", None)}
+
+    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+        n = ctx.get("default")
+        if not isinstance(n, int) or n < 1:
+            return defaults.affinity_cpus(facts)
+        return n, f"{n} (numba.config.NUMBA_DEFAULT_NUM_THREADS: CPUs in affinity)"
+
+    def read_count(self, module: Any) -> int | None:
+        """numba.get_num_threads() launches the threading layer: call it only once that has happened;
+        before, the count is the one numba will launch with (numba.config.NUMBA_NUM_THREADS)."""
+        try:
+            parallel = sys.modules.get("numba.np.ufunc.parallel")
+            if parallel is not None and getattr(parallel, "_is_initialized", False):
+                return as_count(module.get_num_threads())
+            return as_count(getattr(getattr(module, "config", None), "NUMBA_NUM_THREADS", None))
+        except Exception:
+            return None
+
+    def quiet_getter(self) -> str:
+        return ""
+
+
+class Interpreter(Library):
+    """Python itself: PYTHON_CPU_COUNT and PYTHON_GIL."""
+
+    name, label = "python", "Python"
+    kind = LibraryKind.INTERPRETER
+    reads = ("PYTHON_CPU_COUNT", "PYTHON_GIL")
+    push = Push.NONE
+    roles = (("gil", "PYTHON_GIL"),)
+
+
+class ParinfoRuntime(Library):
+    """parinfo's own runtime: PARINFO_NUM_THREADS, then torch's variables."""
+
+    name = label = "parinfo"
+    kind = LibraryKind.PARINFO
+    env_prefixes = ("PARINFO_",)
+    precedence = ("PARINFO_NUM_THREADS",)
+    follows = Torch
+    reads = ("PARINFO_NUM_INTEROP_THREADS", "PARINFO_BACKEND", "PARINFO_VERIFY", "PARINFO_ADAPTIVE",
+             "PARINFO_FOLLOW_QUOTA", ROUNDING_VAR, "PARINFO_PRELOAD", "PARINFO_PROFILE", "PARINFO_INSTANCE",
+             "PARINFO_INSTANCES")
+    roles = (("inter_op", "PARINFO_NUM_INTEROP_THREADS"), ("backend", "PARINFO_BACKEND"),
+             ("preload", "PARINFO_PRELOAD"), ("verify", "PARINFO_VERIFY"), ("adaptive", "PARINFO_ADAPTIVE"),
+             ("follow", "PARINFO_FOLLOW_QUOTA"), ("quota_rounding", ROUNDING_VAR),
+             ("profile", "PARINFO_PROFILE"), ("instance", "PARINFO_INSTANCE"), ("instances", "PARINFO_INSTANCES"))
+    push = Push.RUNTIME
