@@ -105,10 +105,9 @@ class Report:
         out: dict[str, Any] = dump(self)
         return out
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
-        for name in ("outer", "live", "memory"):  # not gathered: {}
-            data[name] = data[name] or {}
-        return {"schema_version": SCHEMA_VERSION, **{k: data[k] for k in _ORDER}}
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        gathered = ("outer", "live", "memory")  # not gathered: {}
+        return {"schema_version": SCHEMA_VERSION, **{k: (data[k] or {}) if k in gathered else data[k] for k in _ORDER}}
 
     @classmethod
     def _json_in(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -117,7 +117,7 @@ class StackBudget:
 
     _json_extra = ("stack", "data", "address_space")  # the limits' keys, in its own object
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         if self.unknown is not None:
             return {"unknown": self.unknown}
         rl = self.rlimits or Limits(None, None, None)

@@ -5,6 +5,7 @@ makes them.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field
 from typing import Annotated, Any
 
@@ -75,7 +76,7 @@ class SettingRow:
     #: row that still sets it tests nothing); a lenient one lets it go.
     _json_gone = (("kind", "a version 1 key, never read: the row's source.kind says it"),)
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """The row's JSON: a row of parinfo's own pools carries only what its runtime records."""
         out = {k: data[k] for k in (_OWN_KEYS if self.own else _ROW_KEYS)}
         if self.capped_to is not None:

@@ -7,6 +7,7 @@ does not build the runtime (a report read from another process or a fleet worker
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -175,7 +176,7 @@ class RuntimeSection:
     unknown: Long | None = field(default=None, metadata=OMIT_NONE)
     follow: Follow | None = field(default=None, metadata=OMIT_NONE)
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         return data if self.unknown is None else {"unknown": self.unknown}
 
     @property

@@ -102,7 +102,7 @@ class ChoiceSearch:
     def written(self) -> bool:
         return self.kept != pre.DEFAULT
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """A tune's JSON of this search: the point and the choices' trials, each with its figures."""
         return {"key": self.key, "intra_op": self.point.intra, "inter_op": self.point.inter,
                 "with": dict(self.fixed), "fastest": self.fastest, "kept": self.kept, "written": self.written,
