@@ -93,7 +93,7 @@ class ChoiceSearch:
     point: Point
     fixed: dict[str, str]
     stats: dict[str, Stats] = field(default_factory=dict)
-    in_force: dict[str, Any] = field(default_factory=dict)
+    in_force: dict[str, object] = field(default_factory=dict)  # each choice's trial: what it said in force
     fastest: str = pre.DEFAULT
     kept: str = pre.DEFAULT
     why: str = ""
