@@ -142,7 +142,7 @@ class HostSummary:
                                      "widest_pool", "framework", "hostname", "findings")}
 
 
-def _keep(d: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+def _keep(d: Mapping[str, Any], keys: tuple[str, ...]) -> Mapping[str, Any]:
     return {k: d.get(k) for k in keys}
 
 

@@ -102,8 +102,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``parinfo show --json`` payload."""
-        out: dict[str, Any] = dump(self)
-        return out
+        return dict(dump(self))
 
     def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         gathered = ("outer", "live", "memory")  # not gathered: {}

@@ -218,8 +218,7 @@ class HostReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``parinfo host --json`` payload (docs/host.md)."""
-        out: dict[str, Any] = dump(self)
-        return out
+        return dict(dump(self))
 
     def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         from parinfo.version import __version__
