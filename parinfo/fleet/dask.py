@@ -141,7 +141,7 @@ def _unregister(client: Any, nanny: bool) -> None:
 
 def _result_on_worker(dask_worker: Any = None) -> probe.AppliedOnWorker:
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    return plugin.result if isinstance(plugin, ProfilePlugin) else {}
+    return plugin.result.copy() if isinstance(plugin, ProfilePlugin) else {}
 
 
 def registered(client: Any) -> dict[str, list[str]]:
