@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -56,7 +56,17 @@ class Budget:
 
 
 _budget = pytest.StashKey[Budget]()
-_seen = pytest.StashKey[dict[str, dict[str, Any]]]()
+
+
+class Held(TypedDict):
+    """What a process's pools held at the end of its session (a worker sends it to the controller in
+    its ``workeroutput``): each library's count, and the notes on counts that were kept."""
+
+    pools: dict[str, int]
+    kept: list[str]
+
+
+_seen = pytest.StashKey[dict[str, Held]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -171,7 +181,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         set_torch(intra=budget.share, inter=budget.share)
 
 
-def _held_now(notes: list[str]) -> dict[str, Any]:
+def _held_now(notes: list[str]) -> Held:
     """What this process's pools hold now, read back from each library."""
     from parinfo.process.setter import TORCH, native_pools, torch_counts
 
@@ -314,7 +324,7 @@ def _test_files(root: str) -> list[str]:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """What each worker's pools held at its end, read back inside it."""
     from_workers = config.stash.get(_seen, None)
-    seen: dict[str, dict[str, Any]] = dict(from_workers) if from_workers is not None else {}
+    seen: dict[str, Held] = dict(from_workers) if from_workers is not None else {}
     budget = config.stash.get(_budget, None)
     if budget is not None and _worker_id() is None:
         seen["this process"] = _held_now(budget.notes)

@@ -11,7 +11,7 @@ import parinfo
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.fleet_rows import WorkerRow
 from parinfo.errors import UsageError
-from parinfo.fleet.report import FleetReport
+from parinfo.fleet.report import Cluster, FleetReport
 from parinfo.process import outer
 from parinfo.process.environment import EnvRow
 from parinfo.records.convert import load
@@ -53,15 +53,15 @@ def test_per_thread_counts_are_seen():
 
 def test_host_oversubscribed_sums_the_workers_of_one_host():
     rows = [_row("dask", 1, [("openblas", 2)], usable=2, worker=w) for w in ("a", "b")]
-    report = FleetReport.from_rows({"kind": "dask"}, rows, strict=True)
+    report = FleetReport.from_rows(Cluster("dask"), rows, strict=True)
     assert [f.id for f in report.hosts[0].findings] == ["host-oversubscribed"]
     assert report.hosts[0].threads_at_once == 4
     # Task threads alone above the CPUs, pools at 1: the cluster's own choice, not flagged.
     rows = [_row("dask", 2, [("openblas", 1)], usable=2, worker=w) for w in ("a", "b")]
-    assert FleetReport.from_rows({"kind": "dask"}, rows, strict=True).hosts[0].findings == []
+    assert FleetReport.from_rows(Cluster("dask"), rows, strict=True).hosts[0].findings == []
     # Two hosts are judged apart.
     rows = [_row("dask", 1, [("openblas", 2)], usable=2, worker=w, host=w) for w in ("a", "b")]
-    report = FleetReport.from_rows({"kind": "dask"}, rows, strict=True)
+    report = FleetReport.from_rows(Cluster("dask"), rows, strict=True)
     assert len(report.hosts) == 2 and all(h.findings == [] for h in report.hosts)
     assert json.loads(json.dumps(report.to_dict()))["schema_version"] == 2
 

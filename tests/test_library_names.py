@@ -38,6 +38,8 @@ ALLOWED = {
                                                   "registry's facts come in its variable): its report keys",
     ("profiles/hook/sitecustomize.py", "parinfo"): "the start-up hook's report key for parinfo's runtime",
     ("tuning/measure.py", "torch"): "the key of tune's result for torch's count in force",
+    ("tuning/measure.py", "parinfo"): "the start-up hook's report key for parinfo's own counts (the hook "
+                                      "writes it without the registry)",
     ("tuning/worker.py", "torch"): "the key of a tune worker's report for torch's counts",
     ("tuning/worker.py", "parinfo"): "the key of a tune worker's report for parinfo's runtime counts",
 }

@@ -19,7 +19,7 @@ from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
 from parinfo.diagnostics.torch_block import torch_block
 from parinfo.errors import RecordError, UsageError
-from parinfo.fleet.report import FleetReport
+from parinfo.fleet.report import Cluster, FleetReport
 from parinfo.records.convert import dump, load
 
 SCHEMA = json.loads((REPO / "parinfo" / "diagnostics" / "report.schema.json").read_text())
@@ -160,7 +160,7 @@ def test_a_worker_row_read_strictly_names_its_bad_key_and_the_fleet_reads_worker
     assert str(caught.value) == "pools[0].num_thread: unknown key (did you mean num_threads?)"  # as in the row
     with pytest.raises(RecordError, match=r"variabels: unknown key \(did you mean variables\?\)"):
         load(WorkerRow, {**row, "pools": [], "variabels": []}, strict=True)
-    report = FleetReport.from_rows({"kind": "dask"}, [row], strict=False)  # what a worker answers is hostile
+    report = FleetReport.from_rows(Cluster("dask"), [row], strict=False)  # what a worker answers is hostile
     assert report.workers[0].report.pools[0].num_threads is None
 
 
@@ -213,9 +213,9 @@ print(json.dumps(worker_row("w", [ThreadPools("t0", [pool])])))
 
 def test_a_row_that_is_not_an_object_is_listed_as_failed():
     good = {"worker": "w", "host": {"key": "h", "hostname": "h"}, "machine": {"usable_cpus": 2}}
-    report = FleetReport.from_rows({"kind": "dask"}, [good, ["not", "a", "row"]], strict=True)
+    report = FleetReport.from_rows(Cluster("dask"), [good, ["not", "a", "row"]], strict=True)
     assert [w.worker for w in report.workers] == ["w"]
-    assert report.cluster["failed"] == {"row 1": "not a worker row: list"}
+    assert report.cluster.failed == {"row 1": "not a worker row: list"}
     assert "1 worker on 1 host" in report.table()
 
 

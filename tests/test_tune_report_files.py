@@ -11,6 +11,7 @@ import pytest
 from conftest import clean_env, run_cli
 
 from parinfo.launch.child import ChildEnv
+from parinfo.records.unknown import Unknown
 from parinfo.tuning.measure import hook_report
 
 FAST = ("--repeats", "1", "--min-time", "0", "--warmup", "0", "--no-noise-check", "--max", "1")
@@ -38,12 +39,14 @@ def _tune(*args: str) -> dict:
 
 def test_a_fifo_or_deep_json_in_the_report_folder_is_a_reason(tmp_path):
     os.mkfifo(tmp_path / "5.json")
-    assert hook_report(str(tmp_path), 5, _child()) == ("cannot read the start-up hook's report 5.json: is a FIFO, "
-                                                       "not a regular file")
+    assert hook_report(str(tmp_path), 5, _child()) == Unknown("cannot read the start-up hook's report 5.json: "
+                                                              "is a FIFO, not a regular file")
     (tmp_path / "6.json").write_text(DEEP)
-    assert hook_report(str(tmp_path), 6, _child()) == "cannot read the start-up hook's report 6.json: nested too deeply"
+    assert hook_report(str(tmp_path), 6, _child()) == Unknown("cannot read the start-up hook's report 6.json: "
+                                                              "nested too deeply")
     (tmp_path / "7.json").write_text("[1]")
-    assert "7.json is not a JSON object" in hook_report(str(tmp_path), 7, _child())
+    not_object = hook_report(str(tmp_path), 7, _child())
+    assert isinstance(not_object, Unknown) and "7.json is not a JSON object" in not_object.why
     (tmp_path / "8.json").write_text('{"torch": {"intra_op": 2, "inter_op": 1}}')
     assert hook_report(str(tmp_path), 9, _child()) == {"torch": {"intra_op": 2, "inter_op": 1}}
 

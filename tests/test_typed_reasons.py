@@ -36,9 +36,6 @@ UNION_ALLOWED: dict[str, str] = {
     "parinfo.outside.inforce:_count": HANDLE,
     "parinfo.process.environment:launch_environment": HANDLE,
     "parinfo.process.environment:_psutil_environ": HANDLE,
-    # converted by the dicts branch
-    "parinfo.tuning.measure:hook_report":
-        "converted by the dicts branch (issue 37 item 5): the lead deletes this line after merging it",
 }
 
 #: (b) module:function -> why it reads the words of an unknown value.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 
 if TYPE_CHECKING:
     from parinfo.cli.options import Args
@@ -93,7 +93,13 @@ def watch_args(line: str) -> WatchArgs:
     return _options("%parinfo_watch", WatchArgs, WATCH_OPTIONS, line, WATCH_DEFAULTS)
 
 
-def _display(bundle: dict[str, Any], handle: Any = None) -> Any:
+#: A MIME bundle as IPython displays it: the report as text, as HTML, or as JSON (``show --json``'s
+#: payload, read back as a JSON value) with its text.
+MimeBundle = TypedDict("MimeBundle", {"text/plain": str, "text/html": str, "application/json": object},
+                       total=False)
+
+
+def _display(bundle: MimeBundle, handle: Any = None) -> Any:
     """Show a MIME bundle (a new display, or an update of ``handle``, IPython's DisplayHandle); the
     handle to update it."""
     from IPython.display import DisplayHandle, display
@@ -105,13 +111,13 @@ def _display(bundle: dict[str, Any], handle: Any = None) -> Any:
     return handle
 
 
-def _text(text: str) -> dict[str, Any]:
+def _text(text: str) -> MimeBundle:
     from parinfo.diagnostics.html import preformatted
 
     return {"text/plain": text, "text/html": preformatted(text)}
 
 
-def report_bundle(line: str) -> dict[str, Any]:
+def report_bundle(line: str) -> MimeBundle:
     """The MIME bundle ``%parinfo line`` displays: JSON, the torch-style block, or the report as text
     and HTML."""
     import json

@@ -128,7 +128,8 @@ def plain(cls: type[Args], args: Sequence[str]) -> Args | None:
     declared = fields(cls)
     spelled = {name: f for f in declared for name in f.opt.names}
     positionals = [f for f in declared if isinstance(f.opt, Argument)]
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}  # each field's value as typer would give it
+    many: dict[str, list[object]] = {}  # a Many's values, in order
     head = list(args)
     tail = next((f for f in declared if isinstance(f.opt, Rest)), None)
     if tail is not None and "--" in head:
@@ -165,14 +166,14 @@ def plain(cls: type[Args], args: Sequence[str]) -> Args | None:
             if parsed is None:
                 return None
         if isinstance(opt, Many):
-            values.setdefault(field.name, []).append(parsed)
+            many.setdefault(field.name, []).append(parsed)
         elif field.name in values:
             return None
         else:
             values[field.name] = parsed
     if any(f.default is ... for f in positionals):
         return None  # a required positional is missing
-    return cls._make(values.get(f.name, f.default) for f in declared)
+    return cls._make(many[f.name] if f.name in many else values.get(f.name, f.default) for f in declared)
 
 
 def _converted(field: Field, text: str) -> Any:
@@ -201,17 +202,19 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[NamedTuple], names:
         if defaults is not None and name in defaults:
             f = Field(f.name, f.opt, f.type, defaults[name])
         opt = f.opt
-        common: dict[str, Any] = {"dest": f.name, "help": opt.help}
         if isinstance(opt, Flag):
-            parser.add_argument(*opt.names, action="store_true", **common)
+            parser.add_argument(*opt.names, action="store_true", dest=f.name, help=opt.help)
         elif isinstance(opt, Many):
-            parser.add_argument(*opt.names, action="append", metavar=opt.metavar, **common)
+            parser.add_argument(*opt.names, action="append", metavar=opt.metavar, dest=f.name, help=opt.help)
         elif isinstance(opt, Choice):
-            parser.add_argument(*opt.names, choices=[m.value for m in f.type], default=f.default.value, **common)
-        elif isinstance(opt, Value):
-            bare: dict[str, Any] = {} if opt.bare is None else {"nargs": "?", "const": opt.bare}
+            parser.add_argument(*opt.names, choices=[m.value for m in f.type], default=f.default.value, dest=f.name,
+                                help=opt.help)
+        elif isinstance(opt, Value) and opt.bare is None:
             parser.add_argument(*opt.names, type=opt.convert or str, metavar=opt.metavar, default=f.default,
-                                **bare, **common)
+                                dest=f.name, help=opt.help)
+        elif isinstance(opt, Value):  # "--opt" alone means opt.bare
+            parser.add_argument(*opt.names, type=opt.convert or str, metavar=opt.metavar, default=f.default,
+                                nargs="?", const=opt.bare, dest=f.name, help=opt.help)
         else:
             raise TypeError(f"{cls.__name__}.{name} is a positional argument, not an option")
 

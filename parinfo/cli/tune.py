@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from parinfo.tuning.result import TuneResult
     from parinfo.tuning.search import Point
+    from parinfo.tuning.sweep import ProgressInfo
 
 _WORKLOADS = described()
 
@@ -177,7 +178,7 @@ class _Bar:
         self.task: TaskID | None = None
         self.closed = False
 
-    def __call__(self, event: str, info: dict[str, Any]) -> None:
+    def __call__(self, event: str, info: ProgressInfo) -> None:
         if event == "start":
             self.progress.start()
             self.task = self.progress.add_task("tuning", total=info["candidates"])

@@ -55,7 +55,7 @@ class ThreadPools:
     thread: str = field(metadata={"missing": "?"})
     pools: list[PoolRow] = field(default_factory=list)
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         return {"thread": self.thread, "pools": [_keep(p, THREAD_POOL_KEYS) for p in data["pools"]]}
 
 
@@ -94,7 +94,7 @@ class WorkerRow:
                    ("pools", list[dict[str, object]]), ("frameworks", Frameworks), ("findings", list[Finding]),
                    ("variables", list[dict[str, object]]))
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         report = data["report"]
         outer = {k: v for k, v in report["outer"].items() if k != "variables_set_by"}
         return {
@@ -141,12 +141,12 @@ class HostSummary:
     framework: str | None = None
     findings: list[Finding] = field(default_factory=list)
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         return {k: data[k] for k in ("host", "workers", "usable_cpus", "outer_threads", "threads_at_once",
                                      "widest_pool", "framework", "hostname", "findings")}
 
 
-def _keep(d: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+def _keep(d: Mapping[str, Any], keys: tuple[str, ...]) -> Mapping[str, Any]:
     return {k: d.get(k) for k in keys}
 
 

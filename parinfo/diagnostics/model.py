@@ -106,10 +106,9 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``parinfo show --json`` payload."""
-        out: dict[str, Any] = dump(self)
-        return out
+        return dict(dump(self))
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         for name in ("outer", "live", "memory"):  # not gathered: {} (read back as None)
             data[name] = data[name] or {}
         return {"schema_version": SCHEMA_VERSION, **{k: data[k] for k in _ORDER}}

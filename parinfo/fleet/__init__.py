@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from parinfo.fleet.probe import AppliedOnWorker
     from parinfo.fleet.report import FleetReport
 
 __all__ = ["FleetReport", "apply", "connect_dask", "connect_ray", "dask_config", "gather", "ray_runtime_env"]
@@ -54,7 +55,7 @@ def gather(target: Any, *, per_thread: bool = False, timeout: float = 60.0) -> F
     return fleet_ray.gather(ray, timeout=timeout)
 
 
-def apply(target: Any, profile: Any, *, restart: bool = False) -> dict[str, Any]:
+def apply(target: Any, profile: Any, *, restart: bool = False) -> dict[str, AppliedOnWorker]:
     """Apply ``profile`` on every worker of a Dask cluster (see :func:`parinfo.fleet.dask.apply`).
     For Ray, pass ``runtime_env=ray_runtime_env(profile)`` to ``ray.init`` or to a task instead."""
     if _kind(target) != "dask":

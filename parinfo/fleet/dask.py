@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
 
 from parinfo.errors import ApplyError, ParinfoError
 from parinfo.fleet import probe
-from parinfo.fleet.report import FleetReport
+from parinfo.fleet.report import Cluster, FleetReport
 
 #: The worker plugin's name: registering again replaces it, never stacks a second copy.
 PLUGIN_NAME = "parinfo-profile"
@@ -25,7 +26,7 @@ def _executor_and_threads(worker: Any) -> tuple[Any, int]:
     return worker.executors["default"], int(worker.state.nthreads)
 
 
-def _row_on_worker(per_thread: bool, dask_worker: Any = None) -> dict[str, Any]:
+def _row_on_worker(per_thread: bool, dask_worker: Any = None) -> Mapping[str, object]:
     from parinfo.diagnostics.fleet_rows import ThreadPools
 
     threads = None
@@ -47,7 +48,7 @@ def gather(client: Any, *, per_thread: bool = False, timeout: float = 30.0) -> F
             failed[address] = f"{type(row).__name__}: {row}"
         else:
             good.append(row)
-    info = {"kind": "dask", "address": str(client.scheduler.address), "failed": failed}
+    info = Cluster("dask", str(client.scheduler.address), failed=failed)
     return FleetReport.from_rows(info, good, round(time.perf_counter() - start, 3), strict=False)
 
 
@@ -59,16 +60,15 @@ class ProfilePlugin(WorkerPlugin):
     name = PLUGIN_NAME
     idempotent = False
 
-    def __init__(self, document: dict[str, Any], origin: str) -> None:
+    def __init__(self, document: probe.ProfileDocument) -> None:
         self.document = document
-        self.origin = origin
-        self.result: dict[str, Any] = {}
+        self.result: probe.AppliedOnWorker = {}
 
     def setup(self, worker: Any) -> None:
         from parinfo.profiles.applying import apply
 
         try:
-            plan = probe.resolve_here(self.document, self.origin)
+            plan = self.document.resolve_here()
         except ParinfoError as exc:  # one line, in the client as in the worker
             raise type(exc)(f"worker {worker.address}: {exc}") from None
         counts = {key: s.value for key, s in plan.libraries.items()}
@@ -96,38 +96,37 @@ class EnvironPlugin(NannyPlugin):
     name = NANNY_PLUGIN_NAME
     restart = True
 
-    def __init__(self, document: dict[str, Any], origin: str) -> None:
+    def __init__(self, document: probe.ProfileDocument) -> None:
         self.document = document
-        self.origin = origin
 
     def setup(self, nanny: Any) -> None:
         from parinfo.process.libraries import role_var
         from parinfo.process.outer import PARINFO_SET_VAR
 
-        plan = probe.resolve_here(self.document, self.origin)
+        plan = self.document.resolve_here()
         env = {name: str(value) for name, value in plan.env_without_preload.items()}
         profile_var = role_var("profile")
         ours = ",".join(sorted([*env, profile_var]))
         nanny.pre_spawn_env.update({**env, profile_var: plan.name, PARINFO_SET_VAR: ours})
 
 
-def apply(client: Any, profile: Any, *, restart: bool = False) -> dict[str, Any]:
+def apply(client: Any, profile: Any, *, restart: bool = False) -> dict[str, probe.AppliedOnWorker]:
     """Apply ``profile`` to every worker of ``client``'s cluster, now and on every worker that
     starts later. The profile is checked here first; a profile that fails on a worker is
     unregistered and its one-line error raised here (ProfileError or ApplyError).
     ``restart=True`` also sets the variables in the nanny's start-up environment and restarts the
     workers, so the counts are in force before any import. Returns {worker: what was applied}."""
-    document, origin = probe.profile_document(profile)
+    document = probe.profile_document(profile)
     try:
-        client.register_plugin(ProfilePlugin(document, origin), name=PLUGIN_NAME)
+        client.register_plugin(ProfilePlugin(document), name=PLUGIN_NAME)
         if restart:
-            client.register_plugin(EnvironPlugin(document, origin), name=NANNY_PLUGIN_NAME)
+            client.register_plugin(EnvironPlugin(document), name=NANNY_PLUGIN_NAME)
     except Exception as exc:
         _unregister(client, restart)
         if isinstance(exc, ParinfoError):
             raise
-        raise ApplyError(f"applying {origin} on the workers failed: {type(exc).__name__}: {exc}") from None
-    results: dict[str, Any] = client.run(_result_on_worker)  # the worker's address -> what it applied
+        raise ApplyError(f"applying {document.origin} on the workers failed: {type(exc).__name__}: {exc}") from None
+    results: dict[str, probe.AppliedOnWorker] = client.run(_result_on_worker)  # the worker's address -> its result
     return results
 
 
@@ -141,9 +140,9 @@ def _unregister(client: Any, nanny: bool) -> None:
             pass
 
 
-def _result_on_worker(dask_worker: Any = None) -> dict[str, Any]:
+def _result_on_worker(dask_worker: Any = None) -> probe.AppliedOnWorker:
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    return dict(getattr(plugin, "result", {}) or {})
+    return plugin.result.copy() if isinstance(plugin, ProfilePlugin) else {}
 
 
 def registered(client: Any) -> dict[str, list[str]]:

@@ -5,9 +5,8 @@ Ray set-up hook resolves the profile again on each worker's own machine).
 """
 from __future__ import annotations
 
-import json
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 from parinfo.fleet import probe
 from parinfo.process.libraries import role_var
@@ -20,20 +19,28 @@ RAY_HOOK = "parinfo.fleet.ray_hook.setup"
 PROFILE_DOC_VAR = "_PARINFO_FLEET_PROFILE"
 
 
-def ray_runtime_env(profile: Any) -> dict[str, Any]:
+class RayRuntimeEnv(TypedDict):
+    """The part of a Ray ``runtime_env`` parinfo fills: the worker's start-up variables and the
+    set-up hook Ray imports by path in each new worker."""
+
+    env_vars: dict[str, str]
+    worker_process_setup_hook: str
+
+
+def ray_runtime_env(profile: Any) -> RayRuntimeEnv:
     """A Ray ``runtime_env``: the profile's variables (resolved here, so they are in every worker's
     start-up environment, where Ray's own OMP_NUM_THREADS default leaves them alone) and a set-up
     hook, named by import path, that resolves the profile on the worker's machine and applies it.
     A bad profile raises ProfileError here, before Ray sees it."""
     from parinfo.profiles.loading import resolve_profile
 
-    document, origin = probe.profile_document(profile)
-    plan = resolve_profile(document)
+    document = probe.profile_document(profile)
+    plan = resolve_profile(document.body)
     env = {name: str(value) for name, value in plan.env_without_preload.items()}
     profile_var = role_var("profile")
     ours = ",".join(sorted([*env, profile_var, PROFILE_DOC_VAR]))
     env.update({profile_var: plan.name, PARINFO_SET_VAR: ours,
-                PROFILE_DOC_VAR: json.dumps({"origin": origin, "document": document}, sort_keys=True)})
+                PROFILE_DOC_VAR: document.to_json()})
     return {"env_vars": env, "worker_process_setup_hook": RAY_HOOK}
 
 
@@ -42,7 +49,7 @@ def dask_config(profile: Any) -> str:
     environment (``distributed.nanny.pre-spawn-environ``), resolved on this machine."""
     from parinfo.profiles.loading import resolve_profile
 
-    plan = resolve_profile(probe.profile_document(profile)[0])
+    plan = resolve_profile(probe.profile_document(profile).body)
     lines = [f"# parinfo profile {plan.name}, resolved on this machine ({plural(os.cpu_count() or '?', 'CPU')} seen "
              "by the OS,",
              f"# intra_op {plan.intra_op.value}: {plan.intra_op.why}). Put it in ~/.config/dask/distributed.yaml.",

@@ -9,22 +9,65 @@ import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from parinfo.errors import ProfileError
+from parinfo.records.record import record
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.fleet_rows import HostIdentity, ThreadPools
     from parinfo.machine.topology import MachineFacts
     from parinfo.process.pools import PoolRow
+    from parinfo.profiles.plan import Plan
 
 #: How long a per-thread run waits for every executor thread to be free.
 THREAD_TIMEOUT = 10.0
 
 
-def profile_document(profile: Any) -> tuple[dict[str, Any], str]:
-    """A profile checked here without machine facts, as a plain dict any worker can resolve, and
-    its origin (file) for messages. A bad profile raises ProfileError before any worker is touched."""
+@record(frozen=True)
+class ProfileDocument:
+    """A profile checked on the client, as it travels to the workers: ``body``, the profile as plain
+    JSON data (free-form, as the user's file is: each worker checks and resolves it on its own CPUs),
+    and its ``origin`` (file) for messages."""
+
+    body: dict[str, Any]
+    origin: str
+
+    def resolve_here(self) -> Plan:
+        """Resolve the profile on this process's machine (its CPUs, cgroup and affinity)."""
+        from parinfo.profiles.loading import resolve_profile, validate_profile
+
+        return resolve_profile(validate_profile(self.body, self.origin))
+
+    def to_json(self) -> str:
+        """The document as the Ray set-up hook reads it back (:meth:`from_json`)."""
+        import json
+
+        return json.dumps({"origin": self.origin, "document": self.body}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ProfileDocument:
+        """The document :meth:`to_json` wrote (ValueError, KeyError or TypeError when it is not one)."""
+        import json
+
+        carried = json.loads(text)
+        return cls(carried["document"], carried["origin"])
+
+
+class AppliedOnWorker(TypedDict, total=False):
+    """What applying a profile did in one Dask worker, as it travels back to the client (empty for
+    a worker the profile has not reached yet): the one-line results of ``parinfo.apply``, and the
+    executor threads the per-thread limits reached, of how many."""
+
+    applied: list[str]
+    not_in_force: list[str]
+    threads_reached: list[str]
+    threads: int
+
+
+def profile_document(profile: Any) -> ProfileDocument:
+    """A profile checked here without machine facts, as plain data any worker can resolve, with its
+    origin (file) for messages. A bad profile raises ProfileError before any worker is touched."""
     from parinfo.profiles.loading import as_profile
     from parinfo.profiles.plan import Plan
 
@@ -32,14 +75,7 @@ def profile_document(profile: Any) -> tuple[dict[str, Any], str]:
         raise ProfileError("a resolved Plan belongs to one machine; give the profile itself",
                            fix="pass its name, path or dict: each worker resolves it on its own CPUs")
     prof = as_profile(profile)
-    return prof.document(), prof.origin
-
-
-def resolve_here(document: dict[str, Any], origin: str) -> Any:
-    """Resolve a profile document on this process's machine (its CPUs, cgroup and affinity)."""
-    from parinfo.profiles.loading import resolve_profile, validate_profile
-
-    return resolve_profile(validate_profile(document, origin))
+    return ProfileDocument(prof.document(), prof.origin)
 
 
 def host_identity(machine: MachineFacts) -> HostIdentity:
@@ -75,8 +111,7 @@ def worker_row(worker: str, per_thread: list[ThreadPools] | None = None) -> dict
     row = WorkerRow(worker, host_identity(report.machine), report, per_thread)
     found = [f for f in report.findings if f.id != "outer-times-inner"]
     report.findings = sort_findings(found + fleet_rules.worker_findings(row))
-    out: dict[str, Any] = dump(row)
-    return out
+    return dict(dump(row))
 
 
 T = TypeVar("T")

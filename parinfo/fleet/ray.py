@@ -11,10 +11,11 @@ is what the reused-worker case is about). Rows are deduplicated by process.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from parinfo.fleet import probe
-from parinfo.fleet.report import FleetReport
+from parinfo.fleet.report import Cluster, FleetReport
 
 #: How long each probe holds its CPU, so that the probes spread over distinct workers; a round
 #: that reached fewer workers than it sent probes (one started late and landed on a worker already
@@ -22,7 +23,7 @@ from parinfo.fleet.report import FleetReport
 HOLDS_S = (0.3, 1.0, 2.0)
 
 
-def _row_in_task(until: float) -> dict[str, Any]:
+def _row_in_task(until: float) -> Mapping[str, object]:
     import ray
 
     wait = until - time.time()
@@ -41,7 +42,7 @@ def gather(ray: Any, *, timeout: float = 60.0) -> FleetReport:
         raise UsageError("Ray is not connected in this process: call ray.init(address=...) first")
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     task = ray.remote(num_cpus=1, max_retries=0)(_row_in_task)
-    unique: dict[tuple[Any, Any], dict[str, Any]] = {}
+    unique: dict[tuple[object, object], Mapping[str, object]] = {}  # by (host, pid): one row a process
     for hold in HOLDS_S:
         until = time.time() + hold
         rows = ray.get([task.remote(until) for _ in range(cpus)],
@@ -51,5 +52,5 @@ def gather(ray: Any, *, timeout: float = 60.0) -> FleetReport:
         if len(reached) >= cpus:
             break
     address = ray.get_runtime_context().gcs_address
-    info = {"kind": "ray", "address": str(address), "probes": cpus, "failed": {}}
+    info = Cluster("ray", str(address), cpus)
     return FleetReport.from_rows(info, list(unique.values()), round(time.perf_counter() - start, 3), strict=False)

@@ -6,7 +6,6 @@ on the worker's stderr (Ray relays it to the driver's log) and the worker goes o
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -15,7 +14,7 @@ def setup() -> None:
     """Resolve the carried profile on this worker's machine and apply it in this process."""
     from parinfo.errors import ParinfoError
     from parinfo.fleet.env import PROFILE_DOC_VAR
-    from parinfo.fleet.probe import resolve_here
+    from parinfo.fleet.probe import ProfileDocument
     from parinfo.profiles.applying import apply
 
     raw = os.environ.get(PROFILE_DOC_VAR)
@@ -23,8 +22,7 @@ def setup() -> None:
         print(f"parinfo: {PROFILE_DOC_VAR} is not set: no profile to apply in this Ray worker", file=sys.stderr)
         return
     try:
-        carried = json.loads(raw)
-        done = apply(resolve_here(carried["document"], carried["origin"]))
+        done = apply(ProfileDocument.from_json(raw).resolve_here())
     except ParinfoError as exc:
         print(f"parinfo: profile not applied in Ray worker {os.getpid()}: {exc}", file=sys.stderr)
         return

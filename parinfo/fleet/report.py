@@ -14,7 +14,7 @@ from typing import Any
 from parinfo.diagnostics import fleet_rules
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.diagnostics.fleet_rows import HostSummary, WorkerRow
-from parinfo.records.convert import dump, load
+from parinfo.records.convert import OMIT_NONE, dump, load
 from parinfo.records.record import record
 from parinfo.safe_text import plural
 
@@ -23,18 +23,29 @@ SCHEMA_VERSION = 2
 
 
 @record
+class Cluster:
+    """The cluster a fleet report read: its ``kind`` (dask, ray), scheduler ``address``, the probes
+    sent (Ray: one task per CPU) and the workers or rows that gave no row, each with why."""
+
+    kind: str
+    address: str = ""
+    probes: int | None = field(default=None, metadata=OMIT_NONE)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@record
 class FleetReport:
     """Every worker of a cluster, every host they run on, and what is wrong with them."""
 
-    cluster: dict[str, Any]
+    cluster: Cluster
     workers: list[WorkerRow]
     hosts: list[HostSummary] = field(default_factory=list)
     elapsed_s: float | None = None
 
     @classmethod
-    def from_rows(cls, cluster: dict[str, Any], rows: list[Any], elapsed_s: float | None = None, *,
+    def from_rows(cls, cluster: Cluster, rows: list[Any], elapsed_s: float | None = None, *,
                   strict: bool) -> FleetReport:
-        """Parse the worker rows (a row that is not a JSON object is listed in ``cluster["failed"]``),
+        """Parse the worker rows (a row that is not a JSON object is listed in ``cluster.failed``),
         group them by host and judge each host. ``strict``: how far the rows are trusted
         (:func:`parinfo.records.convert.load`): False for what workers answer, True for a test's rows."""
         parsed = []
@@ -42,7 +53,7 @@ class FleetReport:
             if isinstance(row, Mapping):
                 parsed.append(load(WorkerRow, row, strict=strict))
             else:
-                cluster.setdefault("failed", {})[f"row {i}"] = f"not a worker row: {type(row).__name__}"
+                cluster.failed[f"row {i}"] = f"not a worker row: {type(row).__name__}"
         by_host: dict[str, list[WorkerRow]] = {}
         for worker in sorted(parsed, key=lambda w: (w.host.key, w.worker)):
             by_host.setdefault(worker.host.key, []).append(worker)
@@ -65,10 +76,9 @@ class FleetReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``parinfo fleet show --json`` payload."""
-        out: dict[str, Any] = dump(self)
-        return out
+        return dict(dump(self))
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         from parinfo.version import __version__
 
         return {"schema_version": SCHEMA_VERSION, "parinfo_version": __version__, "cluster": data["cluster"],
@@ -76,7 +86,7 @@ class FleetReport:
 
     def table(self) -> str:
         """Hosts, then workers, then findings, as text for people."""
-        lines = [f"{self.cluster.get('kind', '?')} cluster {self.cluster.get('address', '')}: "
+        lines = [f"{self.cluster.kind} cluster {self.cluster.address}: "
                  f"{plural(len(self.workers), 'worker')} on "
                  f"{plural(len(self.hosts), 'host')}"]
         lines.append("")

@@ -10,12 +10,13 @@ throttling counters are the kernel's cumulative ones (monotonic across scrapes).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from parinfo.host.model import HostProcess, HostReport
     from parinfo.host.scanner import Scanner
+    from parinfo.machine.pressure import CpuCounters
 
 #: The ``source`` label of a pool count: read from the process's memory, read inside it (``--attach``), or
 #: asked for by its launch environment.
@@ -49,7 +50,7 @@ class HostCollector:
         return _families(report, counters)
 
 
-def _families(report: HostReport, counters: dict[str, Any]) -> Iterator[Any]:
+def _families(report: HostReport, counters: Mapping[str, CpuCounters]) -> Iterator[Any]:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     usable = GaugeMetricFamily("parinfo_usable_cpus", "CPUs the processes of each cgroup may use at once "

@@ -6,6 +6,7 @@ read them.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
@@ -123,7 +124,7 @@ class HostProcess:
         """Runnable threads counted to a pool."""
         return sum(g.runnable for g in self.groups if g.pool is not None)
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """Its JSON: the widest pool and threads at once worked out; the thread facts in one object."""
         library, count = self.widest
         out = {k: data[k] for k in ("pid", "ppid", "name", "command", "user", "cgroup", "group", "usable_cpus",
@@ -182,7 +183,7 @@ class Family:
     def size(self) -> int:
         return len(self.pids)
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         return {"key": self.key, "parent": self.parent, "command": self.command, "pids": data["pids"],
                 "size": self.size, "adopted_by": self.adopted_by}
 
@@ -217,10 +218,9 @@ class HostReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``parinfo host --json`` payload (docs/host.md)."""
-        out: dict[str, Any] = dump(self)
-        return out
+        return dict(dump(self))
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         from parinfo.version import __version__
 
         return {"schema_version": SCHEMA_VERSION, "parinfo_version": __version__,

@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import field
 from functools import lru_cache
-from typing import Any
+from typing import TypedDict
 
 from parinfo.machine.sysfs import Unreadable, read, read_bytes, shown
 from parinfo.records.convert import OMIT_NONE
@@ -202,6 +202,19 @@ def _caches(root: str, unknown: dict[str, str]) -> dict[str, int]:
 _SLOW_KEYS = ("brand_raw", "vendor_id_raw", "arch_string_raw", "flags", "hz_advertised_friendly")
 
 
+class SlowAnswer(TypedDict, total=False):
+    """py-cpuinfo's answer as parinfo keeps it (the keys of ``_SLOW_KEYS``), or why it failed
+    (``error``): the shape of the per-boot cache file, so a file of another shape is not believed."""
+
+    format: int
+    brand_raw: str | None
+    vendor_id_raw: str | None
+    arch_string_raw: str | None
+    flags: list[str] | None
+    hz_advertised_friendly: str | None
+    error: str
+
+
 def cache_dir() -> str:
     """Where parinfo keeps per-boot caches: $XDG_CACHE_HOME/parinfo, default ~/.cache/parinfo."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -216,13 +229,13 @@ def _boot_id(root: str) -> str | None:
     return text if re.fullmatch(r"[0-9a-fA-F-]{8,64}", text) else None
 
 
-def _slow(root: str) -> dict[str, Any]:
+def _slow(root: str) -> SlowAnswer:
     """py-cpuinfo's answer (only the keys parinfo uses), from memory, the per-boot file, or a call."""
     return _slow_for_boot(_boot_id(root))
 
 
 @lru_cache(maxsize=8)
-def _slow_for_boot(boot: str | None) -> dict[str, Any]:
+def _slow_for_boot(boot: str | None) -> SlowAnswer:
     """py-cpuinfo's answer for this boot (None: no boot id), once per process."""
     path = os.path.join(cache_dir(), f"cpuinfo-{boot}.json") if boot else None
     data = _load(path) if path else None
@@ -233,22 +246,22 @@ def _slow_for_boot(boot: str | None) -> dict[str, Any]:
     return data
 
 
-def _call_py_cpuinfo() -> dict[str, Any]:
+def _call_py_cpuinfo() -> SlowAnswer:
     try:
         import cpuinfo
 
         raw = cpuinfo.get_cpu_info()
     except Exception as exc:  # any failure of py-cpuinfo is an "unknown", not a crash
         return {"format": CACHE_FORMAT, "error": f"py-cpuinfo failed: {exc}"}
-    data = {k: raw.get(k) for k in _SLOW_KEYS}
-    data["format"] = CACHE_FORMAT
-    return data
+    return {"brand_raw": raw.get("brand_raw"), "vendor_id_raw": raw.get("vendor_id_raw"),
+            "arch_string_raw": raw.get("arch_string_raw"), "flags": raw.get("flags"),
+            "hz_advertised_friendly": raw.get("hz_advertised_friendly"), "format": CACHE_FORMAT}
 
 
 _CACHE_MAX_BYTES = 64 * 1024
 
 
-def _load(path: str) -> dict[str, Any] | None:
+def _load(path: str) -> SlowAnswer | None:
     """The cached answer, or None. The file is untrusted: it is read through :mod:`parinfo.safe_file`
     (a small regular file, in a folder no other user can write: a FIFO would block, a link to
     /dev/zero would never end), and every value is type-checked."""
@@ -275,21 +288,25 @@ def _load(path: str) -> dict[str, Any] | None:
     return _checked(data)
 
 
-def _checked(data: Any) -> dict[str, Any] | None:
+def _checked(data: object) -> SlowAnswer | None:
     """``data`` when it has the cache's shape (strings, and a list of strings for flags), else None."""
     if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
         return None
-    for key in _SLOW_KEYS:
+    texts: dict[str, str | None] = {}
+    for key in ("brand_raw", "vendor_id_raw", "arch_string_raw", "hz_advertised_friendly"):
         value = data.get(key)
-        if key == "flags":
-            if value is not None and not (isinstance(value, list) and all(isinstance(f, str) for f in value)):
-                return None
-        elif value is not None and not isinstance(value, str):
+        if value is not None and not isinstance(value, str):
             return None
-    return {key: data.get(key) for key in (*_SLOW_KEYS, "format")}
+        texts[key] = value
+    flags = data.get("flags")
+    if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
+        return None
+    return {"brand_raw": texts["brand_raw"], "vendor_id_raw": texts["vendor_id_raw"],
+            "arch_string_raw": texts["arch_string_raw"], "flags": flags,
+            "hz_advertised_friendly": texts["hz_advertised_friendly"], "format": CACHE_FORMAT}
 
 
-def _store(path: str, data: dict[str, Any]) -> None:
+def _store(path: str, data: SlowAnswer) -> None:
     """Cache ``data`` at ``path``: written to a new file of a temporary name in the cache folder
     (made, or checked, by :func:`parinfo.safe_file.writable_dir`), then renamed over ``path``."""
     import json
@@ -315,19 +332,21 @@ def _store(path: str, data: dict[str, Any]) -> None:
         os.close(folder)
 
 
-def _merge_slow(info: CpuIdentity, data: dict[str, Any], slow: bool) -> None:
+def _merge_slow(info: CpuIdentity, data: SlowAnswer, slow: bool) -> None:
     if "error" in data:
         if info.brand is None:
             info.unknown["brand"] = data["error"]
         return
     used = False
-    for field_, key in (("brand", "brand_raw"), ("vendor", "vendor_id_raw"), ("arch", "arch_string_raw")):
-        if getattr(info, field_) is None and isinstance(data.get(key), str) and data[key]:
-            setattr(info, field_, data[key])
+    for field_, value in (("brand", data.get("brand_raw")), ("vendor", data.get("vendor_id_raw")),
+                          ("arch", data.get("arch_string_raw"))):
+        if getattr(info, field_) is None and isinstance(value, str) and value:
+            setattr(info, field_, value)
             info.unknown.pop(field_, None)
             used = True
-    if not info.isa_checked and isinstance(data.get("flags"), list):
-        info.isa = _isa(info.arch, [str(f) for f in data["flags"]])
+    flags = data.get("flags")
+    if not info.isa_checked and isinstance(flags, list):
+        info.isa = _isa(info.arch, [str(f) for f in flags])
         info.isa_checked = [name for name, _ in _isa_table(info.arch)]
         if info.isa_checked:
             info.unknown.pop("isa", None)

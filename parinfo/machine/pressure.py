@@ -45,7 +45,7 @@ class Throttling:
 
     _json_extra = (("ratio", float),)  # worked out: written by _json_out
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         return {**data, "ratio": round(self.ratio, 4)}  # worked out again when read back
 
 
@@ -69,7 +69,7 @@ class CpuCounters:
 
     _json_extra = (("worst", Throttling | None),)  # written by _json_out, read by _json_in
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         worst = self.worst
         return {"version": data["version"], "levels": data["levels"], "worst": None if worst is None else dump(worst),
                 "unknown": data["unknown"], "notes": data["notes"]}

@@ -86,15 +86,13 @@ class MachineFacts:
 
     _json_extra = (("usable_cpu_list", tuple[CpuId, ...]),)  # derived: written by _json_out, read by _json_in
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """The report's ``machine`` section: the fields (each NUMA node's number as the kernel gives
         it, or 0, 1, ... where not known), then ``usable_cpu_list``."""
-        data["numa_node_ids"] = list(self.node_ids)
-        data["usable_cpu_list"] = list(self.usable_cpu_list)
-        return data
+        return {**data, "numa_node_ids": list(self.node_ids), "usable_cpu_list": list(self.usable_cpu_list)}
 
     @classmethod
-    def _json_in(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+    def _json_in(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """A report's ``machine`` section (or part of it: a fleet worker sends a few fields) with
         what a record needs worked out: missing usable CPUs by USABLE_RULE from what is there, and
         a missing affinity taken to be the usable CPU list (a part of it), each with a note."""

@@ -13,26 +13,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NamedTuple
 
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
 
+class ModuleFacts(NamedTuple):
+    """What only a library's loaded module can tell its default and cap (None: it did not say)."""
+
+    ncores: int | None = None  # numexpr.ncores: the online CPUs it detected
+    max_threads: int | None = None  # numexpr.MAX_THREADS: its pool
+    max_set: bool = False  # NUMEXPR_MAX_THREADS was set
+    default: int | None = None  # numba.config.NUMBA_DEFAULT_NUM_THREADS
+    hardware_concurrency: int | None = None  # torch's std::thread::hardware_concurrency
+
+
+#: A module that said nothing.
+NO_FACTS = ModuleFacts()
+
 #: A default rule: (facts, context) -> (count or None, why).
-Rule = Callable[["MachineFacts", Mapping[str, Any]], "tuple[int | None, str]"]
+Rule = Callable[["MachineFacts", "ModuleFacts"], "tuple[int | None, str]"]
 #: A cap on a variable's request: (facts, environment, context) -> (cap or None, why); None: no cap.
-Cap = Callable[["MachineFacts", Mapping[str, str], "Mapping[str, Any] | None"], "tuple[int | None, str]"]
+Cap = Callable[["MachineFacts", Mapping[str, str], "ModuleFacts | None"], "tuple[int | None, str]"]
 
 
-def affinity_cpus(facts: MachineFacts, ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
+def affinity_cpus(facts: MachineFacts, ctx: ModuleFacts | None = None) -> tuple[int, str]:
     """The CPUs in this process's affinity mask."""
     n = len(facts.affinity) or facts.logical_cpus or 1
     return n, f"{plural(n, 'CPU')} in affinity"
 
 
-def physical_in_affinity(facts: MachineFacts, ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
+def physical_in_affinity(facts: MachineFacts, ctx: ModuleFacts | None = None) -> tuple[int, str]:
     """The physical cores with at least one CPU in the affinity mask."""
     aff = set(facts.affinity)
     if facts.core_siblings:
@@ -47,28 +60,28 @@ def physical_in_affinity(facts: MachineFacts, ctx: Mapping[str, Any] | None = No
 
 
 def affinity_cap(facts: MachineFacts, env: Mapping[str, str],
-                 ctx: Mapping[str, Any] | None = None) -> tuple[int, str]:
+                 ctx: ModuleFacts | None = None) -> tuple[int, str]:
     """A request capped at the CPUs in affinity (OpenBLAS)."""
     return affinity_cpus(facts)
 
 
-def single_thread(facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int, str]:
+def single_thread(facts: MachineFacts, ctx: ModuleFacts) -> tuple[int, str]:
     """One thread unless asked (BLIS)."""
     return 1, "1 (BLIS runs single-threaded unless asked)"
 
 
-def backend_decides(facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[None, str]:
+def backend_decides(facts: MachineFacts, ctx: ModuleFacts) -> tuple[None, str]:
     """No count of its own: the backend it loads decides (FlexiBLAS)."""
     return None, "decided by FlexiBLAS's backend"
 
 
-def affinity_no_variable(facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int, str]:
+def affinity_no_variable(facts: MachineFacts, ctx: ModuleFacts) -> tuple[int, str]:
     """The CPUs in affinity, for a runtime that reads no count variable (TBB)."""
     n, why = affinity_cpus(facts)
     return n, why + " (TBB reads no count variable)"
 
 
-def hardware_concurrency(facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+def hardware_concurrency(facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
     """torch's inter-op default: std::thread::hardware_concurrency (ignores affinity and quota)."""
-    n = ctx.get("hardware_concurrency") or facts.logical_cpus
+    n = ctx.hardware_concurrency or facts.logical_cpus
     return n, f"{n} logical CPUs (std::thread::hardware_concurrency; ignores affinity and quota)"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from parinfo.process import getter_code, libraries as reg
@@ -229,7 +230,7 @@ class _Reader:
         loads = [structs.Elf_Phdr.parse(raw[i:i + entsize]) for i in range(0, len(raw), entsize)]
         return [p for p in loads if p["p_type"] == "PT_LOAD"]
 
-    def _sections(self, header: Any, structs: Any) -> dict[str, Any]:
+    def _sections(self, header: Any, structs: Any) -> dict[str, Mapping[str, Any]]:
         """{name: header} of the file's sections (first of a name wins), each checked to lie inside
         the file."""
         count, entsize = int(header["e_shnum"]), int(header["e_shentsize"])
@@ -243,7 +244,7 @@ class _Reader:
         if not 0 < index < count:
             raise _Refused("the file's section names are missing")
         names = self._strings(headers[index], "section names")
-        found: dict[str, Any] = {}
+        found: dict[str, Mapping[str, Any]] = {}  # a section's header: its fields by name
         for i, sh in enumerate(headers):
             name = _string(names, int(sh["sh_name"]))
             if name is not None and name not in found:
@@ -257,7 +258,7 @@ class _Reader:
             raise _Refused(f"the file's {what} are {size} bytes, beyond the {MAX_STRINGS} parinfo reads")
         return self.read(int(sh["sh_offset"]), size, what)
 
-    def _table(self, sections: dict[str, Any], name: str, structs: Any) -> _Table | None:
+    def _table(self, sections: Mapping[str, Mapping[str, Any]], name: str, structs: Any) -> _Table | None:
         sh = sections.get(name)
         if sh is None:
             return None

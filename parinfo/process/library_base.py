@@ -14,6 +14,7 @@ import sys
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+from parinfo.process.defaults import NO_FACTS, ModuleFacts
 from parinfo.process.library_parts import (
     Calls,
     CountSymbol,
@@ -111,7 +112,7 @@ class Library:
         return f"<library {self.name}>"
 
     # -- the count a library takes by itself ---------------------------------------------------
-    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """Its count when no variable sets it: (count or None, the phrase the report prints)."""
         return None, f"parinfo has no model for {self.name}"
 
@@ -121,13 +122,13 @@ class Library:
         return type(self).default is not Library.default
 
     def cap(self, facts: MachineFacts, env: Mapping[str, str],
-            ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+            ctx: ModuleFacts | None = None) -> tuple[int | None, str]:
         """The cap on a variable's request: (cap or None for none, why)."""
         return None, ""
 
-    def context(self, module: Any, env: Mapping[str, str]) -> dict[str, Any]:
+    def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
         """What only its loaded ``module`` can tell :meth:`default` and :meth:`cap`."""
-        return {}
+        return NO_FACTS
 
     def plan_note(self, counts: Mapping[str, int], values: Mapping[str, int],
                   env: Mapping[str, str]) -> str | None:

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from parinfo.process import defaults
+from parinfo.process.defaults import ModuleFacts
 from parinfo.process.library_base import Library
 from parinfo.process.library_parts import CountSymbol, NativeReads, Push, SetAlong, is_false
 from parinfo.safe_text import plural
@@ -55,11 +56,11 @@ class Mkl(_Blas):
     layer_from_openmp = (("libgomp", "gnu"), ("libiomp", "intel"))
     set_along = SetAlong("torch", "MKL")
 
-    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.physical_in_affinity(facts, ctx)
 
     def cap(self, facts: MachineFacts, env: Mapping[str, str],
-            ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+            ctx: ModuleFacts | None = None) -> tuple[int | None, str]:
         return mkl_dynamic_cap(facts, env)
 
     def plan_note(self, counts: Mapping[str, int], values: Mapping[str, int],
@@ -106,11 +107,11 @@ class OpenBLAS(_Blas):
     note = ("pthreads builds: one limit for the whole process; OpenMP builds follow the calling "
             "thread's OpenMP limit")
 
-    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.affinity_cpus(facts, ctx)
 
     def cap(self, facts: MachineFacts, env: Mapping[str, str],
-            ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+            ctx: ModuleFacts | None = None) -> tuple[int | None, str]:
         return defaults.affinity_cap(facts, env, ctx)
 
 
@@ -125,7 +126,7 @@ class Blis(_Blas):
     native_getter = "bli_thread_get_num_threads()"
     native = NativeReads("bli_thread_get_num_threads", version="bli_info_get_version_str")
 
-    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.single_thread(facts, ctx)
 
 
@@ -138,7 +139,7 @@ class FlexiBLAS(_Blas):
     native_getter = "flexiblas_get_num_threads()"
     native = NativeReads("flexiblas_get_num_threads")
 
-    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.backend_decides(facts, ctx)
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.rounding import ROUNDING_VAR
 from parinfo.process import defaults
+from parinfo.process.defaults import NO_FACTS, ModuleFacts
 from parinfo.process.library_base import Library
 from parinfo.process.library_blas import MKL_DYNAMIC, Mkl, mkl_dynamic_cap
 from parinfo.process.library_parts import Calls, LibraryKind, Push, Scope, as_count
@@ -34,29 +35,30 @@ class Numexpr(Library):
             "an 'Error.' line on stderr and 1 thread runs; 16 at most when neither it nor "
             "OMP_NUM_THREADS is set")
 
-    def context(self, module: Any, env: Mapping[str, str]) -> dict[str, Any]:
-        return {"ncores": getattr(module, "ncores", None), "max_threads": getattr(module, "MAX_THREADS", None),
-                "max_set": bool(env.get("NUMEXPR_MAX_THREADS"))}
+    def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
+        return ModuleFacts(ncores=as_count(getattr(module, "ncores", None)),
+                           max_threads=as_count(getattr(module, "MAX_THREADS", None)),
+                           max_set=bool(env.get("NUMEXPR_MAX_THREADS")))
 
-    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """numexpr 2.8.5+ with no count asked: its whole pool when NUMEXPR_MAX_THREADS is set, else
         the online CPUs it detects (affinity ignored), at most 16."""
-        pool = ctx.get("max_threads")
-        if ctx.get("max_set") and isinstance(pool, int):
+        pool = ctx.max_threads
+        if ctx.max_set and isinstance(pool, int):
             return pool, f"{pool} (NUMEXPR_MAX_THREADS: numexpr runs its whole pool when no count is asked)"
-        ncores = ctx.get("ncores") or facts.logical_cpus or 1
+        ncores = ctx.ncores or facts.logical_cpus or 1
         if ncores > 16:
             return 16, f"16 (numexpr's safe limit; {plural(ncores, 'core')} detected)"
         return ncores, f"{ncores} (online CPUs detected by numexpr; affinity ignored)"
 
     def cap(self, facts: MachineFacts, env: Mapping[str, str],
-            ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+            ctx: ModuleFacts | None = None) -> tuple[int | None, str]:
         """numexpr's pool size (MAX_THREADS: NUMEXPR_MAX_THREADS at import, else 64): a request
         above it is refused."""
-        pool = (ctx or {}).get("max_threads")
+        pool = (ctx or NO_FACTS).max_threads
         if not isinstance(pool, int):
             return None, ""
-        if (ctx or {}).get("max_set"):
+        if (ctx or NO_FACTS).max_set:
             return pool, f"its pool of NUMEXPR_MAX_THREADS={pool}"
         return pool, f"its pool of {pool} (NUMEXPR_MAX_THREADS unset)"
 
@@ -76,11 +78,11 @@ class Torch(Library):
     note = ("intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "
             "(std::thread::hardware_concurrency)")
 
-    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.physical_in_affinity(facts, ctx)
 
     def cap(self, facts: MachineFacts, env: Mapping[str, str],
-            ctx: Mapping[str, Any] | None = None) -> tuple[int | None, str]:
+            ctx: ModuleFacts | None = None) -> tuple[int | None, str]:
         return mkl_dynamic_cap(facts, env)
 
     def vars_without_mkl(self) -> tuple[str, ...]:
@@ -115,11 +117,12 @@ class Numba(Library):
     note = ("launches NUMBA_NUM_THREADS threads once; set_num_threads masks them for the calling "
             "thread only and refuses more than were launched")
 
-    def context(self, module: Any, env: Mapping[str, str]) -> dict[str, Any]:
-        return {"default": getattr(getattr(module, "config", None), "NUMBA_DEFAULT_NUM_THREADS", None)}
+    def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
+        config = getattr(module, "config", None)
+        return ModuleFacts(default=as_count(getattr(config, "NUMBA_DEFAULT_NUM_THREADS", None)))
 
-    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
-        n = ctx.get("default")
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        n = ctx.default
         if not isinstance(n, int) or n < 1:
             return defaults.affinity_cpus(facts)
         return n, f"{n} (numba.config.NUMBA_DEFAULT_NUM_THREADS: CPUs in affinity)"

@@ -2,10 +2,10 @@
 and oneTBB. What they share is their base class; each runtime says what is its own."""
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from parinfo.process import defaults
+from parinfo.process.defaults import ModuleFacts
 from parinfo.process.library_base import Library
 from parinfo.process.library_parts import DirectRead, NativeReads, Preloadable, Push, Scope, SetAlong
 
@@ -39,7 +39,7 @@ class OpenMPLibrary(Library):
     set_along = SetAlong("torch", "OpenMP runtime", " when it initialised")
     note = "no cap: a request above the CPUs is taken as it is (libgomp takes 8 on 2 CPUs)"
 
-    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.affinity_cpus(facts, ctx)
 
 
@@ -105,7 +105,7 @@ class OneTBB(Library):
     avoid_with = ("openmp",)
     note = "count from this_task_arena::max_concurrency() and global_control, read through ctypes"
 
-    def default(self, facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.affinity_no_variable(facts, ctx)
 
     def read_direct(self, path: str) -> tuple[str | None, int | None]:

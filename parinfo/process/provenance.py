@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from parinfo.process import libraries as reg
-from parinfo.process.defaults import Cap, Rule, hardware_concurrency
+from parinfo.process.defaults import NO_FACTS, Cap, ModuleFacts, Rule, hardware_concurrency
 from parinfo.process.pools import CONFLICT_NOTE, PoolRow
 from parinfo.process.setting_row import Refused, SetByApply, SettingRow
 from parinfo.process.variables import count_from_env
@@ -110,7 +110,7 @@ class Model(NamedTuple):
 def _no_model(name: str) -> Model:
     """The model of a library parinfo knows no rule for: its count is unknown."""
 
-    def unknown(facts: MachineFacts, ctx: Mapping[str, Any]) -> tuple[int | None, str]:
+    def unknown(facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return None, f"parinfo has no model for {name}"
 
     return Model((), unknown)
@@ -139,12 +139,12 @@ MODELS: dict[str, Model] = {
 
 
 def predict(model: Model, env: Mapping[str, str], facts: MachineFacts,
-            ctx: Mapping[str, Any] | None = None) -> _Prediction:
+            ctx: ModuleFacts | None = None) -> _Prediction:
     """The count ``model`` takes from environment ``env`` on a machine with ``facts``.
 
     Invalid values are skipped, as the libraries skip them.
     """
-    ctx = ctx or {}
+    ctx = ctx or NO_FACTS
     for var in model.precedence:
         n = count_from_env(var, env)
         if n is None:
@@ -174,7 +174,7 @@ def _changes(model: Model, env: Mapping[str, str], launch: Mapping[str, str]) ->
 
 
 def explain(library: str, count: int | None, model: Model, environ: Mapping[str, str],
-            launch_environ: LaunchEnviron, facts: MachineFacts, ctx: Mapping[str, Any] | None = None,
+            launch_environ: LaunchEnviron, facts: MachineFacts, ctx: ModuleFacts | None = None,
             runtime: Source = RUNTIME, extra_match: tuple[int | None, Source] | None = None,
             unread: str = "not readable without changing it",
             pushed: tuple[int, Source] | None = None, after_apply: SetByApply | None = None) -> SettingRow:
@@ -360,7 +360,7 @@ def _torch_rows(torch: TorchInfo, environ: Mapping[str, str], launch_environ: La
                       after_apply=read_after_apply(intra_model, lib.module, environ, applied))
         row.owner = lib.module
         rows.append(row)
-        ctx = {"hardware_concurrency": torch.hardware_concurrency}
+        ctx = ModuleFacts(hardware_concurrency=torch.hardware_concurrency)
         row = explain("torch inter-op", torch.inter_op, MODELS["torch inter-op"], environ,
                       launch_environ, facts, ctx, runtime=run_time(lib.interop_call()),
                       pushed=framework_set.get(TORCH_ROWS[1]))

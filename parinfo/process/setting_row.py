@@ -5,6 +5,7 @@ makes them.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field
 from typing import Annotated, Any
 
@@ -78,7 +79,7 @@ class SettingRow:
     #: The keys both of its JSON shapes hold (a row of parinfo's own pools carries no more).
     _json_always = ("library", "count", "source", "precedence")
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """The row's JSON: a row of parinfo's own pools carries only what its runtime records."""
         out = {k: data[k] for k in (_OWN_KEYS if self.own else _ROW_KEYS)}
         if self.capped_to is not None:

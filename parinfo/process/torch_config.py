@@ -43,7 +43,7 @@ class TorchFacts:
 def torch_facts(torch: Any) -> TorchFacts:
     """What :data:`TORCH_CALLS` return in this process, with torch's version (the raw facts of
     :func:`~parinfo.process.frameworks.torch_info_of`)."""
-    out: dict[str, Any] = {"version": str(torch.__version__)}
+    out: dict[str, object] = {"version": str(torch.__version__)}  # torch's answers, checked by load below
     for key, dotted in TORCH_CALLS.items():
         obj = torch
         for part in dotted.split("."):
@@ -89,23 +89,12 @@ def parse_parallel_info(text: str) -> ParallelInfo:
         m = re.search(pattern + r"\s*:\s*(\d{1,6})(?!\d)", text)
         return int(m.group(1)) if m and 1 <= int(m.group(1)) <= MAX_COUNT else None
 
-    out: dict[str, Any] = {
-        "intra_op": num(r"at::get_num_threads\(\)"),
-        "inter_op": num(r"at::get_num_interop_threads\(\)"),
-        "omp_max_threads": num(r"omp_get_max_threads\(\)"),
-        "mkl_max_threads": num(r"mkl_get_max_threads\(\)"),
-        "hardware_concurrency": num(r"hardware_concurrency\(\)"),
-    }
-    m = re.search(r"^OpenMP (\d+.*)$", text, re.MULTILINE)
-    out["openmp"] = m.group(1).strip() if m else None
-    m = re.search(r"^(.*Math Kernel Library.*)$", text, re.MULTILINE)
-    out["mkl_line"] = m.group(1).strip() if m else None
-    v = re.search(r"Version ([\d.]+)", out["mkl_line"] or "")
-    out["mkl_version"] = v.group(1).rstrip(".") if v else None
-    m = re.search(r"MKL-DNN v([\w.]+)", text)
-    out["mkldnn_version"] = m.group(1) if m else None
-    m = re.search(r"^ATen parallel backend:\s*(.+)$", text, re.MULTILINE)
-    out["aten_backend"] = m.group(1).strip() if m else None
+    def found(pattern: str, flags: int = re.MULTILINE) -> str | None:
+        m = re.search(pattern, text, flags)
+        return m.group(1).strip() if m else None
+
+    mkl_line = found(r"^(.*Math Kernel Library.*)$")
+    v = re.search(r"Version ([\d.]+)", mkl_line or "")
     env = {}
     section = text.split("Environment variables:", 1)
     if len(section) == 2:
@@ -115,5 +104,10 @@ def parse_parallel_info(text: str) -> ParallelInfo:
                 env[m.group(1)] = m.group(2).strip()
             elif line.strip() and not line.startswith((" ", "\t")):
                 break
-    out["env"] = env
-    return ParallelInfo(**out)
+    return ParallelInfo(
+        intra_op=num(r"at::get_num_threads\(\)"), inter_op=num(r"at::get_num_interop_threads\(\)"),
+        omp_max_threads=num(r"omp_get_max_threads\(\)"), mkl_max_threads=num(r"mkl_get_max_threads\(\)"),
+        hardware_concurrency=num(r"hardware_concurrency\(\)"), openmp=found(r"^OpenMP (\d+.*)$"),
+        mkl_line=mkl_line, mkl_version=v.group(1).rstrip(".") if v else None,
+        mkldnn_version=found(r"MKL-DNN v([\w.]+)", 0), aten_backend=found(r"^ATen parallel backend:\s*(.+)$"),
+        env=env)

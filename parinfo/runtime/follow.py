@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.topology import REREAD_S
 from parinfo.process import libraries as reg
+from parinfo.process.defaults import NO_FACTS
 from parinfo.process.interpreter import watch_gil_warning
 from parinfo.process.setter import TORCH
 from parinfo.process.variables import read_setting
@@ -85,7 +86,7 @@ def _default_count(record: reg.Library, facts: MachineFacts | None, cap: int | N
     if facts is None or record.default is None:
         return None
     try:
-        n, _ = record.default(facts, {})
+        n, _ = record.default(facts, NO_FACTS)
     except Exception:  # a rule that needs what only the loaded module can say
         return None
     if not isinstance(n, int) or n < 1:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from threading import get_ident
 from time import perf_counter_ns
 from typing import Any, Protocol
@@ -94,8 +94,8 @@ class Future:
     _ran_ns: int
     _batch: bool  # set with _site: the site counts the task in its batch (it is choosing)
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], ctx: Any, runner: Runner,
-                 native: bool = True, site: Any = None, batch: bool = False, due: int = 0) -> None:
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, object], ctx: Any,
+                 runner: Runner, native: bool = True, site: Any = None, batch: bool = False, due: int = 0) -> None:
         """A PENDING task. How the pool schedules it is fixed here, by the pool that forks it:
         ``native`` False when its adaptive site measured it short (it leaves native limits alone);
         ``site`` the adaptive site that times it (None: not timed), counting it in its batch

@@ -22,13 +22,16 @@ from __future__ import annotations
 import copy
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.process import setter
 from parinfo.process.setter import NativePool
 from parinfo.records.source import Source
 from parinfo.runtime.settings import RuntimeSettings
 from parinfo.runtime.snapshot import Budget, Push, PushedPool, Reached
+
+if TYPE_CHECKING:
+    from parinfo.runtime.workers import Reach
 
 
 def _torch() -> Any:
@@ -208,7 +211,7 @@ class NativeLimits:
             if self._libs()[0] or _torch() is not None:
                 self._sync_thread(False)
 
-    def note_workers(self, reach: dict[str, Any]) -> None:
+    def note_workers(self, reach: Reach) -> None:
         """Record which pool workers took the last push (``on_every_worker``'s answer)."""
         with self.lock:
             if self._push_record is not None:

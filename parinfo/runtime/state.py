@@ -12,8 +12,8 @@ import functools
 import os
 import sys
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from parinfo.process.setter import TORCH
 from parinfo.records.convert import dump
@@ -36,6 +36,27 @@ if TYPE_CHECKING:
 
 # How long a push waits for busy pool workers; they take the count before their next job anyway.
 PUSH_WAIT_S = 2.0
+
+
+class AppliedVar(TypedDict):
+    """A variable ``parinfo.apply`` set in this process, as :meth:`Runtime.attach_state` says it."""
+
+    value: str
+    profile: str
+    loaded: list[str]
+
+
+class _AttachState(TypedDict):
+    info: Mapping[str, object]  # Runtime.info(), passed on as it is
+    applied: dict[str, AppliedVar] | None
+    gil_reenabled_by: str | None
+
+
+class AttachState(_AttachState, total=False):
+    """What parinfo's attach reads of the runtime (:meth:`Runtime.attach_state`); ``busy`` says why
+    ``applied`` is None."""
+
+    busy: str
 
 
 class Runtime:
@@ -171,8 +192,7 @@ class Runtime:
         nobody chose follow them (as they do at most a second after a change while parallel_for
         and fork are in use). Counts set by a call, a profile or a variable stay. Returns what
         following did (``info()["follow"]``); with PARINFO_FOLLOW_QUOTA=0 it changes nothing."""
-        followed: dict[str, Any] = dump(self.follow.refresh())
-        return followed
+        return dict(dump(self.follow.refresh()))
 
     def set_adaptive(self, on: bool) -> None:
         """Switch adaptive decisions on or off for this process (PARINFO_ADAPTIVE=0 starts it off)."""
@@ -217,7 +237,7 @@ class Runtime:
         finer than one chunk per thread, it numbers the threads of the region instead (the caller 0)."""
         return self.intra.regions.guard.chunk
 
-    def on_every_worker(self, key: str, fn: Callable[[], Any], timeout: float = 5.0) -> dict[str, Any]:
+    def on_every_worker(self, key: str, fn: Callable[[], Any], timeout: float = 5.0) -> workers.Reach:
         """Run ``fn()`` once on every live worker of both pools, and first on every worker started
         later (see :func:`parinfo.runtime.workers.on_every_worker`)."""
         return workers.on_every_worker(self.setup, self._built_pools(), key, fn, timeout)
@@ -291,10 +311,9 @@ class Runtime:
 
     def info(self, machine: tuple[int, int] | None = None) -> dict[str, Any]:
         """The runtime's state as plain JSON-ready data (:meth:`snapshot`'s JSON form)."""
-        out: dict[str, Any] = dump(self.snapshot(machine))
-        return out
+        return dict(dump(self.snapshot(machine)))
 
-    def attach_state(self, machine: tuple[int, int]) -> dict[str, Any]:
+    def attach_state(self, machine: tuple[int, int]) -> AttachState:
         """What parinfo's attach reads of this runtime from a script it runs on the main thread of
         this process (:mod:`parinfo.outside.attach`), as plain data: ``info`` (:meth:`info` with
         ``machine``, the machine's numbers as parinfo read them outside: nothing is resolved or kept
@@ -302,19 +321,21 @@ class Runtime:
         ``profile`` and the sorted ``loaded``); ``gil_reenabled_by`` (the module CPython's warning
         named, as the interpreter facts saw it). A lock the main thread might hold is never waited
         for: when it is taken, ``applied`` is None and ``busy`` says so."""
-        out: dict[str, Any] = {"info": self.info((int(machine[0]), int(machine[1]))), "applied": None}
+        info = self.info((int(machine[0]), int(machine[1])))
+        applied: dict[str, AppliedVar] | None = None
         if self._env_lock.acquire(blocking=False):
             try:
-                out["applied"] = {name: {"value": found.value, "profile": found.profile, "loaded": sorted(found.loaded)}
-                                  for name, found in self._env_set.items()}
+                applied = {name: {"value": found.value, "profile": found.profile, "loaded": sorted(found.loaded)}
+                           for name, found in self._env_set.items()}
             finally:
                 self._env_lock.release()
-        else:
-            out["busy"] = "the variables parinfo.apply set were being changed"
         interpreter = sys.modules.get("parinfo.process.interpreter")
         seen = getattr(interpreter, "_seen", None)
-        out["gil_reenabled_by"] = seen.get("module") if isinstance(seen, dict) else None
-        return out
+        gil = seen.get("module") if isinstance(seen, dict) else None
+        if applied is None:
+            return {"info": info, "applied": None, "busy": "the variables parinfo.apply set were being changed",
+                    "gil_reenabled_by": gil}
+        return {"info": info, "applied": applied, "gil_reenabled_by": gil}
 
     def after_fork_in_child(self) -> None:
         """In the child of an ``os.fork``: fresh locks and unstarted pools; tasks the parent's

@@ -14,6 +14,7 @@ import collections
 import math
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from parinfo.process import setter
@@ -52,7 +53,7 @@ class _Launcher:
         self.params = [p.name for p in params]
         self.required = {p.name for p in params if p.default is None}
 
-    def binds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    def binds(self, args: tuple[Any, ...], kwargs: Mapping[str, object]) -> bool:
         """Whether this call fills every parameter the launcher requires, and only its parameters."""
         if len(args) > len(self.params):
             return False
@@ -111,7 +112,7 @@ class TorchForks:
                                             getattr(jit, "ScriptFunction", None)) if isinstance(t, type))
         return isinstance(fn, self._types)
 
-    def fork(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
+    def fork(self, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, object]) -> Any | None:
         """A torch future for ``fn(*args, **kwargs)`` running on torch's inter-op pool, or None
         when ``fn``'s signature (or this call's arguments) cannot go through a launcher."""
         launcher = self._launcher(fn)

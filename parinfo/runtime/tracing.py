@@ -8,7 +8,45 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+
+class Span(TypedDict):
+    """One recorded span as ``Profile.events`` gives it: times in microseconds from the profile's
+    start; ``args`` the chunk's range (``begin``, ``end``) for a parallel_for chunk."""
+
+    name: str
+    cat: str  # task, wait or chunk
+    tid: int
+    thread: str
+    start_us: float
+    end_us: float
+    args: dict[str, int]
+
+
+class _TraceEvent(TypedDict):
+    name: str
+    ph: str
+    pid: int
+    tid: int
+    args: Mapping[str, int | str]
+
+
+class TraceEvent(_TraceEvent, total=False):
+    """One event of the Chrome Trace Event Format: a complete span ("X", with its category, start and
+    duration in microseconds) or a thread's or the process's name ("M")."""
+
+    cat: str
+    ts: float
+    dur: float
+
+
+class ChromeTrace(TypedDict):
+    """A Chrome Trace Event Format document (what chrome://tracing and Perfetto open)."""
+
+    traceEvents: list[TraceEvent]
+    displayTimeUnit: str
 
 
 def now() -> int:
@@ -31,7 +69,7 @@ class Recorders:
             self.active = tuple(q for q in self.active if q is not p)
 
     def record(self, name: str, cat: str, t0: int, t1: int,
-               args: dict[str, Any] | None = None) -> None:
+               args: dict[str, int] | None = None) -> None:
         """Add one finished span to every active profile (called by pool code only when active)."""
         ev = (name, cat, t0, t1, threading.get_native_id(), threading.current_thread().name, args)
         for p in self.active:
@@ -61,9 +99,9 @@ class Profile:
         self._recorders.remove(self)
 
     @property
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[Span]:
         """Recorded spans: name, cat (task|wait|chunk), tid, thread, start_us, end_us, args."""
-        out = []
+        out: list[Span] = []
         for name, cat, t0, t1, tid, tname, args in list(self._events):
             out.append({"name": name, "cat": cat, "tid": tid, "thread": tname,
                         "start_us": (t0 - self._t0) / 1e3, "end_us": (t1 - self._t0) / 1e3,
@@ -71,10 +109,10 @@ class Profile:
         out.sort(key=lambda e: e["start_us"])
         return out
 
-    def chrome_trace(self) -> dict[str, Any]:
+    def chrome_trace(self) -> ChromeTrace:
         """The trace as a Chrome Trace Event Format document (complete "X" events + thread names)."""
         pid = os.getpid()
-        evs: list[dict[str, Any]] = []
+        evs: list[TraceEvent] = []
         names: dict[int, str] = {}
         for e in self.events:
             names.setdefault(e["tid"], e["thread"])
@@ -82,8 +120,8 @@ class Profile:
                         "ts": round(e["start_us"], 3),
                         "dur": round(max(0.0, e["end_us"] - e["start_us"]), 3),
                         "args": e["args"]})
-        meta = [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": n}}
-                for tid, n in names.items()]
+        meta: list[TraceEvent] = [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": n}}
+                                  for tid, n in names.items()]
         meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                      "args": {"name": "parinfo runtime"}})
         return {"traceEvents": meta + evs, "displayTimeUnit": "ms"}

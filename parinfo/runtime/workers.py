@@ -18,7 +18,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 
 class _Seen(threading.local):
@@ -115,8 +115,20 @@ class WorkerPool(Protocol):
     def post(self, token: SyncToken) -> None: ...
 
 
+class _Reach(TypedDict):
+    ran: list[str]
+    pending: list[str]
+
+
+class Reach(_Reach, total=False):
+    """Which workers ran a function ``on_every_worker`` gave them (``ran``), which were busy and run it
+    before their next job (``pending``), and what it raised where it failed (``errors``: worker -> text)."""
+
+    errors: dict[str, str]
+
+
 def on_every_worker(setup: WorkerSetup, pools: Sequence[WorkerPool], key: str, fn: Callable[[], Any],
-                    timeout: float = 5.0) -> dict[str, Any]:
+                    timeout: float = 5.0) -> Reach:
     """Run ``fn()`` once on every live worker of ``pools``, and first on every worker started later.
 
     ``key`` names the setting: a second call with the same key replaces the function (workers run
@@ -151,8 +163,7 @@ def on_every_worker(setup: WorkerSetup, pools: Sequence[WorkerPool], key: str, f
                 break
             setup.cond.wait(left)
         errors = dict(setup.errors.get((key, version), {}))
-    out: dict[str, Any] = {"ran": [n for n in everyone if n in done],
-                           "pending": [n for n in everyone if n not in done]}
+    out: Reach = {"ran": [n for n in everyone if n in done], "pending": [n for n in everyone if n not in done]}
     if errors:
         out["errors"] = errors
     return out

@@ -93,7 +93,7 @@ class ChoiceSearch:
     point: Point
     fixed: dict[str, str]
     stats: dict[str, Stats] = field(default_factory=dict)
-    in_force: dict[str, Any] = field(default_factory=dict)
+    in_force: dict[str, object] = field(default_factory=dict)  # each choice's trial: what it said in force
     fastest: str = pre.DEFAULT
     kept: str = pre.DEFAULT
     why: str = ""
@@ -102,7 +102,7 @@ class ChoiceSearch:
     def written(self) -> bool:
         return self.kept != pre.DEFAULT
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """A tune's JSON of this search: the point and the choices' trials, each with its figures."""
         return {"key": self.key, "intra_op": self.point.intra, "inter_op": self.point.inter,
                 "with": dict(self.fixed), "fastest": self.fastest, "kept": self.kept, "written": self.written,

@@ -12,12 +12,13 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from parinfo.errors import TuneError
 from parinfo.process import setter
 from parinfo.records.convert import LOCAL, dump, key
 from parinfo.records.record import record
+from parinfo.records.unknown import Unknown
 from parinfo.safe_text import plural
 from parinfo.tuning.search import Point, Stats
 from parinfo.tuning.tail import OutputTail
@@ -27,6 +28,7 @@ from parinfo.tuning.workloads import TORCH, Command, Workload
 if TYPE_CHECKING:  # pragma: no cover
     from parinfo.launch.child import ChildEnv
     from parinfo.machine.topology import MachineFacts
+    from parinfo.tuning.worker import Job
 
 #: The name of the profile each trial process is launched under (PARINFO_PROFILE in its environment).
 TRIAL_PROFILE = "parinfo-tune-trial"
@@ -78,8 +80,8 @@ def trial_child(p: Point, choices: Mapping[str, str], facts: MachineFacts, repor
     from parinfo.launch.child import child_environ
     from parinfo.profiles.loading import resolve_profile
 
-    body: dict[str, Any] = {"version": 1, "name": TRIAL_PROFILE, "intra_op": p.intra, "inter_op": p.inter,
-                            **choices}
+    body: dict[str, object] = {"version": 1, "name": TRIAL_PROFILE, "intra_op": p.intra, "inter_op": p.inter,
+                               **choices}  # a profile's document: the profile reader checks every value
     try:
         plan = resolve_profile(body, facts)
     except ProfileError as exc:
@@ -105,11 +107,20 @@ def read_json(path: str, limit: int) -> Any:
         raise ValueError("nested too deeply") from None
 
 
-def hook_report(folder: str, pid: int, child: ChildEnv) -> dict[str, Any] | str | None:
+class HookReport(TypedDict, total=False):
+    """What the start-up hook of a trial process read back, checked: torch's and parinfo's counts
+    (``intra_op``, ``inter_op``: an int or None), and for each file the trial preloaded whether the
+    process had it mapped (None: not said)."""
+
+    torch: dict[str, int | None]
+    parinfo: dict[str, int | None]
+    preloaded: dict[str, bool | None]
+
+
+def hook_report(folder: str, pid: int, child: ChildEnv) -> HookReport | Unknown | None:
     """What the start-up hook of a trial read back (the process ``pid``'s report, else the first of
-    its Python descendants'), checked: counts are ints or None, and ``preloaded`` says for each file
-    this trial preloaded whether the process had it mapped. None when no report was written; why,
-    in words, when one was there but could not be read (the trial wrote the folder: hostile input)."""
+    its Python descendants'). None when no report was written; Unknown, with why, when one was there
+    but could not be read (the trial wrote the folder: hostile input)."""
     mine = f"{pid}.json"
     try:
         with os.scandir(folder) as entries:  # the command may fill the folder: bounded
@@ -127,18 +138,27 @@ def hook_report(folder: str, pid: int, child: ChildEnv) -> dict[str, Any] | str 
         if not isinstance(data, dict):
             why = why or f"the start-up hook's report {name} is not a JSON object"
             continue
-        out: dict[str, Any] = {}
-        for lib in ("torch", "parinfo"):
-            counts = data.get(lib)
-            if isinstance(counts, dict):
-                out[lib] = {k: _int_or_none(counts.get(k)) for k in ("intra_op", "inter_op")}
+        out: HookReport = {}
+        torch, ours = _counts(data.get("torch")), _counts(data.get("parinfo"))
+        if torch is not None:
+            out["torch"] = torch
+        if ours is not None:
+            out["parinfo"] = ours
         if child.preloaded:
             mapped = data.get("preloaded")
             mapped = mapped if isinstance(mapped, dict) else {}
             out["preloaded"] = {path: mapped.get(path) if isinstance(mapped.get(path), bool) else None
                                 for path in child.preloaded}
         return out
-    return why
+    return None if why is None else Unknown(why)
+
+
+def _counts(value: object) -> dict[str, int | None] | None:
+    """The intra-op and inter-op counts of a hook report's entry (an int or None each), None when the
+    entry is not an object."""
+    if not isinstance(value, dict):
+        return None
+    return {k: _int_or_none(value.get(k)) for k in ("intra_op", "inter_op")}
 
 
 #: What ``in_force`` says for a trial whose process wrote no report.
@@ -189,8 +209,8 @@ class WorkerMeasurer(Measurer):
 
     def trial(self, p: Point, choices: Mapping[str, str]) -> tuple[Stats, Any]:
         s = self.settings
-        job = {"spec": dump(self.workload), "concurrency": self.concurrency(p),
-               "warmup": s.warmup, "repeats": s.repeats, "min_time": s.min_time}
+        job: Job = {"spec": dump(self.workload), "concurrency": self.concurrency(p),
+                    "warmup": s.warmup, "repeats": s.repeats, "min_time": s.min_time}
         with tempfile.TemporaryDirectory(prefix="parinfo-tune-") as tmp:
             out = os.path.join(tmp, "result.json")
             child = trial_child(p, choices, self.facts, tmp)
@@ -223,10 +243,10 @@ class WorkerMeasurer(Measurer):
         if result.get("error") == "user":
             raise WorkloadFailed(result.get("summary") or RAISED, exit_code=1, output=result["text"])
         seen = result.get("in_force")
-        if isinstance(seen, dict) and isinstance(report, dict) and "preloaded" in report:
+        if isinstance(seen, dict) and report is not None and not isinstance(report, Unknown) and "preloaded" in report:
             seen["preloaded"] = report["preloaded"]
-        elif isinstance(seen, dict) and isinstance(report, str) and child.preloaded:
-            seen["verified"] = f"unknown ({report})"
+        elif isinstance(seen, dict) and isinstance(report, Unknown) and child.preloaded:
+            seen["verified"] = str(report)
         return Stats(tuple(result["samples"]), result["number"]), seen
 
 
@@ -243,10 +263,10 @@ class CommandMeasurer(Measurer):
             child = trial_child(p, choices, self.facts, tmp)
             elapsed, pid = self._time(p, child)
             report = hook_report(tmp, pid, child)
-        seen: dict[str, Any] = {"env": {k: v for k, v in child.env.items() if os.environ.get(k) != v
-                                        and not k.startswith("_")}}
-        if isinstance(report, str):
-            seen["verified"] = f"unknown ({report})"
+        seen: dict[str, object] = {"env": {k: v for k, v in child.env.items() if os.environ.get(k) != v
+                                           and not k.startswith("_")}}
+        if isinstance(report, Unknown):
+            seen["verified"] = str(report)
         else:
             seen.update(report if report is not None else {"verified": NO_REPORT})
         return elapsed, seen
@@ -348,9 +368,10 @@ class InProcessMeasurer(Measurer):
         except UserCodeError as exc:
             raise WorkloadFailed(exc.summary, exit_code=1, output=exc.text) from None
         finally:
-            in_force: dict[str, Any] = {}
+            native: dict[str, list[int | None]] = {}
             for pool in pools:
-                in_force.setdefault(pool.internal_api or "?", []).append(pool.get())
+                native.setdefault(pool.internal_api or "?", []).append(pool.get())
+            in_force: dict[str, object] = {**native}
             setter.restore([o for o in done if o.target != "intra-op"], pools)
         torch_now = setter.torch_intra_now() if torch else None
         if torch_now is not None:

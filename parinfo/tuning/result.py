@@ -17,8 +17,7 @@ class TuneResult(TuneOutcome):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-serialisable form (what ``parinfo tune --json`` prints)."""
-        data: dict[str, Any] = dump(writers.TuneJson.of(self))
-        return data
+        return dict(dump(writers.TuneJson.of(self)))
 
     def to_profile_yaml(self, name: str | None = None) -> str:
         """A profile (``version: 1``) with the winning counts, and comments recording how they were found."""

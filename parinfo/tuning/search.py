@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import field
 from typing import Any
 
@@ -78,7 +78,7 @@ class Stats:
         med = self.median
         return (q3 - q1) / med if med > 0 else 0.0
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """The figures a tune's JSON gives of the samples (worked out here), then the samples."""
         q1, q3 = self.quartiles
         return {"median_s": self.median, "q1_s": q1, "q3_s": q3, "min_s": self.min, "max_s": self.max,

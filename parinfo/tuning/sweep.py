@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from parinfo.tuning import choices, search
 from parinfo.tuning.choices import ChoiceSearch
@@ -28,7 +28,19 @@ if TYPE_CHECKING:
 
 __all__ = ["NOISY_SPREAD", "OBJECTIVES", "TuneOptions", "TuneResult", "WorkloadFailed", "run", "tune"]
 
-Progress = Callable[[str, dict[str, Any]], None]
+class ProgressInfo(TypedDict, total=False):
+    """What a tune tells its ``progress`` callback with each event: ``start`` (``candidates``,
+    ``workload``), ``measuring`` or ``confirming`` and ``measured`` (``point``, ``label``, and
+    ``stats`` once measured), ``done`` (nothing)."""
+
+    candidates: int
+    workload: str
+    point: Point
+    label: str
+    stats: Stats
+
+
+Progress = Callable[[str, ProgressInfo], None]
 
 
 def tune(workload: str | None = None, *, objective: str = "latency", framework: str = "numpy",
@@ -129,10 +141,11 @@ def _choose(plan: Plan, result: SearchResult, measurer: Measurer, progress: Prog
     """Measure the allocator and OpenMP runtime choices asked for at the best counts, one key at a time."""
     out: list[ChoiceSearch] = []
     fixed: dict[str, str] = {}
-    assert result.best is not None
-    say = (lambda label: progress("measuring", {"point": result.best, "label": label})) if progress else None
+    best = result.best
+    assert best is not None
+    say = (lambda label: progress("measuring", {"point": best, "label": label})) if progress else None
     for key, words in plan.choices:
-        cs = choices.measure(key, words, result.best, fixed, measurer.trial, margin=plan.options.margin,
+        cs = choices.measure(key, words, best, fixed, measurer.trial, margin=plan.options.margin,
                              progress=say)
         out.append(cs)
         fixed[key] = cs.kept

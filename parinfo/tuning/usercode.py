@@ -66,7 +66,7 @@ def build_stmt(stmt_src: str, setup_src: str = "pass") -> Callable[[], Any]:
     _register_source("<stmt>", stmt_src)
     setup = compile_user(setup_src, "<setup>")
     stmt = compile_user(stmt_src, "<stmt>")
-    ns: dict[str, Any] = {"__name__": "__parinfo_tune__"}
+    ns: dict[str, object] = {"__name__": "__parinfo_tune__"}  # the user's namespace: parinfo reads nothing in it
     try:
         exec(setup, ns)  # the user's own code, run on their request
     except (Exception, SystemExit) as exc:

@@ -11,20 +11,47 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
 
 
-def counts_in_force(framework: str) -> dict[str, Any]:
-    """The counts the loaded libraries report now (read-only: nothing is probed by setting)."""
+class Job(TypedDict):
+    """What the parent asks of this process (argv's JSON): the workload's spec (its JSON form) and how
+    to time it."""
+
+    spec: Mapping[str, object]
+    concurrency: int
+    warmup: int
+    repeats: int
+    min_time: float
+
+
+class Result(TypedDict, total=False):
+    """What this process writes to RESULT_PATH: the samples, their number of calls and the counts in
+    force (:func:`counts_in_force`); or an ``error`` (user, usage) with its ``text`` and ``summary``."""
+
+    samples: list[float]
+    number: int
+    in_force: dict[str, object]
+    error: str
+    text: str
+    summary: str
+
+
+def counts_in_force(framework: str) -> dict[str, object]:
+    """The counts the loaded libraries report now (read-only: nothing is probed by setting): each
+    native pool's copies by its API, then parinfo's and torch's counts, or why they were not read."""
     from parinfo.process import setter
     from parinfo.tuning.workloads import TORCH
 
-    seen: dict[str, Any] = {}
+    native: dict[str, list[int | None]] = {}
+    seen: dict[str, object] = {}
     try:
         for pool in setter.native_pools():
-            seen.setdefault(pool.internal_api or "?", []).append(pool.get())
+            native.setdefault(pool.internal_api or "?", []).append(pool.get())
     except Exception as exc:  # a report, never a failure
         seen["native"] = f"unknown ({exc})"
+    seen = {**native, **seen}
     if "parinfo.runtime.state" in sys.modules:  # the workload used parinfo's runtime
         try:
             info = sys.modules["parinfo.runtime.state"].RUNTIME.info()
@@ -37,7 +64,7 @@ def counts_in_force(framework: str) -> dict[str, Any]:
     return seen
 
 
-def run(job: dict[str, Any]) -> dict[str, Any]:
+def run(job: Job) -> Result:
     """Build the workload under this process's counts and time it; returns the result dict."""
     from parinfo.tuning.timing import time_calls
     from parinfo.tuning.usercode import UserCodeError, WorkloadUsageError

@@ -62,10 +62,10 @@ class Workload:
         """The zero-argument callable one timed call runs (setup done here, once)."""
         raise ValueError(f"cannot build workload kind {self.kind!r} in-process")
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """The JSON form: ``kind`` first (it names the class to read it back), ``framework`` last."""
-        framework = data.pop("framework")
-        return {"kind": self.kind, **data, "framework": framework}
+        return {"kind": self.kind, **{k: v for k, v in data.items() if k != "framework"},
+                "framework": data["framework"]}
 
 
 @record(frozen=True)
@@ -87,7 +87,7 @@ class Matmul(Workload):
         make = kernels.torch_matmul if self.framework == TORCH else kernels.numpy_matmul
         return make(self.size)
 
-    def _json_out(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         return {"kind": self.kind, **data}
 
 

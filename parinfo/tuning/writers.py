@@ -173,8 +173,8 @@ def profile_yaml(r: TuneOutcome, name: str | None = None) -> str:
     if name is not None:
         check_name(name)
 
-    body: dict[str, Any] = {"version": 1, "name": name or f"tuned-{r.spec.kind}",
-                            "description": _description(r), **r.counts(), **r.preloads()}
+    body: dict[str, object] = {"version": 1, "name": name or f"tuned-{r.spec.kind}",
+                               "description": _description(r), **r.counts(), **r.preloads()}
     if r.spec.framework == TORCH:
         body["libraries"] = {"torch": r.best.intra}
     # a command's argument may hold a line break: keep every comment on one line

@@ -20,10 +20,13 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from parinfo.safe_text import label_value, shorten
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
 #: The names a request may list in ``name[]``.
 MAX_NAMES = 64
@@ -99,7 +102,7 @@ def scrape(collector: Any, query: str, accept: str | None,
 
 def wsgi_app(collector: Any) -> Callable[..., list[bytes]]:
     """The WSGI application of a metrics server: GET (any path) is a scrape, as prometheus_client's."""
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> list[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
         if method == "OPTIONS":
             status, headers, body = "200 OK", [("Allow", "OPTIONS,GET")], b""
