@@ -109,9 +109,8 @@ class Report:
         return dict(dump(self))
 
     def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
-        for name in ("outer", "live", "memory"):  # not gathered: {} (read back as None)
-            data[name] = data[name] or {}
-        return {"schema_version": SCHEMA_VERSION, **{k: data[k] for k in _ORDER}}
+        gathered = ("outer", "live", "memory")  # not gathered: {} (read back as None)
+        return {"schema_version": SCHEMA_VERSION, **{k: (data[k] or {}) if k in gathered else data[k] for k in _ORDER}}
 
 
 #: The order of the payload's sections (report.schema.json).
