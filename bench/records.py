@@ -39,7 +39,10 @@ from _machine import report_machine  # bench/ is on sys.path when run as a scrip
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import msgspec
+try:
+    import msgspec
+except ImportError:
+    sys.exit("bench/records.py needs msgspec to compare against: pip install msgspec")
 
 from parinfo.diagnostics.model import Report
 from parinfo.records.convert import dump, dumps
