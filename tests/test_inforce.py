@@ -202,7 +202,7 @@ def test_process_in_another_mount_and_pid_namespace_is_read_as_it_sees_its_files
         from parinfo.outside.remote import children
 
         target = children(Proc.of(proc.pid))[-1]  # unshare -> (forked) python, pid 1 inside its namespace
-        assert truth["pid"] != target and not (inside / "libopenblas_ns.so").exists()
+        assert truth["pid"] != target.pid and not (inside / "libopenblas_ns.so").exists()
         expected = [(f"{inside}/libopenblas_ns.so", truth["count"], IN_FORCE)]
         # root opens the mapped file through /proc/PID/map_files
         assert [(r.path, r.count, r.source) for r in counts_in_force(target)] == expected
@@ -211,7 +211,7 @@ def test_process_in_another_mount_and_pid_namespace_is_read_as_it_sees_its_files
                  "from parinfo.machine.procfs import Proc\n"
                  "rows = counts_in_force(Proc.of(int(sys.argv[1])))\n"
                  "print(json.dumps([[r.path, r.count, r.source.to_json()] for r in rows]))")
-        out = subprocess.run([*NOBODY, sys.executable, "-c", probe, str(target)], capture_output=True, text=True,
+        out = subprocess.run([*NOBODY, sys.executable, "-c", probe, str(target.pid)], capture_output=True, text=True,
                              timeout=60, env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
         assert out.returncode == 0, out.stderr
         assert [(r[0], r[1], Source.from_json(r[2])) for r in json.loads(out.stdout)] == expected
