@@ -15,7 +15,7 @@ import os
 from typing import TYPE_CHECKING
 
 from parinfo.errors import UsageError
-from parinfo.machine.procfs import Proc, gone, pids
+from parinfo.machine.procfs import Proc, gone, pids, this_or
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, unknown
 
@@ -191,16 +191,21 @@ def children(proc: Proc) -> list[Proc]:
     return out
 
 
-def ancestors(pid: int | None = None) -> list[int]:
-    """The parent of ``pid`` (default: this process), its parent, and so on up to pid 1, nearest
-    first; a process that ends meanwhile ends the list."""
+def ancestors(proc: Proc | None = None) -> list[int]:
+    """The parent of ``proc`` (default: this process), its parent, and so on up to pid 1, nearest
+    first, each found through the handle's own :meth:`~parinfo.machine.procfs.Proc.parent`; a
+    process that ends meanwhile ends the list."""
     out: list[int] = []
-    current = os.getpid() if pid is None else pid
-    while current > 1 and len(out) < 4096:
-        st = Proc.of(current).thread_stat(current)
-        if st is None or st.ppid <= 0 or st.ppid in out:
+    current = this_or(proc)
+    while len(out) < 4096:
+        try:
+            parent = current.parent()  # UsageError for ppid 0 (no parent), or one that has gone
+        except UsageError:
             break
-        out.append(st.ppid)
-        current = st.ppid
+        if parent.pid is None or parent.pid in out:
+            break
+        out.append(parent.pid)
+        if parent.pid <= 1:
+            break
+        current = parent
     return out
-
