@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, clean_env
 
+from parinfo.machine.procfs import Proc
 from parinfo.outside.attach import channel as chan
 
 NOBODY = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
@@ -277,9 +278,9 @@ def test_one_process_that_breaks_its_read_is_one_row_not_the_end_of_the_scan(mon
     try:
         assert child.stdout is not None and child.stdout.readline() == "up\n"
         report = scanner.scan()
-        tree = attached.read_tree([child.pid], 1.0)
+        tree = attached.read_tree([Proc.of(child.pid)], 1.0)
         with pytest.raises(AttachError, match="could not be made into a report"):
-            attached.read_process(child.pid, 1.0)  # show --attach, watch --attach: one line
+            attached.read_process(Proc.of(child.pid), 1.0)  # show --attach, watch --attach: one line
     finally:
         child.kill()
         child.wait()

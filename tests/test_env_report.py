@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from conftest import clean_env, run_json
 
+from parinfo.machine.procfs import Proc
 from parinfo.process.environment import environment_report, launch_environment
 from parinfo.process.libraries import listed_unset
 from parinfo.process.variables import THREAD_VARS
 from parinfo.records.convert import dump
+from parinfo.records.unknown import Unknown
 
 REPORT = ("import json, os; from parinfo.records.convert import dump; "
           "from parinfo.process.environment import environment_report as r; "
@@ -76,7 +78,7 @@ def test_thread_looking_variables_outside_the_table_are_listed():
 
 
 def test_unknown_launch_environment_is_said_not_guessed():
-    rows = by_name(environment_report({"OMP_NUM_THREADS": "2"}, "unknown (AccessDenied)"))
+    rows = by_name(environment_report({"OMP_NUM_THREADS": "2"}, Unknown("AccessDenied")))
     row = rows["OMP_NUM_THREADS"]
     assert row["launch_value"] == "unknown (AccessDenied)"
     assert row["changed_after_launch"] is None
@@ -84,8 +86,8 @@ def test_unknown_launch_environment_is_said_not_guessed():
 
 
 def test_launch_environment_of_a_missing_process_is_unknown():
-    out = launch_environment(2**22 + 12345)
-    assert isinstance(out, str) and out.startswith("unknown (")
+    out = launch_environment(Proc.of(2**22 + 12345))
+    assert isinstance(out, Unknown) and str(out).startswith("unknown (")
 
 
 def test_rows_are_json_serialisable():

@@ -16,6 +16,7 @@ import pytest
 from conftest import REPO, clean_env, run_cli, start_target, stop_target
 
 import parinfo.host
+from parinfo.machine.procfs import Proc
 from parinfo.outside import inforce
 from parinfo.outside.inforce import IN_FORCE, PERMISSION, counts_in_force, mapped_files
 from parinfo.process import elfcount
@@ -59,7 +60,7 @@ def test_count_read_from_memory_is_threadpoolctls_inside(limit, launch, taskset)
                          prefix=["taskset", "-c", "0"] if taskset else None)
     try:
         assert isinstance(truth, dict) and len(truth) == 2  # numpy's and scipy's OpenBLAS
-        rows = _by_file(counts_in_force(proc.pid))
+        rows = _by_file(counts_in_force(Proc.of(proc.pid)))
         for path, expected in truth.items():
             row = rows[os.path.realpath(path)]
             assert (row.library, row.count, row.source) == ("openblas", expected, IN_FORCE), row
@@ -76,11 +77,11 @@ def test_count_read_from_memory_is_threadpoolctls_inside(limit, launch, taskset)
 def test_the_target_is_not_stopped_and_a_second_read_hits_the_cache(monkeypatch):
     proc, _ = start_target(TARGET, "1")
     try:
-        first = counts_in_force(proc.pid)
+        first = counts_in_force(Proc.of(proc.pid))
         parsed = []
         real = elfcount.locate
         monkeypatch.setattr(elfcount, "locate", lambda fd, spec: parsed.append(fd) or real(fd, spec))
-        assert counts_in_force(proc.pid) == first and parsed == []
+        assert counts_in_force(Proc.of(proc.pid)) == first and parsed == []
         with open(f"/proc/{proc.pid}/stat") as fh:
             assert fh.read().rsplit(")", 1)[1].split()[0] in "RS"  # neither stopped (T) nor traced (t)
         assert proc.poll() is None
@@ -92,17 +93,18 @@ def test_the_target_is_not_stopped_and_a_second_read_hits_the_cache(monkeypatch)
 def test_process_of_another_user_is_read_by_root_and_refused_to_a_third():
     proc, truth = start_target(TARGET, "1", prefix=NOBODY, env=clean_env(HOME="/tmp"))
     try:
-        rows = _by_file(counts_in_force(proc.pid))
+        rows = _by_file(counts_in_force(Proc.of(proc.pid)))
         assert {rows[os.path.realpath(p)].count for p in truth} == {1}
         # daemon (uid 1) may read neither nobody's maps nor its memory
         with open(f"/proc/{proc.pid}/maps") as fh:
             maps = fh.read()
         probe = ("import json, sys; from parinfo.records.convert import dump; "
-                 "from parinfo.outside.inforce import counts_in_force\n"
+                 "from parinfo.outside.inforce import counts_in_force\nfrom parinfo.machine.procfs import Proc\n"
                  "from parinfo.process.tasks import NoAccess\n"
                  "pid, maps = int(sys.argv[1]), sys.stdin.read()\n"
-                 "try:\n    counts_in_force(pid)\nexcept NoAccess as e:\n    refused = str(e)\n"
-                 "print(json.dumps({'refused': refused, 'rows': [dump(r) for r in counts_in_force(pid, maps)]}))")
+                 "try:\n    counts_in_force(Proc.of(pid))\nexcept NoAccess as e:\n    refused = str(e)\n"
+                 "rows = [dump(r) for r in counts_in_force(Proc.of(pid), maps)]\n"
+                 "print(json.dumps({'refused': refused, 'rows': rows}))")
         out = subprocess.run(["setpriv", "--reuid=1", "--regid=1", "--clear-groups", sys.executable, "-c", probe,
                               str(proc.pid)], input=maps, capture_output=True, text=True, timeout=60,
                              env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
@@ -152,7 +154,7 @@ def test_library_file_deleted_after_load_is_read_through_map_files(tmp_path):
     proc, truth = start_target(COPY, str(copy))
     try:
         copy.unlink()
-        rows = counts_in_force(proc.pid)
+        rows = counts_in_force(Proc.of(proc.pid))
         assert [(r.path, r.count, r.source) for r in rows] == [(str(copy), truth["count"], IN_FORCE)]
         assert truth["count"] == 1
     finally:
@@ -171,7 +173,7 @@ def test_a_file_without_the_count_variable_is_unknown_with_why(tmp_path):
     proc, _ = start_target("import ctypes, sys; ctypes.CDLL(sys.argv[1]); print('{}', flush=True); "
                            "sys.stdin.readline()", str(fake))
     try:
-        (row,) = counts_in_force(proc.pid)
+        (row,) = counts_in_force(Proc.of(proc.pid))
         assert row.count is None and row.source.kind is SourceKind.UNKNOWN
         assert row.source.detail.startswith("the file exports none of openblas_get_num_threads")
     finally:
@@ -199,16 +201,17 @@ def test_process_in_another_mount_and_pid_namespace_is_read_as_it_sees_its_files
         truth = json.loads(line)
         from parinfo.outside.remote import children
 
-        target = children(proc.pid)[-1]  # unshare -> (forked) python, pid 1 inside its namespace
-        assert truth["pid"] != target and not (inside / "libopenblas_ns.so").exists()
+        target = children(Proc.of(proc.pid))[-1]  # unshare -> (forked) python, pid 1 inside its namespace
+        assert truth["pid"] != target.pid and not (inside / "libopenblas_ns.so").exists()
         expected = [(f"{inside}/libopenblas_ns.so", truth["count"], IN_FORCE)]
         # root opens the mapped file through /proc/PID/map_files
         assert [(r.path, r.count, r.source) for r in counts_in_force(target)] == expected
         # the process's own user may not use map_files: it goes through /proc/PID/root
         probe = ("import json, sys; from parinfo.outside.inforce import counts_in_force\n"
-                 "rows = counts_in_force(int(sys.argv[1]))\n"
+                 "from parinfo.machine.procfs import Proc\n"
+                 "rows = counts_in_force(Proc.of(int(sys.argv[1])))\n"
                  "print(json.dumps([[r.path, r.count, r.source.to_json()] for r in rows]))")
-        out = subprocess.run([*NOBODY, sys.executable, "-c", probe, str(target)], capture_output=True, text=True,
+        out = subprocess.run([*NOBODY, sys.executable, "-c", probe, str(target.pid)], capture_output=True, text=True,
                              timeout=60, env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
         assert out.returncode == 0, out.stderr
         assert [(r[0], r[1], Source.from_json(r[2])) for r in json.loads(out.stdout)] == expected
@@ -220,7 +223,7 @@ def test_process_in_another_mount_and_pid_namespace_is_read_as_it_sees_its_files
 def test_a_pid_that_names_no_process_raises_gone():
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     with pytest.raises(ProcessGone):
-        counts_in_force(int(dead.stdout))
+        counts_in_force(Proc.of(int(dead.stdout)))
 
 
 def test_a_process_that_exits_during_the_read_raises_gone():
@@ -230,7 +233,7 @@ def test_a_process_that_exits_during_the_read_raises_gone():
     stop_target(proc)
     time.sleep(0.1)
     with pytest.raises(ProcessGone):
-        counts_in_force(proc.pid, maps)  # maps read while it lived; its memory is gone
+        counts_in_force(Proc.of(proc.pid), maps)  # maps read while it lived; its memory is gone
 
 
 def test_maps_text_gives_each_file_once_with_its_load_base():
@@ -251,8 +254,9 @@ def test_maps_text_gives_each_file_once_with_its_load_base():
 @ROOT_ONLY
 def test_no_access_to_maps_raises_no_access():
     probe = ("import sys; from parinfo.outside.inforce import counts_in_force\n"
+             "from parinfo.machine.procfs import Proc\n"
              "from parinfo.process.tasks import NoAccess\n"
-             "try:\n    counts_in_force(1)\nexcept NoAccess as e:\n    print('refused:', e)")
+             "try:\n    counts_in_force(Proc.of(1))\nexcept NoAccess as e:\n    print('refused:', e)")
     out = subprocess.run([*NOBODY, sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                          env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))
     assert out.stdout.startswith("refused: cannot read /proc/1/maps of pid 1"), out
@@ -280,7 +284,7 @@ def _every_reader_says(pid: int, truth: dict[str, int]) -> None:
 
     want = {plain(p): n for p, n in truth.items()}
     assert want and set(want.values()) == {1}
-    assert {plain(r.path): (r.count, r.source) for r in counts_in_force(pid)} == {p: (n, IN_FORCE)
+    assert {plain(r.path): (r.count, r.source) for r in counts_in_force(Proc.of(pid))} == {p: (n, IN_FORCE)
                                                                                    for p, n in want.items()}
     report = json.loads(run_cli("show", "--pid", str(pid), "--json").stdout)
     shown = {plain(p["filepath"]): (p["num_threads"], p["count_source"]) for p in report["pools"]

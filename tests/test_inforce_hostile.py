@@ -22,6 +22,7 @@ from crafted_elf import after_load_bloom_zero, build, poke, section, sparse_dyns
 
 import parinfo.host
 import parinfo.machine.procfs
+from parinfo.machine.procfs import Proc
 from parinfo.outside import inforce
 from parinfo.outside.inforce import IN_FORCE, counts_in_force
 from parinfo.process import elfcount, getter_code, libraries as reg
@@ -81,7 +82,7 @@ def _symbol(path: Path, name: str) -> tuple[int, int]:
 
 def _read(pid: int) -> tuple[inforce.CountInForce, float]:
     started = time.perf_counter()
-    (row,) = counts_in_force(pid)
+    (row,) = counts_in_force(Proc.of(pid))
     return row, time.perf_counter() - started
 
 
@@ -358,7 +359,8 @@ def test_a_deleted_library_read_by_its_own_user_is_unknown_with_why(corpus):
     try:
         path.unlink()
         probe = ("import json, sys; from parinfo.outside.inforce import counts_in_force\n"
-                 "rows = counts_in_force(int(sys.argv[1]))\n"
+                 "from parinfo.machine.procfs import Proc\n"
+                 "rows = counts_in_force(Proc.of(int(sys.argv[1])))\n"
                  "print(json.dumps([[r.count, str(r.source), r.path, r.deleted] for r in rows]))")
         out = subprocess.run([*AS_NOBODY, sys.executable, "-c", probe, str(proc.pid)], capture_output=True,
                              text=True, timeout=60, env=clean_env(PYTHONPATH=str(REPO), HOME="/tmp"))

@@ -41,21 +41,14 @@ JSON_EDGES: dict[str, tuple[int, str]] = {
     "records/source.py:Source.to_json": (2, "a Source's JSON object (the annotation and the value built)"),
     "process/library_parts.py:NativeReads.to_data": (1, "the native getters as JSON data written into the "
                                                          "attach script, which imports nothing of parinfo"),
-}
-
-#: Owned by the handle branch (parinfo/outside/): left to it, each at the attach script's JSON edge.
-HANDLE_BRANCH: dict[str, tuple[int, str]] = {
     "outside/attach/__init__.py:script_data": (1, "the attach script's DATA, written into the script as a "
                                                   "literal (its reader declares it: in_target._Data)"),
     "outside/attach/__init__.py:script": (1, "the same DATA, formatted into the script's text"),
     "outside/attach/result.py:ParinfoRead": (1, "`info`: the target's `parinfo.runtime.info()` JSON, carried "
                                                 "as it came"),
-    "outside/attach/sender.py:_interpreter": (1, "not a JSON edge: subprocess's user/group options; the handle "
-                                                 "branch rewrites this function's `| str` (a TypedDict then)"),
 }
 
-TEMPORARY = (HANDLE_BRANCH,)
-ALLOWED = {k: v for table in (JSON_EDGES, *TEMPORARY) for k, v in table.items()}
+ALLOWED = JSON_EDGES
 
 
 def _owners(tree: ast.Module) -> list[tuple[int, int, str]]:

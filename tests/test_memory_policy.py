@@ -14,6 +14,7 @@ import pytest
 from conftest import clean_env, run_cli
 
 from parinfo.machine import mempolicy as mp
+from parinfo.machine.procfs import Proc
 from parinfo.records.source import Kind
 
 NUMACTL = shutil.which("numactl")
@@ -51,17 +52,18 @@ def test_garbage_and_a_cut_last_line_are_left_out():
 
 
 def test_another_process_is_read_from_numa_maps_and_status(tmp_path):
-    got = mp.memory_policy(4242, fake_proc(tmp_path, 4242, MAPS))
+    got = mp.memory_policy(Proc.of(4242, str(tmp_path)), fake_proc(tmp_path, 4242, MAPS))
     assert (got.policy, got.nodes, got.allowed, got.text) == ("bind", (0, 1), (0, 1), "bind:0-1")
     assert got.source.kind is Kind.FILE and got.source.detail == "/proc/4242/numa_maps"
     assert got.allowed_source.kind is Kind.FILE and "Mems_allowed_list" in got.allowed_source.text
 
 
 def test_missing_or_empty_files_are_unknown_with_the_reason(tmp_path):
-    got = mp.memory_policy(4243, fake_proc(tmp_path, 4243, None, status="Name:\tx\n"))
+    got = mp.memory_policy(Proc.of(4243, str(tmp_path)), fake_proc(tmp_path, 4243, None, status="Name:\tx\n"))
     assert got.policy is None and got.source.kind is Kind.UNKNOWN and "numa_maps" in got.text
     assert got.allowed is None and "no Mems_allowed_list" in str(got.allowed_source)
-    empty = mp.memory_policy(4244, fake_proc(tmp_path, 4244, b"", status="Mems_allowed_list:\tx-\n"))
+    empty = mp.memory_policy(Proc.of(4244, str(tmp_path)),
+                             fake_proc(tmp_path, 4244, b"", status="Mems_allowed_list:\tx-\n"))
     assert empty.policy is None and "is empty" in empty.text
     assert "not a node list" in str(empty.allowed_source)
 
@@ -73,7 +75,7 @@ def test_a_fake_root_without_proc_files_is_unknown_for_this_process_and_gone_for
     from parinfo.machine.procfs import ProcessGone
 
     with pytest.raises(ProcessGone):
-        mp.memory_policy(4246, str(tmp_path))
+        mp.memory_policy(Proc.of(4246, str(tmp_path)), str(tmp_path))
 
 
 def test_a_huge_numa_maps_is_read_as_a_bounded_prefix(tmp_path):
@@ -81,7 +83,7 @@ def test_a_huge_numa_maps_is_read_as_a_bounded_prefix(tmp_path):
     first = b"7f0000000000 bind:1 anon=1 N1=1 kernelpagesize_kB=4\n"
     rest = b"7f1000000000 interleave:0-1 anon=1 N1=1 kernelpagesize_kB=4\n"
     huge = first * (mp.NUMA_MAPS_LIMIT // len(first) + 1) + rest * ((32 << 20) // len(rest))
-    got = mp.memory_policy(4245, fake_proc(tmp_path, 4245, huge))
+    got = mp.memory_policy(Proc.of(4245, str(tmp_path)), fake_proc(tmp_path, 4245, huge))
     assert got.text == "bind:1" and got.note is None
 
 

@@ -84,7 +84,7 @@ def test_a_process_whose_main_thread_exited_is_read_through_its_live_threads():
     try:
         assert truth == 1
         _wait_for_state(proc.pid, "Z")  # the main thread is a zombie; the process is not
-        (row,) = [c for c in counts_in_force(proc.pid) if c.library == "openblas"]
+        (row,) = [c for c in counts_in_force(Proc.of(proc.pid)) if c.library == "openblas"]
         assert (row.count, row.source) == (truth, IN_FORCE)
 
         out = run_cli("show", "--pid", str(proc.pid), "--json")
@@ -343,8 +343,9 @@ def test_a_vanished_process_is_one_line_through_the_cli():
     proc.wait(timeout=30)
     out = run_cli("show", "--pid", str(proc.pid))
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
-    probe = subprocess.run([sys.executable, "-c", f"from parinfo.outside.inforce import counts_in_force\n"
-                            f"counts_in_force({proc.pid})"], capture_output=True, text=True, timeout=60,
+    probe = subprocess.run([sys.executable, "-c", "from parinfo.outside.inforce import counts_in_force\n"
+                            "from parinfo.machine.procfs import Proc\n"
+                            f"counts_in_force(Proc.of({proc.pid}))"], capture_output=True, text=True, timeout=60,
                            env=clean_env(PYTHONPATH=str(REPO)))
     assert "ProcessGone" in probe.stderr
 

@@ -13,6 +13,7 @@ from parinfo.process.pools import PoolRow
 from parinfo.process.provenance import MODELS, RUNTIME, explain, library_settings, predict
 from parinfo.records.convert import dump, load
 from parinfo.records.source import SourceKind
+from parinfo.records.unknown import Unknown
 
 needs_numpy = pytest.mark.skipif(not HAVE_NUMPY, reason="numpy is not installed")
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
@@ -99,7 +100,7 @@ def test_explain_launch_value_now_value_and_run_time():
     assert row["expected_from_env"] == 2
     row = dump(explain("openblas", None, m, now, launch, f))
     assert row["source"]["kind"] == "unknown" and row["source"]["text"].startswith("unknown (")
-    row = dump(explain("openblas", 4, m, {}, "unknown (AccessDenied)", f))
+    row = dump(explain("openblas", 4, m, {}, Unknown("AccessDenied"), f))
     assert row["source"]["text"] == "default: 4 CPUs in affinity" and "unknown (AccessDenied)" in row["note"]
 
 

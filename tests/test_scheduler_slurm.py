@@ -13,6 +13,7 @@ from fake_trees import FakeMachine
 
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
+from parinfo.machine.procfs import Proc
 from parinfo.machine.scheduler import allocation
 from parinfo.machine.topology import machine_facts
 from parinfo.records.convert import dump
@@ -163,7 +164,7 @@ def test_another_process_allocation_is_read_from_its_environment():
     try:
         # read once it runs: right after exec its /proc/PID/environ can still read empty
         assert child.stdout is not None and child.stdout.readline() == "up\n"
-        f = machine_facts(pid=child.pid)
+        f = machine_facts(proc=Proc.of(child.pid))
         assert f.allocation == 1 and f.allocation_source.text == "Slurm job 8: SLURM_CPUS_ON_NODE=1"
     finally:
         child.kill()

@@ -154,7 +154,8 @@ def test_a_zombie_is_named_with_its_parent():
 
 
 def test_a_process_that_exits_during_the_read_gets_one_line():
-    from parinfo.diagnostics.live import inspect_pid
+    from parinfo.diagnostics.outside_report import inspect_pid
+    from parinfo.outside.remote import open_process
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(0.5)"],
                             stdout=subprocess.PIPE, text=True, env=clean_env())
@@ -163,7 +164,7 @@ def test_a_process_that_exits_during_the_read_gets_one_line():
         assert proc.stdout is not None and proc.stdout.readline() == "up\n"
         reaper.start()
         with pytest.raises(ProcessGone) as err:
-            inspect_pid(proc.pid, sample_seconds=3.0)  # it exits while its threads are sampled
+            inspect_pid(open_process(proc.pid), sample_seconds=3.0)  # it exits while its threads are sampled
         assert str(err.value) == f"pid {proc.pid} exited while parinfo was reading it: nothing left to report"
     finally:
         proc.kill()

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 
+from parinfo.machine.procfs import Proc
 from parinfo.process.threads import live_threads
 from parinfo.records.convert import dump
 
@@ -32,7 +33,7 @@ def test_reads_another_process_by_pid():
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"  # exec'd: its name is no longer the parent's
-        out = dump(live_threads(proc.pid))
+        out = dump(live_threads(Proc.of(proc.pid)))
         assert out["count"] >= 1
         assert out["threads"][0]["tid"] == proc.pid
         with open(f"/proc/{proc.pid}/comm") as fh:  # the interpreter's file name: python, python3, ...
@@ -43,6 +44,6 @@ def test_reads_another_process_by_pid():
 
 
 def test_a_missing_process_is_unknown_not_a_crash():
-    out = dump(live_threads(2**22 + 12345))
+    out = dump(live_threads(Proc.of(2**22 + 12345)))
     assert isinstance(out["count"], str) and out["count"].startswith("unknown (")
     assert out["threads"] == []

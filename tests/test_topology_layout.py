@@ -6,6 +6,7 @@ from fake_trees import FakeMachine
 
 from parinfo.machine import sysfs as _sysfs
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
+from parinfo.machine.procfs import Proc
 from parinfo.machine.topology import USABLE_RULE, MachineFacts, machine_facts
 from parinfo.records.convert import dump
 
@@ -137,7 +138,7 @@ def test_garbage_affinity_falls_back_to_online_cpus(tmp_path):
 
 def test_explicit_pid_reads_its_status(tmp_path):
     root = FakeMachine(tmp_path).cpus(4).affinity([2, 3]).also_pid(777).build()
-    assert machine_facts(root, pid=777).affinity == (2, 3)
+    assert machine_facts(root, Proc.of(777, root)).affinity == (2, 3)
 
 
 def test_unknown_pid_is_a_usage_error(tmp_path):
@@ -145,14 +146,14 @@ def test_unknown_pid_is_a_usage_error(tmp_path):
 
     root = FakeMachine(tmp_path).cpus(4).build()
     with pytest.raises(UsageError, match="no process with pid 999"):
-        machine_facts(root, pid=999)
+        machine_facts(root, Proc.of(999, root))
 
 
 def test_real_machine_unknown_pid_is_a_usage_error():
     from parinfo.errors import UsageError
 
     with pytest.raises(UsageError):
-        machine_facts(pid=2**22 + 12345)
+        machine_facts(proc=Proc.of(2**22 + 12345))
 
 
 def test_topology_is_cached_but_affinity_is_reread(tmp_path):

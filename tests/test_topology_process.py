@@ -12,6 +12,7 @@ import pytest
 import real_cgroup
 from conftest import clean_env, run_json
 
+from parinfo.machine.procfs import Proc
 from parinfo.machine.topology import machine_facts
 
 FACTS = ("import json; from parinfo.records.convert import dump; from parinfo.machine.topology import machine_facts; "
@@ -37,7 +38,7 @@ def test_facts_of_another_pid():
         deadline = time.monotonic() + 10
         while os.sched_getaffinity(proc.pid) != {1} and time.monotonic() < deadline:
             time.sleep(0.01)
-        f = machine_facts(pid=proc.pid)
+        f = machine_facts(proc=Proc.of(proc.pid))
         assert f.affinity == (1,)
         assert f.usable_cpus == 1
     finally:
@@ -80,7 +81,7 @@ def test_real_cgroup_quota_of_another_pid(quota_cgroup):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
                              preexec_fn=lambda: procs.write_text(str(os.getpid())))
     try:
-        f = machine_facts(pid=child.pid)
+        f = machine_facts(proc=Proc.of(child.pid))
         assert f.quota == 0.5 and f.usable_cpus == 1
         assert machine_facts().quota_source != f.quota_source  # this process is not in that cgroup
     finally:

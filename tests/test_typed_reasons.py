@@ -20,7 +20,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "parinfo"
 
-HANDLE = "converted by the handle branch (issue 37 item 1): the lead deletes this line after merging it"
 
 #: (a) module:function -> why its ``str`` is allowed.
 UNION_ALLOWED: dict[str, str] = {
@@ -29,20 +28,13 @@ UNION_ALLOWED: dict[str, str] = {
     "parinfo.profiles.value_rules:Count.check": "a count or the text of an expression over machine facts",
     "parinfo.records.unknown:in_words":
         "the edge: a record field keeps an Unknown's words for the JSON, which stays byte-identical",
-    # converted by the handle branch
-    "parinfo.machine.procfs:Proc.read_or_why": HANDLE,
-    "parinfo.host.scanner:Scanner._pools": HANDLE,
-    "parinfo.outside.attach.sender:_interpreter": HANDLE,
-    "parinfo.outside.inforce:_count": HANDLE,
-    "parinfo.process.environment:launch_environment": HANDLE,
-    "parinfo.process.environment:_psutil_environ": HANDLE,
+    "parinfo.machine.procfs:Proc.exe": "the executable's path (the str is the value) or Unknown(why)",
 }
 
 #: (b) module:function -> why it reads the words of an unknown value.
 UNKNOWN_WORDS_ALLOWED: dict[str, str] = {
     "parinfo.records.unknown:Unknown.from_words":
         "the JSON edge: a report read back carries an unknown value as its words, made a value here once",
-    "parinfo.outside.attach.sender:_interpreter": HANDLE,
 }
 
 #: (c) module:function -> whose message it decides on.

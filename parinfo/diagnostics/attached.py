@@ -3,10 +3,12 @@
 What the process holds inside (each pool's count through the library's own getter, torch's counts,
 the environment now, its Python threads, parinfo's runtime when it runs there) comes from the
 script :func:`parinfo.outside.attach.attach` runs in it; the rest (its files, launch environment,
-OS threads, machine facts, live counters) is read from /proc as for ``show --pid``. The report is
-then assembled by the same functions :func:`parinfo.diagnostics.report.inspect` uses inside a
-process, so that every count and its source read the same as the process's own ``parinfo.inspect()``
-(counts that hold per thread are the main thread's, where the script runs).
+OS threads, machine facts, live counters) is read from /proc as for ``show --pid``.
+:func:`read_attached` fills the report's sections with the same functions
+:func:`parinfo.diagnostics.report.inspect` uses inside a process, so that every count and its source
+read the same as the process's own ``parinfo.inspect()`` (counts that hold per thread are the main
+thread's, where the script runs); the one assembler (:mod:`parinfo.diagnostics.assemble`) makes the
+report.
 """
 from __future__ import annotations
 
@@ -19,9 +21,12 @@ from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.parts import ProcessRead
 from parinfo.errors import UsageError
 from parinfo.records.record import record
+from parinfo.records.unknown import Unknown
 
 if TYPE_CHECKING:
+    from parinfo.diagnostics.assemble import Filled
     from parinfo.diagnostics.model import ProcessInfo
+    from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import MachineFacts
     from parinfo.outside.attach import Attached
     from parinfo.outside.attach.result import Answer, ParinfoRead
@@ -32,8 +37,8 @@ if TYPE_CHECKING:
     from parinfo.process.threads import ThreadList
     from parinfo.runtime.snapshot import RuntimeSection
 
-__all__ = ["EACH_S", "LEAST_S", "Inside", "TreeRead", "inspect_attached", "inspect_tree", "read_inside",
-           "read_process", "read_tree", "unreadable", "waits_for_parinfo"]
+__all__ = ["EACH_S", "LEAST_S", "Inside", "TreeRead", "inspect_attached", "inspect_tree", "read_attached",
+           "read_inside", "read_process", "read_tree", "unreadable", "waits_for_parinfo"]
 
 #: A process tree read inside (``show --pid P --children --attach``, ``watch --children --attach``,
 #: ``host --attach``): the most one process may take of the total time, and the least left worth
@@ -94,11 +99,11 @@ def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
     return out
 
 
-def _threads(pid: int, answer: Answer) -> ThreadList:
-    """The OS threads of ``pid`` from /proc, each with the name of the Python thread it runs."""
+def _threads(proc: Proc, answer: Answer) -> ThreadList:
+    """The OS threads of ``proc`` from /proc, each with the name of the Python thread it runs."""
     from parinfo.process.threads import live_threads
 
-    listing = live_threads(pid)
+    listing = live_threads(proc)
     names = {t.native_id: t.name for t in answer.threads or () if t.native_id is not None}
     for thread in listing.threads:
         thread.python_name = names.get(thread.tid)
@@ -121,7 +126,7 @@ class Inside:
     torch: TorchInfo | None
     runtime: RuntimeSection | None
     settings: list[SettingRow]
-    launch: dict[str, str] | str
+    launch: dict[str, str] | Unknown
     facts: MachineFacts
 
     def counts(self) -> list[SettingRow]:
@@ -154,9 +159,9 @@ class Inside:
         return f"{self.found.means}, {self.found.seconds * 1000:.0f} ms"
 
 
-def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: dict[str, str] | str,
+def read_inside(proc: Proc, runtimes: list[PoolRow], objects: list[str], launch: dict[str, str] | Unknown,
                 facts: MachineFacts, timeout: float) -> Inside:
-    """Attach to ``pid`` (its runtime rows and loaded objects from its maps, its launch environment
+    """Attach to ``proc`` (its runtime rows and loaded objects from its maps, its launch environment
     and machine facts read outside) and explain what it answered, as ``parinfo.inspect()`` would
     inside it. Raises the one-line errors of :func:`parinfo.outside.attach.attach`."""
     from parinfo.outside import attach
@@ -167,11 +172,11 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
     from parinfo.runtime.snapshot import RuntimeSection
 
     conflict = bool(pools.openmp_conflict(objects))
-    found = attach.attach(pid, [(r.filepath, r.library) for r in runtimes if r.filepath],
+    found = attach.attach(proc, [(r.filepath, r.library) for r in runtimes if r.filepath],
                           machine_of(facts), timeout=timeout, skip_native=conflict)
     answer = found.answer
     pool_rows = _pool_rows(found, runtimes, objects)
-    listing = _threads(pid, answer)
+    listing = _threads(proc, answer)
     torch = None
     if reg.family(reg.Torch).is_loaded(answer.modules) or answer.torch is not None:
         torch = (torch_unread(None, pools.CONFLICT_NOTE) if conflict
@@ -187,30 +192,30 @@ def read_inside(pid: int, runtimes: list[PoolRow], objects: list[str], launch: d
     return Inside(found, pool_rows, listing, torch, rt, settings, launch, facts)
 
 
-def read_process(pid: int, timeout: float, root: str = "/") -> Inside:
-    """Attach to ``pid``, its maps, launch environment and machine facts read outside first (see
+def read_process(proc: Proc, timeout: float, root: str = "/") -> Inside:
+    """Attach to ``proc``, its maps, launch environment and machine facts read outside first (see
     :func:`read_inside`). Raises the one-line errors of :func:`parinfo.outside.attach.attach` (one
     too for an answer that breaks its reading in any way), and
     ProcessGone or NotAProcess for a pid that names no process parinfo can report on."""
-    from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
     from parinfo.outside import attach, remote
     from parinfo.process import pools
     from parinfo.process.tasks import NoAccess
-    from parinfo.records.unknown import unknown
 
-    remote.check_pid(pid)
+    pid = proc.pid or 0
+    proc.check()
     try:
-        maps = remote.maps_text(pid)
+        maps = remote.maps_text(proc)
     except NoAccess:
-        raise attach.AttachError(f"cannot attach to pid {pid}: {Proc(pid).attach_refusal()}") from None
+        raise attach.AttachError(f"cannot attach to pid {pid}: {proc.attach_refusal()}") from None
     try:
-        launch: dict[str, str] | str = remote.environment(pid)
+        launch: dict[str, str] | Unknown = remote.environment(proc)
     except NoAccess:
-        launch = unknown(Proc(pid).permission_reason())
-    facts = machine_facts(root, pid)
+        launch = Unknown(proc.permission_reason())
+    facts = machine_facts(root, proc)
     try:
-        return read_inside(pid, remote.loaded_runtimes(pid, maps), pools.loaded_objects(maps), launch, facts, timeout)
+        return read_inside(proc, remote.loaded_runtimes(proc, maps), pools.loaded_objects(maps), launch, facts,
+                           timeout)
     except UsageError:
         raise
     except Exception as exc:  # an answer parinfo could not make sense of: one line, never a traceback
@@ -251,8 +256,8 @@ def waits_for_parinfo(pid: int, ancestors: Collection[int]) -> str | None:
     return None
 
 
-def read_tree(pids: list[int], budget: float, root: str = "/") -> TreeRead:
-    """Attach to each of ``pids`` in turn within ``budget`` seconds in all (each at most
+def read_tree(members: list[Proc], budget: float, root: str = "/") -> TreeRead:
+    """Attach to each of ``members`` (their handles) in turn within ``budget`` seconds in all (each at most
     :data:`EACH_S` of what is left): every process that may be attached to (CPython 3.14+, remote
     debugging on, permitted) is read inside; each other one, refused, not tried (parinfo itself or
     an ancestor that waits for it: :func:`waits_for_parinfo`) or left untried once the time is
@@ -265,7 +270,8 @@ def read_tree(pids: list[int], budget: float, root: str = "/") -> TreeRead:
     inside: dict[int, Inside] = {}
     reads: list[ProcessRead] = []
     waiting = set(ancestors())
-    for pid in pids:
+    for proc in members:
+        pid = proc.pid or 0
         why = waits_for_parinfo(pid, waiting)
         if why is not None:
             reads.append(ProcessRead(pid, False, f"not attached: {why}"))
@@ -276,7 +282,7 @@ def read_tree(pids: list[int], budget: float, root: str = "/") -> TreeRead:
                                                  "(--timeout gives more)"))
             continue
         try:
-            read = read_process(pid, min(left, EACH_S), root)
+            read = read_process(proc, min(left, EACH_S), root)
             read.pool_counts()
         except UsageError as exc:
             reads.append(ProcessRead(pid, False, f"not attached: {exc}"))
@@ -289,52 +295,54 @@ def read_tree(pids: list[int], budget: float, root: str = "/") -> TreeRead:
     return TreeRead(inside, reads, time.monotonic() - began)
 
 
-def inspect_tree(pid: int, timeout: float, root: str = "/") -> Report:
-    """The report of process ``pid`` and its descendants (``show --pid PID --children --attach``):
+def inspect_tree(proc: Proc, timeout: float, root: str = "/") -> Report:
+    """The report of process ``proc`` and its descendants (``show --pid PID --children --attach``):
     each process of the tree that may be attached to read inside within ``timeout`` seconds in all
     (:func:`read_tree`), its pools' counts with the sources its own report gives; the others read
     from outside; ``process.tree_reads`` says how each process was read."""
-    from parinfo.diagnostics.live import inspect_pid
+    from parinfo.diagnostics.outside_report import inspect_pid
     from parinfo.outside import remote
 
-    remote.check_pid(pid)
-    members = [pid, *remote.children(pid)]
+    proc.check()
+    members = [proc, *remote.children(proc)]
     tree = read_tree(members, timeout, root)
     inside = {p: read.pool_counts() for p, read in tree.inside.items()}
-    return inspect_pid(pid, children=True, root=root, members=members, inside=inside, reads=tree.reads)
+    return inspect_pid(proc, children=True, root=root, members=members, inside=inside, reads=tree.reads)
 
 
-def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/") -> Report:
-    """The report of process ``pid`` (CPython 3.14+) read from inside through ``sys.remote_exec``.
+def inspect_attached(proc: Proc, *, timeout: float | None = None, root: str = "/") -> Report:
+    """The report of process ``proc`` (CPython 3.14+) read from inside through ``sys.remote_exec``:
+    :func:`read_attached` and :func:`parinfo.diagnostics.assemble.assemble`.
 
     Raises a one-line usage error when it cannot be had: ProcessGone, NotAProcess (a kernel thread,
     a zombie), or :class:`parinfo.outside.attach.AttachError` (an older Python, remote debugging
     off, not permitted, no Python code run within ``timeout`` seconds...).
     """
-    from parinfo.diagnostics.live import live_section
+    from parinfo.diagnostics.assemble import assemble
+    from parinfo.outside import attach
+
+    read = read_process(proc, attach.DEFAULT_TIMEOUT if timeout is None else timeout, root)
+    return assemble(read_attached(proc, read), proc, root)
+
+
+def read_attached(proc: Proc, read: Inside) -> Filled:
+    """What the attach ``read`` of ``proc`` gives of its report, each section as the process's own
+    ``parinfo.inspect()`` would fill it (the rest read outside)."""
+    from parinfo.diagnostics.assemble import Filled
     from parinfo.diagnostics.model import Backend, Frameworks
-    from parinfo.diagnostics.process_rules import diagnose
-    from parinfo.machine.cpuid import cpu_identity
-    from parinfo.machine.mempolicy import memory_policy
-    from parinfo.outside import attach, remote
+    from parinfo.outside import remote
     from parinfo.process import environment as envmod, outer, pools
     from parinfo.process.interpreter import interpreter_facts
     from parinfo.process.probing import Probes
 
-    read = read_process(pid, attach.DEFAULT_TIMEOUT if timeout is None else timeout, root)
-    found, pool_rows, listing, torch, rt = read.found, read.pools, read.threads, read.torch, read.runtime
-    launch, facts = read.launch, read.facts
-    answer = found.answer
-    environ = answer.environ
-    inside = answer.parinfo
+    answer, torch, rt, launch = read.found.answer, read.torch, read.runtime, read.launch
+    environ, inside, python = answer.environ, answer.parinfo, answer.python
     runtime = _runtime_section(rt, inside)
-    python = answer.python
     version = python.version_info[:2] if len(python.version_info) >= 2 else None
     env_rows = envmod.environment_report(environ, launch, modules=answer.modules,
                                          python=(version[0], version[1]) if version else None)
     runtime.mark_capped(env_rows)
     applied = inside.applied if inside is not None else None
-    settings = (runtime.setting_rows() if rt is not None else []) + read.settings
     framework_info = Frameworks(torch)
     gil = python.gil_enabled
     interpreter = interpreter_facts(
@@ -342,34 +350,21 @@ def inspect_attached(pid: int, *, timeout: float | None = None, root: str = "/")
         is_gil_enabled=(lambda: gil) if gil is not None else None,
         xoptions={} if python.x_gil is None else {"gil": python.x_gil}, environ=environ,
         reenabled_by=(inside.gil_reenabled_by if inside is not None else None) or False,
-        python_threads=answer.python_threads, pools=pool_rows,
+        python_threads=answer.python_threads, pools=read.pools,
         torch_intra=None if torch is None else torch.intra_op)
-    process = _attached_process(remote.identity(pid), read, answer)
     outer_section = outer.outer_of_modules(answer.modules)
     outer_section.variables_set_by = outer.set_by(
         env_rows, outer_section.framework,
         parinfo_set={name: s.value for name, s in (applied or {}).items()},
         launch_env=launch if isinstance(launch, dict) else None)
-    report = Report(
-        machine=facts,
-        process=process,
-        probes=Probes(note="attached: nothing was imported into the process"),
-        cpu=cpu_identity(root),
-        runtime=runtime,
-        backend=Backend(runtime.backend, runtime.started,
-                        pools.threading_layers(pool_rows),
+    return Filled(
+        machine=read.facts, process=_attached_process(remote.identity(proc), read, answer),
+        probes=Probes(note="attached: nothing was imported into the process"), runtime=runtime,
+        backend=Backend(runtime.backend, runtime.started, pools.threading_layers(read.pools),
                         None if framework_info.torch is None else framework_info.torch.aten_backend, interpreter),
-        pools=pool_rows,
-        frameworks=framework_info,
-        settings=settings,
-        environment=env_rows,
-        threads=listing,
-        live=live_section(pid, root, threads=listing.count if isinstance(listing.count, int) else None),
-        outer=outer_section,
-        memory=memory_policy(pid, root),
-    )
-    report.findings = diagnose(report)
-    return report
+        pools=read.pools, frameworks=framework_info, threads=read.threads,
+        settings=(runtime.setting_rows() if rt is not None else []) + read.settings,
+        environment=env_rows, outer=outer_section)
 
 
 def _runtime_section(rt: RuntimeSection | None, inside: ParinfoRead | None) -> RuntimeSection:

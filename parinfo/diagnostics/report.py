@@ -1,7 +1,8 @@
 """The inspector: every fact about this process's parallelism, with provenance and findings.
 
-:func:`inspect` gathers the facts from the lower layers (machine, process, runtime) without changing
-anything and returns a :class:`~parinfo.diagnostics.model.Report` (typed sections; ``to_dict`` is
+:func:`inspect` chooses the reader (this process from inside: :func:`read_here`; another one from
+outside or attached) and the one assembler (:func:`parinfo.diagnostics.assemble.assemble`) makes,
+without changing anything, a :class:`~parinfo.diagnostics.model.Report` (typed sections; ``to_dict`` is
 the ``--json`` payload). The front ends render it (``parinfo.cli.render_text``); its torch-style
 text, which :func:`parinfo.parallel_info` returns, is :mod:`parinfo.diagnostics.torch_block`.
 """
@@ -9,15 +10,17 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.diagnostics.model import SCHEMA_VERSION, Report
 from parinfo.diagnostics.parts import IMPLEMENTATIONS
-from parinfo.diagnostics.process_rules import diagnose
 from parinfo.process import libraries as reg
 from parinfo.process.environment import EnvRow
 from parinfo.process.outer import OuterThreads
 from parinfo.runtime.state import RUNTIME
+
+if TYPE_CHECKING:
+    from parinfo.diagnostics.assemble import Filled
 
 __all__ = ["SCHEMA_VERSION", "Report", "inspect"]
 
@@ -40,11 +43,12 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     ``imports`` are modules to import first so their native pools load (None or []: none; an import
     can start threads, so only what is asked is imported; ``parinfo show`` asks for numpy);
     ``torch=True`` imports torch when it is not imported yet (it never is otherwise). Neither
-    applies to another process, which is read from /proc (parinfo.diagnostics.live.inspect_pid).
+    applies to another process, which is read from /proc (parinfo.diagnostics.outside_report.inspect_pid).
     ``outer_threads`` is how many threads run this process's work at once (detected inside Dask,
     Ray and loky workers when not given); each may start a full team of every pool.
     """
-    from parinfo.diagnostics import live
+    from parinfo.diagnostics import outside_report
+    from parinfo.diagnostics.assemble import assemble
 
     if pid is not None:
         from parinfo.machine.checks import pid as checked_pid
@@ -56,17 +60,19 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         from parinfo.errors import UsageError
 
         raise UsageError("timeout applies to attach only (attach=True, or --attach)")
-    if not live.pid_is_self(pid) or children:
-        return live.inspect_pid(os.getpid() if pid is None else pid, children=children, root=root)
-    return _inspect_self(imports, torch, root, outer_threads)
+    if not outside_report.pid_is_self(pid) or children:
+        from parinfo.outside.remote import open_process
+
+        proc = open_process(os.getpid() if pid is None else pid)  # the door: the report's one handle
+        return outside_report.inspect_pid(proc, children=children, root=root)
+    return assemble(read_here(imports, torch, root, outer_threads), None, root)
 
 
-def _inspect_self(imports: list[str] | None, torch: bool, root: str, outer_threads: int | None) -> Report:
-    """This process's report, read from inside (:func:`inspect` with no other pid and no attach)."""
-    from parinfo.diagnostics import live
+def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: int | None) -> Filled:
+    """What this process knows of itself, read from inside (:func:`inspect` with no other pid and
+    no attach): every section but those the assembler adds."""
+    from parinfo.diagnostics.assemble import Filled
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo
-    from parinfo.machine.cpuid import cpu_identity
-    from parinfo.machine.mempolicy import memory_policy
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, serving, threads
     from parinfo.process.interpreter import interpreter_facts, watch_gil_warning
@@ -97,14 +103,12 @@ def _inspect_self(imports: list[str] | None, torch: bool, root: str, outer_threa
         pool_rows, torch_info, os.environ, launch_env, facts, pushed, RUNTIME.applied_env(),
         framework_set={**provenance.set_at_import(), **RUNTIME.framework_set()})
     framework_info = Frameworks(torch_info)
-
-    report = Report(
+    return Filled(
         machine=facts,
         process=ProcessInfo(pid=os.getpid(), python=_python_version(), executable=sys.executable,
                             implementation=IMPLEMENTATIONS.get(sys.implementation.name, sys.implementation.name),
                             platform=sys.platform),
         probes=probes,
-        cpu=cpu_identity(root),
         runtime=runtime,
         backend=Backend(runtime.backend, runtime.started,
                         pools.threading_layers(pool_rows),
@@ -118,19 +122,16 @@ def _inspect_self(imports: list[str] | None, torch: bool, root: str, outer_threa
         settings=settings,
         environment=env_rows,
         threads=threads.live_threads(),
-        live=live.live_section(None, root),
         outer=_outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env),
-        memory=memory_policy(None, root),
     )
-    report.findings = diagnose(report)
-    return report
 
 
 def _attached(pid: int | None, children: bool, timeout: Any, root: str, imports: list[str] | None,
               torch: bool, outer_threads: int | None) -> Report:
     """The report of ``pid`` read from inside; option mixes that make no sense raise UsageError."""
-    from parinfo.diagnostics.live import pid_is_self as live_pid_is_self
+    from parinfo.diagnostics.outside_report import pid_is_self as live_pid_is_self
     from parinfo.errors import UsageError
+    from parinfo.outside.remote import open_process
 
     if pid is None or live_pid_is_self(pid):
         raise UsageError("attach reads another process (--pid PID): this one's report needs no attach")
@@ -141,14 +142,15 @@ def _attached(pid: int | None, children: bool, timeout: Any, root: str, imports:
         timeout = seconds(timeout, "timeout", 0.1, MAX_TIMEOUT)
     if imports or torch or outer_threads is not None:
         raise UsageError("attach reads a process as it is: imports, torch and outer_threads do not apply to it")
+    proc = open_process(pid)  # the door: the one handle every reader of the report takes
     if children:
         from parinfo.diagnostics.attached import inspect_tree
         from parinfo.outside.attach import DEFAULT_TIMEOUT
 
-        return inspect_tree(pid, DEFAULT_TIMEOUT if timeout is None else timeout, root)
+        return inspect_tree(proc, DEFAULT_TIMEOUT if timeout is None else timeout, root)
     from parinfo.diagnostics.attached import inspect_attached
 
-    return inspect_attached(pid, timeout=timeout, root=root)
+    return inspect_attached(proc, timeout=timeout, root=root)
 
 
 def _outer_section(explicit: int | None, usable: int, env_rows: list[EnvRow],

@@ -19,8 +19,8 @@ def adopter(parent: int, member: int) -> str | None:
     """The parent in words ("pid 1 (systemd)") when it adopted ``member``'s family, else None; None
     too when either process cannot be read (a family is then judged as one, as before)."""
     try:
-        group = Proc(member).stat().pgrp
-        parent_stat = Proc(parent).stat()
+        group = Proc.of(member).stat().pgrp
+        parent_stat = Proc.of(parent).stat()
     except UsageError:
         return None
     words = f"pid {parent} ({escape_controls(parent_stat.name)})"
@@ -29,7 +29,7 @@ def adopter(parent: int, member: int) -> str | None:
     if group in (parent, parent_stat.pgrp) or group == member:
         return None
     try:
-        Proc(group).check()
+        Proc.of(group).check()
     except (ProcessGone, NotAProcess):  # gone, or a zombie: it has exited, its parent not reaped it yet
         return words
     return None

@@ -19,6 +19,7 @@ from parinfo.records.unknown import Unknown, in_words
 
 if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters, PressureFacts
+    from parinfo.machine.procfs import Proc
 
 _DIGITS = re.compile(r"\d+")
 
@@ -32,7 +33,7 @@ class CgroupInfo:
     quota: float | None
     cpuset: tuple[int, ...] | None
     usable: int
-    pid: int  # a process in it, to read its counters through
+    proc: Proc  # the handle of a process in it, to read its counters through
     read_at: float  # time.monotonic() of the reading
 
 
@@ -70,7 +71,7 @@ def judge(report: HostReport, reps: Mapping[str, CgroupInfo], clock: float,
     families = {f.key: f for f in report.families}
     for key in sorted(by_group, key=lambda k: (k != "/", k)):
         info, members = reps[key], by_group[key]
-        pressure[key] = cpu_pressure("/", info.pid)
+        pressure[key] = cpu_pressure("/", info.proc)
         row = CgroupRow(key, info.quota, info.cpuset, info.usable, [p.pid for p in members],
                         sum(p.threads for p in members), sum(p.runnable_now for p in members))
         row.threads_at_once = sum(p.threads_at_once or 0 for p in members if p.pools)
@@ -78,7 +79,7 @@ def judge(report: HostReport, reps: Mapping[str, CgroupInfo], clock: float,
         row.predicted_pids = [p.pid for p in members if p.threads_predicted is not None]
         row.unknown_pids = [p.pid for p in members if p.pools_unknown is not None]
         if info.quota is not None:
-            counters[key] = cpu_counters("/", info.pid)
+            counters[key] = cpu_counters("/", info.proc)
         else:
             row.throttling_unknown = "none: no CPU quota on this cgroup or its ancestors"
         if before is not None and dt is not None:

@@ -11,6 +11,7 @@ from parinfo.outside.standing import Decided, Standing
 from parinfo.process import libraries as reg
 
 if TYPE_CHECKING:
+    from parinfo.machine.procfs import Proc
     from parinfo.outside.inforce import CountInForce
     from parinfo.process.pools import PoolRow
 
@@ -28,7 +29,7 @@ def symbol_lines(maps: bytes, rows: list[PoolRow]) -> str | None:
                      if line.split(None, 5)[-1].removesuffix(" (deleted)") in paths)
 
 
-def in_force(pid: int, symbol_maps: str | None) -> dict[str, CountInForce]:
+def in_force(proc: Proc, symbol_maps: str | None) -> dict[str, CountInForce]:
     """{library file: its count in force, or why not}, read from the process's memory
     (:mod:`parinfo.outside.inforce`) for the files of ``symbol_maps`` (:func:`symbol_lines`); {}
     when there are none (nothing is read then)."""
@@ -38,7 +39,7 @@ def in_force(pid: int, symbol_maps: str | None) -> dict[str, CountInForce]:
     from parinfo.process.tasks import NoAccess, ProcessGone
 
     try:
-        found = counts_in_force(pid, symbol_maps)
+        found = counts_in_force(proc, symbol_maps)
     except (ProcessGone, NoAccess):
         return {}
     return {c.path: c for c in found}

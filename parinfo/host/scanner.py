@@ -49,7 +49,7 @@ from parinfo.process.tasks import CLOCK_TICKS
 from parinfo.process.threads import thread_group
 from parinfo.records.record import record
 from parinfo.records.source import unknown as unknown_source
-from parinfo.records.unknown import unknown
+from parinfo.records.unknown import Unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.pressure import CpuCounters
@@ -112,9 +112,9 @@ class _Static:
     args: tuple[str, ...]
     command: str
     uid: int
-    environ: dict[str, str] | str  # its thread variables at launch, or "unknown (why)"
+    environ: dict[str, str] | Unknown  # its thread variables at launch, or why they cannot be read
     maps: bytes | None = None
-    pools: list[PoolRow] | str | None = None  # rows of runtimes_in_maps, or "unknown (why)"
+    pools: list[PoolRow] | None = None  # rows of runtimes_in_maps (None: not read yet)
     symbol_maps: str | None = None  # the maps lines of its pools whose count can be read from memory
 
 
@@ -176,12 +176,12 @@ class Scanner:
         from parinfo.safe_text import escape_controls
 
         command = escape_controls(shlex.join(raw)) if raw else f"[{escape_controls(key[2])}]"
-        environ: dict[str, str] | str
+        environ: dict[str, str] | Unknown
         try:
             block = proc.read_or_why("environ", 1 << 22)
         except ProcessGone:
             return None
-        environ = unknown(block) if isinstance(block, str) else {
+        environ = block if isinstance(block, Unknown) else {
             k: v for k, v in parse_environ(block).items() if k in reg.THREAD_VARS}
         static = _Static(tuple(raw), command, uid, environ)
         self._static[key] = static
@@ -197,17 +197,17 @@ class Scanner:
             return None
         info = self._cgroups.get(raw)
         if info is None or clock - info.read_at >= FOLLOW_S:
-            info = self._cgroups[raw] = self._binding(proc.pid or 0, clock)
+            info = self._cgroups[raw] = self._binding(proc, clock)
         self._cgroups_seen.add(raw)
         return info
 
-    def _binding(self, pid: int, clock: float) -> CgroupInfo:
-        """The cgroup whose CPU limit binds ``pid``: where its tightest quota is set, else the
+    def _binding(self, proc: Proc, clock: float) -> CgroupInfo:
+        """The cgroup whose CPU limit binds ``proc``: where its tightest quota is set, else the
         nearest cpuset narrower than the machine, else "/" (the machine)."""
         from parinfo.machine.cgroup import cgroup_facts
         from parinfo.machine.topology import usable_from
 
-        cg = cgroup_facts("/", pid)
+        cg = cgroup_facts("/", proc)
         online = self.facts.logical_cpus or len(self.facts.affinity) or 1
         narrower = cg.cpuset is not None and len(cg.cpuset) < online
         if cg.quota is not None:
@@ -218,15 +218,15 @@ class Scanner:
             key = "/"
         cpus = len(cg.cpuset) if cg.cpuset is not None else online
         return CgroupInfo(cg.path or "/", key, cg.quota, cg.cpuset if narrower else None,
-                           usable_from(cpus, None, cg.quota), pid, clock)
+                           usable_from(cpus, None, cg.quota), proc, clock)
 
-    def _pools(self, proc: Proc, static: _Static) -> list[PoolRow] | str:
+    def _pools(self, proc: Proc, static: _Static) -> list[PoolRow] | Unknown:
         try:
             maps = proc.read_or_why("maps", MAPS_LIMIT)
         except ProcessGone:
-            return "unknown (the process has exited)"
-        if isinstance(maps, str):
-            return unknown(maps)
+            return Unknown("the process has exited")
+        if isinstance(maps, Unknown):
+            return maps
         if static.pools is None or maps != static.maps:
             from parinfo.process.pools import runtimes_in_maps
 
@@ -234,16 +234,16 @@ class Scanner:
             static.maps, static.pools, static.symbol_maps = maps, rows, pool_counts.symbol_lines(maps, rows)
         return static.pools if static.pools is not None else []
 
-    def _counts(self, pid: int, rows: list[PoolRow], static: _Static,
+    def _counts(self, proc: Proc, rows: list[PoolRow], static: _Static,
                 facts: MachineFacts) -> list[PoolCount]:
         """Each pool's count by the one precedence rule (:func:`parinfo.outside.standing.decide`): in
         force where it can be read from the process's memory, else what its launch environment
         predicts (said so), else unknown."""
-        read = pool_counts.in_force(pid, static.symbol_maps)
+        read = pool_counts.in_force(proc, static.symbol_maps)
         return [pool_counts.pool_count(row, decide(row.library, read.get(row.filepath or ""), static.environ, facts))
                 for row in rows]
 
-    def _inside(self, pid: int, rows: list[PoolRow], static: _Static,
+    def _inside(self, proc: Proc, rows: list[PoolRow], static: _Static,
                 facts: MachineFacts) -> list[PoolCount] | None:
         """Each pool's count read inside a Python process (``host --attach``), with the source that
         decided it as the process's own report gives it; None when the attach was refused or not
@@ -252,6 +252,7 @@ class Scanner:
         from parinfo.process.pools import loaded_objects
 
         log = self._attach_log
+        pid = proc.pid or 0
         why = waits_for_parinfo(pid, log.waiting)
         if why is not None:
             log.not_tried[pid] = why
@@ -262,7 +263,7 @@ class Scanner:
             return None
         began = time.monotonic()
         try:
-            inside = read_inside(pid, [dataclasses.replace(r) for r in rows], loaded_objects(
+            inside = read_inside(proc, [dataclasses.replace(r) for r in rows], loaded_objects(
                 (static.maps or b"").decode("utf-8", "surrogateescape")), static.environ, facts,
                 min(left, EACH_S))
             counts = [pool_counts.pool_count(row, decide(row.library, None, static.environ, facts, attached=(
@@ -316,7 +317,7 @@ class Scanner:
             self._attach_deadline = time.monotonic() + (self.attach or 0.0)
             self._attach_log = _AttachLog(waiting=set(ancestors()))
         for pid in pids():
-            proc = Proc(pid)
+            proc = Proc.of(pid)  # the door: this scan's handle of the process
             try:
                 st = proc.stat()
             except UsageError:
@@ -404,15 +405,15 @@ class Scanner:
         maps = self._pools(proc, static)
         pools: list[PoolCount] = []
         unknown = None
-        if isinstance(maps, str):
-            unknown = maps
+        if isinstance(maps, Unknown):
+            unknown = str(maps)
         elif maps:
             facts = dataclasses.replace(self.facts, affinity=tuple(sorted(affinity)), cpuset=cg.cpuset,
                                         quota=cg.quota, usable_cpus=usable)
             inside = None
             if attaching and pid != os.getpid() and b"python" in (static.maps or b""):
-                inside = self._inside(pid, maps, static, facts)
-            pools = self._counts(pid, maps, static, facts) if inside is None else inside
+                inside = self._inside(proc, maps, static, facts)
+            pools = self._counts(proc, maps, static, facts) if inside is None else inside
         multi = sorted({p.library for p in pools if not p.duplicate_of})
         own = thread_group(name)
         groups = [ThreadGroup(n, v[0], v[1], ", ".join(multi) if n == own and multi else None)

@@ -340,6 +340,6 @@ def _alive(pid: int) -> bool:
     from parinfo.machine.procfs import Proc
 
     try:
-        return not Proc(pid).stat().dead
+        return not Proc.of(pid).stat().dead
     except UsageError:
         return False

@@ -82,7 +82,7 @@ class MemoryCheck:
         from parinfo.machine.mempolicy import memory_policy
 
         try:
-            got = memory_policy(proc.pid, proc.root)
+            got = memory_policy(proc, proc.root)
         except UsageError as exc:
             return _why(exc)
         shown = shorten(got.text, 60)
@@ -131,11 +131,10 @@ class CountsCheck:
         from parinfo.process import libraries as reg
         from parinfo.process.variables import count_from_env
 
-        pid = proc.pid or 0
         try:
-            maps = remote.maps_text(pid)
-            rows = remote.loaded_runtimes(pid, maps)
-            remote.read_counts(pid, rows, maps, dict(self.env), machine_facts(proc.root, pid))
+            maps = remote.maps_text(proc)
+            rows = remote.loaded_runtimes(proc, maps)
+            remote.read_counts(proc, rows, maps, dict(self.env), machine_facts(proc.root, proc))
         except UsageError as exc:
             return _why(exc)
         shown, wrong = [], []
@@ -169,7 +168,7 @@ class PreloadCheck:
         from parinfo.process.pools import DELETED, loaded_objects
 
         try:
-            text = maps_text(proc.pid or 0)
+            text = maps_text(proc)
         except UsageError as exc:
             return _why(exc)
         mapped = {path.removesuffix(DELETED) for path in loaded_objects(text)}
@@ -220,7 +219,7 @@ def read_instance(index: int | None, pid: int, checks: Sequence[Check]) -> Row:
     """Every check of one instance, read now; ``ended`` when it has gone before or while it was read."""
     from parinfo.errors import UsageError
 
-    proc = Proc(pid)
+    proc = Proc.of(pid)  # the door: every check reads this one handle
     try:
         proc.check()
     except UsageError:

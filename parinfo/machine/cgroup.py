@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
-from parinfo.machine.procfs import Proc
+from parinfo.machine.procfs import Proc, this_or
 from parinfo.machine.sysfs import Unreadable, garbage, read, read_cpu_list, read_int, shown
 from parinfo.records.record import record
 from parinfo.records.source import NO_LIMIT, Source, file
@@ -246,10 +246,10 @@ def _jobs(mounts: list[_Mount], v2_path: str | None, v1_paths: dict[str, str]) -
     return jobs
 
 
-def cgroup_facts(root: str, pid: int | None = None) -> CgroupFacts:
-    """The CPU quota and cpuset of process ``pid`` (default: this one) as read under ``root``."""
+def cgroup_facts(root: str, handle: Proc | None = None) -> CgroupFacts:
+    """The CPU quota and cpuset of process ``handle`` (default: this one) as read under ``root``."""
     facts = CgroupFacts()
-    proc = Proc(pid, root)
+    proc = this_or(handle, root)
     try:
         mounts = _mounts(read(root, "proc/self/mountinfo"))
     except Unreadable as exc:
@@ -321,15 +321,15 @@ class CgroupDir:
         return _ancestors(self.leaf, self.top)
 
 
-def controller_dir(root: str, controller: str, pid: int | None = None) -> CgroupDir | None:
-    """The cgroup directory of process ``pid`` (default: this one) for ``controller`` ("cpu",
+def controller_dir(root: str, controller: str, handle: Proc | None = None) -> CgroupDir | None:
+    """The cgroup directory of process ``handle`` (default: this one) for ``controller`` ("cpu",
     "cpuacct", "memory", "pids"): a v1 hierarchy that has it wins, else the v2 hierarchy. None when
     no cgroup file system is mounted; raise Unreadable when mountinfo or the process's cgroup file
     cannot be read (a process that is gone: its /proc directory no longer exists)."""
     mounts = _mounts(read(root, "proc/self/mountinfo"))
     if not mounts:
         return None
-    proc = Proc(pid, root)
+    proc = this_or(handle, root)
     v2_path, v1_paths = _memberships(proc.text("cgroup"), proc.shown("cgroup"))
     notes: list[str] = []
     for m in mounts:
@@ -341,7 +341,7 @@ def controller_dir(root: str, controller: str, pid: int | None = None) -> Cgroup
     return None
 
 
-def unified_dir(root: str, pid: int | None = None) -> CgroupDir | None:
+def unified_dir(root: str, handle: Proc | None = None) -> CgroupDir | None:
     """The process's directory in the v2 (unified) hierarchy, where cpu.pressure, memory.max and
     pids.current live on v2 and hybrid machines; None without one. Raises like controller_dir."""
-    return controller_dir(root, "", pid)
+    return controller_dir(root, "", handle)

@@ -151,7 +151,7 @@ def _owns_a_process(number: int) -> bool:
         return False
     for pid in found:
         try:
-            if Proc(pid).uid() == number:
+            if Proc.of(pid).uid() == number:
                 return True
         except UsageError:
             continue

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import field
+from typing import TYPE_CHECKING
 
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Unreadable, garbage, read, shown
 from parinfo.records.record import record
 from parinfo.records.source import NO_LIMIT, Source, file
+
+if TYPE_CHECKING:
+    from parinfo.machine.procfs import Proc
 
 # v1 writes "no limit" as the largest page-aligned signed 64-bit value; anything this large is none.
 _V1_UNLIMITED = 1 << 62
@@ -48,13 +52,13 @@ def _limit_at(root: str, d: str, version: str) -> tuple[int | None, str] | None:
     return (None if value >= _V1_UNLIMITED else value), rel
 
 
-def memory_facts(root: str = "/", pid: int | None = None) -> MemoryFacts:
-    """The memory limit over process ``pid`` (default: this one) and its cgroup's task count."""
+def memory_facts(root: str = "/", proc: Proc | None = None) -> MemoryFacts:
+    """The memory limit over process ``proc`` (default: this one) and its cgroup's task count."""
     root = os.path.abspath(root)
     facts = MemoryFacts()
     try:
-        mem = _cgroup.controller_dir(root, "memory", pid)
-        pids = _cgroup.controller_dir(root, "pids", pid)
+        mem = _cgroup.controller_dir(root, "memory", proc)
+        pids = _cgroup.controller_dir(root, "pids", proc)
     except Unreadable as exc:
         facts.unknown["limit"] = facts.unknown["tasks"] = str(exc)
         return facts

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from parinfo.machine.cpulist import format_cpu_list, parse_cpu_list
-from parinfo.machine.procfs import Proc, ProcessGone
+from parinfo.machine.procfs import Proc, ProcessGone, this_or
 from parinfo.records.field_marks import between
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, unknown
@@ -184,15 +184,15 @@ def parse_numa_maps(data: bytes) -> tuple[str | None, tuple[int, ...], str | Non
     return word, nodes, note
 
 
-def memory_policy(pid: int | None = None, root: str = "/") -> MemoryPolicy:
-    """The memory policy of process ``pid`` (None: this one, read for the calling thread) and the
-    nodes it may use; "unknown (why)" parts, never an exception but ProcessGone for a pid that has
+def memory_policy(handle: Proc | None = None, root: str = "/") -> MemoryPolicy:
+    """The memory policy of process ``handle`` (None: this one, read for the calling thread) and the
+    nodes it may use; "unknown (why)" parts, never an exception but ProcessGone for a process that has
     gone (a one-line usage error)."""
-    proc = Proc(pid, root)
+    proc = this_or(handle, root)
     policy: str | None = None
     nodes: tuple[int, ...] = ()
     note = None
-    if pid is None and root == "/":
+    if handle is None and root == "/":
         try:
             mode, nodes = get_policy()
             policy = MODE_WORDS.get(mode, f"mode {mode}")
@@ -218,12 +218,11 @@ def _read(proc: Proc, name: str, limit: int, missing: str) -> bytes | Unknown:
     (``missing``: why the file may not exist); ProcessGone only when another process has gone (this
     one's missing file is only missing)."""
     try:
-        got = proc.read_or_why(name, limit)
+        return proc.read_or_why(name, limit)
     except ProcessGone:
         if proc.pid is not None and not proc.exists():
             raise
         return Unknown(f"{proc.shown(name)} does not exist ({missing})")
-    return Unknown(got) if isinstance(got, str) else got
 
 
 def _allowed(proc: Proc) -> tuple[tuple[int, ...] | None, Source]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.sysfs import Missing, Unreadable, garbage, read, shown
@@ -23,6 +23,9 @@ from parinfo.records.convert import LOCAL, REQUIRED, dump
 from parinfo.records.record import record
 from parinfo.records.source import Source, file
 from parinfo.records.unknown import Unknown
+
+if TYPE_CHECKING:
+    from parinfo.machine.procfs import Proc
 
 #: What a report read from elsewhere says of a pressure it does not carry.
 NOT_IN_REPORT = Unknown("not in the report")
@@ -124,11 +127,11 @@ def _throttling(root: str, d: str, version: str, quota: float) -> Throttling:
     return Throttling(shown(d), quota, stat["nr_periods"], stat["nr_throttled"], usec)
 
 
-def cpu_counters(root: str = "/", pid: int | None = None) -> CpuCounters:
-    """The throttling counters of process ``pid``'s cgroup (default: this one) and its ancestors."""
+def cpu_counters(root: str = "/", proc: Proc | None = None) -> CpuCounters:
+    """The throttling counters of process ``proc``'s cgroup (default: this one) and its ancestors."""
     root = os.path.abspath(root)
     try:
-        where = _cgroup.controller_dir(root, "cpu", pid)
+        where = _cgroup.controller_dir(root, "cpu", proc)
     except Unreadable as exc:
         return CpuCounters(None, unknown=str(exc))
     if where is None:
@@ -189,15 +192,15 @@ class PressureFacts:
     cgroup_dir: str | None = field(default=None, metadata=LOCAL)
 
 
-def cpu_pressure(root: str = "/", pid: int | None = None) -> PressureFacts:
-    """CPU pressure of the whole machine (/proc/pressure/cpu) and of process ``pid``'s v2 cgroup."""
+def cpu_pressure(root: str = "/", proc: Proc | None = None) -> PressureFacts:
+    """CPU pressure of the whole machine (/proc/pressure/cpu) and of process ``proc``'s v2 cgroup."""
     root = os.path.abspath(root)
     try:
         system: Pressure | Unknown = read_pressure(root, "proc/pressure/cpu")
     except Unreadable as exc:
         system = Unknown(f"{exc}{'; the kernel has no PSI' if isinstance(exc, Missing) else ''}")
     try:
-        where = _cgroup.unified_dir(root, pid)
+        where = _cgroup.unified_dir(root, proc)
     except Unreadable as exc:
         return PressureFacts(system, Unknown(str(exc)))
     if where is None:

@@ -13,7 +13,8 @@ command line, and can exit or exec at any moment), so this module:
   :class:`NoAccess` (both one-line usage errors), or the words of an "unknown (why)".
 
 ``root`` is the file system root the files are read under (tests pass a fake tree); ``pid`` None is
-this process.
+this process. A :class:`Proc` is made once, at the door (:meth:`Proc.of`), and that handle is what
+every reader of the process takes: the identity its first stat fixes holds through the whole report.
 """
 from __future__ import annotations
 
@@ -41,10 +42,11 @@ from parinfo.machine.proc_words import (
     zombie,
 )
 from parinfo.machine.sysfs import Unreadable, read_bytes
+from parinfo.records.unknown import Unknown
 
 __all__ = ["PERMISSION", "PF_KTHREAD", "Denied", "Memory", "NoAccess", "NotAProcess", "Proc", "ProcessGone", "Stat",
            "exited_during_read", "gone", "kernel_thread", "no_access", "parse_environ", "parse_stat", "pids",
-           "ptrace_scope", "zombie"]
+           "ptrace_scope", "this_or", "zombie"]
 
 #: Most of one file read: an environment or command line is at most a few MiB; maps of a large process
 #: tens of thousands of lines.
@@ -70,6 +72,11 @@ def pids(root: str = "/") -> list[int]:
         raise UsageError(f"cannot list /proc: {exc.strerror or exc}") from None
 
 
+def this_or(proc: Proc | None, root: str = "/") -> Proc:
+    """``proc``, or the handle of this process under ``root`` when it is None (a reader's default)."""
+    return Proc.of(None, root) if proc is None else proc
+
+
 #: The files a process's main thread keeps readable after it exits (the others read empty or fail).
 _OWN_FILES = ("stat", "status", "cgroup", "task")
 
@@ -82,6 +89,22 @@ class Proc:
     are read through one of its live threads (:attr:`via`)."""
 
     __slots__ = ("_base", "_first", "_via", "pid", "root")
+
+    @classmethod
+    def of(cls, pid: int | None, root: str = "/") -> Proc:
+        """The handle of process ``pid`` (None: this process) under ``root``: the one place a
+        handle is made, so that one report follows one process."""
+        return cls(pid, root)
+
+    def parent(self) -> Proc:
+        """The handle of this process's parent (by the ppid of its stat now)."""
+        return Proc.of(self.stat().ppid, self.root)
+
+    def same_or_gone(self) -> None:
+        """Raise ProcessGone when the pid no longer names the process first read (it ended, and
+        the pid may have been given to another): the check at the end of a report."""
+        if self._first is not None and not self.same():
+            raise exited_during_read(self.pid or 0)
 
     def __init__(self, pid: int | None, root: str = "/") -> None:
         if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
@@ -186,9 +209,9 @@ class Proc:
         except OSError as exc:
             raise self.failure(exc, self.shown(name)) from None
 
-    def read_or_why(self, name: str, limit: int = LIMIT) -> bytes | str:
-        """The bytes of one file, or the reason it cannot be read (for an "unknown (why)");
-        ProcessGone when the process has gone."""
+    def read_or_why(self, name: str, limit: int = LIMIT) -> bytes | Unknown:
+        """The bytes of one file, or Unknown(why) when it cannot be read (its ``why`` a
+        :class:`Denied` for a refusal); ProcessGone when the process has gone."""
         path = self._file(name)
         try:
             return read_bytes(path, limit)
@@ -196,7 +219,7 @@ class Proc:
             if isinstance(exc, (FileNotFoundError, ProcessLookupError)) or exc.errno == errno.ESRCH \
                     or not self.exists():
                 raise self.failure(exc, self.shown(name)) from None
-            return self.why(exc, self.shown(name))
+            return Unknown(self.why(exc, self.shown(name)))
 
     def text(self, name: str, limit: int = 1 << 22) -> str:
         """The stripped text of one file, for a fact of the machine layer (surrogateescape keeps a
@@ -246,9 +269,8 @@ class Proc:
         if st.kernel_thread:
             raise kernel_thread(st.pid, st.name)
         if st.dead and not self.follow_live_thread():
-            parent = Proc(st.ppid, self.root)
             try:
-                parent_name: str | None = parent.stat().name if st.ppid > 0 else None
+                parent_name: str | None = self.parent().stat().name if st.ppid > 0 else None
             except UsageError:
                 parent_name = None
             raise zombie(st.pid, st.name, st.ppid, parent_name)
@@ -306,12 +328,12 @@ class Proc:
     def limits(self) -> str:
         return self.read("limits", 1 << 16).decode("utf-8", "replace")
 
-    def exe(self) -> str:
-        """The executable's path, or "unknown (why)"."""
+    def exe(self) -> str | Unknown:
+        """The executable's path, or Unknown(why)."""
         try:
             return os.fsdecode(os.readlink(self.path("exe")))
         except OSError as exc:
-            return f"unknown ({self.why(exc, self.shown('exe'))})"
+            return Unknown(self.why(exc, self.shown("exe")))
 
     def affinity(self) -> set[int]:
         """The CPUs the process may run on (sched_getaffinity; its status when that is refused)."""
@@ -390,7 +412,7 @@ class Proc:
         candidates = [(b"%s/map_files/%x-%x" % (self._base, start, end), b"")]
         if not deleted:
             candidates.append(((self._via or self._base) + b"/root", os.fsencode(path)))
-        why = "cannot open the library file as the process sees it"
+        why: str | None = None  # None: no candidate said more than that it is not there
         for candidate, beneath in candidates:
             try:
                 fd = (safe_file.open_beneath(candidate, beneath) if beneath
@@ -410,9 +432,10 @@ class Proc:
                 os.close(fd)
                 why = "the library file was replaced after the process loaded it, and its mapping cannot be opened"
                 continue
-            return fd, why
-        if deleted and why.startswith("cannot open the library"):
-            why = "the library file was deleted after the process loaded it, and its mapping cannot be opened"
+            return fd, ""
+        if why is None:
+            why = ("the library file was deleted after the process loaded it, and its mapping cannot be opened"
+                   if deleted else "cannot open the library file as the process sees it")
         return None, why
 
     def memory(self) -> Memory:

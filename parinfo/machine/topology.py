@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import field, replace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from parinfo.errors import UsageError
 from parinfo.machine import cgroup as _cgroup, rounding as _rounding, scheduler as _scheduler, sysfs as _sysfs
@@ -22,6 +22,9 @@ from parinfo.records.convert import above, among, between, doc
 from parinfo.records.payload import integer, ints, number, section, text, text_map, texts
 from parinfo.records.record import record
 from parinfo.records.source import NO_LIMIT, PARINFO_DEFAULT, Source, argument
+
+if TYPE_CHECKING:
+    from parinfo.machine.procfs import Proc
 
 
 def usable_rule(rounding: str = _rounding.DEFAULT, allocation: bool = False) -> str:
@@ -159,15 +162,15 @@ def _usable_cores(cores: tuple[tuple[int, ...], ...], usable_list: tuple[int, ..
     return usable if physical is None else physical
 
 
-def _environment(root: str, pid: int | None, unknown: dict[str, str]) -> dict[str, str]:
+def _environment(root: str, handle: Proc | None, unknown: dict[str, str]) -> dict[str, str]:
     """The variables of the process that bear on its usable CPUs: this process's own environment,
     else /proc/<pid or self>/environ under ``root`` (a missing file: none set)."""
     wanted = (*_scheduler.VARIABLES, _rounding.ROUNDING_VAR)
-    if pid is None and root == "/":
+    if handle is None and root == "/":
         return {k: os.environ[k] for k in wanted if k in os.environ}
-    from parinfo.machine.procfs import Proc, parse_environ
+    from parinfo.machine.procfs import parse_environ, this_or
 
-    proc = Proc(pid, root)
+    proc = this_or(handle, root)
     if not os.path.lexists(proc.path("environ")):
         return {}
     try:
@@ -178,28 +181,29 @@ def _environment(root: str, pid: int | None, unknown: dict[str, str]) -> dict[st
     return {k: v for k, v in parse_environ(block).items() if k in wanted}
 
 
-def machine_facts(root: str = "/", pid: int | None = None, *, environ: Mapping[str, str] | None = None,
+def machine_facts(root: str = "/", proc: Proc | None = None, *, environ: Mapping[str, str] | None = None,
                   quota_rounding: str | None = None, rounding_source: Source = QUOTA_ROUNDING_ARGUMENT) -> MachineFacts:
-    """Read the machine's facts (under ``root`` for tests) for process ``pid`` (default: this one).
+    """Read the machine's facts (under ``root`` for tests) for process ``proc`` (its handle; default:
+    this one).
 
     The Slurm variables and PARINFO_QUOTA_ROUNDING come from ``environ`` when given, else from the
     process's environment. ``quota_rounding`` (floor, ceil or nearest; from ``rounding_source``, e.g.
     a profile) wins over the variable. Never raises for a missing or odd file or variable (the field
     becomes None, with the reason in ``unknown``, or the variable is listed in ``invalid``); raises
-    UsageError only for a ``pid`` that names no process or an unknown ``quota_rounding``.
+    UsageError only for a ``proc`` that names no process or an unknown ``quota_rounding``.
     """
     root = os.path.abspath(root)
     topo = _sysfs.topology(root)
     unknown = dict(topo.unknown)
     notes = list(topo.notes)
-    if pid is not None and pid == os.getpid() and root == "/":
-        pid = None
-    affinity = _affinity(root, pid, topo.online, unknown)
-    cg = _cgroup.cgroup_facts(root, pid)
+    if proc is not None and proc.pid == os.getpid() and root == "/":
+        proc = None
+    affinity = _affinity(root, proc, topo.online, unknown)
+    cg = _cgroup.cgroup_facts(root, proc)
     unknown.update(cg.unknown)
     notes.extend(cg.notes)
 
-    env = dict(environ) if environ is not None else _environment(root, pid, unknown)
+    env = dict(environ) if environ is not None else _environment(root, proc, unknown)
     invalid: dict[str, str] = {}
     rule, rule_source, problem = _rounding.rounding_from_env(env)
     if problem is not None:
@@ -276,9 +280,10 @@ REREAD_S = 1.0
 _ALLOWED = re.compile(r"^Cpus_allowed_list:\s*(\S*)\s*$", re.MULTILINE)
 
 
-def _affinity(root: str, pid: int | None, online: tuple[int, ...] | None,
+def _affinity(root: str, handle: Proc | None, online: tuple[int, ...] | None,
               unknown: dict[str, str]) -> tuple[int, ...]:
     """The CPUs the process may run on: sched_getaffinity on this machine, else /proc/<pid>/status."""
+    pid = None if handle is None else handle.pid
     if root == "/":
         try:
             return tuple(sorted(os.sched_getaffinity(pid or 0)))
@@ -286,9 +291,9 @@ def _affinity(root: str, pid: int | None, online: tuple[int, ...] | None,
             raise UsageError(f"no process with pid {pid} (check the pid with ps)") from None
         except OSError:
             pass  # not permitted: /proc/<pid>/status still says it
-    from parinfo.machine.procfs import Proc
+    from parinfo.machine.procfs import this_or
 
-    proc = Proc(pid, root)
+    proc = this_or(handle, root)
     if pid is not None and not proc.exists():
         raise UsageError(f"no process with pid {pid}: {proc.shown('')[:-1]} does not exist "
                          f"(check the pid with ps)")

@@ -175,17 +175,17 @@ def _row(proc: Proc, m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, mem
     finally:
         os.close(fd)
     if place.missing is not None:
-        found: int | str = place.missing
+        found: int | Unknown = Unknown(place.missing)
     elif place.machine != machine:  # mapped as data: the process never runs its code
-        found = f"a library built for {place.machine}, not this process's {machine}"
+        found = Unknown(f"a library built for {place.machine}, not this process's {machine}")
     else:
         found = _count(m, rec, spec, place, mem)
-    if isinstance(found, str):
-        return CountInForce(rec.name, m.path, None, unknown(found), m.deleted, isinstance(found, Denied))
+    if isinstance(found, Unknown):
+        return CountInForce(rec.name, m.path, None, unknown(found.why), m.deleted, isinstance(found.why, Denied))
     return CountInForce(rec.name, m.path, found, IN_FORCE, m.deleted)
 
 
-def _count(m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, place: Any, mem: Memory) -> int | str:
+def _count(m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, place: Any, mem: Memory) -> int | Unknown:
     """The count in force, or why it is not believed: the getter's code in the process's memory
     must load the variable (the one the file names, when it names one) from the library's own data,
     and the value must lie between 1 and the build's maximum."""
@@ -194,35 +194,35 @@ def _count(m: MappedFile, rec: reg.Library, spec: reg.CountSymbol, place: Any, m
     entry = m.start + place.getter
     code = mem.read(entry, place.getter_size)
     if isinstance(code, Unknown):
-        return code.why
+        return code
     load = loaded_address(code, entry, place.machine, place.little)
     if isinstance(load, Unknown):
-        return f"{place.getter_name}: {load.why}; not believed to be {rec.label}"
+        return Unknown(f"{place.getter_name}: {load.why}; not believed to be {rec.label}")
     address, through = load
     if through:  # a GOT slot of the library's own data, holding the variable's address
         if not place.holds(address - m.start, place.pointer):
-            return (f"{place.getter_name} loads through a slot outside the library's data: "
-                    f"not believed to be {rec.label}")
+            return Unknown(f"{place.getter_name} loads through a slot outside the library's data: "
+                           f"not believed to be {rec.label}")
         slot = mem.read(address, place.pointer)
         if isinstance(slot, Unknown):
-            return slot.why
+            return slot
         address = int.from_bytes(slot, "little" if place.little else "big")
     offset = address - m.start
     if place.variable is not None and offset != place.variable:
-        return (f"{place.getter_name} loads another variable than the file's {place.variable_name}: "
-                f"not believed to be {rec.label}")
+        return Unknown(f"{place.getter_name} loads another variable than the file's {place.variable_name}: "
+                       f"not believed to be {rec.label}")
     if not place.holds(offset, spec.size):
-        return f"{place.getter_name} loads from outside the library's data: not believed to be {rec.label}"
+        return Unknown(f"{place.getter_name} loads from outside the library's data: not believed to be {rec.label}")
     data = mem.read(address, spec.size)
     if isinstance(data, Unknown):
-        return data.why
+        return data
     value = int.from_bytes(data, "little" if place.little else "big", signed=True)
     if value == spec.unset:
-        return "the library has not set its count up yet"
+        return Unknown("the library has not set its count up yet")
     top = min(place.build_max or spec.max_count, spec.max_count)
     if not 1 <= value <= top:
         bound = "the build's maximum" if place.build_max and place.build_max <= spec.max_count else "parinfo's bound"
-        return f"the variable holds {value}, beyond 1..{top}: {bound} for {rec.label}"
+        return Unknown(f"the variable holds {value}, beyond 1..{top}: {bound} for {rec.label}")
     return value
 
 
@@ -237,8 +237,8 @@ def _library_of(path: str) -> reg.Library | None:
     return rec if rec is not None and rec.count_symbol is not None else None
 
 
-def counts_in_force(pid: int, maps_text: str | None = None) -> list[CountInForce]:
-    """One row per library file mapped into process ``pid`` whose registry record names a count
+def counts_in_force(proc: Proc, maps_text: str | None = None) -> list[CountInForce]:
+    """One row per library file mapped into process ``proc`` whose registry record names a count
     variable (``Library.count_symbol``), in load order: its count in force read from the process's
     memory, or None with the reason in ``source``. The process is neither stopped nor traced.
 
@@ -247,12 +247,11 @@ def counts_in_force(pid: int, maps_text: str | None = None) -> list[CountInForce
     read, and :class:`parinfo.process.tasks.NoAccess` when its maps cannot be read (then nothing
     about its libraries is known).
     """
-    proc = Proc(int(pid))
     if maps_text is None:
         proc.check()
         maps_text = proc.maps().decode("utf-8", "surrogateescape")
     elif not proc.exists():
-        raise gone(int(pid))
+        raise gone(proc.pid or 0)
     wanted = [(m, rec) for m in mapped_files(maps_text, _symbol_prefixes())
               if (rec := _library_of(m.path)) is not None]
     if not wanted:

@@ -6,7 +6,7 @@ count in force of a library that keeps it in an exported variable (read from its
 :mod:`parinfo.outside.inforce`). The other counts live inside the process: a pool row shows the
 count its launch environment asked for, marked as such, or says why it is unknown; never a guess.
 
-Edges: a kernel thread and a zombie are named as such (:func:`check_pid`); another user's process
+Edges: a kernel thread and a zombie are named as such (:func:`open_process`); another user's process
 gives what /proc lets this user read, and "unknown (permission...)" for the rest.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from parinfo.machine.procfs import Proc, gone, pids
+from parinfo.errors import UsageError
+from parinfo.machine.procfs import Proc, gone, pids, this_or
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, unknown
 
@@ -26,22 +27,19 @@ if TYPE_CHECKING:
 GLIBC_UNLIMITED_STACK = 2 << 20
 
 
+def open_process(pid: int) -> Proc:
+    """The handle of process ``pid``, made once at the door and carried by every reader of the
+    report: its first stat fixes the identity (pid and start time) the report is about.
 
-def _proc(pid: int) -> Proc:
-    """The front for ``pid``'s files, following a live thread when its main thread has exited."""
-    proc = Proc(int(pid))
-    proc.check()
-    return proc
-
-
-def check_pid(pid: int) -> None:
-    """Raise a one-line usage error when ``pid`` names nothing parinfo can report on: ProcessGone
+    Raises a one-line usage error when ``pid`` names nothing parinfo can report on: ProcessGone
     when no process has it, NotAProcess for a kernel thread (no user-space pools) or a zombie (it
     has exited; its parent has not collected it yet). A process whose main thread exited while
-    other threads run on is a process, read through those threads."""
+    other threads run on is a process, read through those threads from here on."""
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
         raise gone(pid)
-    Proc(pid).check()
+    proc = Proc.of(pid)
+    proc.check()
+    return proc
 
 
 @record(frozen=True)
@@ -59,41 +57,40 @@ class Identity:
     note: str | None = None
 
 
-def identity(pid: int) -> Identity:
-    """pid, name, command line, executable and parent of ``pid`` (the report's process section)."""
-    proc = _proc(pid)
+def identity(proc: Proc) -> Identity:
+    """pid, name, command line, executable and parent of ``proc`` (the report's process section)."""
     st = proc.stat()
     cmdline = proc.cmdline()
-    exe = proc.exe()
+    exe = str(proc.exe())
     base = os.path.basename(cmdline[0]) if cmdline else st.name
     python = "unknown (read from outside; the interpreter is not asked)"
     if not (base.startswith("python") or st.name.startswith("python") or "python" in os.path.basename(exe)):
         python = "unknown (not a Python interpreter, or one renamed)"
     note = "its main thread has exited; its other threads run on and are read here" if proc.leader_exited else None
-    return Identity(pid, st.name, st.ppid, cmdline, exe, python, os.getpid(), note)
+    return Identity(st.pid, st.name, st.ppid, cmdline, exe, python, os.getpid(), note)
 
 
-def maps_text(pid: int) -> str:
+def maps_text(proc: Proc) -> str:
     """/proc/PID/maps (ProcessGone or NoAccess when it cannot be read)."""
-    return _proc(pid).maps().decode("utf-8", "surrogateescape")
+    return proc.maps().decode("utf-8", "surrogateescape")
 
 
-def loaded_runtimes(pid: int, maps: str | None = None) -> list[PoolRow]:
-    """One pool row per thread runtime file mapped into ``pid`` (``num_threads`` is None until
+def loaded_runtimes(proc: Proc, maps: str | None = None) -> list[PoolRow]:
+    """One pool row per thread runtime file mapped into ``proc`` (``num_threads`` is None until
     :func:`read_counts` fills what can be read). ``maps`` is its
     /proc/PID/maps when the caller has read it."""
     from parinfo.process.pools import runtimes_in_maps
 
-    text = maps_text(pid) if maps is None else maps
-    return runtimes_in_maps(text.encode("utf-8", "surrogateescape"), Proc(pid).shown("maps"))
+    text = maps_text(proc) if maps is None else maps
+    return runtimes_in_maps(text.encode("utf-8", "surrogateescape"), proc.shown("maps"))
 
 #: The source of a count taken from the environment the process was launched with.
 FROM_LAUNCH = Source(Kind.LAUNCH_ENVIRONMENT, "", "from its launch environment; the process may have changed it")
 
 
-def read_counts(pid: int, rows: list[PoolRow], maps: str, launch_env: dict[str, str] | None,
+def read_counts(proc: Proc, rows: list[PoolRow], maps: str, launch_env: dict[str, str] | None,
                 facts: MachineFacts) -> None:
-    """Fill the count of each pool row of ``pid`` (from :func:`loaded_runtimes`), in place, by the
+    """Fill the count of each pool row of ``proc`` (from :func:`loaded_runtimes`), in place, by the
     one precedence rule (:func:`parinfo.outside.standing.decide`):
 
     - ``num_threads``: the count in force, read from the process's memory where the library keeps
@@ -111,7 +108,7 @@ def read_counts(pid: int, rows: list[PoolRow], maps: str, launch_env: dict[str, 
     from parinfo.outside.standing import Standing, decide
     from parinfo.process import libraries as reg
 
-    read = {row.path: row for row in counts_in_force(pid, maps)}
+    read = {row.path: row for row in counts_in_force(proc, maps)}
     for row in rows:
         memory = read.get(row.filepath or "")
         got = decide(row.library, memory, launch_env, facts)
@@ -127,9 +124,9 @@ def read_counts(pid: int, rows: list[PoolRow], maps: str, launch_env: dict[str, 
             row.count_source = unknown(f"{got.unread}; none of {names} was set at launch" if names else got.unread)
 
 
-def environment(pid: int) -> dict[str, str]:
-    """The environment ``pid`` was launched with (its later edits are not visible from outside)."""
-    return _proc(pid).environ()
+def environment(proc: Proc) -> dict[str, str]:
+    """The environment ``proc`` was launched with (its later edits are not visible from outside)."""
+    return proc.environ()
 
 
 @record(frozen=True)
@@ -158,9 +155,9 @@ def parse_limits(text: str) -> Limits:
     return Limits(found.get("stack"), found.get("data"), found.get("address_space"))
 
 
-def limits(pid: int | None = None) -> Limits:
-    """The soft limits of ``pid`` (default: this process)."""
-    if pid is None:
+def limits(proc: Proc | None = None) -> Limits:
+    """The soft limits of ``proc`` (default: this process)."""
+    if proc is None:
         import resource
 
         def soft(which: int) -> int | None:
@@ -168,37 +165,47 @@ def limits(pid: int | None = None) -> Limits:
             return None if value == resource.RLIM_INFINITY else value
 
         return Limits(soft(resource.RLIMIT_STACK), soft(resource.RLIMIT_DATA), soft(resource.RLIMIT_AS))
-    return parse_limits(_proc(pid).limits())
+    return parse_limits(proc.limits())
 
 
-def children(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (children, their children...), found by the parent field of each
-    process's stat; processes that end meanwhile are skipped."""
-    parents: dict[int, list[int]] = {}
-    for child in pids():
-        st = Proc(child).thread_stat(child)  # the leader's stat: None once it has gone
-        if st is not None:
-            parents.setdefault(st.ppid, []).append(child)
-    out: list[int] = []
-    todo = [pid]
+def children(proc: Proc) -> list[Proc]:
+    """The handle of every descendant of ``proc`` (children, their children...), found by the parent
+    field of each process's stat, whose first reading fixes each handle's identity; processes that
+    end meanwhile are skipped."""
+    parents: dict[int, list[Proc]] = {}
+    for pid in pids():
+        child = Proc.of(pid)
+        try:
+            parents.setdefault(child.stat().ppid, []).append(child)
+        except UsageError:
+            continue  # it has gone
+    out: list[Proc] = []
+    seen = {proc.pid}
+    todo = [proc.pid]
     while todo:
-        for child in sorted(parents.get(todo.pop(0), ())):
-            if child not in out and child != pid:
+        for child in sorted(parents.get(todo.pop(0) or 0, ()), key=lambda h: h.pid or 0):
+            if child.pid not in seen:
+                seen.add(child.pid)
                 out.append(child)
-                todo.append(child)
+                todo.append(child.pid)
     return out
 
 
-def ancestors(pid: int | None = None) -> list[int]:
-    """The parent of ``pid`` (default: this process), its parent, and so on up to pid 1, nearest
-    first; a process that ends meanwhile ends the list."""
+def ancestors(proc: Proc | None = None) -> list[int]:
+    """The parent of ``proc`` (default: this process), its parent, and so on up to pid 1, nearest
+    first, each found through the handle's own :meth:`~parinfo.machine.procfs.Proc.parent`; a
+    process that ends meanwhile ends the list."""
     out: list[int] = []
-    current = os.getpid() if pid is None else pid
-    while current > 1 and len(out) < 4096:
-        st = Proc(current).thread_stat(current)
-        if st is None or st.ppid <= 0 or st.ppid in out:
+    current = this_or(proc)
+    while len(out) < 4096:
+        try:
+            parent = current.parent()  # UsageError for ppid 0 (no parent), or one that has gone
+        except UsageError:
             break
-        out.append(st.ppid)
-        current = st.ppid
+        if parent.pid is None or parent.pid in out:
+            break
+        out.append(parent.pid)
+        if parent.pid <= 1:
+            break
+        current = parent
     return out
-

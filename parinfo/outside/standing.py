@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, unknown
+from parinfo.records.unknown import Unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -57,11 +58,11 @@ class Decided:
         return self.count is not None and self.standing.in_force
 
 
-def decide(library: str, memory: CountInForce | None, launch_env: Mapping[str, str] | str | None,
+def decide(library: str, memory: CountInForce | None, launch_env: Mapping[str, str] | Unknown | None,
            facts: MachineFacts, attached: tuple[int | None, Source] | None = None) -> Decided:
     """The count of one pool of ``library`` by the precedence rule: ``memory`` (its count in force read
     from the process's memory, or why not), ``attached`` (count and source read inside it), else what
-    ``launch_env`` predicts (None or "unknown (why)": it could not be read), else unknown with why."""
+    ``launch_env`` predicts (None or Unknown(why): it could not be read), else unknown with why."""
     from parinfo.outside.inforce import IN_FORCE, reason
     from parinfo.process import libraries as reg
     from parinfo.process.provenance import model_of, predict
@@ -73,8 +74,9 @@ def decide(library: str, memory: CountInForce | None, launch_env: Mapping[str, s
     why = reason(memory.source) if memory is not None else KEPT_INSIDE
     if memory is not None and memory.denied:
         return Decided(None, memory.source, Standing.UNKNOWN, unread=why)
-    if launch_env is None or isinstance(launch_env, str):
-        return Decided(None, unknown(f"{why}; its launch environment cannot be read either", launch_env),
+    if launch_env is None or isinstance(launch_env, Unknown):
+        return Decided(None, unknown(f"{why}; its launch environment cannot be read either",
+                                     None if launch_env is None else str(launch_env)),
                        Standing.UNKNOWN, unread=why)
     rec = reg.find(library)
     if rec is None:

@@ -11,13 +11,17 @@ import os
 import sys
 from collections.abc import Collection, Mapping
 from dataclasses import field
+from typing import TYPE_CHECKING
 
 from parinfo.errors import UsageError
 from parinfo.process.libraries import LibraryKind, Var, library, listed_unset
 from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
 from parinfo.records.convert import OMIT_EMPTY, OMIT_NONE
 from parinfo.records.record import record
-from parinfo.records.unknown import because
+
+if TYPE_CHECKING:
+    from parinfo.machine.procfs import Proc
+from parinfo.records.unknown import Unknown
 
 
 @record
@@ -58,33 +62,33 @@ class EnvRow:
     importers: list[str] = field(default_factory=list, metadata=OMIT_EMPTY)
 
 
-def launch_environment(pid: int | None = None) -> dict[str, str] | str:
-    """The environment process ``pid`` (default: this one) was launched with.
+def launch_environment(handle: Proc | None = None) -> dict[str, str] | Unknown:
+    """The environment process ``handle`` (default: this one) was launched with.
 
     On Linux this is ``/proc/<pid>/environ``, the block the kernel copied at exec time, which later
     ``os.environ`` edits do not touch (the file psutil's ``Process.environ()`` reads; read here
     directly to keep psutil's import off ``parinfo show``'s path). Elsewhere psutil is asked.
-    Returns a dict, or a string "unknown (reason)" when it cannot be read (no permission, no procfs).
+    Returns a dict, or Unknown(why) when it cannot be read (no permission, no procfs).
     """
-    from parinfo.machine.procfs import Proc, parse_environ
+    from parinfo.machine.procfs import parse_environ, this_or
 
-    proc = Proc(None if pid is None else int(pid))
+    proc = this_or(handle)
     if not proc.exists() and not os.path.isdir("/proc/self"):
-        return _psutil_environ(pid)  # no procfs here
+        return _psutil_environ(proc.pid)  # no procfs here
     try:
         raw = proc.read_or_why("environ", 1 << 22)
     except UsageError as exc:
-        return f"unknown ({exc})"
-    return f"unknown ({raw})" if isinstance(raw, str) else parse_environ(raw)
+        return Unknown(str(exc))
+    return raw if isinstance(raw, Unknown) else parse_environ(raw)
 
 
-def _psutil_environ(pid: int | None) -> dict[str, str] | str:
+def _psutil_environ(pid: int | None) -> dict[str, str] | Unknown:
     try:
         import psutil
 
         return dict(psutil.Process(pid).environ())
     except Exception as exc:  # psutil raises AccessDenied, NoSuchProcess, OSError...
-        return because(exc)
+        return Unknown.of(exc)
 
 
 
@@ -129,14 +133,14 @@ def _set_by(value: str | None, launch_value: str | None, launch_known: bool, imp
 
 
 def environment_report(environ: Mapping[str, str] | None = None,
-                       launch_environ: Mapping[str, str] | str | None = None, *,
+                       launch_environ: Mapping[str, str] | Unknown | None = None, *,
                        modules: Collection[str] | None = None, python: tuple[int, int] | None = None) -> list[EnvRow]:
     """One row per thread-steering variable: every variable of THREAD_VARS (set or not; a variable whose
     libraries ask to be listed only once loaded is left out while it is unset and they are not
     loaded), then every other set variable whose name looks thread-related (OMP_*, KMP_*, MKL_*, ...).
 
     ``environ`` defaults to ``os.environ``; ``launch_environ`` defaults to this process's launch
-    environment (:func:`launch_environment`); pass a string "unknown (reason)" when it is not known.
+    environment (:func:`launch_environment`); pass Unknown(why) when it is not known.
 
     ``modules`` are the modules the process has imported and ``python`` its Python version (default:
     this process's), for a process read from inside by parinfo's attach.
@@ -145,8 +149,8 @@ def environment_report(environ: Mapping[str, str] | None = None,
     imported: Collection[str] = sys.modules if modules is None else modules
     version = sys.version_info[:2] if python is None else python
     launch = launch_environment() if launch_environ is None else launch_environ
-    launch_known = not isinstance(launch, str)
-    at_launch: Mapping[str, str] = {} if isinstance(launch, str) else launch
+    launch_known = not isinstance(launch, Unknown)
+    at_launch: Mapping[str, str] = {} if isinstance(launch, Unknown) else launch
 
     names = [n for n in THREAD_VARS if listed_unset(n, imported) or n in env or n in at_launch]
     extra = sorted(n for n in env if n not in THREAD_VARS and looks_thread_related(n))
@@ -159,8 +163,8 @@ def environment_report(environ: Mapping[str, str] | None = None,
     for name in names:
         value = env.get(name)
         spec = THREAD_VARS.get(name)
-        if isinstance(launch, str):  # "unknown (reason)"
-            launch_value: str | None = launch
+        if isinstance(launch, Unknown):
+            launch_value: str | None = str(launch)
             changed: bool | None = None
         else:
             launch_value = launch.get(name)

@@ -25,6 +25,7 @@ from parinfo.process.setting_row import Refused, SetByApply, SettingRow
 from parinfo.process.variables import count_from_env
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, library_default, run_time, unknown, variable
+from parinfo.records.unknown import Unknown
 
 __all__ = ["MODELS", "RUNTIME", "TORCH_KEYS", "TORCH_ROWS", "WATCH_MODULE", "LaunchEnviron", "Model",
            "ModuleLibrary", "Refused", "SetByApply", "SettingRow", "explain", "imported_libraries",
@@ -61,8 +62,8 @@ def set_at_import() -> dict[str, tuple[int, Source]]:
         out[row] = (count, Source(Kind.PROFILE, detail, f"profile {detail}, set by {who} when torch was imported"))
     return out
 
-#: The launch environment: a dict, or "unknown (reason)" when it cannot be read.
-LaunchEnviron = Mapping[str, str] | str
+#: The launch environment: a dict, or Unknown(why) when it cannot be read.
+LaunchEnviron = Mapping[str, str] | Unknown
 
 
 def read_after_apply(model: Model, key: str | None, environ: Mapping[str, str],
@@ -189,7 +190,7 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     (:func:`read_after_apply`): the environment of now decided its count, even where the launch
     environment predicts the same; ``unread`` says why a ``count`` of None was not read.
     """
-    launch = None if isinstance(launch_environ, str) else launch_environ
+    launch = None if isinstance(launch_environ, Unknown) else launch_environ
     launch_pred = predict(model, environ if launch is None else launch, facts, ctx)
     now_pred = predict(model, environ, facts, ctx)
     changes = [] if launch is None else _changes(model, environ, launch)
@@ -253,7 +254,7 @@ def _module_row(lib: reg.Library, module: Any, count: int | None, environ: Mappi
                 launch_environ: LaunchEnviron, facts: MachineFacts,
                 applied: Mapping[str, SetByApply] | None = None) -> SettingRow:
     """The row of a library that is a Python module (numexpr...), imported in the process."""
-    env = environ if isinstance(launch_environ, str) else launch_environ
+    env = environ if isinstance(launch_environ, Unknown) else launch_environ
     ctx = lib.context(module, env)
     model = model_of(lib)
     row = explain(lib.name, count, model, environ, launch_environ, facts, ctx,
@@ -273,7 +274,7 @@ def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Map
 
     ``pools``: :func:`parinfo.process.pools.native_pools`; ``torch``: :func:`parinfo.process.frameworks.torch_info`
     or None; ``environ``: the environment now; ``launch_environ``: the launch environment
-    (:func:`parinfo.process.environment.launch_environment`), "unknown (reason)", or None to read it here; ``facts``: a
+    (:func:`parinfo.process.environment.launch_environment`), Unknown(why), or None to read it here; ``facts``: a
     :class:`parinfo.machine.topology.MachineFacts`; ``pushed``: {library file: (count, source)} for
     the pools parinfo's runtime pushed a count into, which explains them
     (:meth:`parinfo.runtime.snapshot.Push.by_file`); ``applied``: the

@@ -23,6 +23,7 @@ from parinfo.process.preload import LaunchMarks, launch_marks
 from parinfo.records.convert import OMIT_NONE, doc
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, library_default, profile, unknown, variable
+from parinfo.records.unknown import Unknown
 
 
 @record
@@ -173,10 +174,10 @@ def _names(entry: str, path: str) -> bool:
     return entry in (os.path.basename(path), os.path.basename(os.path.realpath(path)))
 
 
-def _chooser(path: str, key: str, launch: Mapping[str, str] | str, marks: LaunchMarks) -> Source:
+def _chooser(path: str, key: str, launch: Mapping[str, str] | Unknown, marks: LaunchMarks) -> Source:
     """Who put ``path`` in the process: the profile (parinfo's preload), the user's LD_PRELOAD, or
     nobody (linked, or the C library's own)."""
-    if isinstance(launch, str):
+    if isinstance(launch, Unknown):
         return unknown(f"the launch environment: {launch}")
     if any(_names(p, path) for p in marks.preloaded):
         name = marks.profile or "?"
@@ -186,10 +187,10 @@ def _chooser(path: str, key: str, launch: Mapping[str, str] | str, marks: Launch
     return library_default("loaded by the program or a library it links (nothing preloaded it)")
 
 
-def _setting_source(name: str, value: str, launch: Mapping[str, str] | str, marks: LaunchMarks) -> Source:
+def _setting_source(name: str, value: str, launch: Mapping[str, str] | Unknown, marks: LaunchMarks) -> Source:
     """Who set a library's variable: the launch's profile, the user (at launch), or the process
     after launch (which a library loaded at start-up never read)."""
-    if isinstance(launch, str):
+    if isinstance(launch, Unknown):
         return unknown(f"the launch environment: {launch}")
     if launch.get(name) != value:
         return Source(Kind.RUN_TIME, name, "set after launch by this process")
@@ -198,14 +199,14 @@ def _setting_source(name: str, value: str, launch: Mapping[str, str] | str, mark
     return variable(name, value)
 
 
-def _settings(names: tuple[str, ...], environ: Mapping[str, str], launch: Mapping[str, str] | str,
+def _settings(names: tuple[str, ...], environ: Mapping[str, str], launch: Mapping[str, str] | Unknown,
               marks: LaunchMarks) -> list[ServedSetting]:
     return [ServedSetting(n, environ[n], _setting_source(n, environ[n], launch, marks)) for n in names if n in environ]
 
 
-def allocator_served(objects: list[str], environ: Mapping[str, str], launch: Mapping[str, str] | str) -> Served:
+def allocator_served(objects: list[str], environ: Mapping[str, str], launch: Mapping[str, str] | Unknown) -> Served:
     """The malloc that serves this process (``objects``: the loaded files, /proc/self/maps)."""
-    marks = launch_marks(launch) if not isinstance(launch, str) else LaunchMarks()
+    marks = launch_marks(launch) if not isinstance(launch, Unknown) else LaunchMarks()
     loaded = [p for p in objects if pre.allocator_of_file(p) is not None and pre.allocator_of_file(p) is not
               pre.allocator("glibc")]
     try:
@@ -222,7 +223,7 @@ def allocator_served(objects: list[str], environ: Mapping[str, str], launch: Map
     unused = [p for p in loaded if not _same_file(p, path)]
     note = (f"also loaded, not called: {', '.join(unused)} (malloc resolves to {rec.label})" if unused else None)
     if rec.name == "glibc":
-        source = (_chooser(path, "allocator", launch, marks) if not isinstance(launch, str)
+        source = (_chooser(path, "allocator", launch, marks) if not isinstance(launch, Unknown)
                   else unknown(f"the launch environment: {launch}"))
         if source.kind is Kind.LIBRARY_DEFAULT:
             source = library_default("the C library's own, nothing preloaded another malloc")
@@ -231,7 +232,7 @@ def allocator_served(objects: list[str], environ: Mapping[str, str], launch: Map
     return Served(rec.name, rec.label, path, source, _settings(names, environ, launch, marks), loaded, unused, note)
 
 
-def openmp_served(objects: list[str], environ: Mapping[str, str], launch: Mapping[str, str] | str) -> Served | None:
+def openmp_served(objects: list[str], environ: Mapping[str, str], launch: Mapping[str, str] | Unknown) -> Served | None:
     """The OpenMP runtime that serves the omp_* and GOMP_* calls looked up in the global scope, or
     None when no OpenMP runtime is loaded."""
     from parinfo.process import libraries as reg
@@ -243,7 +244,7 @@ def openmp_served(objects: list[str], environ: Mapping[str, str], launch: Mappin
         return rec if rec is not None and rec.name in runtimes else None
 
     loaded = [p for p in objects if family(p) is not None]
-    marks = launch_marks(launch) if not isinstance(launch, str) else LaunchMarks()
+    marks = launch_marks(launch) if not isinstance(launch, Unknown) else LaunchMarks()
     if not loaded and not marks.preloaded:
         return None
     try:

@@ -74,11 +74,10 @@ def _thread(proc: Proc, tid: int) -> ThreadStat | None:
     return ThreadStat(tid, st.name, st.state, cpu_ns, wait_ns, int(m.group(1)) if m else None, st.cpu)
 
 
-def thread_stats(pid: int) -> list[ThreadStat]:
-    """The threads of process ``pid`` now, sorted by thread id. Raises ProcessGone or NoAccess."""
-    proc = Proc(int(pid))
+def thread_stats(proc: Proc) -> list[ThreadStat]:
+    """The threads of process ``proc`` now, sorted by thread id. Raises ProcessGone or NoAccess."""
     out = [t for t in (_thread(proc, tid) for tid in proc.thread_ids()) if t is not None]
     if all(t.state in ("Z", "X") for t in out):
-        raise gone(pid)  # every thread ended (or is a zombie waiting for its parent): the process is gone
+        raise gone(proc.pid or 0)  # every thread ended (or is a zombie waiting for its parent): the process is gone
     return out
 

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import field
+from typing import TYPE_CHECKING
 
 from parinfo.records.convert import OMIT_NONE, REQUIRED
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, file, unknown
 from parinfo.records.unknown import Unknown, because, describe
+
+if TYPE_CHECKING:
+    from parinfo.machine.procfs import Proc
 
 #: What a report read from elsewhere says of a thread fact it does not carry.
 NOT_IN_REPORT = "unknown (not in the report)"
@@ -64,20 +68,20 @@ class ThreadList:
         return Unknown("the threads were not counted")
 
 
-def live_threads(pid: int | None = None) -> ThreadList:
-    """The OS threads of process ``pid`` (default: this one).
+def live_threads(handle: Proc | None = None) -> ThreadList:
+    """The OS threads of process ``handle`` (default: this one).
 
     Read from ``/proc/<pid>/task/*/comm``; when that directory cannot be listed, psutil's thread list
     (ids only) is used.
     """
     from parinfo.errors import UsageError
-    from parinfo.machine.procfs import Proc
+    from parinfo.machine.procfs import this_or
 
-    proc = Proc(None if pid is None else int(pid))
+    proc = this_or(handle)
     try:
         names = proc.thread_names()
     except UsageError as exc:
-        return _from_psutil(pid, f"unknown ({exc})")
+        return _from_psutil(proc.pid, f"unknown ({exc})")
     threads = [OsThread(tid, name) for tid, name in names if name is not None]  # None: ended while listed
     return ThreadList(len(threads), threads, file(proc.shown("task")))
 

@@ -91,7 +91,7 @@ class Sampler:
         self.pid, self.children, self.root = pid, children, root
         # the watched process: its first stat is its identity, so a pid the kernel gives to a new
         # process once it has exited is never taken for it
-        self.proc = None if pid is None else Proc(pid, root)
+        self.proc = None if pid is None else Proc.of(pid, root)
         if self.proc is not None:
             self.proc.check()
         self._facts_at = 0.0
@@ -108,7 +108,7 @@ class Sampler:
 
         now = time.monotonic()
         if now - self._facts_at >= REREAD_S:
-            facts = machine_facts(self.root, self.pid)
+            facts = machine_facts(self.root, self.proc)
             self.usable, self.quota, self._facts_at = facts.usable_cpus, facts.quota, now
 
     def exited(self) -> bool:
@@ -141,25 +141,25 @@ class Sampler:
             self._follow_facts()
         except UsageError:
             raise gone(self.pid or 0) from None
-        if self.pid is not None:
-            pids = [self.pid]
+        if self.proc is not None:
+            members = [self.proc]
             if self.children:
                 from parinfo.outside.remote import children
 
-                pids += children(self.pid)
-            for i, p in enumerate(pids):
+                members += children(self.proc)
+            for i, member in enumerate(members):
                 try:
-                    stats = thread_stats(p)
+                    stats = thread_stats(member)
                 except ProcessGone:
                     if i == 0:
                         raise
                     continue  # a child that ended meanwhile
                 processes += 1
-                threads.update(((p, t.tid), t) for t in stats)
-        counters = cpu_counters(self.root, self.pid)
-        pressure = cpu_pressure(self.root, self.pid)
-        if self.pid is not None and counters.unknown and not Proc(self.pid, self.root).exists():
-            raise gone(self.pid)
+                threads.update(((member.pid or 0, t.tid), t) for t in stats)
+        counters = cpu_counters(self.root, self.proc)
+        pressure = cpu_pressure(self.root, self.proc)
+        if self.proc is not None and counters.unknown and not self.proc.exists():
+            raise gone(self.proc.pid or 0)
         return Reading(time.monotonic(), threads, processes, counters, pressure,
                        _procs_running() if self.pid is None else None)
 
@@ -179,14 +179,14 @@ class Sampler:
         cannot be attached to raises its AttachError (the watch cannot give what was asked)."""
         from parinfo.diagnostics.attached import read_process, read_tree
 
-        assert self.pid is not None and self.attach is not None
+        assert self.pid is not None and self.proc is not None and self.attach is not None
         if self.children:
             from parinfo.outside.remote import children
 
-            tree = read_tree([self.pid, *children(self.pid)], self.attach, self.root)
+            tree = read_tree([self.proc, *children(self.proc)], self.attach, self.root)
             return tuple(_counts(r.pid, r.attached, r.how, tree.inside.get(r.pid)) for r in tree.reads)
         try:
-            read = read_process(self.pid, self.attach, self.root)
+            read = read_process(self.proc, self.attach, self.root)
         except UsageError as exc:
             if first:
                 raise

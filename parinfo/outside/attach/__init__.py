@@ -141,12 +141,12 @@ def _owner(proc: Proc) -> tuple[int, int]:
         raise exited_during_read(proc.pid or 0) from None
 
 
-def _withdraw(pid: int) -> None:
+def _withdraw(proc: Proc) -> None:
     """Replace the pending script's path with /dev/null (an empty script): a target that reaches its
     next bytecode later runs nothing of parinfo's. Best effort: a failure leaves the path, whose
     script will be gone and whose channel finds nobody."""
     try:
-        send(pid, os.devnull, time.monotonic() + 2.0)
+        send(proc, os.devnull, time.monotonic() + 2.0)
     except AttachError:
         pass
 
@@ -193,15 +193,15 @@ def _no_answer(pid: int, proc: Proc, program: tuple[int, int, str] | None, chann
                        "--timeout")
 
 
-def attach(pid: int, pools: list[tuple[str, str]], machine: tuple[int, int], *, timeout: float = DEFAULT_TIMEOUT,
+def attach(proc: Proc, pools: list[tuple[str, str]], machine: tuple[int, int], *, timeout: float = DEFAULT_TIMEOUT,
            skip_native: bool = False) -> Attached:
-    """Run the script inside process ``pid`` and return its answer. ``pools``: (file, library) of
+    """Run the script inside process ``proc`` (its handle) and return its answer. ``pools``: (file, library) of
     the runtimes in its maps; ``machine`` and ``skip_native``: see :func:`script_data`. Attaches to
     one process take turns (:mod:`~parinfo.outside.attach.turn`). Raises ProcessGone or NotAProcess
     (gone, a kernel thread, a zombie), or AttachError: one line each, saying what was observed."""
     started = time.monotonic()
     deadline = started + timeout
-    proc = Proc(pid)
+    pid = proc.pid or os.getpid()
     proc.check()
     uid, gid = _owner(proc)
     inner = proc.inner_pid()
@@ -212,11 +212,11 @@ def attach(pid: int, pools: list[tuple[str, str]], machine: tuple[int, int], *, 
         program = _program(proc)
         data = script_data(channel.fifo, token, channel.cap, pools, skip_native, machine)
         path = channel.write_script(script(data))
-        means = send(pid, path, deadline)
+        means = send(proc, path, deadline)
         raw = channel.receive(deadline)
         if raw is None or not raw.strip():
             if raw is None:
-                _withdraw(pid)
+                _withdraw(proc)
                 time.sleep(_GRACE)
             raise _no_answer(pid, proc, program, channel, timeout, raw)
     seconds = time.monotonic() - started

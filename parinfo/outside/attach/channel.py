@@ -96,7 +96,7 @@ class Channel:
 
     def _base(self) -> str:
         """Open the first base fit for the channel (:attr:`base_fd`); its path as the target sees it."""
-        mine = Proc(None).mount_namespace()
+        mine = Proc.of(None).mount_namespace()
         same = mine is not None and mine == self.proc.mount_namespace()
         whys = []
         for base in BASES:

@@ -16,10 +16,11 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import NamedTuple
 
 from parinfo.errors import UsageError
 from parinfo.machine.procfs import Proc, exited_during_read
+from parinfo.records.unknown import Unknown
 from parinfo.safe_text import escape_controls
 
 #: The first Python that has sys.remote_exec.
@@ -56,14 +57,14 @@ def _version(v: tuple[int, ...] | list[int]) -> str:
     return ".".join(str(p) for p in v)
 
 
-def _final(pid: int, kind: str, number: int, message: str) -> AttachError | None:
+def _final(proc: Proc, kind: str, number: int, message: str) -> AttachError | None:
     """The one line for a failure of the call that another interpreter would not change, or None
     when the target's own interpreter may succeed where this one failed."""
-    proc = Proc(pid)
+    pid = proc.label
     if kind in ("PermissionError",) or number in (errno.EPERM, errno.EACCES):
         return AttachError(f"cannot attach to pid {pid}: {proc.attach_refusal()}")
     if kind == "ProcessLookupError" or number == errno.ESRCH or not proc.exists():
-        return AttachError(str(exited_during_read(pid)))
+        return AttachError(str(exited_during_read(proc.pid or 0)))
     if "not enabled in the remote process" in message:
         return AttachError(f"pid {pid}'s Python has remote debugging turned off (started with "
                            "PYTHON_DISABLE_REMOTE_DEBUG set or -X disable-remote-debug, or built without it): attach "
@@ -74,44 +75,57 @@ def _final(pid: int, kind: str, number: int, message: str) -> AttachError | None
     return None
 
 
-def _interpreter(proc: Proc) -> tuple[list[str], dict[str, Any]] | str:
-    """The target's interpreter as (command, how to run it), or why parinfo will not run it."""
+class NotPython(Unknown):
+    """The target's program is no Python interpreter: no other interpreter would do better."""
+
+
+class Interpreter(NamedTuple):
+    """A target's interpreter, and whose rights it runs with (None: parinfo's own)."""
+
+    path: str
+    uid: int | None = None
+    gid: int | None = None
+
+
+def _interpreter(proc: Proc) -> Interpreter | Unknown:
+    """The target's interpreter and how to run it, or why parinfo will not run it."""
     exe = proc.exe()
+    if isinstance(exe, Unknown):
+        return Unknown(f"its interpreter cannot be read ({escape_controls(exe.why)})")
     shown = escape_controls(exe)
-    if exe.startswith("unknown ("):
-        return f"its interpreter cannot be read ({shown[len('unknown ('):-1]})"
     try:
         linked, found = os.stat(proc.path("exe")), os.stat(exe)
     except OSError:
-        return f"its interpreter {shown} is not reachable from here (deleted, or in another mount namespace)"
+        return Unknown(f"its interpreter {shown} is not reachable from here (deleted, or in another mount namespace)")
     if (linked.st_dev, linked.st_ino) != (found.st_dev, found.st_ino):
-        return f"{shown} is not the file the process runs (replaced since, or in another mount namespace)"
+        return Unknown(f"{shown} is not the file the process runs (replaced since, or in another mount namespace)")
     if not os.path.basename(exe).startswith("python"):
-        return f"its program {shown} is {NOT_PYTHON}"
+        return NotPython(f"its program {shown} is {NOT_PYTHON}")
     if found.st_mode & 0o022:
-        return f"its interpreter {shown} is writable by other users: parinfo will not run it"
+        return Unknown(f"its interpreter {shown} is writable by other users: parinfo will not run it")
     if found.st_uid in (0, os.geteuid()):
-        return [exe], {}
+        return Interpreter(exe)
     if os.geteuid() == 0:  # run it with its owner's rights, never root's
-        return [exe], {"user": found.st_uid, "group": found.st_gid, "extra_groups": []}
-    return f"its interpreter {shown} belongs to uid {found.st_uid}: parinfo runs no other user's program"
+        return Interpreter(exe, found.st_uid, found.st_gid)
+    return Unknown(f"its interpreter {shown} belongs to uid {found.st_uid}: parinfo runs no other user's program")
 
 
-def _through_target(pid: int, path: str, deadline: float, earlier: str) -> str:
+def _through_target(proc: Proc, path: str, deadline: float, earlier: str) -> str:
     """Make the call from the target's own interpreter; how it was made, in words."""
-    proc = Proc(pid)
+    pid = proc.label
     found = _interpreter(proc)
-    if isinstance(found, str) and found.endswith(NOT_PYTHON):
-        raise AttachError(f"pid {pid} runs {escape_controls(proc.exe())}, {NOT_PYTHON}: no Python runtime to attach to")
-    if isinstance(found, str):
-        raise AttachError(f"cannot attach to pid {pid}: {earlier}, and {found}: run parinfo on Python "
+    if isinstance(found, NotPython):
+        raise AttachError(f"pid {pid} runs {escape_controls(str(proc.exe()))}, {NOT_PYTHON}: no Python runtime to "
+                          "attach to")
+    if isinstance(found, Unknown):
+        raise AttachError(f"cannot attach to pid {pid}: {earlier}, and {found.why}: run parinfo on Python "
                           f"{_version(MIN_VERSION)} or newer, the target's version")
-    command, how = found
-    shown = escape_controls(command[0])
+    shown = escape_controls(found.path)
     left = max(0.5, deadline - time.monotonic())
     try:
-        done = subprocess.run([*command, "-I", "-S", "-c", _HELPER, str(pid), path], capture_output=True,
-                              env={}, timeout=left, **how)
+        done = subprocess.run([found.path, "-I", "-S", "-c", _HELPER, pid, path], capture_output=True, env={},
+                              timeout=left, user=found.uid, group=found.gid,
+                              extra_groups=None if found.uid is None else [])
     except subprocess.TimeoutExpired:
         raise AttachError(f"cannot attach to pid {pid}: its interpreter {shown} did not answer within {left:.1f} s"
                           ) from None
@@ -127,26 +141,26 @@ def _through_target(pid: int, path: str, deadline: float, earlier: str) -> str:
                           f"{_version(MIN_VERSION)} or newer (sys.remote_exec)")
     if words[:1] == ["error"] and len(words) == 4:
         number = int(words[2]) if words[2].isdigit() else 0
-        failed = _final(pid, words[1], number, words[3])
+        failed = _final(proc, words[1], number, words[3])
         raise failed or AttachError(f"cannot attach to pid {pid}: {escape_controls(words[1])}: "
                                     f"{escape_controls(words[3])}")
     raise AttachError(f"cannot attach to pid {pid}: its interpreter {shown} ended with code "
                       f"{done.returncode} and no answer")
 
 
-def send(pid: int, path: str, deadline: float) -> str:
-    """Ask process ``pid`` to run the script at ``path`` (as it sees it) at its next chance; how
+def send(proc: Proc, path: str, deadline: float) -> str:
+    """Ask process ``proc`` to run the script at ``path`` (as it sees it) at its next chance; how
     the call was made, in words. Raises :class:`AttachError` with the one line that says why not."""
     if not can_call_here():
-        return _through_target(pid, path, deadline, f"parinfo runs on Python {_version(sys.version_info[:3])}, "
-                                                    f"without sys.remote_exec")
+        return _through_target(proc, path, deadline, f"parinfo runs on Python {_version(sys.version_info[:3])}, "
+                                                     f"without sys.remote_exec")
     try:
-        sys.remote_exec(pid, path)  # type: ignore[attr-defined]
+        sys.remote_exec(proc.pid or os.getpid(), path)  # type: ignore[attr-defined]
     except Exception as exc:
         number = getattr(exc, "errno", None) or 0
-        failed = _final(pid, type(exc).__name__, number, str(exc))
+        failed = _final(proc, type(exc).__name__, number, str(exc))
         if failed is not None:
             raise failed from None
         # another version or build, no PyRuntime here, or this interpreter's own remote debugging off
-        return _through_target(pid, path, deadline, str(exc).strip().rstrip("."))
+        return _through_target(proc, path, deadline, str(exc).strip().rstrip("."))
     return f"sys.remote_exec from parinfo's Python {_version(sys.version_info[:3])}"
