@@ -26,6 +26,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
         if "ray" in item.keywords and not HAVE_RAY:
             item.add_marker(skip_ray)
+        for mark in item.iter_markers("pools"):  # @pytest.mark.pools("onnxruntime", ...): the modules it needs
+            missing = [name for name in mark.args if importlib.util.find_spec(name) is None]
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=f"{', '.join(missing)} not installed (pip install '.[pools]')"))
 
 
 # A `with` statement whose __enter__ trips SIGUSR1 from C without checking for signals (libc's raise()

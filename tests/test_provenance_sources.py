@@ -8,6 +8,7 @@ import pytest
 from conftest import HAVE_NUMPY, clean_env, run_json
 
 from parinfo.machine.topology import machine_facts
+from parinfo.process.defaults import ModuleFacts
 from parinfo.process.frameworks import TorchInfo
 from parinfo.process.pools import PoolRow
 from parinfo.process.provenance import MODELS, RUNTIME, explain, library_settings, predict
@@ -83,7 +84,7 @@ def test_blis_defaults_to_one_and_torch_inter_op_to_hardware_concurrency():
     assert predict(MODELS["blis"], {}, facts(cpus=8)).count == 1
     assert predict(MODELS["blis"], {"OMP_NUM_THREADS": "3"}, facts(cpus=8)).count == 3
     f = dataclasses.replace(facts(cpus=1), logical_cpus=16)
-    p = predict(MODELS["torch inter-op"], {"OMP_NUM_THREADS": "1"}, f, {"hardware_concurrency": 16})
+    p = predict(MODELS["torch inter-op"], {"OMP_NUM_THREADS": "1"}, f, ModuleFacts(hardware_concurrency=16))
     assert p.count == 16 and "ignores affinity" in p.phrase
 
 

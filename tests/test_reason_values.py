@@ -80,12 +80,12 @@ def test_a_missing_or_unreadable_numa_maps_is_an_unknown_with_why(tmp_path):
     proc = Proc(4250, root)
     assert mempolicy._read(proc, "numa_maps", 1 << 16, "a kernel without NUMA support") == \
         Unknown("/proc/4250/numa_maps does not exist (a kernel without NUMA support)")
-    got = mempolicy.memory_policy(4250, root)
+    got = mempolicy.memory_policy(proc, root)
     assert got.source == unknown_source("/proc/4250/numa_maps does not exist (a kernel without NUMA support)")
     (tmp_path / "proc" / "4250" / "numa_maps").mkdir()  # there, but no file to read
     raw = mempolicy._read(proc, "numa_maps", 1 << 16, "a kernel without NUMA support")
     assert isinstance(raw, Unknown) and "/proc/4250/numa_maps" in raw.why
-    assert mempolicy.memory_policy(4250, root).source == unknown_source(raw.why)
+    assert mempolicy.memory_policy(proc, root).source == unknown_source(raw.why)
 
 
 def test_a_getter_parinfo_cannot_decode_is_an_unknown_with_why():

@@ -48,7 +48,7 @@ class Served:
     """
 
     name: str | None = field(default=None, metadata=doc(
-        "jemalloc, tcmalloc, glibc; libiomp, libgomp, libomp; null when unknown"))
+        "the allocator or OpenMP runtime it names, as the registry names it; null when unknown"))
     label: str | None = None
     path: str | None = field(default=None, metadata=doc(
         "the file the process's global scope resolves the family's entry point to (dlsym + dladdr)"))
