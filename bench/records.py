@@ -49,6 +49,7 @@ from parinfo.records.convert import dump, dumps
 from parinfo.records.field_marks import Bound, fields as record_fields
 from parinfo.records.reading import _hints, _record_type
 from parinfo.records.record import record
+from parinfo.records.unknown import Unknown
 
 SHOW = "import sys; from parinfo.cli import main; sys.argv = ['parinfo', 'show']; main()\n"
 COUNT_SHOW_RECORDS = """
@@ -191,6 +192,8 @@ class Mirror:
             return tuple[tuple(a if a is Ellipsis else self.hint(a) for a in args)]
         if isinstance(hint, type) and _record_type(hint) is hint:
             return self.record(hint)
+        if hint is Unknown:  # written as its words
+            return str
         return hint
 
     def record(self, cls: type) -> type:
