@@ -154,7 +154,7 @@ def test_watch_samples_prints_that_many_and_ends():
     assert text.stdout.count("  verdict ") == 2
     assert as_json.returncode == 0 and as_json.stderr == "", as_json.stderr
     assert [json.loads(line)["pid"] for line in as_json.stdout.splitlines()] == [child.pid] * 3
-    short = _child("import time; time.sleep(0.8)")
+    short = _child("import time; time.sleep(2.5)")  # alive when watch starts, even on a loaded machine
     try:
         ended = run_cli("watch", "--pid", str(short.pid), "--samples", "50", "--interval", "0.3", "--json", timeout=30)
     finally:
