@@ -22,6 +22,7 @@ from parinfo.process.defaults import NO_FACTS, ModuleFacts
 from parinfo.process.library_base import Library
 from parinfo.process.library_parts import LibraryKind, Push, Scope, as_count
 from parinfo.process.library_runtimes import GnuOpenMP
+from parinfo.safe_file import read_file
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -35,8 +36,7 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="ascii", errors="replace") as fh:
-        return fh.read()
+    return read_file(path, 256).decode("ascii", "replace")
 
 
 def xgboost_quota_cpus(root: str = CGROUP_ROOT) -> int | None:

@@ -149,7 +149,8 @@ class Numba(Library):
         config = getattr(module, "config", None)
         asked = getattr(config, "THREADING_LAYER", None)
         order = getattr(config, "THREADING_LAYER_PRIORITY", None)
-        parallel = sys.modules.get("numba.np.ufunc.parallel")
+        here = module is sys.modules.get(str(self.module))  # not a stand-in read inside another process
+        parallel = sys.modules.get("numba.np.ufunc.parallel") if here else None
         getter = getattr(module, "threading_layer", None)
         if parallel is not None and getattr(parallel, "_is_initialized", False) and callable(getter):
             try:
