@@ -207,6 +207,12 @@ class Library:
         changing it; None when it cannot be read."""
         return None if self.calls is None else self.calls.get(module)
 
+    def row_note(self, module: Any) -> str | None:
+        """What its imported ``module`` says beyond its count, added to its settings row's note (numba's
+        threading layer; a per-call count that overrides it); None by default. ``module`` may be a
+        stand-in holding only ``module_facts`` (read inside another process): say nothing then."""
+        return None
+
     def quiet_getter(self) -> str:
         """The name of its module's getter that reads the count without changing anything ("" when
         there is none: numba's launches its threads)."""

@@ -115,7 +115,8 @@ class Numba(Library):
     layer_files = (("tbbpool", "tbb"), ("omppool", "omp"), ("workqueue", "workqueue"))
     listed = "loaded"
     note = ("launches NUMBA_NUM_THREADS threads once; set_num_threads masks them for the calling "
-            "thread only and refuses more than were launched")
+            "thread only and refuses more than were launched; its omp layer sets the launching thread's "
+            "OpenMP count (of the libgomp it shares with others, LightGBM's) to NUMBA_NUM_THREADS")
 
     def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
         config = getattr(module, "config", None)
@@ -140,6 +141,29 @@ class Numba(Library):
 
     def quiet_getter(self) -> str:
         return ""
+
+    def row_note(self, module: Any) -> str | None:
+        """Its threading layer: numba.threading_layer() once the layer is launched (it raises, and
+        launches nothing, before); until then the layer NUMBA_THREADING_LAYER asks for, or numba's
+        order of trial."""
+        config = getattr(module, "config", None)
+        asked = getattr(config, "THREADING_LAYER", None)
+        order = getattr(config, "THREADING_LAYER_PRIORITY", None)
+        here = module is sys.modules.get(str(self.module))  # not a stand-in read inside another process
+        parallel = sys.modules.get("numba.np.ufunc.parallel") if here else None
+        getter = getattr(module, "threading_layer", None)
+        if parallel is not None and getattr(parallel, "_is_initialized", False) and callable(getter):
+            try:
+                return f"threading layer {getter()} (numba.threading_layer())"
+            except Exception:
+                return None
+        if isinstance(asked, str) and asked != "default":
+            return (f"threading layer not launched yet: NUMBA_THREADING_LAYER={asked} picks it at the first "
+                    "parallel call")
+        if isinstance(order, (list, tuple)) and order:
+            return ("threading layer not launched yet: the first of " + ", ".join(map(str, order))
+                    + " that loads, at the first parallel call")
+        return None
 
 
 class Interpreter(Library):

@@ -261,6 +261,9 @@ def _module_row(lib: reg.Library, module: Any, count: int | None, environ: Mappi
                   runtime=run_time(lib.set_call()),
                   after_apply=read_after_apply(model, lib.module, environ, applied))
     row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
+    said = lib.row_note(module)
+    if said:
+        row.note = f"{row.note}; {said}" if row.note else said
     return row
 
 
