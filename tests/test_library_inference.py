@@ -200,3 +200,15 @@ def test_an_invalid_value_a_library_raises_on_is_said_so():
     assert why("OPENCV_FOR_THREADS_NUM", "abc") == f"opencv {OpenCV.on_invalid}"
     assert "ignore an invalid value silently" in why("ORT_INTRA_OP_NUM_THREADS", "0")
     assert "ignore an invalid value silently" in why("RAYON_NUM_THREADS", "x")
+
+
+def test_onnxruntime_before_1_29_reads_no_variable(monkeypatch):
+    from types import SimpleNamespace
+
+    lib = OnnxRuntime()
+    monkeypatch.setitem(sys.modules, "onnxruntime", SimpleNamespace(__version__="1.28.0"))
+    assert lib.count_vars == () and lib.imposed({"ORT_INTRA_OP_NUM_THREADS": "abc"}) is None
+    assert predict(model_of(lib), {"ORT_INTRA_OP_NUM_THREADS": "1"}, machine(4)).count == 4
+    monkeypatch.setitem(sys.modules, "onnxruntime", SimpleNamespace(__version__="1.29.0"))
+    assert lib.count_vars == ("ORT_INTRA_OP_NUM_THREADS",)
+    assert predict(model_of(lib), {"ORT_INTRA_OP_NUM_THREADS": "1"}, machine(4)).count == 1

@@ -10,6 +10,7 @@ against the libraries in real processes).
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -32,8 +33,8 @@ def _unparsed(var: str, env: Mapping[str, str]) -> str | None:
 
 class OnnxRuntime(Library):
     """ONNX Runtime's intra-op pool: one per session, sized when the session is made from
-    ``SessionOptions.intra_op_num_threads``, else ORT_INTRA_OP_NUM_THREADS (read then, not at import),
-    else the machine's physical cores. A pool of n adds n - 1 threads (the caller runs one part).
+    ``SessionOptions.intra_op_num_threads``, else ORT_INTRA_OP_NUM_THREADS (read then, not at import;
+    from 1.29), else the machine's physical cores. A pool of n adds n - 1 threads (the caller runs one part).
     No process-wide getter: the count is what a new session with default options gets."""
 
     name = label = module = "onnxruntime"
@@ -49,6 +50,20 @@ class OnnxRuntime(Library):
             "(affinity and CPU quota ignored); set it with ORT_INTRA_OP_NUM_THREADS before a session "
             "is made, or SessionOptions.intra_op_num_threads in code")
 
+    #: The first version that reads the variables (1.28 ignores them, measured; 1.29's library names them).
+    reads_from = (1, 29)
+
+    def reads_variables(self) -> bool:
+        """Whether the loaded onnxruntime reads its variables (True when it is not loaded, or its
+        version cannot be told)."""
+        found = re.match(r"(\d+)\.(\d+)", str(getattr(self.loaded_module(), "__version__", "")))
+        return found is None or (int(found[1]), int(found[2])) >= self.reads_from
+
+    @property
+    def count_vars(self) -> tuple[str, ...]:
+        """Its variable, in the loaded version: none before 1.29."""
+        return self.precedence if self.reads_variables() else ()
+
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """The machine's physical cores, whatever the affinity mask and the CPU quota."""
         n = facts.physical_cores or facts.logical_cpus
@@ -57,8 +72,9 @@ class OnnxRuntime(Library):
         return n, f"{plural(n, 'physical core')} of the machine (ONNX Runtime ignores affinity and CPU quota)"
 
     def imposed(self, env: Mapping[str, str]) -> tuple[int | None, Source] | None:
-        """A value its parser refuses (a sign, a space, a letter): making a session raises."""
-        for var in self.precedence:
+        """A value its parser refuses (a sign, a space, a letter): making a session raises (from
+        1.29: before, the variables are not read)."""
+        for var in self.count_vars:
             value = _unparsed(var, env)
             if value is not None:
                 why = (f"{var}={value!r} is not a plain count: making a session raises RuntimeError "
