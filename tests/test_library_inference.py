@@ -200,6 +200,7 @@ def test_an_invalid_value_a_library_raises_on_is_said_so():
     assert why("OPENCV_FOR_THREADS_NUM", "abc") == f"opencv {OpenCV.on_invalid}"
     assert "ignore an invalid value silently" in why("ORT_INTRA_OP_NUM_THREADS", "0")
     assert "ignore an invalid value silently" in why("RAYON_NUM_THREADS", "x")
+    assert why("TOKENIZERS_PARALLELISM", "") == f"tokenizers {Tokenizers.on_invalid}"
 
 
 def test_onnxruntime_before_1_29_reads_no_variable(monkeypatch):

@@ -126,6 +126,7 @@ class Tokenizers(Library):
     reads = ("TOKENIZERS_PARALLELISM",)
     push = Push.NONE
     listed = "loaded"
+    on_invalid = "takes an empty TOKENIZERS_PARALLELISM as false: batches run in the calling thread"
     sized_at_use = ("the pool its first batch encode starts (parinfo cannot tell whether it has "
                     "started: the variables it read then decide); a child forked after the pool "
                     "was used encodes in its calling thread")
