@@ -161,12 +161,16 @@ def invalid_variables(r: Report) -> list[Finding]:
     machine_said = r.machine.invalid or {}  # PARINFO_QUOTA_ROUNDING: the machine's own finding says it
     for row in r.environment:
         if row.value is not None and row.valid is False and row.name not in machine_said:
-            readers = ", ".join(row.readers) or "its readers"
+            loud = [lib for lib in map(reg.find, row.readers)  # those that refuse this value, not ignore it
+                    if lib is not None and lib.on_invalid and lib.imposed({row.name: row.value}) is not None]
+            quiet = [name for name in row.readers if name not in {lib.name for lib in loud}]
+            why = [] if loud and not quiet else [
+                f"{', '.join(quiet) or 'its readers'} ignore an invalid value silently "
+                f"({' and '.join(reg.warns_invalid())} alone prints a warning) and fall back to their defaults"]
             out.append(Finding(
                 "invalid-variable", Severity.WARNING,
                 f"{row.name}={row.value!r} is invalid: {row.problem}",
-                f"{readers} ignore an invalid value silently ({' and '.join(reg.warns_invalid())} alone "
-                "prints a warning) and fall back to their defaults",
+                "; ".join(why + [f"{lib.name} {lib.on_invalid}" for lib in loud]),
                 f"unset {row.name} or give it a valid value",
             ))
     return out

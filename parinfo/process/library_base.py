@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from parinfo.machine.topology import MachineFacts
+    from parinfo.records.source import Source
 
 
 class Library:
@@ -61,7 +62,12 @@ class Library:
     Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch;
     :meth:`plan_note` says what a plan's counts mean for it on the machine. From outside:
     ``count_symbol`` (:class:`CountSymbol`) names the getter and variable that hold the count in
-    force. Attached: ``native`` (:class:`NativeReads`) names the C getters of a loaded copy;
+    force. No getter, pools sized when made (ONNX Runtime's per session, rayon's at its first use):
+    ``sized_at_use`` says what its count is then (what a pool made now gets from the environment of
+    now, the report's count) and that pools made otherwise may differ. :meth:`imposed`: what a
+    variable imposes before its precedence (a value it raises on; a switch that turns its pool off);
+    ``on_invalid`` what it does with an invalid count variable when it does not ignore it silently.
+    Attached: ``native`` (:class:`NativeReads`) names the C getters of a loaded copy;
     ``module_facts`` the module attributes :meth:`context` reads.
     """
 
@@ -106,6 +112,8 @@ class Library:
     avoid_with: tuple[str, ...] = ()  # user APIs of runtimes whose threads its scheduler does not know
     spinning_layers: tuple[str, ...] = ()
     preload: Preloadable | None = None  # how a profile's openmp: word preloads it (OpenMP runtimes)
+    sized_at_use: str = ""  # no getter, sized when made or first used: what its count in the report is
+    on_invalid: str = ""  # what it does with an invalid count variable, when it does not ignore it
     note: str = ""
 
     def __repr__(self) -> str:
@@ -129,6 +137,13 @@ class Library:
     def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
         """What only its loaded ``module`` can tell :meth:`default` and :meth:`cap`."""
         return NO_FACTS
+
+    def imposed(self, env: Mapping[str, str]) -> tuple[int | None, Source] | None:
+        """What the environment ``env`` imposes on its count before its precedence, as (count, or
+        None when none runs, source); None when nothing does. A value it raises on instead of
+        ignoring it (ONNX Runtime's), a switch that keeps its work in the calling thread
+        (TOKENIZERS_PARALLELISM=false): the report gives this in place of the precedence's count."""
+        return None
 
     def plan_note(self, counts: Mapping[str, int], values: Mapping[str, int],
                   env: Mapping[str, str]) -> str | None:

@@ -2,8 +2,9 @@
 
 The families are classes in :mod:`~parinfo.process.library_runtimes` (OpenMP runtimes, oneTBB),
 :mod:`~parinfo.process.library_blas` (MKL, OpenBLAS, BLIS, FlexiBLAS, Accelerate) and
-:mod:`~parinfo.process.library_modules` (numexpr, torch, numba, Python, parinfo) and
-:mod:`~parinfo.process.library_learners` (XGBoost, LightGBM), subclasses of
+:mod:`~parinfo.process.library_modules` (numexpr, torch, numba, Python, parinfo),
+:mod:`~parinfo.process.library_learners` (XGBoost, LightGBM) and
+:mod:`~parinfo.process.library_inference` (ONNX Runtime, tokenizers, OpenCV), subclasses of
 :class:`~parinfo.process.library_base.Library`. Adding a library: write its class beside its kin
 and put one instance of it here (and its variables in :mod:`parinfo.process.thread_vars` when it
 brings its own).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from parinfo.process.library_base import Library
 from parinfo.process.library_blas import Accelerate, Blis, FlexiBLAS, Mkl, OpenBLAS
+from parinfo.process.library_inference import OnnxRuntime, OnnxRuntimeInterOp, OpenCV, Tokenizers
 from parinfo.process.library_learners import LightGBM, XGBoost
 from parinfo.process.library_modules import Interpreter, Numba, Numexpr, ParinfoRuntime, Torch
 from parinfo.process.library_runtimes import GnuOpenMP, IntelOpenMP, LlvmOpenMP, OneTBB
@@ -21,4 +23,5 @@ RECORDS: tuple[Library, ...] = (
     GnuOpenMP(), IntelOpenMP(), LlvmOpenMP(),
     Mkl(), OpenBLAS(), Blis(), FlexiBLAS(), Accelerate(), OneTBB(),
     Numexpr(), Torch(), Numba(), XGBoost(), LightGBM(), Interpreter(), ParinfoRuntime(),
+    OnnxRuntime(), OnnxRuntimeInterOp(), Tokenizers(), OpenCV(),
 )

@@ -253,13 +253,25 @@ def imported_libraries() -> list[ModuleLibrary]:
 def _module_row(lib: reg.Library, module: Any, count: int | None, environ: Mapping[str, str],
                 launch_environ: LaunchEnviron, facts: MachineFacts,
                 applied: Mapping[str, SetByApply] | None = None) -> SettingRow:
-    """The row of a library that is a Python module (numexpr...), imported in the process."""
+    """The row of a library that is a Python module (numexpr...), imported in the process. One
+    sized when its pools are made (``sized_at_use``) reads the environment of now, not the launch's,
+    and its count is what a pool made now gets; what the environment imposes (:meth:`imposed`) comes
+    before its precedence (for a library with a getter: when the getter gave nothing)."""
+    if lib.sized_at_use:
+        launch_environ = environ
     env = environ if isinstance(launch_environ, Unknown) else launch_environ
     ctx = lib.context(module, env)
     model = model_of(lib)
+    imposed = lib.imposed(environ) if lib.sized_at_use or count is None else None
+    if lib.sized_at_use and count is None:
+        count = imposed[0] if imposed else predict(model, environ, facts, ctx).count
     row = explain(lib.name, count, model, environ, launch_environ, facts, ctx,
-                  runtime=run_time(lib.set_call()),
-                  after_apply=read_after_apply(model, lib.module, environ, applied))
+                  runtime=run_time(lib.set_call()) if lib.set_in_module else RUNTIME,
+                  after_apply=read_after_apply(model, "" if lib.sized_at_use else lib.module, environ, applied))
+    if imposed is not None:
+        row.count, row.source = imposed
+    if lib.sized_at_use:
+        row.note = "; ".join(n for n in (row.note, lib.sized_at_use) if n)
     row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
     said = lib.row_note(module)
     if said:

@@ -70,6 +70,13 @@ VARIABLES: tuple[Var, ...] = (
     Var("NUMBA_NUM_THREADS", "count", "numba's parallel thread count (threads launched; read at import)"),
     Var("NUMBA_THREADING_LAYER", "enum", "numba's threading layer (or a safety class that picks one)",
         ("default", "safe", "threadsafe", "forksafe", "tbb", "omp", "workqueue")),
+    Var("ORT_INTRA_OP_NUM_THREADS", "count", "ONNX Runtime intra-op pool of each new session (read when it is made)"),
+    Var("ORT_INTER_OP_NUM_THREADS", "count", "ONNX Runtime inter-op pool of each new ORT_PARALLEL session"),
+    Var("RAYON_NUM_THREADS", "count", "rayon's global pool (tokenizers), read when the pool starts"),
+    Var("RAYON_RS_NUM_CPUS", "count", "rayon's global pool (legacy name; RAYON_NUM_THREADS wins)"),
+    Var("TOKENIZERS_PARALLELISM", "text", "tokenizers: false (0, off, no, f, n, or empty) runs batches in "
+        "the calling thread; read at each call"),
+    Var("OPENCV_FOR_THREADS_NUM", "count", "OpenCV's own pool (read at its first getNumThreads or parallel call)"),
     Var("PYTHON_CPU_COUNT", "cpu_count", "overrides os.cpu_count() (Python 3.13+)", python=(3, 13)),
     Var("PYTHON_GIL", "enum", "free-threaded CPython: 0 keeps the GIL off, 1 turns it on (3.13+)", ("0", "1"),
         python=(3, 13)),

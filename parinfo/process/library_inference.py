@@ -1,0 +1,183 @@
+"""The families of the libraries an inference service loads: ONNX Runtime (a pool per session),
+Hugging Face tokenizers (rayon's global pool) and OpenCV (its own pool beside the OpenBLAS copy its
+wheel ships, which threadpoolctl sees as a native pool of its own).
+
+Read only when imported, never imported, and never started: ONNX Runtime and tokenizers have no
+getter, so their count is what a pool made now would get (``sized_at_use``); OpenCV's getter
+(``cv2.getNumThreads``) starts no thread. The facts were measured on onnxruntime 1.32,
+tokenizers 0.23 and opencv-python-headless 5.0 (tests/test_library_inference.py checks them
+against the libraries in real processes).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from parinfo.process.defaults import ModuleFacts
+from parinfo.process.library_base import Library
+from parinfo.process.library_parts import FALSE_WORDS, Calls, LibraryKind, Push
+from parinfo.records.source import Source, unknown, variable
+from parinfo.safe_text import plural
+
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
+
+def _unparsed(var: str, env: Mapping[str, str]) -> str | None:
+    """The value of ``var`` when it is set to something other than plain ASCII digits, as ONNX
+    Runtime's and OpenCV's parsers refuse it (a sign or a space makes them raise, measured); the
+    empty value counts as unset. None otherwise."""
+    value = env.get(var)
+    return value if value and not (value.isascii() and value.isdigit()) else None
+
+
+class OnnxRuntime(Library):
+    """ONNX Runtime's intra-op pool: one per session, sized when the session is made from
+    ``SessionOptions.intra_op_num_threads``, else ORT_INTRA_OP_NUM_THREADS (read then, not at import;
+    from 1.29), else the machine's physical cores. A pool of n adds n - 1 threads (the caller runs one part).
+    No process-wide getter: the count is what a new session with default options gets."""
+
+    name = label = module = "onnxruntime"
+    kind = LibraryKind.PYTHON
+    precedence: tuple[str, ...] = ("ORT_INTRA_OP_NUM_THREADS",)
+    push = Push.NONE
+    listed = "loaded"
+    on_invalid = "raises RuntimeError when a session is made with a value other than digits"
+    sized_at_use = ("what a new session with default options gets; a session made with "
+                    "SessionOptions.intra_op_num_threads set, or sharing the global pools "
+                    "(set_global_thread_pool_sizes), keeps its own count")
+    note = ("a pool per session, sized when the session is made; 0 or unset: physical cores "
+            "(affinity and CPU quota ignored); set it with ORT_INTRA_OP_NUM_THREADS before a session "
+            "is made, or SessionOptions.intra_op_num_threads in code")
+
+    #: The first version that reads the variables (1.28 ignores them, measured; 1.29's library names them).
+    reads_from = (1, 29)
+
+    def reads_variables(self) -> bool:
+        """Whether the loaded onnxruntime reads its variables (True when it is not loaded, or its
+        version cannot be told)."""
+        found = re.match(r"(\d+)\.(\d+)", str(getattr(self.loaded_module(), "__version__", "")))
+        return found is None or (int(found[1]), int(found[2])) >= self.reads_from
+
+    @property
+    def count_vars(self) -> tuple[str, ...]:
+        """Its variable, in the loaded version: none before 1.29."""
+        return self.precedence if self.reads_variables() else ()
+
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        """The machine's physical cores, whatever the affinity mask and the CPU quota."""
+        n = facts.physical_cores or facts.logical_cpus
+        if n is None:
+            return None, "the machine's physical cores (not readable)"
+        return n, f"{plural(n, 'physical core')} of the machine (ONNX Runtime ignores affinity and CPU quota)"
+
+    def imposed(self, env: Mapping[str, str]) -> tuple[int | None, Source] | None:
+        """A value its parser refuses (a sign, a space, a letter): making a session raises (from
+        1.29: before, the variables are not read)."""
+        for var in self.count_vars:
+            value = _unparsed(var, env)
+            if value is not None:
+                why = (f"{var}={value!r} is not a plain count: making a session raises RuntimeError "
+                       "(ONNX Runtime reads digits only)")
+                return None, unknown(why, f"unknown ({why})")
+        return None
+
+
+class OnnxRuntimeInterOp(OnnxRuntime):
+    """ONNX Runtime's inter-op pool: made only for a session in ``ExecutionMode.ORT_PARALLEL``,
+    sized from ``SessionOptions.inter_op_num_threads``, else ORT_INTER_OP_NUM_THREADS, else the
+    machine's physical cores, as the intra-op pool. Its row: "onnxruntime inter-op"."""
+
+    name = label = "onnxruntime inter-op"
+    precedence = ("ORT_INTER_OP_NUM_THREADS",)
+    sized_at_use = ("what a new session in ORT_PARALLEL execution mode gets (sequential sessions, the "
+                    "default, have no inter-op pool); one made with SessionOptions.inter_op_num_threads "
+                    "set, or sharing the global pools, keeps its own count")
+    note = ("made only for a session in ExecutionMode.ORT_PARALLEL; 0 or unset: physical cores; set "
+            "it with ORT_INTER_OP_NUM_THREADS before the session is made, or "
+            "SessionOptions.inter_op_num_threads in code")
+
+
+#: The values of TOKENIZERS_PARALLELISM that turn tokenizers' pool off (any case; measured 0.23):
+#: the empty value, and "f" and "n" besides the usual words.
+TOKENIZERS_OFF = ("", "f", "n", *FALSE_WORDS)
+
+
+def rayon_default(facts: MachineFacts, ctx: ModuleFacts | None = None) -> tuple[int, str]:
+    """rayon's default pool: Rust's ``available_parallelism``: the CPUs in affinity, at most the
+    CPU quota rounded down (at least 1)."""
+    n = len(facts.affinity) or facts.logical_cpus or 1
+    if facts.quota is not None and int(facts.quota) < n:
+        q = max(1, int(facts.quota))
+        return q, (f"{plural(q, 'CPU')}: the CPU quota of {facts.quota:g} rounded down "
+                   "(Rust's available_parallelism)")
+    return n, f"{plural(n, 'CPU')} in affinity (Rust's available_parallelism)"
+
+
+class Tokenizers(Library):
+    """Hugging Face tokenizers: rayon's global pool, started by the first batch encode (never by
+    parinfo), of RAYON_NUM_THREADS, else RAYON_RS_NUM_CPUS, else Rust's available_parallelism; a
+    pool of n adds n threads. TOKENIZERS_PARALLELISM off (read at each call) keeps batches in the
+    calling thread; so does a child forked after the pool was used."""
+
+    name = label = module = "tokenizers"
+    kind = LibraryKind.PYTHON
+    precedence = ("RAYON_NUM_THREADS", "RAYON_RS_NUM_CPUS")
+    reads = ("TOKENIZERS_PARALLELISM",)
+    push = Push.NONE
+    listed = "loaded"
+    on_invalid = "takes an empty TOKENIZERS_PARALLELISM as false: batches run in the calling thread"
+    sized_at_use = ("the pool its first batch encode starts (parinfo cannot tell whether it has "
+                    "started: the variables it read then decide); a child forked after the pool "
+                    "was used encodes in its calling thread")
+    note = ("rayon's global pool, started at the first batch encode and never resized; invalid or 0: "
+            "the default; TOKENIZERS_PARALLELISM=false runs batches in the calling thread")
+
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        return rayon_default(facts, ctx)
+
+    def imposed(self, env: Mapping[str, str]) -> tuple[int | None, Source] | None:
+        """TOKENIZERS_PARALLELISM off: batches run in the calling thread, whatever the pool's size."""
+        var = self.reads[0]
+        value = env.get(var)
+        if value is not None and value.strip().lower() in TOKENIZERS_OFF:
+            return 1, variable(var, value, f"env {var}={value}: batches run in the calling thread (no pool)")
+        return None
+
+
+class OpenCV(Library):
+    """OpenCV's own pool (pthreads in the wheels; its bundled OpenBLAS is a separate native pool
+    that reads none of its variables): cv2.getNumThreads() reads it without starting a thread.
+    OPENCV_FOR_THREADS_NUM is read once, at the first getNumThreads or parallel call; unset or 0:
+    the CPUs in affinity, at most the quota of the cgroup at the mount's root (a container's)."""
+
+    name, label, module = "opencv", "OpenCV", "cv2"
+    kind = LibraryKind.PYTHON
+    precedence = ("OPENCV_FOR_THREADS_NUM",)
+    push, calls = Push.SETTER, Calls("setNumThreads", "getNumThreads")
+    listed = "loaded"
+    on_invalid = "raises cv2.error from getNumThreads and every parallel call with a value other than digits"
+    #: The only files OpenCV reads a quota from: a quota on a nested cgroup is not seen.
+    quota_files = ("/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+    note = ("its own pool, besides the OpenBLAS copy the wheel ships; OPENCV_FOR_THREADS_NUM is read at "
+            "the first getNumThreads or parallel call; cv2.setNumThreads resizes the pool at any time")
+
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        """The CPUs in affinity; at most the quota rounded down (at least 1) when the quota is the
+        one of the cgroup mount's root, the only one OpenCV reads."""
+        n = len(facts.affinity) or facts.logical_cpus or 1
+        where = getattr(facts.quota_source, "detail", str(facts.quota_source))
+        if facts.quota is not None and where in self.quota_files and int(facts.quota) < n:
+            q = max(1, int(facts.quota))
+            return q, f"{plural(q, 'CPU')}: the CPU quota of {facts.quota:g} in {where}, rounded down"
+        seen = "" if facts.quota is None else f"; the quota in {where} is not one OpenCV reads"
+        return n, f"{plural(n, 'CPU')} in affinity{seen}"
+
+    def imposed(self, env: Mapping[str, str]) -> tuple[int | None, Source] | None:
+        """A value its parser refuses: getNumThreads and every parallel call raise cv2.error."""
+        value = _unparsed(self.precedence[0], env)
+        if value is None:
+            return None
+        why = (f"{self.precedence[0]}={value!r} is not a plain count: cv2.getNumThreads and every "
+               "parallel call raise cv2.error")
+        return None, unknown(why, f"unknown ({why})")
