@@ -28,6 +28,7 @@ class ModuleFacts(NamedTuple):
     max_set: bool = False  # NUMEXPR_MAX_THREADS was set
     default: int | None = None  # numba.config.NUMBA_DEFAULT_NUM_THREADS
     hardware_concurrency: int | None = None  # torch's std::thread::hardware_concurrency
+    limit: int | None = None  # a limit the environment puts on its default too (Arrow: OMP_THREAD_LIMIT)
 
 
 #: A module that said nothing.

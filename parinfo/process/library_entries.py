@@ -1,8 +1,9 @@
 """The registry's entries: one instance of each library family, in registry order.
 
 The families are classes in :mod:`~parinfo.process.library_runtimes` (OpenMP runtimes, oneTBB),
-:mod:`~parinfo.process.library_blas` (MKL, OpenBLAS, BLIS, FlexiBLAS, Accelerate) and
-:mod:`~parinfo.process.library_modules` (numexpr, torch, numba, Python, parinfo), subclasses of
+:mod:`~parinfo.process.library_blas` (MKL, OpenBLAS, BLIS, FlexiBLAS, Accelerate),
+:mod:`~parinfo.process.library_modules` (numexpr, torch, numba, Python, parinfo) and
+:mod:`~parinfo.process.library_frames` (Arrow, Polars, DuckDB), subclasses of
 :class:`~parinfo.process.library_base.Library`. Adding a library: write its class beside its kin
 and put one instance of it here (and its variables in :mod:`parinfo.process.thread_vars` when it
 brings its own).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from parinfo.process.library_base import Library
 from parinfo.process.library_blas import Accelerate, Blis, FlexiBLAS, Mkl, OpenBLAS
+from parinfo.process.library_frames import Arrow, DuckDB, Polars
 from parinfo.process.library_modules import Interpreter, Numba, Numexpr, ParinfoRuntime, Torch
 from parinfo.process.library_runtimes import GnuOpenMP, IntelOpenMP, LlvmOpenMP, OneTBB
 
@@ -18,5 +20,7 @@ from parinfo.process.library_runtimes import GnuOpenMP, IntelOpenMP, LlvmOpenMP,
 RECORDS: tuple[Library, ...] = (
     GnuOpenMP(), IntelOpenMP(), LlvmOpenMP(),
     Mkl(), OpenBLAS(), Blis(), FlexiBLAS(), Accelerate(), OneTBB(),
-    Numexpr(), Torch(), Numba(), Interpreter(), ParinfoRuntime(),
+    Numexpr(), Torch(), Numba(),
+    Arrow(), Polars(), DuckDB(),
+    Interpreter(), ParinfoRuntime(),
 )

@@ -122,6 +122,20 @@ def model_of(lib: reg.Library) -> Model:
     return Model(lib.count_vars, lib.default, lib.cap, lib.cap_vars, lib.refused)
 
 
+def pool_model(lib: reg.Library, pool: reg.Pool) -> Model:
+    """The count model of ``lib``'s other pool ``pool`` (its variables, the family's pool default
+    and cap)."""
+    name = pool.name
+
+    def default(facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        return lib.pool_default(name, facts, ctx)
+
+    def cap(facts: MachineFacts, env: Mapping[str, str], ctx: ModuleFacts | None) -> tuple[int | None, str]:
+        return lib.pool_cap(name, facts, env, ctx)
+
+    return Model(pool.precedence, default, cap, pool.cap_vars)
+
+
 def _torch_models() -> dict[str, Model]:
     lib = reg.family(reg.Torch)
     torch = model_of(lib)
@@ -136,6 +150,7 @@ MODELS: dict[str, Model] = {
     **{lib.name: model_of(lib) for lib in reg.records()
        if lib.has_default and lib.kind is not reg.LibraryKind.FRAMEWORK},
     **_torch_models(),
+    **{f"{lib.name} {pool.name}": pool_model(lib, pool) for lib in reg.python_libraries() for pool in lib.pools},
 }
 
 
@@ -250,18 +265,24 @@ def imported_libraries() -> list[ModuleLibrary]:
     return out
 
 
-def _module_row(lib: reg.Library, module: Any, count: int | None, environ: Mapping[str, str],
-                launch_environ: LaunchEnviron, facts: MachineFacts,
-                applied: Mapping[str, SetByApply] | None = None) -> SettingRow:
-    """The row of a library that is a Python module (numexpr...), imported in the process."""
+def _module_rows(lib: reg.Library, module: Any, count: int | None, environ: Mapping[str, str],
+                 launch_environ: LaunchEnviron, facts: MachineFacts,
+                 applied: Mapping[str, SetByApply] | None = None) -> list[SettingRow]:
+    """The rows of a library that is a Python module (numexpr...), imported in the process: its
+    main count (``count``), then each of its other pools ("pyarrow io"), read here."""
     env = environ if isinstance(launch_environ, Unknown) else launch_environ
     ctx = lib.context(module, env)
-    model = model_of(lib)
-    row = explain(lib.name, count, model, environ, launch_environ, facts, ctx,
-                  runtime=run_time(lib.set_call()),
-                  after_apply=read_after_apply(model, lib.module, environ, applied))
-    row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
-    return row
+    setter = lib.set_in_module
+    pools = [(lib.name, count, model_of(lib), run_time(lib.set_call()) if setter else RUNTIME)]
+    pools += [(f"{lib.name} {p.name}", lib.read_pool(p.name, module), pool_model(lib, p),
+               run_time(lib.pool_call(p.name)) if setter else RUNTIME) for p in lib.pools]
+    rows = []
+    for name, n, model, runtime in pools:
+        row = explain(name, n, model, environ, launch_environ, facts, ctx, runtime=runtime, unread=lib.unread,
+                      after_apply=read_after_apply(model, lib.module, environ, applied))
+        row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
+        rows.append(row)
+    return rows
 
 
 def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Mapping[str, str],
@@ -313,7 +334,7 @@ def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Map
         rows.append(row)
     rows.extend(torch_rows)
     for lib, module, count in imported_libraries() if modules is None else modules:
-        rows.append(_module_row(lib, module, count, environ, launch_environ, facts, applied))
+        rows.extend(_module_rows(lib, module, count, environ, launch_environ, facts, applied))
     return rows
 
 
