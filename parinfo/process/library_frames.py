@@ -5,7 +5,6 @@ pool and create no connection (the facts below were measured in real processes: 
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -37,18 +36,14 @@ def _positive(value: str | None) -> int | None:
 def threads_named(pattern: re.Pattern[str]) -> int | None:
     """How many of this process's threads have a kernel name matching ``pattern``; None where the
     names cannot be read (no /proc)."""
+    from parinfo.errors import UsageError
+    from parinfo.machine.procfs import this_or
+
     try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
+        names = this_or(None).thread_names()
+    except (UsageError, OSError):
         return None
-    found = 0
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/comm", encoding="utf-8", errors="replace") as f:
-                found += bool(pattern.fullmatch(f.read().strip()))
-        except OSError:
-            continue  # the thread ended
-    return found
+    return sum(1 for _, name in names if name is not None and pattern.fullmatch(name))
 
 
 #: The kernel names of Polars' rayon pool threads (polars-0, polars-1...).
