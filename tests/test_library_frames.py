@@ -45,6 +45,18 @@ def test_arrow_io_pool_its_variable_else_eight_whatever_the_cpus():
     assert m.precedence == ("ARROW_IO_THREADS",)
 
 
+@pytest.mark.parametrize(("value", "arrow", "arrow_io", "polars"), [
+    ("2", 2, 2, 2), ("2x", 2, None, None), ("1.5", 1, None, None), ("1,3", 1, None, None),
+    (" +2 ", 2, None, 2), ("+2", 2, None, 2), ("0", None, None, None), ("-1", None, None, None), ("", None, None, None),
+])
+def test_each_library_parses_its_variables_its_own_way(value, arrow, arrow_io, polars):
+    a, p = reg.family(reg.Arrow), reg.family(reg.Polars)
+    assert a.count_in("OMP_NUM_THREADS", {"OMP_NUM_THREADS": value}) == arrow
+    assert a.count_in("ARROW_IO_THREADS", {"ARROW_IO_THREADS": value}) == arrow_io
+    assert p.count_in("POLARS_MAX_THREADS", {"POLARS_MAX_THREADS": value}) == polars
+    assert predict(MODELS["pyarrow io"], {"ARROW_IO_THREADS": value}, machine(2)).count == (arrow_io or 8)
+
+
 def test_polars_default_affinity_and_quota_rounded_down():
     polars = reg.family(reg.Polars)
     assert polars.default(machine(4), NO_FACTS)[0] == 4

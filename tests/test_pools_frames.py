@@ -75,6 +75,14 @@ def test_their_variables_in_precedence():
     assert "capped at OMP_THREAD_LIMIT=2" in rows["pyarrow"]["source"]["text"]
 
 
+def test_values_each_parses_its_own_way():
+    out = probe({"OMP_NUM_THREADS": "1x", "ARROW_IO_THREADS": "+3", "POLARS_MAX_THREADS": " +1 "})
+    assert out["arrow"] == [1, 8] and out["polars"] == 1  # Arrow: a leading number; strict digits for IO
+    rows = out["second"]
+    assert [rows[n]["source"]["kind"] for n in ("pyarrow", "polars")] == ["variable", "variable"]
+    assert out["first"]["pyarrow io"]["source"]["kind"] == "library default"
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs two CPUs to narrow the affinity")
 def test_one_cpu_of_affinity():

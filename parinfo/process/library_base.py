@@ -155,6 +155,14 @@ class Library:
         return None
 
     # -- variables -----------------------------------------------------------------------------
+    def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
+        """The count it takes from its variable ``var`` in ``env``; None when unset or a value it
+        skips. The base parses as parinfo validates (the OpenMP syntax); a family whose library
+        parses otherwise (Arrow takes "2x" as 2, measured) overrides it."""
+        from parinfo.process.variables import count_from_env
+
+        return count_from_env(var, env)
+
     def var(self, role: str) -> str:
         """The variable that plays ``role`` for this library (KeyError when none does)."""
         for name, var in self.roles:

@@ -20,17 +20,28 @@ if TYPE_CHECKING:
 
 #: The variable that caps Arrow's CPU pool, its default included.
 THREAD_LIMIT = "OMP_THREAD_LIMIT"
-#: Arrow's IO pool when ARROW_IO_THREADS does not set it (arrow/io/interfaces.cc).
-ARROW_IO_DEFAULT = 8
+#: Arrow's IO pool variable, and the pool when it does not set it (arrow/io/interfaces.cc).
+ARROW_IO_VAR, ARROW_IO_DEFAULT = "ARROW_IO_THREADS", 8
 
 
-def _positive(value: str | None) -> int | None:
-    """A positive count in ``value`` as Arrow reads its limit (blanks around it allowed), else None."""
-    try:
-        n = int((value or "").strip())
-    except ValueError:
-        return None
+def leading_count(value: str | None) -> int | None:
+    """The count Arrow reads from OMP_NUM_THREADS and OMP_THREAD_LIMIT: the number at the start
+    (blanks and a sign before it; "2x", "1.5" and "1,3" give 2, 1, 1, measured), None unless above 0."""
+    m = _LEADING.match(value or "")
+    n = int(m.group(1)) if m else 0
     return n if n > 0 else None
+
+
+def _exact_count(value: str | None, *, blanks: bool) -> int | None:
+    """A count that is digits only (with ``blanks``: blanks and a plus sign allowed around them)."""
+    m = (_TRIMMED if blanks else _DIGITS).fullmatch(value or "")
+    n = int(m.group(1)) if m else 0
+    return n if n > 0 else None
+
+
+_LEADING = re.compile(r"\s*\+?(\d+)")
+_DIGITS = re.compile(r"(\d+)")
+_TRIMMED = re.compile(r"\s*\+?(\d+)\s*")
 
 
 def threads_named(pattern: re.Pattern[str]) -> int | None:
@@ -64,14 +75,19 @@ class Arrow(Library):
     cap_vars = (THREAD_LIMIT,)
     borrowed = ("OMP_NUM_THREADS", THREAD_LIMIT)
     push, calls = Push.SETTER, Calls("set_cpu_count", "cpu_count")
-    pools = (Pool("io", Calls("set_io_thread_count", "io_thread_count"), ("ARROW_IO_THREADS",)),)
+    pools = (Pool("io", Calls("set_io_thread_count", "io_thread_count"), (ARROW_IO_VAR,)),)
     listed = "loaded"
     note = ("CPU pool: OMP_NUM_THREADS (its first entry), else the CPUs in affinity, capped by "
             "OMP_THREAD_LIMIT; the quota is ignored. IO pool: ARROW_IO_THREADS, else 8. Each is read "
             "at its getter's first call; set_cpu_count / set_io_thread_count resize them at any time")
 
     def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
-        return ModuleFacts(limit=_positive(env.get(THREAD_LIMIT)))
+        return ModuleFacts(limit=leading_count(env.get(THREAD_LIMIT)))
+
+    def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
+        """OMP_NUM_THREADS: the number at its start (:func:`leading_count`); ARROW_IO_THREADS:
+        digits only ("+1", " 1 ", "1x" are refused with an "Invalid value" line on stderr)."""
+        return _exact_count(env.get(var), blanks=False) if var == ARROW_IO_VAR else leading_count(env.get(var))
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """The CPUs in affinity (not the quota), at most OMP_THREAD_LIMIT."""
@@ -83,7 +99,7 @@ class Arrow(Library):
     def cap(self, facts: MachineFacts, env: Mapping[str, str],
             ctx: ModuleFacts | None = None) -> tuple[int | None, str]:
         """OMP_THREAD_LIMIT caps OMP_NUM_THREADS' request; nothing else does (100 is taken on 2 CPUs)."""
-        limit = _positive(env.get(THREAD_LIMIT))
+        limit = leading_count(env.get(THREAD_LIMIT))
         return (None, "") if limit is None else (limit, f"{THREAD_LIMIT}={limit}")
 
     def pool_default(self, name: str, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
@@ -114,6 +130,11 @@ class Polars(Library):
     )
     note = ("POLARS_MAX_THREADS (blanks allowed; 0 or invalid: the default), else the CPUs in affinity, "
             "at most the CPU quota rounded down (at least 1), read when the pool starts; fixed after")
+
+    def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
+        """Digits, blanks and a plus sign around them allowed; "1x", "1.5", "1,3" and 0 give the
+        default ("1x" with a UserWarning "illegal value")."""
+        return _exact_count(env.get(var), blanks=True)
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """Rust's available_parallelism: the CPUs in affinity, at most the quota rounded down (at

@@ -15,7 +15,7 @@ records of :mod:`parinfo.process.setting_row`; this module names them as before.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from parinfo.process import libraries as reg
@@ -74,7 +74,7 @@ def read_after_apply(model: Model, key: str | None, environ: Mapping[str, str],
     if not applied or key is None:
         return None
     for var in model.precedence:
-        if count_from_env(var, environ) is None:
+        if model.reads(var, environ) is None:
             continue  # unset or invalid: the library reads the next one
         found = applied.get(var)  # the variable that decides: set by apply(), or by someone else
         if found is not None and environ.get(var) == found.value and key not in found.loaded:
@@ -106,6 +106,7 @@ class Model(NamedTuple):
     cap: Cap | None = None
     cap_vars: tuple[str, ...] = ()
     refused: int | None = None  # the count kept when a request above the cap is refused (numexpr)
+    reads: Callable[[str, Mapping[str, str]], int | None] = count_from_env  # (variable, env) -> count it takes
 
 
 def _no_model(name: str) -> Model:
@@ -119,7 +120,8 @@ def _no_model(name: str) -> Model:
 
 def model_of(lib: reg.Library) -> Model:
     """The count model of a library record."""
-    return Model(lib.count_vars, lib.default, lib.cap, lib.cap_vars, lib.refused)
+    reads = lib.count_in if type(lib).count_in is not reg.Library.count_in else count_from_env
+    return Model(lib.count_vars, lib.default, lib.cap, lib.cap_vars, lib.refused, reads)
 
 
 def pool_model(lib: reg.Library, pool: reg.Pool) -> Model:
@@ -133,7 +135,7 @@ def pool_model(lib: reg.Library, pool: reg.Pool) -> Model:
     def cap(facts: MachineFacts, env: Mapping[str, str], ctx: ModuleFacts | None) -> tuple[int | None, str]:
         return lib.pool_cap(name, facts, env, ctx)
 
-    return Model(pool.precedence, default, cap, pool.cap_vars)
+    return Model(pool.precedence, default, cap, pool.cap_vars, None, lib.count_in)
 
 
 def _torch_models() -> dict[str, Model]:
@@ -162,7 +164,7 @@ def predict(model: Model, env: Mapping[str, str], facts: MachineFacts,
     """
     ctx = ctx or NO_FACTS
     for var in model.precedence:
-        n = count_from_env(var, env)
+        n = model.reads(var, env)
         if n is None:
             continue
         said = variable(var, env[var])
