@@ -118,3 +118,8 @@ def test_a_borrowed_variable_names_its_reader_only_while_imported():
     rows = environment_report({}, {}, modules=set())
     assert not {"ARROW_IO_THREADS", "POLARS_MAX_THREADS", "OMP_THREAD_LIMIT"} & {r.name for r in rows}
     assert "POLARS_MAX_THREADS" in {r.name for r in environment_report({}, {}, modules={"polars"})}
+
+
+def test_their_other_variables_are_not_taken_for_thread_variables():
+    env = {"POLARS_VERBOSE": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
+    assert not set(env) & {r.name for r in environment_report(env, env, modules={"polars", "pyarrow"})}

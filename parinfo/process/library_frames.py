@@ -69,7 +69,6 @@ class Arrow(Library):
 
     name = label = module = "pyarrow"
     kind = LibraryKind.PYTHON
-    env_prefixes = ("ARROW_",)
     precedence = ("OMP_NUM_THREADS",)
     reads = (THREAD_LIMIT,)
     cap_vars = (THREAD_LIMIT,)
@@ -115,7 +114,6 @@ class Polars(Library):
 
     name = label = module = "polars"
     kind = LibraryKind.PYTHON
-    env_prefixes = ("POLARS_",)
     precedence = ("POLARS_MAX_THREADS",)
     push = Push.NONE
     listed = "loaded"
