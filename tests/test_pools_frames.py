@@ -8,6 +8,8 @@ import os
 import pytest
 from conftest import clean_env, run_json
 
+from parinfo.process import libraries as reg
+
 pytestmark = pytest.mark.pools("pyarrow", "polars", "duckdb")
 
 # One process: parinfo's rows before Polars' pool starts (and the threads around that read), then
@@ -33,6 +35,10 @@ out["arrow"] = [pyarrow.cpu_count(), pyarrow.io_thread_count()]
 pyarrow.set_io_thread_count(out["arrow"][1] + 1)
 out["second"] = rows()
 out["affinity"], out["online"] = len(os.sched_getaffinity(0)), os.cpu_count()
+polars.DataFrame({"a": list(range(1000))}).lazy().select(polars.col("a").sum()).collect()
+from parinfo.process.threads import live_threads, thread_group
+out["groups"] = sorted({thread_group(t.name) for t in live_threads().threads})
+out["main"] = open("/proc/self/comm").read().strip()  # the name unnamed threads (Arrow's, DuckDB's) carry
 print(json.dumps(out))
 """
 
@@ -59,6 +65,9 @@ def probe(env: dict[str, str] | None = None, prefix: list[str] | None = None) ->
 
 def test_defaults_and_a_count_set_at_run_time():
     out = probe()
+    named = {group for group, _ in reg.family(reg.Polars).thread_names}
+    assert set(out["groups"]) - {out["main"]} <= named, "a Polars thread the registry does not name"
+    assert {"polars-*", "tokio-rt-worker"} <= set(out["groups"])
     assert out["arrow"] == [out["affinity"], 8] and out["polars"] == out["affinity"]
     for name in ("pyarrow", "pyarrow io"):
         assert out["first"][name]["source"]["kind"] == "library default"
