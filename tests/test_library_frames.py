@@ -51,6 +51,7 @@ def test_arrow_io_pool_its_variable_else_eight_whatever_the_cpus():
 ])
 def test_each_library_parses_its_variables_its_own_way(value, arrow, arrow_io, polars):
     a, p = reg.family(reg.Arrow), reg.family(reg.Polars)
+    assert a.parses_itself and p.parses_itself and not reg.library("openblas").parses_itself
     assert a.count_in("OMP_NUM_THREADS", {"OMP_NUM_THREADS": value}) == arrow
     assert a.count_in("ARROW_IO_THREADS", {"ARROW_IO_THREADS": value}) == arrow_io
     assert p.count_in("POLARS_MAX_THREADS", {"POLARS_MAX_THREADS": value}) == polars

@@ -157,11 +157,14 @@ class Library:
     # -- variables -----------------------------------------------------------------------------
     def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
         """The count it takes from its variable ``var`` in ``env``; None when unset or a value it
-        skips. The base parses as parinfo validates (the OpenMP syntax); a family whose library
-        parses otherwise (Arrow takes "2x" as 2, measured) overrides it."""
-        from parinfo.process.variables import count_from_env
+        skips. Only a family whose library parses otherwise than parinfo validates (the OpenMP
+        syntax) defines it (Arrow takes "2x" as 2, measured; :attr:`parses_itself`)."""
+        raise TypeError(f"{self.name} reads its variables as parinfo validates them")
 
-        return count_from_env(var, env)
+    @property
+    def parses_itself(self) -> bool:
+        """Whether its family says how its library parses its variables (:meth:`count_in`)."""
+        return type(self).count_in is not Library.count_in
 
     def var(self, role: str) -> str:
         """The variable that plays ``role`` for this library (KeyError when none does)."""

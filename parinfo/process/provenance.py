@@ -120,8 +120,12 @@ def _no_model(name: str) -> Model:
 
 def model_of(lib: reg.Library) -> Model:
     """The count model of a library record."""
-    reads = lib.count_in if type(lib).count_in is not reg.Library.count_in else count_from_env
-    return Model(lib.count_vars, lib.default, lib.cap, lib.cap_vars, lib.refused, reads)
+    return Model(lib.count_vars, lib.default, lib.cap, lib.cap_vars, lib.refused, _reads(lib))
+
+
+def _reads(lib: reg.Library) -> Callable[[str, Mapping[str, str]], int | None]:
+    """How ``lib`` reads a count from a variable: its family's parse, else parinfo's."""
+    return lib.count_in if lib.parses_itself else count_from_env
 
 
 def pool_model(lib: reg.Library, pool: reg.Pool) -> Model:
@@ -135,7 +139,7 @@ def pool_model(lib: reg.Library, pool: reg.Pool) -> Model:
     def cap(facts: MachineFacts, env: Mapping[str, str], ctx: ModuleFacts | None) -> tuple[int | None, str]:
         return lib.pool_cap(name, facts, env, ctx)
 
-    return Model(pool.precedence, default, cap, pool.cap_vars, None, lib.count_in)
+    return Model(pool.precedence, default, cap, pool.cap_vars, None, _reads(lib))
 
 
 def _torch_models() -> dict[str, Model]:
