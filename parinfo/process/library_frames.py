@@ -65,7 +65,9 @@ class Arrow(Library):
     """Arrow's C++ pools as pyarrow sets them: a CPU pool (``cpu_count``) and an IO pool
     (``io_thread_count``). Both are made at their getter's first call (pyarrow's import makes
     neither), which reads their variables then; neither starts a thread (workers start with the
-    first task). Both are resized at any time by their setters."""
+    first task). Both are resized at any time by their setters. parinfo reads them through those
+    getters: where the program had not called them yet, that read makes the pools from the
+    environment of that moment (no thread), as the program's own first call would have."""
 
     name = label = module = "pyarrow"
     kind = LibraryKind.PYTHON
