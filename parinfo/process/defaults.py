@@ -28,7 +28,8 @@ class ModuleFacts(NamedTuple):
     max_set: bool = False  # NUMEXPR_MAX_THREADS was set
     default: int | None = None  # numba.config.NUMBA_DEFAULT_NUM_THREADS
     hardware_concurrency: int | None = None  # torch's std::thread::hardware_concurrency
-    limit: int | None = None  # a cap the library puts on every count (XGBoost: the quota it reads, OMP_THREAD_LIMIT)
+    limit: int | None = None  # a cap the library puts on every count, its default included (XGBoost: the
+    # quota it reads; Arrow: OMP_THREAD_LIMIT)
     limit_why: str = ""  # what set ``limit``, in words
 
 

@@ -96,12 +96,14 @@ def _python_too_old(spec: Var | None, python: tuple[int, int]) -> bool:
     return spec is not None and spec.python is not None and python < spec.python
 
 
-def _readers_here(spec: Var | None, python: tuple[int, int]) -> list[str]:
-    """The readers of a variable in the process: Python itself only from the version that reads it."""
+def _readers_here(spec: Var | None, python: tuple[int, int], modules: Collection[str]) -> list[str]:
+    """The readers of a variable in the process (``modules``: those it imported): Python itself only
+    from the version that reads it, a library that borrows it only when imported."""
     if spec is None:
         return []
     return [r for r in spec.readers
-            if not (library(r).kind is LibraryKind.INTERPRETER and _python_too_old(spec, python))]
+            if not (library(r).kind is LibraryKind.INTERPRETER and _python_too_old(spec, python))
+            and library(r).reader_shown(spec.name, modules)]
 
 
 def _summary_here(spec: Var | None, python: tuple[int, int]) -> str:
@@ -173,7 +175,7 @@ def environment_report(environ: Mapping[str, str] | None = None,
         valid = None if value is None or spec is None else problem is None
         at = launch_value if launch_known else None
         importers = _importers(spec, value, at, launch_known, imported)
-        rows.append(EnvRow(name, value, launch_value, changed, valid, problem, _readers_here(spec, version),
+        rows.append(EnvRow(name, value, launch_value, changed, valid, problem, _readers_here(spec, version, imported),
                            _summary_here(spec, version), spec is not None, _set_by(value, at, launch_known, importers),
                            importers=importers))
     return rows

@@ -32,6 +32,7 @@ from typing import TypeVar
 from parinfo.process.library_base import Library
 from parinfo.process.library_blas import Accelerate, Blis, FlexiBLAS, Mkl, OpenBLAS
 from parinfo.process.library_entries import RECORDS
+from parinfo.process.library_frames import Arrow, DuckDB, Polars
 from parinfo.process.library_modules import Interpreter, Numba, Numexpr, ParinfoRuntime, Torch
 from parinfo.process.library_parts import (
     FALSE_WORDS,
@@ -42,6 +43,7 @@ from parinfo.process.library_parts import (
     DirectRead,
     LibraryKind,
     NativeReads,
+    Pool,
     Preloadable,
     Push,
     Scope,
@@ -53,9 +55,11 @@ from parinfo.process.thread_vars import THREAD_VARS, VARIABLES, Var
 
 __all__ = [
     "FALSE_WORDS", "LIBRARY_VARS", "OPENMP_ENTRY_POINTS", "REGISTRY", "RUNTIME_VARS", "THREAD_PREFIXES",
-    "THREAD_VARS", "TRUE_WORDS", "Accelerate", "Blis", "Calls", "CountSymbol", "DirectRead", "FlexiBLAS",
+    "THREAD_VARS", "TRUE_WORDS", "Accelerate", "Arrow", "Blis", "Calls", "CountSymbol", "DirectRead", "DuckDB",
+    "FlexiBLAS",
     "GnuOpenMP", "IntelOpenMP", "Interpreter", "Library", "LibraryKind", "LlvmOpenMP", "Mkl", "NativeReads",
-    "Numba", "Numexpr", "OneTBB", "OpenBLAS", "OpenMPLibrary", "ParinfoRuntime", "Preloadable", "Push",
+    "Numba", "Numexpr", "OneTBB", "OpenBLAS", "OpenMPLibrary", "ParinfoRuntime", "Polars", "Pool", "Preloadable",
+    "Push",
     "Registry", "Scope", "SetAlong", "Torch", "Var", "by_internal_api", "by_prefix", "conflicting_openmp",
     "family", "find", "hook_facts", "is_false", "library", "listed_unset", "of_kind", "openmp_runtimes",
     "profile_keys", "python_libraries", "records", "role_var", "set_on_import", "warns_invalid",

@@ -21,6 +21,7 @@ from parinfo.process.library_parts import (
     DirectRead,
     LibraryKind,
     NativeReads,
+    Pool,
     Preloadable,
     Push,
     Scope,
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
 
     from parinfo.machine.topology import MachineFacts
     from parinfo.records.source import Source
+
+
+#: The name of a framework's inter-op pool among its ``pools`` (torch's).
+INTER_OP = "inter-op"
 
 
 class Library:
@@ -50,8 +55,18 @@ class Library:
     the files loaded beside it; ``layer_var`` chooses that layer.
     Set and read back (by :mod:`parinfo.process.setter`, the one module that sets counts, asking the
     family): ``push`` (:class:`Push`) says how: through threadpoolctl's controller for
-    ``internal_api``, through the module's own functions (``calls``, ``interop_calls`` for a
-    framework's inter-op pool), by parinfo's runtime, or not at all. ``native_getter`` names the C
+    ``internal_api``, through the module's own functions (``calls``), by parinfo's runtime, or not
+    at all. ``unread`` says why a count :meth:`read_count` cannot give is not read.
+    More than one pool: ``calls``, ``precedence``, :meth:`default` and :meth:`cap` are its main
+    pool's; each other pool is a :class:`Pool` in ``pools`` (its name, calls, variables), set and
+    read by name (:meth:`push_pool`, :meth:`read_pool`, :meth:`pool_call`), its default and cap
+    the family's :meth:`pool_default` and :meth:`pool_cap`. torch's inter-op pool is its pool
+    "inter-op" (``interop_calls``, :meth:`push_interop`... are its names for it); the report gives
+    a Python module's other pools a row each, named "<library> <pool>" (``pyarrow io``).
+    ``borrowed``: variables of other libraries it also reads (OMP_NUM_THREADS for Arrow), named
+    among their readers only while its module is imported, so a report without it is unchanged.
+    ``thread_names``: the kernel names of the threads it starts (grouped as
+    :func:`parinfo.process.threads.thread_group` writes them), each with what they are. ``native_getter`` names the C
     call that reads it; ``team_release`` the C call that frees the calling thread's idle team.
     ``scope`` (:class:`Scope`) is THREAD when a set limit holds for the calling thread only
     (OpenMP's ICVs). ``set_along``: the framework that sets its count with its own. ``direct``: the
@@ -90,7 +105,10 @@ class Library:
     profile_var: str | None = None
     push: Push = Push.THREADPOOLCTL
     calls: Calls | None = None
-    interop_calls: Calls | None = None
+    pools: tuple[Pool, ...] = ()
+    unread: str = "not readable without changing it"
+    borrowed: tuple[str, ...] = ()
+    thread_names: tuple[tuple[str, str], ...] = ()  # (thread group as threads.thread_group writes it, what)
     native_getter: str | None = None
     team_release: str | None = None
     scope: Scope = Scope.PROCESS
@@ -152,6 +170,17 @@ class Library:
         return None
 
     # -- variables -----------------------------------------------------------------------------
+    def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
+        """The count it takes from its variable ``var`` in ``env``; None when unset or a value it
+        skips. Only a family whose library parses otherwise than parinfo validates (the OpenMP
+        syntax) defines it (Arrow takes "2x" as 2, measured; :attr:`parses_itself`)."""
+        raise TypeError(f"{self.name} reads its variables as parinfo validates them")
+
+    @property
+    def parses_itself(self) -> bool:
+        """Whether its family says how its library parses its variables (:meth:`count_in`)."""
+        return type(self).count_in is not Library.count_in
+
     def var(self, role: str) -> str:
         """The variable that plays ``role`` for this library (KeyError when none does)."""
         for name, var in self.roles:
@@ -167,8 +196,14 @@ class Library:
     @property
     def variables(self) -> tuple[str, ...]:
         """The variables it reads itself (not those of the library it follows): its own count
-        variables, then the other steering ones."""
-        return tuple(dict.fromkeys(self.precedence + self.reads))
+        variables, those of its other pools, then the other steering ones."""
+        return tuple(dict.fromkeys(self.precedence + tuple(v for p in self.pools for v in p.precedence)
+                                   + self.reads))
+
+    def reader_shown(self, var: str, modules: Collection[str] | None = None) -> bool:
+        """Whether a report names it among the readers of ``var``: not for a ``borrowed`` variable
+        while its module is not imported (in ``modules``, default this process's)."""
+        return var not in self.borrowed or self.is_loaded(modules)
 
     # -- its files and threading layer ---------------------------------------------------------
     def owns_file(self, file_name: str) -> bool:
@@ -232,6 +267,42 @@ class Library:
         """The name of its module's getter that reads the count without changing anything ("" when
         there is none: numba's launches its threads)."""
         return "" if self.calls is None else self.calls.getter
+
+    # -- its other pools (``pools``) --------------------------------------------------------------
+    def pool(self, name: str) -> Pool:
+        """Its other pool called ``name`` (KeyError when it has none)."""
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(f"{self.name} has no pool {name!r}")
+
+    def push_pool(self, name: str, module: Any, n: int) -> None:
+        """Set the count of its pool ``name`` in its imported ``module``; raises what the module
+        raises when it refuses. Only :mod:`parinfo.process.setter` calls it."""
+        self._calls(self.pool(name).calls).set(module, n)
+
+    def read_pool(self, name: str, module: Any) -> int | None:
+        """The count in force of its pool ``name``, read without changing it; None when it cannot be
+        read."""
+        return self.pool(name).calls.get(module)
+
+    def pool_call(self, name: str, n: int | None = None) -> str:
+        """How a report names the call that sets its pool ``name`` (``pyarrow.set_io_thread_count``)."""
+        return self._calls(self.pool(name).calls).call(str(self.module), n)
+
+    def pool_default(self, name: str, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        """The count of its pool ``name`` when no variable sets it, as :meth:`default`."""
+        return None, f"parinfo has no model for {self.name}'s {name} pool"
+
+    def pool_cap(self, name: str, facts: MachineFacts, env: Mapping[str, str],
+                 ctx: ModuleFacts | None = None) -> tuple[int | None, str]:
+        """The cap on a variable's request for its pool ``name``, as :meth:`cap`."""
+        return None, ""
+
+    @property
+    def interop_calls(self) -> Calls | None:
+        """A framework's inter-op calls (torch's): those of its pool "inter-op", or None."""
+        return next((p.calls for p in self.pools if p.name == INTER_OP), None)
 
     def push_interop(self, module: Any, n: int) -> None:
         """Set a framework's inter-op count (torch's); raises what the module raises when it refuses.

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 from parinfo.machine.rounding import ROUNDING_VAR
 from parinfo.process import defaults
 from parinfo.process.defaults import NO_FACTS, ModuleFacts
-from parinfo.process.library_base import Library
+from parinfo.process.library_base import INTER_OP, Library
 from parinfo.process.library_blas import MKL_DYNAMIC, Mkl, mkl_dynamic_cap
-from parinfo.process.library_parts import Calls, LibraryKind, Push, Scope, as_count
+from parinfo.process.library_parts import Calls, LibraryKind, Pool, Push, Scope, as_count
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class Torch(Library):
     cap_vars = (MKL_DYNAMIC,)
     profile_key = "torch"
     push, calls = Push.SETTER, Calls()
-    interop_calls = Calls("set_num_interop_threads", "get_num_interop_threads")
+    pools = (Pool(INTER_OP, Calls("set_num_interop_threads", "get_num_interop_threads")),)
     scope = Scope.THREAD
     note = ("intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "
             "(std::thread::hardware_concurrency)")

@@ -1,7 +1,7 @@
 """The parts a library record is made of: what a library is (:class:`LibraryKind`), how parinfo sets
 its count (:class:`Push`) and for whom (:class:`Scope`), the calls that set and read it
-(:class:`Calls`, :class:`DirectRead`, :class:`NativeReads`), where another process keeps it
-(:class:`CountSymbol`), who sets it along (:class:`SetAlong`), how a profile preloads it
+(:class:`Calls`, :class:`DirectRead`, :class:`NativeReads`), a family's other pools (:class:`Pool`),
+where another process keeps it (:class:`CountSymbol`), who sets it along (:class:`SetAlong`), how a profile preloads it
 (:class:`Preloadable`), and the words a boolean variable takes.
 
 :class:`~parinfo.process.library_base.Library` and its families put them together; the registry
@@ -93,6 +93,21 @@ class Calls:
     def call(self, owner: str, n: int | None = None) -> str:
         """How a report names the setter: ``numba.set_num_threads``, or with ``n``: ``...(2)``."""
         return f"{owner}.{self.setter}" + ("" if n is None else f"({n})")
+
+
+@record(frozen=True)
+class Pool:
+    """One pool of a family besides its main count (torch's inter-op pool, Arrow's IO pool), set and
+    read through its module's own functions: ``name`` is the word its report row adds after the
+    library's name (``pyarrow io``) and the key the family's methods take (:meth:`Library.pool`,
+    ``push_pool``, ``read_pool``, ``pool_call``); ``calls`` its setter and getter; ``precedence``
+    the variables it reads, first valid wins (its default and cap: the family's ``pool_default``
+    and ``pool_cap``); ``cap_vars`` the variables that steer its cap."""
+
+    name: str
+    calls: Calls
+    precedence: tuple[str, ...] = ()
+    cap_vars: tuple[str, ...] = ()
 
 
 @record(frozen=True)

@@ -15,7 +15,7 @@ records of :mod:`parinfo.process.setting_row`; this module names them as before.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from parinfo.process import libraries as reg
@@ -74,7 +74,7 @@ def read_after_apply(model: Model, key: str | None, environ: Mapping[str, str],
     if not applied or key is None:
         return None
     for var in model.precedence:
-        if count_from_env(var, environ) is None:
+        if model.reads(var, environ) is None:
             continue  # unset or invalid: the library reads the next one
         found = applied.get(var)  # the variable that decides: set by apply(), or by someone else
         if found is not None and environ.get(var) == found.value and key not in found.loaded:
@@ -106,6 +106,7 @@ class Model(NamedTuple):
     cap: Cap | None = None
     cap_vars: tuple[str, ...] = ()
     refused: int | None = None  # the count kept when a request above the cap is refused (numexpr)
+    reads: Callable[[str, Mapping[str, str]], int | None] = count_from_env  # (variable, env) -> count it takes
 
 
 def _no_model(name: str) -> Model:
@@ -119,7 +120,26 @@ def _no_model(name: str) -> Model:
 
 def model_of(lib: reg.Library) -> Model:
     """The count model of a library record."""
-    return Model(lib.count_vars, lib.default, lib.cap, lib.cap_vars, lib.refused)
+    return Model(lib.count_vars, lib.default, lib.cap, lib.cap_vars, lib.refused, _reads(lib))
+
+
+def _reads(lib: reg.Library) -> Callable[[str, Mapping[str, str]], int | None]:
+    """How ``lib`` reads a count from a variable: its family's parse, else parinfo's."""
+    return lib.count_in if lib.parses_itself else count_from_env
+
+
+def pool_model(lib: reg.Library, pool: reg.Pool) -> Model:
+    """The count model of ``lib``'s other pool ``pool`` (its variables, the family's pool default
+    and cap)."""
+    name = pool.name
+
+    def default(facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        return lib.pool_default(name, facts, ctx)
+
+    def cap(facts: MachineFacts, env: Mapping[str, str], ctx: ModuleFacts | None) -> tuple[int | None, str]:
+        return lib.pool_cap(name, facts, env, ctx)
+
+    return Model(pool.precedence, default, cap, pool.cap_vars, None, _reads(lib))
 
 
 def _torch_models() -> dict[str, Model]:
@@ -136,6 +156,7 @@ MODELS: dict[str, Model] = {
     **{lib.name: model_of(lib) for lib in reg.records()
        if lib.has_default and lib.kind is not reg.LibraryKind.FRAMEWORK},
     **_torch_models(),
+    **{f"{lib.name} {pool.name}": pool_model(lib, pool) for lib in reg.python_libraries() for pool in lib.pools},
 }
 
 
@@ -147,7 +168,7 @@ def predict(model: Model, env: Mapping[str, str], facts: MachineFacts,
     """
     ctx = ctx or NO_FACTS
     for var in model.precedence:
-        n = count_from_env(var, env)
+        n = model.reads(var, env)
         if n is None:
             continue
         said = variable(var, env[var])
@@ -250,33 +271,40 @@ def imported_libraries() -> list[ModuleLibrary]:
     return out
 
 
-def _module_row(lib: reg.Library, module: Any, count: int | None, environ: Mapping[str, str],
-                launch_environ: LaunchEnviron, facts: MachineFacts,
-                applied: Mapping[str, SetByApply] | None = None) -> SettingRow:
-    """The row of a library that is a Python module (numexpr...), imported in the process. One
-    sized when its pools are made (``sized_at_use``) reads the environment of now, not the launch's,
-    and its count is what a pool made now gets; what the environment imposes (:meth:`imposed`) comes
-    before its precedence (for a library with a getter: when the getter gave nothing)."""
+def _module_rows(lib: reg.Library, module: Any, count: int | None, environ: Mapping[str, str],
+                 launch_environ: LaunchEnviron, facts: MachineFacts,
+                 applied: Mapping[str, SetByApply] | None = None) -> list[SettingRow]:
+    """The rows of a library that is a Python module (numexpr...), imported in the process: its
+    main count (``count``), then each of its other pools ("pyarrow io"), read here. One sized when
+    its pools are made (``sized_at_use``) reads the environment of now, not the launch's, and its
+    count is what a pool made now gets; what the environment imposes (:meth:`imposed`) comes before
+    its precedence (for a library with a getter: when the getter gave nothing)."""
     if lib.sized_at_use:
         launch_environ = environ
     env = environ if isinstance(launch_environ, Unknown) else launch_environ
     ctx = lib.context(module, env)
+    setter = lib.set_in_module
     model = model_of(lib)
     imposed = lib.imposed(environ) if lib.sized_at_use or count is None else None
     if lib.sized_at_use and count is None:
         count = imposed[0] if imposed else predict(model, environ, facts, ctx).count
-    row = explain(lib.name, count, model, environ, launch_environ, facts, ctx,
-                  runtime=run_time(lib.set_call()) if lib.set_in_module else RUNTIME,
-                  after_apply=read_after_apply(model, "" if lib.sized_at_use else lib.module, environ, applied))
-    if imposed is not None:
-        row.count, row.source = imposed
-    if lib.sized_at_use:
-        row.note = "; ".join(n for n in (row.note, lib.sized_at_use) if n)
-    row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
+    pools = [(lib.name, count, model, run_time(lib.set_call()) if setter else RUNTIME, imposed)]
+    pools += [(f"{lib.name} {p.name}", lib.read_pool(p.name, module), pool_model(lib, p),
+               run_time(lib.pool_call(p.name)) if setter else RUNTIME, None) for p in lib.pools]
+    rows = []
+    for name, n, pool, runtime, forced in pools:
+        row = explain(name, n, pool, environ, launch_environ, facts, ctx, runtime=runtime, unread=lib.unread,
+                      after_apply=read_after_apply(pool, "" if lib.sized_at_use else lib.module, environ, applied))
+        if forced is not None:
+            row.count, row.source = forced
+        if lib.sized_at_use:
+            row.note = "; ".join(n for n in (row.note, lib.sized_at_use) if n)
+        row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
+        rows.append(row)
     said = lib.row_note(module)
     if said:
-        row.note = f"{row.note}; {said}" if row.note else said
-    return row
+        rows[0].note = f"{rows[0].note}; {said}" if rows[0].note else said
+    return rows
 
 
 def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Mapping[str, str],
@@ -328,7 +356,7 @@ def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Map
         rows.append(row)
     rows.extend(torch_rows)
     for lib, module, count in imported_libraries() if modules is None else modules:
-        rows.append(_module_row(lib, module, count, environ, launch_environ, facts, applied))
+        rows.extend(_module_rows(lib, module, count, environ, launch_environ, facts, applied))
     return rows
 
 

@@ -1,0 +1,186 @@
+"""The data-frame libraries' families: Arrow (pyarrow), Polars and DuckDB. Each is a Python module
+with pools of its own, read only when the process has imported it, through getters that start no
+pool and create no connection (the facts below were measured in real processes: docs/libraries.md).
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from parinfo.process import defaults
+from parinfo.process.defaults import ModuleFacts
+from parinfo.process.library_base import Library
+from parinfo.process.library_parts import Calls, LibraryKind, Pool, Push, as_count
+from parinfo.safe_text import plural
+
+if TYPE_CHECKING:
+    from parinfo.machine.topology import MachineFacts
+
+#: The variable that caps Arrow's CPU pool, its default included.
+THREAD_LIMIT = "OMP_THREAD_LIMIT"
+#: Arrow's IO pool variable, and the pool when it does not set it (arrow/io/interfaces.cc).
+ARROW_IO_VAR, ARROW_IO_DEFAULT = "ARROW_IO_THREADS", 8
+
+
+def leading_count(value: str | None) -> int | None:
+    """The count Arrow reads from OMP_NUM_THREADS and OMP_THREAD_LIMIT: the number at the start
+    (blanks and a sign before it; "2x", "1.5" and "1,3" give 2, 1, 1, measured), None unless above 0."""
+    m = _LEADING.match(value or "")
+    n = int(m.group(1)) if m else 0
+    return n if n > 0 else None
+
+
+def _exact_count(value: str | None, *, blanks: bool) -> int | None:
+    """A count that is digits only (with ``blanks``: blanks and a plus sign allowed around them)."""
+    m = (_TRIMMED if blanks else _DIGITS).fullmatch(value or "")
+    n = int(m.group(1)) if m else 0
+    return n if n > 0 else None
+
+
+_LEADING = re.compile(r"\s*\+?(\d+)")
+_DIGITS = re.compile(r"(\d+)")
+_TRIMMED = re.compile(r"\s*\+?(\d+)\s*")
+
+
+def threads_named(pattern: re.Pattern[str]) -> int | None:
+    """How many of this process's threads have a kernel name matching ``pattern``; None where the
+    names cannot be read (no /proc)."""
+    from parinfo.errors import UsageError
+    from parinfo.machine.procfs import this_or
+
+    try:
+        names = this_or(None).thread_names()
+    except (UsageError, OSError):
+        return None
+    return sum(1 for _, name in names if name is not None and pattern.fullmatch(name))
+
+
+#: The kernel names of Polars' rayon pool threads (polars-0, polars-1...).
+_POLARS_WORKER = re.compile(r"polars-\d+")
+
+
+class Arrow(Library):
+    """Arrow's C++ pools as pyarrow sets them: a CPU pool (``cpu_count``) and an IO pool
+    (``io_thread_count``). Both are made at their getter's first call (pyarrow's import makes
+    neither), which reads their variables then; neither starts a thread (workers start with the
+    first task). Both are resized at any time by their setters. parinfo reads them through those
+    getters: where the program had not called them yet, that read makes the pools from the
+    environment of that moment (no thread), as the program's own first call would have."""
+
+    name = label = module = "pyarrow"
+    kind = LibraryKind.PYTHON
+    precedence = ("OMP_NUM_THREADS",)
+    reads = (THREAD_LIMIT,)
+    cap_vars = (THREAD_LIMIT,)
+    borrowed = ("OMP_NUM_THREADS", THREAD_LIMIT)
+    push, calls = Push.SETTER, Calls("set_cpu_count", "cpu_count")
+    pools = (Pool("io", Calls("set_io_thread_count", "io_thread_count"), (ARROW_IO_VAR,)),)
+    listed = "loaded"
+    note = ("CPU pool: OMP_NUM_THREADS (its first entry), else the CPUs in affinity, capped by "
+            "OMP_THREAD_LIMIT; the quota is ignored. IO pool: ARROW_IO_THREADS, else 8. Each is read "
+            "at its getter's first call; set_cpu_count / set_io_thread_count resize them at any time")
+
+    def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
+        return ModuleFacts(limit=leading_count(env.get(THREAD_LIMIT)))
+
+    def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
+        """OMP_NUM_THREADS: the number at its start (:func:`leading_count`); ARROW_IO_THREADS:
+        digits only ("+1", " 1 ", "1x" are refused with an "Invalid value" line on stderr)."""
+        return _exact_count(env.get(var), blanks=False) if var == ARROW_IO_VAR else leading_count(env.get(var))
+
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        """The CPUs in affinity (not the quota), at most OMP_THREAD_LIMIT."""
+        n, why = defaults.affinity_cpus(facts)
+        if ctx.limit is not None and ctx.limit < n:
+            return ctx.limit, f"{ctx.limit} ({why}, capped at {THREAD_LIMIT}={ctx.limit}; quota ignored)"
+        return n, f"{why} (Arrow ignores the CPU quota)"
+
+    def cap(self, facts: MachineFacts, env: Mapping[str, str],
+            ctx: ModuleFacts | None = None) -> tuple[int | None, str]:
+        """OMP_THREAD_LIMIT caps OMP_NUM_THREADS' request; nothing else does (100 is taken on 2 CPUs)."""
+        limit = leading_count(env.get(THREAD_LIMIT))
+        return (None, "") if limit is None else (limit, f"{THREAD_LIMIT}={limit}")
+
+    def pool_default(self, name: str, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        if name == "io":
+            return ARROW_IO_DEFAULT, f"{ARROW_IO_DEFAULT} (Arrow's IO pool; CPUs, affinity and quota ignored)"
+        return super().pool_default(name, facts, ctx)
+
+
+class Polars(Library):
+    """Polars' rayon pool: made when first used (not at import), reading POLARS_MAX_THREADS then;
+    fixed from then on. ``thread_pool_size()`` starts it, so it is called only once the pool's
+    threads (``polars-N``) are there; before, the report says what the pool will take."""
+
+    name = label = module = "polars"
+    kind = LibraryKind.PYTHON
+    precedence = ("POLARS_MAX_THREADS",)
+    push = Push.NONE
+    listed = "loaded"
+    unread = "its pool has not started: thread_pool_size() would start it"
+    thread_names = (
+        ("polars-*", "its rayon pool, one per thread of thread_pool_size(), started at first use"),
+        ("tokio-rt-worker", "its tokio runtime (async and cloud IO), thread_pool_size() threads, started at "
+                            "the first query"),
+        ("async-executor-", "its async executor, thread_pool_size() threads, started at the first query"),
+        ("polars-ooc-clea", "its out-of-core spill cleaner, started at import"),
+        ("jemalloc_bg_thd", "jemalloc's background threads (its allocator), from import"),
+    )
+    note = ("POLARS_MAX_THREADS (blanks allowed; 0 or invalid: the default), else the CPUs in affinity, "
+            "at most the CPU quota rounded down (at least 1), read when the pool starts; fixed after")
+
+    def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
+        """Digits, blanks and a plus sign around them allowed; "1x", "1.5", "1,3" and 0 give the
+        default ("1x" with a UserWarning "illegal value")."""
+        return _exact_count(env.get(var), blanks=True)
+
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        """Rust's available_parallelism: the CPUs in affinity, at most the quota rounded down (at
+        least 1)."""
+        n, why = defaults.affinity_cpus(facts)
+        if facts.quota is not None and max(1, math.floor(facts.quota)) < n:
+            q = max(1, math.floor(facts.quota))
+            return q, f"{q} (the CPU quota of {facts.quota:g} rounded down; {why})"
+        return n, f"{why} (at most the CPU quota rounded down)"
+
+    def read_count(self, module: Any) -> int | None:
+        """thread_pool_size() once the pool runs (its threads are there), else None: it would start it."""
+        if not threads_named(_POLARS_WORKER):
+            return None
+        try:
+            return as_count(module.thread_pool_size())
+        except Exception:
+            return None
+
+    def quiet_getter(self) -> str:
+        return ""
+
+
+class DuckDB(Library):
+    """DuckDB: a ``threads`` setting per database, given to each new connection; read with SQL
+    (``current_setting('threads')``), which needs a connection. parinfo creates none and calls no
+    ``duckdb.default_connection()`` (it creates the default database), so the report says what a new
+    connection gets; existing ones may have been set otherwise."""
+
+    name = label = module = "duckdb"
+    kind = LibraryKind.PYTHON
+    push = Push.NONE
+    listed = "loaded"
+    unread = ("a setting per connection, and parinfo creates none; existing connections may differ: "
+              "SET threads = n, duckdb.connect(config={'threads': n})")
+    note = ("no variable; a new connection takes the online CPUs (affinity ignored), at most the CPU "
+            "quota rounded up; SET threads = n changes its database at any time")
+
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        """The online CPUs (affinity ignored), at most the quota rounded up."""
+        n = facts.logical_cpus or len(facts.affinity) or 1
+        if facts.quota is not None and math.ceil(facts.quota) < n:
+            q = max(1, math.ceil(facts.quota))
+            return q, f"{q} (a new connection: the CPU quota of {facts.quota:g} rounded up)"
+        return n, f"{plural(n, 'online CPU')} (a new connection; affinity ignored, at most the quota rounded up)"
+
+    def quiet_getter(self) -> str:
+        return ""
+
