@@ -1,7 +1,7 @@
 """The gradient-boosting learners (XGBoost, LightGBM): no pool of their own, an OpenMP team per call.
 
 Each call (``train``, ``predict``, a DMatrix or Dataset built) runs parallel regions of the OpenMP
-runtime the library links (XGBoost's wheel ships a libgomp copy in ``xgboost.libs``, which the
+runtime the library links (XGBoost's wheels ship a libgomp copy in ``xgboost.libs`` or ``xgboost_cpu.libs``, which the
 loader shares with any copy of the same name already loaded, scikit-learn's; LightGBM's links the
 system libgomp), so the threads are that runtime's pool, reported as its pool row. What the family
 adds is the size of the team a call makes when it is passed no count, read through the library's
