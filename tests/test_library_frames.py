@@ -11,8 +11,8 @@ from profile_machines import machine
 from parinfo.process import libraries as reg, library_frames
 from parinfo.process.defaults import NO_FACTS
 from parinfo.process.environment import environment_report
-from parinfo.process.provenance import MODELS, predict
-from parinfo.records.source import SourceKind
+from parinfo.process.provenance import MODELS, library_settings, predict
+from parinfo.records.source import SourceKind, unknown
 
 
 def test_arrow_cpu_pool_first_list_entry_capped_by_the_thread_limit():
@@ -101,6 +101,49 @@ def test_a_family_with_another_pool_sets_and_reads_it_by_name():
         arrow.pool("inter-op")
     with pytest.raises(TypeError):  # Polars' pool is not set through its module
         reg.family(reg.Polars).push_count(module, 1)
+
+
+class _TwoPools(reg.Library):
+    """A made-up family: a main pool with a getter, and a pool "side" with none (sized when made,
+    refusing one value of its own variable), as ONNX Runtime's inter-op pool is."""
+
+    name = module = "twopools"
+    kind = reg.LibraryKind.PYTHON
+    precedence = ("TWO_MAIN",)
+    push, calls = reg.Push.SETTER, reg.Calls("set_n", "get_n")
+    pools = (reg.Pool("side", precedence=("TWO_SIDE",), sized_at_use="what a side pool made now gets"),)
+
+    def default(self, facts, ctx):
+        return 7, "seven"
+
+    def pool_default(self, name, facts, ctx):
+        return 4, "four"
+
+    def imposed(self, env, pool=None):
+        if pool == "side" and env.get("TWO_SIDE") == "bad":
+            return None, unknown("refused", "unknown (refused)")
+        return None
+
+
+def test_a_pool_with_no_calls_is_what_one_made_now_gets_with_its_own_words():
+    lib = _TwoPools()
+    module = types.SimpleNamespace(get_n=lambda: 7, __file__="/x/twopools.py")
+
+    def rows(now: dict[str, str], launch: dict[str, str]) -> dict[str, tuple]:
+        got = library_settings([], None, now, launch, machine(4), modules=[(lib, module, lib.read_count(module))])
+        return {r.library: (r.count, r.source.kind, r.source.text, r.note) for r in got}
+
+    assert lib.read_pool("side", module) is None and lib.pool_vars("side") == ("TWO_SIDE",)
+    with pytest.raises(TypeError):  # no setter: its row's run-time source names none
+        lib.pool_call("side")
+    said = rows({"TWO_SIDE": "5"}, {})  # set after launch: a side pool made now reads it
+    assert said["twopools"] == (7, SourceKind.LIBRARY_DEFAULT, "default: seven", None)
+    assert said["twopools side"][:2] == (5, SourceKind.VARIABLE)
+    assert said["twopools side"][3] == "what a side pool made now gets"
+    assert rows({}, {})["twopools side"][:3] == (4, SourceKind.LIBRARY_DEFAULT, "default: four")
+    refused = rows({"TWO_SIDE": "bad"}, {"TWO_SIDE": "bad"})["twopools side"]
+    assert refused[:3] == (None, SourceKind.UNKNOWN, "unknown (refused)")
+    assert lib.imposes({"TWO_SIDE": "bad"}) and lib.imposed({"TWO_SIDE": "bad"}) is None
 
 
 def test_torch_inter_op_is_its_pool_named_inter_op():

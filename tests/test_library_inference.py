@@ -17,8 +17,8 @@ from profile_machines import machine
 from parinfo.diagnostics import count_rules
 from parinfo.process import libraries as reg
 from parinfo.process.defaults import NO_FACTS
-from parinfo.process.library_inference import OnnxRuntime, OnnxRuntimeInterOp, OpenCV, Tokenizers
-from parinfo.process.provenance import model_of, predict
+from parinfo.process.library_inference import OnnxRuntime, OpenCV, Tokenizers
+from parinfo.process.provenance import model_of, pool_model, predict
 from parinfo.records.source import Kind, file
 
 ROWS = ("onnxruntime", "onnxruntime inter-op", "tokenizers", "opencv")
@@ -131,10 +131,24 @@ def _with_quota(m, where: str):
 
 
 def test_onnxruntime_default_is_the_machines_physical_cores_whatever_the_affinity_and_quota():
-    for lib in (OnnxRuntime(), OnnxRuntimeInterOp()):
-        assert lib.default(machine(8, smt=2, affinity=[0], quota=0.5), NO_FACTS)[0] == 8
-    assert predict(model_of(OnnxRuntimeInterOp()), {"ORT_INTER_OP_NUM_THREADS": "5",
-                                                    "ORT_INTRA_OP_NUM_THREADS": "1"}, machine(2)).count == 5
+    lib = OnnxRuntime()
+    odd = machine(8, smt=2, affinity=[0], quota=0.5)
+    assert lib.default(odd, NO_FACTS)[0] == lib.pool_default("inter-op", odd, NO_FACTS)[0] == 8
+    env = {"ORT_INTER_OP_NUM_THREADS": "5", "ORT_INTRA_OP_NUM_THREADS": "1"}
+    inter = pool_model(lib, lib.pool("inter-op"))
+    assert (predict(model_of(lib), env, machine(2)).count, predict(inter, env, machine(2)).count) == (1, 5)
+
+
+def test_onnxruntime_inter_op_is_its_pool_with_no_calls_sized_at_use():
+    lib = OnnxRuntime()
+    pool = lib.pool("inter-op")
+    assert pool.calls is None and pool.sized_at_use and pool.sized_at_use != lib.sized_at_use
+    assert lib.read_pool("inter-op", object()) is None and lib.interop_calls is None
+    with pytest.raises(TypeError):  # no setter to name or call
+        lib.pool_call("inter-op")
+    assert lib.variables == ("ORT_INTRA_OP_NUM_THREADS", "ORT_INTER_OP_NUM_THREADS")
+    assert reg.find("onnxruntime inter-op") is None and reg.THREAD_VARS["ORT_INTER_OP_NUM_THREADS"].readers == (
+        "onnxruntime",)
 
 
 def test_onnxruntime_refuses_what_is_not_digits_and_takes_0_as_its_default():
@@ -144,6 +158,12 @@ def test_onnxruntime_refuses_what_is_not_digits_and_takes_0_as_its_default():
         assert count is None and source is not None and source.kind is Kind.UNKNOWN
     for fine in ("03", "0", ""):
         assert lib.imposed({"ORT_INTRA_OP_NUM_THREADS": fine}) is None
+    # each pool is refused for its own variable only
+    assert lib.imposed({"ORT_INTER_OP_NUM_THREADS": "+3"}) is None
+    count, source = lib.imposed({"ORT_INTER_OP_NUM_THREADS": "+3"}, "inter-op") or (0, None)
+    assert count is None and source is not None and "ORT_INTER_OP_NUM_THREADS='+3'" in source.text
+    assert lib.imposed({"ORT_INTRA_OP_NUM_THREADS": "+3"}, "inter-op") is None
+    assert lib.imposes({"ORT_INTER_OP_NUM_THREADS": "x"}) and not lib.imposes({"ORT_INTER_OP_NUM_THREADS": "4"})
     assert predict(model_of(lib), {"ORT_INTRA_OP_NUM_THREADS": "0"}, machine(4)).count == 4
 
 
@@ -197,6 +217,7 @@ def test_an_invalid_value_a_library_raises_on_is_said_so():
         return count_rules.invalid_variables(report)[0].why  # type: ignore[arg-type]
 
     assert why("ORT_INTRA_OP_NUM_THREADS", "abc") == f"onnxruntime {OnnxRuntime.on_invalid}"
+    assert why("ORT_INTER_OP_NUM_THREADS", "abc") == f"onnxruntime {OnnxRuntime.on_invalid}"
     assert why("OPENCV_FOR_THREADS_NUM", "abc") == f"opencv {OpenCV.on_invalid}"
     assert "ignore an invalid value silently" in why("ORT_INTRA_OP_NUM_THREADS", "0")
     assert "ignore an invalid value silently" in why("RAYON_NUM_THREADS", "x")
@@ -208,8 +229,11 @@ def test_onnxruntime_before_1_29_reads_no_variable(monkeypatch):
 
     lib = OnnxRuntime()
     monkeypatch.setitem(sys.modules, "onnxruntime", SimpleNamespace(__version__="1.28.0"))
-    assert lib.count_vars == () and lib.imposed({"ORT_INTRA_OP_NUM_THREADS": "abc"}) is None
-    assert predict(model_of(lib), {"ORT_INTRA_OP_NUM_THREADS": "1"}, machine(4)).count == 4
+    env = {"ORT_INTRA_OP_NUM_THREADS": "1", "ORT_INTER_OP_NUM_THREADS": "2"}
+    assert lib.count_vars == lib.pool_vars("inter-op") == () and not lib.imposes({"ORT_INTER_OP_NUM_THREADS": "x"})
+    assert predict(model_of(lib), env, machine(4)).count == 4
+    assert predict(pool_model(lib, lib.pool("inter-op")), env, machine(4)).count == 4
     monkeypatch.setitem(sys.modules, "onnxruntime", SimpleNamespace(__version__="1.29.0"))
-    assert lib.count_vars == ("ORT_INTRA_OP_NUM_THREADS",)
-    assert predict(model_of(lib), {"ORT_INTRA_OP_NUM_THREADS": "1"}, machine(4)).count == 1
+    assert (lib.count_vars, lib.pool_vars("inter-op")) == (("ORT_INTRA_OP_NUM_THREADS",), ("ORT_INTER_OP_NUM_THREADS",))
+    assert predict(model_of(lib), env, machine(4)).count == 1
+    assert predict(pool_model(lib, lib.pool("inter-op")), env, machine(4)).count == 2

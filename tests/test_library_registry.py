@@ -231,8 +231,8 @@ def test_facts_from_the_records():
     assert reg.library("libgomp").scope_of(None) == "thread"  # the word an Outcome carries
     assert reg.library("openblas").set_by_threadpoolctl and not reg.library("tbb").set_by_threadpoolctl
     assert [r.name for r in reg.python_libraries()] == ["numexpr", "numba", "xgboost", "lightgbm", "pyarrow",
-                                                        "polars", "duckdb", "onnxruntime", "onnxruntime inter-op",
-                                                        "tokenizers", "opencv"]
+                                                        "polars", "duckdb", "onnxruntime", "tokenizers",
+                                                        "opencv"]
     assert reg.by_prefix("libscipy_openblas64_-32a4b2a6.so").name == "openblas"
     assert reg.by_prefix("libtbbmalloc.so.2") is None and reg.by_prefix("libomptarget.so") is None
     assert THREAD_VARS["PYTHON_CPU_COUNT"].python == (3, 13)

@@ -162,7 +162,7 @@ def invalid_variables(r: Report) -> list[Finding]:
     for row in r.environment:
         if row.value is not None and row.valid is False and row.name not in machine_said:
             loud = [lib for lib in map(reg.find, row.readers)  # those that refuse this value, not ignore it
-                    if lib is not None and lib.on_invalid and lib.imposed({row.name: row.value}) is not None]
+                    if lib is not None and lib.on_invalid and lib.imposes({row.name: row.value})]
             quiet = [name for name in row.readers if name not in {lib.name for lib in loud}]
             why = [] if loud and not quiet else [
                 f"{', '.join(quiet) or 'its readers'} ignore an invalid value silently "

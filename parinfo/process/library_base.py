@@ -57,10 +57,12 @@ class Library:
     family): ``push`` (:class:`Push`) says how: through threadpoolctl's controller for
     ``internal_api``, through the module's own functions (``calls``), by parinfo's runtime, or not
     at all. ``unread`` says why a count :meth:`read_count` cannot give is not read.
-    More than one pool: ``calls``, ``precedence``, :meth:`default` and :meth:`cap` are its main
-    pool's; each other pool is a :class:`Pool` in ``pools`` (its name, calls, variables), set and
-    read by name (:meth:`push_pool`, :meth:`read_pool`, :meth:`pool_call`), its default and cap
-    the family's :meth:`pool_default` and :meth:`pool_cap`. torch's inter-op pool is its pool
+    More than one pool: ``calls``, ``precedence``, ``sized_at_use``, :meth:`default` and :meth:`cap`
+    are its main pool's; each other pool is a :class:`Pool` in ``pools`` (its name, calls or none,
+    variables, ``sized_at_use`` words), set and read by name (:meth:`push_pool`, :meth:`read_pool`,
+    :meth:`pool_call`), its variables in the loaded version :meth:`pool_vars`, its default and cap
+    the family's :meth:`pool_default` and :meth:`pool_cap`, what the environment imposes on it
+    :meth:`imposed` with its name (ONNX Runtime's inter-op pool). torch's inter-op pool is its pool
     "inter-op" (``interop_calls``, :meth:`push_interop`... are its names for it); the report gives
     a Python module's other pools a row each, named "<library> <pool>" (``pyarrow io``).
     ``borrowed``: variables of other libraries it also reads (OMP_NUM_THREADS for Arrow), named
@@ -156,12 +158,18 @@ class Library:
         """What only its loaded ``module`` can tell :meth:`default` and :meth:`cap`."""
         return NO_FACTS
 
-    def imposed(self, env: Mapping[str, str]) -> tuple[int | None, Source] | None:
-        """What the environment ``env`` imposes on its count before its precedence, as (count, or
-        None when none runs, source); None when nothing does. A value it raises on instead of
-        ignoring it (ONNX Runtime's), a switch that keeps its work in the calling thread
-        (TOKENIZERS_PARALLELISM=false): the report gives this in place of the precedence's count."""
+    def imposed(self, env: Mapping[str, str], pool: str | None = None) -> tuple[int | None, Source] | None:
+        """What the environment ``env`` imposes on its main count (on its other pool ``pool`` when
+        named) before its precedence, as (count, or None when none runs, source); None when nothing
+        does. A value it raises on instead of ignoring it (ONNX Runtime's), a switch that keeps its
+        work in the calling thread (TOKENIZERS_PARALLELISM=false): the report gives this in place
+        of the precedence's count."""
         return None
+
+    def imposes(self, env: Mapping[str, str]) -> bool:
+        """Whether ``env`` imposes something (:meth:`imposed`) on its main count or on any of its
+        other pools' (a value it raises on, whichever pool reads it)."""
+        return any(self.imposed(env, pool) is not None for pool in (None, *(p.name for p in self.pools)))
 
     def plan_note(self, counts: Mapping[str, int], values: Mapping[str, int],
                   env: Mapping[str, str]) -> str | None:
@@ -283,11 +291,19 @@ class Library:
 
     def read_pool(self, name: str, module: Any) -> int | None:
         """The count in force of its pool ``name``, read without changing it; None when it cannot be
-        read."""
-        return self.pool(name).calls.get(module)
+        read (or it has no getter)."""
+        calls = self.pool(name).calls
+        return None if calls is None else calls.get(module)
+
+    def pool_vars(self, name: str) -> tuple[str, ...]:
+        """The variables that decide the count of its pool ``name``, first wins, in the loaded
+        version (as :attr:`count_vars` for the main pool): its ``precedence`` unless the family
+        says otherwise."""
+        return self.pool(name).precedence
 
     def pool_call(self, name: str, n: int | None = None) -> str:
-        """How a report names the call that sets its pool ``name`` (``pyarrow.set_io_thread_count``)."""
+        """How a report names the call that sets its pool ``name`` (``pyarrow.set_io_thread_count``);
+        TypeError when it has no setter."""
         return self._calls(self.pool(name).calls).call(str(self.module), n)
 
     def pool_default(self, name: str, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from parinfo.process.library_base import Library
 from parinfo.process.library_blas import Accelerate, Blis, FlexiBLAS, Mkl, OpenBLAS
 from parinfo.process.library_frames import Arrow, DuckDB, Polars
-from parinfo.process.library_inference import OnnxRuntime, OnnxRuntimeInterOp, OpenCV, Tokenizers
+from parinfo.process.library_inference import OnnxRuntime, OpenCV, Tokenizers
 from parinfo.process.library_learners import LightGBM, XGBoost
 from parinfo.process.library_modules import Interpreter, Numba, Numexpr, ParinfoRuntime, Torch
 from parinfo.process.library_runtimes import GnuOpenMP, IntelOpenMP, LlvmOpenMP, OneTBB
@@ -26,6 +26,6 @@ RECORDS: tuple[Library, ...] = (
     Mkl(), OpenBLAS(), Blis(), FlexiBLAS(), Accelerate(), OneTBB(),
     Numexpr(), Torch(), Numba(), XGBoost(), LightGBM(),
     Arrow(), Polars(), DuckDB(),
-    OnnxRuntime(), OnnxRuntimeInterOp(), Tokenizers(), OpenCV(),
+    OnnxRuntime(), Tokenizers(), OpenCV(),
     Interpreter(), ParinfoRuntime(),
 )

@@ -1,6 +1,6 @@
-"""The families of the libraries an inference service loads: ONNX Runtime (a pool per session),
-Hugging Face tokenizers (rayon's global pool) and OpenCV (its own pool beside the OpenBLAS copy its
-wheel ships, which threadpoolctl sees as a native pool of its own).
+"""The families of the libraries an inference service loads: ONNX Runtime (an intra-op and an
+inter-op pool per session), Hugging Face tokenizers (rayon's global pool) and OpenCV (its own pool
+beside the OpenBLAS copy its wheel ships, which threadpoolctl sees as a native pool of its own).
 
 Read only when imported, never imported, and never started: ONNX Runtime and tokenizers have no
 getter, so their count is what a pool made now would get (``sized_at_use``); OpenCV's getter
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from parinfo.process.defaults import ModuleFacts
-from parinfo.process.library_base import Library
-from parinfo.process.library_parts import FALSE_WORDS, Calls, LibraryKind, Push
+from parinfo.process.library_base import INTER_OP, Library
+from parinfo.process.library_parts import FALSE_WORDS, Calls, LibraryKind, Pool, Push
 from parinfo.records.source import Source, unknown, variable
 from parinfo.safe_text import plural
 
@@ -32,14 +32,21 @@ def _unparsed(var: str, env: Mapping[str, str]) -> str | None:
 
 
 class OnnxRuntime(Library):
-    """ONNX Runtime's intra-op pool: one per session, sized when the session is made from
-    ``SessionOptions.intra_op_num_threads``, else ORT_INTRA_OP_NUM_THREADS (read then, not at import;
-    from 1.29), else the machine's physical cores. A pool of n adds n - 1 threads (the caller runs one part).
-    No process-wide getter: the count is what a new session with default options gets."""
+    """ONNX Runtime's pools, one set per session, each sized when the session is made. Intra-op
+    (its main pool): ``SessionOptions.intra_op_num_threads``, else ORT_INTRA_OP_NUM_THREADS (read
+    then, not at import; from 1.29), else the machine's physical cores; a pool of n adds n - 1
+    threads (the caller runs one part). Inter-op (its pool "inter-op", row "onnxruntime inter-op"):
+    made only for a session in ``ExecutionMode.ORT_PARALLEL``, sized from
+    ``SessionOptions.inter_op_num_threads``, else ORT_INTER_OP_NUM_THREADS, else physical cores.
+    No process-wide getter: each count is what a new session with default options gets."""
 
     name = label = module = "onnxruntime"
     kind = LibraryKind.PYTHON
     precedence: tuple[str, ...] = ("ORT_INTRA_OP_NUM_THREADS",)
+    pools = (Pool(INTER_OP, precedence=("ORT_INTER_OP_NUM_THREADS",), sized_at_use=(
+        "what a new session in ORT_PARALLEL execution mode gets (sequential sessions, the default, have "
+        "no inter-op pool); one made with SessionOptions.inter_op_num_threads set, or sharing the global "
+        "pools, keeps its own count")),)
     push = Push.NONE
     listed = "loaded"
     on_invalid = "raises RuntimeError when a session is made with a value other than digits"
@@ -48,7 +55,9 @@ class OnnxRuntime(Library):
                     "(set_global_thread_pool_sizes), keeps its own count")
     note = ("a pool per session, sized when the session is made; 0 or unset: physical cores "
             "(affinity and CPU quota ignored); set it with ORT_INTRA_OP_NUM_THREADS before a session "
-            "is made, or SessionOptions.intra_op_num_threads in code")
+            "is made, or SessionOptions.intra_op_num_threads in code. Its inter-op pool is made only "
+            "for a session in ExecutionMode.ORT_PARALLEL: ORT_INTER_OP_NUM_THREADS, or "
+            "SessionOptions.inter_op_num_threads")
 
     #: The first version that reads the variables (1.28 ignores them, measured; 1.29's library names them).
     reads_from = (1, 29)
@@ -61,8 +70,12 @@ class OnnxRuntime(Library):
 
     @property
     def count_vars(self) -> tuple[str, ...]:
-        """Its variable, in the loaded version: none before 1.29."""
+        """Its intra-op variable, in the loaded version: none before 1.29."""
         return self.precedence if self.reads_variables() else ()
+
+    def pool_vars(self, name: str) -> tuple[str, ...]:
+        """Its inter-op variable, in the loaded version: none before 1.29."""
+        return super().pool_vars(name) if self.reads_variables() else ()
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """The machine's physical cores, whatever the affinity mask and the CPU quota."""
@@ -71,31 +84,21 @@ class OnnxRuntime(Library):
             return None, "the machine's physical cores (not readable)"
         return n, f"{plural(n, 'physical core')} of the machine (ONNX Runtime ignores affinity and CPU quota)"
 
-    def imposed(self, env: Mapping[str, str]) -> tuple[int | None, Source] | None:
-        """A value its parser refuses (a sign, a space, a letter): making a session raises (from
-        1.29: before, the variables are not read)."""
-        for var in self.count_vars:
+    def pool_default(self, name: str, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        """The inter-op pool's default is the intra-op pool's: the machine's physical cores."""
+        return self.default(facts, ctx)
+
+    def imposed(self, env: Mapping[str, str], pool: str | None = None) -> tuple[int | None, Source] | None:
+        """A value its parser refuses (a sign, a space, a letter) in the variable of the pool (the
+        intra-op one, or ``pool``'s): making a session raises (from 1.29: before, the variables are
+        not read)."""
+        for var in self.count_vars if pool is None else self.pool_vars(pool):
             value = _unparsed(var, env)
             if value is not None:
                 why = (f"{var}={value!r} is not a plain count: making a session raises RuntimeError "
                        "(ONNX Runtime reads digits only)")
                 return None, unknown(why, f"unknown ({why})")
         return None
-
-
-class OnnxRuntimeInterOp(OnnxRuntime):
-    """ONNX Runtime's inter-op pool: made only for a session in ``ExecutionMode.ORT_PARALLEL``,
-    sized from ``SessionOptions.inter_op_num_threads``, else ORT_INTER_OP_NUM_THREADS, else the
-    machine's physical cores, as the intra-op pool. Its row: "onnxruntime inter-op"."""
-
-    name = label = "onnxruntime inter-op"
-    precedence = ("ORT_INTER_OP_NUM_THREADS",)
-    sized_at_use = ("what a new session in ORT_PARALLEL execution mode gets (sequential sessions, the "
-                    "default, have no inter-op pool); one made with SessionOptions.inter_op_num_threads "
-                    "set, or sharing the global pools, keeps its own count")
-    note = ("made only for a session in ExecutionMode.ORT_PARALLEL; 0 or unset: physical cores; set "
-            "it with ORT_INTER_OP_NUM_THREADS before the session is made, or "
-            "SessionOptions.inter_op_num_threads in code")
 
 
 #: The values of TOKENIZERS_PARALLELISM that turn tokenizers' pool off (any case; measured 0.23):
@@ -136,7 +139,7 @@ class Tokenizers(Library):
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return rayon_default(facts, ctx)
 
-    def imposed(self, env: Mapping[str, str]) -> tuple[int | None, Source] | None:
+    def imposed(self, env: Mapping[str, str], pool: str | None = None) -> tuple[int | None, Source] | None:
         """TOKENIZERS_PARALLELISM off: batches run in the calling thread, whatever the pool's size."""
         var = self.reads[0]
         value = env.get(var)
@@ -173,7 +176,7 @@ class OpenCV(Library):
         seen = "" if facts.quota is None else f"; the quota in {where} is not one OpenCV reads"
         return n, f"{plural(n, 'CPU')} in affinity{seen}"
 
-    def imposed(self, env: Mapping[str, str]) -> tuple[int | None, Source] | None:
+    def imposed(self, env: Mapping[str, str], pool: str | None = None) -> tuple[int | None, Source] | None:
         """A value its parser refuses: getNumThreads and every parallel call raise cv2.error."""
         value = _unparsed(self.precedence[0], env)
         if value is None:

@@ -97,17 +97,21 @@ class Calls:
 
 @record(frozen=True)
 class Pool:
-    """One pool of a family besides its main count (torch's inter-op pool, Arrow's IO pool), set and
-    read through its module's own functions: ``name`` is the word its report row adds after the
-    library's name (``pyarrow io``) and the key the family's methods take (:meth:`Library.pool`,
-    ``push_pool``, ``read_pool``, ``pool_call``); ``calls`` its setter and getter; ``precedence``
-    the variables it reads, first valid wins (its default and cap: the family's ``pool_default``
-    and ``pool_cap``); ``cap_vars`` the variables that steer its cap."""
+    """One pool of a family besides its main count (torch's inter-op pool, Arrow's IO pool, ONNX
+    Runtime's inter-op pool): ``name`` is the word its report row adds after the library's name
+    (``pyarrow io``) and the key the family's methods take (:meth:`Library.pool`, ``push_pool``,
+    ``read_pool``, ``pool_call``, ``pool_vars``, ``imposed``); ``calls`` its setter and getter
+    through its module's own functions, None when it has none (its count is then what a pool made
+    now would get: ``sized_at_use``); ``precedence`` the variables it reads, first valid wins (in
+    the loaded version: the family's ``pool_vars``; its default and cap: ``pool_default`` and
+    ``pool_cap``); ``cap_vars`` the variables that steer its cap; ``sized_at_use`` what its count
+    is when it is sized when made or first used, as :attr:`Library.sized_at_use` for the main pool."""
 
     name: str
-    calls: Calls
+    calls: Calls | None = None
     precedence: tuple[str, ...] = ()
     cap_vars: tuple[str, ...] = ()
+    sized_at_use: str = ""
 
 
 @record(frozen=True)

@@ -129,8 +129,8 @@ def _reads(lib: reg.Library) -> Callable[[str, Mapping[str, str]], int | None]:
 
 
 def pool_model(lib: reg.Library, pool: reg.Pool) -> Model:
-    """The count model of ``lib``'s other pool ``pool`` (its variables, the family's pool default
-    and cap)."""
+    """The count model of ``lib``'s other pool ``pool`` (its variables in the loaded version, the
+    family's pool default and cap)."""
     name = pool.name
 
     def default(facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
@@ -139,7 +139,7 @@ def pool_model(lib: reg.Library, pool: reg.Pool) -> Model:
     def cap(facts: MachineFacts, env: Mapping[str, str], ctx: ModuleFacts | None) -> tuple[int | None, str]:
         return lib.pool_cap(name, facts, env, ctx)
 
-    return Model(pool.precedence, default, cap, pool.cap_vars, None, _reads(lib))
+    return Model(lib.pool_vars(name), default, cap, pool.cap_vars, None, _reads(lib))
 
 
 def _torch_models() -> dict[str, Model]:
@@ -275,30 +275,31 @@ def _module_rows(lib: reg.Library, module: Any, count: int | None, environ: Mapp
                  launch_environ: LaunchEnviron, facts: MachineFacts,
                  applied: Mapping[str, SetByApply] | None = None) -> list[SettingRow]:
     """The rows of a library that is a Python module (numexpr...), imported in the process: its
-    main count (``count``), then each of its other pools ("pyarrow io"), read here. One sized when
-    its pools are made (``sized_at_use``) reads the environment of now, not the launch's, and its
-    count is what a pool made now gets; what the environment imposes (:meth:`imposed`) comes before
-    its precedence (for a library with a getter: when the getter gave nothing)."""
-    if lib.sized_at_use:
-        launch_environ = environ
-    env = environ if isinstance(launch_environ, Unknown) else launch_environ
+    main count (``count``), then each of its other pools ("pyarrow io"), read here. A pool sized
+    when made (the library's ``sized_at_use`` for its main pool, the :class:`Pool`'s for another)
+    reads the environment of now, not the launch's, its count is what a pool made now gets, and its
+    note says so; what the environment imposes on a pool (:meth:`imposed`) comes before its
+    precedence (for a pool with a getter: when the getter gave nothing)."""
+    env = environ if lib.sized_at_use or isinstance(launch_environ, Unknown) else launch_environ
     ctx = lib.context(module, env)
     setter = lib.set_in_module
-    model = model_of(lib)
-    imposed = lib.imposed(environ) if lib.sized_at_use or count is None else None
-    if lib.sized_at_use and count is None:
-        count = imposed[0] if imposed else predict(model, environ, facts, ctx).count
-    pools = [(lib.name, count, model, run_time(lib.set_call()) if setter else RUNTIME, imposed)]
-    pools += [(f"{lib.name} {p.name}", lib.read_pool(p.name, module), pool_model(lib, p),
-               run_time(lib.pool_call(p.name)) if setter else RUNTIME, None) for p in lib.pools]
+    pools: list[tuple[str, str | None, int | None, Model, Source, str]] = [
+        (lib.name, None, count, model_of(lib), run_time(lib.set_call()) if setter else RUNTIME, lib.sized_at_use)]
+    pools += [(f"{lib.name} {p.name}", p.name, lib.read_pool(p.name, module), pool_model(lib, p),
+               run_time(lib.pool_call(p.name)) if setter and p.calls is not None else RUNTIME,
+               p.sized_at_use) for p in lib.pools]
     rows = []
-    for name, n, pool, runtime, forced in pools:
-        row = explain(name, n, pool, environ, launch_environ, facts, ctx, runtime=runtime, unread=lib.unread,
-                      after_apply=read_after_apply(pool, "" if lib.sized_at_use else lib.module, environ, applied))
-        if forced is not None:
-            row.count, row.source = forced
-        if lib.sized_at_use:
-            row.note = "; ".join(n for n in (row.note, lib.sized_at_use) if n)
+    for name, pool, n, model, runtime, sized in pools:
+        imposed = lib.imposed(environ, pool) if sized or n is None else None
+        if sized and n is None:
+            n = imposed[0] if imposed else predict(model, environ, facts, ctx).count
+        row = explain(name, n, model, environ, environ if sized else launch_environ, facts, ctx,
+                      runtime=runtime, unread=lib.unread,
+                      after_apply=read_after_apply(model, "" if sized else lib.module, environ, applied))
+        if imposed is not None:
+            row.count, row.source = imposed
+        if sized:
+            row.note = "; ".join(w for w in (row.note, sized) if w)
         row.owner, row.filepath = lib.module, getattr(module, "__file__", None)
         rows.append(row)
     said = lib.row_note(module)
