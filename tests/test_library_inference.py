@@ -14,7 +14,6 @@ import pytest
 from conftest import clean_env
 from profile_machines import machine
 
-from parinfo.diagnostics import count_rules
 from parinfo.process import libraries as reg
 from parinfo.process.defaults import NO_FACTS
 from parinfo.process.library_inference import OnnxRuntime, OpenCV, Tokenizers
@@ -205,23 +204,6 @@ def test_their_variables_are_listed_only_while_their_module_is_loaded():
                         ("OPENCV_FOR_THREADS_NUM", "cv2"), ("TOKENIZERS_PARALLELISM", "tokenizers")):
         assert not reg.listed_unset(var, modules=())
         assert reg.listed_unset(var, modules={module})
-
-
-def test_an_invalid_value_a_library_raises_on_is_said_so():
-    from types import SimpleNamespace
-
-    def why(name: str, value: str) -> str:
-        row = SimpleNamespace(name=name, value=value, valid=False, problem="bad",
-                              readers=list(reg.THREAD_VARS[name].readers))
-        report = SimpleNamespace(machine=SimpleNamespace(invalid={}), environment=[row])
-        return count_rules.invalid_variables(report)[0].why  # type: ignore[arg-type]
-
-    assert why("ORT_INTRA_OP_NUM_THREADS", "abc") == f"onnxruntime {OnnxRuntime.on_invalid}"
-    assert why("ORT_INTER_OP_NUM_THREADS", "abc") == f"onnxruntime {OnnxRuntime.on_invalid}"
-    assert why("OPENCV_FOR_THREADS_NUM", "abc") == f"opencv {OpenCV.on_invalid}"
-    assert "ignore an invalid value silently" in why("ORT_INTRA_OP_NUM_THREADS", "0")
-    assert "ignore an invalid value silently" in why("RAYON_NUM_THREADS", "x")
-    assert why("TOKENIZERS_PARALLELISM", "") == f"tokenizers {Tokenizers.on_invalid}"
 
 
 def test_onnxruntime_before_1_29_reads_no_variable(monkeypatch):

@@ -16,7 +16,9 @@ from parinfo.diagnostics.rule_views import (
 )
 from parinfo.machine import rounding
 from parinfo.process import libraries as reg
+from parinfo.process.library_parts import Reading
 from parinfo.process.provenance import SettingRow
+from parinfo.process.variables import readings
 from parinfo.records.source import Kind
 from parinfo.safe_text import plural
 
@@ -156,24 +158,32 @@ def above_physical(r: Report) -> list[Finding]:
             ))
     return out
 
+
 def invalid_variables(r: Report) -> list[Finding]:
+    """A set variable a reader refuses: the message says what each reader does with it (the row's
+    problem), the why whether its readers disagree."""
     out = []
     machine_said = r.machine.invalid or {}  # PARINFO_QUOTA_ROUNDING: the machine's own finding says it
     for row in r.environment:
         if row.value is not None and row.valid is False and row.name not in machine_said:
-            loud = [lib for lib in map(reg.find, row.readers)  # those that refuse this value, not ignore it
-                    if lib is not None and lib.on_invalid and lib.imposes({row.name: row.value})]
-            quiet = [name for name in row.readers if name not in {lib.name for lib in loud}]
-            why = [] if loud and not quiet else [
-                f"{', '.join(quiet) or 'its readers'} ignore an invalid value silently "
-                f"({' and '.join(reg.warns_invalid())} alone prints a warning) and fall back to their defaults"]
             out.append(Finding(
                 "invalid-variable", Severity.WARNING,
                 f"{row.name}={row.value!r} is invalid: {row.problem}",
-                "; ".join(why + [f"{lib.name} {lib.on_invalid}" for lib in loud]),
+                _invalid_why(row.readers, readings(row.name, row.value, row.readers)),
                 f"unset {row.name} or give it a valid value",
             ))
     return out
+
+
+def _invalid_why(readers: list[str], said: list[tuple[str, Reading]] | None) -> str:
+    if said is None:  # every reader parses as parinfo validates
+        return (f"{', '.join(readers) or 'its readers'} ignore an invalid value silently "
+                f"({' and '.join(reg.warns_invalid())} alone prints a warning) and fall back to their defaults")
+    takers = [name for name, reading in said if not reading.refuses]
+    if not takers:
+        return "none of its readers takes it (what each does was measured on the library)"
+    return (f"its readers disagree: {', '.join(takers)} {'take' if len(takers) > 1 else 'takes'} it, the "
+            "others do not, so their counts differ")
 
 def refused_counts(r: Report) -> list[Finding]:
     """A count a library refused because it is above its cap (numexpr above NUMEXPR_MAX_THREADS): the

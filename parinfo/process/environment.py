@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from parinfo.errors import UsageError
 from parinfo.process.libraries import LibraryKind, Var, library, listed_unset
-from parinfo.process.variables import THREAD_VARS, looks_thread_related, validate
+from parinfo.process.variables import THREAD_VARS, judge, looks_thread_related
 from parinfo.records.convert import OMIT_EMPTY, OMIT_NONE
 from parinfo.records.record import record
 
@@ -35,7 +35,10 @@ class EnvRow:
     - ``changed_after_launch``: True when the value now differs from the launch value (set, changed
       or removed after launch), False when equal, None when the launch value is unknown.
     - ``valid``: True/False for a set variable whose syntax parinfo knows; None when unset or unchecked.
-    - ``problem``: why the value is invalid (one line), else None.
+      Where a reader parses the variable its own way (its family says how, measured), False when any
+      of its readers refuses the value (ignores it, warns, or raises).
+    - ``problem``: why the value is invalid (one line), else None; where a reader parses it its own
+      way, what each reader does with it ("libgomp prints a warning and uses its default; pyarrow takes 1").
     - ``readers``: the runtimes that read it (e.g. ["libgomp", "torch", "openblas"]); [] when unknown.
     - ``summary``: what it controls, in a few words.
     - ``known``: True when the variable is in parinfo's table (the library registry's THREAD_VARS).
@@ -171,11 +174,12 @@ def environment_report(environ: Mapping[str, str] | None = None,
         else:
             launch_value = launch.get(name)
             changed = launch_value != value
-        problem = validate(name, value) if value is not None else None
+        readers = _readers_here(spec, version, imported)
+        problem = judge(name, value, readers) if value is not None else None
         valid = None if value is None or spec is None else problem is None
         at = launch_value if launch_known else None
         importers = _importers(spec, value, at, launch_known, imported)
-        rows.append(EnvRow(name, value, launch_value, changed, valid, problem, _readers_here(spec, version, imported),
+        rows.append(EnvRow(name, value, launch_value, changed, valid, problem, readers,
                            _summary_here(spec, version), spec is not None, _set_by(value, at, launch_known, importers),
                            importers=importers))
     return rows

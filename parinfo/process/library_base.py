@@ -19,11 +19,13 @@ from parinfo.process.library_parts import (
     Calls,
     CountSymbol,
     DirectRead,
+    Does,
     LibraryKind,
     NativeReads,
     Pool,
     Preloadable,
     Push,
+    Reading,
     Scope,
     SetAlong,
 )
@@ -82,8 +84,10 @@ class Library:
     force. No getter, pools sized when made (ONNX Runtime's per session, rayon's at its first use):
     ``sized_at_use`` says what its count is then (what a pool made now gets from the environment of
     now, the report's count) and that pools made otherwise may differ. :meth:`imposed`: what a
-    variable imposes before its precedence (a value it raises on; a switch that turns its pool off);
-    ``on_invalid`` what it does with an invalid count variable when it does not ignore it silently.
+    variable imposes before its precedence (a value it raises on; a switch that turns its pool off).
+    A family whose library parses its variables otherwise than parinfo validates (:meth:`count_in`)
+    says what it does with any value (:meth:`reading`, :meth:`refusal`): the report's variable rows
+    and the invalid-variable finding take its word over parinfo's validator.
     Attached: ``native`` (:class:`NativeReads`) names the C getters of a loaded copy;
     ``module_facts`` the module attributes :meth:`context` reads.
     """
@@ -133,7 +137,6 @@ class Library:
     spinning_layers: tuple[str, ...] = ()
     preload: Preloadable | None = None  # how a profile's openmp: word preloads it (OpenMP runtimes)
     sized_at_use: str = ""  # no getter, sized when made or first used: what its count in the report is
-    on_invalid: str = ""  # what it does with an invalid count variable, when it does not ignore it
     note: str = ""
 
     def __repr__(self) -> str:
@@ -183,6 +186,20 @@ class Library:
         skips. Only a family whose library parses otherwise than parinfo validates (the OpenMP
         syntax) defines it (Arrow takes "2x" as 2, measured; :attr:`parses_itself`)."""
         raise TypeError(f"{self.name} reads its variables as parinfo validates them")
+
+    def reading(self, var: str, value: str) -> Reading | None:
+        """What it does with ``value`` of its variable ``var``, measured on the library: None when it
+        parses as parinfo validates (the report keeps parinfo's verdict); else the count
+        :meth:`count_in` takes, or its :meth:`refusal`."""
+        if not self.parses_itself:
+            return None
+        n = self.count_in(var, {var: value})
+        return Reading(Does.TAKES, n) if n is not None else self.refusal(var, value)
+
+    def refusal(self, var: str, value: str) -> Reading:
+        """What it does with a value of ``var`` it takes no count from (:meth:`count_in` gave None):
+        by default it ignores it silently and uses its default."""
+        return Reading(Does.IGNORES)
 
     @property
     def parses_itself(self) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.process import defaults
 from parinfo.process.defaults import ModuleFacts
 from parinfo.process.library_base import Library
-from parinfo.process.library_parts import Calls, LibraryKind, Pool, Push, as_count
+from parinfo.process.library_parts import Calls, Does, LibraryKind, Pool, Push, Reading, as_count, digits_value
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -24,24 +24,31 @@ THREAD_LIMIT = "OMP_THREAD_LIMIT"
 ARROW_IO_VAR, ARROW_IO_DEFAULT = "ARROW_IO_THREADS", 8
 
 
+#: The largest count a C ``int`` holds: Arrow reads its variables into one, and a larger value is
+#: none (OMP_NUM_THREADS=2147483648 gives the default; ARROW_IO_THREADS=2147483648 is refused, measured).
+INT_MAX = 2**31 - 1
+
+
 def leading_count(value: str | None) -> int | None:
     """The count Arrow reads from OMP_NUM_THREADS and OMP_THREAD_LIMIT: the number at the start
-    (blanks and a sign before it; "2x", "1.5" and "1,3" give 2, 1, 1, measured), None unless above 0."""
+    (blanks and a sign before it; "2x", "1.5" and "1,3" give 2, 1, 1, measured), None unless above 0
+    and within a C int."""
     m = _LEADING.match(value or "")
-    n = int(m.group(1)) if m else 0
-    return n if n > 0 else None
+    n = digits_value(m.group(1)) if m else 0
+    return n if 0 < n <= INT_MAX else None
 
 
-def _exact_count(value: str | None, *, blanks: bool) -> int | None:
-    """A count that is digits only (with ``blanks``: blanks and a plus sign allowed around them)."""
+def _exact_count(value: str | None, *, blanks: bool, most: int | None = None) -> int | None:
+    """A count that is digits only (with ``blanks``: blanks and a plus sign allowed around them),
+    at most ``most`` when given."""
     m = (_TRIMMED if blanks else _DIGITS).fullmatch(value or "")
-    n = int(m.group(1)) if m else 0
-    return n if n > 0 else None
+    n = digits_value(m.group(1)) if m else 0
+    return n if n > 0 and (most is None or n <= most) else None
 
 
-_LEADING = re.compile(r"\s*\+?(\d+)")
-_DIGITS = re.compile(r"(\d+)")
-_TRIMMED = re.compile(r"\s*\+?(\d+)\s*")
+_LEADING = re.compile(r"\s*\+?(\d+)", re.ASCII)
+_DIGITS = re.compile(r"(\d+)", re.ASCII)
+_TRIMMED = re.compile(r"\s*\+?(\d+)\s*", re.ASCII)
 
 
 def threads_named(pattern: re.Pattern[str]) -> int | None:
@@ -87,8 +94,15 @@ class Arrow(Library):
 
     def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
         """OMP_NUM_THREADS: the number at its start (:func:`leading_count`); ARROW_IO_THREADS:
-        digits only ("+1", " 1 ", "1x" are refused with an "Invalid value" line on stderr)."""
-        return _exact_count(env.get(var), blanks=False) if var == ARROW_IO_VAR else leading_count(env.get(var))
+        digits only, within a C int ("+1", " 1 ", "1x", "0", "" are refused with an "Invalid value"
+        line on stderr)."""
+        if var == ARROW_IO_VAR:
+            return _exact_count(env.get(var), blanks=False, most=INT_MAX)
+        return leading_count(env.get(var))
+
+    def refusal(self, var: str, value: str) -> Reading:
+        """ARROW_IO_THREADS: an "Invalid value" line on stderr, and 8; the others: silently the default."""
+        return Reading(Does.WARNS) if var == ARROW_IO_VAR else Reading(Does.IGNORES)
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """The CPUs in affinity (not the quota), at most OMP_THREAD_LIMIT."""
@@ -135,6 +149,15 @@ class Polars(Library):
         """Digits, blanks and a plus sign around them allowed; "1x", "1.5", "1,3" and 0 give the
         default ("1x" with a UserWarning "illegal value")."""
         return _exact_count(env.get(var), blanks=True)
+
+    def refusal(self, var: str, value: str) -> Reading:
+        """0 asks rayon for its default, silently: RAYON_NUM_THREADS, else the CPUs (measured: with
+        RAYON_NUM_THREADS=3 the pool has 3, while unset or invalid it keeps its own default); anything
+        else it takes no count from (the empty value, "1x", "-1", "2,3") gives a UserWarning
+        "illegal value" and the default (measured)."""
+        if _TRIMMED.fullmatch(value):
+            return Reading(Does.DEFAULT, words="takes it as rayon's default (RAYON_NUM_THREADS, else the CPUs)")
+        return Reading(Does.WARNS)
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """Rust's available_parallelism: the CPUs in affinity, at most the quota rounded down (at

@@ -16,19 +16,32 @@ from typing import TYPE_CHECKING
 
 from parinfo.process.defaults import ModuleFacts
 from parinfo.process.library_base import INTER_OP, Library
-from parinfo.process.library_parts import FALSE_WORDS, Calls, LibraryKind, Pool, Push
+from parinfo.process.library_parts import FALSE_WORDS, Calls, Does, LibraryKind, Pool, Push, Reading, digits_value
 from parinfo.records.source import Source, unknown, variable
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
 
-def _unparsed(var: str, env: Mapping[str, str]) -> str | None:
-    """The value of ``var`` when it is set to something other than plain ASCII digits, as ONNX
-    Runtime's and OpenCV's parsers refuse it (a sign or a space makes them raise, measured); the
-    empty value counts as unset. None otherwise."""
-    value = env.get(var)
-    return value if value and not (value.isascii() and value.isdigit()) else None
+def _digits(value: str | None, most: int, least: int = 1) -> int | None:
+    """The number in ``value`` when it is plain ASCII digits (what ONNX Runtime, rayon and OpenCV
+    parse: no sign, no blank, measured) from ``least`` to ``most``, else None."""
+    n = digits_value(value) if value and value.isascii() and value.isdigit() else None
+    return n if n is not None and least <= n <= most else None
+
+
+def _zero(value: str) -> bool:
+    return _digits(value, 0, 0) == 0
+
+
+def _opencv_int(value: str | None) -> int | None:
+    """OpenCV's reading of its variable: digits read as a 64-bit count (anything else raises), kept
+    as a C int (above 2**31 - 1 it wraps: 4294967297 gives 1, 2147483648 a negative count)."""
+    n = _digits(value, 2**64 - 1, 0)
+    if n is None:
+        return None
+    wrapped = n % 2**32
+    return wrapped - 2**32 if wrapped >= 2**31 else wrapped
 
 
 class OnnxRuntime(Library):
@@ -49,7 +62,6 @@ class OnnxRuntime(Library):
         "pools, keeps its own count")),)
     push = Push.NONE
     listed = "loaded"
-    on_invalid = "raises RuntimeError when a session is made with a value other than digits"
     sized_at_use = ("what a new session with default options gets; a session made with "
                     "SessionOptions.intra_op_num_threads set, or sharing the global pools "
                     "(set_global_thread_pool_sizes), keeps its own count")
@@ -84,6 +96,21 @@ class OnnxRuntime(Library):
             return None, "the machine's physical cores (not readable)"
         return n, f"{plural(n, 'physical core')} of the machine (ONNX Runtime ignores affinity and CPU quota)"
 
+    def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
+        """Digits only, into a C int ("007" is 7); 0 and the empty value ask for the default."""
+        return _digits(env.get(var), 2**31 - 1)
+
+    def reading(self, var: str, value: str) -> Reading | None:
+        """Before 1.29 it does not read its variables: parinfo's verdict stands."""
+        return super().reading(var, value) if self.reads_variables() else None
+
+    def refusal(self, var: str, value: str) -> Reading:
+        """0 and the empty value: its default; anything else (a sign, a blank, "1x", a count above a
+        C int) makes each new session raise RuntimeError (measured)."""
+        if not value or _zero(value):
+            return Reading(Does.DEFAULT)
+        return Reading(Does.RAISES, words="raises RuntimeError when a session is made")
+
     def pool_default(self, name: str, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """The inter-op pool's default is the intra-op pool's: the machine's physical cores."""
         return self.default(facts, ctx)
@@ -93,8 +120,9 @@ class OnnxRuntime(Library):
         intra-op one, or ``pool``'s): making a session raises (from 1.29: before, the variables are
         not read)."""
         for var in self.count_vars if pool is None else self.pool_vars(pool):
-            value = _unparsed(var, env)
-            if value is not None:
+            value = env.get(var)
+            reading = None if value is None else self.reading(var, value)
+            if reading is not None and reading.does is Does.RAISES:
                 why = (f"{var}={value!r} is not a plain count: making a session raises RuntimeError "
                        "(ONNX Runtime reads digits only)")
                 return None, unknown(why, f"unknown ({why})")
@@ -129,7 +157,6 @@ class Tokenizers(Library):
     reads = ("TOKENIZERS_PARALLELISM",)
     push = Push.NONE
     listed = "loaded"
-    on_invalid = "takes an empty TOKENIZERS_PARALLELISM as false: batches run in the calling thread"
     sized_at_use = ("the pool its first batch encode starts (parinfo cannot tell whether it has "
                     "started: the variables it read then decide); a child forked after the pool "
                     "was used encodes in its calling thread")
@@ -139,11 +166,30 @@ class Tokenizers(Library):
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return rayon_default(facts, ctx)
 
+    def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
+        """rayon's parse: digits with an optional plus sign, nothing around them, into a 64-bit
+        count (" 3", "3 " and "1x" are skipped silently, measured)."""
+        return _digits((env.get(var) or "").removeprefix("+"), 2**64 - 1)
+
+    def reading(self, var: str, value: str) -> Reading | None:
+        """TOKENIZERS_PARALLELISM is taken whatever it says: off for its false words (exactly, in
+        any case: " false" is on, measured), on for anything else."""
+        if var != self.reads[0]:
+            return super().reading(var, value)
+        off = value.lower() in TOKENIZERS_OFF
+        return Reading(Does.TAKES, words="takes it as false: batches run in the calling thread" if off
+                       else "takes it as true: batches run in its pool")
+
+    def refusal(self, var: str, value: str) -> Reading:
+        """0 asks for the default (documented); anything else it skips silently (the next variable,
+        then the default)."""
+        return Reading(Does.DEFAULT) if _zero(value.removeprefix("+")) else Reading(Does.IGNORES)
+
     def imposed(self, env: Mapping[str, str], pool: str | None = None) -> tuple[int | None, Source] | None:
         """TOKENIZERS_PARALLELISM off: batches run in the calling thread, whatever the pool's size."""
         var = self.reads[0]
         value = env.get(var)
-        if value is not None and value.strip().lower() in TOKENIZERS_OFF:
+        if value is not None and value.lower() in TOKENIZERS_OFF:
             return 1, variable(var, value, f"env {var}={value}: batches run in the calling thread (no pool)")
         return None
 
@@ -159,7 +205,6 @@ class OpenCV(Library):
     precedence = ("OPENCV_FOR_THREADS_NUM",)
     push, calls = Push.SETTER, Calls("setNumThreads", "getNumThreads")
     listed = "loaded"
-    on_invalid = "raises cv2.error from getNumThreads and every parallel call with a value other than digits"
     #: The only files OpenCV reads a quota from: a quota on a nested cgroup is not seen.
     quota_files = ("/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
     note = ("its own pool, besides the OpenBLAS copy the wheel ships; OPENCV_FOR_THREADS_NUM is read at "
@@ -176,10 +221,23 @@ class OpenCV(Library):
         seen = "" if facts.quota is None else f"; the quota in {where} is not one OpenCV reads"
         return n, f"{plural(n, 'CPU')} in affinity{seen}"
 
+    def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
+        """Digits only (:func:`_opencv_int`); 0 asks for the default."""
+        n = _opencv_int(env.get(var))
+        return None if not n else max(n, 1)  # a negative count gives 1 (measured)
+
+    def refusal(self, var: str, value: str) -> Reading:
+        """0 asks for the default; anything else, the empty value included, makes getNumThreads and
+        every parallel call raise cv2.error (measured)."""
+        if _opencv_int(value) == 0:
+            return Reading(Does.DEFAULT)
+        return Reading(Does.RAISES, words="raises cv2.error from getNumThreads and every parallel call")
+
     def imposed(self, env: Mapping[str, str], pool: str | None = None) -> tuple[int | None, Source] | None:
         """A value its parser refuses: getNumThreads and every parallel call raise cv2.error."""
-        value = _unparsed(self.precedence[0], env)
-        if value is None:
+        value = env.get(self.precedence[0])
+        reading = None if value is None else self.reading(self.precedence[0], value)
+        if value is None or reading is None or reading.does is not Does.RAISES:
             return None
         why = (f"{self.precedence[0]}={value!r} is not a plain count: cv2.getNumThreads and every "
                "parallel call raise cv2.error")

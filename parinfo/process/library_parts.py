@@ -114,6 +114,42 @@ class Pool:
     sized_at_use: str = ""
 
 
+def digits_value(digits: str) -> int:
+    """The number ASCII ``digits`` write, without Python's cap on long conversions: one of more than
+    40 digits (beyond any count a library holds) is given as 10**40."""
+    kept = digits.lstrip("0") or "0"
+    return int(kept) if len(kept) <= 40 else 10**40
+
+
+class Does(str, enum.Enum):
+    """What a library does with a value of a variable it reads (a :class:`Reading`'s verb)."""
+
+    TAKES = "takes"  # takes a count (or a setting) from it
+    DEFAULT = "default"  # takes it as asking for its default, as its documentation says (0)
+    IGNORES = "ignores"  # skips it silently and uses its default
+    WARNS = "warns"  # prints a warning and uses its default
+    RAISES = "raises"  # raises an error where the variable is read
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@record(frozen=True)
+class Reading:
+    """What one library does with one value of a variable it reads, as measured on it: ``does``
+    (:class:`Does`), the ``count`` it takes (TAKES, None for a setting that is no count), and
+    ``words`` that say it when the verb alone does not (what a RAISES raises, and where)."""
+
+    does: Does
+    count: int | None = None
+    words: str = ""
+
+    @property
+    def refuses(self) -> bool:
+        """Whether it refuses the value (ignores it, warns, or raises): the value is invalid for it."""
+        return self.does in (Does.IGNORES, Does.WARNS, Does.RAISES)
+
+
 @record(frozen=True)
 class DirectRead:
     """The words for a loaded copy that threadpoolctl does not see, read without changing anything

@@ -6,7 +6,7 @@ The variables themselves (their syntax, who reads them) are declared with the li
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from parinfo.process.libraries import (
     FALSE_WORDS,
@@ -15,14 +15,16 @@ from parinfo.process.libraries import (
     THREAD_VARS,
     TRUE_WORDS,
     Var,
+    find,
     is_false,
     openmp_runtimes,
 )
+from parinfo.process.library_parts import Does, Reading
 from parinfo.records.record import record
 from parinfo.records.source import PARINFO_DEFAULT, Source, variable
 
 __all__ = ["LIBRARY_VARS", "OPENMP", "THREAD_PREFIXES", "THREAD_VARS", "Setting", "Var", "count_from_env",
-           "is_false", "looks_thread_related", "parse_count", "read_setting", "validate"]
+           "is_false", "judge", "looks_thread_related", "parse_count", "read_setting", "readings", "validate"]
 
 OPENMP = openmp_runtimes()
 
@@ -42,12 +44,16 @@ def parse_count(value: str, *, allow_list: bool = False) -> int:
     if allow_list and "," in value:
         parts = value.split(",")
         for p in parts[1:]:
-            if not _INT.match(p) or int(p) < 1:
-                raise ValueError(f"{value!r} is not a list of positive integers")
+            try:
+                parse_count(p)
+            except ValueError:
+                raise ValueError(f"{value!r} is not a list of positive integers") from None
         text = parts[0]
     m = _INT.match(text)
     if not m:
         raise ValueError(f"{value!r} is not a positive integer")
+    if len(m.group(1).lstrip("0")) > 40:  # past any count, and past Python's cap on int() of digits
+        raise ValueError(f"{value!r} is too large for a count")
     n = int(m.group(1))
     if n < 1:
         raise ValueError(f"{value!r} is not a positive integer")
@@ -82,6 +88,60 @@ def validate(name: str, value: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def readings(name: str, value: str, readers: Sequence[str]) -> list[tuple[str, Reading]] | None:
+    """What each of ``readers`` does with ``value`` of variable ``name``: a library that parses it
+    itself says (:meth:`~parinfo.process.library_base.Library.reading`, measured), the others
+    follow parinfo's validator (a valid value: its count; an invalid one: ignored, with a warning
+    from a library that prints one). None when every reader parses as parinfo validates."""
+    libs = [(r, find(r)) for r in readers]
+    own = [(r, lib.reading(name, value) if lib is not None else None) for r, lib in libs]
+    if all(said is None for _, said in own):
+        return None
+    valid = validate(name, value) is None
+    count = count_from_env(name, {name: value}) if valid else None
+    out = []
+    for (r, lib), (_, said) in zip(libs, own, strict=True):
+        if said is None:
+            warns = lib is not None and lib.warns_invalid
+            said = Reading(Does.TAKES, count) if valid else Reading(Does.WARNS if warns else Does.IGNORES)
+        out.append((r, said))
+    return out
+
+
+#: What a reading says, for one reader and for several.
+_SAYS = {
+    Does.DEFAULT: ("takes it as asking for its default", "take it as asking for their defaults"),
+    Does.IGNORES: ("ignores it and uses its default", "ignore it and use their defaults"),
+    Does.WARNS: ("prints a warning and uses its default", "print a warning and use their defaults"),
+    Does.RAISES: ("raises an error", "raise an error"),
+    Does.TAKES: ("takes it", "take it"),
+}
+
+
+def _says(said: Reading, many: bool) -> str:
+    if said.words:
+        return said.words if not many else f"each {said.words}"
+    if said.does is Does.TAKES and said.count is not None:
+        return f"take{'' if many else 's'} {said.count}"
+    return _SAYS[said.does][many]
+
+
+def judge(name: str, value: str, readers: Sequence[str]) -> str | None:
+    """Why ``value`` of variable ``name`` is invalid, or None when it is valid: parinfo's validator
+    (:func:`validate`) when every reader parses as it does; else, from what each reader does with it
+    (:func:`readings`), invalid when any of them refuses it, in words that name each reader and what
+    it does ("libgomp prints a warning and uses its default; pyarrow takes 1")."""
+    said = readings(name, value, readers)
+    if said is None:
+        return validate(name, value)
+    if not any(r.refuses for _, r in said):
+        return None
+    groups: dict[Reading, list[str]] = {}
+    for reader, r in said:
+        groups.setdefault(r, []).append(reader)
+    return "; ".join(f"{', '.join(names)} {_says(r, len(names) > 1)}" for r, names in groups.items())
 
 
 def count_from_env(name: str, environ: Mapping[str, str]) -> int | None:
