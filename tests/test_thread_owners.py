@@ -150,7 +150,8 @@ def test_frame_libraries_threads_inside_and_from_outside() -> None:
         ("duckdb", "import duckdb; con = duckdb.connect(); con.execute('SELECT sum(range) FROM range(100000)')"),
     ]
     added, inside, outside = _owners_inside_and_out(steps)
-    expected = {"numpy": "openblas (numpy)", "polars": "polars", "pyarrow": "pyarrow", "duckdb": "duckdb", "python": "python"}
+    expected = {"numpy": "openblas (numpy)", "polars": "polars", "pyarrow": "pyarrow", "duckdb": "duckdb",
+                "python": "python"}
     _check(added, inside, expected, "main thread")
     _check(added, outside, expected, "main thread")
 
@@ -160,14 +161,15 @@ def test_another_users_process_is_unknown_with_why() -> None:
     owned by "unknown (why)", the main thread still named."""
     if os.geteuid() != 0:
         pytest.skip("needs root to read as another user")
-    code = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); print(1, flush=True); time.sleep(30)"
+    code = ("import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); "
+            "print(1, flush=True); time.sleep(30)")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline()
         env = {**os.environ, "PYTHONPATH": ROOT}
         script = ("import json, os; from parinfo.machine.procfs import Proc;"
-                  "from parinfo.process.threads import live_threads; from parinfo.process.thread_owners import attribute;"
-                  f"p = Proc.of({child.pid}); os.setuid(65534); print(json.dumps(attribute(live_threads(p), p, {{}}).owners))")
+                  "from parinfo.process.thread_owners import owners_of;"
+                  f"p = Proc.of({child.pid}); os.setuid(65534); print(json.dumps(owners_of(p)))")
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
         assert out.returncode == 0, out.stderr
         owners = json.loads(out.stdout)

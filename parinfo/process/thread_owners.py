@@ -230,6 +230,13 @@ def attribute(listing: ThreadList, proc: Proc | None = None, python: Mapping[int
     return listing
 
 
+def owners_of(proc: Proc) -> dict[str, int]:
+    """Owner -> threads of process ``proc`` read from outside (``host``); ProcessGone when it ends."""
+    from parinfo.process.threads import live_threads
+
+    return attribute(live_threads(proc), proc, {}).owners or {}
+
+
 def count_owners(threads: Iterable[OsThread]) -> dict[str, int]:
     """Owner -> threads, most first (ties by name)."""
     counts = Counter(t.owner for t in threads if t.owner is not None)
