@@ -1,5 +1,5 @@
-"""Which library owns each OS thread of a process: by the name it was given, else by the code its
-stack starts in.
+"""Which library owns each OS thread of a process: by the code its stack starts in, else by the
+name it was given.
 
 Most native pools keep the name of the thread that started them ("python"), so a name says little.
 A thread's outermost frames say more: glibc puts a thread's stack (an anonymous mapping) and its
@@ -12,7 +12,9 @@ not the C runtime (libc, the loader, libstdc++, libgcc) is the thread's owner. A
 interpreter (the executable, libpython) makes it a Python thread.
 
 Reading another process's stacks needs the right to read its memory (same user with ptrace allowed,
-or root): without it, a thread its name does not place is owned by "unknown (why)". Everything read
+or root): without it, a thread is placed by its name (the families' ``thread_names``: "polars" for
+"polars-3", "polars or pyarrow" for a name both declare), else owned by "unknown (why)". The main
+thread and, in this process or one attached to, the Python threads are known without a stack. Everything read
 here is the process's own data (hostile): reads are bounded, nothing read is followed but addresses
 that its own maps name, and every failure is an Unknown, never an exception but ProcessGone.
 """
@@ -196,21 +198,20 @@ class Reader:
             return Unknown(f"its stack cannot be read: {words.why}")
         return owner_by_stack(words, maps, self.interpreter)
 
-    def owner(self, thread: OsThread, python: Mapping[int, str], memory: Memory) -> tuple[str, str]:
-        """(owner, how it was found) of one thread."""
+    def owner(self, thread: OsThread, python: Mapping[int, str], memory: Memory) -> str:
+        """The owner of one thread: the main thread, a Python thread, the library its stack starts
+        in, else the families that name their threads as it is named, else "unknown (why)". The
+        stack comes before the name: it tells copies apart (Polars' jemalloc from Arrow's), and a
+        name like "tokio-rt-worker" is any tokio user's."""
         if thread.tid == (self.proc.pid or os.getpid()):
-            return MAIN, "the process's first thread"
+            return MAIN
         if thread.tid in python:
-            return PYTHON, f"the Python thread {python[thread.tid]!r}"
-        named = self.names.get(thread_group(thread.name), ())
-        if len(named) == 1:
-            return named[0], f"its name {thread.name!r}"
+            return PYTHON
         found = self.by_stack(thread.tid, memory)
         if not isinstance(found, Unknown):
-            return found, "the code its stack starts in"
-        if named:
-            return " or ".join(named), f"its name {thread.name!r} ({found.why})"
-        return str(found), "not found"
+            return found
+        named = self.names.get(thread_group(thread.name), ())
+        return " or ".join(named) if named else str(found)
 
 
 def attribute(listing: ThreadList, proc: Proc | None = None, python: Mapping[int, str] | None = None
@@ -225,7 +226,7 @@ def attribute(listing: ThreadList, proc: Proc | None = None, python: Mapping[int
     with proc.memory() as memory:
         memory.read(0, 0)  # opens it: a refusal is known before the first stack is asked for
         for thread in listing.threads:
-            thread.owner = reader.owner(thread, python, memory)[0]
+            thread.owner = reader.owner(thread, python, memory)
     listing.owners = count_owners(listing.threads)
     return listing
 
