@@ -43,6 +43,17 @@ def test_maps_are_parsed_and_searched_by_address() -> None:
     assert maps.at(0x40000000) is not None and not maps.at(0x40000000).executable  # type: ignore[union-attr]
 
 
+def test_hostile_maps_and_stacks_are_skipped_not_raised() -> None:
+    raw = (b"zz-10 r-xp 0 0 0 /x\n" b"10-zz r-xp 0 0 0 /x\n" b"\xff\xfe-1 r-xp\n" b"-\n\n"
+           b"100-200 r-xp 00000000 08:01 9 /opt/\xff\xfe name with spaces.so (deleted)\n")
+    maps = to.Maps(to.parse_maps(raw))
+    (only,) = maps.mappings
+    assert only.path.endswith("name with spaces.so (deleted)")
+    owner = to.owner_by_stack(_window(0x150) + b"\x01\x02\x03", maps, None)
+    assert owner == "other (\ufffd\ufffd name with spaces.so (deleted))"
+    assert isinstance(to.owner_by_stack(b"", maps, None), Unknown)
+
+
 def test_stack_pointer_from_the_syscall_file() -> None:
     assert to.stack_pointer(b"202 0x7f 0x80 0x0 0x0 0x0 0x0 0x7ffc1000 0x7f0012\n") == 0x7ffc1000
     assert to.stack_pointer(b"-1 0x7ffc2000 0x7f0012\n") == 0x7ffc2000

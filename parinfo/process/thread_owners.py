@@ -125,8 +125,13 @@ def owner_of_file(path: str) -> str:
             for lib in reg.python_libraries():
                 if top in (lib.name, lib.module) or top.startswith(f"{lib.name}_"):
                     return lib.name
-            return f"other ({top})"
-    return f"other ({base})"
+            return _printable(f"other ({top})")
+    return _printable(f"other ({base})")
+
+
+def _printable(label: str) -> str:
+    """``label`` with the bytes of a file name that are not UTF-8 as U+FFFD (JSON and text take it)."""
+    return label.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def owner_by_stack(words: bytes, maps: Maps, interpreter: str | None) -> str | Unknown:
