@@ -9,6 +9,12 @@ work that starts its threads; a library that is not installed is skipped with a 
 every thread's name (/proc/self/task/*/comm) and ``parinfo.inspect()``, and prints: the threads by
 name, each report row's claim, the threads accounted for, and the unaccounted by name.
 
+It prints the count two ways. BEFORE (what the report alone allowed): each row's claim matched to
+threads by name. AFTER: each thread's owner as the report gives it (``threads.owners``, by thread
+name or by the code the thread's stack starts in: parinfo.process.thread_owners): a thread is
+accounted for by a pool when its owner is a library the report lists a pool or count for; the rest
+are named: the main thread, Python threads, allocator background threads, and any other owner.
+
 A row's claim is the live threads it reports (a ``live_threads`` field, where a library family
 gives one), else its count in force less the calling thread (the main thread joins OpenMP's,
 OpenBLAS's and numba's teams). Libraries whose teams are an OpenMP runtime's pool (XGBoost,
@@ -253,6 +259,41 @@ def account(threads: list[tuple[int, str]], rows: list[tuple[str, int, str, tupl
     return accounted, sorted(left.elements())
 
 
+#: Thread names of allocator background threads (a library's, but no pool of its).
+ALLOCATOR_THREADS = ("jemalloc_bg_thd",)
+
+
+def reported_libraries(report: dict[str, Any]) -> set[str]:
+    """The owners a report's rows stand for: "library (package)" of each pool row, and the library of
+    each count row (a library's second pool, "onnxruntime inter-op", is its library's)."""
+    from parinfo.process import libraries as reg
+
+    out = {f"{row.get('library')} ({row.get('owner')})" for row in report.get("pools") or []}
+    for row in report.get("settings") or []:
+        lib = reg.find(row.get("library") or "")
+        if lib is not None and lib.kind is reg.LibraryKind.PYTHON:
+            out.update(n for n in (lib.name, lib.module) if n)
+    return out
+
+
+def by_owner(report: dict[str, Any]) -> tuple[int, collections.Counter[str], collections.Counter[str]]:
+    """(threads a reported pool's library owns, those by owner, the others by what they are)."""
+    libraries = reported_libraries(report)
+    pooled: collections.Counter[str] = collections.Counter()
+    rest: collections.Counter[str] = collections.Counter()
+    for thread in report["threads"]["threads"]:
+        owner = thread.get("owner") or "unknown (not read)"
+        if thread.get("name") in ALLOCATOR_THREADS:
+            rest[f"allocator background thread ({owner})"] += 1
+        elif owner in libraries:
+            pooled[owner] += 1
+        elif owner == "python":
+            rest["Python thread"] += 1
+        else:
+            rest[owner] += 1
+    return sum(pooled.values()), pooled, rest
+
+
 def main() -> None:
     report_machine()
     print(f"python {sys.version.split()[0]}")
@@ -278,9 +319,17 @@ def main() -> None:
         print(f"  {name:40s} {n:3d}  ({how})")
     accounted, left = account(threads, rows)
     share = accounted / len(threads) if threads else 0.0
-    print(f"\nTOTAL {len(threads)} threads; ACCOUNTED {accounted} ({share:.0%}: the main thread and the rows above)")
-    print("UNACCOUNTED by name: " + (", ".join(f"{name} {n}" for name, n in collections.Counter(left).most_common())
-                                     or "none"))
+    print(f"\nBEFORE (report rows' claims matched by name): TOTAL {len(threads)} threads; ACCOUNTED {accounted} "
+          f"({share:.0%}: the main thread and the rows above)")
+    print("  unaccounted by name: " + (", ".join(f"{name} {n}" for name, n in collections.Counter(left).most_common())
+                                       or "none"))
+    listed = report["threads"]["threads"]
+    pooled, owners, rest = by_owner(report)
+    share = pooled / len(listed) if listed else 0.0
+    print(f"\nAFTER (each thread's owner, parinfo.inspect().threads.owners): TOTAL {len(listed)} threads; "
+          f"ACCOUNTED BY POOLS {pooled} ({share:.0%})")
+    print("  by owner: " + ", ".join(f"{owner} {n}" for owner, n in owners.most_common()))
+    print("  the rest, named: " + (", ".join(f"{what} {n}" for what, n in rest.most_common()) or "none"))
 
 
 if __name__ == "__main__":

@@ -149,6 +149,21 @@ def test_numpy_processes_at_different_counts_in_force(targets, cgroup):
     assert "OPENBLAS_NUM_THREADS=1" in finding.fix
 
 
+def test_threads_grouped_by_owner(targets, cgroup):
+    """A numpy process holds its main thread and OpenBLAS's workers alone (numpy's import starts
+    them): host gives each its owner, in the JSON and the table."""
+    proc, truth = targets.start(TARGET.format(limit=None))
+    time.sleep(0.3)  # spinning OpenBLAS workers go to sleep
+    row = _scan(cgroup).process(proc.pid)
+    assert row.owners == {"openblas (numpy)": _tasks(proc.pid) - 1, "main thread": 1}
+    assert int(truth) - 1 == row.owners["openblas (numpy)"]
+    report = _scan(cgroup)
+    (listed,) = [p for p in report.to_dict()["processes"] if p["pid"] == proc.pid]
+    assert listed["threads"]["owners"] == row.owners
+    shown = ", ".join(f"{owner} {n}" for owner, n in row.owners.items())
+    assert f"threads by owner: {shown}" in report.table() and f"openblas (numpy) {int(truth) - 1}" in shown
+
+
 def test_the_fix_works_as_printed(targets, cgroup):
     for _ in range(2):
         targets.start(TARGET.format(limit=None))

@@ -101,13 +101,14 @@ def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
 
 def _threads(proc: Proc, answer: Answer) -> ThreadList:
     """The OS threads of ``proc`` from /proc, each with the name of the Python thread it runs."""
+    from parinfo.process.thread_owners import attribute
     from parinfo.process.threads import live_threads
 
     listing = live_threads(proc)
     names = {t.native_id: t.name for t in answer.threads or () if t.native_id is not None}
     for thread in listing.threads:
         thread.python_name = names.get(thread.tid)
-    return listing
+    return attribute(listing, proc, {tid: name for tid, name in names.items() if name is not None})
 
 
 @record

@@ -120,7 +120,7 @@ def read_outside(proc: Proc, *, children: bool = False, root: str = "/",
     from parinfo.machine.mempolicy import memory_policy
     from parinfo.machine.topology import machine_facts
     from parinfo.outside import remote
-    from parinfo.process import environment as envmod, pools, threads as thr
+    from parinfo.process import environment as envmod, pools, thread_owners, threads as thr
     from parinfo.process.probing import Probes
     from parinfo.process.tasks import NoAccess, ProcessGone, exited_during_read
     from parinfo.records.unknown import unknown
@@ -144,7 +144,7 @@ def read_outside(proc: Proc, *, children: bool = False, root: str = "/",
         if pid not in stats:
             raise exited_during_read(pid)
         live = live_section(proc, root, threads=len(stats[pid]))
-        listing = thr.live_threads(proc)
+        listing = thread_owners.attribute(thr.live_threads(proc), proc, {})
         memory = memory_policy(proc, root)
     except ProcessGone:
         raise exited_during_read(pid) from None

@@ -76,6 +76,7 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, serving, threads
     from parinfo.process.interpreter import interpreter_facts, watch_gil_warning
+    from parinfo.process.thread_owners import attribute as attribute_owners
 
     watch_gil_warning()  # a module imported from now on that turns the GIL back on is named
 
@@ -121,7 +122,7 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
         frameworks=framework_info,
         settings=settings,
         environment=env_rows,
-        threads=threads.live_threads(),
+        threads=attribute_owners(threads.live_threads()),
         outer=_outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env),
     )
 

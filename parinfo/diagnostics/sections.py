@@ -284,6 +284,8 @@ def threads(r: Report) -> Section:
     if python:  # a process attached to: the names its Python threads have
         named = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in python.most_common())
         notes += (Note(f"Python threads: {named}"),)
+    if t.owners:  # who started them: by name, else by the code their stacks start in
+        notes += (Note("by owner: " + ", ".join(f"{owner} {n}" for owner, n in t.owners.items())),)
     return Section("threads", "Live OS threads", (Row((show_value(t.count), listing)),), notes=notes)
 
 

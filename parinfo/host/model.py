@@ -82,6 +82,7 @@ class HostProcess:
     cpu_percent: float | None = None  # CPU use over the interval (100: one CPU)
     family: str | None = None  # the key of its Family
     outer_threads: int = 1
+    owners: dict[str, int] | None = None  # threads by the library that started them (processes with pools)
 
     def _widest(self, predicted: bool) -> tuple[str | None, int | None]:
         if self.pools_unknown is not None:
@@ -139,6 +140,8 @@ class HostProcess:
                    threads={"count": self.threads, "states": data["states"], "runnable_now": self.runnable_now,
                             "runnable_in_pools": self.runnable_in_pools, "groups": data["groups"]},
                    cpu_percent=self.cpu_percent, family=self.family)
+        if self.owners is not None:
+            out["threads"]["owners"] = self.owners
         return out
 
 
@@ -332,6 +335,9 @@ def _render(r: HostReport, *, all_processes: bool = False) -> str:
             group = p.group
             lines.append(escape_controls(f"  in {p.group}"))
         lines.append(_process_line(p))
+        if p.owners:
+            lines.append(escape_controls("          threads by owner: " + ", ".join(
+                f"{owner} {n}" for owner, n in p.owners.items())))
     if hidden:
         lines.append(f"  ... and {hidden} more processes without native pools (--json lists them all)")
     lines.append("  run: runnable now / of them in pools;  in force: read from the process's memory;  "

@@ -46,6 +46,7 @@ from parinfo.machine.topology import REREAD_S
 from parinfo.outside.standing import decide
 from parinfo.process import libraries as reg
 from parinfo.process.tasks import CLOCK_TICKS
+from parinfo.process.thread_owners import owners_of
 from parinfo.process.threads import thread_group
 from parinfo.records.record import record
 from parinfo.records.source import unknown as unknown_source
@@ -414,6 +415,10 @@ class Scanner:
             if attaching and pid != os.getpid() and b"python" in (static.maps or b""):
                 inside = self._inside(proc, maps, static, facts)
             pools = self._counts(proc, maps, static, facts) if inside is None else inside
+        try:
+            owners = owners_of(proc) if pools else None
+        except ProcessGone:
+            return None
         multi = sorted({p.library for p in pools if not p.duplicate_of})
         own = thread_group(name)
         groups = [ThreadGroup(n, v[0], v[1], ", ".join(multi) if n == own and multi else None)
@@ -422,4 +427,4 @@ class Scanner:
             pid=pid, ppid=ppid, name=name, command=static.command, user=_user(static.uid) if static.uid >= 0 else "?",
             cgroup=cg.path, group=cg.key, usable_cpus=usable, affinity=len(affinity), pools=pools,
             pools_unknown=unknown, threads=sum(states.values()), states=states, runnable_now=states.get("R", 0),
-            groups=groups)
+            groups=groups, owners=owners)

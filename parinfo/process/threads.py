@@ -37,11 +37,14 @@ def thread_group(name: str) -> str:
 class OsThread:
     """One OS thread: its id and the kernel's name for it (at most 15 characters, e.g. "python",
     "PTThreadPool"), or "unknown (reason)"; ``python_name``: the name of the Python thread it runs,
-    when that was read (a process attached to), else None (and then not in the payload)."""
+    when that was read (a process attached to), else None (and then not in the payload);
+    ``owner``: the library that started it (:mod:`parinfo.process.thread_owners`: "pyarrow",
+    "openblas (numpy)", "python", "main thread", "unknown (why)"), None when not read."""
 
     tid: int = field(metadata=REQUIRED)
     name: str = field(metadata={"missing": NOT_IN_REPORT})
     python_name: str | None = field(default=None, metadata=OMIT_NONE)
+    owner: str | None = field(default=None, metadata=OMIT_NONE)
 
 
 @record
@@ -53,12 +56,15 @@ class ThreadList:
     - ``source``: "/proc/<pid>/task", "psutil", or "unknown (reason)".
     - ``states``: for a process read from outside, how many threads are in each scheduler state
       ({"R": 2, "S": 5}); None otherwise (and then not in its JSON).
+    - ``owners``: how many threads each library owns (the threads' ``owner``s counted, most first),
+      None when owners were not read (and then not in its JSON).
     """
 
     count: int | str = NOT_IN_REPORT
     threads: list[OsThread] = field(default_factory=list)
     source: Source = NOT_READ
     states: dict[str, int] | None = field(default=None, metadata=OMIT_NONE)
+    owners: dict[str, int] | None = field(default=None, metadata=OMIT_NONE)
 
     def not_counted(self) -> Unknown:
         """Why ``count`` is no number, as a value: the reason of its unknown ``source`` (the two

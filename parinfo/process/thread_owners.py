@@ -1,0 +1,255 @@
+"""Which library owns each OS thread of a process: by the code its stack starts in, else by the
+name it was given.
+
+Most native pools keep the name of the thread that started them ("python"), so a name says little.
+A thread's outermost frames say more: glibc puts a thread's stack (an anonymous mapping) and its
+control block at the top of one mapping, and the frames nearest that top are the start routine's:
+the library's worker loop, reached from ``start_thread``. So, for a thread waiting in a system call
+(pool workers wait so), its stack pointer (``/proc/PID/task/TID/syscall``) names its stack mapping
+(``/proc/PID/maps``); a bounded window at the top of it, read through ``/proc/PID/mem``, is scanned
+from the top down for words that point into an executable mapped file; the first such file that is
+not the C runtime (libc, the loader, libstdc++, libgcc) is the thread's owner. A file of the
+interpreter (the executable, libpython) makes it a Python thread.
+
+Reading another process's stacks needs the right to read its memory (same user with ptrace allowed,
+or root): without it, a thread is placed by its name (the families' ``thread_names``: "polars" for
+"polars-3", "polars or pyarrow" for a name both declare), else owned by "unknown (why)". The main
+thread and, in this process or one attached to, the Python threads are known without a stack. Everything read
+here is the process's own data (hostile): reads are bounded, nothing read is followed but addresses
+that its own maps name, and every failure is an Unknown, never an exception but ProcessGone.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import struct
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from parinfo.machine.procfs import Memory, NoAccess, Proc, this_or
+from parinfo.process import libraries as reg
+from parinfo.process.pools import owner_of
+from parinfo.process.threads import OsThread, ThreadList, thread_group
+from parinfo.records.unknown import Unknown
+
+#: Owner of a process's first thread, and of threads the interpreter started.
+MAIN = "main thread"
+PYTHON = "python"
+
+#: The most of a stack read, from its top: the outermost frames and glibc's thread block fit in a
+#: few KiB; a deep stack is not read further.
+WINDOW = 1 << 16
+
+#: How often a thread found running is asked again for its stack pointer (waits of 0, 1, 2... ms).
+RUNNING_TRIES = 4
+
+#: Files the start of every thread passes through, which own none: the C and C++ runtimes, the loader.
+_RUNTIME_FILES = re.compile(r"(libc|libpthread|ld-linux[-\w.]*|ld-musl[-\w.]*|libstdc\+\+|libc\+\+|libc\+\+abi"
+                            r"|libgcc_s|libdl|libm)([-.].*)?$")
+_INTERPRETER_FILES = re.compile(r"(python[\d.]*|libpython[\d.]+.*)$")
+
+#: Top-level folders of site-packages whose name is not their library's module name.
+_PACKAGE_ALIASES = {"opencv_python_headless": "opencv", "opencv_python": "opencv", "cv2": "opencv"}
+
+
+@dataclass(frozen=True)
+class Region:
+    """One line of /proc/PID/maps: an address range, whether it is executable, the file it maps."""
+
+    start: int
+    end: int
+    executable: bool
+    path: str
+
+
+def parse_maps(raw: bytes) -> list[Region]:
+    """The mappings of a maps file, sorted by start; malformed lines are skipped."""
+    out = []
+    for line in raw.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5:
+            continue
+        lo, _, hi = parts[0].partition(b"-")
+        try:
+            start, end = int(lo, 16), int(hi, 16)
+        except ValueError:
+            continue
+        path = parts[5].strip().decode("utf-8", "surrogateescape") if len(parts) > 5 else ""
+        out.append(Region(start, end, b"x" in parts[1], path))
+    out.sort(key=lambda m: m.start)
+    return out
+
+
+class Maps:
+    """A process's mappings, searched by address."""
+
+    def __init__(self, mappings: list[Region]) -> None:
+        self.mappings = mappings
+        self._starts = [m.start for m in mappings]
+
+    def at(self, address: int) -> Region | None:
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0 and self.mappings[i].start <= address < self.mappings[i].end:
+            return self.mappings[i]
+        return None
+
+
+def stack_pointer(raw: bytes | None) -> int | Unknown:
+    """The stack pointer in a thread's ``syscall`` file ("NR args... SP PC", "-1 SP PC", "running")."""
+    if raw is None:
+        return Unknown("its syscall file cannot be read")
+    words = raw.split()
+    if words[:1] == [b"running"]:
+        return Unknown("it was running, and a stack is read only while its thread waits")
+    try:
+        return int(words[-2], 16)
+    except (IndexError, ValueError):
+        return Unknown("its syscall file is not in the kernel's format")
+
+
+def owner_of_file(path: str) -> str:
+    """The library that owns code in ``path``: a native family ("openblas (numpy)"), a Python
+    module's family ("pyarrow"), or "other (package)"."""
+    base = os.path.basename(path)
+    native = reg.by_prefix(base.lower())
+    if native is not None and native.kind is reg.LibraryKind.NATIVE:
+        return f"{native.name} ({owner_of(path)})"
+    parts = path.split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in ("site-packages", "dist-packages"):
+            top = parts[i + 1].split(".", 1)[0].lstrip("_")
+            top = _PACKAGE_ALIASES.get(top, top)
+            for lib in reg.python_libraries():
+                if top in (lib.name, lib.module) or top.startswith(f"{lib.name}_"):
+                    return lib.name
+            return _printable(f"other ({top})")
+    return _printable(f"other ({base})")
+
+
+def _printable(label: str) -> str:
+    """``label`` with the bytes of a file name that are not UTF-8 as U+FFFD (JSON and text take it)."""
+    return label.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def owner_by_stack(words: bytes, maps: Maps, interpreter: str | None) -> str | Unknown:
+    """The owner of the first file, from the top of a stack window down, that code is mapped from
+    and that is not the C runtime; Unknown when no word points into one."""
+    count = len(words) // 8
+    for word in reversed(struct.unpack(f"<{count}Q", words[:count * 8])):
+        m = maps.at(word)
+        if m is None or not m.executable or not m.path.startswith("/"):
+            continue
+        base = os.path.basename(m.path)
+        if _RUNTIME_FILES.match(base):
+            continue
+        if m.path == interpreter or _INTERPRETER_FILES.match(base):
+            return PYTHON
+        return owner_of_file(m.path)
+    return Unknown("no library code at the top of its stack")
+
+
+def _name_owners() -> dict[str, tuple[str, ...]]:
+    """Thread group -> the families that declare threads of that name."""
+    out: dict[str, list[str]] = {}
+    for lib in reg.records():
+        for group, _ in lib.thread_names:
+            out.setdefault(group, []).append(lib.name)
+    return {group: tuple(dict.fromkeys(names)) for group, names in out.items()}
+
+
+class Reader:
+    """Reads the owners of one process's threads: its maps and memory, opened once."""
+
+    def __init__(self, proc: Proc) -> None:
+        self.proc = proc
+        self.names = _name_owners()
+        self.refused: Unknown | None = None
+        self._maps: Maps | None = None
+        exe = proc.exe()
+        self.interpreter = None if isinstance(exe, Unknown) else exe
+
+    def maps(self) -> Maps | Unknown:
+        if self._maps is None:
+            try:
+                self._maps = Maps(parse_maps(self.proc.maps()))
+            except NoAccess as exc:
+                return Unknown(str(exc))
+        return self._maps
+
+    def by_stack(self, tid: int, memory: Memory) -> str | Unknown:
+        """The owner of thread ``tid`` by its stack (``memory``: the process's, open)."""
+        if memory.refused is not None:
+            return Unknown(f"its stack cannot be read: {memory.refused.why}")
+        maps = self.maps()
+        if isinstance(maps, Unknown):
+            return maps
+        sp: int | Unknown = Unknown("it was running")
+        for attempt in range(RUNNING_TRIES):  # a running thread is asked again: a worker waits again soon
+            sp = stack_pointer(self.proc.thread_file(tid, "syscall", 512))
+            if not isinstance(sp, Unknown) or "running" not in sp.why:
+                break
+            time.sleep(0.001 * attempt)
+        if isinstance(sp, Unknown):
+            return sp
+        stack = maps.at(sp)
+        if stack is None:
+            return Unknown("its stack pointer is in no mapping")
+        low = max(sp, stack.end - WINDOW)
+        words = memory.read(low, stack.end - low)
+        if isinstance(words, Unknown):
+            return Unknown(f"its stack cannot be read: {words.why}")
+        return owner_by_stack(words, maps, self.interpreter)
+
+    def owner(self, thread: OsThread, python: Mapping[int, str], memory: Memory) -> str:
+        """The owner of one thread: the main thread, a Python thread, the library its stack starts
+        in, else the families that name their threads as it is named, else "unknown (why)". The
+        stack comes before the name: it tells copies apart (Polars' jemalloc from Arrow's), and a
+        name like "tokio-rt-worker" is any tokio user's."""
+        if thread.tid == (self.proc.pid or os.getpid()):
+            return MAIN
+        if thread.tid in python:
+            return PYTHON
+        found = self.by_stack(thread.tid, memory)
+        if not isinstance(found, Unknown):
+            return found
+        named = self.names.get(thread_group(thread.name), ())
+        return " or ".join(named) if named else str(found)
+
+
+def attribute(listing: ThreadList, proc: Proc | None = None, python: Mapping[int, str] | None = None
+              ) -> ThreadList:
+    """``listing`` (the threads of ``proc``, default this process) with each thread's owner set and
+    ``owners`` counted; ``python`` maps the native ids of the process's Python threads to their
+    names (this process's are read here when it is None)."""
+    proc = this_or(proc)
+    if python is None:
+        python = _own_python_threads() if proc.pid in (None, os.getpid()) else {}
+    reader = Reader(proc)
+    with proc.memory() as memory:
+        memory.read(0, 0)  # opens it: a refusal is known before the first stack is asked for
+        for thread in listing.threads:
+            thread.owner = reader.owner(thread, python, memory)
+    listing.owners = count_owners(listing.threads)
+    return listing
+
+
+def owners_of(proc: Proc) -> dict[str, int]:
+    """Owner -> threads of process ``proc`` read from outside (``host``); ProcessGone when it ends."""
+    from parinfo.process.threads import live_threads
+
+    return attribute(live_threads(proc), proc, {}).owners or {}
+
+
+def count_owners(threads: Iterable[OsThread]) -> dict[str, int]:
+    """Owner -> threads, most first (ties by name)."""
+    counts = Counter(t.owner for t in threads if t.owner is not None)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _own_python_threads() -> dict[int, str]:
+    import threading
+
+    return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
