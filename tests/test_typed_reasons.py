@@ -1,9 +1,10 @@
 """Issue 37: a reason is a value, never words to read back. A scan of the package's syntax trees
 fails on
 
-- (a) a function whose return annotation is a union of ``str`` with another type than None (the
-  "value, or the reason as text" shape: :class:`parinfo.records.unknown.Unknown` is the value for
-  "could not read this"), unless it is listed below with why its ``str`` is a value;
+- (a) a function whose return annotation is a union of ``str`` with another type than None or
+  ``Unknown`` (the "value, or the reason as text" shape: :class:`parinfo.records.unknown.Unknown` is
+  the value for "could not read this", so ``str | Unknown`` is a text value or a typed reason),
+  unless it is listed below with why its ``str`` is a value;
 - (b) a comparison, ``in`` or ``startswith``-like call with a text that begins "unknown": a decision
   on the words parinfo writes for an unknown value;
 - (c) inside an ``except ... as exc`` block, a comparison, ``in`` or ``startswith``-like call on the
@@ -28,7 +29,6 @@ UNION_ALLOWED: dict[str, str] = {
     "parinfo.profiles.value_rules:Count.check": "a count or the text of an expression over machine facts",
     "parinfo.records.unknown:in_words":
         "the edge: a record field keeps an Unknown's words for the JSON, which stays byte-identical",
-    "parinfo.machine.procfs:Proc.exe": "the executable's path (the str is the value) or Unknown(why)",
 }
 
 #: (b) module:function -> why it reads the words of an unknown value.
@@ -101,7 +101,7 @@ def union_members(node: ast.expr | None) -> list[str]:
 def value_or_text(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """Whether ``func`` returns a union of str with a type other than None."""
     members = union_members(func.returns)
-    return "str" in members and any(m not in ("str", "None") for m in members)
+    return "str" in members and any(m not in ("str", "None", "Unknown") for m in members)
 
 
 def _texts(node: ast.AST) -> list[str]:
@@ -214,7 +214,7 @@ def test_the_scan_sees_each_shape_it_forbids():
                 "def f() -> Union[int, str]: ...", "def f() -> Optional[int | str]: ..."):
         assert value_or_text(_one(bad)), bad
     for fine in ("def f() -> str | None: ...", "def f() -> Optional[str]: ...", "def f() -> int: ...",
-                 "def f() -> list[int | str]: ..."):
+                 "def f() -> list[int | str]: ...", "def f() -> str | Unknown: ..."):
         assert not value_or_text(_one(fine)), fine
     assert reads_unknown_words(_one("def f(x):\n    return x.startswith('unknown (')"))
     assert reads_unknown_words(_one("def f(x):\n    return x == 'Unknown'"))
