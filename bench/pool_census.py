@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import collections
 import os
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -330,6 +332,33 @@ def main() -> None:
           f"ACCOUNTED BY POOLS {pooled} ({share:.0%})")
     print("  by owner: " + ", ".join(f"{owner} {n}" for owner, n in owners.most_common()))
     print("  the rest, named: " + (", ".join(f"{what} {n}" for what, n in rest.most_common()) or "none"))
+    timings()
+
+
+def timings(repeats: int = 15) -> None:
+    """parallel_info() and inspect() in this process after their first call, beside threadpoolctl's
+    threadpool_info() (the anchor: it lists the native pools only), medians of ``repeats``."""
+    import threadpoolctl
+
+    import parinfo
+
+    def median_ms(fn: Any) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+    first = time.perf_counter()
+    parinfo.parallel_info()
+    first_ms = (time.perf_counter() - first) * 1e3
+    info = median_ms(parinfo.parallel_info)
+    inspect = median_ms(parinfo.inspect)
+    anchor = median_ms(threadpoolctl.threadpool_info)
+    print(f"\nparallel_info() here: first call {first_ms:.1f} ms, then median {info:.2f} ms (goal <= 5 ms); "
+          f"inspect() {inspect:.2f} ms; threadpoolctl.threadpool_info() {anchor:.2f} ms; "
+          f"ratio {info / anchor:.1f}")
 
 
 if __name__ == "__main__":
