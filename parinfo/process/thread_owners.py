@@ -27,7 +27,7 @@ import struct
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from parinfo.machine.procfs import Memory, NoAccess, Proc, this_or
 from parinfo.process import libraries as reg
@@ -46,18 +46,19 @@ WINDOW = 1 << 16
 #: How often a thread found running is asked again for its stack pointer (waits of 0, 1, 2... ms).
 RUNNING_TRIES = 4
 
-#: Files the start of every thread passes through, which own none: the C and C++ runtimes, the loader.
-_RUNTIME_FILES = re.compile(r"(libc|libpthread|ld-linux[-\w.]*|ld-musl[-\w.]*|libstdc\+\+|libc\+\+|libc\+\+abi"
-                            r"|libgcc_s|libdl|libm)([-.].*)?$")
-_INTERPRETER_FILES = re.compile(r"(python[\d.]*|libpython[\d.]+.*)$")
+#: Files the start of every thread passes through, which own none: the C and C++ runtimes, the loader
+#: (patterns compiled at first use, by re's cache: `parinfo show` of a one-thread process needs none).
+_RUNTIME_FILES = (r"(libc|libpthread|ld-linux[-\w.]*|ld-musl[-\w.]*|libstdc\+\+|libc\+\+|libc\+\+abi"
+                   r"|libgcc_s|libdl|libm)([-.].*)?$")
+_INTERPRETER_FILES = r"(python[\d.]*|libpython[\d.]+.*)$"
 
 #: Top-level folders of site-packages whose name is not their library's module name.
 _PACKAGE_ALIASES = {"opencv_python_headless": "opencv", "opencv_python": "opencv", "cv2": "opencv"}
 
 
-@dataclass(frozen=True)
-class Region:
-    """One line of /proc/PID/maps: an address range, whether it is executable, the file it maps."""
+class Region(NamedTuple):
+    """One line of /proc/PID/maps: an address range, whether it is executable, the file it maps
+    (a NamedTuple: a maps file of a large process has thousands of lines)."""
 
     start: int
     end: int
@@ -143,9 +144,9 @@ def owner_by_stack(words: bytes, maps: Maps, interpreter: str | None) -> str | U
         if m is None or not m.executable or not m.path.startswith("/"):
             continue
         base = os.path.basename(m.path)
-        if _RUNTIME_FILES.match(base):
+        if re.match(_RUNTIME_FILES, base):
             continue
-        if m.path == interpreter or _INTERPRETER_FILES.match(base):
+        if m.path == interpreter or re.match(_INTERPRETER_FILES, base):
             return PYTHON
         return owner_of_file(m.path)
     return Unknown("no library code at the top of its stack")
