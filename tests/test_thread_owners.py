@@ -57,7 +57,8 @@ def test_hostile_maps_and_stacks_are_skipped_not_raised() -> None:
 def test_stack_pointer_from_the_syscall_file() -> None:
     assert to.stack_pointer(b"202 0x7f 0x80 0x0 0x0 0x0 0x0 0x7ffc1000 0x7f0012\n") == 0x7ffc1000
     assert to.stack_pointer(b"-1 0x7ffc2000 0x7f0012\n") == 0x7ffc2000
-    assert isinstance(to.stack_pointer(b"running\n"), Unknown)
+    assert isinstance(to.stack_pointer(b"running\n"), to.Running)
+    assert not isinstance(to.stack_pointer(b"garbage"), to.Running)
     assert isinstance(to.stack_pointer(None), Unknown)
     assert isinstance(to.stack_pointer(b"garbage"), Unknown)
     assert isinstance(to.stack_pointer(b""), Unknown)

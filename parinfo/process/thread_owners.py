@@ -43,8 +43,10 @@ PYTHON = "python"
 #: few KiB; a deep stack is not read further.
 WINDOW = 1 << 16
 
-#: How often a thread found running is asked again for its stack pointer (waits of 0, 1, 2... ms).
-RUNNING_TRIES = 4
+#: How often the threads found running are asked for their stack pointers, all together: a pass
+#: over every thread, then passes over those still running after waits of 1, then 2 ms (at most 3 ms
+#: a report, however many threads run).
+RUNNING_TRIES = 3
 
 #: Files the start of every thread passes through, which own none: the C and C++ runtimes, the loader
 #: (patterns compiled at first use, by re's cache: `parinfo show` of a one-thread process needs none).
@@ -98,13 +100,17 @@ class Maps:
         return None
 
 
+class Running(Unknown):
+    """A thread that was running when asked: its stack pointer is known only while it waits."""
+
+
 def stack_pointer(raw: bytes | None) -> int | Unknown:
     """The stack pointer in a thread's ``syscall`` file ("NR args... SP PC", "-1 SP PC", "running")."""
     if raw is None:
         return Unknown("its syscall file cannot be read")
     words = raw.split()
     if words[:1] == [b"running"]:
-        return Unknown("it was running, and a stack is read only while its thread waits")
+        return Running("it was running, and a stack is read only while its thread waits")
     try:
         return int(words[-2], 16)
     except (IndexError, ValueError):
@@ -187,12 +193,7 @@ class Reader:
         maps = self.maps()
         if isinstance(maps, Unknown):
             return maps
-        sp: int | Unknown = Unknown("it was running")
-        for attempt in range(RUNNING_TRIES):  # a running thread is asked again: a worker waits again soon
-            sp = stack_pointer(self.proc.thread_file(tid, "syscall", 512))
-            if not isinstance(sp, Unknown) or "running" not in sp.why:
-                break
-            time.sleep(0.001 * attempt)
+        sp = stack_pointer(self.proc.thread_file(tid, "syscall", 512))
         if isinstance(sp, Unknown):
             return sp
         stack = maps.at(sp)
@@ -204,17 +205,19 @@ class Reader:
             return Unknown(f"its stack cannot be read: {words.why}")
         return owner_by_stack(words, maps, self.interpreter)
 
-    def owner(self, thread: OsThread, python: Mapping[int, str], memory: Memory) -> str:
+    def owner(self, thread: OsThread, python: Mapping[int, str], memory: Memory,
+              again: bool = False) -> str | Unknown:
         """The owner of one thread: the main thread, a Python thread, the library its stack starts
         in, else the families that name their threads as it is named, else "unknown (why)". The
         stack comes before the name: it tells copies apart (Polars' jemalloc from Arrow's), and a
-        name like "tokio-rt-worker" is any tokio user's."""
+        name like "tokio-rt-worker" is any tokio user's. With ``again``, a thread found running is
+        :class:`Running` (to be asked again) instead of placed by its name."""
         if thread.tid == (self.proc.pid or os.getpid()):
             return MAIN
         if thread.tid in python:
             return PYTHON
         found = self.by_stack(thread.tid, memory)
-        if not isinstance(found, Unknown):
+        if not isinstance(found, Unknown) or (again and isinstance(found, Running)):
             return found
         named = self.names.get(thread_group(thread.name), ())
         return " or ".join(named) if named else str(found)
@@ -231,8 +234,20 @@ def attribute(listing: ThreadList, proc: Proc | None = None, python: Mapping[int
     reader = Reader(proc)
     with proc.memory() as memory:
         memory.read(0, 0)  # opens it: a refusal is known before the first stack is asked for
-        for thread in listing.threads:
-            thread.owner = reader.owner(thread, python, memory)
+        left = list(listing.threads)
+        for attempt in range(RUNNING_TRIES):  # a worker found running waits again soon
+            if attempt:
+                time.sleep(0.001 * attempt)
+            running = []
+            for thread in left:
+                found = reader.owner(thread, python, memory, again=attempt < RUNNING_TRIES - 1)
+                if isinstance(found, Running):
+                    running.append(thread)
+                else:
+                    thread.owner = str(found)
+            if not running:
+                break
+            left = running
     listing.owners = count_owners(listing.threads)
     return listing
 
