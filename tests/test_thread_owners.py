@@ -70,7 +70,12 @@ def test_the_topmost_library_word_owns_the_thread_past_the_c_runtime() -> None:
     window = _window(0x30000100, 0x50000100, 0x20000100, 0x40000008, 0x10000100, 0x12345)
     assert to.owner_by_stack(window, maps, "/usr/bin/python3.11") == "openblas (numpy)"
     assert to.owner_by_stack(_window(0x30000100, 0x10000100), maps, None) == "polars"
-    assert to.owner_by_stack(_window(0x20000100, 0x400010), maps, "/usr/bin/python3.11") == to.PYTHON
+    # The interpreter, then the C runtime (start_thread's frame): a Python thread, whatever lies deeper.
+    assert to.owner_by_stack(_window(0x20000100, 0x10000100, 0x400010), maps, "/usr/bin/python3.11") == to.PYTHON
+    assert to.owner_by_stack(_window(0x400010), maps, "/usr/bin/python3.11") == to.PYTHON
+    # The interpreter, then a library before any C runtime word (the thread block of Python 3.14 holds an
+    # interpreter address above the worker's start routine): the library.
+    assert to.owner_by_stack(_window(0x20000100, 0x400010), maps, "/usr/bin/python3.11") == "openblas (numpy)"
     assert isinstance(to.owner_by_stack(_window(0x50000100, 0x10000100, 7) + b"\x01", maps, None), Unknown)
 
 

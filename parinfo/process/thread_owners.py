@@ -143,19 +143,27 @@ def _printable(label: str) -> str:
 
 def owner_by_stack(words: bytes, maps: Maps, interpreter: str | None) -> str | Unknown:
     """The owner of the first file, from the top of a stack window down, that code is mapped from
-    and that is not the C runtime; Unknown when no word points into one."""
+    and that is not the C runtime; Unknown when no word points into one. The interpreter gives way
+    to a library met before the first C runtime address: the top of a thread's stack holds the C
+    library's thread block (the start routine among its fields) and static TLS, where a word may
+    point into the interpreter (Python 3.14) above the start routine of a library's worker; below
+    the first C runtime address lie the thread's own frames, where the first file met is its owner."""
     count = len(words) // 8
+    seen_interpreter = False
     for word in reversed(struct.unpack(f"<{count}Q", words[:count * 8])):
         m = maps.at(word)
         if m is None or not m.executable or not m.path.startswith("/"):
             continue
         base = os.path.basename(m.path)
         if re.match(_RUNTIME_FILES, base):
+            if seen_interpreter:  # the thread block and TLS held no library: a Python thread
+                return PYTHON
             continue
         if m.path == interpreter or re.match(_INTERPRETER_FILES, base):
-            return PYTHON
+            seen_interpreter = True
+            continue
         return owner_of_file(m.path)
-    return Unknown("no library code at the top of its stack")
+    return PYTHON if seen_interpreter else Unknown("no library code at the top of its stack")
 
 
 def _name_owners() -> dict[str, tuple[str, ...]]:
