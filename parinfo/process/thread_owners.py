@@ -44,9 +44,10 @@ PYTHON = "python"
 WINDOW = 1 << 16
 
 #: How often the threads found running are asked for their stack pointers, all together: a pass
-#: over every thread, then passes over those still running after waits of 1, then 2 ms (at most 3 ms
-#: a report, however many threads run).
-RUNNING_TRIES = 3
+#: over every thread, then one over those still running after 1 ms (at most 1 ms a report, however
+#: many threads run: a worker that spins after its work, as OpenBLAS's do, spins longer than any wait
+#: a report could afford).
+RUNNING_TRIES = 2
 
 #: Files the start of every thread passes through, which own none: the C and C++ runtimes, the loader
 #: (patterns compiled at first use, by re's cache: `parinfo show` of a one-thread process needs none).
@@ -198,12 +199,12 @@ class Reader:
         """The owner of thread ``tid`` by its stack (``memory``: the process's, open)."""
         if memory.refused is not None:
             return Unknown(f"its stack cannot be read: {memory.refused.why}")
-        maps = self.maps()
-        if isinstance(maps, Unknown):
-            return maps
         sp = stack_pointer(self.proc.thread_file(tid, "syscall", 512))
         if isinstance(sp, Unknown):
             return sp
+        maps = self.maps()  # read once, and only when a stack is to be read
+        if isinstance(maps, Unknown):
+            return maps
         stack = maps.at(sp)
         if stack is None:
             return Unknown("its stack pointer is in no mapping")
