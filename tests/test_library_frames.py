@@ -2,6 +2,8 @@
 (:class:`Pool`): defaults, caps, precedence, and what is read without starting anything."""
 from __future__ import annotations
 
+import json
+import os
 import re
 import types
 
@@ -167,3 +169,30 @@ def test_a_borrowed_variable_names_its_reader_only_while_imported():
 def test_their_other_variables_are_not_taken_for_thread_variables():
     env = {"POLARS_VERBOSE": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
     assert not set(env) & {r.name for r in environment_report(env, env, modules={"polars", "pyarrow"})}
+
+
+def test_an_io_pool_is_no_cpu_pool() -> None:
+    """Arrow's IO pool (8 threads that wait on I/O) is declared an I/O pool: the findings on counts
+    above the CPUs and the sums of threads busy at once leave it out."""
+    from parinfo.process import libraries
+
+    assert libraries.io_rows() == frozenset({"pyarrow io"})
+    assert all(not p.io for lib in libraries.records() for p in lib.pools if f"{lib.name} {p.name}" != "pyarrow io")
+
+
+@pytest.mark.pools("pyarrow")
+def test_arrow_io_pool_above_the_cpus_raises_no_finding() -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("taskset") is None:
+        pytest.skip("taskset is not installed")
+    code = ("import pyarrow, json, parinfo; r = parinfo.inspect(); "
+            "print(json.dumps([[f.id, f.message] for f in r.findings]), pyarrow.io_thread_count())")
+    done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    findings, io = done.stdout.rsplit(" ", 1)
+    assert int(io) == 8  # above the one CPU, by design
+    assert not [f for f in json.loads(findings) if "pyarrow io" in f[1]], findings

@@ -52,6 +52,7 @@ def oversubscribed_interop(r: Report) -> list[Finding]:
             ))
     return out
 
+
 def oversubscribed_pools(r: Report) -> list[Finding]:
     """Several multi-threaded native pools that spin while idle can all be busy at once. Every loaded
     copy of a runtime is a pool of its own (numpy's and scipy's OpenBLAS each start their threads)."""
@@ -88,12 +89,14 @@ def _count_fix(row: SettingRow, env: dict[str, str], usable: int, profile: str |
             f", or run under `parinfo apply {profile}`" if profile else "")
     return f"set {row.library} to at most {plural(usable, 'thread')}"
 
+
 def _allocation_binds(r: Report) -> bool:
     """The scheduler's allocation, not the quota, is what limits the usable CPUs."""
     m = r.machine
     if m.allocation is None or m.allocation != m.usable_cpus:
         return False
     return m.quota is None or m.allocation < rounding.round_quota(m.quota, m.quota_rounding)
+
 
 def above_quota_or_affinity(r: Report) -> list[Finding]:
     m = r.machine
@@ -103,8 +106,11 @@ def above_quota_or_affinity(r: Report) -> list[Finding]:
     env = env_values(r)
     by_allocation = _allocation_binds(r)
     changed_at = r.runtime.followed_at
+    io_pools = reg.io_rows()  # threads that wait on I/O: more than the CPUs is their design
     out = []
     for row in r.settings:
+        if row.library in io_pools:
+            continue
         who, count = row.library, row.count
         if count is not None and row.capped_to is not None:
             count = min(count, row.capped_to)  # what runs, not what was asked (count-above-ceiling)
@@ -141,6 +147,7 @@ def above_quota_or_affinity(r: Report) -> list[Finding]:
                 f"use at most {usable}: " + _count_fix(row, env, usable, None),
             ))
     return out
+
 
 def above_physical(r: Report) -> list[Finding]:
     m = r.machine
@@ -206,6 +213,7 @@ def refused_counts(r: Report) -> list[Finding]:
         ))
     return out
 
+
 def above_ceiling(r: Report) -> list[Finding]:
     """A valid count above parinfo's pool ceiling: the runtime runs the ceiling, not the count."""
     out = []
@@ -222,6 +230,7 @@ def above_ceiling(r: Report) -> list[Finding]:
             f"ask for at most {cap} (or leave the count to its default)",
         ))
     return out
+
 
 def set_after_load(r: Report) -> list[Finding]:
     """A variable changed after launch that a library loaded earlier ignores: its count is still the

@@ -4,13 +4,16 @@ BLAS pools loaded, the variables set, and how a finding shows a variable's value
 from __future__ import annotations
 
 from parinfo.diagnostics.model import Report
+from parinfo.process import libraries as reg
 from parinfo.process.pools import PoolRow
 from parinfo.process.serving import bypassed_by_parinfo
 
 
 def counts_in_force(r: Report) -> list[tuple[str, int]]:
-    """Every thread count in force: (who, count), for pools that can be busy at once."""
-    return [(row.library, row.count) for row in r.settings if row.count is not None]
+    """Every thread count in force: (who, count), for pools that can be busy at once (not an I/O
+    pool, whose threads wait on I/O)."""
+    io_pools = reg.io_rows()
+    return [(row.library, row.count) for row in r.settings if row.count is not None and row.library not in io_pools]
 
 def openmp_libs(r: Report) -> set[str]:
     return {p.library for p in r.pools if p.user_api == "openmp"}

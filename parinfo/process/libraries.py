@@ -110,6 +110,10 @@ class Registry:
         """Libraries that are Python modules with their own count (numexpr...), read when imported."""
         return self.of_kind(LibraryKind.PYTHON)
 
+    def io_rows(self) -> frozenset[str]:
+        """The report rows of I/O pools ("pyarrow io"): threads that wait on I/O, not CPU pools."""
+        return frozenset(f"{r.name} {p.name}" for r in self._all for p in r.pools if p.io)
+
     def openmp_runtimes(self) -> tuple[str, ...]:
         """Names of the OpenMP runtimes (libgomp, libiomp, libomp)."""
         return tuple(r.name for r in self._all if isinstance(r, OpenMPLibrary))
@@ -149,6 +153,7 @@ of_kind = REGISTRY.of_kind
 by_prefix = REGISTRY.by_prefix
 by_internal_api = REGISTRY.by_internal_api
 python_libraries = REGISTRY.python_libraries
+io_rows = REGISTRY.io_rows
 openmp_runtimes = REGISTRY.openmp_runtimes
 profile_keys = REGISTRY.profile_keys
 role_var = REGISTRY.role_var

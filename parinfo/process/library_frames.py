@@ -83,7 +83,7 @@ class Arrow(Library):
     cap_vars = (THREAD_LIMIT,)
     borrowed = ("OMP_NUM_THREADS", THREAD_LIMIT)
     push, calls = Push.SETTER, Calls("set_cpu_count", "cpu_count")
-    pools = (Pool("io", Calls("set_io_thread_count", "io_thread_count"), (ARROW_IO_VAR,)),)
+    pools = (Pool("io", Calls("set_io_thread_count", "io_thread_count"), (ARROW_IO_VAR,), io=True),)
     thread_names = (("jemalloc_bg_thd", "jemalloc's background thread (its allocator), from its first allocation"),)
     listed = "loaded"
     note = ("CPU pool: OMP_NUM_THREADS (its first entry), else the CPUs in affinity, capped by "

@@ -105,13 +105,16 @@ class Pool:
     now would get: ``sized_at_use``); ``precedence`` the variables it reads, first valid wins (in
     the loaded version: the family's ``pool_vars``; its default and cap: ``pool_default`` and
     ``pool_cap``); ``cap_vars`` the variables that steer its cap; ``sized_at_use`` what its count
-    is when it is sized when made or first used, as :attr:`Library.sized_at_use` for the main pool."""
+    is when it is sized when made or first used, as :attr:`Library.sized_at_use` for the main pool;
+    ``io`` says its threads wait on I/O (Arrow's IO pool): more of them than CPUs is its design, so
+    the findings on counts above the CPUs, and the sums of threads busy at once, leave it out."""
 
     name: str
     calls: Calls | None = None
     precedence: tuple[str, ...] = ()
     cap_vars: tuple[str, ...] = ()
     sized_at_use: str = ""
+    io: bool = False
 
 
 def digits_value(digits: str) -> int:
