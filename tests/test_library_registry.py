@@ -246,7 +246,7 @@ def test_numba_is_one_record_with_its_variables():
     rec = reg.library("numba")
     assert rec.module == "numba" and rec.count_vars == ("NUMBA_NUM_THREADS",)
     assert rec.calls is not None and (rec.calls.getter, rec.calls.setter) == ("get_num_threads", "set_num_threads")
-    assert (rec.per_thread, rec.profile_key, rec.set_call(2)) == (True, None, "numba.set_num_threads(2)")
+    assert (rec.per_thread, rec.profile_key, rec.set_call(2)) == (True, "numba", "numba.set_num_threads(2)")
     assert {"tbb", "omp", "workqueue"} <= set(THREAD_VARS[rec.layer_var or ""].choices)
     assert validate("NUMBA_THREADING_LAYER", "omp") is None
     assert validate("NUMBA_THREADING_LAYER", "pthreads") is not None

@@ -312,3 +312,24 @@ def test_show_under_a_real_fractional_quota(v1_quota):
                env=clean_env(PARINFO_QUOTA_ROUNDING="ceil"))
     m = json.loads(ceil.stdout)["machine"]
     assert m["usable_cpus"] == 2 and m["quota_rounding_source"]["text"] == "env PARINFO_QUOTA_ROUNDING=ceil"
+
+
+def test_the_rounding_table_gives_each_librarys_own_count_under_the_quota():
+    import dataclasses
+
+    from profile_machines import machine
+
+    from parinfo.diagnostics.sections import library_defaults
+
+    m = machine(4, quota=1.5)
+    said = dict(item.split(" ") for item in library_defaults(m).split(", "))
+    # rayon (Polars, tokenizers) rounds down, DuckDB up; ONNX Runtime, Arrow, numba ignore the quota
+    assert (said["polars"], said["tokenizers"], said["duckdb"]) == ("1", "1", "2")
+    assert (said["onnxruntime"], said["pyarrow"], said["numba"]) == ("4", "4", "4")
+    assert "xgboost" not in said and "lightgbm" not in said  # their count is their OpenMP runtime's
+    # OpenCV reads a quota only at the cgroup mount's root
+    from parinfo.records.source import file
+
+    root = dataclasses.replace(m, quota_source=file("/sys/fs/cgroup/cpu.max"))
+    assert dict(i.split(" ") for i in library_defaults(root).split(", "))["opencv"] == "1"
+    assert said["opencv"] == "4"

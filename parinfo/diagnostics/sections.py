@@ -129,6 +129,8 @@ def machine(r: Report) -> Section:
         rows.append(("quota rounding", f"{m.quota_rounding} ({m.quota_rounding_source})"))
     if m.quota is not None and m.usable_by_rule:
         rows.append(("by runtime", ", ".join(f"{k} {v}" for k, v in m.usable_by_rule.items())))
+    if m.quota is not None:
+        rows.append(("by library", library_defaults(m)))
     if m.allocation is not None:
         rows.append(("Slurm allocation", f"{plural(m.allocation, 'CPU')} ({m.allocation_source})"))
     usable = Row(("usable CPUs", f"{m.usable_cpus} ({plural(m.usable_physical_cores, 'physical core')})"), "strong")
@@ -136,6 +138,22 @@ def machine(r: Report) -> Section:
              *(Note(f"invalid: {name}: {why}", "warning") for name, why in m.invalid.items()),
              *(Note(f"note: {n}") for n in m.notes)]
     return Section("machine", "Machine", (*_pairs(rows), usable), notes=tuple(notes))
+
+
+def library_defaults(m: MachineFacts) -> str:
+    """The count each library with pools of its own (a Python module or a framework) takes by
+    itself on machine ``m``, whether or not the process loaded it: beside the runtimes' rounding,
+    which of them follow the quota. A library whose count is its OpenMP runtime's is that runtime's."""
+    from parinfo.process import libraries as reg
+    from parinfo.process.defaults import NO_FACTS
+
+    out = []
+    for rec in (*reg.of_kind(reg.LibraryKind.FRAMEWORK), *reg.python_libraries()):
+        if rec.follows is None and rec.has_default:
+            n, _ = rec.default(m, NO_FACTS)
+            if n is not None:
+                out.append(f"{rec.name} {n}")
+    return ", ".join(out) or "none"
 
 
 def memory(r: Report) -> Section | None:

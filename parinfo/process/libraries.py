@@ -54,7 +54,7 @@ from parinfo.process.library_runtimes import GnuOpenMP, IntelOpenMP, LlvmOpenMP,
 from parinfo.process.thread_vars import THREAD_VARS, VARIABLES, Var
 
 __all__ = [
-    "FALSE_WORDS", "LIBRARY_VARS", "OPENMP_ENTRY_POINTS", "REGISTRY", "RUNTIME_VARS", "THREAD_PREFIXES",
+    "FALSE_WORDS", "LIBRARY_VARS", "OPENMP_ENTRY_POINTS", "POOL_VARS", "REGISTRY", "RUNTIME_VARS", "THREAD_PREFIXES",
     "THREAD_VARS", "TRUE_WORDS", "Accelerate", "Arrow", "Blis", "Calls", "CountSymbol", "DirectRead", "DuckDB",
     "FlexiBLAS",
     "GnuOpenMP", "IntelOpenMP", "Interpreter", "Library", "LibraryKind", "LlvmOpenMP", "Mkl", "NativeReads",
@@ -178,6 +178,11 @@ RUNTIME_VARS: tuple[str, str] = (_OWN.precedence[0], _OWN.var("inter_op"))
 
 #: The variables that carry each profile key's count (torch has none of its own).
 LIBRARY_VARS: dict[str, tuple[str, ...]] = _library_vars()
+
+#: The variables of other pools that take one of the profile's top-level counts (ONNX Runtime's
+#: ORT_INTER_OP_NUM_THREADS takes ``inter_op``): variable -> the count's key.
+POOL_VARS: dict[str, str] = {pool.precedence[0]: pool.profile_key for rec in RECORDS for pool in rec.pools
+                             if pool.profile_key and pool.precedence}
 
 #: Name prefixes of variables that steer some runtime's threads: a set variable with one of these
 #: prefixes is reported even when it is not in THREAD_VARS.

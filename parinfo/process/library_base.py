@@ -28,6 +28,8 @@ from parinfo.process.library_parts import (
     Reading,
     Scope,
     SetAlong,
+    Takes,
+    Uptake,
 )
 
 if TYPE_CHECKING:
@@ -175,10 +177,20 @@ class Library:
         return any(self.imposed(env, pool) is not None for pool in (None, *(p.name for p in self.pools)))
 
     def plan_note(self, counts: Mapping[str, int], values: Mapping[str, int],
-                  env: Mapping[str, str]) -> str | None:
+                  env: Mapping[str, str], facts: MachineFacts | None = None,
+                  written: Collection[str] = ()) -> str | None:
         """What a profile's counts (by profile key) mean for it on the machine (``values``: the
-        machine's profile values), or None when they mean what they say."""
+        machine's profile values, ``facts`` the machine; ``written``: the keys the profile wrote
+        itself), or None when they mean what they say."""
         return None
+
+    def uptake(self, module: Any, n: int) -> Uptake:
+        """How a count ``n`` set now (``parinfo.apply()``) reaches its imported ``module``: through its
+        setter when it has one, else through its first variable when its pool or object is made
+        (families whose pool keeps its count once started, or that read no variable, say so)."""
+        if self.set_in_module:
+            return Uptake(Takes.SETTER)
+        return Uptake(Takes.AT_USE, when="when its pool is made")
 
     # -- variables -----------------------------------------------------------------------------
     def count_in(self, var: str, env: Mapping[str, str]) -> int | None:

@@ -1,7 +1,7 @@
 """The BLAS families: Intel MKL, OpenBLAS, BLIS, FlexiBLAS and Apple Accelerate."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from parinfo.process import defaults
@@ -64,7 +64,8 @@ class Mkl(_Blas):
         return mkl_dynamic_cap(facts, env)
 
     def plan_note(self, counts: Mapping[str, int], values: Mapping[str, int],
-                  env: Mapping[str, str]) -> str | None:
+                  env: Mapping[str, str], facts: MachineFacts | None = None,
+                  written: Collection[str] = ()) -> str | None:
         """A profile's MKL count above the usable physical cores: MKL caps it there unless
         MKL_DYNAMIC is FALSE."""
         n, cores = counts["mkl"], values["usable_physical_cores"]

@@ -6,13 +6,24 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process import defaults
-from parinfo.process.defaults import ModuleFacts
+from parinfo.process.defaults import NO_FACTS, ModuleFacts
 from parinfo.process.library_base import Library
-from parinfo.process.library_parts import Calls, Does, LibraryKind, Pool, Push, Reading, as_count, digits_value
+from parinfo.process.library_parts import (
+    Calls,
+    Does,
+    LibraryKind,
+    Pool,
+    Push,
+    Reading,
+    Takes,
+    Uptake,
+    as_count,
+    digits_value,
+)
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -82,6 +93,7 @@ class Arrow(Library):
     reads = (THREAD_LIMIT,)
     cap_vars = (THREAD_LIMIT,)
     borrowed = ("OMP_NUM_THREADS", THREAD_LIMIT)
+    profile_key, profile_var = "openmp", "OMP_NUM_THREADS"  # it reads OpenMP's variable, so it takes that count
     push, calls = Push.SETTER, Calls("set_cpu_count", "cpu_count")
     pools = (Pool("io", Calls("set_io_thread_count", "io_thread_count"), (ARROW_IO_VAR,), io=True),)
     thread_names = (("jemalloc_bg_thd", "jemalloc's background thread (its allocator), from its first allocation"),)
@@ -125,13 +137,15 @@ class Arrow(Library):
 
 
 class Polars(Library):
-    """Polars' rayon pool: made when first used (not at import), reading POLARS_MAX_THREADS then;
-    fixed from then on. ``thread_pool_size()`` starts it, so it is called only once the pool's
-    threads (``polars-N``) are there; before, the report says what the pool will take."""
+    """Polars' rayon pool: started when first used, of the count Polars took from POLARS_MAX_THREADS
+    at import (a value set after the import is not read, even before the pool starts: measured on
+    2.1); fixed from then on. ``thread_pool_size()`` starts it, so it is called only once the
+    pool's threads (``polars-N``) are there; before, the report says what the pool will take."""
 
     name = label = module = "polars"
     kind = LibraryKind.PYTHON
     precedence = ("POLARS_MAX_THREADS",)
+    profile_key, profile_var = "polars", "POLARS_MAX_THREADS"
     push = Push.NONE
     listed = "loaded"
     unread = "its pool has not started: thread_pool_size() would start it"
@@ -144,7 +158,7 @@ class Polars(Library):
         ("jemalloc_bg_thd", "jemalloc's background threads (its allocator), from import"),
     )
     note = ("POLARS_MAX_THREADS (blanks allowed; 0 or invalid: the default), else the CPUs in affinity, "
-            "at most the CPU quota rounded down (at least 1), read when the pool starts; fixed after")
+            "at most the CPU quota rounded down (at least 1), read at import; fixed after")
 
     def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
         """Digits, blanks and a plus sign around them allowed; "1x", "1.5", "1,3" and 0 give the
@@ -181,6 +195,12 @@ class Polars(Library):
     def quiet_getter(self) -> str:
         return ""
 
+    def uptake(self, module: Any, n: int) -> Uptake:
+        """Polars takes POLARS_MAX_THREADS at import (a value set after it, even before the pool
+        starts, is not read: measured on 2.1) and keeps the size: only a new process changes it."""
+        return Uptake(Takes.STARTED, code=f"POLARS_MAX_THREADS={n} before `import polars`",
+                      now=self.read_count(module), when="at import")
+
 
 class DuckDB(Library):
     """DuckDB: a ``threads`` setting per database, given to each new connection; read with SQL
@@ -190,6 +210,7 @@ class DuckDB(Library):
 
     name = label = module = "duckdb"
     kind = LibraryKind.PYTHON
+    profile_key = "duckdb"  # no variable: a profile's count reaches it only in the program's code
     push = Push.NONE
     listed = "loaded"
     unread = ("a setting per connection, and parinfo creates none; existing connections may differ: "
@@ -208,3 +229,25 @@ class DuckDB(Library):
     def quiet_getter(self) -> str:
         return ""
 
+    def uptake(self, module: Any, n: int) -> Uptake:
+        """No variable and no process-wide call: each database takes its count in code."""
+        return Uptake(Takes.CODE, code=self.code_line(n))
+
+    @staticmethod
+    def code_line(n: int) -> str:
+        """The code that gives a database ``n`` threads."""
+        return f"duckdb.connect(config={{'threads': {n}}}), or SET threads = {n} on a connection"
+
+    def plan_note(self, counts: Mapping[str, int], values: Mapping[str, int],
+                  env: Mapping[str, str], facts: MachineFacts | None = None,
+                  written: Collection[str] = ()) -> str | None:
+        """DuckDB reads no variable: where the profile writes its count and its own default on the
+        machine is another, only the program's code can give it that count."""
+        want = counts.get(str(self.profile_key))
+        if want is None or facts is None or self.profile_key not in written:
+            return None
+        default, why = self.default(facts, NO_FACTS)
+        if default == want:
+            return None
+        return (f"duckdb reads no variable: a new connection takes {why}, not the profile's {want}; "
+                f"in the program: {self.code_line(want)}")

@@ -12,11 +12,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parinfo.process.defaults import ModuleFacts
 from parinfo.process.library_base import INTER_OP, Library
-from parinfo.process.library_parts import FALSE_WORDS, Calls, Does, LibraryKind, Pool, Push, Reading, digits_value
+from parinfo.process.library_parts import (
+    FALSE_WORDS,
+    Calls,
+    Does,
+    LibraryKind,
+    Pool,
+    Push,
+    Reading,
+    Takes,
+    Uptake,
+    digits_value,
+)
 from parinfo.records.source import Source, unknown, variable
 from parinfo.safe_text import plural
 
@@ -56,7 +67,8 @@ class OnnxRuntime(Library):
     name = label = module = "onnxruntime"
     kind = LibraryKind.PYTHON
     precedence: tuple[str, ...] = ("ORT_INTRA_OP_NUM_THREADS",)
-    pools = (Pool(INTER_OP, precedence=("ORT_INTER_OP_NUM_THREADS",), sized_at_use=(
+    profile_key, profile_var = "onnxruntime", "ORT_INTRA_OP_NUM_THREADS"
+    pools = (Pool(INTER_OP, precedence=("ORT_INTER_OP_NUM_THREADS",), profile_key="inter_op", sized_at_use=(
         "what a new session in ORT_PARALLEL execution mode gets (sequential sessions, the default, have "
         "no inter-op pool); one made with SessionOptions.inter_op_num_threads set, or sharing the global "
         "pools, keeps its own count")),)
@@ -111,6 +123,17 @@ class OnnxRuntime(Library):
             return Reading(Does.DEFAULT)
         return Reading(Does.RAISES, words="raises RuntimeError when a session is made")
 
+    def uptake(self, module: Any, n: int) -> Uptake:
+        """Each session reads its variable when it is made (from 1.29): new sessions take the
+        count, sessions made before keep theirs; before 1.29 only SessionOptions sets it."""
+        code = ("so = onnxruntime.SessionOptions(); so.intra_op_num_threads = "
+                f"{n}; onnxruntime.InferenceSession(model, so)")
+        if not self.reads_variables():
+            return Uptake(Takes.CODE, code=code + f" (onnxruntime {getattr(module, '__version__', '?')} "
+                                                  "reads no variable)")
+        return Uptake(Takes.AT_USE, when="when a session is made: sessions made before keep their count",
+                      code=code)
+
     def pool_default(self, name: str, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """The inter-op pool's default is the intra-op pool's: the machine's physical cores."""
         return self.default(facts, ctx)
@@ -155,6 +178,7 @@ class Tokenizers(Library):
     kind = LibraryKind.PYTHON
     precedence = ("RAYON_NUM_THREADS", "RAYON_RS_NUM_CPUS")
     reads = ("TOKENIZERS_PARALLELISM",)
+    profile_key, profile_var = "tokenizers", "RAYON_NUM_THREADS"  # rayon's global pool: every user of it
     push = Push.NONE
     listed = "loaded"
     sized_at_use = ("the pool its first batch encode starts (parinfo cannot tell whether it has "
@@ -185,6 +209,12 @@ class Tokenizers(Library):
         then the default)."""
         return Reading(Does.DEFAULT) if _zero(value.removeprefix("+")) else Reading(Does.IGNORES)
 
+    def uptake(self, module: Any, n: int) -> Uptake:
+        """rayon reads its variable when its global pool starts, and keeps the size after."""
+        return Uptake(Takes.AT_USE, when="when its first batch encode starts rayon's pool (a pool started "
+                                         "before keeps its size: parinfo cannot tell whether it has)",
+                      code=f"RAYON_NUM_THREADS={n} before the program starts")
+
     def imposed(self, env: Mapping[str, str], pool: str | None = None) -> tuple[int | None, Source] | None:
         """TOKENIZERS_PARALLELISM off: batches run in the calling thread, whatever the pool's size."""
         var = self.reads[0]
@@ -203,6 +233,7 @@ class OpenCV(Library):
     name, label, module = "opencv", "OpenCV", "cv2"
     kind = LibraryKind.PYTHON
     precedence = ("OPENCV_FOR_THREADS_NUM",)
+    profile_key, profile_var = "opencv", "OPENCV_FOR_THREADS_NUM"
     push, calls = Push.SETTER, Calls("setNumThreads", "getNumThreads")
     listed = "loaded"
     #: The only files OpenCV reads a quota from: a quota on a nested cgroup is not seen.

@@ -3,7 +3,7 @@ itself, and parinfo's own runtime: read only when imported, set through their ow
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from parinfo.machine.rounding import ROUNDING_VAR
@@ -11,7 +11,7 @@ from parinfo.process import defaults
 from parinfo.process.defaults import NO_FACTS, ModuleFacts
 from parinfo.process.library_base import INTER_OP, Library
 from parinfo.process.library_blas import MKL_DYNAMIC, Mkl, mkl_dynamic_cap
-from parinfo.process.library_parts import Calls, LibraryKind, Pool, Push, Scope, as_count
+from parinfo.process.library_parts import Calls, LibraryKind, Pool, Push, Scope, Takes, Uptake, as_count
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -90,7 +90,8 @@ class Torch(Library):
         return tuple(v for v in self.precedence if not v.startswith(Mkl.env_prefixes))
 
     def plan_note(self, counts: Mapping[str, int], values: Mapping[str, int],
-                  env: Mapping[str, str]) -> str | None:
+                  env: Mapping[str, str], facts: MachineFacts | None = None,
+                  written: Collection[str] = ()) -> str | None:
         """A profile's torch count other than its MKL count: torch reads MKL's variable at import,
         so its own count is set afterwards."""
         mkl, torch = counts["mkl"], counts["torch"]
@@ -108,6 +109,7 @@ class Numba(Library):
     kind = LibraryKind.PYTHON
     precedence = ("NUMBA_NUM_THREADS",)
     reads = ("NUMBA_THREADING_LAYER",)
+    profile_key, profile_var = "numba", "NUMBA_NUM_THREADS"
     module_facts = ("config.NUMBA_DEFAULT_NUM_THREADS",)
     push, calls = Push.SETTER, Calls()
     scope = Scope.THREAD
@@ -130,14 +132,25 @@ class Numba(Library):
 
     def read_count(self, module: Any) -> int | None:
         """numba.get_num_threads() launches the threading layer: call it only once that has happened;
-        before, the count is the one numba will launch with (numba.config.NUMBA_NUM_THREADS)."""
+        before, the count is the one numba will launch with: the one its parallel module took from
+        NUMBA_NUM_THREADS at import (numba.config re-reads the variable at each compile, but the
+        launch keeps the import's count, measured on 0.68)."""
         try:
             parallel = sys.modules.get("numba.np.ufunc.parallel")
             if parallel is not None and getattr(parallel, "_is_initialized", False):
                 return as_count(module.get_num_threads())
+            if parallel is not None and as_count(getattr(parallel, "NUM_THREADS", None)) is not None:
+                return as_count(parallel.NUM_THREADS)
             return as_count(getattr(getattr(module, "config", None), "NUMBA_NUM_THREADS", None))
         except Exception:
             return None
+
+    def uptake(self, module: Any, n: int) -> Uptake:
+        """numba took NUMBA_NUM_THREADS at import and launches that many threads; set_num_threads
+        (which launches them) masks them for the calling thread only: code in each calling thread."""
+        now = self.read_count(module)
+        return Uptake(Takes.CODE, now=now, code=f"numba.set_num_threads({n}) in each thread that runs parallel "
+                                                f"code (numba took NUMBA_NUM_THREADS={now} at import)")
 
     def quiet_getter(self) -> str:
         return ""

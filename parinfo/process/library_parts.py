@@ -107,7 +107,9 @@ class Pool:
     ``pool_cap``); ``cap_vars`` the variables that steer its cap; ``sized_at_use`` what its count
     is when it is sized when made or first used, as :attr:`Library.sized_at_use` for the main pool;
     ``io`` says its threads wait on I/O (Arrow's IO pool): more of them than CPUs is its design, so
-    the findings on counts above the CPUs, and the sums of threads busy at once, leave it out."""
+    the findings on counts above the CPUs, and the sums of threads busy at once, leave it out.
+    ``profile_key``: the profile's top-level count that a launched program gives it through its first
+    variable (ONNX Runtime's inter-op pool takes ``inter_op``); None: no profile key sets it."""
 
     name: str
     calls: Calls | None = None
@@ -115,6 +117,31 @@ class Pool:
     cap_vars: tuple[str, ...] = ()
     sized_at_use: str = ""
     io: bool = False
+    profile_key: str | None = None  # the profile's count that sets it ("inter_op"), through ``precedence[0]``
+
+
+class Takes(str, enum.Enum):
+    """How a count set now reaches an imported library (:meth:`Library.uptake`)."""
+
+    SETTER = "setter"  # its module's setter, now (:meth:`Library.push_count`)
+    AT_USE = "at use"  # its variable, read when its pool or object is made (none made yet, or new ones)
+    STARTED = "started"  # its pool started already, with a count it keeps
+    CODE = "code"  # only a call in the program's own code sets it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@record(frozen=True)
+class Uptake:
+    """How a count ``apply()`` sets reaches an imported library now: ``takes``; ``when`` the words
+    for AT_USE (when the variable is read), ``code`` the line the program would write (CODE, and
+    for a pool that keeps its count), ``now`` the count it keeps (STARTED)."""
+
+    takes: Takes
+    when: str = ""
+    code: str = ""
+    now: int | None = None
 
 
 def digits_value(digits: str) -> int:

@@ -199,7 +199,8 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
             launch_environ: LaunchEnviron, facts: MachineFacts, ctx: ModuleFacts | None = None,
             runtime: Source = RUNTIME, extra_match: tuple[int | None, Source] | None = None,
             unread: str = "not readable without changing it",
-            pushed: tuple[int, Source] | None = None, after_apply: SetByApply | None = None) -> SettingRow:
+            pushed: tuple[int, Source] | None = None, after_apply: SetByApply | None = None,
+            read: str = "before this library loaded") -> SettingRow:
     """The provenance row of ``count`` in force for ``library`` (without owner and filepath).
 
     ``runtime`` is the source of a count no variable or default explains (set at run time by the
@@ -209,7 +210,8 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     environment (``parinfo.apply`` also sets the variables, after the library read them);
     ``after_apply`` is the apply() whose variables this library read because it loaded after them
     (:func:`read_after_apply`): the environment of now decided its count, even where the launch
-    environment predicts the same; ``unread`` says why a ``count`` of None was not read.
+    environment predicts the same (``read`` says when the library read it: a pool sized when made
+    reads it then); ``unread`` says why a ``count`` of None was not read.
     """
     launch = None if isinstance(launch_environ, Unknown) else launch_environ
     launch_pred = predict(model, environ if launch is None else launch, facts, ctx)
@@ -233,8 +235,7 @@ def explain(library: str, count: int | None, model: Model, environ: Mapping[str,
     elif after_apply is not None and now_pred.source.kind is Kind.VARIABLE and count == now_pred.count:
         variable_, expected, refused = now_pred.variable, now_pred.count, now_pred.refused
         source = Source(Kind.PROFILE, f"{after_apply.profile} ({now_pred.variable})",
-                        f"{now_pred.phrase} (set by parinfo.apply, profile {after_apply.profile}, "
-                        "before this library loaded)")
+                        f"{now_pred.phrase} (set by parinfo.apply, profile {after_apply.profile}, {read})")
     elif launch_pred.count is None:  # no model predicts this library's count
         source = launch_pred.source
     elif count == launch_pred.count:
@@ -273,13 +274,16 @@ def imported_libraries() -> list[ModuleLibrary]:
 
 def _module_rows(lib: reg.Library, module: Any, count: int | None, environ: Mapping[str, str],
                  launch_environ: LaunchEnviron, facts: MachineFacts,
-                 applied: Mapping[str, SetByApply] | None = None) -> list[SettingRow]:
+                 applied: Mapping[str, SetByApply] | None = None,
+                 set_here: Mapping[str, tuple[int, Source]] | None = None) -> list[SettingRow]:
     """The rows of a library that is a Python module (numexpr...), imported in the process: its
     main count (``count``), then each of its other pools ("pyarrow io"), read here. A pool sized
     when made (the library's ``sized_at_use`` for its main pool, the :class:`Pool`'s for another)
     reads the environment of now, not the launch's, its count is what a pool made now gets, and its
     note says so; what the environment imposes on a pool (:meth:`imposed`) comes before its
-    precedence (for a pool with a getter: when the getter gave nothing)."""
+    precedence (for a pool with a getter: when the getter gave nothing). ``set_here``: {row: (count,
+    source)} for the counts ``parinfo.apply`` set through the library's setter, which explain them
+    while they hold."""
     env = environ if lib.sized_at_use or isinstance(launch_environ, Unknown) else launch_environ
     ctx = lib.context(module, env)
     setter = lib.set_in_module
@@ -290,12 +294,14 @@ def _module_rows(lib: reg.Library, module: Any, count: int | None, environ: Mapp
                p.sized_at_use) for p in lib.pools]
     rows = []
     for name, pool, n, model, runtime, sized in pools:
+        sized = sized if n is None else ""  # a pool whose getter answers has been sized: its count is read
         imposed = lib.imposed(environ, pool) if sized or n is None else None
-        if sized and n is None:
+        if sized:
             n = imposed[0] if imposed else predict(model, environ, facts, ctx).count
         row = explain(name, n, model, environ, environ if sized else launch_environ, facts, ctx,
-                      runtime=runtime, unread=lib.unread,
-                      after_apply=read_after_apply(model, "" if sized else lib.module, environ, applied))
+                      runtime=runtime, unread=lib.unread, pushed=(set_here or {}).get(name),
+                      after_apply=read_after_apply(model, "" if sized else lib.module, environ, applied),
+                      read="before this library read it" if sized else "before this library loaded")
         if imposed is not None:
             row.count, row.source = imposed
         if sized:
@@ -357,7 +363,7 @@ def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Map
         rows.append(row)
     rows.extend(torch_rows)
     for lib, module, count in imported_libraries() if modules is None else modules:
-        rows.extend(_module_rows(lib, module, count, environ, launch_environ, facts, applied))
+        rows.extend(_module_rows(lib, module, count, environ, launch_environ, facts, applied, framework_set))
     return rows
 
 

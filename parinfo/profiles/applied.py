@@ -32,6 +32,7 @@ class Where(enum.Enum):
     RUNTIME = "runtime"  # parinfo's own intra-op or inter-op pool
     POOL = "pool"  # a native pool already loaded (through threadpoolctl)
     MODULE = "module"  # a Python module's setter (numexpr.set_num_threads)
+    AT_USE = "at use"  # a variable a library reads when its pool or object is made (ONNX Runtime's sessions)
     FRAMEWORK = "framework"  # a framework's setters (torch.set_num_threads, ...)
     AFFINITY = "affinity"  # the CPUs of every thread of the process
     MEMORY = "memory"  # the calling thread's memory policy
@@ -46,6 +47,8 @@ class Reason(enum.Enum):
     NOT_PRELOADABLE = "not preloadable"  # a running process cannot change what it preloaded
     REFUSED = "refused"  # the library or the kernel refused; ``error`` is what it said
     NUMA_UNKNOWN = "numa unknown"  # this machine's NUMA nodes are unknown
+    STARTED = "started"  # the library's pool started already and keeps its count; ``code`` says what would do it
+    IN_CODE = "in code"  # only the program's own code sets it; ``code`` is the line
 
     @property
     def users(self) -> bool:
@@ -60,7 +63,8 @@ class Done:
     setter did it; ``source`` what the count in force now comes from. ``per_thread``: the limit
     holds in the calling thread only; ``overrode``: the user's value replaced (force=True);
     ``already``: it was in force before; ``threads``: how many threads it reached (affinity) or
-    the other running threads it did not (memory)."""
+    the other running threads it did not (memory); ``when``: when a library reads the variable
+    ``via`` names (AT_USE)."""
 
     what: str
     value: Value
@@ -72,6 +76,7 @@ class Done:
     overrode: str | None = None
     already: bool = False
     threads: int = 0
+    when: str = ""
 
     def __str__(self) -> str:
         return _done_line(self)
@@ -84,7 +89,8 @@ class Skipped:
     ``now``: the count that stays; ``error``: what the library or the kernel said; ``at_import``:
     it concerns a framework's import still to come; ``via``: the framework's setter, when it
     follows the user's variable; ``path``, ``variables`` and ``launch``: for a
-    preload, its file, the variables that come with it and the command that launches with it."""
+    preload, its file, the variables that come with it and the command that launches with it;
+    ``code``: the line that sets it, for a count only code sets (or a pool that keeps its own)."""
 
     what: str
     where: Where
@@ -100,6 +106,7 @@ class Skipped:
     path: str | None = None
     variables: tuple[str, ...] = ()
     launch: str | None = None
+    code: str | None = None
 
     def __str__(self) -> str:
         return _skipped_line(self)
@@ -228,6 +235,8 @@ def _done_line(d: Done) -> str:
         return f"{d.what} limited to {d.value}" + (" in this thread" if d.per_thread else "")
     if d.where in (Where.MODULE, Where.FRAMEWORK):
         return f"{d.via}({d.value})"
+    if d.where is Where.AT_USE:
+        return f"{d.library}: {d.via}={d.value}, read {d.when}"
     if d.where is Where.AFFINITY:
         return f"affinity {_cpus(d.value)} for {plural(d.threads, 'thread')}"
     keep = "keeps its" if d.threads == 1 else "keep their"
@@ -270,6 +279,8 @@ def _refused(s: Skipped) -> str:
         return f"{s.what}: could not set {plural(s.value, 'thread')} ({s.error})"
     if s.where is Where.FRAMEWORK:
         return f"{s.library} {_count_name(s.what)} stays {s.now}: {s.error}"
+    if s.where is Where.MODULE:
+        return f"{s.via}({s.value}) refused, {s.library} stays {s.now}: {s.error}"
     if s.where is Where.AFFINITY:
         return f"affinity {_cpus(s.value)} not set: {s.error}"
     return f"memory {s.value} not set: {s.error}"
@@ -279,9 +290,19 @@ def _numa_unknown(s: Skipped) -> str:
     return f"memory {s.value}: this machine's NUMA nodes are unknown; the policy is left as it is"
 
 
+def _started(s: Skipped) -> str:
+    now = f" ({plural(s.now, 'thread')})" if s.now is not None else ""
+    return f"{s.library}: its pool's count is fixed already{now}; for {s.value}: {s.code}"
+
+
+def _in_code(s: Skipped) -> str:
+    return f"{s.library}: no process-wide setting reaches it here; for {s.value}, in the program: {s.code}"
+
+
 _SKIPPED: dict[Reason, Callable[[Skipped], str]] = {
     Reason.NOT_PRELOADABLE: _preload, Reason.USER_SET: _user_set, Reason.USER_VALUE_INVALID: _invalid,
-    Reason.REFUSED: _refused, Reason.NUMA_UNKNOWN: _numa_unknown,
+    Reason.REFUSED: _refused, Reason.NUMA_UNKNOWN: _numa_unknown, Reason.STARTED: _started,
+    Reason.IN_CODE: _in_code,
 }
 
 
@@ -299,6 +320,8 @@ def _drift_line(d: Drift) -> str:
     if d.where is Where.FRAMEWORK:
         once = f" (set once, before {d.library}'s inter-op pool starts)" if d.what == "inter_op" else ""
         return f"{d.library} {_count_name(d.what)} count is {d.got}, not {d.want}{once}"
+    if d.where is Where.MODULE:
+        return f"{d.library} count is {d.got}, not {d.want}"
     return f"affinity is {_listed(d.got)}, not {_listed(d.want)}"
 
 

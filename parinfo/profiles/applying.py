@@ -74,7 +74,8 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     steps += _variables(plan, env, kept, _loaded(pools))
     per_thread: list[tuple[NativePool, str, int]] = []
     pool_steps, expected_pools = _pool_steps(plan, pools, kept, per_thread)
-    steps += pool_steps + _modules(plan, counts)
+    module_steps, module_drifts = _modules(plan, counts)
+    steps += pool_steps + module_steps
     torch_steps, torch_want, later = _torch(plan, counts, inter, kept)
     steps += torch_steps + _affinity(cpus) + _memory(plan, plan.instances[0].nodes if plan.instances
                                                       else plan.memory_nodes)
@@ -85,7 +86,8 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     threads, missing = reach(per_thread, torch_want[0], reached=frozenset(reached_threads),
                              pool_reached=_workers_reached())
     return Applied(plan, tuple(s for s in steps if isinstance(s, Done)),
-                   tuple(s for s in steps if isinstance(s, Skipped)), (*drifts, *missing), tuple(threads),
+                   tuple(s for s in steps if isinstance(s, Skipped)), (*drifts, *module_drifts, *missing),
+                   tuple(threads),
                    later)
 
 
@@ -252,18 +254,42 @@ def _pool_steps(plan: Plan, pools: list[NativePool], kept: dict[str, str],
     return steps, expected
 
 
-def _modules(plan: Plan, counts: dict[str, int | None]) -> Steps:
-    """Set the count of each imported Python-module library (numexpr...) that has a profile key."""
+def _modules(plan: Plan, counts: dict[str, int | None]) -> tuple[Steps, list[Drift]]:
+    """Give each imported Python-module library that has a profile key its count, the way it takes
+    one now (:meth:`reg.Library.uptake`): its setter (read back: a Drift when it did not take it),
+    its variable when its pool or object is made (set by :func:`_variables`), or, for a pool
+    already started or a count only code sets, the line that would do it. Libraries imported later
+    read the variables :func:`_variables` set."""
+    from parinfo.process.library_parts import Takes
+
     steps: Steps = []
+    drifts: list[Drift] = []
     for rec in reg.python_libraries():
         n = counts.get(rec.name)
-        if n is None:
+        module = sys.modules.get(rec.module or "")
+        if n is None or module is None:
             continue
-        done = setter.set_module(rec, n)
-        if done is not None and not done.error:
-            steps.append(Done(rec.name, n, Where.MODULE, profile_source(plan.name, rec.profile_key or ""),
-                              library=rec.name, via=rec.set_call()))
-    return steps
+        how = rec.uptake(module, n)
+        source = profile_source(plan.name, rec.profile_key or "")
+        if how.takes is Takes.SETTER:
+            done = setter.set_module(rec, n)
+            if done is None:
+                continue
+            if done.error:
+                steps.append(Skipped(rec.name, Where.MODULE, Reason.REFUSED, n, library=rec.name,
+                                     via=rec.set_call(), now=done.now, error=done.error))
+                continue
+            steps.append(Done(rec.name, n, Where.MODULE, source, library=rec.name, via=rec.set_call()))
+            RUNTIME.note_framework_set(rec.name, n, source)  # a report names the profile while it holds
+            if done.now is not None and done.now != n:
+                drifts.append(Drift(rec.name, Where.MODULE, n, done.now, library=rec.name))
+        elif how.takes is Takes.AT_USE:
+            steps.append(Done(rec.name, n, Where.AT_USE, source, library=rec.name,
+                              via=rec.profile_var or "", when=how.when))
+        else:
+            reason = Reason.STARTED if how.takes is Takes.STARTED else Reason.IN_CODE
+            steps.append(Skipped(rec.name, Where.MODULE, reason, n, library=rec.name, now=how.now, code=how.code))
+    return steps, drifts
 
 
 def _torch(plan: Plan, counts: dict[str, int | None], inter: int,

@@ -214,7 +214,7 @@ class _Resolver:
         """What each library's record says about the plan's counts (MKL's cap, torch's import)."""
         by_key = {key: counts[key].value for key in LIBRARIES}
         for rec in reg.records():
-            note = rec.plan_note(by_key, self.values, env)
+            note = rec.plan_note(by_key, self.values, env, self.facts, written=tuple(self.prof.libraries))
             if note is not None:
                 self.notes.append(note)
 

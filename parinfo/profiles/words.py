@@ -4,12 +4,12 @@ names a count expression may use, the variables the count keys set, and the patt
 publishes. :mod:`parinfo.profiles.grammar` declares the language with them.
 """
 
-from parinfo.process.libraries import LIBRARY_VARS, RUNTIME_VARS, profile_keys
+from parinfo.process.libraries import LIBRARY_VARS, POOL_VARS, RUNTIME_VARS, profile_keys
 
 VERSION = 1
 MAX_COUNT = 4096
 
-LIBRARIES = profile_keys()  # blas, openmp, mkl, torch, numexpr (from the library registry)
+LIBRARIES = profile_keys()  # blas, openmp, mkl, torch, numexpr, onnxruntime... (from the library registry)
 INSTANCE_KEYS = ("count", "per_numa_node", "cores_per_instance", "cpus", "cross_numa", "nodes")
 #: What each instance is pinned to: one CPU of each of its cores, or every CPU (SMT siblings) of them.
 INSTANCE_CPUS = ("physical_cores", "logical_cpus")
@@ -29,6 +29,7 @@ DERIVED_VARS: dict[str, str] = {
     RUNTIME_VARS[0]: "intra_op",
     RUNTIME_VARS[1]: "inter_op",
     **{var: f"libraries.{lib}" for lib, names in LIBRARY_VARS.items() for var in names},
+    **POOL_VARS,
 }
 
 CPU_LIST_PATTERN = r"^\s*[0-9]+(\s*-\s*[0-9]+)?(\s*,\s*[0-9]+(\s*-\s*[0-9]+)?)*\s*$"
