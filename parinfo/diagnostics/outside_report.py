@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
     from parinfo.outside.remote import Identity
     from parinfo.process.pools import PoolRow
+    from parinfo.process.provenance import SettingRow
 
 __all__ = ["inspect_pid", "pid_is_self", "read_outside"]
 
@@ -138,7 +139,11 @@ def read_outside(proc: Proc, *, children: bool = False, root: str = "/",
         if members is None:
             members = [proc, *(remote.children(proc) if children else [])]
         inside = inside or {}
-        runtimes = inside[pid] if pid in inside else _own_pools(proc, env, facts, unreadable)
+        settings: list[SettingRow] = []
+        if pid in inside:
+            runtimes = inside[pid]
+        else:
+            runtimes, settings = _own_pools(proc, env, facts, unreadable)
         descendants = _descendants_pools(members[1:], root, unreadable, inside) if children else None
         tree, stats = _tree(members, sample_seconds)
         if pid not in stats:
@@ -159,16 +164,19 @@ def read_outside(proc: Proc, *, children: bool = False, root: str = "/",
         probes=Probes(note="read from outside: nothing was imported into the process"),
         runtime=RuntimeSection(unknown=COUNTS_UNKNOWN),
         backend=Backend(None, any(n.startswith("parinfo-") for n in names), pools.threading_layers(runtimes)),
-        pools=runtimes, frameworks=Frameworks(), threads=listing,
+        pools=runtimes, frameworks=Frameworks(), threads=listing, settings=settings,
         environment=[] if env is None else envmod.environment_report(env, env),
         live=live, memory=memory, descendants=descendants)
 
 
 def _own_pools(proc: Proc, env: dict[str, str] | None, facts: MachineFacts,
-               unreadable: dict[str, str]) -> list[PoolRow]:
-    """The pools of ``proc`` read from outside, with their counts in force where they can be read;
-    none, and why in ``unreadable``, when this user may not read its maps."""
+               unreadable: dict[str, str]) -> tuple[list[PoolRow], list[SettingRow]]:
+    """The pools of ``proc`` read from outside, with their counts in force where they can be read,
+    and the rows of the Python-module libraries it loaded (their counts live inside it: what its
+    launch environment predicts, said as a prediction); none, and why in ``unreadable``, when this
+    user may not read its maps."""
     from parinfo.outside import remote
+    from parinfo.process.provenance import predicted_rows
     from parinfo.process.tasks import NoAccess
     from parinfo.records.unknown import unknown
 
@@ -178,7 +186,10 @@ def _own_pools(proc: Proc, env: dict[str, str] | None, facts: MachineFacts,
         remote.read_counts(proc, runtimes, maps, env, facts)
     except NoAccess:
         runtimes, unreadable["pools"] = [], unknown(proc.permission_reason())
-    return runtimes
+        return runtimes, []
+    libs = remote.imported_libraries(maps)
+    why = "inside the process: --attach reads it"
+    return runtimes, predicted_rows(libs, env or {}, facts, why) if env is not None else []
 
 
 def _process_info(ident: Identity, env: dict[str, str] | None, names: list[str], unreadable: dict[str, str],

@@ -348,7 +348,9 @@ def outside(r: Report) -> Section:
     notes = ([Note(f"read from the process's memory: {len(read)} of {plural(len(r.pools), 'pool')} (above)", "")]
              if read else [])
     notes += [Note(str(p.counts)), Note(str(p.hint))]
-    return Section("outside", "Thread counts in force", notes=tuple(notes))
+    rows = tuple(Row((row.library, show_value(row.count), str(row.source))) for row in r.settings)
+    return Section("outside", "Thread counts in force", rows, columns=("who", "count", "decided by") if rows else (),
+                   notes=tuple(notes))
 
 
 _OWN: tuple[Callable[[Report], Section | None], ...] = (

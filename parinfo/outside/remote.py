@@ -21,6 +21,7 @@ from parinfo.records.source import Kind, Source, unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
+    from parinfo.process.library_base import Library
     from parinfo.process.pools import PoolRow
 
 # glibc's default thread stack when RLIMIT_STACK is unlimited (x86-64 and most 64-bit targets).
@@ -83,6 +84,20 @@ def loaded_runtimes(proc: Proc, maps: str | None = None) -> list[PoolRow]:
 
     text = maps_text(proc) if maps is None else maps
     return runtimes_in_maps(text.encode("utf-8", "surrogateescape"), proc.shown("maps"))
+
+def imported_libraries(maps: str) -> list[Library]:
+    """The registry's Python-module libraries whose compiled files ``maps`` (a /proc/PID/maps) shows
+    mapped: the modules the process imported, seen from outside. Libraries whose count is another
+    runtime's (XGBoost's, its OpenMP runtime's) are that runtime's pool row."""
+    from parinfo.process import libraries as reg
+    from parinfo.process.thread_owners import owner_of_file
+
+    paths = {line.split(None, 5)[5] for line in maps.splitlines()
+             if line.count(" ") >= 5 and ("site-packages/" in line or "dist-packages/" in line)
+             and len(line.split(None, 5)) == 6}
+    owners = {owner_of_file(path) for path in paths}
+    return [lib for lib in reg.python_libraries() if lib.name in owners and lib.follows is None]
+
 
 #: The source of a count taken from the environment the process was launched with.
 FROM_LAUNCH = Source(Kind.LAUNCH_ENVIRONMENT, "", "from its launch environment; the process may have changed it")

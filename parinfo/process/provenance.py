@@ -314,6 +314,22 @@ def _module_rows(lib: reg.Library, module: Any, count: int | None, environ: Mapp
     return rows
 
 
+def predicted_rows(libs: list[reg.Library], launch_environ: Mapping[str, str], facts: MachineFacts,
+                   why: str) -> list[SettingRow]:
+    """The rows of Python-module libraries a process read from outside has loaded (``libs``): each
+    pool's count is unknown (``why``: a Python module keeps it inside the process), and what the
+    launch environment predicts for it is said as a prediction, never as a count in force."""
+    rows = []
+    for lib in libs:
+        ctx = lib.context(None, launch_environ)
+        models = [(lib.name, model_of(lib))] + [(f"{lib.name} {p.name}", pool_model(lib, p)) for p in lib.pools]
+        for name, model in models:
+            row = explain(name, None, model, launch_environ, launch_environ, facts, ctx, unread=why)
+            row.owner = lib.module
+            rows.append(row)
+    return rows
+
+
 def library_settings(pools: list[PoolRow], torch: TorchInfo | None, environ: Mapping[str, str],
                      launch_environ: LaunchEnviron | None, facts: MachineFacts,
                      pushed: Mapping[str, tuple[int, Source]] | None = None,
