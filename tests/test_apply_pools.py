@@ -72,6 +72,10 @@ print(json.dumps({"did": did, "result": RESULT}))
 _POOLS = ("onnxruntime", "polars", "pyarrow", "duckdb", "tokenizers", "numba", "cv2", "xgboost")
 
 
+# parinfo's report in the process, read after each library was used: {row: count}.
+_SAID = "(__import__('parinfo') and {r.library: r.count for r in __import__('parinfo').inspect().settings})"
+
+
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     proc = subprocess.run(cmd, env=clean_env(**(env or {})), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -93,9 +97,15 @@ def test_apply_container_gives_each_library_the_one_cpu_of_its_cgroup():
             pytest.skip(f"cannot make a cgroup with a quota here: {made}")
         procs = os.path.join(str(made[0]), "cgroup.procs")
         enter = ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh"]
-        alone = _run([*enter, sys.executable, "-c", _program()])["did"]
-        applied = _run([*enter, sys.executable, "-m", "parinfo", "apply", "container", "--",
-                        sys.executable, "-c", _program()])["did"]
+        program = _program(result=_SAID)
+        alone_out = _run([*enter, sys.executable, "-c", program])
+        applied_out = _run([*enter, sys.executable, "-m", "parinfo", "apply", "container", "--",
+                            sys.executable, "-c", program])
+    alone, applied = alone_out["did"], applied_out["did"]
+    # what parinfo reports in the process, after each library was used, is what the library did
+    for out in (alone_out, applied_out):
+        for lib in ("onnxruntime", "polars", "pyarrow", "pyarrow io", "opencv", "tokenizers", "numba", "xgboost"):
+            assert out["result"][lib] == out["did"][lib], (lib, out)
     # Without the profile, the libraries that ignore the quota take both CPUs (measured: ONNX Runtime
     # the physical cores, Arrow and numba the affinity, OpenCV a quota only at the cgroup root).
     assert alone["pyarrow"] == alone["numba"] == alone["opencv"] == 2, alone
