@@ -72,7 +72,7 @@ def test_oversubscription_sums_each_librarys_cpu_pool_and_names_its_fix():
     assert f.message.startswith(f"{len(summed)} pools may run {2 * len(summed)} threads at once on 2 usable CPUs")
     for who in summed:
         assert f"{who}=2" in f.message
-    assert "polars=2 (once it starts)" in f.message
+    assert "polars=2 (predicted)" in f.message
     # not summed: the I/O pool, ONNX Runtime's inter-op pool (parallel sessions only), XGBoost's teams
     # (its OpenMP runtime's row is summed), parinfo's own pools
     for left in ("pyarrow io", "onnxruntime inter-op", "xgboost", "parinfo"):

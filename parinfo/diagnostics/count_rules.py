@@ -68,7 +68,7 @@ def oversubscribed_pools(r: Report) -> list[Finding]:
     total = sum(p.threads for p in busy)
     if len(busy) < 2 or total <= 2 * usable:
         return []
-    names = ", ".join(f"{p.who}={p.threads}" + (" (once it starts)" if p.not_started else "") for p in busy)
+    names = ", ".join(f"{p.who}={p.threads}" + (" (predicted)" if p.predicted else "") for p in busy)
     ways: dict[str, list[str]] = {}
     for p in busy:
         how = p.family.how_to_set(1, p.pool) if p.family is not None else "limit it to 1 thread"

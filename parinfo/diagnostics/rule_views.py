@@ -54,13 +54,13 @@ def row_family(row: SettingRow) -> tuple[Library, str | None] | None:
 class AtOnce(NamedTuple):
     """A CPU pool that may run at the same time as the others: how a finding names it, its count
     (``threads``), its family and pool (None: unknown, or its main pool), and whether the count is
-    the one it will take when it starts (Polars' pool before its first query), not one in force."""
+    predicted, not read (Polars' pool before its first query, DuckDB's for a new connection)."""
 
     who: str
     threads: int
     family: Library | None
     pool: str | None
-    not_started: bool = False
+    predicted: bool = False
 
 
 def pools_at_once(r: Report) -> list[AtOnce]:
@@ -73,8 +73,9 @@ def pools_at_once(r: Report) -> list[AtOnce]:
       runtime's while one is loaded: its teams are that runtime's threads, summed with its row;
     - each Python-module library imported (a settings row of a family that is not native): its
       count in force (read through its getter, or what a pool made now gets: an ONNX Runtime
-      session, a DuckDB connection, tokenizers' pool), else the count its pool will take when it
-      starts (Polars' before its first query: ``expected_from_env``).
+      session, tokenizers' pool), else, where none can be read, the count the environment predicts
+      (``expected_from_env``, marked: Polars' pool before its first query, DuckDB's for a new
+      connection).
 
     Left out, each for a reason: an I/O pool (Arrow's: its threads wait on I/O); a library whose
     count is another's (``follows``: XGBoost's and LightGBM's teams are the threads of the OpenMP
