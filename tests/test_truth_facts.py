@@ -90,7 +90,7 @@ def test_pool_totals_count_every_copy():
                     "duplicate_of": "/a"},
                    {"library": "libgomp", "owner": "scikit-learn", "num_threads": 2, "user_api": "openmp"}]}
     found = next(f for f in diagnose(Report.from_dict(s)) if f.id == "oversubscribed-pools")
-    assert found.message.startswith("3 native pools hold 6 threads")
+    assert found.message.startswith("3 pools may run 6 threads at once")
     assert "openblas [scipy]=2" in found.message
 
 

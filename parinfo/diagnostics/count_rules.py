@@ -8,15 +8,17 @@ from __future__ import annotations
 from parinfo.diagnostics.findings import Finding, Severity
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.rule_views import (
-    called_pools,
     counts_in_force,
     env_shown,
     env_values,
     inter_intra_pairs,
+    pools_at_once,
+    row_family,
 )
 from parinfo.machine import rounding
 from parinfo.process import libraries as reg
-from parinfo.process.library_parts import Reading
+from parinfo.process.library_base import QuotaRule
+from parinfo.process.library_parts import Push, Reading
 from parinfo.process.provenance import SettingRow
 from parinfo.process.variables import readings
 from parinfo.records.source import Kind
@@ -54,39 +56,56 @@ def oversubscribed_interop(r: Report) -> list[Finding]:
 
 
 def oversubscribed_pools(r: Report) -> list[Finding]:
-    """Several multi-threaded native pools that spin while idle can all be busy at once. Every loaded
-    copy of a runtime is a pool of its own (numpy's and scipy's OpenBLAS each start their threads)."""
+    """Several multi-threaded CPU pools that may run at once (:func:`pools_at_once`: every loaded
+    copy of a native runtime, numpy's and scipy's OpenBLAS each, and each Python-module library's
+    CPU pool: ONNX Runtime's session, Polars', Arrow's CPU pool, DuckDB's, tokenizers', OpenCV's,
+    numba's...) hold more than twice the usable CPUs. Each library sized its pool for the CPUs it
+    sees, not for the others. Info: used one after another they do not compete, and nothing tells
+    whether they run at once. The fix names, for each library, what sets its count
+    (:meth:`Library.how_to_set`), the same pools named once with their copies."""
     usable = r.machine.usable_cpus
-    spinning = [(p, p.num_threads) for p in called_pools(r) if p.num_threads is not None and p.num_threads > 1]
-    total = sum(n for _, n in spinning)
-    if len(spinning) > 1 and total > 2 * usable:
-        names = ", ".join(p.library + (f" [{p.owner}]" if p.owner else "") + f"={n}" for p, n in spinning)
-        return [Finding(
-            "oversubscribed-pools", Severity.INFO,
-            f"{plural(len(spinning), 'native pool')} hold {plural(total, 'thread')} for "
-            f"{plural(usable, 'usable CPU')} ({names})",
-            "pools used one after another are fine, but pools used at once (for example BLAS called "
-            "from inside an OpenMP region or from several Python threads) oversubscribe the CPUs",
-            "limit the pools you do not use in parallel to 1 thread (threadpoolctl.threadpool_limits, "
-            "or a parinfo profile)",
-        )]
-    return []
+    busy = [p for p in pools_at_once(r) if p.threads > 1]
+    total = sum(p.threads for p in busy)
+    if len(busy) < 2 or total <= 2 * usable:
+        return []
+    names = ", ".join(f"{p.who}={p.threads}" + (" (predicted)" if p.predicted else "") for p in busy)
+    ways: dict[str, list[str]] = {}
+    for p in busy:
+        how = p.family.how_to_set(1, p.pool) if p.family is not None else "limit it to 1 thread"
+        ways.setdefault(how, []).append(p.who)
+    fixes = "; ".join(f"{', '.join(dict.fromkeys(who))}: {how}" for how, who in ways.items())
+    return [Finding(
+        "oversubscribed-pools", Severity.INFO,
+        f"{plural(len(busy), 'pool')} may run {plural(total, 'thread')} at once on "
+        f"{plural(usable, 'usable CPU')} ({names})",
+        "each library sized its pool for the CPUs it sees, not for the other pools: used one after "
+        "another they are fine, but used at once (BLAS called inside an OpenMP region, a query beside an "
+        "inference session, several Python threads) they oversubscribe the CPUs",
+        f"limit the pools you do not use in parallel to 1 thread: {fixes} (threadpoolctl.threadpool_limits "
+        "limits the native ones at run time; a parinfo profile sets those it knows)",
+    )]
 
 def _count_fix(row: SettingRow, env: dict[str, str], usable: int, profile: str | None) -> str:
     """How to bring ``row``'s count to ``usable`` so that it works as printed: name the variable that
-    decides it (``parinfo apply`` keeps a variable the user set unless ``--force``)."""
+    decides it (``parinfo apply`` keeps a variable the user set unless ``--force``), else what sets
+    its library's count (:meth:`Library.how_to_set`: SQL for DuckDB, a setter, a session option)."""
+    lib, pool = row_family(row) or (None, None)
+    call = lib.setter(usable, pool) if lib is not None else None
     var = row.variable or next((v for v in row.precedence if v in env), None)
     if var:
-        text = f"set {var}={usable}"
+        text = f"set {var}={usable}" + (f" (or call {call})" if call else "")
         if profile:
             text += f", or run under `parinfo apply {profile} --force` (without --force it keeps your {var})"
         return text
     if row.source is not None and row.source.kind in (Kind.RUN_TIME, Kind.EXPLICIT):
-        return f"lower the count your program sets at run time to {usable}"
+        return f"lower the count your program sets at run time to {usable}" + (f": {call}" if call else "")
+    profile_sets = lib is None or lib.profile_key is not None or lib.push is Push.RUNTIME  # a profile reaches it
+    apply = f", or run under `parinfo apply {profile}`" if profile and profile_sets else ""
+    if lib is not None:
+        return lib.how_to_set(usable, pool) + apply
     first = row.precedence[0] if row.precedence else None
     if first:
-        return f"set {first}={usable} before the program starts" + (
-            f", or run under `parinfo apply {profile}`" if profile else "")
+        return f"set {first}={usable} before the program starts" + apply
     return f"set {row.library} to at most {plural(usable, 'thread')}"
 
 
@@ -96,6 +115,25 @@ def _allocation_binds(r: Report) -> bool:
     if m.allocation is None or m.allocation != m.usable_cpus:
         return False
     return m.quota is None or m.allocation < rounding.round_quota(m.quota, m.quota_rounding)
+
+
+def _quota_ignored(row: SettingRow, r: Report) -> tuple[str, str] | None:
+    """(words for the message, a sentence for the why) when ``row``'s count is its library's default
+    and that default does not follow the quota (its family's ``quota_rule``, measured: ONNX Runtime,
+    Arrow's CPU pool, numba, LightGBM ignore it; OpenCV and XGBoost read one only at the cgroup
+    mount's root); None when someone chose the count or the library follows the quota.
+
+    It enriches ``count-above-quota`` rather than raising a finding of its own: the problem is one
+    (a count above the quota), this is its cause, and its fix is the one the finding already gives
+    (what sets that library's count, or ``parinfo apply container``); a second finding would say it
+    twice, and whoever filters on the finding's id keeps seeing it."""
+    lib, _ = row_family(row) or (None, None)
+    rule = None if lib is None else lib.quota_rule
+    if lib is None or rule is None or rule is QuotaRule.FOLLOWS or row.source is None or not row.source.kind.default:
+        return None
+    where = f", not this one's ({r.machine.quota_source})" if rule is QuotaRule.ROOT_ONLY else ""
+    return (f": {lib.label} {rule.value}{where}, and sized itself by its default ({row.source})",
+            f"{lib.label}'s default does not follow this quota, and nobody chose its count: ")
 
 
 def above_quota_or_affinity(r: Report) -> list[Finding]:
@@ -130,12 +168,13 @@ def above_quota_or_affinity(r: Report) -> list[Finding]:
             if changed_at is not None and row.source is not None and row.source.chosen:  # followed; this stayed
                 kept = (f" (kept when the usable CPUs changed at {changed_at}: {row.source} chose it, "
                         "and parinfo changes only counts nobody chose)")
+            cause, cause_why = _quota_ignored(row, r) or ("", "")
             out.append(Finding(
                 "count-above-quota", Severity.WARNING,
                 f"{who} uses {plural(count, 'thread')} but the cgroup CPU quota allows "
-                f"{plural(quota, 'CPU', 'g')}{kept}",
-                "threads beyond the quota are throttled by the kernel: the whole process stalls until the "
-                "next CFS period, which makes parallel code slower than with fewer threads",
+                f"{plural(quota, 'CPU', 'g')}{kept}{cause}",
+                f"{cause_why}threads beyond the quota are throttled by the kernel: the whole process stalls until "
+                "the next CFS period, which makes parallel code slower than with fewer threads",
                 f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
             ))
         elif affinity is not None:

@@ -10,6 +10,7 @@ registry on its start-up path).
 """
 from __future__ import annotations
 
+import enum
 import sys
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from parinfo.process.library_parts import (
     Takes,
     Uptake,
 )
+from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -41,6 +43,16 @@ if TYPE_CHECKING:
 
 #: The name of a framework's inter-op pool among its ``pools`` (torch's).
 INTER_OP = "inter-op"
+
+
+class QuotaRule(enum.Enum):
+    """What a library's default count does with a cgroup CPU quota below the CPUs it sees, measured
+    on the library under a real 0.5-CPU cgroup (tests/test_findings_pools.py): the value is the
+    words a finding says it with."""
+
+    FOLLOWS = "follows the CPU quota"
+    IGNORES = "ignores the CPU quota"
+    ROOT_ONLY = "reads a CPU quota only at fixed paths of the cgroup mount's root (a container's own cgroup)"
 
 
 class Library:
@@ -92,6 +104,9 @@ class Library:
     and the invalid-variable finding take its word over parinfo's validator.
     Attached: ``native`` (:class:`NativeReads`) names the C getters of a loaded copy;
     ``module_facts`` the module attributes :meth:`context` reads.
+    Findings: ``quota_rule`` (:class:`QuotaRule`, None where not measured) what its default does
+    under a CPU quota; :meth:`how_to_set` the words of a fix that sets its count (its variable and
+    ``read_when``, when its library reads it; its setter).
     """
 
     name: str = ""
@@ -140,6 +155,8 @@ class Library:
     preload: Preloadable | None = None  # how a profile's openmp: word preloads it (OpenMP runtimes)
     sized_at_use: str = ""  # no getter, sized when made or first used: what its count in the report is
     note: str = ""
+    quota_rule: QuotaRule | None = None  # what its default does under a CPU quota, measured per version
+    read_when: str = "before the program starts"  # when it reads its variables, as a fix says it
 
     def __repr__(self) -> str:
         return f"<library {self.name}>"
@@ -304,6 +321,21 @@ class Library:
         """The name of its module's getter that reads the count without changing anything ("" when
         there is none: numba's launches its threads)."""
         return "" if self.calls is None else self.calls.getter
+
+    def how_to_set(self, n: int, pool: str | None = None) -> str:
+        """How a fix says to give its count (its pool ``pool``'s, by name) ``n`` threads: set its
+        first variable (in the loaded version) before it reads it, or call its module's setter."""
+        found = self.count_vars if pool is None else self.pool_vars(pool)
+        call = self.setter(n, pool)
+        ways = [f"set {found[0]}={n} {self.read_when}"] if found else []
+        ways += [f"call {call}"] if call else []
+        return ", or ".join(ways) or f"set {self.name} to at most {plural(n, 'thread')}"
+
+    def setter(self, n: int, pool: str | None = None) -> str | None:
+        """The call that sets its count (its pool ``pool``'s) to ``n`` at run time
+        (``pyarrow.set_cpu_count(2)``), or None when its module has none."""
+        calls = self.calls if pool is None else self.pool(pool).calls
+        return calls.call(str(self.module), n) if self.push is Push.SETTER and calls is not None else None
 
     # -- its other pools (``pools``) --------------------------------------------------------------
     def pool(self, name: str) -> Pool:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.process import defaults
 from parinfo.process.defaults import NO_FACTS, ModuleFacts
-from parinfo.process.library_base import Library
+from parinfo.process.library_base import Library, QuotaRule
 from parinfo.process.library_parts import (
     Calls,
     Does,
@@ -101,6 +101,8 @@ class Arrow(Library):
     note = ("CPU pool: OMP_NUM_THREADS (its first entry), else the CPUs in affinity, capped by "
             "OMP_THREAD_LIMIT; the quota is ignored. IO pool: ARROW_IO_THREADS, else 8. Each is read "
             "at its getter's first call; set_cpu_count / set_io_thread_count resize them at any time")
+    quota_rule = QuotaRule.IGNORES  # pyarrow 26: cpu_count() 2 (affinity) in a 0.5-CPU cgroup
+    read_when = "before pyarrow is imported"
 
     def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
         return ModuleFacts(limit=leading_count(env.get(THREAD_LIMIT)))
@@ -159,6 +161,8 @@ class Polars(Library):
     )
     note = ("POLARS_MAX_THREADS (blanks allowed; 0 or invalid: the default), else the CPUs in affinity, "
             "at most the CPU quota rounded down (at least 1), read at import; fixed after")
+    quota_rule = QuotaRule.FOLLOWS  # polars 2.1: thread_pool_size() 1 in a 0.5-CPU cgroup
+    read_when = "before `import polars`"
 
     def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
         """Digits, blanks and a plus sign around them allowed; "1x", "1.5", "1,3" and 0 give the
@@ -217,6 +221,11 @@ class DuckDB(Library):
               "SET threads = n, duckdb.connect(config={'threads': n})")
     note = ("no variable; a new connection takes the online CPUs (affinity ignored), at most the CPU "
             "quota rounded up; SET threads = n changes its database at any time")
+    quota_rule = QuotaRule.FOLLOWS  # duckdb 2.0: current_setting('threads') 1 in a 0.5-CPU cgroup
+
+    def how_to_set(self, n: int, pool: str | None = None) -> str:
+        """No variable: SQL on each connection, or the config of a new one."""
+        return f"run SET threads = {n} on each connection (or duckdb.connect(config={{'threads': {n}}}))"
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """The online CPUs (affinity ignored), at most the quota rounded up."""

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process.defaults import ModuleFacts
-from parinfo.process.library_base import INTER_OP, Library
+from parinfo.process.library_base import INTER_OP, Library, QuotaRule
 from parinfo.process.library_parts import (
     FALSE_WORDS,
     Calls,
@@ -82,6 +82,14 @@ class OnnxRuntime(Library):
             "is made, or SessionOptions.intra_op_num_threads in code. Its inter-op pool is made only "
             "for a session in ExecutionMode.ORT_PARALLEL: ORT_INTER_OP_NUM_THREADS, or "
             "SessionOptions.inter_op_num_threads")
+    quota_rule = QuotaRule.IGNORES  # onnxruntime 1.32: a session adds 1 thread (2 physical cores) in a 0.5-CPU cgroup
+    read_when = "before a session is made"
+
+    def how_to_set(self, n: int, pool: str | None = None) -> str:
+        """Its variable (from 1.29) before a session is made, or the session option in code."""
+        option = f"SessionOptions.{'inter' if pool else 'intra'}_op_num_threads = {n}"
+        found = self.count_vars if pool is None else self.pool_vars(pool)
+        return f"{super().how_to_set(n, pool)}, or {option} in code" if found else f"set {option} in code"
 
     #: The first version that reads the variables (1.28 ignores them, measured; 1.29's library names them).
     reads_from = (1, 29)
@@ -186,6 +194,8 @@ class Tokenizers(Library):
                     "was used encodes in its calling thread")
     note = ("rayon's global pool, started at the first batch encode and never resized; invalid or 0: "
             "the default; TOKENIZERS_PARALLELISM=false runs batches in the calling thread")
+    quota_rule = QuotaRule.FOLLOWS  # tokenizers 0.23: a batch encode adds no thread in a 0.5-CPU cgroup (pool of 1)
+    read_when = "before its first batch encode"
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return rayon_default(facts, ctx)
@@ -240,6 +250,8 @@ class OpenCV(Library):
     quota_files = ("/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
     note = ("its own pool, besides the OpenBLAS copy the wheel ships; OPENCV_FOR_THREADS_NUM is read at "
             "the first getNumThreads or parallel call; cv2.setNumThreads resizes the pool at any time")
+    quota_rule = QuotaRule.ROOT_ONLY  # opencv 5.0: getNumThreads() 2 in a nested 0.5-CPU cgroup
+    read_when = "before its first parallel call"
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         """The CPUs in affinity; at most the quota rounded down (at least 1) when the quota is the

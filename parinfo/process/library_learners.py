@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from parinfo.process import defaults
 from parinfo.process.defaults import NO_FACTS, ModuleFacts
-from parinfo.process.library_base import Library
+from parinfo.process.library_base import Library, QuotaRule
 from parinfo.process.library_parts import LibraryKind, Push, Scope, as_count
 from parinfo.process.library_runtimes import GnuOpenMP
 from parinfo.safe_file import read_file
@@ -88,6 +88,10 @@ class _OpenMPLearner(Library):
         """What changes its count at run time (a report's words; parinfo sets none of them)."""
         return self.changed_by
 
+    def how_to_set(self, n: int, pool: str | None = None) -> str:
+        """Its OpenMP runtime's variable, or the count each call is given."""
+        return f"{super().how_to_set(n, pool)}, or pass {n} as each call's {self.per_call}"
+
     def row_note(self, module: Any) -> str | None:
         return (f"the team a call makes when passed no count; a call's own {self.per_call} overrides it, "
                 "unseen from outside the call")
@@ -113,6 +117,7 @@ class XGBoost(_OpenMPLearner):
             "thread, else omp_get_max_threads()), capped at the CPUs in affinity, OMP_THREAD_LIMIT and the CPU "
             "quota read at /sys/fs/cgroup/cpu.max (rounded up) or /sys/fs/cgroup/cpu/cpu.cfs_quota_us (rounded "
             "down): a container's own cgroup, not a nested one")
+    quota_rule = QuotaRule.ROOT_ONLY  # xgboost 3.2: a team of 2 (affinity) in a nested 0.5-CPU cgroup
 
     def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
         limits = [(n, why) for n, why in (
@@ -163,6 +168,7 @@ class LightGBM(_OpenMPLearner):
     note = ("an OpenMP team per call: num_threads (n_jobs; a count above the CPUs is kept), else "
             "omp_get_max_threads() (OMP_NUM_THREADS, else the CPUs in affinity; the quota is ignored), capped by "
             "LGBM_SetMaxThreads and OMP_THREAD_LIMIT")
+    quota_rule = QuotaRule.IGNORES  # lightgbm 4.7: a team of 2 (affinity) in a 0.5-CPU cgroup
 
     def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
         n = thread_limit(env)

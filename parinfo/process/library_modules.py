@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.machine.rounding import ROUNDING_VAR
 from parinfo.process import defaults
 from parinfo.process.defaults import NO_FACTS, ModuleFacts
-from parinfo.process.library_base import INTER_OP, Library
+from parinfo.process.library_base import INTER_OP, Library, QuotaRule
 from parinfo.process.library_blas import MKL_DYNAMIC, Mkl, mkl_dynamic_cap
 from parinfo.process.library_parts import Calls, LibraryKind, Pool, Push, Scope, Takes, Uptake, as_count
 from parinfo.safe_text import plural
@@ -78,6 +78,10 @@ class Torch(Library):
     note = ("intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "
             "(std::thread::hardware_concurrency)")
 
+    def how_to_set(self, n: int, pool: str | None = None) -> str:
+        """Its setters: which variables its intra-op count reads depends on its build."""
+        return f"call {self.setter(n, pool)}"
+
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.physical_in_affinity(facts, ctx)
 
@@ -119,6 +123,8 @@ class Numba(Library):
     note = ("launches NUMBA_NUM_THREADS threads once; set_num_threads masks them for the calling "
             "thread only and refuses more than were launched; its omp layer sets the launching thread's "
             "OpenMP count (of the libgomp it shares with others, LightGBM's) to NUMBA_NUM_THREADS")
+    quota_rule = QuotaRule.IGNORES  # numba 0.68: get_num_threads() 2 (affinity) in a 0.5-CPU cgroup
+    read_when = "before `import numba` (it takes the count then)"
 
     def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
         config = getattr(module, "config", None)
