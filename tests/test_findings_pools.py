@@ -81,7 +81,7 @@ def test_oversubscription_sums_each_librarys_cpu_pool_and_names_its_fix():
         assert fix_of(library) in f.fix
     for words in ("call pyarrow.set_cpu_count(1)", "call cv2.setNumThreads(1)", "run SET threads = 1",
                   "SessionOptions.intra_op_num_threads = 1", "set ORT_INTRA_OP_NUM_THREADS=1",
-                  "set RAYON_NUM_THREADS=1", "set POLARS_MAX_THREADS=1 before its pool starts"):
+                  "set RAYON_NUM_THREADS=1", "set POLARS_MAX_THREADS=1 before `import polars`"):
         assert words in f.fix
 
 
