@@ -44,7 +44,6 @@ CHANGED = [
     ("POLARS_MAX_THREADS", "0", False, True),
     ("OPENCV_FOR_THREADS_NUM", "0", False, True),
     ("OPENCV_FOR_THREADS_NUM", "+3", True, False),  # cv2.error
-    ("OMP_THREAD_LIMIT", "1x", False, True),  # Arrow, its only listed reader, takes 1
     ("TOKENIZERS_PARALLELISM", "", False, True),  # tokenizers: false
 ]
 
@@ -215,3 +214,12 @@ def test_what_each_library_does_with_a_value_is_what_parinfo_says():
             if var == "OMP_NUM_THREADS" and limit.count is not None:  # Arrow caps its CPU pool at the limit
                 want[1] = min(want[1], limit.count)
             assert did[var] == want, (var, env[var], said)
+
+
+def test_omp_thread_limit_is_read_by_every_openmp_runtime_and_arrow():
+    row = _row("OMP_THREAD_LIMIT", "1x")
+    assert {"libgomp", "libiomp", "libomp", "pyarrow"} <= set(row.readers)
+    # libgomp: "Invalid value for environment variable OMP_THREAD_LIMIT" and no limit (measured); Arrow takes 1
+    assert row.valid is False
+    assert "libgomp prints a warning" in str(row.problem) and "pyarrow takes 1" in str(row.problem)
+    assert _row("OMP_THREAD_LIMIT", "2").valid is True

@@ -28,7 +28,7 @@ class OpenMPLibrary(Library):
     user_api = internal_api = "openmp"
     not_prefixes = ("libomptarget",)
     precedence = ("OMP_NUM_THREADS",)
-    reads = _OMP_STEER
+    reads = (*_OMP_STEER, "OMP_THREAD_LIMIT")  # caps every team (libgomp warns on a value it refuses)
     profile_key = "openmp"
     profile_var = "OMP_NUM_THREADS"
     native_getter = "omp_get_max_threads()"
@@ -49,7 +49,7 @@ class GnuOpenMP(OpenMPLibrary):
     name, vendor, label = "libgomp", "GNU libgomp", "GNU OpenMP (libgomp)"
     prefixes = ("libgomp",)
     env_prefixes = ("OMP_", "GOMP_")
-    reads = (*_OMP_STEER, "GOMP_CPU_AFFINITY")
+    reads = (*_OMP_STEER, "OMP_THREAD_LIMIT", "GOMP_CPU_AFFINITY")
     preload = Preloadable("gnu", ("libgomp.so.1", "libgomp.so"), "omp",
                           "apt-get install libgomp1 (Debian, Ubuntu), or dnf install libgomp")
     team_release = "omp_pause_resource_all"
@@ -61,7 +61,7 @@ class _KmpRuntime(OpenMPLibrary):
     second to initialise aborts (OMP Error #15). Their pause acts on the whole process."""
 
     env_prefixes = ("OMP_", "KMP_")
-    reads = _OMP_STEER + _KMP_STEER
+    reads = (*_OMP_STEER, "OMP_THREAD_LIMIT", *_KMP_STEER)
     roles = _OMP_ROLES + _KMP_ROLES
 
 

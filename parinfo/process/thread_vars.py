@@ -77,7 +77,8 @@ VARIABLES: tuple[Var, ...] = (
     Var("TOKENIZERS_PARALLELISM", "text", "tokenizers: false (0, off, no, f, n, or empty) runs batches in "
         "the calling thread; read at each call"),
     Var("OPENCV_FOR_THREADS_NUM", "count", "OpenCV's own pool (read at its first getNumThreads or parallel call)"),
-    Var("OMP_THREAD_LIMIT", "count", "OpenMP thread limit; caps Arrow's CPU pool, its default included"),
+    Var("OMP_THREAD_LIMIT", "count", "OpenMP thread limit: caps every team of an OpenMP runtime, and Arrow's CPU "
+        "pool, its default included", listed_unset=False),
     Var("ARROW_IO_THREADS", "count", "Arrow's IO pool size (read at pyarrow.io_thread_count()'s first call)"),
     Var("POLARS_MAX_THREADS", "count", "Polars' thread pool size (read when the pool starts, fixed after)"),
     Var("PYTHON_CPU_COUNT", "cpu_count", "overrides os.cpu_count() (Python 3.13+)", python=(3, 13)),
