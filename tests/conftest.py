@@ -171,6 +171,18 @@ def py314_python() -> str:
 
 
 @pytest.fixture(scope="session")
+def py314_pools_python() -> str:
+    """A Python 3.14 interpreter with the pool libraries (ONNX Runtime, Polars, pyarrow, DuckDB,
+    tokenizers, OpenCV, numba; see tests/py314_pools.py); skipped, with why, where none can be had."""
+    from py314_pools import venv_python
+
+    python, why = venv_python()
+    if python is None:
+        pytest.skip(why)
+    return python
+
+
+@pytest.fixture(scope="session")
 def older_python() -> str:
     """A CPython older than 3.14 (no sys.remote_exec) that imports numpy, for targets attach must
     refuse: this interpreter where it is older, else one found on this machine (python3.13 to
