@@ -73,9 +73,11 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
     no attach): every section but those the assembler adds."""
     from parinfo.diagnostics.assemble import Filled
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo
+    from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, serving, threads
     from parinfo.process.interpreter import interpreter_facts, watch_gil_warning
+    from parinfo.process.mapped import MapsOnce
     from parinfo.process.thread_owners import attribute as attribute_owners
 
     watch_gil_warning()  # a module imported from now on that turns the GIL back on is named
@@ -92,7 +94,8 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
     probes = probe.import_probes(wanted)
 
     facts = machine_facts(root)
-    objects = pools.loaded_objects()
+    maps = MapsOnce(Proc.of(None))  # read at most once, for the pools and the threads' owners alike
+    objects = pools.current_objects(maps)
     pool_rows = pools.native_pools(objects=objects)
     torch_info = frameworks.torch_info(import_if_missing=False)
     launch_env = environment.launch_environment()
@@ -122,7 +125,7 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
         frameworks=framework_info,
         settings=settings,
         environment=env_rows,
-        threads=attribute_owners(threads.live_threads()),
+        threads=attribute_owners(threads.live_threads(), maps=maps),
         outer=_outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env),
     )
 
