@@ -99,6 +99,23 @@ def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
     return out
 
 
+def _getters_raised(settings: list[SettingRow], answer: Answer) -> None:
+    """The row of a library whose getter raised inside the process says so ("unknown (cv2.getNumThreads()
+    raised error: ...)"), and what the environment would give, where nothing more telling (a variable
+    the library refuses) explains it already."""
+    from parinfo.process import libraries as reg
+    from parinfo.records.source import unknown
+
+    raised = {read.name: read.why for read in answer.python_libs if read.why is not None and read.count is None}
+    for row in settings:
+        lib = reg.find(row.library)
+        why = raised.get(row.library)
+        if why is None or lib is None or row.count is not None or row.source.detail != lib.unread:
+            continue
+        _, would, prediction = row.source.text.partition("; would be ")
+        row.source = unknown(why, f"unknown ({why})" + (f"; would be {prediction}" if would else ""))
+
+
 def _threads(proc: Proc, answer: Answer) -> ThreadList:
     """The OS threads of ``proc`` from /proc, each with the name of the Python thread it runs."""
     from parinfo.process.thread_owners import attribute
@@ -190,6 +207,7 @@ def read_inside(proc: Proc, runtimes: list[PoolRow], objects: list[str], launch:
     settings = provenance.library_settings(pool_rows, torch, answer.environ, launch, facts,
                                            push.by_file() if push is not None else None, applied,
                                            modules=_module_libraries(answer))
+    _getters_raised(settings, answer)
     return Inside(found, pool_rows, listing, torch, rt, settings, launch, facts)
 
 
