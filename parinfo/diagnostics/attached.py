@@ -109,10 +109,10 @@ def _getters_raised(settings: list[SettingRow], answer: Answer) -> None:
     raised = {read.name: read.why for read in answer.python_libs if read.why is not None and read.count is None}
     for row in settings:
         lib = reg.find(row.library)
-        why = raised.get(row.library)
-        if why is None or lib is None or row.count is not None or row.source.detail != lib.unread:
+        why, source = raised.get(row.library), row.source
+        if why is None or lib is None or row.count is not None or source is None or source.detail != lib.unread:
             continue
-        _, would, prediction = row.source.text.partition("; would be ")
+        _, would, prediction = source.text.partition("; would be ")
         row.source = unknown(why, f"unknown ({why})" + (f"; would be {prediction}" if would else ""))
 
 
