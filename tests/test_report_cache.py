@@ -61,10 +61,8 @@ def test_a_count_changed_between_reports_is_in_the_second() -> None:
 
 def test_a_library_loaded_and_a_pool_started_between_reports_are_in_the_second() -> None:
     pytest.importorskip("polars")
-    gomp = [os.path.join(d, f) for d in (os.path.join(p, n) for p in sys.path if os.path.isdir(p)
-                                          for n in ("scikit_learn.libs", "xgboost_cpu.libs", "xgboost.libs"))
-            if os.path.isdir(d) for f in os.listdir(d) if f.startswith("libgomp")]
-    if not gomp:
+    gomp = _gomp()
+    if gomp is None:
         pytest.skip("no wheel here ships a libgomp to load")
     found = _run(f"""
         import ctypes, json
@@ -75,7 +73,7 @@ def test_a_library_loaded_and_a_pool_started_between_reports_are_in_the_second()
             return ([p["library"] for p in report["pools"]], report["threads"]["owners"].get("polars", 0),
                     report["threads"]["count"])
         first = seen()
-        ctypes.CDLL({gomp[0]!r})
+        ctypes.CDLL({gomp!r})
         pl.DataFrame({{"k": [i % 7 for i in range(100_000)], "v": range(100_000)}}).group_by("k").agg(pl.col("v").sum())
         print(json.dumps([first, seen()]))
         """)
@@ -123,3 +121,35 @@ def test_maps_are_read_once_a_report_and_not_at_all_when_nothing_changed() -> No
         print(json.dumps(counts))
         """)
     assert reads[0] == 1 and reads[-1] == 0, reads  # type: ignore[index]
+
+
+def test_a_runtime_file_replaced_on_disk_between_reports_is_seen_deleted(tmp_path: object) -> None:
+    """A package upgrade replaces a loaded library's file: the next report sees it as the maps say,
+    deleted, though the loader loaded nothing since."""
+    gomp = _gomp()
+    if gomp is None:
+        pytest.skip("no wheel here ships a libgomp to load")
+    found = _run(f"""
+        import ctypes, json, os, shutil
+        from parinfo.process.mapped import current_objects
+        copy = os.path.join({str(tmp_path)!r}, "libgomp.so.1")
+        shutil.copy({gomp!r}, copy)
+        ctypes.CDLL(copy)
+        first = [p for p in current_objects() if p.startswith(copy)]
+        shutil.copy({gomp!r}, copy + ".new")
+        os.replace(copy + ".new", copy)  # what pip does: a new file in its place
+        print(json.dumps([first, [p for p in current_objects() if p.startswith(copy)]]))
+        """)
+    first, second = found  # type: ignore[misc]
+    assert first == [os.path.join(str(tmp_path), "libgomp.so.1")]
+    assert second == [first[0] + " (deleted)"]
+
+
+def _gomp() -> str | None:
+    for folder in (os.path.join(p, n) for p in sys.path if os.path.isdir(p)
+                   for n in ("scikit_learn.libs", "xgboost_cpu.libs", "xgboost.libs")):
+        if os.path.isdir(folder):
+            for name in os.listdir(folder):
+                if name.startswith("libgomp"):
+                    return os.path.join(folder, name)
+    return None

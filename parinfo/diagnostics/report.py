@@ -95,7 +95,7 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, serving, threads
     from parinfo.process.interpreter import interpreter_facts, watch_gil_warning
-    from parinfo.process.mapped import MapsOnce
+    from parinfo.process.mapped import MapsOnce, current_objects
     from parinfo.process.thread_owners import attribute as attribute_owners
 
     watch_gil_warning()  # a module imported from now on that turns the GIL back on is named
@@ -113,7 +113,7 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
 
     facts = machine_facts(root)
     maps = MapsOnce(Proc.of(None))  # read at most once, for the pools and the threads' owners alike
-    objects = pools.current_objects(maps)
+    objects = current_objects(maps)
     pool_rows = pools.native_pools(objects=objects)
     torch_info = frameworks.torch_info(import_if_missing=False)
     launch_env = environment.launch_environment()

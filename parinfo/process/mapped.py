@@ -5,11 +5,13 @@ kernel writes out on each read (about 2 ms): one report reads it once, for the p
 owners alike (:class:`MapsOnce`), and only when something may have changed. What tells that here is
 the dynamic loader: glibc and musl count every object loaded and unloaded (``dlpi_adds`` and
 ``dlpi_subs`` of ``dl_iterate_phdr``); while both stay the same, no library was loaded or unloaded
-since the last read (:func:`loader_generation`).
+since the last read (:func:`loader_generation`). :func:`current_objects` is this process's loaded
+objects, read again only then.
 """
 from __future__ import annotations
 
 import functools
+import os
 from typing import TYPE_CHECKING, Any
 
 from parinfo.records.unknown import Unknown
@@ -75,3 +77,41 @@ def loader_generation() -> tuple[int, int] | None:
 
     func(callback_type(first), ctypes.c_void_p())
     return out[0] if out else None
+
+
+#: This process's loaded objects at the loader generation they were read at, with the identity
+#: (device, inode) of each thread runtime among them then (see :func:`current_objects`).
+_OBJECTS: list[tuple[tuple[int, int], list[str], dict[str, tuple[int, int]]]] = []
+
+
+def current_objects(maps: MapsOnce | None = None) -> list[str]:
+    """This process's loaded objects (:func:`parinfo.process.pools.loaded_objects`), read from
+    ``maps`` (this report's read of /proc/self/maps, default a read of its own) only when the
+    dynamic loader has loaded or unloaded an object since the last read (:func:`loader_generation`),
+    or a thread runtime's file was replaced on disk since (a package upgrade: the maps then mark it
+    deleted, and its pool row says so)."""
+    from parinfo.machine.procfs import Proc
+    from parinfo.process.pools import DELETED, loaded_objects, runtimes_among
+
+    generation = loader_generation()
+    if generation is not None and _OBJECTS and _OBJECTS[0][0] == generation and \
+            _file_ids(_OBJECTS[0][2]) == _OBJECTS[0][2]:
+        return list(_OBJECTS[0][1])
+    raw = (maps or MapsOnce(Proc.of(None))).raw()
+    objects = [] if isinstance(raw, Unknown) else loaded_objects(raw.decode("utf-8", "replace"))
+    if generation is not None and not isinstance(raw, Unknown):
+        runtimes = [path for path, _ in runtimes_among(tuple(objects)) if not path.endswith(DELETED)]
+        _OBJECTS[:] = [(generation, objects, _file_ids(dict.fromkeys(runtimes, (0, 0))))]
+    return list(objects)
+
+
+def _file_ids(paths: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """(device, inode) of each file of ``paths`` now ((0, 0): gone)."""
+    out = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+            out[path] = (st.st_dev, st.st_ino)
+        except OSError:
+            out[path] = (0, 0)
+    return out

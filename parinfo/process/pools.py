@@ -18,10 +18,9 @@ from parinfo.process import libraries as reg
 from parinfo.records.convert import OMIT_NONE, doc
 from parinfo.records.record import record
 from parinfo.records.source import Source
-from parinfo.records.unknown import Unknown, describe
+from parinfo.records.unknown import describe
 
 if TYPE_CHECKING:
-    from parinfo.process.mapped import MapsOnce
     from parinfo.process.torch_config import TorchFacts
 
 # Wheel folders that are not the distribution's import name.
@@ -107,27 +106,6 @@ def loaded_objects(maps_text: str | None = None) -> list[str]:
     return list(seen)
 
 
-#: This process's loaded objects at the loader generation they were read at (see :func:`current_objects`).
-_OBJECTS: list[tuple[tuple[int, int], list[str]]] = []
-
-
-def current_objects(maps: MapsOnce | None = None) -> list[str]:
-    """This process's loaded objects (:func:`loaded_objects`), read from ``maps`` (this report's read
-    of /proc/self/maps, default a read of its own) only when the dynamic loader has loaded or
-    unloaded an object since the last read (:func:`parinfo.process.mapped.loader_generation`)."""
-    from parinfo.machine.procfs import Proc
-    from parinfo.process.mapped import MapsOnce, loader_generation
-
-    generation = loader_generation()
-    if generation is not None and _OBJECTS and _OBJECTS[0][0] == generation:
-        return list(_OBJECTS[0][1])
-    raw = (maps or MapsOnce(Proc.of(None))).raw()
-    objects = [] if isinstance(raw, Unknown) else loaded_objects(raw.decode("utf-8", "replace"))
-    if generation is not None and not isinstance(raw, Unknown):
-        _OBJECTS[:] = [(generation, objects)]
-    return list(objects)
-
-
 @functools.cache
 def _runtime_paths() -> re.Pattern[bytes]:
     """Lines of a maps file whose path's file name starts like a thread runtime's (the registry's
@@ -163,7 +141,7 @@ def runtimes_in_maps(maps: bytes, seen_by: str) -> list[PoolRow]:
 
 
 @functools.lru_cache(maxsize=4)
-def _runtimes_among(objects: tuple[str, ...]) -> tuple[tuple[str, tuple[str, str, str]], ...]:
+def runtimes_among(objects: tuple[str, ...]) -> tuple[tuple[str, tuple[str, str, str]], ...]:
     """(path, family) of each thread runtime among ``objects``, in their order (kept for the last
     few lists: a report asks it of the same some hundreds of loaded objects each time)."""
     found = ((path, classify(path)) for path in objects)
@@ -212,7 +190,7 @@ def openmp_conflict(objects: list[str] | None = None) -> list[str]:
     """
     objects = loaded_objects() if objects is None else objects
     found: dict[str, list[str]] = {name: [] for name in CONFLICTING_OPENMP}
-    for path, family in _runtimes_among(tuple(objects)):
+    for path, family in runtimes_among(tuple(objects)):
         if family[0] in found:
             found[family[0]].append(path)
     if all(found.values()):
@@ -344,7 +322,7 @@ def native_pools(maps_text: str | None = None, objects: list[str] | None = None)
             rows, tpc_error = [], describe(exc)
     known = {_realpath(r.filepath) for r in rows if r.filepath}
     known |= {r.filepath for r in rows if r.filepath}
-    for path, family in _runtimes_among(tuple(objects)):
+    for path, family in runtimes_among(tuple(objects)):
         if path in known:
             continue
         library, user_api, internal_api = family
