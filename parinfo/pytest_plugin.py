@@ -277,12 +277,18 @@ def _expected_pools(config: pytest.Config) -> dict[str, str]:
 
 
 def _models_of(library: str) -> list[str]:
-    """The count models of a library: its own, or a framework's intra- and inter-op ones."""
+    """The count models of a library's CPU pools: its own (or a framework's intra- and inter-op
+    ones), then its other pools' ("onnxruntime inter-op"). An I/O pool ("pyarrow io", the
+    registry's ``io_rows``) is left out: its threads wait on I/O (Arrow's are 8 whatever the CPUs),
+    so workers x its threads oversubscribe no CPU."""
+    from parinfo.process import libraries as reg
     from parinfo.process.provenance import MODELS
 
-    if library in MODELS:
-        return [library]
-    return [name for name in (f"{library} intra-op", f"{library} inter-op") if name in MODELS]
+    names = [library] if library in MODELS else [f"{library} intra-op", f"{library} inter-op"]
+    rec = reg.find(library)
+    names += [f"{library} {pool.name}" for pool in (rec.pools if rec is not None else ())]
+    io = reg.io_rows()
+    return [name for name in dict.fromkeys(names) if name in MODELS and name not in io]
 
 
 _IMPORT = re.compile(rb"^[ \t]*(?:import|from)[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)

@@ -187,6 +187,75 @@ def test_openmp_and_python_module_pools_agree_with_the_targets_own_inspect(py314
     assert sorted(p["library"] for p in attached["pools"]) == ["libgomp", "openblas", "openblas"]
 
 
+# A library getter that raises: OpenCV's cv2.getNumThreads() raises cv2.error when OPENCV_FOR_THREADS_NUM
+# is no count. The 3.14 interpreter here has no opencv wheel, so where cv2 does not import a stand-in
+# module named cv2 raises as it does; numexpr beside it is set at run time.
+RAISING_GETTER = '''
+import numexpr, types
+numexpr.set_num_threads(1)
+try:
+    import cv2
+except ImportError:
+    cv2 = types.ModuleType("cv2")
+    class error(Exception):
+        pass
+    def getNumThreads():
+        raise error("OpenCV(5.0) parallel.cpp: OPENCV_FOR_THREADS_NUM is not a number")
+    cv2.error, cv2.getNumThreads, cv2.__file__ = error, getNumThreads, "/nowhere/site-packages/cv2/__init__.py"
+    sys.modules["cv2"] = cv2
+'''
+
+
+@pytest.mark.parametrize("variable", ["x", None])
+def test_a_getter_that_raises_leaves_the_other_libraries_read(py314_python: str, variable: str | None) -> None:
+    """cv2.getNumThreads() raises inside the target: OpenCV's count is "unknown (why)" (the variable
+    it refuses, or else what its getter raised) and numexpr's count beside it is still read."""
+    extra = {"OPENCV_FOR_THREADS_NUM": variable} if variable is not None else {}
+    target = Target(py314_python, RAISING_GETTER, env=clean_env(PYTHONPATH=str(REPO), **extra))
+    try:
+        attached = _attached(sys.executable, target.pid)
+    finally:
+        err = target.stop()
+    assert err == ""
+    rows = {r["library"]: r for r in attached["settings"]}
+    assert rows["numexpr"]["count"] == 1
+    assert rows["opencv"]["count"] is None
+    text = rows["opencv"]["source"]["text"]
+    if variable is not None:
+        assert text.startswith("unknown (OPENCV_FOR_THREADS_NUM='x' is not a plain count"), text
+    else:
+        assert text.startswith("unknown (cv2.getNumThreads() raised error: "), text
+    assert not any("python_libs" in part for part in attached["process"].get("unreadable") or {})
+
+
+# An onnxruntime that reads its variables (1.29 on) in the target, one that does not (1.28) in parinfo's
+# own process: stand-in modules (no onnxruntime wheel for the 3.14 interpreter here).
+ORT_IN_TARGET = '''
+import types
+ort = types.ModuleType("onnxruntime")
+ort.__version__, ort.__file__ = "1.32.0", "/nowhere/site-packages/onnxruntime/__init__.py"
+sys.modules["onnxruntime"] = ort
+'''
+OLD_ORT_IN_PARINFO = ("import sys, types; ort = types.ModuleType('onnxruntime'); ort.__version__ = '1.28.0'; "
+                      "sys.modules['onnxruntime'] = ort; from parinfo.cli import main; "
+                      "sys.argv = ['parinfo', 'show', '--pid', sys.argv[1], '--attach', '--json']; main()")
+
+
+def test_the_targets_onnxruntime_version_decides_which_variables_it_reads(py314_python: str) -> None:
+    """ORT_INTRA_OP_NUM_THREADS=x makes each new session raise in onnxruntime 1.32 (the target's), and is
+    not read by 1.28 (the one parinfo's own process imported): the report follows the target's."""
+    target = Target(py314_python, ORT_IN_TARGET, env=clean_env(PYTHONPATH=str(REPO), ORT_INTRA_OP_NUM_THREADS="x"))
+    try:
+        done = subprocess.run([sys.executable, "-c", OLD_ORT_IN_PARINFO, str(target.pid)], capture_output=True,
+                              text=True, timeout=60, env=clean_env(PYTHONPATH=str(REPO)), cwd=str(REPO))
+    finally:
+        target.stop()
+    assert done.returncode == 0, done.stderr
+    rows = {r["library"]: r for r in json.loads(done.stdout)["settings"]}
+    assert rows["onnxruntime"]["source"]["text"].startswith(
+        "unknown (ORT_INTRA_OP_NUM_THREADS='x' is not a plain count"), rows["onnxruntime"]
+
+
 @pytest.mark.parametrize("side", SIDES)
 def test_parinfos_runtime_in_the_target_is_read_as_it_reports_itself(py314_python: str, side: str) -> None:
     """A target that runs parinfo's runtime (set_num_threads(1), pushed into OpenBLAS): its own

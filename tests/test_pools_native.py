@@ -231,7 +231,7 @@ def test_tbb_is_a_pool_with_its_count_read_through_getters(prefix, cpus):
 def test_a_threadpoolctl_failure_still_lists_the_loaded_runtimes(monkeypatch):
     import parinfo.process.pools as pools
 
-    def broken():
+    def broken(*_):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(pools, "_tpc_rows", broken)
@@ -245,7 +245,7 @@ def test_a_threadpoolctl_failure_still_lists_the_loaded_runtimes(monkeypatch):
 def test_the_intel_llvm_pair_asks_no_library(monkeypatch):
     import parinfo.process.pools as pools
 
-    def called():
+    def called(*_):
         raise AssertionError("threadpoolctl must not be asked with the pair loaded")
 
     monkeypatch.setattr(pools, "_tpc_rows", called)

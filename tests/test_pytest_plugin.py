@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from conftest import REPO, clean_env
 
 from parinfo.machine.topology import machine_facts
 
@@ -70,7 +70,7 @@ def _pytest(project: Path, *args: str, env: dict[str, str] | None = None,
     load, extra = _load(project, way)
     environ = {k: v for k, v in clean_env(**(env or {})).items() if not k.startswith("PYTEST_")}
     environ.update(POOLS_OUT=str(project / "out"),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(project), extra.pop("EXTRA_PATH", "")])),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(project), extra.pop("EXTRA_PATH", ""), str(REPO)])),
                    **extra)
     environ.update({k: v for k, v in (env or {}).items() if k.startswith("PYTEST_")})
     proc = subprocess.run([sys.executable, "-m", "pytest", *load, "-p", "no:cacheprovider", *args], cwd=project,
@@ -147,6 +147,21 @@ def test_pools_loaded_before_the_plugin_get_the_share(tmp_path):
     _, held = _pytest(_project(tmp_path), "-p", "loads_numpy", "-n", "2", "--dist", "each", "--parinfo-budget")
     for seen in held.values():
         assert seen["pools"] == {"openblas": share}
+
+
+def test_the_header_counts_every_cpu_pool_of_a_library_and_no_io_pool(tmp_path):
+    """ONNX Runtime's inter-op pool is a CPU pool of its own; Arrow's IO pool waits on I/O (registry
+    io_rows): a session importing both, with each of those pools asked wider than the rest, is warned
+    about the inter-op pool, never the IO pool."""
+    project = _project(tmp_path)
+    (tmp_path / "test_inference.py").write_text(
+        "def _uses():  # read by the plugin, never run\n    import onnxruntime\n    import pyarrow\n\n\n"
+        "def test_nothing():\n    pass\n")
+    out, _ = _pytest(project, "-p", "no:xdist", env={"ORT_INTER_OP_NUM_THREADS": "64", "ARROW_IO_THREADS": "96"})
+    warning = [line for line in _lines(out) if "warning" in line]
+    assert len(warning) == 1, out
+    assert warning[0].startswith("parinfo: warning: 1 process (no xdist workers) x 64 threads (onnxruntime inter-op, "
+                                 "the tests import onnxruntime; "), warning[0]
 
 
 def test_without_xdist_the_session_is_one_worker(tmp_path):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.parts import ProcessRead
 from parinfo.errors import UsageError
+from parinfo.process.library_inference import onnxruntime_version_in_view
 from parinfo.records.record import record
 from parinfo.records.unknown import Unknown
 
@@ -97,6 +98,37 @@ def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
             setattr(holder, last, read.facts[dotted])
         out.append((lib, module, read.count))
     return out
+
+
+def onnxruntime_version(answer: Answer) -> str | Unknown:
+    """The ``onnxruntime.__version__`` the attached process answered, or Unknown(why): which of its
+    variables it reads is its version's business, never parinfo's own import's."""
+    from parinfo.process import libraries as reg
+    from parinfo.process.library_inference import OnnxRuntime
+
+    name = reg.family(OnnxRuntime).name
+    for read in answer.python_libs:
+        if read.name == name:
+            found = read.facts.get("__version__")
+            return found if isinstance(found, str) else Unknown(f"its {name} gave no __version__")
+    return Unknown(f"{name} is not imported there")
+
+
+def _getters_raised(settings: list[SettingRow], answer: Answer) -> None:
+    """The row of a library whose getter raised inside the process says so ("unknown (cv2.getNumThreads()
+    raised error: ...)"), and what the environment would give, where nothing more telling (a variable
+    the library refuses) explains it already."""
+    from parinfo.process import libraries as reg
+    from parinfo.records.source import unknown
+
+    raised = {read.name: read.why for read in answer.python_libs if read.why is not None and read.count is None}
+    for row in settings:
+        lib = reg.find(row.library)
+        why, source = raised.get(row.library), row.source
+        if why is None or lib is None or row.count is not None or source is None or source.detail != lib.unread:
+            continue
+        _, would, prediction = source.text.partition("; would be ")
+        row.source = unknown(why, f"unknown ({why})" + (f"; would be {prediction}" if would else ""))
 
 
 def _threads(proc: Proc, answer: Answer) -> ThreadList:
@@ -187,9 +219,11 @@ def read_inside(proc: Proc, runtimes: list[PoolRow], objects: list[str], launch:
           if inside is not None and inside.info is not None else None)
     applied = inside.applied if inside is not None else None
     push = rt.native_push if rt is not None else None
-    settings = provenance.library_settings(pool_rows, torch, answer.environ, launch, facts,
-                                           push.by_file() if push is not None else None, applied,
-                                           modules=_module_libraries(answer))
+    with onnxruntime_version_in_view(onnxruntime_version(answer)):
+        settings = provenance.library_settings(pool_rows, torch, answer.environ, launch, facts,
+                                               push.by_file() if push is not None else None, applied,
+                                               modules=_module_libraries(answer))
+    _getters_raised(settings, answer)
     return Inside(found, pool_rows, listing, torch, rt, settings, launch, facts)
 
 
@@ -340,8 +374,9 @@ def read_attached(proc: Proc, read: Inside) -> Filled:
     environ, inside, python = answer.environ, answer.parinfo, answer.python
     runtime = _runtime_section(rt, inside)
     version = python.version_info[:2] if len(python.version_info) >= 2 else None
-    env_rows = envmod.environment_report(environ, launch, modules=answer.modules,
-                                         python=(version[0], version[1]) if version else None)
+    with onnxruntime_version_in_view(onnxruntime_version(answer)):
+        env_rows = envmod.environment_report(environ, launch, modules=answer.modules,
+                                             python=(version[0], version[1]) if version else None)
     runtime.mark_capped(env_rows)
     applied = inside.applied if inside is not None else None
     framework_info = Frameworks(torch)

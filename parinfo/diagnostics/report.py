@@ -54,18 +54,36 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         from parinfo.machine.checks import pid as checked_pid
 
         pid = checked_pid(pid, "pid")
+    if attach or not outside_report.pid_is_self(pid) or children:
+        from parinfo.process.library_inference import onnxruntime_version_in_view
+        from parinfo.records.unknown import Unknown
+
+        # another process: its onnxruntime's version is read inside it (attach) or not at all, never
+        # taken from the one this process imported
+        with onnxruntime_version_in_view(Unknown("read from outside")):
+            return _another(pid, attach, children, timeout, root, imports, torch, outer_threads)
+    if timeout is not None:
+        from parinfo.errors import UsageError
+
+        raise UsageError("timeout applies to attach only (attach=True, or --attach)")
+    return assemble(read_here(imports, torch, root, outer_threads), None, root)
+
+
+def _another(pid: int | None, attach: bool, children: bool, timeout: Any, root: str, imports: list[str] | None,
+             torch: bool, outer_threads: int | None) -> Report:
+    """The report of process ``pid`` (or this one's tree, with ``children``) read from outside or attached."""
+    from parinfo.diagnostics import outside_report
+
     if attach:
         return _attached(pid, children, timeout, root, imports, torch, outer_threads)
     if timeout is not None:
         from parinfo.errors import UsageError
 
         raise UsageError("timeout applies to attach only (attach=True, or --attach)")
-    if not outside_report.pid_is_self(pid) or children:
-        from parinfo.outside.remote import open_process
+    from parinfo.outside.remote import open_process
 
-        proc = open_process(os.getpid() if pid is None else pid)  # the door: the report's one handle
-        return outside_report.inspect_pid(proc, children=children, root=root)
-    return assemble(read_here(imports, torch, root, outer_threads), None, root)
+    proc = open_process(os.getpid() if pid is None else pid)  # the door: the report's one handle
+    return outside_report.inspect_pid(proc, children=children, root=root)
 
 
 def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: int | None) -> Filled:
@@ -73,9 +91,11 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
     no attach): every section but those the assembler adds."""
     from parinfo.diagnostics.assemble import Filled
     from parinfo.diagnostics.model import Backend, Frameworks, ProcessInfo
+    from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import machine_facts
     from parinfo.process import environment, frameworks, pools, probing as probe, provenance, serving, threads
     from parinfo.process.interpreter import interpreter_facts, watch_gil_warning
+    from parinfo.process.mapped import MapsOnce, current_objects
     from parinfo.process.thread_owners import attribute as attribute_owners
 
     watch_gil_warning()  # a module imported from now on that turns the GIL back on is named
@@ -92,7 +112,8 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
     probes = probe.import_probes(wanted)
 
     facts = machine_facts(root)
-    objects = pools.loaded_objects()
+    maps = MapsOnce(Proc.of(None))  # read at most once, for the pools and the threads' owners alike
+    objects = current_objects(maps)
     pool_rows = pools.native_pools(objects=objects)
     torch_info = frameworks.torch_info(import_if_missing=False)
     launch_env = environment.launch_environment()
@@ -122,7 +143,7 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
         frameworks=framework_info,
         settings=settings,
         environment=env_rows,
-        threads=attribute_owners(threads.live_threads()),
+        threads=attribute_owners(threads.live_threads(), maps=maps),
         outer=_outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env),
     )
 

@@ -74,6 +74,7 @@ class Registry:
     def __init__(self, families: tuple[Library, ...]) -> None:
         self._all = families
         self._by_name = {f.name: f for f in families}
+        self._by_file: dict[str, Library | None] = {}  # by_prefix's answers: a report asks for every loaded file
 
     def records(self) -> tuple[Library, ...]:
         """Every library, in registry order."""
@@ -100,7 +101,11 @@ class Registry:
 
     def by_prefix(self, file_name: str) -> Library | None:
         """The native library whose shared object ``file_name`` (a base name, lower case) is, or None."""
-        return next((r for r in self._all if r.owns_file(file_name)), None)
+        if file_name not in self._by_file:
+            if len(self._by_file) >= 4096:  # a process that loads ever more files: the answers are kept, not hoarded
+                self._by_file.clear()
+            self._by_file[file_name] = next((r for r in self._all if r.owns_file(file_name)), None)
+        return self._by_file[file_name]
 
     def by_internal_api(self, internal_api: str | None) -> Library | None:
         """The first library for a threadpoolctl ``internal_api`` (openblas, mkl, blis, flexiblas, openmp)."""

@@ -11,7 +11,9 @@ against the libraries in real processes).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from parinfo.process.defaults import ModuleFacts
@@ -29,6 +31,7 @@ from parinfo.process.library_parts import (
     digits_value,
 )
 from parinfo.records.source import Source, unknown, variable
+from parinfo.records.unknown import Unknown
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -55,6 +58,22 @@ def _opencv_int(value: str | None) -> int | None:
     return wrapped - 2**32 if wrapped >= 2**31 else wrapped
 
 
+#: The onnxruntime version of the process being read when it is not this one: its ``__version__``
+#: read inside it (attach), or Unknown(why) (read from outside); None: this process's own module.
+_VERSION_IN_VIEW: ContextVar[str | Unknown | None] = ContextVar("onnxruntime_version_in_view", default=None)
+
+
+@contextmanager
+def onnxruntime_version_in_view(version: str | Unknown) -> Iterator[None]:
+    """While it lasts, :meth:`OnnxRuntime.reads_variables` judges ``version`` (another process's,
+    or Unknown where it was not read), never the onnxruntime parinfo's own process imported."""
+    token = _VERSION_IN_VIEW.set(version)
+    try:
+        yield
+    finally:
+        _VERSION_IN_VIEW.reset(token)
+
+
 class OnnxRuntime(Library):
     """ONNX Runtime's pools, one set per session, each sized when the session is made. Intra-op
     (its main pool): ``SessionOptions.intra_op_num_threads``, else ORT_INTRA_OP_NUM_THREADS (read
@@ -74,6 +93,7 @@ class OnnxRuntime(Library):
         "pools, keeps its own count")),)
     push = Push.NONE
     listed = "loaded"
+    module_facts = ("__version__",)  # read inside an attached process: which variables it reads
     sized_at_use = ("what a new session with default options gets; a session made with "
                     "SessionOptions.intra_op_num_threads set, or sharing the global pools "
                     "(set_global_thread_pool_sizes), keeps its own count")
@@ -96,8 +116,11 @@ class OnnxRuntime(Library):
 
     def reads_variables(self) -> bool:
         """Whether the loaded onnxruntime reads its variables (True when it is not loaded, or its
-        version cannot be told)."""
-        found = re.match(r"(\d+)\.(\d+)", str(getattr(self.loaded_module(), "__version__", "")))
+        version cannot be told): this process's, or the one of the process being read
+        (:func:`onnxruntime_version_in_view`)."""
+        other = _VERSION_IN_VIEW.get()
+        version = getattr(self.loaded_module(), "__version__", "") if other is None else other
+        found = re.match(r"(\d+)\.(\d+)", "" if isinstance(version, Unknown) else str(version))
         return found is None or (int(found[1]), int(found[2])) >= self.reads_from
 
     @property

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from dataclasses import field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parinfo.process import libraries as reg
 from parinfo.records.convert import OMIT_NONE, doc
@@ -140,6 +140,20 @@ def runtimes_in_maps(maps: bytes, seen_by: str) -> list[PoolRow]:
     return rows
 
 
+@functools.lru_cache(maxsize=4)
+def runtimes_among(objects: tuple[str, ...]) -> tuple[tuple[str, tuple[str, str, str]], ...]:
+    """(path, family) of each thread runtime among ``objects``, in their order (kept for the last
+    few lists: a report asks it of the same some hundreds of loaded objects each time)."""
+    found = ((path, classify(path)) for path in objects)
+    return tuple((path, family) for path, family in found if family is not None)
+
+
+@functools.lru_cache(maxsize=256)
+def _realpath(path: str) -> str:
+    """A loaded runtime's real path (kept: it names a file mapped in, which stays the same file)."""
+    return os.path.realpath(path)
+
+
 def classify(path: str) -> tuple[str, str, str] | None:
     """(library, user_api, internal_api) of a runtime file, or None when the file is not one."""
     lib = reg.by_prefix(os.path.basename(path).lower())
@@ -176,9 +190,8 @@ def openmp_conflict(objects: list[str] | None = None) -> list[str]:
     """
     objects = loaded_objects() if objects is None else objects
     found: dict[str, list[str]] = {name: [] for name in CONFLICTING_OPENMP}
-    for path in objects:
-        family = classify(path)
-        if family is not None and family[0] in found:
+    for path, family in runtimes_among(tuple(objects)):
+        if family[0] in found:
             found[family[0]].append(path)
     if all(found.values()):
         return [path for name in CONFLICTING_OPENMP for path in found[name]]
@@ -189,11 +202,28 @@ CONFLICT_NOTE = (f"count not read: {' and '.join(r.vendor or r.name for r in reg
                  "loaded, and a call into either runtime can abort the process (OMP Error #15) or hang it at exit")
 
 
-def _tpc_rows() -> list[PoolRow]:
+#: threadpoolctl's controller of the libraries it found, with the loaded objects it was made for.
+_CONTROLLER: list[tuple[tuple[str, ...], Any]] = []
+
+
+def _controller(objects: list[str]) -> Any:
+    """threadpoolctl's controller of this process's libraries, made again only when the loaded objects
+    differ from those it was made for: its search (every loaded object, each library opened and its
+    version and layer asked) finds the same libraries while the same objects are loaded, and each
+    report still asks every library for its count (``info()``)."""
     from parinfo.process.setter import import_threadpoolctl
 
+    key = tuple(objects)
+    if _CONTROLLER and _CONTROLLER[0][0] == key and key:
+        return _CONTROLLER[0][1]
+    controller = import_threadpoolctl().ThreadpoolController()
+    _CONTROLLER[:] = [(key, controller)]
+    return controller
+
+
+def _tpc_rows(objects: list[str]) -> list[PoolRow]:
     rows = []
-    for info in import_threadpoolctl().threadpool_info():
+    for info in _controller(objects).info():
         prefix = info.get("prefix") or ""
         family = classify(info.get("filepath") or "") or classify(prefix)
         library = family[0] if family else (info.get("internal_api") or prefix)
@@ -287,14 +317,13 @@ def native_pools(maps_text: str | None = None, objects: list[str] | None = None)
         rows: list[PoolRow] = []
     else:
         try:
-            rows = _tpc_rows()
+            rows = _tpc_rows(objects)
         except Exception as exc:  # a library threadpoolctl cannot handle must not break inspection
             rows, tpc_error = [], describe(exc)
-    known = {os.path.realpath(r.filepath) for r in rows if r.filepath}
+    known = {_realpath(r.filepath) for r in rows if r.filepath}
     known |= {r.filepath for r in rows if r.filepath}
-    for path in objects:
-        family = classify(path)
-        if family is None or path in known:
+    for path, family in runtimes_among(tuple(objects)):
+        if path in known:
             continue
         library, user_api, internal_api = family
         rec = reg.library(library)

@@ -29,8 +29,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from parinfo.machine.procfs import Memory, NoAccess, Proc, this_or
+from parinfo.machine.procfs import Memory, Proc, this_or
 from parinfo.process import libraries as reg
+from parinfo.process.mapped import MapsOnce
 from parinfo.process.pools import owner_of
 from parinfo.process.threads import OsThread, ThreadList, thread_group
 from parinfo.records.unknown import Unknown
@@ -177,22 +178,25 @@ def _name_owners() -> dict[str, tuple[str, ...]]:
 
 
 class Reader:
-    """Reads the owners of one process's threads: its maps and memory, opened once."""
+    """Reads the owners of one process's threads: its maps (``maps``: this report's read, shared with
+    the pools) and memory, opened once. ``by_stack_found``: tid -> the owner its stack gave."""
 
-    def __init__(self, proc: Proc) -> None:
+    def __init__(self, proc: Proc, maps: MapsOnce | None = None) -> None:
         self.proc = proc
         self.names = _name_owners()
         self.refused: Unknown | None = None
+        self.by_stack_found: dict[int, str] = {}
+        self._maps_file = maps if maps is not None else MapsOnce(proc)
         self._maps: Maps | None = None
         exe = proc.exe()
         self.interpreter = None if isinstance(exe, Unknown) else exe
 
     def maps(self) -> Maps | Unknown:
         if self._maps is None:
-            try:
-                self._maps = Maps(parse_maps(self.proc.maps()))
-            except NoAccess as exc:
-                return Unknown(str(exc))
+            raw = self._maps_file.raw()
+            if isinstance(raw, Unknown):
+                return raw
+            self._maps = Maps(parse_maps(raw))
         return self._maps
 
     def by_stack(self, tid: int, memory: Memory) -> str | Unknown:
@@ -221,29 +225,85 @@ class Reader:
         stack comes before the name: it tells copies apart (Polars' jemalloc from Arrow's), and a
         name like "tokio-rt-worker" is any tokio user's. With ``again``, a thread found running is
         :class:`Running` (to be asked again) instead of placed by its name."""
-        if thread.tid == (self.proc.pid or os.getpid()):
-            return MAIN
-        if thread.tid in python:
-            return PYTHON
+        plain = without_stack(thread, self.proc, python)
+        if plain is not None:
+            return plain
         found = self.by_stack(thread.tid, memory)
-        if not isinstance(found, Unknown) or (again and isinstance(found, Running)):
+        if not isinstance(found, Unknown):
+            self.by_stack_found[thread.tid] = found
+            return found
+        if again and isinstance(found, Running):
             return found
         named = self.names.get(thread_group(thread.name), ())
         return " or ".join(named) if named else str(found)
 
 
-def attribute(listing: ThreadList, proc: Proc | None = None, python: Mapping[int, str] | None = None
-              ) -> ThreadList:
+def without_stack(thread: OsThread, proc: Proc, python: Mapping[int, str]) -> str | None:
+    """The owner of the process's main thread and of its Python threads (``python``: their native
+    ids), which no stack need tell; None for the others."""
+    if thread.tid == (proc.pid or os.getpid()):
+        return MAIN
+    return PYTHON if thread.tid in python else None
+
+
+#: Owners found by their stacks in this process, by (pid, tid, start time): a thread's start routine
+#: is fixed for its life, and a tid given again goes with another start time. A stack that showed
+#: only the interpreter is read again (a thread caught before its start routine shows no more than
+#: its starter's words). Only this process's threads are kept (another's may be read under another
+#: root, or by a caller allowed less), and only those listed at the last report (the rest ended).
+_KNOWN: dict[tuple[int, int, int], str] = {}
+
+
+def _is_this_process(proc: Proc) -> bool:
+    return proc.pid in (None, os.getpid()) and proc.root == "/"
+
+
+def _known_owners(listing: ThreadList, proc: Proc, python: Mapping[int, str]) -> list[OsThread]:
+    """The threads of ``listing`` whose owner is known without reading a stack (their owner set): the
+    main thread, the Python threads, and in this process those found at an earlier report; returns
+    the others. Entries of threads no longer listed are dropped."""
+    mine = _is_this_process(proc)
+    pid = os.getpid()
+    if mine:
+        keys = {(pid, t.tid, t.started) for t in listing.threads if t.started is not None}
+        for key in [k for k in _KNOWN if k not in keys]:
+            del _KNOWN[key]
+    left = []
+    for thread in listing.threads:
+        owner = without_stack(thread, proc, python)
+        if owner is None and mine and thread.started is not None:
+            owner = _KNOWN.get((pid, thread.tid, thread.started))
+        if owner is None:
+            left.append(thread)
+        else:
+            thread.owner = owner
+    return left
+
+
+def _remember(listing: ThreadList, proc: Proc, found: Mapping[int, str]) -> None:
+    if _is_this_process(proc):
+        pid = os.getpid()
+        _KNOWN.update({(pid, t.tid, t.started): found[t.tid] for t in listing.threads
+                       if t.started is not None and found.get(t.tid, PYTHON) != PYTHON})
+
+
+def attribute(listing: ThreadList, proc: Proc | None = None, python: Mapping[int, str] | None = None,
+              maps: MapsOnce | None = None) -> ThreadList:
     """``listing`` (the threads of ``proc``, default this process) with each thread's owner set and
     ``owners`` counted; ``python`` maps the native ids of the process's Python threads to their
-    names (this process's are read here when it is None)."""
+    names (this process's are read here when it is None); ``maps``: this report's read of the
+    process's maps, when it has one. In this process, a thread whose owner its stack gave at an
+    earlier report (the same tid and start time) is not read again."""
     proc = this_or(proc)
     if python is None:
         python = _own_python_threads() if proc.pid in (None, os.getpid()) else {}
-    reader = Reader(proc)
+    left = _known_owners(listing, proc, python)
+    if not left:
+        listing.owners = count_owners(listing.threads)
+        return listing
+    reader = Reader(proc, maps)
     with proc.memory() as memory:
         memory.read(0, 0)  # opens it: a refusal is known before the first stack is asked for
-        left = list(listing.threads)
         for attempt in range(RUNNING_TRIES):  # a worker found running waits again soon
             if attempt:
                 time.sleep(0.001 * attempt)
@@ -257,6 +317,7 @@ def attribute(listing: ThreadList, proc: Proc | None = None, python: Mapping[int
             if not running:
                 break
             left = running
+    _remember(listing, proc, reader.by_stack_found)
     listing.owners = count_owners(listing.threads)
     return listing
 

@@ -5,7 +5,7 @@ import re
 from dataclasses import field
 from typing import TYPE_CHECKING
 
-from parinfo.records.convert import OMIT_NONE, REQUIRED
+from parinfo.records.convert import LOCAL, OMIT_NONE, REQUIRED
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, file, unknown
 from parinfo.records.unknown import Unknown, because, describe
@@ -39,12 +39,15 @@ class OsThread:
     "PTThreadPool"), or "unknown (reason)"; ``python_name``: the name of the Python thread it runs,
     when that was read (a process attached to), else None (and then not in the payload);
     ``owner``: the library that started it (:mod:`parinfo.process.thread_owners`: "pyarrow",
-    "openblas (numpy)", "python", "main thread", "unknown (why)"), None when not read."""
+    "openblas (numpy)", "python", "main thread", "unknown (why)"), None when not read; ``started``:
+    its start time after boot in clock ticks (with the tid, the thread's identity: a tid is given
+    again once its thread ends), None when not read; it stays in the process (no JSON)."""
 
     tid: int = field(metadata=REQUIRED)
     name: str = field(metadata={"missing": NOT_IN_REPORT})
     python_name: str | None = field(default=None, metadata=OMIT_NONE)
     owner: str | None = field(default=None, metadata=OMIT_NONE)
+    started: int | None = field(default=None, compare=False, metadata=LOCAL)
 
 
 @record
@@ -77,18 +80,22 @@ class ThreadList:
 def live_threads(handle: Proc | None = None) -> ThreadList:
     """The OS threads of process ``handle`` (default: this one).
 
-    Read from ``/proc/<pid>/task/*/comm``; when that directory cannot be listed, psutil's thread list
-    (ids only) is used.
+    Read from ``/proc/<pid>/task/*/stat`` (one read a thread gives its name and its start time);
+    when that directory cannot be listed, psutil's thread list (ids only) is used.
     """
     from parinfo.errors import UsageError
     from parinfo.machine.procfs import this_or
 
     proc = this_or(handle)
     try:
-        names = proc.thread_names()
+        tids = proc.thread_ids()
     except UsageError as exc:
         return _from_psutil(proc.pid, f"unknown ({exc})")
-    threads = [OsThread(tid, name) for tid, name in names if name is not None]  # None: ended while listed
+    threads = []
+    for tid in tids:
+        st = proc.thread_stat(tid)
+        if st is not None:  # None: ended while listed
+            threads.append(OsThread(tid, st.name, started=st.start))
     return ThreadList(len(threads), threads, file(proc.shown("task")))
 
 

@@ -295,16 +295,27 @@ def _torch(modules: "dict[str, ModuleType]", data: "_Data") -> "dict[str, object
 
 
 def _python_libraries(modules: "dict[str, ModuleType]", data: "_Data") -> "list[dict[str, object]]":
+    """Each imported library's file, count and facts, each asked on its own: a getter that raises
+    (cv2.getNumThreads() with OPENCV_FOR_THREADS_NUM=x raises cv2.error) leaves that count None with
+    ``why``, and every other library is still read."""
     rows: list[dict[str, object]] = []
     for name, module_name, getter, facts in data["python_libs"]:
         module = _ready(modules.get(module_name))
         if module is None:
             continue
         fn = vars(module).get(getter) if getter else None
-        row: dict[str, object] = {
-            "name": name, "file": _plain(vars(module).get("__file__")),
-            "count": _plain(fn()) if callable(fn) else None,
-            "facts": {fact: _plain(_member(module, fact, modules, module_name)) for fact in facts}}
+        row: dict[str, object] = {"name": name, "file": _plain(vars(module).get("__file__")), "count": None}
+        try:
+            row["count"] = _plain(fn()) if callable(fn) else None
+        except Exception as exc:
+            row["why"] = module_name + "." + getter + "() raised " + _why(exc)
+        found: dict[str, object] = {}
+        for fact in facts:
+            try:
+                found[fact] = _plain(_member(module, fact, modules, module_name))
+            except Exception:  # a property that raises: that fact is not known, the others are
+                found[fact] = None
+        row["facts"] = found
         rows.append(row)
     return rows
 

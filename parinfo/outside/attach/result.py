@@ -71,12 +71,13 @@ class NativeRead:
 
 @record(frozen=True)
 class ModuleRead:
-    """An imported Python-module library (numexpr...): its file, its count (None: not read) and the
-    attributes its record's ``module_facts`` name."""
+    """An imported Python-module library (numexpr...): its file, its count (None: not read; ``why``:
+    its getter raised, and what it raised) and the attributes its record's ``module_facts`` name."""
 
     name: Annotated[str, at_most(200)] = field(metadata=REQUIRED)
     file: Text | None = None
     count: Count | None = None
+    why: Annotated[str, at_most(400)] | None = None
     facts: Annotated[dict[Annotated[str, at_most(200)], bool | Annotated[int, between(-(1 << 62), 1 << 62)] | Text
                           | None], at_most(MAX_ITEMS)] = field(default_factory=dict)
 
