@@ -26,7 +26,7 @@ TEMP_DIR = "mkdtemp: a new 0700 folder of a random name, which no other user may
 ALLOWED: dict[tuple[str, str], str] = {
     ("parinfo.machine.sysfs:read_bytes", "os.open"): KERNEL,
     ("parinfo.machine.procfs:read_small", "os.open"): KERNEL + " (/proc/PID/task/TID/stat)",
-    ("parinfo.machine.proc_memory:Memory.read", "os.open"): KERNEL + " (/proc/PID/mem)",
+    ("parinfo.machine.proc_memory:Memory.read_upto", "os.open"): KERNEL + " (/proc/PID/mem)",
     ("parinfo.process.pools:loaded_objects", "open"): OWN_PROC + " (maps)",
     ("parinfo.process.serving:_program_defines", "os.open"): OWN_PROC + " (exe: the program this process runs)",
     ("parinfo.watching.sample:_procs_running", "open"): KERNEL + " (/proc/stat)",
@@ -49,6 +49,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("parinfo.outside.attach.channel:Channel._open", "os.mkdir"): ATTACH + " (O_EXCL-like: a new name, 0700)",
     ("parinfo.outside.attach.channel:Channel._open", "os.mkfifo"): ATTACH + " (in its own 0700 folder)",
     ("parinfo.outside.attach.channel:Channel._open", "os.open"): ATTACH + " (its own folder and FIFO, by descriptor)",
+    ("parinfo.outside.attach.in_target:_started", "posix.open"):
+        "runs inside the target, as its user: its own /proc/self/task/TID/comm, read-only, 64 bytes",
     ("parinfo.outside.attach.in_target:main", "posix.open"):
         "runs inside the target, as its user: the FIFO parinfo made, O_NONBLOCK|O_NOFOLLOW, type checked",
     ("parinfo.outside.attach.turn:turn", "os.open"): KERNEL + " (/proc/PID/mem, locked for the attach's turn)",

@@ -70,9 +70,16 @@ def test_the_topmost_library_word_owns_the_thread_past_the_c_runtime() -> None:
     window = _window(0x30000100, 0x50000100, 0x20000100, 0x40000008, 0x10000100, 0x12345)
     assert to.owner_by_stack(window, maps, "/usr/bin/python3.11") == "openblas (numpy)"
     assert to.owner_by_stack(_window(0x30000100, 0x10000100), maps, None) == "polars"
-    # The interpreter, then the C runtime (start_thread's frame): a Python thread, whatever lies deeper.
-    assert to.owner_by_stack(_window(0x20000100, 0x10000100, 0x400010), maps, "/usr/bin/python3.11") == to.PYTHON
+    # The interpreter in the thread block, the C runtime (start_thread's frame), then the interpreter
+    # again in the frames (its thread entry, the outermost): a Python thread, whatever lies deeper.
+    window = _window(0x20000100, 0x400010, 0x10000100, 0x400010)
+    assert to.owner_by_stack(window, maps, "/usr/bin/python3.11") == to.PYTHON
     assert to.owner_by_stack(_window(0x400010), maps, "/usr/bin/python3.11") == to.PYTHON
+    # An interpreter word in the thread block that its frames do not confirm (a size that falls in a
+    # non-PIE interpreter's text, as Python 3.14's stack size does), a C++ runtime start routine, then
+    # a library in the frames: the library (a std::thread of DuckDB).
+    assert to.owner_by_stack(_window(0x20000100, 0x10000100, 0x400010), maps,
+                             "/usr/bin/python3.11") == "openblas (numpy)"
     # The interpreter, then a library before any C runtime word (the thread block of Python 3.14 holds an
     # interpreter address above the worker's start routine): the library.
     assert to.owner_by_stack(_window(0x20000100, 0x400010), maps, "/usr/bin/python3.11") == "openblas (numpy)"
@@ -226,3 +233,18 @@ def test_another_users_process_is_placed_by_name_else_unknown_with_why() -> None
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_threads_own_stack_ends_at_its_thread_block_not_at_its_mappings_top() -> None:
+    # Stacks merged into one mapping (guard regions that /proc/PID/maps does not show): the thread
+    # block above the stack pointer (glibc's tcb and self, both its own address) ends the thread's words.
+    import struct
+
+    base = 0x7000_0000
+    words = [0] * 64
+    block = base + 8 * 40
+    words[40], words[42] = block, block
+    raw = struct.pack(f"<{len(words)}Q", *words)
+    assert to.thread_block_end(raw, base, base + (1 << 24)) == min(block + to.BLOCK_SPAN, base + len(raw))
+    assert to.thread_block_end(raw, base, block + 16) == block + 16  # at most the mapping's end
+    assert to.thread_block_end(struct.pack("<8Q", *range(8)), base, base + 64) is None

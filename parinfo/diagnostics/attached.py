@@ -13,7 +13,7 @@ report.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
@@ -96,8 +96,16 @@ def _module_libraries(answer: Answer) -> list[ModuleLibrary]:
             for part in parts:
                 holder = holder.__dict__.setdefault(part, SimpleNamespace())
             setattr(holder, last, read.facts[dotted])
+        for pool in lib.pools:  # each other pool's getter answers what it answered inside
+            if pool.calls is not None and pool.calls.getter in read.pools:
+                setattr(module, pool.calls.getter, _answered(read.pools[pool.calls.getter]))
         out.append((lib, module, read.count))
     return out
+
+
+def _answered(count: int | None) -> Callable[[], int | None]:
+    """A getter for a stand-in module that gives what the real one gave inside the process."""
+    return lambda: count
 
 
 def onnxruntime_version(answer: Answer) -> str | Unknown:

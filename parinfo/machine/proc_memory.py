@@ -38,6 +38,15 @@ class Memory:
     def read(self, address: int, size: int) -> bytes | Unknown:
         """``size`` bytes at ``address``, or Unknown saying why they cannot be read. ProcessGone when
         the process ends."""
+        data = self.read_upto(address, size)
+        if isinstance(data, bytes) and len(data) != size:
+            return Unknown(f"short read of the process's memory at {address:#x}")
+        return data
+
+    def read_upto(self, address: int, size: int) -> bytes | Unknown:
+        """Up to ``size`` bytes at ``address``: fewer where the readable memory ends before (a guard
+        region installed with MADV_GUARD_INSTALL, which /proc/PID/maps does not show), at least one;
+        else Unknown saying why none can be read. ProcessGone when the process ends."""
         proc = self.proc
         if self.refused is not None:
             return self.refused
@@ -62,7 +71,7 @@ class Memory:
             if not proc.exists():
                 raise exited_during_read(proc.pid or 0) from None
             return Unknown(f"cannot read the process's memory at {address:#x}: {exc.strerror or exc}")
-        if len(data) != size:
+        if not data and size:
             if not proc.exists():
                 raise exited_during_read(proc.pid or 0)
             return Unknown(f"short read of the process's memory at {address:#x}")

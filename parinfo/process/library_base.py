@@ -317,6 +317,12 @@ class Library:
         stand-in holding only ``module_facts`` (read inside another process): say nothing then."""
         return None
 
+    def attach_getter(self) -> tuple[str, tuple[str, str] | None]:
+        """The getter an attached reader calls inside another process, and the guard that must hold
+        first: None, ("fact", dotted module attribute that must be true) or ("thread", the name prefix
+        of a thread that must run). A getter that would start the pool is called only once it runs."""
+        return self.quiet_getter(), None
+
     def quiet_getter(self) -> str:
         """The name of its module's getter that reads the count without changing anything ("" when
         there is none: numba's launches its threads)."""

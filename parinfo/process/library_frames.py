@@ -199,6 +199,10 @@ class Polars(Library):
     def quiet_getter(self) -> str:
         return ""
 
+    def attach_getter(self) -> tuple[str, tuple[str, str] | None]:
+        """thread_pool_size(), once the pool's threads run (it would start them)."""
+        return "thread_pool_size", ("thread", "polars-")
+
     def uptake(self, module: Any, n: int) -> Uptake:
         """Polars takes POLARS_MAX_THREADS at import (a value set after it, even before the pool
         starts, is not read: measured on 2.1) and keeps the size: only a new process changes it."""

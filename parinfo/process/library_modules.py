@@ -151,6 +151,10 @@ class Numba(Library):
         except Exception:
             return None
 
+    def attach_getter(self) -> tuple[str, tuple[str, str] | None]:
+        """get_num_threads(), once its threading layer is launched (it would launch it)."""
+        return "get_num_threads", ("fact", "np.ufunc.parallel._is_initialized")
+
     def uptake(self, module: Any, n: int) -> Uptake:
         """numba took NUMBA_NUM_THREADS at import and launches that many threads; set_num_threads
         (which launches them) masks them for the calling thread only: code in each calling thread."""

@@ -143,25 +143,51 @@ def _printable(label: str) -> str:
     return label.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+#: How far above its thread block (glibc's ``struct pthread``, which begins with its own address
+#: twice: ``tcb`` and ``self``) a thread's own words may lie: the block itself (about 2.3 KiB, the
+#: start routine among its fields) and its alignment.
+BLOCK_SPAN = 4096
+
+
+def thread_block_end(words: bytes, base: int, mapping_end: int) -> int | None:
+    """The end of the thread's own words in ``words`` (read from address ``base``, its stack
+    pointer, upward): its C library thread block, the first address A above its frames whose word
+    is A and whose third word is A again (glibc's ``tcb`` and ``self``), plus :data:`BLOCK_SPAN`,
+    at most ``mapping_end``. None where no such block is in ``words`` (another C library, or frames
+    deeper than the window). Thread stacks without guard pages are merged by the kernel into one
+    mapping, whose top is then another thread's block: the stack pointer, not the mapping, finds a
+    thread's own."""
+    count = len(words) // 8
+    values = struct.unpack(f"<{count}Q", words[:count * 8])
+    for i in range(count - 2):
+        address = base + 8 * i
+        if values[i] == address and values[i + 2] == address:
+            return min(mapping_end, address + BLOCK_SPAN, base + 8 * count)
+    return None
+
+
 def owner_by_stack(words: bytes, maps: Maps, interpreter: str | None) -> str | Unknown:
     """The owner of the first file, from the top of a stack window down, that code is mapped from
-    and that is not the C runtime; Unknown when no word points into one. The interpreter gives way
-    to a library met before the first C runtime address: the top of a thread's stack holds the C
-    library's thread block (the start routine among its fields) and static TLS, where a word may
-    point into the interpreter (Python 3.14) above the start routine of a library's worker; below
-    the first C runtime address lie the thread's own frames, where the first file met is its owner."""
+    and that is neither the C or C++ runtime nor the interpreter met too early. The top of a
+    thread's stack holds the C library's thread block (the start routine among its fields) and its
+    static TLS, where a word may point into the interpreter without being code it runs (a size that
+    falls in a non-PIE interpreter's text: Python 3.14's); below lie the thread's own frames, the
+    outermost first. So the interpreter decides only once a runtime word has been met (the start
+    routine of a C++ std::thread, or the C library's start_thread frame): a library met first, in the
+    block or in the frames, owns the thread."""
     count = len(words) // 8
-    seen_interpreter = False
+    seen_interpreter = past_runtime = False
     for word in reversed(struct.unpack(f"<{count}Q", words[:count * 8])):
         m = maps.at(word)
         if m is None or not m.executable or not m.path.startswith("/"):
             continue
         base = os.path.basename(m.path)
         if re.match(_RUNTIME_FILES, base):
-            if seen_interpreter:  # the thread block and TLS held no library: a Python thread
-                return PYTHON
+            past_runtime = True
             continue
         if m.path == interpreter or re.match(_INTERPRETER_FILES, base):
+            if past_runtime:
+                return PYTHON
             seen_interpreter = True
             continue
         return owner_of_file(m.path)
@@ -212,11 +238,20 @@ class Reader:
         stack = maps.at(sp)
         if stack is None:
             return Unknown("its stack pointer is in no mapping")
-        low = max(sp, stack.end - WINDOW)
-        words = memory.read(low, stack.end - low)
+        high = min(stack.end, sp + WINDOW)
+        words = memory.read_upto(sp, high - sp)
         if isinstance(words, Unknown):
             return Unknown(f"its stack cannot be read: {words.why}")
-        return owner_by_stack(words, maps, self.interpreter)
+        top = thread_block_end(words, sp, stack.end)
+        if top is None and len(words) < high - sp:  # a guard region above it: its stack's top
+            top = sp + len(words) // 8 * 8
+        if top is None:  # no thread block above its frames within the window: the mapping's top
+            low = max(sp, stack.end - WINDOW)
+            words = memory.read(low, stack.end - low)
+            if isinstance(words, Unknown):
+                return Unknown(f"its stack cannot be read: {words.why}")
+            return owner_by_stack(words, maps, self.interpreter)
+        return owner_by_stack(words[:top - sp], maps, self.interpreter)
 
     def owner(self, thread: OsThread, python: Mapping[int, str], memory: Memory,
               again: bool = False) -> str | Unknown:

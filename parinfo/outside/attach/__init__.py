@@ -84,8 +84,9 @@ def script_data(fifo: str, token: str, cap: int, pools: list[tuple[str, str]], s
         "native": {r.name: r.native.to_data() for r in reg.records() if r.native is not None},
         "skip_native": skip_native,
         "torch": {"module": torch.module, "calls": dict(TORCH_CALLS)},
-        "python_libs": [[r.name, r.module, r.quiet_getter(),
-                         list(r.module_facts)] for r in reg.python_libraries()],
+        "python_libs": [[r.name, r.module, r.attach_getter()[0], list(r.module_facts),
+                         None if (g := r.attach_getter()[1]) is None else list(g),
+                         [p.calls.getter for p in r.pools if p.calls is not None]] for r in reg.python_libraries()],
     }
 
 

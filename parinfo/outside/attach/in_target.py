@@ -61,7 +61,9 @@ if TYPE_CHECKING:
         native: dict[str, _Native]
         skip_native: bool
         torch: _Torch
-        python_libs: list[tuple[str, str, str, list[str]]]  # [name, module, getter, facts], a list each
+        # [name, module, getter, facts, guard, pool getters], a list each; guard: None, ["fact", dotted]
+        # or ["thread", prefix]
+        python_libs: list[tuple[str, str, str, list[str], list[str] | None, list[str]]]
 
 _S_IFMT, _S_IFIFO = 0o170000, 0o010000
 
@@ -294,21 +296,54 @@ def _torch(modules: "dict[str, ModuleType]", data: "_Data") -> "dict[str, object
     return out
 
 
-def _python_libraries(modules: "dict[str, ModuleType]", data: "_Data") -> "list[dict[str, object]]":
+def _started(guard: "list[str] | None", module: "ModuleType", module_name: "str", modules: "dict[str, ModuleType]",
+             posix: "ModuleType", data: "_Data") -> "bool":
+    """Whether a getter that would start its library's pool may be called: no guard, or its module's
+    fact is true (numba's layer launched), or a thread with the guard's name prefix runs (Polars'
+    pool started: its threads are there)."""
+    if guard is None:
+        return True
+    kind, what = guard
+    if kind == "fact":
+        return bool(_member(module, what, modules, module_name))
+    for tid in posix.listdir("/proc/self/task")[:data["max_items"]]:
+        try:
+            fd = posix.open("/proc/self/task/" + tid + "/comm", posix.O_RDONLY)
+        except OSError:
+            continue  # the thread ended
+        try:
+            if posix.read(fd, 64).decode("utf-8", "replace").startswith(what):
+                return True
+        finally:
+            posix.close(fd)
+    return False
+
+
+def _python_libraries(modules: "dict[str, ModuleType]", posix: "ModuleType",
+                      data: "_Data") -> "list[dict[str, object]]":
     """Each imported library's file, count and facts, each asked on its own: a getter that raises
     (cv2.getNumThreads() with OPENCV_FOR_THREADS_NUM=x raises cv2.error) leaves that count None with
     ``why``, and every other library is still read."""
     rows: list[dict[str, object]] = []
-    for name, module_name, getter, facts in data["python_libs"]:
+    for name, module_name, getter, facts, guard, pool_getters in data["python_libs"]:
         module = _ready(modules.get(module_name))
         if module is None:
             continue
         fn = vars(module).get(getter) if getter else None
         row: dict[str, object] = {"name": name, "file": _plain(vars(module).get("__file__")), "count": None}
         try:
-            row["count"] = _plain(fn()) if callable(fn) else None
+            if callable(fn) and _started(guard, module, module_name, modules, posix, data):
+                row["count"] = _plain(fn())
         except Exception as exc:
             row["why"] = module_name + "." + getter + "() raised " + _why(exc)
+        counts: dict[str, object] = {}
+        for other in pool_getters:
+            call = vars(module).get(other)
+            try:
+                counts[other] = _plain(call()) if callable(call) else None
+            except Exception:  # that pool's count is not known; the others are
+                counts[other] = None
+        row["pools"] = counts
         found: dict[str, object] = {}
         for fact in facts:
             try:
@@ -341,7 +376,7 @@ def _gather(sys: "ModuleType", modules: "dict[str, ModuleType]", posix: "ModuleT
         ("threads", lambda: _threads(modules, data)),
         ("pools", lambda: [] if data["skip_native"] else _pools(modules, posix, data, errors)),
         ("torch", lambda: None if data["skip_native"] else _torch(modules, data)),
-        ("python_libs", lambda: _python_libraries(modules, data)),
+        ("python_libs", lambda: _python_libraries(modules, posix, data)),
         ("parinfo", lambda: _parinfo(modules, data) if "parinfo" in modules else None))
     for key, read in parts:
         try:

@@ -72,7 +72,8 @@ class NativeRead:
 @record(frozen=True)
 class ModuleRead:
     """An imported Python-module library (numexpr...): its file, its count (None: not read; ``why``:
-    its getter raised, and what it raised) and the attributes its record's ``module_facts`` name."""
+    its getter raised, and what it raised), the attributes its record's ``module_facts`` name, and
+    the counts of its other pools' getters by getter name (``pools``: Arrow's io_thread_count)."""
 
     name: Annotated[str, at_most(200)] = field(metadata=REQUIRED)
     file: Text | None = None
@@ -80,6 +81,8 @@ class ModuleRead:
     why: Annotated[str, at_most(400)] | None = None
     facts: Annotated[dict[Annotated[str, at_most(200)], bool | Annotated[int, between(-(1 << 62), 1 << 62)] | Text
                           | None], at_most(MAX_ITEMS)] = field(default_factory=dict)
+    pools: Annotated[dict[Annotated[str, at_most(200)], Count | None], at_most(MAX_ITEMS)] = field(
+        default_factory=dict)
 
 
 @record(frozen=True)
