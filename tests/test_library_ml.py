@@ -250,3 +250,41 @@ def test_uptake_before_and_after_the_runtime_starts(monkeypatch):
     assert jax.uptake(None, 2).takes is Takes.AT_USE and jax.read_count(None) is None
     bridge._backends = {"cpu": object()}
     assert jax.uptake(None, 2).takes is Takes.STARTED
+
+
+_TARGET = r'''
+import sys
+import tensorflow as tf, jax.numpy as jnp
+tf.constant(1.0) + 1
+(jnp.ones(4) + 1).block_until_ready()
+print("ready", flush=True)
+sys.stdin.read()
+'''
+
+
+@pytest.mark.pools("tensorflow", "jax")
+def test_from_outside_each_is_a_predicted_row_and_owns_its_threads():
+    target = subprocess.Popen([sys.executable, "-c", _TARGET], env=clean_env(TF_CPP_MIN_LOG_LEVEL="3",
+                              TF_NUM_INTEROP_THREADS="3"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert target.stdout is not None and target.stdout.readline().strip() == "ready"
+        shown = subprocess.run([sys.executable, "-m", "parinfo", "show", "--pid", str(target.pid), "--json"],
+                               capture_output=True, text=True, timeout=120)
+    finally:
+        target.communicate("", timeout=60)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    report = json.loads(shown.stdout)
+    rows = {s["library"]: s for s in report["settings"] if s.get("owner") in ("tensorflow", "jax")}
+    assert set(rows) == {"tensorflow", "tensorflow inter-op", "jax"}
+    assert all(row["count"] is None and row["source"]["text"].startswith("unknown (") for row in rows.values())
+    assert "would be 3 by env TF_NUM_INTEROP_THREADS=3" in rows["tensorflow inter-op"]["source"]["text"]
+    owners = {(t["name"], t.get("owner")) for t in report["threads"]["threads"]}
+    assert {("tf_Compute", "tensorflow"), ("tf_XLAEigen", "jax")} <= owners, owners
+
+
+def test_their_files_name_their_owner():
+    from parinfo.process.thread_owners import owner_of_file
+
+    assert owner_of_file("/v/lib/python3.11/site-packages/jaxlib/_jax.so") == "jax"
+    assert owner_of_file("/v/lib/python3.11/site-packages/tensorflow/libtensorflow_framework.so.2") == "tensorflow"

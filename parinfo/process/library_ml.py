@@ -221,6 +221,7 @@ class Jax(Library):
     kind = LibraryKind.PYTHON
     precedence = (NPROC_VAR,)
     reads = (DEVICES_VAR, XLA_FLAGS)
+    borrowed = (NPROC_VAR,)  # a generic name: named as read by JAX only while it is imported
     profile_key, profile_var = "jax", NPROC_VAR
     push = Push.NONE
     listed = "loaded"
