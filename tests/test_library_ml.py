@@ -62,6 +62,7 @@ first_op()
 after = names()
 out["did"] = {"tensorflow": after["python"] - before["python"], "tensorflow inter-op": after["tf_Compute"],
               "jax": after["tf_XLAEigen"]}
+os.environ["TF_NUM_INTEROP_THREADS"] = os.environ["NPROC"] = "7"  # too late: a started pool keeps its size
 out["late"] = said()
 print(json.dumps(out))
 '''
@@ -77,11 +78,13 @@ def _probe(which: str, env: dict[str, str], prefix: list[str] | None = None, *se
 
 def _check(out: dict, rows: tuple[str, ...]) -> dict[str, list]:
     """parinfo's read started nothing; the counts it gave before the first op are the pools that op
-    started; after it, the counts it reads are the same."""
+    started; after it, the pools it counts by their threads keep those counts, whatever the variables
+    say now (TensorFlow's intra-op threads carry no name: its row stays what the variables give)."""
     assert out["started_by_read"] == 0 and not out["runtime_started"], out
     for row in rows:
         assert out["early"][row][0] == out["did"][row], (row, out)
-        assert out["late"][row][0] == out["did"][row], (row, out)
+        if row != "tensorflow":
+            assert out["late"][row][0] == out["did"][row], (row, out)
     return out["early"]
 
 
