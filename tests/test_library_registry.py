@@ -54,7 +54,7 @@ def set_num_threads(n):
 REGISTRY = {"process/libraries.py", "process/library_parts.py", "process/library_base.py",
             "process/library_runtimes.py", "process/library_blas.py", "process/library_modules.py",
             "process/library_entries.py", "process/thread_vars.py", "process/library_learners.py",
-            "process/library_inference.py", "process/library_frames.py"}
+            "process/library_inference.py", "process/library_frames.py", "process/library_ml.py"}
 
 
 def _library_facts() -> set[str]:
@@ -232,7 +232,7 @@ def test_facts_from_the_records():
     assert reg.library("openblas").set_by_threadpoolctl and not reg.library("tbb").set_by_threadpoolctl
     assert [r.name for r in reg.python_libraries()] == ["numexpr", "numba", "xgboost", "lightgbm", "pyarrow",
                                                         "polars", "duckdb", "onnxruntime", "tokenizers",
-                                                        "opencv"]
+                                                        "opencv", "tensorflow", "jax"]
     assert reg.by_prefix("libscipy_openblas64_-32a4b2a6.so").name == "openblas"
     assert reg.by_prefix("libtbbmalloc.so.2") is None and reg.by_prefix("libomptarget.so") is None
     assert THREAD_VARS["PYTHON_CPU_COUNT"].python == (3, 13)

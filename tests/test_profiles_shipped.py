@@ -114,8 +114,9 @@ def test_single_thread_sets_every_library_to_one():
     plan = resolve_profile("single-thread", MACHINES["2numa_x28"])
     assert {k: s.value for k, s in plan.libraries.items()} == dict.fromkeys(
         ["blas", "openmp", "mkl", "torch", "numexpr", "numba", "polars", "duckdb", "onnxruntime", "tokenizers",
-         "opencv"], 1)
+         "opencv", "tensorflow", "jax"], 1)
     assert {plan.env[v] for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                   "BLIS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMBA_NUM_THREADS",
                                   "POLARS_MAX_THREADS", "ORT_INTRA_OP_NUM_THREADS", "ORT_INTER_OP_NUM_THREADS",
-                                  "RAYON_NUM_THREADS", "OPENCV_FOR_THREADS_NUM")} == {"1"}
+                                  "RAYON_NUM_THREADS", "OPENCV_FOR_THREADS_NUM", "TF_NUM_INTRAOP_THREADS",
+                                  "TF_NUM_INTEROP_THREADS", "NPROC")} == {"1"}

@@ -30,7 +30,8 @@ class ModuleFacts(NamedTuple):
     hardware_concurrency: int | None = None  # torch's std::thread::hardware_concurrency
     limit: int | None = None  # a cap the library puts on every count, its default included (XGBoost: the
     # quota it reads; Arrow: OMP_THREAD_LIMIT)
-    limit_why: str = ""  # what set ``limit``, in words
+    limit_why: str = ""  # what set ``limit`` (or ``floor``), in words
+    floor: int | None = None  # a count the library never goes below, its default included (JAX: its CPU devices)
 
 
 #: A module that said nothing.

@@ -5,7 +5,8 @@ The families are classes in :mod:`~parinfo.process.library_runtimes` (OpenMP run
 :mod:`~parinfo.process.library_modules` (numexpr, torch, numba, Python, parinfo),
 :mod:`~parinfo.process.library_learners` (XGBoost, LightGBM),
 :mod:`~parinfo.process.library_frames` (Arrow, Polars, DuckDB) and
-:mod:`~parinfo.process.library_inference` (ONNX Runtime, tokenizers, OpenCV), subclasses of
+:mod:`~parinfo.process.library_inference` (ONNX Runtime, tokenizers, OpenCV) and
+:mod:`~parinfo.process.library_ml` (TensorFlow, JAX), subclasses of
 :class:`~parinfo.process.library_base.Library`. Adding a library: write its class beside its kin
 and put one instance of it here (and its variables in :mod:`parinfo.process.thread_vars` when it
 brings its own).
@@ -17,6 +18,7 @@ from parinfo.process.library_blas import Accelerate, Blis, FlexiBLAS, Mkl, OpenB
 from parinfo.process.library_frames import Arrow, DuckDB, Polars
 from parinfo.process.library_inference import OnnxRuntime, OpenCV, Tokenizers
 from parinfo.process.library_learners import LightGBM, XGBoost
+from parinfo.process.library_ml import Jax, TensorFlow
 from parinfo.process.library_modules import Interpreter, Numba, Numexpr, ParinfoRuntime, Torch
 from parinfo.process.library_runtimes import GnuOpenMP, IntelOpenMP, LlvmOpenMP, OneTBB
 
@@ -27,5 +29,6 @@ RECORDS: tuple[Library, ...] = (
     Numexpr(), Torch(), Numba(), XGBoost(), LightGBM(),
     Arrow(), Polars(), DuckDB(),
     OnnxRuntime(), Tokenizers(), OpenCV(),
+    TensorFlow(), Jax(),
     Interpreter(), ParinfoRuntime(),
 )

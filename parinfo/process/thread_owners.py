@@ -57,7 +57,7 @@ _RUNTIME_FILES = (r"(libc|libpthread|ld-linux[-\w.]*|ld-musl[-\w.]*|libstdc\+\+|
 _INTERPRETER_FILES = r"(python[\d.]*|libpython[\d.]+.*)$"
 
 #: Top-level folders of site-packages whose name is not their library's module name.
-_PACKAGE_ALIASES = {"opencv_python_headless": "opencv", "opencv_python": "opencv", "cv2": "opencv"}
+_PACKAGE_ALIASES = {"opencv_python_headless": "opencv", "opencv_python": "opencv", "cv2": "opencv", "jaxlib": "jax"}
 
 
 class Region(NamedTuple):

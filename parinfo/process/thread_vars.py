@@ -81,6 +81,12 @@ VARIABLES: tuple[Var, ...] = (
         "pool, its default included", listed_unset=False),
     Var("ARROW_IO_THREADS", "count", "Arrow's IO pool size (read at pyarrow.io_thread_count()'s first call)"),
     Var("POLARS_MAX_THREADS", "count", "Polars' thread pool size (read when the pool starts, fixed after)"),
+    Var("TF_NUM_INTRAOP_THREADS", "count", "TensorFlow's intra-op pool (read when the first op starts its context)"),
+    Var("TF_NUM_INTEROP_THREADS", "count", "TensorFlow's inter-op pool (read when the first op starts its context)"),
+    Var("NPROC", "count", "XLA's Eigen pool in JAX's CPU backend (read when it starts; a generic name other tools "
+        "may read too)", listed_unset=False),
+    Var("JAX_NUM_CPU_DEVICES", "count", "JAX's CPU devices (read at import; its Eigen pool is never smaller)"),
+    Var("XLA_FLAGS", "text", "XLA's flags: --xla_force_host_platform_device_count sets JAX's CPU devices"),
     Var("PYTHON_CPU_COUNT", "cpu_count", "overrides os.cpu_count() (Python 3.13+)", python=(3, 13)),
     Var("PYTHON_GIL", "enum", "free-threaded CPython: 0 keeps the GIL off, 1 turns it on (3.13+)", ("0", "1"),
         python=(3, 13)),
