@@ -223,3 +223,10 @@ def test_omp_thread_limit_is_read_by_every_openmp_runtime_and_arrow():
     assert row.valid is False
     assert "libgomp prints a warning" in str(row.problem) and "pyarrow takes 1" in str(row.problem)
     assert _row("OMP_THREAD_LIMIT", "2").valid is True
+
+
+def test_a_generic_name_is_judged_only_while_a_library_that_reads_it_is_loaded():
+    env = {"NPROC": "abc"}
+    assert not [r for r in environment_report(env, env, modules=(), python=(3, 14)) if r.name == "NPROC"]
+    (row,) = [r for r in environment_report(env, env, modules=("jax",), python=(3, 14)) if r.name == "NPROC"]
+    assert row.readers == ["jax"] and row.valid is False

@@ -137,6 +137,16 @@ def _set_by(value: str | None, launch_value: str | None, launch_known: bool, imp
     return "set after launch by this process"
 
 
+def _generic_unread(name: str, imported: Collection[str]) -> bool:
+    """A generic name (NPROC) while no library that reads it is loaded: another program's setting."""
+    spec = THREAD_VARS.get(name)
+    if spec is None or not spec.generic:
+        return False
+    from parinfo.process.libraries import find
+
+    return not any((lib := find(r)) is not None and lib.is_loaded(imported) for r in spec.readers)
+
+
 def environment_report(environ: Mapping[str, str] | None = None,
                        launch_environ: Mapping[str, str] | Unknown | None = None, *,
                        modules: Collection[str] | None = None, python: tuple[int, int] | None = None) -> list[EnvRow]:
@@ -157,7 +167,8 @@ def environment_report(environ: Mapping[str, str] | None = None,
     launch_known = not isinstance(launch, Unknown)
     at_launch: Mapping[str, str] = {} if isinstance(launch, Unknown) else launch
 
-    names = [n for n in THREAD_VARS if listed_unset(n, imported) or n in env or n in at_launch]
+    names = [n for n in THREAD_VARS if (listed_unset(n, imported) or n in env or n in at_launch)
+             and not _generic_unread(n, imported)]
     extra = sorted(n for n in env if n not in THREAD_VARS and looks_thread_related(n))
     if launch_known:
         extra_launch = {n for n in at_launch if n not in THREAD_VARS and looks_thread_related(n)}

@@ -22,7 +22,9 @@ class Var:
     words of an enum; ``enum_list`` an enum that takes a comma-separated list (OMP_PROC_BIND);
     ``python`` the first Python version that reads it, when Python itself is the reader;
     ``set_on_import`` the (module, package) pairs whose import sets it (``os.environ.setdefault``);
-    ``listed_unset`` False for one the report lists only when it is set (a mark, not a setting).
+    ``listed_unset`` False for one the report lists only when it is set (a mark, not a setting);
+    ``generic`` True for a name other programs use too (NPROC): listed, and judged, only while a
+    library that reads it is loaded.
     Who reads a variable is not written here: :attr:`readers` asks the library records.
     """
 
@@ -34,6 +36,7 @@ class Var:
     python: tuple[int, int] | None = None
     set_on_import: tuple[tuple[str, str], ...] = ()
     listed_unset: bool = True
+    generic: bool = False
 
     @property
     def readers(self) -> tuple[str, ...]:
@@ -84,7 +87,7 @@ VARIABLES: tuple[Var, ...] = (
     Var("TF_NUM_INTRAOP_THREADS", "count", "TensorFlow's intra-op pool (read when the first op starts its context)"),
     Var("TF_NUM_INTEROP_THREADS", "count", "TensorFlow's inter-op pool (read when the first op starts its context)"),
     Var("NPROC", "count", "XLA's Eigen pool in JAX's CPU backend (read when it starts; a generic name other tools "
-        "may read too)", listed_unset=False),
+        "may read too)", listed_unset=False, generic=True),
     Var("JAX_NUM_CPU_DEVICES", "count", "JAX's CPU devices (read at import; its Eigen pool is never smaller)"),
     Var("XLA_FLAGS", "text", "XLA's flags: --xla_force_host_platform_device_count sets JAX's CPU devices"),
     Var("PYTHON_CPU_COUNT", "cpu_count", "overrides os.cpu_count() (Python 3.13+)", python=(3, 13)),
