@@ -189,3 +189,30 @@ def test_each_thread_gets_the_count_the_scope_facts_predict(layer: Layer) -> Non
     for run in runs:  # the limit shows in the thread that set it, so a cell it reached is seen
         setter, key = "setter" if run["set_in"] == "worker" else "main", run["key"]
         assert run["after"][setter][key] == run["n"] != run["before"][setter][key], run["case"]
+
+
+@pytest.mark.skipif(bool(_module("sklearn") or _module("numpy")), reason="needs numpy and scikit-learn")
+def test_an_executors_workers_read_what_the_facts_predict_under_threadpool_limits_in_main() -> None:
+    """The issue's case: threadpool_limits(1) in the main thread, then a ThreadPoolExecutor(2): each
+    worker keeps its OpenMP default (libgomp: per thread) and gets OpenBLAS's 1 (one pool)."""
+    proc = run_py("""
+import json
+from concurrent.futures import ThreadPoolExecutor
+import numpy, sklearn.utils._openmp_helpers, threadpoolctl
+from parinfo.process import scope_probe as sp
+pools = sp.readers()
+default = sp.read_here(pools)
+kept = threadpoolctl.threadpool_limits(1)
+with ThreadPoolExecutor(2) as ex:
+    workers = sp.read_in_workers(ex, 2, pools)
+print(json.dumps({"default": default, "workers": workers, "layers": {r.key: [r.family, r.layer] for r in pools}}))
+""", env=clean_env())
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(out["workers"]) == 2
+    for key, (family, layer) in out["layers"].items():
+        facts = reg.library(family).scope_facts(layer)
+        assert facts is not None, key
+        want = predicted_count(facts, SetIn.MAIN, ThreadKind.NEW, 1, out["default"][key])
+        got = {name: counts[key] for name, counts in out["workers"].items()}
+        assert got == dict.fromkeys(out["workers"], want), key
+    assert {"libgomp", "openblas"} <= {family for family, _ in out["layers"].values()}

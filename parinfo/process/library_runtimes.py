@@ -108,10 +108,6 @@ class OneTBB(Library):
                         "TBB is not visible to threadpoolctl; its count cannot be read without changing it")
     avoid_with = ("openmp",)
     note = "count from this_task_arena::max_concurrency() and global_control, read through ctypes"
-    # not measured (parinfo sets no TBB count): as oneTBB documents it
-    scopes = (ScopeFacts("task_arena", reaches_new=False, reaches_running=False,
-                         local_api="a task_arena of that size, work run inside it",
-                         reference="oneTBB docs: task_arena, global_control"),)
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.affinity_no_variable(facts, ctx)

@@ -13,8 +13,9 @@ runtime's own workers, call :func:`read_here` in the thread they ask about.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from parinfo.process.library_parts import SetIn, ThreadKind
 from parinfo.records.record import record
@@ -56,6 +57,27 @@ def _getter(get: Callable[[object], int | None], module: object) -> Callable[[],
 def read_here(pools: list[Reader]) -> Counts:
     """Each pool's count for the calling thread."""
     return {r.key: r.read() for r in pools}
+
+
+#: How long :func:`read_in_workers` waits for every worker to take its read.
+WORKERS_TIMEOUT_S = 30.0
+
+
+def read_in_workers(executor: Executor, workers: int, pools: list[Reader] | None = None) -> dict[str, Counts]:
+    """Each pool's count in each of ``workers`` threads of ``executor`` (the program's own
+    ``ThreadPoolExecutor``), by thread name: one read per thread, held at a barrier until all
+    ``workers`` have taken one, so no thread reads twice. Raises ``threading.BrokenBarrierError``
+    when the executor has fewer threads (they could not all meet)."""
+    pools = readers() if pools is None else pools
+    meet = threading.Barrier(workers, timeout=WORKERS_TIMEOUT_S)
+
+    def read() -> tuple[str, Counts]:
+        counts = read_here(pools)
+        meet.wait()
+        return threading.current_thread().name, counts
+
+    done = [executor.submit(read) for _ in range(workers)]
+    return dict(f.result() for f in done)
 
 
 @record(frozen=True)
