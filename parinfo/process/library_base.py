@@ -28,6 +28,7 @@ from parinfo.process.library_parts import (
     Push,
     Reading,
     Scope,
+    ScopeFacts,
     SetAlong,
     Takes,
     Uptake,
@@ -86,10 +87,12 @@ class Library:
     ``thread_names``: the kernel names of the threads it starts (grouped as
     :func:`parinfo.process.threads.thread_group` writes them), each with what they are. ``native_getter`` names the C
     call that reads it; ``team_release`` the C call that frees the calling thread's idle team.
-    ``scope`` (:class:`Scope`) is THREAD when a set limit holds for the calling thread only
-    (OpenMP's ICVs). ``set_along``: the framework that sets its count with its own. ``direct``: the
-    words for a copy threadpoolctl does not see, read by :meth:`read_direct`. ``avoid_with``: the
-    user APIs of runtimes not to mix with it in one build. ``spinning_layers``: its threading layers
+    ``scopes`` (:class:`ScopeFacts`): which threads a limit reaches, measured per call and threading
+    layer, the call parinfo sets it through first; ``scope`` (:class:`Scope`, from them: PROCESS
+    where none) is THREAD when a set limit holds for the calling thread only. ``set_along``: the
+    framework that sets its count with its own. ``direct``: the words for a copy threadpoolctl
+    does not see, read by :meth:`read_direct`. ``avoid_with``: the user APIs of runtimes not to
+    mix with it in one build. ``spinning_layers``: its threading layers
     whose idle threads spin a while after each call (OpenBLAS's pthreads). ``kind``
     (:class:`LibraryKind`) says what it is.
     Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch;
@@ -134,7 +137,7 @@ class Library:
     thread_names: tuple[tuple[str, str], ...] = ()  # (thread group as threads.thread_group writes it, what)
     native_getter: str | None = None
     team_release: str | None = None
-    scope: Scope = Scope.PROCESS
+    scopes: tuple[ScopeFacts, ...] = ()  # measured: which threads a limit reaches (docs/scope.md)
     layer_files: tuple[tuple[str, str], ...] = ()
     layer_var: str | None = None
     listed: str = "always"  # always | loaded: list its unset variables only when the module is loaded
@@ -405,15 +408,27 @@ class Library:
         """How a report names the call that sets a framework's inter-op count."""
         return self._calls(self.interop_calls).call(str(self.module), n)
 
+    def scope_facts(self, threading_layer: str | None = None, call: str = "") -> ScopeFacts | None:
+        """The measured facts (:attr:`scopes`) for a loaded copy with this threading layer: of the
+        call parinfo sets it through, or of ``call`` when named; None when none were measured."""
+        return next((f for f in self.scopes if f.layer in ("", threading_layer or "")
+                     and (not call or f.call == call)), None)
+
+    @property
+    def scope(self) -> Scope:
+        """For whom a limit set on it holds, whatever its build: from its facts, PROCESS without any."""
+        return self.scope_of(None)
+
     @property
     def per_thread(self) -> bool:
         """Whether a limit set on it holds for the calling thread only (whatever its build)."""
         return self.scope is Scope.THREAD
 
     def scope_of(self, threading_layer: str | None) -> Scope:
-        """Whose limit a set count is for a loaded copy with this threading layer: a library built
-        on an OpenMP runtime follows the calling thread's OpenMP limit."""
-        return Scope.THREAD if self.per_thread or threading_layer == "openmp" else Scope.PROCESS
+        """Whose limit a set count is for a loaded copy with this threading layer (OpenBLAS: one
+        pool for the process with pthreads, the calling thread's OpenMP limit with openmp)."""
+        facts = self.scope_facts(threading_layer)
+        return Scope.PROCESS if facts is None else facts.scope
 
     def per_thread_in(self, threading_layer: str | None) -> bool:
         """Whether a limit set on a loaded copy with this threading layer holds per calling thread."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from parinfo.process import defaults
 from parinfo.process.defaults import ModuleFacts
 from parinfo.process.library_base import Library
-from parinfo.process.library_parts import CountSymbol, NativeReads, Push, SetAlong, is_false
+from parinfo.process.library_parts import CountSymbol, NativeReads, Push, ScopeFacts, SetAlong, is_false
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -30,6 +30,9 @@ class _Blas(Library):
 
     user_api = "blas"
     profile_key = "blas"
+
+
+_MKL_MEASURED = "mkl 2026.2.0 wheel (mkl_rt), intel threading layer (intel-openmp 2026.2.0)"
 
 
 class Mkl(_Blas):
@@ -55,6 +58,13 @@ class Mkl(_Blas):
     linked_into = (("libtorch_cpu", "torch"),)
     layer_from_openmp = (("libgomp", "gnu"), ("libiomp", "intel"))
     set_along = SetAlong("torch", "MKL")
+    # threadpoolctl 3.8 (and so parinfo) sets it through the thread-local call, listed first
+    scopes = (ScopeFacts("MKL_Set_Num_Threads_Local", reaches_new=False, reaches_running=False,
+                         local_api="mkl_set_num_threads_local", measured=_MKL_MEASURED,
+                         reference="oneMKL reference: mkl_set_num_threads_local; threadpoolctl#216, PR#228"),
+              ScopeFacts("MKL_Set_Num_Threads", reaches_new=True, reaches_running=True,
+                         local_api="mkl_set_num_threads_local", measured=_MKL_MEASURED,
+                         reference="oneMKL reference: mkl_set_num_threads; threadpoolctl#208"))
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.physical_in_affinity(facts, ctx)
@@ -107,6 +117,20 @@ class OpenBLAS(_Blas):
                                         "pthreads builds, x86-64")
     note = ("pthreads builds: one limit for the whole process; OpenMP builds follow the calling "
             "thread's OpenMP limit")
+    # pthreads: one pool serves every caller; openmp: each call's team is the calling thread's
+    # omp_get_max_threads() (num_cpu_avail resets the count to it, OpenBLAS#5806; PR#5808 changes
+    # that after 0.3.31: not measured here). The openmp count is read as threadpoolctl reads it.
+    scopes = (ScopeFacts("openblas_set_num_threads", reaches_new=True, reaches_running=True, shared_pool=True,
+                         layer="pthreads", measured="numpy 2.4.6's wheel (scipy-openblas64 0.3.31)",
+                         reference="threadpoolctl#208, #220"),
+              ScopeFacts("openblas_set_num_threads_local", reaches_new=True, reaches_running=True, shared_pool=True,
+                         layer="pthreads", measured="numpy 2.4.6's wheel (scipy-openblas64 0.3.31): exported "
+                                                    "without the build's affixes, and process-wide",
+                         reference="OpenMathLib/OpenBLAS PR#5808 (documents openblas_set_num_threads_local)"),
+              ScopeFacts("openblas_set_num_threads", reaches_new=False, reaches_running=False,
+                         local_api="omp_set_num_threads in that thread", layer="openmp",
+                         measured="Debian 12 libopenblas0-openmp 0.3.21",
+                         reference="OpenMathLib/OpenBLAS#5806, PR#5808; threadpoolctl#208"))
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.affinity_cpus(facts, ctx)
@@ -126,6 +150,11 @@ class Blis(_Blas):
     profile_var = "BLIS_NUM_THREADS"
     native_getter = "bli_thread_get_num_threads()"
     native = NativeReads("bli_thread_get_num_threads", version="bli_info_get_version_str")
+    # one global count, in its pthreads and openmp builds alike; each call makes its own team
+    scopes = (ScopeFacts("bli_thread_set_num_threads", reaches_new=True, reaches_running=True,
+                         local_api="a rntm_t given to the expert API (bli_rntm_set_num_threads)",
+                         measured="Debian 12 libblis4-pthread and libblis4-openmp 0.9.0",
+                         reference="BLIS docs/Multithreading.md; threadpoolctl#208"),)
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.single_thread(facts, ctx)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from parinfo.process import defaults
 from parinfo.process.defaults import NO_FACTS, ModuleFacts
 from parinfo.process.library_base import Library, QuotaRule
-from parinfo.process.library_parts import LibraryKind, Push, Scope, as_count
+from parinfo.process.library_parts import LibraryKind, Push, as_count
 from parinfo.process.library_runtimes import GnuOpenMP
 from parinfo.safe_file import read_file
 
@@ -79,7 +79,7 @@ class _OpenMPLearner(Library):
     kind = LibraryKind.PYTHON
     follows = GnuOpenMP  # its count is its OpenMP runtime's omp_get_max_threads()
     push = Push.NONE
-    scope = Scope.THREAD  # OpenMP's limits are the calling thread's
+    scopes = GnuOpenMP.scopes  # its count is its OpenMP runtime's, whose limits are the calling thread's
     listed = "loaded"
     per_call = ""  # the words naming the per-call argument that overrides the count
     changed_by = ""  # the calls that change the count at run time, in words

@@ -11,7 +11,7 @@ from parinfo.process import defaults
 from parinfo.process.defaults import NO_FACTS, ModuleFacts
 from parinfo.process.library_base import INTER_OP, Library, QuotaRule
 from parinfo.process.library_blas import MKL_DYNAMIC, Mkl, mkl_dynamic_cap
-from parinfo.process.library_parts import Calls, LibraryKind, Pool, Push, Scope, Takes, Uptake, as_count
+from parinfo.process.library_parts import Calls, LibraryKind, Pool, Push, ScopeFacts, Takes, Uptake, as_count
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ class Numexpr(Library):
     note = ("pool of NUMEXPR_MAX_THREADS (read at import, 64 unset); a count above it is refused with "
             "an 'Error.' line on stderr and 1 thread runs; 16 at most when neither it nor "
             "OMP_NUM_THREADS is set")
+    scopes = (ScopeFacts("numexpr.set_num_threads", reaches_new=True, reaches_running=True, shared_pool=True,
+                         measured="numexpr 2.14.2"),)
 
     def context(self, module: Any, env: Mapping[str, str]) -> ModuleFacts:
         return ModuleFacts(ncores=as_count(getattr(module, "ncores", None)),
@@ -74,9 +76,12 @@ class Torch(Library):
     profile_key = "torch"
     push, calls = Push.SETTER, Calls()
     pools = (Pool(INTER_OP, Calls("set_num_interop_threads", "get_num_interop_threads")),)
-    scope = Scope.THREAD
     note = ("intra-op reads MKL_NUM_THREADS only when torch has MKL; inter-op reads no variable "
             "(std::thread::hardware_concurrency)")
+    # a thread takes the last count set (in any thread) at its first op, then keeps its own
+    scopes = (ScopeFacts("torch.set_num_threads", reaches_new=True, reaches_running=False,
+                         local_api="torch.set_num_threads in that thread", measured="torch 2.13.0+cpu (OpenMP backend)",
+                         reference="PyTorch docs, CPU threading and TorchScript inference"),)
 
     def how_to_set(self, n: int, pool: str | None = None) -> str:
         """Its setters: which variables its intra-op count reads depends on its build."""
@@ -116,13 +121,15 @@ class Numba(Library):
     profile_key, profile_var = "numba", "NUMBA_NUM_THREADS"
     module_facts = ("config.NUMBA_DEFAULT_NUM_THREADS",)
     push, calls = Push.SETTER, Calls()
-    scope = Scope.THREAD
     layer_var = "NUMBA_THREADING_LAYER"
     layer_files = (("tbbpool", "tbb"), ("omppool", "omp"), ("workqueue", "workqueue"))
     listed = "loaded"
     note = ("launches NUMBA_NUM_THREADS threads once; set_num_threads masks them for the calling "
             "thread only and refuses more than were launched; its omp layer sets the launching thread's "
             "OpenMP count (of the libgomp it shares with others, LightGBM's) to NUMBA_NUM_THREADS")
+    scopes = (ScopeFacts("numba.set_num_threads", reaches_new=False, reaches_running=False,
+                         local_api="numba.set_num_threads in that thread", measured="numba 0.68.1, omp layer",
+                         reference="numba docs, Setting the Number of Threads (thread-local)"),)
     quota_rule = QuotaRule.IGNORES  # numba 0.68: get_num_threads() 2 (affinity) in a 0.5-CPU cgroup
     read_when = "before `import numba` (it takes the count then)"
 

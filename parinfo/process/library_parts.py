@@ -1,5 +1,6 @@
 """The parts a library record is made of: what a library is (:class:`LibraryKind`), how parinfo sets
-its count (:class:`Push`) and for whom (:class:`Scope`), the calls that set and read it
+its count (:class:`Push`) and for whom (:class:`Scope`; which threads it reaches, measured:
+:class:`ScopeFacts`, :func:`predicted_count`), the calls that set and read it
 (:class:`Calls`, :class:`DirectRead`, :class:`NativeReads`), a family's other pools (:class:`Pool`),
 where another process keeps it (:class:`CountSymbol`), who sets it along (:class:`SetAlong`), how a profile preloads it
 (:class:`Preloadable`), and the words a boolean variable takes.
@@ -59,6 +60,65 @@ class Scope(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class SetIn(str, enum.Enum):
+    """Where a limit is set: in the main thread, or in a worker thread."""
+
+    MAIN = "main"
+    WORKER = "worker"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ThreadKind(str, enum.Enum):
+    """A thread that calls a pool, as seen from the thread that set a limit on it."""
+
+    MAIN = "main"  # the main thread
+    SETTER = "setter"  # the thread that set the limit (the main thread when it set it)
+    RUNNING = "running"  # another thread, running (and using the pool) since before the limit
+    NEW = "new"  # a thread started after the limit
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@record(frozen=True)
+class ScopeFacts:
+    """Which threads a limit set through ``call`` reaches, measured in real processes
+    (:mod:`parinfo.process.scope_probe`, tests/test_scope_matrix.py) on ``measured`` (versions),
+    for copies with threading ``layer`` ("": any). A limit always holds in the thread that set it;
+    ``reaches_new``: threads started after it get it; ``reaches_running``: threads running since
+    before, the main thread among them, get it (the library holds one count for the process).
+    ``shared_pool``: one pool of threads serves every calling thread, so no per-thread limit can
+    split it; ``local_api``: the call that limits the calling thread only ("" : none);
+    ``reference``: the upstream discussion or documentation that states it."""
+
+    call: str
+    reaches_new: bool
+    reaches_running: bool
+    shared_pool: bool = False
+    local_api: str = ""
+    layer: str = ""
+    measured: str = ""
+    reference: str = ""
+
+    @property
+    def scope(self) -> Scope:
+        """THREAD when a limit does not reach the threads already running, else PROCESS."""
+        return Scope.PROCESS if self.reaches_running else Scope.THREAD
+
+
+def predicted_count(facts: ScopeFacts, set_in: SetIn, thread: ThreadKind, limit: int, before: int | None) -> int | None:
+    """The count ``thread`` gets from a pool once ``limit`` was set there as ``set_in`` says, as
+    ``facts`` predict; ``before``: what that thread had before (for a NEW thread: what a thread
+    started before the limit got). Pure: the per-thread report and the scope tests share it."""
+    setter_is_main = set_in is SetIn.MAIN
+    if thread is ThreadKind.SETTER or (thread is ThreadKind.MAIN and setter_is_main):
+        return limit
+    reached = facts.reaches_new if thread is ThreadKind.NEW else facts.reaches_running
+    return limit if reached else before
 
 
 def as_count(value: Any) -> int | None:

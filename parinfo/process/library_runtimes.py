@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from parinfo.process import defaults
 from parinfo.process.defaults import ModuleFacts
 from parinfo.process.library_base import Library
-from parinfo.process.library_parts import DirectRead, NativeReads, Preloadable, Push, Scope, SetAlong
+from parinfo.process.library_parts import DirectRead, NativeReads, Preloadable, Push, ScopeFacts, SetAlong
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -33,11 +33,16 @@ class OpenMPLibrary(Library):
     profile_var = "OMP_NUM_THREADS"
     native_getter = "omp_get_max_threads()"
     native = NativeReads("omp_get_max_threads")
-    scope = Scope.THREAD
     roles = _OMP_ROLES
     # torch sets the OpenMP runtime it ships with to its intra-op count when it initialises
     set_along = SetAlong("torch", "OpenMP runtime", " when it initialised")
     note = "no cap: a request above the CPUs is taken as it is (libgomp takes 8 on 2 CPUs)"
+    # the ICVs are the calling thread's: a thread started later starts from the process's default
+    scopes = (ScopeFacts("omp_set_num_threads", reaches_new=False, reaches_running=False,
+                         local_api="omp_set_num_threads in that thread",
+                         measured="libgomp of scikit-learn 1.9.1's wheel and of Debian 12 (gcc 12.2); LLVM libomp "
+                                  "14.0.6 (Debian libomp5-14); Intel libiomp5 of intel-openmp 2026.2.0",
+                         reference="OpenMP 5.2 spec, nthreads-var is a data environment ICV; threadpoolctl#207, #208"),)
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
         return defaults.affinity_cpus(facts, ctx)
@@ -98,7 +103,6 @@ class OneTBB(Library):
     user_api = internal_api = "tbb"
     env_prefixes = ("TBB_",)
     push = Push.NONE
-    scope = Scope.THREAD
     direct = DirectRead("TBB is not visible to threadpoolctl; count from "
                         "this_task_arena::max_concurrency() and global_control",
                         "TBB is not visible to threadpoolctl; its count cannot be read without changing it")
