@@ -85,7 +85,8 @@ class Library:
     among their readers only while its module is imported, so a report without it is unchanged.
     ``thread_names``: the kernel names of the threads it starts (grouped as
     :func:`parinfo.process.threads.thread_group` writes them), each with what they are. ``native_getter`` names the C
-    call that reads it; ``team_release`` the C call that frees the calling thread's idle team.
+    call that reads it; ``team_release`` the C call that frees the calling thread's idle team;
+    ``local_setter`` the C call that sets the calling thread's count alone in a process-wide pool.
     ``scope`` (:class:`Scope`) is THREAD when a set limit holds for the calling thread only
     (OpenMP's ICVs). ``set_along``: the framework that sets its count with its own. ``direct``: the
     words for a copy threadpoolctl does not see, read by :meth:`read_direct`. ``avoid_with``: the
@@ -134,6 +135,7 @@ class Library:
     thread_names: tuple[tuple[str, str], ...] = ()  # (thread group as threads.thread_group writes it, what)
     native_getter: str | None = None
     team_release: str | None = None
+    local_setter: str | None = None
     scope: Scope = Scope.PROCESS
     layer_files: tuple[tuple[str, str], ...] = ()
     layer_var: str | None = None
