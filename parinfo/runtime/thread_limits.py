@@ -251,10 +251,11 @@ class NewThreadLimits:
     ``undo()`` (or leaving ``with``) stops that and gives back the process-wide counts it set, and
     the calling thread's own when undone there. Threads already started keep what they got."""
 
-    def __init__(self, counts: Mapping[str, int]) -> None:
+    def __init__(self, counts: Mapping[str, int], *, caller: bool = True) -> None:
         self.counts = dict(counts)
-        self.here = limit_here(self.counts, "limit_new_threads")
-        HOLDS.take(self.here.limits)
+        self.here = limit_here(self.counts, "limit_new_threads") if caller else None
+        if self.here is not None:
+            HOLDS.take(self.here.limits)
         self._token: int | None = START_HOOK.add(_StartLimits(self.counts))
 
     @property
@@ -267,6 +268,8 @@ class NewThreadLimits:
             return
         START_HOOK.remove(self._token)
         self._token = None
+        if self.here is None:
+            return
         if threading.get_native_id() == self.here.native_id:
             undo_here(self.here)
         HOLDS.release(self.here.limits, POOLS.get())
@@ -284,3 +287,19 @@ def limit_new_threads(n: int | Mapping[str, int], *, user_api: str | None = None
     ``threads: every``). One call at each thread's start, nothing after (parinfo.runtime.thread_start)."""
     counts = counts_for(check_count(n, "limit_new_threads"), user_api) if not isinstance(n, Mapping) else n
     return NewThreadLimits(counts)
+
+
+_BY_PROFILE: list[NewThreadLimits] = []  # the one a profile's ``threads: every`` keeps in force
+
+
+def profile_new_threads(counts: Mapping[str, int] | None) -> NewThreadLimits | None:
+    """Put ``counts`` (by profile key) into every thread started from now on for a profile's
+    ``threads: every``, in place of what the last profile put there (None: nothing any more). The
+    caller (``parinfo.apply``) has set its own thread and the process-wide counts already."""
+    while _BY_PROFILE:
+        _BY_PROFILE.pop().undo()
+    if not counts:
+        return None
+    hook = NewThreadLimits(counts, caller=False)
+    _BY_PROFILE.append(hook)
+    return hook
