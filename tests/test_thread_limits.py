@@ -217,3 +217,49 @@ def test_parinfo_regions_follow_the_thread_ceiling():
     print(json.dumps({"capped": capped, "free": max(used() for _ in range(20))}))
     """), env=clean_env(PARINFO_ADAPTIVE="0"), timeout=120)
     assert out["capped"] == 1 and out["free"] == 2
+
+
+LAUNCHED = """
+import json, threading
+import numpy, sklearn.utils
+TORCH = {torch}
+if TORCH:
+    import torch
+    torch.set_num_threads(2)  # the program's own call: torch's default for threads started later too
+from concurrent.futures import ThreadPoolExecutor
+from threadpoolctl import ThreadpoolController
+CONTROLLER = ThreadpoolController()
+
+def read():
+    out = {{"openmp": sorted({{l.get_num_threads() for l in CONTROLLER.lib_controllers if l.internal_api == "openmp"}})}}
+    if TORCH:
+        out["torch"] = [torch.get_num_threads()]
+    import parinfo
+    mine = [t for t in parinfo.limited_threads() if t.native_id == threading.get_native_id()]
+    out["hooked"] = [t.how for t in mine]
+    return out
+
+with ThreadPoolExecutor(1) as ex:
+    print(json.dumps(ex.submit(read).result()))
+"""
+
+
+@needs_libs
+@pytest.mark.parametrize("torch", [False, pytest.param(True, marks=pytest.mark.torch)])
+@pytest.mark.parametrize("threads", ["every", "caller"])
+def test_launched_program_threads_get_the_profile_at_their_start(tmp_path, torch, threads):
+    import json
+
+    from conftest import run_cli
+
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"version: 1\nname: p\nintra_op: 1\nthreads: {threads}\n")
+    program = tmp_path / "prog.py"
+    program.write_text(textwrap.dedent(LAUNCHED).format(torch=torch))
+    done = run_cli("apply", str(profile), "--", __import__("sys").executable, str(program), timeout=120)
+    assert done.returncode == 0, done.stderr
+    worker = json.loads(done.stdout.strip().splitlines()[-1])
+    assert worker["openmp"] == [1]  # OMP_NUM_THREADS=1 from the profile: every thread starts at it
+    assert worker["hooked"] == (["new thread"] if threads == "every" else [])
+    if torch:
+        assert worker["torch"] == ([1] if threads == "every" else [2])

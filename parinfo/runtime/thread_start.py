@@ -10,6 +10,9 @@ one call at its start and nothing afterwards, and a profiler that had set a thre
 included, so ``concurrent.futures`` and ``multiprocessing.pool.ThreadPool`` workers, joblib's
 threading backend), not threads started with ``_thread.start_new_thread`` or by native code.
 
+This file imports the standard library's os, sys and threading alone: the start-up hook of a launched
+program loads it by path (``threads: every``), where parinfo may not be importable.
+
 ``StartHook.add`` returns a token; ``remove(token)`` takes that start function away again, and the
 last removal gives ``threading`` back the profile function it had. A program that calls
 ``threading.setprofile`` itself afterwards replaces parinfo's: its own function wins, and
@@ -20,12 +23,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable
-from types import FrameType
-from typing import Any
 
-StartFn = Callable[[], Any]
-ProfileFn = Callable[[FrameType, str, Any], Any]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing into a launched program
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+    from typing import Any
+
+    StartFn = Callable[[], Any]
+    ProfileFn = Callable[[FrameType, str, Any], Any]
 
 
 class StartHook:
