@@ -231,7 +231,8 @@ from threadpoolctl import ThreadpoolController
 CONTROLLER = ThreadpoolController()
 
 def read():
-    out = {{"openmp": sorted({{l.get_num_threads() for l in CONTROLLER.lib_controllers if l.internal_api == "openmp"}})}}
+    omp = [lib for lib in CONTROLLER.lib_controllers if lib.internal_api == "openmp"]
+    out = {{"openmp": sorted({{lib.get_num_threads() for lib in omp}})}}
     if TORCH:
         out["torch"] = [torch.get_num_threads()]
     import parinfo

@@ -24,6 +24,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+#: An Outcome's ``scope`` when the limit holds for the calling thread alone: the registry's word
+#: (str(Scope.THREAD)), written here for the start-up hook; tests/test_library_names.py checks it.
+THREAD_SCOPE = "thread"
+
 
 class Outcome(NamedTuple):  # not a record: the start-up hook loads this module with the standard library alone
     """One count set: the library (record name), what was set (a pool's file, a module, torch's
@@ -38,6 +42,11 @@ class Outcome(NamedTuple):  # not a record: the start-up hook loads this module 
     before: int | None
     scope: str
     error: str = ""
+
+    @property
+    def per_thread(self) -> bool:
+        """Whether the limit holds for the calling thread alone (else for the whole process)."""
+        return self.scope == THREAD_SCOPE
 
     @property
     def reached(self) -> bool:
@@ -193,7 +202,7 @@ class NativePool:
             self._local(n)
         except Exception as exc:
             error = _refusal(exc)
-        return Outcome(self.record.name, self.path, n, self.get(), before, "thread", error)
+        return Outcome(self.record.name, self.path, n, self.get(), before, THREAD_SCOPE, error)
 
     def release_team(self) -> bool:
         """Free the OpenMP team the calling thread's regions made, where the record says how
@@ -409,7 +418,7 @@ def restore(outcomes: Iterable[Outcome], pools: list[NativePool] | None = None) 
             continue
         if done.target in by_path:
             pool = by_path[done.target]
-            if done.scope == "thread" and pool.holds_per_thread:
+            if done.per_thread and pool.holds_per_thread:
                 pool.set_here(done.before)
             else:
                 pool.set(done.before)

@@ -37,7 +37,6 @@ from parinfo.runtime.thread_start import START_HOOK
 
 #: The key (beside the registry's profile keys) and target of parinfo's own per-thread ceiling.
 PARINFO, REGIONS = "parinfo", "regions"
-THREAD, PROCESS = "thread", "process"
 
 
 @record(frozen=True)
@@ -106,7 +105,7 @@ class _Holds:
     def take(self, outcomes: Iterable[Outcome]) -> None:
         with self._lock:
             for o in outcomes:
-                if o.scope == PROCESS:
+                if not o.per_thread:
                     first, n = self._held.get((o.library, o.target), (o, 0))
                     self._held[(o.library, o.target)] = (first, n + 1)
 
@@ -115,7 +114,7 @@ class _Holds:
         with self._lock:
             for o in outcomes:
                 key = (o.library, o.target)
-                if o.scope != PROCESS or key not in self._held:
+                if o.per_thread or key not in self._held:
                     continue
                 first, n = self._held.pop(key)
                 if n > 1:
@@ -157,7 +156,7 @@ def limit_here(counts: Mapping[str, int], how: str, *, process_wide: bool = True
     if cap is not None:
         before = CAPS.limit
         CAPS.limit = cap
-        outcomes.append(Outcome(PARINFO, REGIONS, cap, CAPS.limit, before or None, THREAD))
+        outcomes.append(Outcome(PARINFO, REGIONS, cap, CAPS.limit, before or None, setter.THREAD_SCOPE))
     current = threading.current_thread()
     done = ThreadLimited(current.name, threading.get_native_id(), how, tuple(outcomes),
                          tuple(p.name for p in pools if not p.holds_per_thread))
@@ -170,7 +169,7 @@ def undo_here(done: ThreadLimited) -> None:
     for o in done.limits:
         if o.library == PARINFO and o.target == REGIONS:
             CAPS.limit = o.before or 0
-    setter.restore([o for o in done.limits if o.scope == THREAD and o.library != PARINFO], POOLS.get())
+    setter.restore([o for o in done.limits if o.per_thread and o.library != PARINFO], POOLS.get())
 
 
 def limited_threads() -> list[ThreadLimited]:
@@ -178,7 +177,7 @@ def limited_threads() -> list[ThreadLimited]:
     return LOG.live()
 
 
-class thread_limits(contextlib.ContextDecorator):  # noqa: N801  # named like threadpoolctl's threadpool_limits
+class thread_limits(contextlib.ContextDecorator):  # named like threadpoolctl's threadpool_limits
     """Limit every loaded pool to ``n`` threads in the thread that enters (``with``) or calls the
     decorated function, and give the counts back on exit.
 

@@ -68,7 +68,7 @@ class StartHook:
             if self._fns or not self._installed:
                 return
             if self.in_place():
-                threading.setprofile(self._previous)  # type: ignore[arg-type]  # None is what threading keeps for "none"
+                threading.setprofile(self._previous)  # type: ignore[arg-type,unused-ignore]  # typesheds before 2024 refuse None
             self._installed = False
             self._previous = None
 

@@ -141,13 +141,13 @@ class _EveryThread:
 
     def __init__(self, counts: "dict[str, int]") -> "None":
         self.counts = counts
-        self.limit: "Callable[..., object] | None" = None
+        self.limit_here: Callable[..., object] | None = None  # not evaluated: a local annotation
         self.failed = False
 
     def __call__(self) -> "None":
         if self.failed:
             return
-        if self.limit is None:
+        if self.limit_here is None:
             try:
                 from parinfo.runtime.thread_limits import limit_here
             except ImportError as exc:
@@ -155,8 +155,8 @@ class _EveryThread:
                 _say("threads: every needs parinfo importable in this program (%s); new threads keep the "
                      "counts of the environment" % exc)
                 return
-            self.limit = limit_here
-        self.limit(self.counts, "new thread", process_wide=False)
+            self.limit_here = limit_here
+        self.limit_here(self.counts, "new thread", process_wide=False)
 
 
 def _watch() -> "ModuleType":
