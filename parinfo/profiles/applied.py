@@ -209,9 +209,9 @@ class Applied:
 # -- the words, made when a record is shown -----------------------------------------------------
 
 # What a user does for the threads a per-thread limit does not reach.
-_FIX_OPENMP = ("call parinfo.apply() or threadpoolctl.threadpool_limits({n}, user_api='openmp') at the "
-               "start of each thread that runs OpenMP work (e.g. as a thread pool's initializer), or set "
-               "{var} before the process starts (parinfo apply PROFILE -- COMMAND): every thread reads it")
+_FIX_OPENMP = ("put 'threads: every' in the profile (every thread started from then on gets it), give each "
+               "thread pool initializer=parinfo.worker_initializer({n}), or set {var} before the process starts "
+               "(parinfo apply PROFILE -- COMMAND): every thread reads it")
 
 
 def _count_name(what: str) -> str:
