@@ -264,3 +264,36 @@ def test_launched_program_threads_get_the_profile_at_their_start(tmp_path, torch
     assert worker["hooked"] == (["new thread"] if threads == "every" else [])
     if torch:
         assert worker["torch"] == ([1] if threads == "every" else [2])
+
+
+MKL = """
+import ctypes, json
+ctypes.CDLL("libmkl_rt.so.2", mode=ctypes.RTLD_GLOBAL)
+from concurrent.futures import ThreadPoolExecutor
+from threadpoolctl import ThreadpoolController
+import parinfo
+MKL = [lib for lib in ThreadpoolController().lib_controllers if lib.internal_api == "mkl"][0]
+out = {"main": MKL.get_num_threads()}
+with ThreadPoolExecutor(1) as ex:
+    out["without"] = ex.submit(MKL.get_num_threads).result()
+with ThreadPoolExecutor(1, initializer=parinfo.worker_initializer(1)) as ex:
+    out["with"] = ex.submit(MKL.get_num_threads).result()
+with parinfo.thread_limits(1) as done:
+    out["inside"] = MKL.get_num_threads()
+    out["scope"] = [o.scope for o in done.limits if o.library == "mkl"]
+    with ThreadPoolExecutor(1) as ex:
+        out["other"] = ex.submit(MKL.get_num_threads).result()
+out["after"] = MKL.get_num_threads()
+print(json.dumps(out))
+"""
+
+
+@needs_two
+@pytest.mark.skipif(not os.environ.get("PARINFO_TEST_MKL_LIBS"),
+                    reason="set PARINFO_TEST_MKL_LIBS to the folders of libmkl_rt.so.2 and libiomp5.so (the mkl and "
+                           "intel-openmp wheels' lib folders)")
+def test_mkl_limit_is_set_through_its_local_call_in_that_thread_alone():
+    env = clean_env(LD_LIBRARY_PATH=os.environ["PARINFO_TEST_MKL_LIBS"])
+    out = run_json(textwrap.dedent(MKL), env=env, timeout=120)
+    assert out["main"] == 2 and out["without"] == 2 and out["with"] == 1
+    assert out["inside"] == 1 and out["scope"] == ["thread"] and out["other"] == 2 and out["after"] == 2

@@ -44,7 +44,7 @@ class Mkl(_Blas):
     cap_vars = (MKL_DYNAMIC,)
     profile_key, profile_var = "mkl", "MKL_NUM_THREADS"
     native_getter = "mkl_get_max_threads()"
-    local_setter = "mkl_set_num_threads_local"  # the calling thread's count, over the global one
+    local_setter = "MKL_Set_Num_Threads_Local"  # the C call (mkl_set_num_threads_local is Fortran's, by pointer)
     native = NativeReads("MKL_Get_Max_Threads", version="MKL_Get_Version_String", version_buffer=True,
                          version_after="Version")
     layer_files = (("libmkl_intel_thread", "intel"), ("libmkl_gnu_thread", "gnu"),

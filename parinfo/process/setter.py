@@ -383,16 +383,19 @@ def set_counts(counts: Mapping[str, int] | int, *, per_thread_only: bool = False
         return counts.get(record.profile_key) if record.profile_key else None
 
     out = []
-    # torch's count in its OpenMP build is the OpenMP runtime's, which the pools below change first
+    pools = native_pools() if pools is None else pools
+    # every count before any is set: torch's (in its OpenMP build) and MKL's (its Intel OpenMP layer)
+    # follow the OpenMP runtime's, which the first pools change
+    befores = [pool.get() for pool in pools]
     torch_before = torch_intra_now() if torch else None
-    for pool in native_pools() if pools is None else pools:
+    for pool, before in zip(pools, befores, strict=True):
         n = wanted(pool.record)
         if n is None:
             continue
         if here and pool.holds_per_thread:
-            out.append(pool.set_here(n))
+            out.append(pool.set_here(n)._replace(before=before))
         elif pool.per_thread or not per_thread_only:
-            out.append(pool.set_checked(n))
+            out.append(pool.set_checked(n)._replace(before=before))
     for lib in python_libraries():
         n = wanted(lib)
         if n is not None and (lib.per_thread or not per_thread_only):
