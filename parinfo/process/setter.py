@@ -127,7 +127,7 @@ class NativePool:
         self._set: Callable[[int], Any] = real if real is not None else self._take_control_and_set
         self._release: Callable[[int], Any] | None = None
         # the call that sets the calling thread's count alone, where the record names one the loaded
-        # copy exports (MKL's mkl_set_num_threads_local); a per-thread pool's own setter already is
+        # copy exports (MKL's MKL_Set_Num_Threads_Local); a per-thread pool's own setter already is
         self._local: Callable[[int], Any] | None = None
         if record.local_setter and not self.per_thread:
             self._local = getattr(getattr(controller, "dynlib", None), record.local_setter, None)
