@@ -33,6 +33,11 @@ _EXPORTS: dict[str, str] = {
     "get_thread_num": "parinfo.runtime",
     "profile": "parinfo.runtime",
     "refresh": "parinfo.runtime",
+    # limits in the threads that call
+    "thread_limits": "parinfo.runtime.thread_limits",
+    "worker_initializer": "parinfo.runtime.thread_limits",
+    "limit_new_threads": "parinfo.runtime.thread_limits",
+    "limited_threads": "parinfo.runtime.thread_limits",
     # profiles and apply
     "load_profile": "parinfo.profiles.loading",
     "resolve_profile": "parinfo.profiles.loading",
@@ -120,6 +125,12 @@ if TYPE_CHECKING:  # pragma: no cover
         set_num_interop_threads as set_num_interop_threads,
         set_num_threads as set_num_threads,
         wait as wait,
+    )
+    from parinfo.runtime.thread_limits import (
+        limit_new_threads as limit_new_threads,
+        limited_threads as limited_threads,
+        thread_limits as thread_limits,
+        worker_initializer as worker_initializer,
     )
     from parinfo.tuning.sweep import tune as tune
     from parinfo.watching.model import Sample as Sample

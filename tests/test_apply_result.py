@@ -153,7 +153,7 @@ def test_per_thread_reach_and_its_gap_are_one_record_in_two_lines():
                           "keep their own count")
     assert str(Gap(reach)).startswith("openmp pool (libgomp.so.1) is limited to 1 in this thread (MainThread, tid 7) "
                                       "only: threads started from now on run 4, and the 1 other live thread (w-0) "
-                                      "keep theirs (4 unless they set one); call parinfo.apply()")
+                                      "keep theirs (4 unless they set one); put 'threads: every' in the profile")
     result = Applied(_plan(), not_in_force=(Gap(reach),), threads=(reach,),
                      at_import=(AtImport("torch", 2, "torch.set_num_interop_threads", None, "torch.set_num_threads"),))
     assert result.lines()["threads"] == [str(reach)] and result.lines()["not_in_force"] == [str(Gap(reach))]

@@ -61,7 +61,8 @@ def test_openmp_limit_set_from_another_thread_is_reported_for_that_thread_only()
     assert "is limited to 1 in this thread (event-loop, tid " in gap
     assert f"threads started from now on run {truth['later']}" in gap
     assert "MainThread" in gap and f"({truth['main']} unless they set one)" in gap
-    assert "threadpool_limits(1, user_api='openmp')" in gap and "parinfo apply PROFILE -- COMMAND" in gap
+    assert "initializer=parinfo.worker_initializer(1)" in gap and "threads: every" in gap
+    assert "parinfo apply PROFILE -- COMMAND" in gap
     assert any(t.startswith("openmp pool") and "only (OpenMP limits are per thread)" in t for t in r["threads"])
 
 

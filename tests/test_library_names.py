@@ -127,6 +127,7 @@ def test_every_library_is_one_family_class_with_a_unique_name():
     # the name the hook-loadable setter and the runtime's hot paths use is the registry's
     torch = reg.family(reg.Torch)
     assert setter.TORCH == torch.name == torch.module
+    assert str(reg.Scope.THREAD) == setter.THREAD_SCOPE
 
 
 def test_behaviour_is_methods_the_families_override():

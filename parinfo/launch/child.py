@@ -93,6 +93,25 @@ def _torch_counts(plan: Plan, instance: InstancePlan | None) -> tuple[int, int]:
     return (torch.value if torch is not None else plan.intra_op.value), plan.inter_op.value
 
 
+def _every_thread(plan: Plan, env: Mapping[str, str], kept: set[str], torch_intra: int | None) -> dict[str, int]:
+    """``threads: every``: the count for each profile key that the start-up hook puts into every
+    thread the program starts: what the child's variables say (an instance's own), the plan's where
+    a library has none; a library whose variable the user kept is left to it, and torch to its own."""
+    torch_key = str(reg.family(reg.Torch).profile_key)
+    out = {}
+    for key, setting in plan.libraries.items():
+        names = reg.LIBRARY_VARS.get(key, ())
+        if kept.intersection(names):
+            continue
+        given = [env[n] for n in names if env.get(n, "").isdigit() and int(env[n]) > 0]
+        out[key] = int(given[0]) if given else setting.value
+    if torch_intra is None:
+        out.pop(torch_key, None)
+    else:
+        out[torch_key] = torch_intra
+    return out
+
+
 def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
                   instance: InstancePlan | None = None, instances: int = 0, report: str | None = None) -> ChildEnv:
     """The environment for a process launched under ``plan`` (or one of its instances).
@@ -135,6 +154,9 @@ def child_environ(plan: Plan, base: Mapping[str, str], *, force: bool = False,
                                             if n in base and n not in wanted and n not in from_parinfo}
     torch_intra = None if users_own.intersection(TORCH_INTRA_VARS) else intra
     env[HOOK_VAR] = f"1 intra={torch_intra or '-'} inter={inter} watch={','.join(watch)} {reg.hook_facts()}"
+    if plan.every_thread:
+        every = _every_thread(plan, env, {n for n, _, _ in kept}, torch_intra)
+        env[HOOK_VAR] += " every=" + ",".join(f"{key}:{n}" for key, n in every.items())
     env.pop(REPORT_VAR, None)  # an enclosing launch's folder is not this one's
     if report is not None:
         env[REPORT_VAR] = report

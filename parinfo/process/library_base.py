@@ -434,6 +434,13 @@ class Library:
         """Whether a limit set on a loaded copy with this threading layer holds per calling thread."""
         return self.scope_of(threading_layer) is Scope.THREAD
 
+    def local_call(self, threading_layer: str | None) -> str | None:
+        """The C call, among its measured scopes for this threading layer, that limits the calling
+        thread alone (MKL's MKL_Set_Num_Threads_Local; the lower-case name is Fortran's, by
+        pointer), or None. Only a copy whose first set call is process-wide needs it."""
+        return next((f.call for f in self.scopes if not f.reaches_running and f.layer in ("", threading_layer or "")
+                     and f.call.isidentifier()), None)
+
     # -- its Python module ---------------------------------------------------------------------
     def is_loaded(self, modules: Collection[str] | None = None) -> bool:
         """True when its Python module is imported (in ``modules``, default this process's; always

@@ -24,6 +24,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+#: An Outcome's ``scope`` when the limit holds for the calling thread alone: the registry's word
+#: (str(Scope.THREAD)), written here for the start-up hook; tests/test_library_names.py checks it.
+THREAD_SCOPE = "thread"
+
 
 class Outcome(NamedTuple):  # not a record: the start-up hook loads this module with the standard library alone
     """One count set: the library (record name), what was set (a pool's file, a module, torch's
@@ -38,6 +42,11 @@ class Outcome(NamedTuple):  # not a record: the start-up hook loads this module 
     before: int | None
     scope: str
     error: str = ""
+
+    @property
+    def per_thread(self) -> bool:
+        """Whether the limit holds for the calling thread alone (else for the whole process)."""
+        return self.scope == THREAD_SCOPE
 
     @property
     def reached(self) -> bool:
@@ -103,7 +112,7 @@ def import_threadpoolctl(undo: Iterable[str] | None = None) -> Any:
 class NativePool:
     """One loaded native pool: threadpoolctl's controller for it, and the record that knows it."""
 
-    __slots__ = ("_release", "_set", "controller", "per_thread", "record", "scope")
+    __slots__ = ("_local", "_release", "_set", "controller", "per_thread", "record", "scope")
 
     def __init__(self, controller: Any, record: Any) -> None:
         self.controller = controller
@@ -117,6 +126,12 @@ class NativePool:
         real = getattr(controller, "_real_set_num_threads", None)
         self._set: Callable[[int], Any] = real if real is not None else self._take_control_and_set
         self._release: Callable[[int], Any] | None = None
+        # the call that sets the calling thread's count alone, where the record's scopes name one the
+        # loaded copy exports (MKL's MKL_Set_Num_Threads_Local); a per-thread pool's own setter already is
+        self._local: Callable[[int], Any] | None = None
+        local = None if self.per_thread else record.local_call(layer)
+        if local:
+            self._local = getattr(getattr(controller, "dynlib", None), local, None)
         if record.team_release:
             self._release = getattr(getattr(controller, "dynlib", None), record.team_release, None)
 
@@ -169,6 +184,26 @@ class NativePool:
         except Exception as exc:
             error = _refusal(exc)
         return Outcome(self.record.name, self.path, n, self.get(), before, self.scope, error)
+
+    @property
+    def holds_per_thread(self) -> bool:
+        """Whether :meth:`set_here` can limit the calling thread alone (a per-thread pool, or a
+        thread-local call in the loaded copy)."""
+        return self.per_thread or self._local is not None
+
+    def set_here(self, n: int) -> Outcome:
+        """Set the count for the calling thread alone where the pool allows it (its own setter in a
+        per-thread pool, its thread-local call otherwise), read it back; a pool without either is
+        set for the process, and the Outcome's scope says "process"."""
+        if self._local is None:
+            return self.set_checked(n)
+        before = self.get()
+        error = ""
+        try:
+            self._local(n)
+        except Exception as exc:
+            error = _refusal(exc)
+        return Outcome(self.record.name, self.path, n, self.get(), before, THREAD_SCOPE, error)
 
     def release_team(self) -> bool:
         """Free the OpenMP team the calling thread's regions made, where the record says how
@@ -334,11 +369,13 @@ def set_torch(intra: int | None = None, inter: int | None = None, *, record: Any
 
 
 def set_counts(counts: Mapping[str, int] | int, *, per_thread_only: bool = False, torch: bool = True,
-               pools: list[NativePool] | None = None) -> list[Outcome]:
+               pools: list[NativePool] | None = None, here: bool = False) -> list[Outcome]:
     """Set the count of every loaded library: ``counts`` by profile key (blas, openmp, mkl, torch,
     numexpr...) or one count for all; ``per_thread_only`` keeps only the limits that hold per
-    calling thread. Native pools first, then Python-module libraries, then torch's intra-op count
-    (when ``torch``). Returns one Outcome per count set; libraries not loaded are left alone."""
+    calling thread; ``here`` sets each native pool through its thread-local call where it has one
+    (:meth:`NativePool.set_here`). Native pools first, then Python-module libraries, then torch's
+    intra-op count (when ``torch``). Returns one Outcome per count set; libraries not loaded are
+    left alone."""
     from parinfo.process.libraries import python_libraries
 
     def wanted(record: Any) -> int | None:
@@ -347,10 +384,19 @@ def set_counts(counts: Mapping[str, int] | int, *, per_thread_only: bool = False
         return counts.get(record.profile_key) if record.profile_key else None
 
     out = []
-    for pool in native_pools() if pools is None else pools:
+    pools = native_pools() if pools is None else pools
+    # every count before any is set: torch's (in its OpenMP build) and MKL's (its Intel OpenMP layer)
+    # follow the OpenMP runtime's, which the first pools change
+    befores = [pool.get() for pool in pools]
+    torch_before = torch_intra_now() if torch else None
+    for pool, before in zip(pools, befores, strict=True):
         n = wanted(pool.record)
-        if n is not None and (pool.per_thread or not per_thread_only):
-            out.append(pool.set_checked(n))
+        if n is None:
+            continue
+        if here and pool.holds_per_thread:
+            out.append(pool.set_here(n)._replace(before=before))
+        elif pool.per_thread or not per_thread_only:
+            out.append(pool.set_checked(n)._replace(before=before))
     for lib in python_libraries():
         n = wanted(lib)
         if n is not None and (lib.per_thread or not per_thread_only):
@@ -361,7 +407,7 @@ def set_counts(counts: Mapping[str, int] | int, *, per_thread_only: bool = False
         rec = _torch_record(None)
         n = wanted(rec)
         if n is not None and (rec.per_thread or not per_thread_only):
-            out += set_torch(intra=n, record=rec)
+            out += [o._replace(before=torch_before) for o in set_torch(intra=n, record=rec)]
     return out
 
 
@@ -375,7 +421,11 @@ def restore(outcomes: Iterable[Outcome], pools: list[NativePool] | None = None) 
         if done.before is None or done.before == done.now:
             continue
         if done.target in by_path:
-            by_path[done.target].set(done.before)
+            pool = by_path[done.target]
+            if done.per_thread and pool.holds_per_thread:
+                pool.set_here(done.before)
+            else:
+                pool.set(done.before)
             continue
         record = find(done.library)
         if record is None:

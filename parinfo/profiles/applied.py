@@ -37,6 +37,7 @@ class Where(enum.Enum):
     AFFINITY = "affinity"  # the CPUs of every thread of the process
     MEMORY = "memory"  # the calling thread's memory policy
     PRELOAD = "preload"  # a library preloaded at start-up (allocator, OpenMP runtime)
+    NEW_THREADS = "new threads"  # every thread the program starts from now on (threads: every)
 
 
 class Reason(enum.Enum):
@@ -208,9 +209,9 @@ class Applied:
 # -- the words, made when a record is shown -----------------------------------------------------
 
 # What a user does for the threads a per-thread limit does not reach.
-_FIX_OPENMP = ("call parinfo.apply() or threadpoolctl.threadpool_limits({n}, user_api='openmp') at the "
-               "start of each thread that runs OpenMP work (e.g. as a thread pool's initializer), or set "
-               "{var} before the process starts (parinfo apply PROFILE -- COMMAND): every thread reads it")
+_FIX_OPENMP = ("put 'threads: every' in the profile (every thread started from then on gets it), give each "
+               "thread pool initializer=parinfo.worker_initializer({n}), or set {var} before the process starts "
+               "(parinfo apply PROFILE -- COMMAND): every thread reads it")
 
 
 def _count_name(what: str) -> str:
@@ -239,6 +240,9 @@ def _done_line(d: Done) -> str:
         return f"{d.library}: {d.via}={d.value}, read {d.when}"
     if d.where is Where.AFFINITY:
         return f"affinity {_cpus(d.value)} for {plural(d.threads, 'thread')}"
+    if d.where is Where.NEW_THREADS:
+        return (f"limits ({d.what}) put into every thread started from now on, once at its start ({d.via}), "
+                "for the libraries that keep them per thread")
     keep = "keeps its" if d.threads == 1 else "keep their"
     reach = (f"; {plural(d.threads, 'other thread')} already running {keep} own policy (the kernel sets it per "
              "thread: apply() before starting threads, or launch with parinfo apply P -- COMMAND)"

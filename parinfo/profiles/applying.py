@@ -80,6 +80,7 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
     steps += torch_steps + _affinity(cpus) + _memory(plan, plan.instances[0].nodes if plan.instances
                                                       else plan.memory_nodes)
 
+    steps += _new_threads(plan, counts)
     drifts = _verify(intra, inter, pools, expected_pools, torch_want, cpus, kept)
     from parinfo.profiles.thread_reach import reach
 
@@ -89,6 +90,20 @@ def apply(profile: Any, *, force: bool = False, reached_threads: Collection[int]
                    tuple(s for s in steps if isinstance(s, Skipped)), (*drifts, *module_drifts, *missing),
                    tuple(threads),
                    later)
+
+
+def _new_threads(plan: Plan, counts: dict[str, int | None]) -> Steps:
+    """``threads: every``: the per-thread counts go into each thread started from now on (and an
+    earlier profile's stop); the calling thread and the process-wide pools have them already."""
+    from parinfo.runtime.thread_limits import profile_new_threads
+
+    every = None
+    if plan.every_thread:  # ``counts`` is by record name; the start hook's by profile key
+        every = {rec.profile_key: n for name, n in counts.items()
+                 if n is not None and (rec := reg.find(name)) is not None and rec.profile_key}
+    if profile_new_threads(every) is None or not every:
+        return []
+    return [Done(", ".join(sorted(every)), "every", Where.NEW_THREADS, via="threading.setprofile")]
 
 
 def _variables(plan: Plan, env: dict[str, str], kept: dict[str, str], loaded: frozenset[str]) -> Steps:

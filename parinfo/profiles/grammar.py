@@ -21,12 +21,13 @@ from parinfo.profiles.words import (
     LIBRARIES,
     MAX_COUNT,
     MEMORY_WORDS,
+    THREADS_WORDS,
     VERSION,
 )
 
 __all__ = ["AFFINITY_WORDS", "DERIVED_VARS", "FACT_NAMES", "INSTANCE_CPUS", "INSTANCE_KEYS", "INSTANCE_NAMES",
-           "LANGUAGE", "LIBRARIES", "MAX_COUNT", "MEMORY_WORDS", "TOP_KEYS", "VERSION", "Affinity", "AllocatorRule",
-           "Checker", "Choice", "Count", "Counts", "Env", "Instances", "Rule", "Text", "Version"]
+           "LANGUAGE", "LIBRARIES", "MAX_COUNT", "MEMORY_WORDS", "THREADS_WORDS", "TOP_KEYS", "VERSION", "Affinity",
+           "AllocatorRule", "Checker", "Choice", "Count", "Counts", "Env", "Instances", "Rule", "Text", "Version"]
 
 _COUNT_NAMES = (*FACT_NAMES, *INSTANCE_NAMES)
 
@@ -53,5 +54,9 @@ LANGUAGE: dict[str, Rule] = {
                                    "(none, the default)."),
     "quota_rounding": Choice(ROUNDINGS, "How a fractional CPU quota counts in usable_cpus: floor (the default: "
                                         "never throttled), ceil (uses the fraction) or nearest."),
+    "threads": Choice(THREADS_WORDS, "Which threads get the limits that hold per thread (OpenMP, torch, numba, "
+                                     "MKL's local call): caller (the default: the thread that applies the profile, "
+                                     "and parinfo's own workers) or every (also each thread the program starts "
+                                     "from then on: thread pools, executors, plain threading.Thread)."),
 }
 TOP_KEYS = tuple(LANGUAGE)

@@ -70,6 +70,7 @@ class Profile:
     instances: InstanceSpec | None = None
     memory: str | None = None
     quota_rounding: str | None = None
+    threads: str | None = None  # caller (None: the default) | every
     origin: str = field(default="<profile>", compare=False, metadata=LOCAL)
     marks: dict[KeyPath, Mark] = field(default_factory=dict, compare=False, repr=False, metadata=LOCAL)
     chain: tuple[str, ...] = field(default=(), compare=False, metadata=LOCAL)

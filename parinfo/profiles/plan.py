@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from parinfo.records.convert import LOCAL
+from parinfo.records.convert import LOCAL, OMIT_NONE
 from parinfo.records.record import record
 
 
@@ -71,6 +71,12 @@ class Plan:
     memory: str = "none"  # local | interleave | none (grammar.MEMORY_WORDS)
     memory_nodes: tuple[int, ...] = ()  # the NUMA nodes of the program's CPUs (per instance: InstancePlan.nodes)
     memory_why: str = "not set: the kernel's default"
+    threads: str | None = field(default=None, metadata=OMIT_NONE)  # every | caller; None: not written (caller)
+
+    @property
+    def every_thread(self) -> bool:
+        """Whether per-thread limits go into every thread the program starts (``threads: every``)."""
+        return self.threads == "every"
 
     @property
     def preload_variables(self) -> frozenset[str]:

@@ -187,6 +187,7 @@ class _Resolver:
             memory=memory,
             memory_nodes=memory_nodes,
             memory_why=memory_why,
+            threads=prof.threads,
         )
 
     def memory(self, affinity: tuple[int, ...] | None,

@@ -17,6 +17,9 @@ INSTANCE_CPUS = ("physical_cores", "logical_cpus")
 #: (bound, or interleaved over them), or wherever the kernel's default policy puts it.
 MEMORY_WORDS = ("local", "interleave", "none")
 AFFINITY_WORDS = ("none", "compact", "spread")
+#: Which threads a limit that holds per thread is put into: the thread that applies the profile (and
+#: parinfo's own workers), or also every thread the program starts from then on.
+THREADS_WORDS = ("caller", "every")
 
 # Facts a count expression may name. The instance names are only meaningful with ``instances``;
 # without it they are 1 and the usable physical cores.

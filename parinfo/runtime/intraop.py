@@ -23,7 +23,7 @@ from parinfo.runtime.adaptive import Adaptive
 from parinfo.runtime.crew import STOP, Crew
 from parinfo.runtime.follow import BudgetFollower
 from parinfo.runtime.native import NativeLimits
-from parinfo.runtime.region import ThreadRegions
+from parinfo.runtime.region import CAPS, ThreadRegions
 from parinfo.runtime.settings import RuntimeSettings
 from parinfo.runtime.tracing import Recorders
 from parinfo.runtime.workers import SyncToken, WorkerSetup
@@ -238,6 +238,9 @@ class IntraopPool:
         if self.size >= count and not nested:  # the count went down: retire the surplus
             self.resize(count - 1)
         most = min(count, settings.ceiling)
+        cap = CAPS.limit  # this thread's own ceiling (parinfo.thread_limits)
+        if cap and cap < most:
+            most = cap
         n = min(most, size // grain_size)
         # at most once a second each path re-reads the usable CPUs (follow.check); the adaptive
         # path compares the timestamp it takes anyway, the others read the clock

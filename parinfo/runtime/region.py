@@ -6,6 +6,10 @@ Every region is entered through the thread's ``RegionGuard`` (ATen's ``ParallelR
 back what was there before, whether the body returns or raises, and however deeply regions nest.
 Whoever runs several chunks in one ``run`` numbers them by setting ``guard.chunk``.
 
+``CAPS.limit`` is the calling thread's own ceiling on the threads of the regions it starts (0: none),
+set by :mod:`parinfo.runtime.thread_limits`; it lives outside any runtime so that a limit set before
+the runtime is built, or after a fork rebuilt it, still holds in that thread.
+
 The guard enters and leaves in one frame (try/finally) rather than as a ``with`` context manager:
 CPython checks for a pending Ctrl-C on entry to every Python function, ``__exit__`` included, so
 an interrupt landing there would leave the thread marked inside a region for good (every later
@@ -46,3 +50,15 @@ class ThreadRegions(threading.local):
 
     def __init__(self) -> None:
         self.guard = RegionGuard()
+
+
+class ThreadCaps(threading.local):
+    """Each thread's ceiling on the threads of the regions it starts (``limit``; 0: no ceiling)."""
+
+    limit: int
+
+    def __init__(self) -> None:
+        self.limit = 0
+
+
+CAPS = ThreadCaps()

@@ -6,7 +6,7 @@ inter-op counts) the moment ``import torch`` finishes, before user code can run 
 what is in force; the program's own first ``torch.set_num_interop_threads`` call then keeps working.
 The watch on ``import torch`` is ``_parinfo_import_watch.py`` beside this file, which
 ``parinfo.apply()`` uses in a running process too. It never imports torch itself, never imports
-parinfo (the child's interpreter may not have it), and then runs any other ``sitecustomize`` that
+parinfo at start-up (the child's interpreter may not have it), and then runs any other ``sitecustomize`` that
 was on the path, as if it were absent.
 
 Its instructions come from the private variable ``_PARINFO_HOOK`` written by parinfo.launch.child:
@@ -22,6 +22,10 @@ native pools (threadpoolctl) at exit, ``off`` turns checking off. When the priva
 writes there at exit, as ``PID.json``, what it reads back: torch's counts (when torch was imported),
 parinfo's runtime counts (when the program used the runtime), and for each file the launch preloaded
 (PARINFO_PRELOAD) whether the process has it mapped (/proc/self/maps).
+With ``every=KEY:N,...`` (a profile's ``threads: every``) the hook puts those counts into every thread
+the program starts, at the thread's start (parinfo/runtime/thread_start.py, loaded by path); the
+first such thread imports parinfo's ``thread_limits`` to set them, and where parinfo cannot be
+imported the hook says so once and the threads keep the environment's counts.
 
 Its type hints are quoted and its typing names imported for type checkers only: every launched
 program runs this file, so it neither imports typing nor needs a recent interpreter to do so.
@@ -31,7 +35,7 @@ import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing into every launched program
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from types import ModuleType
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,10 +70,11 @@ class _Facts:
     def __init__(self, intra: "int | None", inter: "int | None", watch: "list[str]",
                  orders: "dict[str, tuple[str, ...]]", runtime_vars: "tuple[str, ...]", verify_var: "str",
                  undo: "tuple[str, ...]", torch: "_TorchFacts", profile_var: "str" = "",
-                 preload_var: "str" = "") -> "None":
+                 preload_var: "str" = "", every: "dict[str, int] | None" = None) -> "None":
         self.intra, self.inter, self.watch, self.orders = intra, inter, watch, orders
         self.runtime_vars, self.verify_var, self.undo, self.torch = runtime_vars, verify_var, undo, torch
         self.profile_var, self.preload_var = profile_var, preload_var
+        self.every = every or {}
 
 
 def _parse(spec: "str") -> "_Facts | None":
@@ -95,7 +100,8 @@ def _parse(spec: "str") -> "_Facts | None":
         orders={k[len("pool."):]: names(k) for k in fields if k.startswith("pool.")},
         runtime_vars=names("runtime"), verify_var=fields.get("verify", ""), undo=names("undo"),
         torch=_TorchFacts(setter=torch[0], getter=torch[1], interop_setter=torch[2], interop_getter=torch[3]),
-        profile_var=fields.get("profile", ""), preload_var=fields.get("preload", ""))
+        profile_var=fields.get("profile", ""), preload_var=fields.get("preload", ""),
+        every={k: int(n) for k, _, n in (p.partition(":") for p in names("every")) if n.isdigit() and int(n) > 0})
 
 
 def _load(name: "str", path: "str") -> "ModuleType":
@@ -121,6 +127,36 @@ def _load(name: "str", path: "str") -> "ModuleType":
 def _setter() -> "ModuleType":
     """parinfo's one module that sets counts."""
     return _load("_parinfo_setter", os.path.join(os.path.dirname(os.path.dirname(_HERE)), "process", "setter.py"))
+
+
+def _thread_start() -> "ModuleType":
+    """parinfo's hook that runs a function at the start of every new thread."""
+    return _load("_parinfo_thread_start",
+                 os.path.join(os.path.dirname(os.path.dirname(_HERE)), "runtime", "thread_start.py"))
+
+
+class _EveryThread:
+    """``threads: every``: the counts (by profile key) set in each new thread at its start, through
+    parinfo's thread_limits, imported by the first thread that starts (not at start-up)."""
+
+    def __init__(self, counts: "dict[str, int]") -> "None":
+        self.counts = counts
+        self.limit_here: Callable[..., object] | None = None  # not evaluated: a local annotation
+        self.failed = False
+
+    def __call__(self) -> "None":
+        if self.failed:
+            return
+        if self.limit_here is None:
+            try:
+                from parinfo.runtime.thread_limits import limit_here
+            except ImportError as exc:
+                self.failed = True
+                _say("threads: every needs parinfo importable in this program (%s); new threads keep the "
+                     "counts of the environment" % exc)
+                return
+            self.limit_here = limit_here
+        self.limit_here(self.counts, "new thread", process_wide=False)
 
 
 def _watch() -> "ModuleType":
@@ -288,6 +324,8 @@ def _install(spec: "str") -> "None":
             _set_torch(torch, facts.intra, facts.inter, facts.torch)
         else:
             _watch().watch("torch", lambda mod: _set_torch(mod, facts.intra, facts.inter, facts.torch))
+    if facts.every:
+        _thread_start().START_HOOK.add(_EveryThread(facts.every))
     report = os.environ.get(_REPORT_VAR)
     # verify: the registry's words (auto, full, off); any other is invalid there, and checks as auto.
     if verify != "off" or report:
