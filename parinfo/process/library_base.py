@@ -435,9 +435,7 @@ class Library:
         return self.scope_of(threading_layer) is Scope.THREAD
 
     def local_call(self, threading_layer: str | None) -> str | None:
-        """The C call, among its measured scopes for this threading layer, that limits the calling
-        thread alone (MKL's MKL_Set_Num_Threads_Local; the lower-case name is Fortran's, by
-        pointer), or None. Only a copy whose first set call is process-wide needs it."""
+        """The C call among its scopes for this layer that limits the calling thread alone, or None."""
         return next((f.call for f in self.scopes if not f.reaches_running and f.layer in ("", threading_layer or "")
                      and f.call.isidentifier()), None)
 
