@@ -11,6 +11,7 @@ every call: a process can be moved between cgroups and limits can change while i
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -58,6 +59,13 @@ def _unescape(s: str) -> str:
 
 
 def _mounts(text: str) -> list[_Mount]:
+    """The cgroup mounts of a mountinfo ``text`` (parsed once per distinct text: a report reads
+    the file several times, and it rarely changes)."""
+    return list(_parsed_mounts(text))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_mounts(text: str) -> tuple[_Mount, ...]:
     out = []
     for line in text.splitlines():
         left, sep, right = line.partition(" - ")
@@ -67,7 +75,7 @@ def _mounts(text: str) -> list[_Mount]:
         out.append(_Mount(root=_unescape(fields[3]), point=_unescape(fields[4]).strip("/"),
                           v2=tail[0] == "cgroup2",
                           controllers=frozenset(tail[2].split(",")) if tail[0] == "cgroup" else frozenset()))
-    return out
+    return tuple(out)
 
 
 def cpu_hierarchy(mounts: list[_Mount]) -> _Mount | None:

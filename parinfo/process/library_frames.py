@@ -5,6 +5,7 @@ pool and create no connection (the facts below were measured in real processes: 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,8 @@ def threads_named(pattern: re.Pattern[str]) -> int | None:
 
 #: The kernel names of Polars' rayon pool threads (polars-0, polars-1...).
 _POLARS_WORKER = re.compile(r"polars-\d+")
+#: The pid of the process that saw Polars' pool running.
+_POLARS_STARTED: dict[str, int] = {}
 
 
 class Arrow(Library):
@@ -188,9 +191,14 @@ class Polars(Library):
         return n, f"{why} (at most the CPU quota rounded down)"
 
     def read_count(self, module: Any) -> int | None:
-        """thread_pool_size() once the pool runs (its threads are there), else None: it would start it."""
-        if not threads_named(_POLARS_WORKER):
-            return None
+        """thread_pool_size() once the pool runs (its threads are there), else None: it would start it.
+        A pool seen running stays (rayon's global pool never ends), so this process (by pid: a forked
+        child has no threads) looks for its threads only until it has seen them."""
+        pid = os.getpid()
+        if _POLARS_STARTED.get("pid") != pid:
+            if not threads_named(_POLARS_WORKER):
+                return None
+            _POLARS_STARTED["pid"] = pid
         try:
             return as_count(module.thread_pool_size())
         except Exception:

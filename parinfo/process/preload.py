@@ -191,6 +191,7 @@ def openmp_runtime(name: str) -> OpenMPRuntime:
     raise KeyError(name)
 
 
+@functools.lru_cache(maxsize=4096)
 def allocator_of_file(path: str) -> Allocator | None:
     """The allocator a shared object is (by its real file name), or None."""
     base = os.path.basename(path).lower()
