@@ -26,20 +26,9 @@ def n(): return len(os.listdir("/proc/self/task"))
 import cv2, duckdb, numba, onnxruntime as ort, polars as pl, pyarrow as pa, xgboost
 from tokenizers import Tokenizer, models, pre_tokenizers
 EARLY
-def v(x):
-    out = bytearray()
-    while True:
-        b, x = x & 0x7f, x >> 7
-        out.append(b | 0x80 if x else b)
-        if not x: return bytes(out)
-def f(num, payload):
-    if isinstance(payload, int): return v(num << 3) + v(payload)
-    return v(num << 3 | 2) + v(len(payload)) + payload
-def s(num, text): return f(num, text.encode())
-tensor = f(1, f(1, 1) + f(2, f(1, f(1, 4))))
-def info(name): return s(1, name) + f(2, tensor)
-graph = f(1, s(1, "x") + s(2, "y") + s(3, "n") + s(4, "Relu")) + s(2, "g") + f(11, info("x")) + f(12, info("y"))
-model = f(1, 8) + f(8, s(1, "") + f(2, 13)) + f(7, graph)
+sys.path.insert(0, TESTS)  # tests/onnx_model.py
+from onnx_model import relu_model
+model = relu_model()
 did = {}
 b = n()
 sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
@@ -69,6 +58,7 @@ did["numba"] = numba.get_num_threads()
 print(json.dumps({"did": did, "result": RESULT}))
 '''
 
+TESTS = os.path.dirname(os.path.abspath(__file__))
 _POOLS = ("onnxruntime", "polars", "pyarrow", "duckdb", "tokenizers", "numba", "cv2", "xgboost")
 
 
@@ -83,7 +73,7 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> dict:
 
 
 def _program(early: str = "", result: str = "None") -> str:
-    return _DID.replace("EARLY", early).replace("RESULT", result)
+    return _DID.replace("EARLY", early).replace("RESULT", result).replace("TESTS", repr(TESTS))
 
 
 @pytest.mark.pools(*_POOLS)

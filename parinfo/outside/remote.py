@@ -90,11 +90,10 @@ def imported_libraries(maps: str) -> list[Library]:
     mapped: the modules the process imported, seen from outside. Libraries whose count is another
     runtime's (XGBoost's, its OpenMP runtime's) are that runtime's pool row."""
     from parinfo.process import libraries as reg
-    from parinfo.process.thread_owners import owner_of_file
+    from parinfo.process.thread_owners import owner_of_file, parse_maps
 
-    paths = {line.split(None, 5)[5] for line in maps.splitlines()
-             if line.count(" ") >= 5 and ("site-packages/" in line or "dist-packages/" in line)
-             and len(line.split(None, 5)) == 6}
+    paths = {r.path for r in parse_maps(maps.encode("utf-8", "surrogateescape"))
+             if r.executable and ("site-packages/" in r.path or "dist-packages/" in r.path)}
     owners = {owner_of_file(path) for path in paths}
     return [lib for lib in reg.python_libraries() if lib.name in owners and lib.follows is None]
 

@@ -84,10 +84,16 @@ def script_data(fifo: str, token: str, cap: int, pools: list[tuple[str, str]], s
         "native": {r.name: r.native.to_data() for r in reg.records() if r.native is not None},
         "skip_native": skip_native,
         "torch": {"module": torch.module, "calls": dict(TORCH_CALLS)},
-        "python_libs": [[r.name, r.module, r.attach_getter()[0], list(r.module_facts),
-                         None if (g := r.attach_getter()[1]) is None else list(g),
-                         [p.calls.getter for p in r.pools if p.calls is not None]] for r in reg.python_libraries()],
+        "python_libs": [_python_lib(r) for r in reg.python_libraries()],
     }
+
+
+def _python_lib(rec: Any) -> list[Any]:
+    """What the script asks of one Python-module library: [name, module, getter, facts, guard,
+    the getters of its other pools] (in_target's ``python_libs``)."""
+    getter, guard = rec.attach_getter()
+    return [rec.name, rec.module, getter, list(rec.module_facts), None if guard is None else list(guard),
+            [p.calls.getter for p in rec.pools if p.calls is not None]]
 
 
 @functools.cache
