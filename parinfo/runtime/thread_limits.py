@@ -102,12 +102,17 @@ class _Holds:
         self._lock = threading.Lock()
         self._held: dict[tuple[str, str], tuple[Outcome, int]] = {}
 
-    def take(self, outcomes: Iterable[Outcome]) -> None:
+    def take(self, limit: Callable[[], ThreadLimited]) -> ThreadLimited:
+        """Run ``limit`` (which sets counts and reads what they were) and hold its process-wide
+        counts, under one lock: a thread entering at the same time reads only after, so the count
+        kept to give back is the one before any of them."""
         with self._lock:
-            for o in outcomes:
+            done = limit()
+            for o in done.limits:
                 if not o.per_thread:
                     first, n = self._held.get((o.library, o.target), (o, 0))
                     self._held[(o.library, o.target)] = (first, n + 1)
+            return done
 
     def release(self, outcomes: Iterable[Outcome], pools: list[NativePool]) -> None:
         back = []
@@ -197,8 +202,7 @@ class thread_limits(contextlib.ContextDecorator):  # named like threadpoolctl's 
         self._entered = threading.local()  # each thread's stack: a decorated function may run in many
 
     def __enter__(self) -> ThreadLimited:
-        done = limit_here(self.counts, "thread_limits")
-        HOLDS.take(done.limits)
+        done = HOLDS.take(lambda: limit_here(self.counts, "thread_limits"))
         token = START_HOOK.add(_StartLimits(self.counts)) if self.new_threads else None
         self._entered.__dict__.setdefault("stack", []).append((done, token))
         return done
@@ -252,9 +256,7 @@ class NewThreadLimits:
 
     def __init__(self, counts: Mapping[str, int], *, caller: bool = True) -> None:
         self.counts = dict(counts)
-        self.here = limit_here(self.counts, "limit_new_threads") if caller else None
-        if self.here is not None:
-            HOLDS.take(self.here.limits)
+        self.here = HOLDS.take(lambda: limit_here(self.counts, "limit_new_threads")) if caller else None
         self._token: int | None = START_HOOK.add(_StartLimits(self.counts))
 
     @property
