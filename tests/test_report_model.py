@@ -24,7 +24,7 @@ from parinfo.records.convert import dump, load
 
 SCHEMA = json.loads((REPO / "parinfo" / "diagnostics" / "report.schema.json").read_text())
 SECTIONS = ("process", "probes", "machine", "cpu", "runtime", "backend", "pools", "frameworks", "settings",
-            "environment", "threads", "outer", "findings", "live", "memory")
+            "environment", "threads", "teams", "outer", "findings", "live", "memory")
 
 PAYLOADS = """
 import json, subprocess, sys, time
@@ -77,7 +77,7 @@ def test_the_payload_keeps_its_sections_and_the_version_that_made_it():
     data = report.to_dict()
     assert data["parinfo_version"] == "9.9" and data["schema_version"] == 2
     assert list(data) == ["schema_version", "parinfo_version", *SECTIONS]
-    assert data["outer"] == {} and data["live"] == {} and data["memory"] == {}
+    assert data["outer"] == {} and data["live"] == {} and data["memory"] == {} and data["teams"] == {}
     assert data["frameworks"] == {"torch": None}
     assert report.machine.usable_cpus == 3
 

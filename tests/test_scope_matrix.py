@@ -32,9 +32,24 @@ from parinfo.process.library_parts import SetIn, ThreadKind, predicted_count
 SCRIPT = r"""
 import ctypes, json, os, sys
 import threadpoolctl
+import parinfo
 from parinfo.process import scope_probe as sp, setter
 from parinfo.process.library_parts import SetIn
 PLAN = json.loads(sys.argv[1])
+
+def report_cells(reader):  # what the per-thread report says of the pool in each thread: [count, exact, why]
+    def observe(ids):
+        teams = parinfo.inspect().teams
+        out = {}
+        for kind, tid in ids.items():
+            thread = next((t for t in (teams.threads if teams else []) if t.native_id == tid), None)
+            cell = None if thread is None else next((c for c in thread.cells if (
+                c.pool == reader.family or c.pool == reader.family + " intra-op")
+                and (reader.key == reader.family or os.path.basename(c.filepath or "") in reader.key)), None)
+            out[kind] = None if cell is None else [cell.count, cell.exact, str(cell.why)]
+        return out
+    return observe
+
 exec(PLAN["setup"])
 pools = sp.readers()
 native = {f"{p.record.name}:{os.path.basename(p.path)}": p for p in setter.native_pools()}
@@ -45,7 +60,7 @@ for case in PLAN["cases"]:
     names = dict(globals(), n=1 if d != 1 else 3, d=d, POOL=native.get(reader.key), KEPT=[])
     if case["guard"] and not eval(case["guard"], names):
         continue
-    run = sp.measure(eval("lambda: " + case["limit"], names), SetIn(case["set_in"]), pools)
+    run = sp.measure(eval("lambda: " + case["limit"], names), SetIn(case["set_in"]), pools, report_cells(reader))
     exec(case["restore"], names)
     runs.append(dict(run.to_data(), case=case["name"], family=reader.family, key=reader.key, layer=reader.layer,
                      n=names["n"]))
@@ -75,7 +90,10 @@ def _both(name: str, limit: str, restore: str, call: str = "", guard: str = "") 
 SETTER = _both("parinfo's setter", "POOL.set(n)", "POOL.set(d)")
 THREADPOOLCTL = [Case("threadpool_limits in main", SetIn.MAIN, "KEPT.append(threadpoolctl.threadpool_limits(n))",
                       "KEPT.pop().restore_original_limits()")]
-NATIVE = SETTER + THREADPOOLCTL
+#: parinfo's API in a worker: what an executor's initializer does (the per-thread report sees it).
+INITIALIZER = Case("parinfo.worker_initializer in worker", SetIn.WORKER, "parinfo.worker_initializer(n)()",
+                   "POOL.set(d)")
+NATIVE = [*SETTER, *THREADPOOLCTL, INITIALIZER]
 
 
 @dataclass(frozen=True)
@@ -117,8 +135,10 @@ def _layers() -> list[Layer]:
     local = "openblas_set_num_threads_local"
     mkl_global = _both("MKL_Set_Num_Threads", "lib.MKL_Set_Num_Threads(n)", "lib.MKL_Set_Num_Threads(d)",
                        "MKL_Set_Num_Threads")
-    module_cases = {name: _both(f"{name}.set_num_threads", f"{name}.set_num_threads(n)",
-                                f"{name}.set_num_threads(d)") for name in ("torch", "numexpr", "numba")}
+    module_cases = {name: [*_both(f"{name}.set_num_threads", f"{name}.set_num_threads(n)",
+                                  f"{name}.set_num_threads(d)"),
+                           Case(INITIALIZER.name, SetIn.WORKER, INITIALIZER.limit, f"{name}.set_num_threads(d)")]
+                    for name in ("torch", "numexpr", "numba")}
     return [
         Layer("libgomp (scikit-learn's wheel)", "import sklearn.utils._openmp_helpers\n", "libgomp",
               _module("sklearn"), NATIVE, file="libgomp-"),
@@ -174,6 +194,30 @@ def _mismatches(layer: Layer, run: dict) -> list[str]:
     return wrong
 
 
+def _report_mismatches(layer: Layer, run: dict) -> list[str]:
+    """The cells where the per-thread report (made in the main thread while every thread lived)
+    says other than what that thread read. A cell marked exact must be the count read there; a
+    predicted one too, except where a worker set a limit by a call the report cannot see from
+    another thread (a library's own call, threadpoolctl, parinfo's low-level setter: every worker
+    case but parinfo's initializer); a cell it cannot read (torch once a count was set at run time)
+    must say unknown."""
+    key, wrong = run["key"], []
+    unseen = run["set_in"] == SetIn.WORKER.value and run["case"] != INITIALIZER.name
+    for kind, counts in run["after"].items():
+        cell = run["observed"].get(kind)
+        where = f"{layer.name}, {run['case']}: {kind} thread"
+        if cell is None:
+            wrong.append(f"{where}: no cell in the report")
+            continue
+        count, exact, why = cell
+        if count is None:
+            if layer.family != "torch" or why != "unknown":
+                wrong.append(f"{where}: unknown ({why}) where the report should know")
+        elif count != counts[key] and (exact or not unseen):
+            wrong.append(f"{where} reads {counts[key]}, the report says {count} ({why}, exact: {exact})")
+    return wrong
+
+
 PARAMS = [pytest.param(layer, id=layer.name, marks=[pytest.mark.torch] if layer.family == "torch" else [])
           for layer in LAYERS]
 
@@ -185,6 +229,8 @@ def test_each_thread_gets_the_count_the_scope_facts_predict(layer: Layer) -> Non
     runs = _run(layer)
     assert {r["case"] for r in runs} >= {c.name for c in layer.cases if not c.guard}
     wrong = [line for run in runs for line in _mismatches(layer, run)]
+    assert not wrong, "\n".join(wrong)
+    wrong = [line for run in runs for line in _report_mismatches(layer, run)]
     assert not wrong, "\n".join(wrong)
     for run in runs:  # the limit shows in the thread that set it, so a cell it reached is seen
         setter, key = "setter" if run["set_in"] == "worker" else "main", run["key"]

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from parinfo.process.pools import PoolRow
     from parinfo.process.probing import Probes
     from parinfo.process.provenance import SettingRow
+    from parinfo.process.thread_teams import ThreadTeams
     from parinfo.process.threads import ThreadList
     from parinfo.runtime.snapshot import RuntimeSection
 
@@ -60,6 +61,7 @@ class Filled:
     outer: OuterThreads | None = None
     live: LiveSection | None = None
     memory: MemoryPolicy | None = None
+    teams: ThreadTeams | None = None
     descendants: list[PoolRow] | None = None
 
 
@@ -86,7 +88,8 @@ def assemble(filled: Filled, proc: Proc | None, root: str = "/") -> Report:
     report = Report(machine=filled.machine, process=filled.process, probes=filled.probes, cpu=cpu_identity(root),
                     runtime=filled.runtime, backend=filled.backend, pools=filled.pools,
                     frameworks=filled.frameworks, settings=filled.settings, environment=filled.environment,
-                    threads=filled.threads, live=live, outer=filled.outer, memory=memory)
+                    threads=filled.threads, live=live, outer=filled.outer, memory=memory,
+                    teams=filled.teams)
     report.findings = diagnose(report)
     if filled.descendants is not None:
         for row in report.pools:

@@ -101,7 +101,8 @@ def free_threaded(r: Report) -> list[Finding]:
         return []
     usable = r.machine.usable_cpus
     out = []
-    if py.gil_off and py.threads_at_once is not None and py.threads_at_once > usable and py.per_thread_pool:
+    if py.gil_off and py.threads_at_once is not None and py.threads_at_once > usable and py.per_thread_pool \
+            and r.teams is None:  # with each thread's own team known, teams-oversubscribed says it
         fit = max(1, usable // max(1, py.python_threads or 1))
         out.append(Finding(
             "free-threaded-oversubscribed", Severity.WARNING,

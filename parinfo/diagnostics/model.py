@@ -43,6 +43,7 @@ from parinfo.process.outer import OuterThreads
 from parinfo.process.pools import PoolRow
 from parinfo.process.probing import Probes
 from parinfo.process.provenance import SettingRow
+from parinfo.process.thread_teams import ThreadTeams
 from parinfo.process.threads import ThreadList
 from parinfo.records.convert import EMPTY_IS_NONE, doc, dump, load
 from parinfo.records.record import record
@@ -56,8 +57,8 @@ SCHEMA_VERSION = 2
 @record
 class Report:
     """A snapshot of a process's parallelism, one typed section per fact family (``to_dict``: the
-    ``--json`` payload). ``live``, ``outer`` and ``memory`` are None when not gathered (``{}`` in the payload);
-    ``parinfo_version`` is the version of the parinfo that gathered it."""
+    ``--json`` payload). ``live``, ``outer``, ``teams`` and ``memory`` are None when not gathered
+    (``{}`` in the payload); ``parinfo_version`` is the version of the parinfo that gathered it."""
 
     machine: MachineFacts
     process: ProcessInfo = field(default_factory=ProcessInfo)
@@ -74,6 +75,11 @@ class Report:
     live: LiveSection | None = field(default=None, metadata=EMPTY_IS_NONE)
     outer: OuterThreads | None = field(default=None, metadata=EMPTY_IS_NONE)
     parinfo_version: str = field(default=__version__, metadata={"missing": "unknown"})
+    teams: ThreadTeams | None = field(default=None, metadata={**EMPTY_IS_NONE, **doc(
+        "The team each Python thread gets from each pool whose scope is measured (added within version 2; "
+        "{} when not gathered: a report of another process, or of a process with no thread besides the one "
+        "that asked): columns (pool, copy, scope, shared), then per thread its cells (count, why, exact, "
+        "source); exact is false where the count is predicted, not read in or for that thread.")})
     memory: MemoryPolicy | None = field(default=None, metadata={**EMPTY_IS_NONE, **doc(
         "The process's NUMA memory policy (added within version 2; {} when not gathered): policy as "
         "/proc/PID/numa_maps words it (default, bind, interleave, prefer, local, ...) or null when unknown "
@@ -109,10 +115,10 @@ class Report:
         return dict(dump(self))
 
     def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
-        gathered = ("outer", "live", "memory")  # not gathered: {} (read back as None)
+        gathered = ("outer", "live", "memory", "teams")  # not gathered: {} (read back as None)
         return {"schema_version": SCHEMA_VERSION, **{k: (data[k] or {}) if k in gathered else data[k] for k in _ORDER}}
 
 
 #: The order of the payload's sections (report.schema.json).
 _ORDER = ("parinfo_version", "process", "probes", "machine", "cpu", "runtime", "backend", "pools", "frameworks",
-          "settings", "environment", "threads", "outer", "findings", "live", "memory")
+          "settings", "environment", "threads", "teams", "outer", "findings", "live", "memory")

@@ -32,7 +32,7 @@ def _python_version() -> str:
 
 def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str = "/",
             pid: int | None = None, children: bool = False, outer_threads: int | None = None,
-            attach: bool = False, timeout: float | None = None) -> Report:
+            attach: bool = False, timeout: float | None = None, all_threads: bool = False) -> Report:
     """Inspect this process, or process ``pid`` from outside (with ``children``: its whole tree), or
     from inside with ``attach`` (a CPython 3.14+ process: a script run there through
     ``sys.remote_exec`` reads its counts, within ``timeout`` seconds, 5 by default; see
@@ -46,6 +46,8 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
     applies to another process, which is read from /proc (parinfo.diagnostics.outside_report.inspect_pid).
     ``outer_threads`` is how many threads run this process's work at once (detected inside Dask,
     Ray and loky workers when not given); each may start a full team of every pool.
+    The ``teams`` section gives the team each thread that runs a thread pool's tasks (and this one)
+    gets from each pool; ``all_threads``: every live Python thread (this process only).
     """
     from parinfo.diagnostics import outside_report
     from parinfo.diagnostics.assemble import assemble
@@ -66,7 +68,7 @@ def inspect(imports: list[str] | None = None, *, torch: bool = False, root: str 
         from parinfo.errors import UsageError
 
         raise UsageError("timeout applies to attach only (attach=True, or --attach)")
-    return assemble(read_here(imports, torch, root, outer_threads), None, root)
+    return assemble(read_here(imports, torch, root, outer_threads, all_threads), None, root)
 
 
 def _another(pid: int | None, attach: bool, children: bool, timeout: Any, root: str, imports: list[str] | None,
@@ -86,7 +88,8 @@ def _another(pid: int | None, attach: bool, children: bool, timeout: Any, root: 
     return outside_report.inspect_pid(proc, children=children, root=root)
 
 
-def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: int | None) -> Filled:
+def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: int | None,
+              all_threads: bool = False) -> Filled:
     """What this process knows of itself, read from inside (:func:`inspect` with no other pid and
     no attach): every section but those the assembler adds."""
     from parinfo.diagnostics.assemble import Filled
@@ -145,7 +148,25 @@ def read_here(imports: list[str] | None, torch: bool, root: str, outer_threads: 
         environment=env_rows,
         threads=attribute_owners(threads.live_threads(), maps=maps),
         outer=_outer_section(outer_threads, facts.usable_cpus, env_rows, launch_env),
+        teams=_teams(settings, pool_rows, all_threads),
     )
+
+
+def _teams(settings: list[Any], pool_rows: list[Any], all_threads: bool) -> Any:
+    """The ``teams`` section: this thread and those that run a thread pool's tasks (``all_threads``:
+    every Python thread); None when there is no other thread to show."""
+    import threading
+
+    from parinfo.process import thread_teams
+
+    module = sys.modules.get("parinfo.runtime.thread_limits")  # never imported: no thread was limited
+    limited = {} if module is None else {t.native_id: (t.how, t.limits) for t in module.limited_threads()}
+    here = threading.get_native_id()
+    threads = [t for t in thread_teams.python_threads(limited)
+               if all_threads or t.native_id == here or t.worker is not None]
+    if len(threads) < 2:
+        return None
+    return thread_teams.build(settings, pool_rows, threads, here)
 
 
 def _attached(pid: int | None, children: bool, timeout: Any, root: str, imports: list[str] | None,

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from parinfo.process.probing import Probes
     from parinfo.process.provenance import SettingRow
     from parinfo.process.serving import Served
+    from parinfo.process.thread_teams import ThreadTeams
     from parinfo.process.threads import ThreadList
     from parinfo.runtime.snapshot import RuntimeSection
 
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
         live: LiveSection | None
         outer: OuterThreads | None
         memory: MemoryPolicy | None
+        teams: ThreadTeams | None
 
 #: The tones a row, a note or a span may carry: "" (plain), "strong" (the line that sums the section
 #: up), "dim" (how or why), "warning" (a value that is wrong or changed), "good" (all is well).
@@ -307,6 +309,17 @@ def threads(r: Report) -> Section:
     return Section("threads", "Live OS threads", (Row((show_value(t.count), listing)),), notes=notes)
 
 
+def teams(r: Report) -> Section | None:
+    """The team each thread gets from each pool whose scope is measured, or None when not gathered."""
+    from parinfo.process.thread_teams import LEGEND
+
+    if r.teams is None or not r.teams.columns:
+        return None
+    head, rows = r.teams.matrix()
+    return Section("teams", "Thread teams (threads x pools)", tuple(Row(cells) for cells in rows), columns=head,
+                   notes=(Note(LEGEND),))
+
+
 def live(r: Report) -> Section | None:
     """The live evidence (throttling, pressure, memory, stack budget), or None when not gathered."""
     ev = r.live
@@ -354,7 +367,7 @@ def outside(r: Report) -> Section:
 
 
 _OWN: tuple[Callable[[Report], Section | None], ...] = (
-    machine, memory, cpu, backend, pools, frameworks, settings, environment, threads, live)
+    machine, memory, cpu, backend, pools, frameworks, settings, environment, threads, teams, live)
 _FROM_OUTSIDE: tuple[Callable[[Report], Section | None], ...] = (
     machine, memory, cpu, pools, outside, environment, threads, live)
 

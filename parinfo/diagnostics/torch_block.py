@@ -83,6 +83,12 @@ def torch_block(report: Report) -> str:
             flag = "" if row.valid is not False else f" [invalid: {row.problem}]"
             lines.append(f"\t{row.name} : {row.value}{flag}")
     lines.append(f"Live OS threads : {show_value(r.threads.count)}")
+    if r.teams is not None and r.teams.columns:
+        from parinfo.process.thread_teams import LEGEND
+
+        head, rows = r.teams.matrix()
+        lines.append("Thread teams (threads x pools; " + LEGEND + "):")
+        lines.extend("\t" + " | ".join(cells) for cells in [head, *rows])
     if r.findings:
         lines.append("Findings:")
         for f in r.findings:

@@ -89,22 +89,32 @@ class ScopeRun:
     set_in: str
     before: dict[str, Counts]
     after: dict[str, Counts]
+    observed: object = None
 
     def to_data(self) -> dict[str, object]:
         """Plain data (a subprocess prints it as JSON)."""
-        return {"set_in": self.set_in, "before": self.before, "after": self.after}
+        return {"set_in": self.set_in, "before": self.before, "after": self.after, "observed": self.observed}
 
 
-def measure(limit: Callable[[], object], set_in: SetIn, pools: list[Reader] | None = None) -> ScopeRun:
+#: What :func:`measure` gives ``observe``: each kind of thread's native id (ThreadKind's words).
+Observe = Callable[[dict[str, int]], object]
+
+
+def measure(limit: Callable[[], object], set_in: SetIn, pools: list[Reader] | None = None,
+            observe: Observe | None = None) -> ScopeRun:
     """Set a limit by calling ``limit`` in the main thread or in a worker (``set_in``), and read every
     pool's count in: the main thread, a worker running since before (it read its counts then, so it
     has used each pool), the worker that set it, and a worker started after it. Each worker is a
     one-thread ``ThreadPoolExecutor``, so every call lands on the same thread. What ``limit`` returns
-    is kept until all is read (a ``threadpool_limits`` object holds its limits while alive)."""
+    is kept until all is read (a ``threadpool_limits`` object holds its limits while alive).
+    ``observe`` is called in the main thread after the reads, while every one of those threads is
+    alive, with their native ids (what a report made then says of them: ``ScopeRun.observed``)."""
     pools = readers() if pools is None else pools
     main, setter_kind = ThreadKind.MAIN.value, ThreadKind.SETTER.value
     running = ThreadPoolExecutor(1, thread_name_prefix="scope-running")
     setting = ThreadPoolExecutor(1, thread_name_prefix="scope-setter")
+    fresh: ThreadPoolExecutor | None = None
+    observed: object = None
     try:
         before = {main: read_here(pools), ThreadKind.RUNNING.value: running.submit(read_here, pools).result(),
                   ThreadKind.NEW.value: _in_new_thread(pools)}
@@ -113,15 +123,24 @@ def measure(limit: Callable[[], object], set_in: SetIn, pools: list[Reader] | No
             kept = setting.submit(limit).result()
         else:
             kept = limit()
+        fresh = ThreadPoolExecutor(1, thread_name_prefix="scope-new")
         after = {main: read_here(pools), ThreadKind.RUNNING.value: running.submit(read_here, pools).result(),
-                 ThreadKind.NEW.value: _in_new_thread(pools)}
+                 ThreadKind.NEW.value: fresh.submit(read_here, pools).result()}
         if set_in is SetIn.WORKER:
             after[setter_kind] = setting.submit(read_here, pools).result()
+        if observe is not None:
+            ids = {main: threading.get_native_id(),
+                   **{kind.value: ex.submit(threading.get_native_id).result()
+                      for kind, ex in ((ThreadKind.RUNNING, running), (ThreadKind.NEW, fresh))}}
+            if set_in is SetIn.WORKER:
+                ids[setter_kind] = setting.submit(threading.get_native_id).result()
+            observed = observe(ids)
         del kept
     finally:
-        running.shutdown()
-        setting.shutdown()
-    return ScopeRun(set_in.value, before, after)
+        for ex in (running, setting, fresh):
+            if ex is not None:
+                ex.shutdown()
+    return ScopeRun(set_in.value, before, after, observed)
 
 
 def _in_new_thread(pools: list[Reader]) -> Counts:
