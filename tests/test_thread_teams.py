@@ -164,3 +164,80 @@ print(json.dumps(result))
     assert "limit-not-in-workers" in out["threadpool_limits"]["findings"]
     assert "limit-not-in-workers" not in out["initializer"]["findings"]
     assert all(exact for t in out["initializer"]["report"].values() for _, exact in t.values())
+
+
+def test_torchs_own_record_tells_a_set_count_from_an_openmp_limit_alone() -> None:
+    rows = [SettingRow("torch intra-op", 1, run_time("torch.set_num_threads"), expected_from_env=2)]
+    worker = _threads(_worker("w0", 101))
+    never = build(rows, [], worker, 100, torch_last=None).threads[1].cells[0]
+    assert (never.count, never.why, never.exact) == (2, Why.DEFAULT, False)  # threadpool_limits in main only
+    assert "never called" in never.source.text
+    set_3 = build(rows, [], worker, 100, torch_last=3).threads[1].cells[0]
+    assert set_3.count is None and "torch.set_num_threads(3) was called" in set_3.source.text
+    same = build(rows, [], worker, 100, torch_last=2).threads[1].cells[0]
+    assert same.count == 2  # set to its default: the same either way
+
+
+def test_a_variable_is_found_in_a_library_file_and_garbage_is_a_reason(tmp_path) -> None:
+    import os
+
+    import crafted_elf
+
+    from parinfo.process.elfcount import variable
+
+    lib = crafted_elf.build(tmp_path, "libopenblas.so", "-DLOCAL")
+    fd = os.open(lib, os.O_RDONLY)
+    try:
+        place = variable(fd, "blas_cpu_number", 4)
+        assert place.missing is None and place.variable is not None and place.holds(place.variable, 4)
+        assert "not a 8-byte" in (variable(fd, "blas_cpu_number", 8).missing or "")
+        assert "does not name" in (variable(fd, "no_such_name", 4).missing or "")
+        assert "beyond the 1 parinfo reads" in (variable(fd, "blas_cpu_number", 4, max_entries=1).missing or "")
+    finally:
+        os.close(fd)
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"\x7fELF" + os.urandom(4000))
+    fd = os.open(junk, os.O_RDONLY)
+    try:
+        assert variable(fd, "blas_cpu_number", 4).missing
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(180)
+def test_with_torch_the_workers_team_under_threadpool_limits_in_main_is_reported_and_found() -> None:
+    """The issue's case as it is filed (torch and numpy): threadpool_limits(1) in the main thread,
+    a ThreadPoolExecutor(2) whose workers ran torch ops: each worker's torch and OpenMP count (2, read
+    there) is what the report says, and the finding names torch; torch's own record says
+    torch.set_num_threads was never called, then the count a thread set."""
+    proc = run_py("""
+import json, threading
+from concurrent.futures import ThreadPoolExecutor
+import numpy, threadpoolctl, torch
+import parinfo
+from parinfo.process import scope_probe as sp
+from parinfo.process.torch_last_set import last_set_count
+pools = sp.readers()
+ex = ThreadPoolExecutor(2)
+list(ex.map(lambda _: torch.ones(64, 64) @ torch.ones(64, 64), range(4)))
+kept = threadpoolctl.threadpool_limits(1)
+read = sp.read_in_workers(ex, 2, pools)
+report = parinfo.inspect()
+said = {t.name: {c.pool: [c.count, c.exact] for c in t.cells} for t in report.teams.workers}
+found = [f.message for f in report.findings if f.id == "limit-not-in-workers"]
+never = last_set_count()
+kept.restore_original_limits()
+t = threading.Thread(target=torch.set_num_threads, args=(3,)); t.start(); t.join()
+print(json.dumps({"read": read, "said": said, "found": found, "never": never, "after": last_set_count()}))
+ex.shutdown()
+""", env=clean_env(), timeout=170)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["never"] is None and out["after"] == 3
+    assert set(out["read"]) == set(out["said"])
+    for thread, counts in out["read"].items():
+        assert counts["torch"] == out["said"][thread]["torch intra-op"][0] == 2, thread
+        gomp = [c for k, c in counts.items() if k.startswith("libgomp:")]
+        assert gomp == [out["said"][thread]["libgomp"][0]] == [2], thread
+    (message,) = out["found"]
+    assert "torch intra-op 1 here, 2 there" in message

@@ -158,6 +158,8 @@ def _teams(settings: list[Any], pool_rows: list[Any], all_threads: bool) -> Any:
     import threading
 
     from parinfo.process import thread_teams
+    from parinfo.process.provenance import TORCH_ROWS
+    from parinfo.records.unknown import Unknown
 
     module = sys.modules.get("parinfo.runtime.thread_limits")  # never imported: no thread was limited
     limited = {} if module is None else {t.native_id: (t.how, t.limits) for t in module.limited_threads()}
@@ -166,7 +168,12 @@ def _teams(settings: list[Any], pool_rows: list[Any], all_threads: bool) -> Any:
                if all_threads or t.native_id == here or t.worker is not None]
     if len(threads) < 2:
         return None
-    return thread_teams.build(settings, pool_rows, threads, here)
+    torch_last: Any = Unknown("torch is not imported")
+    if any(thread_teams.follows(row) or row.library == TORCH_ROWS[0] for row in settings):
+        from parinfo.process.torch_last_set import last_set_count
+
+        torch_last = last_set_count()
+    return thread_teams.build(settings, pool_rows, threads, here, torch_last)
 
 
 def _attached(pid: int | None, children: bool, timeout: Any, root: str, imports: list[str] | None,

@@ -22,7 +22,7 @@ from typing import Any
 from parinfo.process import getter_code, libraries as reg
 from parinfo.records.record import record
 
-__all__ = ["BUDGET_S", "MAX_ENTRIES", "MAX_FILE", "Place", "locate", "machine_name"]
+__all__ = ["BUDGET_S", "MAX_ENTRIES", "MAX_FILE", "Place", "locate", "machine_name", "variable"]
 
 #: Larger library files are not read (OpenBLAS builds are 20-40 MB).
 MAX_FILE = 512 << 20
@@ -121,6 +121,26 @@ def locate(fd: int, spec: reg.CountSymbol, budget_s: float = BUDGET_S) -> Place:
         _Window.spent += time.thread_time() - started
 
 
+def variable(fd: int, name: str, size: int, *, max_entries: int = MAX_ENTRIES, max_strings: int = MAX_STRINGS,
+             budget_s: float = BUDGET_S) -> Place:
+    """Where the file open on ``fd`` keeps the ``size``-byte variable ``name`` (its symbol tables,
+    the local one too; ``variable`` as an offset from the load base, with the ``writable``
+    extents), or why it cannot be told. For a file this process loaded itself, whose code it runs:
+    no getter is checked, and a large file's tables may be read up to ``max_entries`` and
+    ``max_strings``. Never raises."""
+    started = time.thread_time()
+    try:
+        reader = _Reader(fd, budget_s)
+        reader.max_entries, reader.max_strings = max_entries, max_strings
+        return reader.variable(name, size)
+    except _Refused as exc:
+        return Place(missing=str(exc))
+    except Exception as exc:  # any error of the parse is a reason
+        return Place(missing=f"cannot parse the library file ({type(exc).__name__})")
+    finally:
+        _Window.spent += time.thread_time() - started
+
+
 def defines(fd: int, name: str, budget_s: float = BUDGET_S) -> bool | None:
     """Whether the file open on ``fd`` defines the function ``name`` in its dynamic symbol table, or
     None when it cannot be told. An executable built without PIE that takes a function's address
@@ -148,6 +168,7 @@ class _Reader:
         self.budget = budget_s
         self.deadline = time.thread_time() + budget_s
         self.size = os.fstat(fd).st_size
+        self.max_entries, self.max_strings = MAX_ENTRIES, MAX_STRINGS
 
     def tick(self) -> None:
         if time.thread_time() > self.deadline:
@@ -209,6 +230,35 @@ class _Reader:
                      writable=extents(_PF_W), pointer=elf.elfclass // 8,
                      machine=machine_name(str(header["e_machine"])), little=self.little)
 
+    def variable(self, name: str, size: int) -> Place:
+        from elftools.elf.elffile import ELFFile
+
+        if self.size > MAX_FILE:
+            raise _Refused(f"the library file is {self.size} bytes, beyond the {MAX_FILE} parinfo reads")
+        with os.fdopen(os.dup(self.fd), "rb") as fh:
+            elf = ELFFile(fh)
+            header, structs = elf.header, elf.structs
+            self.little = bool(elf.little_endian)
+            loads = self._segments(header, structs)
+            sections = self._sections(header, structs)
+        first = next((p for p in loads if p["p_offset"] == 0), None)
+        if first is None:
+            raise _Refused("the file has no segment loaded from its start")
+        base = int(first["p_vaddr"]) - int(first["p_vaddr"]) % max(int(first["p_align"]), 1)
+        writable = tuple((int(p["p_vaddr"]) - base, int(p["p_vaddr"]) + int(p["p_memsz"]) - base)
+                         for p in loads if int(p["p_flags"]) & _PF_W)
+        tables = [t for t in (self._table(sections, n, structs) for n in (".dynsym", ".symtab")) if t is not None]
+        sym = next((s for t in tables if (s := self._symbol(t, name, structs, "STT_OBJECT")) is not None), None)
+        if sym is None:
+            raise _Refused(f"the file does not name {name}: a build parinfo does not know")
+        if int(sym["st_size"]) != size:
+            raise _Refused(f"{name} in this file is not a {size}-byte variable")
+        place = Place(variable=int(sym["st_value"]) - base, variable_name=name, writable=writable,
+                      pointer=elf.elfclass // 8, machine=machine_name(str(header["e_machine"])), little=self.little)
+        if not place.holds(place.variable or 0, size):
+            raise _Refused(f"{name} does not lie in the file's writable data")
+        return place
+
     def defines(self, name: str) -> bool:
         from elftools.elf.elffile import ELFFile
 
@@ -254,8 +304,8 @@ class _Reader:
 
     def _strings(self, sh: Any, what: str) -> bytes:
         size = int(sh["sh_size"])
-        if size > MAX_STRINGS or sh["sh_type"] == _SHT_NOBITS:
-            raise _Refused(f"the file's {what} are {size} bytes, beyond the {MAX_STRINGS} parinfo reads")
+        if size > self.max_strings or sh["sh_type"] == _SHT_NOBITS:
+            raise _Refused(f"the file's {what} are {size} bytes, beyond the {self.max_strings} parinfo reads")
         return self.read(int(sh["sh_offset"]), size, what)
 
     def _table(self, sections: Mapping[str, Mapping[str, Any]], name: str, structs: Any) -> _Table | None:
@@ -265,8 +315,8 @@ class _Reader:
         entsize, size = int(sh["sh_entsize"]), int(sh["sh_size"])
         if entsize != structs.Elf_Sym.sizeof() or sh["sh_type"] == _SHT_NOBITS:
             raise _Refused(f"the file's {name} is not a symbol table")
-        if size // entsize > MAX_ENTRIES:
-            raise _Refused(f"the file's {name} claims {size // entsize} entries, beyond the {MAX_ENTRIES} "
+        if size // entsize > self.max_entries:
+            raise _Refused(f"the file's {name} claims {size // entsize} entries, beyond the {self.max_entries} "
                            f"parinfo reads")
         strings = sections.get(f"#{int(sh['sh_link'])}")
         if strings is None:

@@ -11,7 +11,17 @@ from parinfo.process import defaults
 from parinfo.process.defaults import NO_FACTS, ModuleFacts
 from parinfo.process.library_base import INTER_OP, Library, QuotaRule
 from parinfo.process.library_blas import MKL_DYNAMIC, Mkl, mkl_dynamic_cap
-from parinfo.process.library_parts import Calls, LibraryKind, Pool, Push, ScopeFacts, Takes, Uptake, as_count
+from parinfo.process.library_parts import (
+    Calls,
+    CountSymbol,
+    LibraryKind,
+    Pool,
+    Push,
+    ScopeFacts,
+    Takes,
+    Uptake,
+    as_count,
+)
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -82,6 +92,11 @@ class Torch(Library):
     scopes = (ScopeFacts("torch.set_num_threads", reaches_new=True, reaches_running=False,
                          local_api="torch.set_num_threads in that thread", measured="torch 2.13.0+cpu (OpenMP backend)",
                          reference="PyTorch docs, CPU threading and TorchScript inference"),)
+    # where it keeps the last torch.set_num_threads count (-1: never called), which a thread takes at
+    # its first torch op: read in this process to tell that call from an OpenMP limit alone
+    last_set = CountSymbol(("_ZN2at12_GLOBAL__N_111num_threadsE",), size=4, unset=-1,
+                           verified="torch 2.13.0+cpu (libtorch_cpu.so's .symtab)")
+    last_set_file = "libtorch_cpu"
 
     def how_to_set(self, n: int, pool: str | None = None) -> str:
         """Its setters: which variables its intra-op count reads depends on its build."""

@@ -31,6 +31,7 @@ from parinfo.process.setting_row import SettingRow
 from parinfo.records.convert import OMIT_NONE, REQUIRED
 from parinfo.records.record import record
 from parinfo.records.source import Kind, Source, unknown
+from parinfo.records.unknown import Unknown
 
 #: How parinfo's limits name the threads they were put in (``ThreadLimited.how``), as a report says it.
 LIMITED_BY = {"thread_limits": "parinfo.thread_limits", "worker": "parinfo.worker_initializer",
@@ -205,28 +206,48 @@ def follows(row: SettingRow) -> bool:
             and "/torch/lib/" in (row.filepath or ""))
 
 
-def _default(row: SettingRow, facts: ScopeFacts, torch: SettingRow | None,
+_NOT_READ = Unknown("torch's own record was not read")
+
+_READ_IN_WORKERS = "not readable from this thread (scope_probe.read_in_workers reads it in an executor's threads)"
+
+
+def _torch_unknown(decider: SettingRow, last: int | Unknown | None, torch_set: bool) -> Source | None:
+    """Why torch's count in another thread cannot be told, or None when its default can be: torch
+    gives a thread, at its first torch op, the last torch.set_num_threads count, else its default."""
+    default = decider.expected_from_env
+    if isinstance(last, Unknown):
+        if _source(decider).kind in _CHOSEN or torch_set:
+            would = "" if default is None else f"{default} (its default) or "
+            return unknown(f"torch gives a thread, at its first torch op, the count last set by torch.set_num_threads "
+                           f"in any thread, else its default: {would}the count set ({last}); {_READ_IN_WORKERS}")
+        return None
+    if last is not None and last != default:
+        return unknown(f"torch.set_num_threads({last}) was called in this process: a thread whose first torch op "
+                       f"came after it has {last}, one that ran torch ops before keeps its earlier count; "
+                       f"{_READ_IN_WORKERS}")
+    return None
+
+
+def _default(row: SettingRow, facts: ScopeFacts, torch: SettingRow | None, last: int | Unknown | None,
              torch_set: bool) -> tuple[int | None, Source]:
-    """The count a thread that set none gets, and its words. torch gives a thread, at its first
-    torch op, the count last set by torch.set_num_threads in any thread, else its default, on its
-    intra-op count and its own OpenMP runtime alike; once a count was set at run time here, or by
-    parinfo in another thread (``torch_set``), which of the two a thread got is not readable from
-    this thread."""
+    """The count a thread that set none gets, and its words. For torch and the copies it sets along
+    (its OpenMP runtime, MKL), what :func:`_torch_unknown` says; ``last``: torch's own record of its
+    last count, ``torch_set``: parinfo set torch's count in some thread."""
     follows_torch = torch is not None and (row is torch or follows(row))
     decider = torch if follows_torch and torch is not None else row
     here = _source(decider)
-    if follows_torch and (here.kind in _CHOSEN or torch_set):
-        would = "" if decider.expected_from_env is None else f"{decider.expected_from_env} (its default) or "
-        return None, unknown(f"torch gives a thread, at its first torch op, the count last set by "
-                             f"torch.set_num_threads in any thread, else its default: {would}the count set; not "
-                             "readable from this thread (scope_probe.read_in_workers reads it in an executor's "
-                             "threads)")
+    if follows_torch:
+        why = _torch_unknown(decider, last, torch_set)
+        if why is not None:
+            return None, why
     if decider.expected_from_env is None:
         return None, unknown("no default known for a thread that set none")
     n = decider.expected_from_env
     chosen = here.kind in _CHOSEN
     words = (here.text if not chosen and decider.count == n
              else f"{(decider.variable and 'env ' + decider.variable) or 'the library default'} ({n})")
+    if follows_torch and last is None:
+        words += " (torch.set_num_threads was never called: read in torch's own record)"
     return n, Source(Kind.LIBRARY_DEFAULT if decider.variable is None else Kind.VARIABLE, decider.variable or "",
                      f"predicted: a thread that set none gets {words}; a limit it set itself is not seen here")
 
@@ -240,7 +261,7 @@ def _set_there(row: SettingRow, thread: PyThread) -> Outcome | None:
 
 
 def _cell(row: SettingRow, facts: ScopeFacts, thread: PyThread, here: bool, torch: SettingRow | None,
-          torch_set: bool) -> TeamCell:
+          last: int | Unknown | None, torch_set: bool) -> TeamCell:
     if here:
         return TeamCell(row.library, row.count, Why.HERE, row.count is not None, _source(row), row.filepath)
     if facts.reaches_running:
@@ -252,21 +273,22 @@ def _cell(row: SettingRow, facts: ScopeFacts, thread: PyThread, here: bool, torc
         call = LIMITED_BY.get(thread.limited_how or "", "parinfo")
         return TeamCell(row.library, done.now, Why.SET_IN_THREAD, True,
                         Source(Kind.EXPLICIT, call, f"set in that thread by {call} ({done.now})"), row.filepath)
-    n, src = _default(row, facts, torch, torch_set)
+    n, src = _default(row, facts, torch, last, torch_set)
     return TeamCell(row.library, n, Why.DEFAULT if n is not None else Why.UNKNOWN, False, src, row.filepath)
 
 
 def build(settings: Sequence[SettingRow], pools: Sequence[PoolRow], threads: Sequence[PyThread],
-          here_id: int | None) -> ThreadTeams:
+          here_id: int | None, torch_last: int | Unknown | None = _NOT_READ) -> ThreadTeams:
     """The matrix of ``threads`` x pools with measured scope facts, from the report's rows (read in
-    the thread whose native id is ``here_id``)."""
+    the thread whose native id is ``here_id``); ``torch_last``: torch's record of its last
+    torch.set_num_threads count (None: never called), when read."""
     cols = columns(settings, pools)
     torch = _torch_row(settings)
     torch_name = reg.family(reg.Torch).name
     torch_set = any(o.library == torch_name for t in threads for o in t.limits if not o.error)
     ordered = sorted(threads, key=lambda t: t.native_id != here_id)
     teams = [ThreadTeam(t.name, t.native_id, t.native_id == here_id, t.worker, _limited_words(t.limited_how),
-                        [_cell(r, f, t, t.native_id == here_id, torch, torch_set) for r, f in cols])
+                        [_cell(r, f, t, t.native_id == here_id, torch, torch_last, torch_set) for r, f in cols])
              for t in ordered]
     return ThreadTeams([Column(r.library, r.filepath, str(f.scope), f.shared_pool) for r, f in cols], teams)
 
