@@ -6,7 +6,8 @@ Each mode runs in its own process, in a CPU cgroup of its own whose quota is 2 C
 and the run is unquota'd). The work: 4 workers each multiply ``--size`` square matrices
 ``--calls`` times with torch (whose OpenMP team is per calling thread), or numpy when torch is not
 installed (numpy's OpenBLAS-pthreads keeps one pool for the process). A sampler thread reads
-/proc/self/task every 2 ms: the most threads running at once (state R) and the process's threads.
+/proc/self/task every 2 ms: the most threads running at once (state R, the sampler left out) and
+the process's threads.
 Prints the machine's usable parallelism first (quiet or BUSY), then per mode: wall time, threads
 running at once (max, mean), the count each worker read in its own thread, and the ratios to the
 unlimited run, all from one run.
@@ -46,9 +47,12 @@ kept = threadpoolctl.threadpool_limits(1) if mode == "threadpoolctl in main" els
 init = parinfo.worker_initializer(1) if mode.startswith("parinfo") else None
 running, total, stop = [], [], threading.Event()
 def sample():
+    me = str(threading.get_native_id())  # the sampler itself runs while it reads: not counted
     while not stop.is_set():
         r = n = 0
         for tid in os.listdir("/proc/self/task"):
+            if tid == me:
+                continue
             try:
                 with open(f"/proc/self/task/{tid}/stat") as f:
                     state = f.read().rpartition(")")[2].split()[0]

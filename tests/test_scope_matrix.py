@@ -199,8 +199,8 @@ def _report_mismatches(layer: Layer, run: dict) -> list[str]:
     says other than what that thread read. A cell marked exact must be the count read there; a
     predicted one too, except where a worker set a limit by a call the report cannot see from
     another thread (a library's own call, threadpoolctl, parinfo's low-level setter: every worker
-    case but parinfo's initializer); a cell it cannot read (torch once a count was set at run time)
-    must say unknown."""
+    case but parinfo's initializer); a cell it cannot read (torch after torch.set_num_threads, MKL
+    once this thread's count was set at run time) must say unknown."""
     key, wrong = run["key"], []
     unseen = run["set_in"] == SetIn.WORKER.value and run["case"] != INITIALIZER.name
     for kind, counts in run["after"].items():
@@ -211,7 +211,7 @@ def _report_mismatches(layer: Layer, run: dict) -> list[str]:
             continue
         count, exact, why = cell
         if count is None:
-            if layer.family != "torch" or why != "unknown":
+            if layer.family not in ("torch", "mkl") or why != "unknown":
                 wrong.append(f"{where}: unknown ({why}) where the report should know")
         elif count != counts[key] and (exact or not unseen):
             wrong.append(f"{where} reads {counts[key]}, the report says {count} ({why}, exact: {exact})")

@@ -228,6 +228,13 @@ def _torch_unknown(decider: SettingRow, last: int | Unknown | None, torch_set: b
     return None
 
 
+def _has_global_call(row: SettingRow, facts: ScopeFacts) -> bool:
+    """Whether the family has, beside its per-thread call, one that sets every thread's count (MKL's
+    mkl_set_num_threads beside its local call)."""
+    lib = _family(row)[0]
+    return lib is not None and any(f.reaches_running for f in lib.scopes if f.layer in ("", facts.layer))
+
+
 def _default(row: SettingRow, facts: ScopeFacts, torch: SettingRow | None, last: int | Unknown | None,
              torch_set: bool) -> tuple[int | None, Source]:
     """The count a thread that set none gets, and its words. For torch and the copies it sets along
@@ -240,6 +247,10 @@ def _default(row: SettingRow, facts: ScopeFacts, torch: SettingRow | None, last:
         why = _torch_unknown(decider, last, torch_set)
         if why is not None:
             return None, why
+    elif here.kind in _CHOSEN and _has_global_call(row, facts):
+        return None, unknown(f"a thread that set no count of its own gets {row.library}'s process-wide count, which "
+                             f"its getter here does not tell apart from this thread's own (set at run time); "
+                             f"{_READ_IN_WORKERS}")
     if decider.expected_from_env is None:
         return None, unknown("no default known for a thread that set none")
     n = decider.expected_from_env
