@@ -262,3 +262,32 @@ print(json.dumps({"default": default, "workers": workers, "layers": {r.key: [r.f
         got = {name: counts[key] for name, counts in out["workers"].items()}
         assert got == dict.fromkeys(out["workers"], want), key
     assert {"libgomp", "openblas"} <= {family for family, _ in out["layers"].values()}
+
+
+def tally() -> dict[str, int]:
+    """How the per-thread report's cells compare with each thread's own reading, over every layer
+    here: ``python tests/test_scope_matrix.py`` prints it (the figures a closing note quotes)."""
+    counts = {"layers": 0, "cases": 0, "cells": 0, "exact, equal": 0, "predicted, equal": 0, "unknown, with why": 0,
+              "predicted, differs (the worker set its own limit by a call the report cannot see)": 0}
+    for layer in LAYERS:
+        if layer.missing:
+            print(f"{layer.name}: skipped ({layer.missing})")
+            continue
+        runs = _run(layer)
+        assert not [line for run in runs for line in _report_mismatches(layer, run)], layer.name
+        counts["layers"] += 1
+        counts["cases"] += len(runs)
+        for run in runs:
+            for kind, read in run["after"].items():
+                count, exact, _ = run["observed"][kind]
+                key = ("unknown, with why" if count is None else
+                       ("exact, equal" if exact else "predicted, equal") if count == read[run["key"]] else
+                       "predicted, differs (the worker set its own limit by a call the report cannot see)")
+                counts[key] += 1
+                counts["cells"] += 1
+    return counts
+
+
+if __name__ == "__main__":
+    for name, n in tally().items():
+        print(f"{name}: {n}")
