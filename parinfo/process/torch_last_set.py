@@ -16,6 +16,7 @@ import sys
 from parinfo.process import libraries as reg
 from parinfo.process.elfcount import Place
 from parinfo.records.unknown import Unknown
+from parinfo.safe_file import open_file
 
 #: The torch library file's tables are far larger than a count-holding library's (torch 2.13:
 #: 530,000 symbols, 76 MB of names); parinfo reads them only for the file this process loaded.
@@ -54,7 +55,7 @@ def _place(path: str, spec: reg.CountSymbol) -> Place:
     key = (path, st.st_ino, int(st.st_mtime))
     if key not in _PLACES:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_file(path, follow=True)  # a regular file, never a FIFO or device put in its place
         except OSError as exc:
             return Place(missing=str(Unknown.of(exc)))
         try:
