@@ -30,7 +30,8 @@ class WatchArgs(NamedTuple):
 
     pid: Annotated[int | None, Value(
         "--pid", metavar="PID", convert=values.pid,
-        help="The process to watch (default: the cgroup parinfo runs in, without per-thread groups).")] = None
+        help="The process to watch (default: the CPU cgroup parinfo runs in: its own CPU time and its "
+             "processes' threads, parinfo's own left out).")] = None
     children: Annotated[bool, Flag("--children", help="With --pid: watch its whole process tree.")] = False
     attach: Annotated[bool, Flag(
         "--attach",
@@ -67,7 +68,7 @@ def render_sample(s: Sample, title: str) -> str:
 
     quota = "no quota" if s.quota is None else f"quota {plural(s.quota, 'CPU', 'g')}"
     rate = s.involuntary / s.interval if s.interval else 0
-    procs = plural(s.processes, "process") if s.pid is not None else "- processes"
+    procs = plural(s.processes, "process")
     head = (f"{title}: {procs}, {plural(s.threads, 'thread')}; "
             f"usable CPUs {s.usable_cpus}, {quota}; every {s.interval:g} s")
     use = (f"  CPU use       {s.cpu_percent:.0f}% of one CPU; {plural(s.runnable, 'thread', '.1f')} wanting a CPU "
@@ -78,6 +79,10 @@ def render_sample(s: Sample, title: str) -> str:
         lines.append(f"  throttling    {t.percent_periods:.0f}% of periods ({t.throttled} of {t.periods}), "
                      f"{t.throttled_usec / 1000:.0f} ms held back ({t.percent_time:.0f}% of the interval) "
                      f"under {plural(t.quota, 'CPU', 'g')} at {t.cgroup}")
+    elif s.throttling_since_start is not None:
+        c = s.throttling_since_start
+        lines.append(f"  throttling    no period of this interval read yet; since the cgroup began {c.throttled} of "
+                     f"{c.periods} periods throttled, under {plural(c.quota, 'CPU', 'g')} at {c.cgroup}")
     else:
         lines.append(f"  throttling    {s.throttling_unknown or 'none: no CPU quota applies'}")
     lines.append(f"  CPU pressure  machine {_pct(s.pressure_some)}, cgroup {_pct(s.pressure_cgroup_some)} "
