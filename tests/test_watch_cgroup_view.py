@@ -82,9 +82,11 @@ def test_the_first_interval_without_figures_of_its_own_is_not_ok(quota_cgroup):
         _stop(proc)
     assert sample is not None and sample.throttling is None
     since = sample.throttling_since_start
-    assert since is not None and since.cgroup == quota_cgroup and since.throttled > 0, sample
-    assert not sample.verdict.startswith("ok"), sample.verdict
-    assert sample.verdict.startswith("throttled in") and "since the cgroup began" in sample.verdict
+    assert since is not None and since.cgroup == quota_cgroup, sample
+    if since.throttled and since.ratio >= 0.05:
+        assert sample.verdict.startswith("throttled in") and "since the cgroup began" in sample.verdict
+    else:  # a machine so busy that the process did not use its half CPU: still no bare "ok"
+        assert "no period of this interval read yet" in sample.verdict, sample.verdict
 
 
 @pytest.mark.parametrize("interval", ["1"])
@@ -98,3 +100,46 @@ def test_a_watch_of_a_process_without_quota_has_no_counters_since_start(interval
     assert out.returncode == 0, out.stderr
     sample = json.loads(out.stdout)
     assert "throttling_since_start" not in sample and sample["threads"] == 2
+
+
+# -- throttled told apart from contended -------------------------------------------------------------
+
+def test_throttled_and_contended_are_two_numbers_in_watch(quota_cgroup):
+    """One spinning thread under a 0.5-CPU quota waits about as long as the quota holds it back
+    (throttled); one of three spinning processes on one CPU without a quota waits about two thirds
+    of the time with nothing throttled (contended). Both numbers are in the sample and on its
+    "waiting" line."""
+    throttled = _spinner(1, quota_cgroup)
+    try:
+        a = run_cli("watch", "--pid", str(throttled.pid), "--once", "--json", "--interval", "1", timeout=30)
+    finally:
+        _stop(throttled)
+    contended = [subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", SPIN, "1"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=clean_env()) for _ in range(3)]
+    try:
+        assert all(p.stdout is not None and p.stdout.readline().strip() == "busy" for p in contended)
+        pid = str(contended[0].pid)
+        b = run_cli("watch", "--pid", pid, "--once", "--json", "--interval", "1", timeout=30)
+        text = run_cli("watch", "--pid", pid, "--once", "--interval", "0.5", timeout=30)
+    finally:
+        _stop(*contended)
+    held, queued = json.loads(a.stdout), json.loads(b.stdout)
+    assert held["throttling"]["percent_time"] >= 20, held
+    assert held["run_queue_wait_percent"] >= 0.5 * held["throttling"]["percent_time"], held
+    assert queued["throttling"] is None and queued["run_queue_wait_percent"] >= 40, queued
+    line = next(x for x in text.stdout.splitlines() if x.startswith("  waiting"))
+    assert "throttled 0%" in line and "contended" in line, line
+
+
+def test_host_rows_give_held_back_and_run_queue_wait(quota_cgroup):
+    proc = _spinner(1, quota_cgroup)
+    try:
+        out = run_cli("host", "--cgroup", quota_cgroup, "--once", "--json", "--interval", "1", timeout=60)
+        text = run_cli("host", "--cgroup", quota_cgroup, "--once", "--interval", "0.5", timeout=60)
+    finally:
+        _stop(proc)
+    assert out.returncode == 0, out.stderr
+    (row,) = [c for c in json.loads(out.stdout)["cgroups"] if c["path"] == quota_cgroup]
+    assert row["throttling"]["percent_time"] >= 20, row
+    assert row["run_queue_wait_percent"] >= 0.5 * row["throttling"]["percent_time"], row
+    assert "held queued" in text.stdout and "queued beyond held is contention" in text.stdout, text.stdout

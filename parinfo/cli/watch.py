@@ -16,7 +16,7 @@ from parinfo.cli import values
 from parinfo.cli.options import Flag, Value
 
 if TYPE_CHECKING:
-    from parinfo.watching.model import Sample
+    from parinfo.watching.model import Sample, ThrottleUse
 
 
 #: The last line of a live (terminal) frame; never in --json, --once, --samples or piped output.
@@ -85,6 +85,8 @@ def render_sample(s: Sample, title: str) -> str:
                      f"{c.periods} periods throttled, under {plural(c.quota, 'CPU', 'g')} at {c.cgroup}")
     else:
         lines.append(f"  throttling    {s.throttling_unknown or 'none: no CPU quota applies'}")
+    if s.run_queue_wait_percent is not None:
+        lines.append(waiting_line(s.run_queue_wait_percent, t))
     lines.append(f"  CPU pressure  machine {_pct(s.pressure_some)}, cgroup {_pct(s.pressure_cgroup_some)} "
                  f"(share of the interval some task waited for a CPU)")
     if s.groups:
@@ -99,6 +101,14 @@ def render_sample(s: Sample, title: str) -> str:
     lines += _inside_lines(s)
     lines.append(f"  verdict       {s.verdict}")
     return "\n".join(escape_controls(line) for line in lines)
+
+
+def waiting_line(wait: float, t: ThrottleUse | None) -> str:
+    """Throttled told apart from contended: the threads' run-queue wait (schedstat) and the quota's
+    throttled time, two numbers, and what is left of the wait once the throttled time is taken out."""
+    held = 0.0 if t is None else t.percent_time
+    return (f"  waiting       run queue {wait:.0f}% (threads runnable, not on a CPU, summed); throttled {held:.0f}% "
+            f"(the quota held them back); contended {max(0.0, wait - held):.0f}%")
 
 
 def _inside_lines(s: Sample) -> list[str]:

@@ -91,3 +91,7 @@ class Sample:
     inside: tuple[ProcessCounts, ...] | None = field(default=None, metadata=OMIT_NONE)  # watch --attach only
     #: the cumulative counters of the level that throttled most, when the interval has no figures of its own
     throttling_since_start: Throttling | None = field(default=None, metadata=OMIT_NONE)
+    #: the threads' run-queue wait (schedstat's second field: runnable, not on a CPU) summed over them,
+    #: percent of the interval; it holds time a quota held them back too: ``throttling.percent_time``
+    #: tells that part apart (the rest is contention for CPUs)
+    run_queue_wait_percent: float | None = field(default=None, metadata=OMIT_NONE)

@@ -206,7 +206,7 @@ class Sampler:
     def between(self, a: Reading, b: Reading) -> Sample:
         dt = max(b.clock - a.clock, 1e-6)
         groups: dict[str, list[float]] = {}
-        total_cpu = total_run = 0.0
+        total_cpu = total_run = total_wait = 0.0
         total_inv = running = 0
         for key, t in b.threads.items():
             prev = a.threads.get(key)
@@ -225,6 +225,7 @@ class Sampler:
             g[3] += inv
             total_cpu += cpu / 1e9 / dt * 100
             total_run += run
+            total_wait += max(0, wait) / 1e9 / dt * 100
             total_inv += max(0, inv)
             running += t.state == "R"
         uses = tuple(sorted((GroupUse(n, int(v[0]), round(v[1], 1), round(v[2], 2), int(v[3]))
@@ -242,6 +243,7 @@ class Sampler:
             pressure_some=in_words(pressure_percent(a.pressure.system, b.pressure.system, dt)),
             pressure_cgroup_some=in_words(pressure_percent(a.pressure.cgroup, b.pressure.cgroup, dt)),
             notes=notes, throttling_since_start=_since_start(throttle, b.counters),
+            run_queue_wait_percent=round(total_wait, 1),
         )
         return _with_verdict(sample, verdict(sample))
 
