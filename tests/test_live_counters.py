@@ -219,6 +219,23 @@ def test_verdict_queueing_pressure_and_ok():
     assert calm.startswith("ok: 0.5 CPUs busy, 1.0 runnable thread on 4 usable CPUs")
 
 
+def test_a_first_sample_with_missing_figures_is_not_ok():
+    """The field case: a 0.5-CPU quota, 1.2 runnable threads, 100% CPU pressure, and no throttling
+    figures of the interval's own: judged from the counters since the cgroup began, or, without
+    throttling there, as threads queueing under pressure; never "ok"."""
+    from parinfo.machine.pressure import Throttling
+
+    since = Throttling("/sys/fs/cgroup/job", 0.5, 40, 38, 1_900_000)
+    first = verdict(_sample(throttling=None, runnable=1.2, pressure_some=100.0, throttling_since_start=since))
+    assert first.startswith("throttled in 95% of periods (38 of 40 since the cgroup began; none of this interval")
+    calm = Throttling("/sys/fs/cgroup/job", 0.5, 40, 0, 0)
+    queued = verdict(_sample(throttling=None, runnable=1.2, pressure_some=100.0, throttling_since_start=calm))
+    assert queued.startswith("1.2 runnable threads against 1 usable CPU: threads queue"), queued
+    idle = verdict(_sample(throttling=None, runnable=0.3, pressure_some=1.0, pressure_cgroup_some=1.0,
+                           throttling_since_start=calm))
+    assert idle.startswith("ok: ") and "no period of this interval read yet: 0 of 40 periods" in idle, idle
+
+
 # -- a cgroup's own CPU time and processes (watch without --pid) ----------------------------------------
 
 def test_cgroup_use_v2_reads_usage_usec_and_the_processes_below(tmp_path):
