@@ -217,3 +217,50 @@ def test_verdict_queueing_pressure_and_ok():
     calm = verdict(_sample(throttling=None, quota=None, usable_cpus=4, runnable=1.0, pressure_some=1.0,
                            pressure_cgroup_some="unknown (no cgroup v2 hierarchy)"))
     assert calm.startswith("ok: 0.5 CPUs busy, 1.0 runnable thread on 4 usable CPUs")
+
+
+def test_a_first_sample_with_missing_figures_is_not_ok():
+    """The field case: a 0.5-CPU quota, 1.2 runnable threads, 100% CPU pressure, and no throttling
+    figures of the interval's own: judged from the counters since the cgroup began, or, without
+    throttling there, as threads queueing under pressure; never "ok"."""
+    from parinfo.machine.pressure import Throttling
+
+    since = Throttling("/sys/fs/cgroup/job", 0.5, 40, 38, 1_900_000)
+    first = verdict(_sample(throttling=None, runnable=1.2, pressure_some=100.0, throttling_since_start=since))
+    assert first.startswith("throttled in 95% of periods (38 of 40 since the cgroup began; none of this interval")
+    calm = Throttling("/sys/fs/cgroup/job", 0.5, 40, 0, 0)
+    queued = verdict(_sample(throttling=None, runnable=1.2, pressure_some=100.0, throttling_since_start=calm))
+    assert queued.startswith("1.2 runnable threads against 1 usable CPU: threads queue"), queued
+    idle = verdict(_sample(throttling=None, runnable=0.3, pressure_some=1.0, pressure_cgroup_some=1.0,
+                           throttling_since_start=calm))
+    assert idle.startswith("ok: ") and "no period of this interval read yet: 0 of 40 periods" in idle, idle
+
+
+# -- a cgroup's own CPU time and processes (watch without --pid) ----------------------------------------
+
+def test_cgroup_use_v2_reads_usage_usec_and_the_processes_below(tmp_path):
+    from parinfo.machine.cgroup_use import cgroup_use
+
+    root = (FakeMachine(tmp_path).cpus(4).cgroup_v2("/job", cpu_max={"/job": "50000 100000"})
+            .file("sys/fs/cgroup/job/cpu.stat", V2_STAT).file("sys/fs/cgroup/job/cgroup.procs", "12\n7\n")
+            .file("sys/fs/cgroup/job/inner/cgroup.procs", "30\n").file("sys/fs/cgroup/cgroup.procs", "1\n")
+            .build())
+    use = cgroup_use(root)
+    assert use.cgroup == "/sys/fs/cgroup/job" and use.usage_ns == 9_000_000 * 1000
+    assert use.pids == (7, 12, 30)  # its own and its child cgroup's, never its parent's
+
+
+def test_cgroup_use_v1_reads_cpuacct_usage_and_says_why_not(tmp_path):
+    from parinfo.machine.cgroup_use import cgroup_use
+
+    base = "sys/fs/cgroup/cpu,cpuacct/docker/abc"
+    root = (FakeMachine(tmp_path).cpus(4).cgroup_v1("/docker/abc", quota={"/docker/abc": (50000, 100000)})
+            .file(f"{base}/cpuacct.usage", "123456789").file(f"{base}/cgroup.procs", "5").build())
+    use = cgroup_use(root)
+    assert (use.usage_ns, use.pids) == (123456789, (5,))
+    (tmp_path / "b").mkdir()
+    broken = (FakeMachine(tmp_path / "b").cpus(4).cgroup_v1("/docker/abc").file(f"{base}/cpuacct.usage", "x")
+              .build())
+    use = cgroup_use(broken)
+    assert isinstance(use.usage_ns, Unknown) and "unexpected content" in str(use.usage_ns)
+    assert use.pids == ()  # no process placed in it: an empty list, not unknown

@@ -29,7 +29,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("parinfo.machine.proc_memory:Memory.read_upto", "os.open"): KERNEL + " (/proc/PID/mem)",
     ("parinfo.process.pools:loaded_objects", "open"): OWN_PROC + " (maps)",
     ("parinfo.process.serving:_program_defines", "os.open"): OWN_PROC + " (exe: the program this process runs)",
-    ("parinfo.watching.sample:_procs_running", "open"): KERNEL + " (/proc/stat)",
     ("parinfo.fleet.probe:host_identity", "open"): KERNEL + " (/proc/sys/kernel/random/boot_id)",
     ("parinfo.profiles.hook.sitecustomize:_mapped", "open"): OWN_PROC + " (maps)",
     ("parinfo.profiles.hook.sitecustomize:_Report._write", "os.open"):

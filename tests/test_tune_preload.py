@@ -116,6 +116,8 @@ def test_allocator_trials_of_a_command_preload_jemalloc_and_the_profile_says_wha
     without = [mapped for mapped, preload in lines if lib not in preload.split(":")]
     assert with_lib == ["1"] * choices.ROUNDS * 3  # every jemalloc trial process had it mapped
     assert set(without) == {"0"} and len(without) == 3 + choices.ROUNDS * 3  # the count search, default trials
+    order = [lib in preload.split(":") for _, preload in lines[3:]]  # after the count search: A/B, B/A
+    assert order == [False] * 3 + [True] * 6 + [False] * 3, order
     (cs,) = out["choices"]
     assert (cs["key"], [t["choice"] for t in cs["trials"]]) == ("allocator", ["default", "jemalloc"])
     trials = {t["choice"]: t for t in cs["trials"]}
@@ -173,8 +175,45 @@ def test_a_choice_is_kept_only_when_it_beats_the_default_beyond_the_noise(times,
     trial = fake_trial(times, mapped, spread)
     cs = choices.measure("allocator", ("default", "jemalloc"), Point(2, 1), {"openmp": "intel"}, trial)
     assert cs.kept == kept and words in cs.why
-    assert trial.calls == [{"openmp": "intel", "allocator": w} for w in ("default", "jemalloc")] * choices.ROUNDS
+    order = [w for r in range(choices.ROUNDS) for w in (("default", "jemalloc"), ("jemalloc", "default"))[r % 2]]
+    assert trial.calls == [{"openmp": "intel", "allocator": w} for w in order]  # A/B, B/A: no choice always first
     assert len(cs.stats["jemalloc"].samples) == 3 * choices.ROUNDS
+    assert [sorted(r) for r in cs.rounds] == [["default", "jemalloc"]] * choices.ROUNDS
+
+
+def test_a_slow_first_trial_of_each_round_does_not_make_a_choice_win():
+    """The field case: the default measured 3.15 ms where the count sweep had 2.10 ms, and tcmalloc
+    was written as "37% faster, beyond the noise". Here each round's first trial is that much slower,
+    and both choices are the same speed: measured in alternate order, the rounds disagree, so the
+    default stays; measured default-first every round, it would have lost in both."""
+    calls = []
+
+    def trial(p: Point, picked: dict[str, str]) -> tuple[Stats, dict]:
+        first = len(calls) % 2 == 0
+        calls.append(picked["allocator"])
+        t = 0.00315 if first else 0.00210
+        return Stats((t * 0.99, t, t * 1.01)), {"preloaded": {"/x/libtcmalloc.so": True}}
+
+    cs = choices.measure("allocator", ("default", "tcmalloc"), Point(2, 1), {}, trial, rounds=2)
+    assert cs.kept == "default" and not cs.written, cs.why
+    assert calls == ["default", "tcmalloc", "tcmalloc", "default"]
+    steady = fake_trial({"default": 0.00315, "tcmalloc": 0.00210})  # a real gain shows in every round
+    won = choices.measure("allocator", ("default", "tcmalloc"), Point(2, 1), {}, steady, rounds=2)
+    assert won.kept == "tcmalloc" and "in each of 2 rounds" in won.why, won.why
+
+
+def test_a_choice_that_wins_pooled_but_not_in_every_round_is_not_written():
+    """Pooled over four rounds, jemalloc is faster than default beyond the noise; against its own
+    round's default in round 4 it is not: the rounds disagree, and the why gives each round."""
+    figures = iter([0.010, 0.008, 0.008, 0.010, 0.010, 0.008, 0.008, 0.0081])  # A/B, B/A, A/B, B/A
+
+    def trial(p: Point, picked: dict[str, str]) -> tuple[Stats, dict]:
+        t = next(figures)
+        return Stats((t, t, t)), {"preloaded": {"/x/lib.so": True}}
+
+    cs = choices.measure("allocator", ("default", "jemalloc"), Point(1, 1), {}, trial, rounds=4)
+    assert not cs.written and "not beyond the noise in round 4" in cs.why, cs.why
+    assert "round 1: default 10 ms, jemalloc 8 ms" in cs.why, cs.why
 
 
 # -- bad input: one line, exit 2 ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from parinfo.cli import values
 from parinfo.cli.options import Flag, Value
 
 if TYPE_CHECKING:
-    from parinfo.watching.model import Sample
+    from parinfo.watching.model import Sample, ThrottleUse
 
 
 #: The last line of a live (terminal) frame; never in --json, --once, --samples or piped output.
@@ -30,7 +30,8 @@ class WatchArgs(NamedTuple):
 
     pid: Annotated[int | None, Value(
         "--pid", metavar="PID", convert=values.pid,
-        help="The process to watch (default: the cgroup parinfo runs in, without per-thread groups).")] = None
+        help="The process to watch (default: the CPU cgroup parinfo runs in: its own CPU time and its "
+             "processes' threads, parinfo's own left out).")] = None
     children: Annotated[bool, Flag("--children", help="With --pid: watch its whole process tree.")] = False
     attach: Annotated[bool, Flag(
         "--attach",
@@ -67,7 +68,7 @@ def render_sample(s: Sample, title: str) -> str:
 
     quota = "no quota" if s.quota is None else f"quota {plural(s.quota, 'CPU', 'g')}"
     rate = s.involuntary / s.interval if s.interval else 0
-    procs = plural(s.processes, "process") if s.pid is not None else "- processes"
+    procs = plural(s.processes, "process")
     head = (f"{title}: {procs}, {plural(s.threads, 'thread')}; "
             f"usable CPUs {s.usable_cpus}, {quota}; every {s.interval:g} s")
     use = (f"  CPU use       {s.cpu_percent:.0f}% of one CPU; {plural(s.runnable, 'thread', '.1f')} wanting a CPU "
@@ -78,8 +79,14 @@ def render_sample(s: Sample, title: str) -> str:
         lines.append(f"  throttling    {t.percent_periods:.0f}% of periods ({t.throttled} of {t.periods}), "
                      f"{t.throttled_usec / 1000:.0f} ms held back ({t.percent_time:.0f}% of the interval) "
                      f"under {plural(t.quota, 'CPU', 'g')} at {t.cgroup}")
+    elif s.throttling_since_start is not None:
+        c = s.throttling_since_start
+        lines.append(f"  throttling    no period of this interval read yet; since the cgroup began {c.throttled} of "
+                     f"{c.periods} periods throttled, under {plural(c.quota, 'CPU', 'g')} at {c.cgroup}")
     else:
         lines.append(f"  throttling    {s.throttling_unknown or 'none: no CPU quota applies'}")
+    if s.run_queue_wait_percent is not None:
+        lines.append(waiting_line(s.run_queue_wait_percent, t))
     lines.append(f"  CPU pressure  machine {_pct(s.pressure_some)}, cgroup {_pct(s.pressure_cgroup_some)} "
                  f"(share of the interval some task waited for a CPU)")
     if s.groups:
@@ -94,6 +101,14 @@ def render_sample(s: Sample, title: str) -> str:
     lines += _inside_lines(s)
     lines.append(f"  verdict       {s.verdict}")
     return "\n".join(escape_controls(line) for line in lines)
+
+
+def waiting_line(wait: float, t: ThrottleUse | None) -> str:
+    """Throttled told apart from contended: the threads' run-queue wait (schedstat) and the quota's
+    throttled time, two numbers, and what is left of the wait once the throttled time is taken out."""
+    held = 0.0 if t is None else t.percent_time
+    return (f"  waiting       run queue {wait:.0f}% (threads runnable, not on a CPU, summed); throttled {held:.0f}% "
+            f"(the quota held them back); contended {max(0.0, wait - held):.0f}%")
 
 
 def _inside_lines(s: Sample) -> list[str]:

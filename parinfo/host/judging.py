@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from parinfo.diagnostics import fleet_rules
@@ -43,6 +44,23 @@ class Reading:
     ticks: dict[tuple[int, int], int]  # (pid, start time) -> CPU ticks
     counters: dict[str, CpuCounters]
     pressure: dict[str, PressureFacts]
+    waits: dict[tuple[int, int], int] = field(default_factory=dict)  # (pid, start time) -> run-queue wait, ns
+
+
+def run_queue(report: HostReport, waits: dict[tuple[int, int], int], groups: Mapping[tuple[int, int], str],
+              before: Reading | None, dt: float | None) -> None:
+    """Each cgroup row's run-queue wait over the interval (its processes' threads, summed, percent of
+    the interval) beside its throttled time: throttled told apart from contended. ``groups`` gives
+    each process's row."""
+    if before is None or dt is None:
+        return
+    share: dict[str, float] = {}
+    for k, ns in waits.items():
+        old = before.waits.get(k)
+        if old is not None:
+            share[groups[k]] = share.get(groups[k], 0.0) + max(0, ns - old) / 1e9 / dt * 100
+    for row in report.cgroups:
+        row.run_queue_wait_percent = round(share.get(row.path, 0.0), 1)
 
 
 def own_pressure(key: str, a: PressureFacts, b: PressureFacts, dt: float) -> float | Unknown:

@@ -11,7 +11,7 @@ from dataclasses import field
 from typing import Any
 
 from parinfo.diagnostics.findings import Finding, Severity, at_least
-from parinfo.records.convert import dump, key
+from parinfo.records.convert import OMIT_NONE, dump, key
 from parinfo.records.record import record
 from parinfo.records.source import Source
 from parinfo.safe_text import escape_controls, plural
@@ -167,6 +167,9 @@ class CgroupRow:
     throttling_unknown: str | None = None
     pressure_some: float | str = "unknown (one reading: no interval)"
     findings: list[Finding] = field(default_factory=list)
+    #: its threads' run-queue wait over the interval (schedstat, summed; percent of the interval): with
+    #: ``throttling.percent_time`` it tells throttled (held back by the quota) from contended (the rest)
+    run_queue_wait_percent: float | None = field(default=None, metadata=OMIT_NONE)
 
 
 @record
@@ -281,16 +284,25 @@ def _throttle(c: CgroupRow) -> str:
     return f"{t.percent_periods:.0f}% of periods"
 
 
+def _held(c: CgroupRow) -> str:
+    """Time the quota held the row's threads back, percent of the interval ("-": none measured)."""
+    return "-" if c.throttling is None else _pct(c.throttling.percent_time)
+
+
 def _cgroup_lines(r: HostReport) -> list[str]:
     head = (f"{'cgroup':<34} {'usable':>6} {'quota':>6} {'procs':>5} {'threads':>7} {'runnable':>8} "
-            f"{'at once':>7} {'CPU use':>7} {'throttled':>16} {'pressure':>8}")
+            f"{'at once':>7} {'CPU use':>7} {'throttled':>16} {'held':>5} {'queued':>6} {'pressure':>8}")
     lines = [head]
     for c in r.cgroups:
         quota = "none" if c.quota is None else f"{c.quota:g}"
         at_once = f"{c.threads_at_once}{'*' if c.predicted_pids else ''}"
         lines.append(f"{_cut(escape_controls(c.path), 34):<34} {c.usable_cpus:>6} {quota:>6} {len(c.pids):>5} "
                      f"{c.threads:>7} {c.runnable_now:>8} {at_once:>7} {_pct(c.cpu_percent):>7} "
-                     f"{_throttle(c):>16} {_pct(c.pressure_some if r.interval else None):>8}")
+                     f"{_throttle(c):>16} {_held(c):>5} {_pct(c.run_queue_wait_percent):>6} "
+                     f"{_pct(c.pressure_some if r.interval else None):>8}")
+    if r.interval:
+        lines.append("  held: time the quota held threads back; queued: their run-queue wait (schedstat, summed, "
+                     "held time included): queued beyond held is contention for CPUs")
     lines += [escape_controls(f"  * {c.path}: {c.threads_at_once} threads at once in force; up to "
                               f"{c.threads_predicted} if the counts predicted from the launch environments of "
                               f"{len(c.predicted_pids)} process{'es' if len(c.predicted_pids) != 1 else ''} hold "

@@ -45,7 +45,7 @@ from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ,
 from parinfo.machine.topology import REREAD_S
 from parinfo.outside.standing import decide
 from parinfo.process import libraries as reg
-from parinfo.process.tasks import CLOCK_TICKS
+from parinfo.process.tasks import CLOCK_TICKS, run_delay_ns
 from parinfo.process.thread_owners import owners_of
 from parinfo.process.threads import thread_group
 from parinfo.records.record import record
@@ -305,6 +305,8 @@ class Scanner:
         dt = None if before is None else max(clock - before.clock, 1e-6)
         processes: list[HostProcess] = []
         ticks: dict[tuple[int, int], int] = {}
+        waits: dict[tuple[int, int], int] = {}
+        rows: dict[tuple[int, int], str] = {}
         reps: dict[str, CgroupInfo] = {}
         kernel_threads = kernel_runnable = 0
         seen: set[tuple[int, int, str]] = set()
@@ -348,6 +350,9 @@ class Scanner:
             if row is None:
                 continue
             ticks[(pid, start)] = cpu
+            wait = run_delay_ns(proc)
+            if wait is not None:
+                waits[(pid, start)], rows[(pid, start)] = wait, cg.key
             if before is not None and dt is not None and (pid, start) in before.ticks:
                 row.cpu_percent = round((cpu - before.ticks[(pid, start)]) / CLOCK_TICKS / dt * 100, 1)
             reps.setdefault(cg.key, cg)
@@ -364,6 +369,8 @@ class Scanner:
         if attaching:
             report.notes += self._attach_notes()
         reading = judging.judge(report, reps, clock, ticks, before, dt)
+        reading.waits = waits
+        judging.run_queue(report, waits, rows, before, dt)
         self._last = reading
         report.elapsed_ms = round((time.perf_counter() - started) * 1e3, 2)
         return report

@@ -31,7 +31,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 __all__ = ["CLOCK_TICKS", "NoAccess", "NotAProcess", "ProcessGone", "ThreadStat", "exited_during_read", "gone",
-           "kernel_thread", "no_access", "parse_stat", "thread_stats", "zombie"]
+           "kernel_thread", "no_access", "parse_stat", "run_delay_ns", "thread_stats", "zombie"]
 
 
 @record(frozen=True)
@@ -81,3 +81,22 @@ def thread_stats(proc: Proc) -> list[ThreadStat]:
         raise gone(proc.pid or 0)  # every thread ended (or is a zombie waiting for its parent): the process is gone
     return out
 
+
+
+def run_delay_ns(proc: Proc) -> int | None:
+    """The run-queue wait of all of ``proc``'s threads now (schedstat's second field, summed:
+    nanoseconds runnable but not on a CPU, held back by a quota included); None when the threads
+    cannot be listed or the kernel keeps no schedstat. A scan over every process reads this only."""
+    try:
+        tids = proc.thread_ids()
+    except (ProcessGone, NoAccess, NotAProcess):
+        return None
+    total, read = 0, False
+    for tid in tids:
+        sched = proc.thread_file(tid, "schedstat", 256)
+        try:
+            total += int(sched.split()[1]) if sched is not None else 0
+            read = read or sched is not None
+        except (ValueError, IndexError):
+            continue
+    return total if read else None

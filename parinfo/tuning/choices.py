@@ -4,10 +4,13 @@ Asked for with ``--allocator default,jemalloc,...`` / ``--openmp default,intel,.
 search, each choice is measured at the best counts in fresh processes that preload it as ``parinfo
 apply`` does (a trial profile's ``allocator:`` / ``openmp:`` key, parinfo.tuning.measure.trial_child).
 One key at a time, allocator first; the OpenMP runtimes are then measured with the allocator kept.
-Every choice of a key is measured :data:`ROUNDS` times, round by round so drift over time falls on
-all alike, and its samples pooled. A choice is kept (written to the profile) only when it is faster
-than ``default`` (nothing preloaded, always measured) beyond the noise, and its process had the
-library mapped; otherwise the default stays, and :attr:`ChoiceSearch.why` says why.
+Every choice of a key is measured :data:`ROUNDS` times, round by round beside ``default`` (nothing
+preloaded, measured in every round), each round in the reverse order of the one before (default,
+X, X, default): a slow start or end of a round falls on every choice alike. Only figures of this
+measuring compare: never the count sweep's, taken at another time. A choice is kept (written to the
+profile) only when it is faster than default beyond the noise both pooled and in every round
+against that round's default, and its process had the library mapped; otherwise the default
+stays, and :attr:`ChoiceSearch.why` says why.
 """
 from __future__ import annotations
 
@@ -97,6 +100,7 @@ class ChoiceSearch:
     fastest: str = pre.DEFAULT
     kept: str = pre.DEFAULT
     why: str = ""
+    rounds: list[dict[str, Stats]] = field(default_factory=list)  # each round's figures, by choice
 
     @property
     def written(self) -> bool:
@@ -120,33 +124,46 @@ def not_mapped(seen: Any) -> list[str]:
 def measure(key: str, words: Sequence[str], point: Point, fixed: Mapping[str, str], trial: Trial, *,
             margin: float = DEFAULT_MARGIN, rounds: int = ROUNDS,
             progress: Callable[[str], None] | None = None) -> ChoiceSearch:
-    """Measure each of ``words`` for ``key`` at ``point`` (``rounds`` times, round by round, samples
-    pooled) and decide which is kept."""
+    """Measure each of ``words`` for ``key`` at ``point`` (``rounds`` times, round by round, every
+    other round in reverse order, samples pooled) and decide which is kept."""
     out = ChoiceSearch(key, point, dict(fixed))
-    for _ in range(rounds):
-        for w in words:
+    for r in range(rounds):
+        figures: dict[str, Stats] = {}
+        for w in (words if r % 2 == 0 else tuple(reversed(words))):
             if progress:
                 progress(f"{key} {w}")
-            stats, seen = trial(point, {**fixed, key: w})
+            figures[w], out.in_force[w] = trial(point, {**fixed, key: w})
             old = out.stats.get(w)
-            out.stats[w] = stats if old is None else Stats(old.samples + stats.samples, old.number)
-            out.in_force[w] = seen
-    base = out.stats[pre.DEFAULT]
+            out.stats[w] = figures[w] if old is None else Stats(old.samples + figures[w].samples, old.number)
+        out.rounds.append(figures)
+    _decide(out, margin)
+    return out
+
+
+def _decide(out: ChoiceSearch, margin: float) -> None:
+    """Set ``out``'s fastest, kept and why from its own rounds' figures alone."""
+    key, base = out.key, out.stats[pre.DEFAULT]
     out.fastest = min(out.stats, key=lambda w: (out.stats[w].median, w != pre.DEFAULT))
     best = out.stats[out.fastest]
     gain = 1.0 - best.median / base.median if base.median > 0 else 0.0
     noise = max(margin, base.spread, best.spread)
+    lost = [n for n, r in enumerate(out.rounds, 1) if not clearly_worse(r[pre.DEFAULT], r[out.fastest], margin)]
     if out.fastest == pre.DEFAULT:
         out.why = f"default (nothing preloaded) was fastest; no {key} key written"
     elif not_mapped(out.in_force[out.fastest]):
         missing = " ".join(not_mapped(out.in_force[out.fastest]))
         out.why = (f"{out.fastest} was fastest but its process did not have {missing} mapped, so it did not "
                    f"measure {out.fastest}; no {key} key written")
-    elif clearly_worse(base, best, margin):
+    elif clearly_worse(base, best, margin) and not lost:
         out.kept = out.fastest
-        out.why = (f"{out.fastest} was {gain:.0%} faster than default, beyond the noise ({noise:.0%}); "
-                   f"written as {key}: {out.fastest}")
+        out.why = (f"{out.fastest} was {gain:.0%} faster than default, beyond the noise ({noise:.0%}), in each of "
+                   f"{len(out.rounds)} rounds against that round's default; written as {key}: {out.fastest}")
+    elif clearly_worse(base, best, margin):
+        each = "; ".join(f"round {n}: default {r[pre.DEFAULT].median * 1e3:.4g} ms, {out.fastest} "
+                         f"{r[out.fastest].median * 1e3:.4g} ms" for n, r in enumerate(out.rounds, 1))
+        out.why = (f"{out.fastest} was {gain:.1%} faster than default pooled, but not beyond the noise in round "
+                   f"{', '.join(map(str, lost))} ({each}): the rounds disagree; the default stays: no {key} key "
+                   f"written")
     else:
         out.why = (f"{out.fastest} was {gain:.1%} faster than default, within the noise ({noise:.0%}); "
                    f"the default stays: no {key} key written")
-    return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
+from parinfo.machine.pressure import Throttling
 from parinfo.records.convert import OMIT_NONE
 from parinfo.records.record import record
 from parinfo.records.source import Source
@@ -88,3 +89,9 @@ class Sample:
     verdict: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     inside: tuple[ProcessCounts, ...] | None = field(default=None, metadata=OMIT_NONE)  # watch --attach only
+    #: the cumulative counters of the level that throttled most, when the interval has no figures of its own
+    throttling_since_start: Throttling | None = field(default=None, metadata=OMIT_NONE)
+    #: the threads' run-queue wait (schedstat's second field: runnable, not on a CPU) summed over them,
+    #: percent of the interval; it holds time a quota held them back too: ``throttling.percent_time``
+    #: tells that part apart (the rest is contention for CPUs)
+    run_queue_wait_percent: float | None = field(default=None, metadata=OMIT_NONE)

@@ -15,16 +15,19 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from parinfo.errors import UsageError
+from parinfo.machine.cgroup_use import cgroup_use
 from parinfo.machine.pressure import (
     CpuCounters,
     Pressure,
     PressureFacts,
+    Throttling,
     cpu_counters,
     cpu_pressure,
 )
 from parinfo.machine.procfs import Proc
 from parinfo.machine.topology import REREAD_S
 from parinfo.process.tasks import (
+    NoAccess,
     NotAProcess,
     ProcessGone,
     ThreadStat,
@@ -44,31 +47,27 @@ if TYPE_CHECKING:
 
 @record(frozen=True)
 class Reading:
-    """Cumulative counters at one instant (monotonic ``clock`` in seconds)."""
+    """Cumulative counters at one instant (monotonic ``clock`` in seconds). For the container view
+    (pid None): ``usage_ns``, the cgroup's own CPU time (or why not), and ``observer_ns``, parinfo's
+    own, which is in it but left out of the view; both None when a process is watched."""
 
     clock: float
     threads: dict[tuple[int, int], ThreadStat]  # (pid, tid) -> stat
     processes: int
     counters: CpuCounters
     pressure: PressureFacts
-    procs_running: int | None  # runnable tasks on the machine now (/proc/stat), for pid None
+    usage_ns: int | Unknown | None = None
+    observer_ns: int | None = None
 
 
-def _procs_running() -> int | None:
-    try:
-        with open("/proc/stat", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"procs_running"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+def _cpu_ns(stats: list[ThreadStat]) -> int:
+    return sum(t.cpu_ns for t in stats)
 
 
 class Sampler:
     """Takes readings of ``pid`` (and with ``children`` its descendants) and turns two consecutive
-    readings into a :class:`Sample`. ``pid`` None watches the container: the cgroup parinfo runs in
-    and the machine's runnable tasks, without per-thread groups.
+    readings into a :class:`Sample`. ``pid`` None watches the container: the CPU cgroup parinfo runs
+    in, its own CPU time and the threads of its processes (parinfo's own left out), never the machine's.
 
     With ``attach`` (seconds; ``pid`` needed), each sample also carries the counts in force of the
     process (with ``children``: of each CPython 3.14+ process of the tree, all within ``attach``
@@ -134,34 +133,45 @@ class Sampler:
 
     def _read(self) -> Reading:
         threads: dict[tuple[int, int], ThreadStat] = {}
-        processes = 0
         if self.proc is not None:
             self.proc.stat()  # ProcessGone when the pid now names another process
         try:
             self._follow_facts()
         except UsageError:
             raise gone(self.pid or 0) from None
+        usage: int | Unknown | None = None
+        observer: int | None = None
         if self.proc is not None:
             members = [self.proc]
             if self.children:
                 from parinfo.outside.remote import children
 
                 members += children(self.proc)
-            for i, member in enumerate(members):
-                try:
-                    stats = thread_stats(member)
-                except ProcessGone:
-                    if i == 0:
-                        raise
-                    continue  # a child that ended meanwhile
-                processes += 1
-                threads.update(((member.pid or 0, t.tid), t) for t in stats)
+        else:
+            use = cgroup_use(self.root)
+            usage, members = use.usage_ns, _members(use.pids, self.root)
+            observer = _cpu_ns(thread_stats(Proc.of(None, self.root)))
+        processes = self._add_threads(members, threads)
         counters = cpu_counters(self.root, self.proc)
         pressure = cpu_pressure(self.root, self.proc)
         if self.proc is not None and counters.unknown and not self.proc.exists():
             raise gone(self.proc.pid or 0)
-        return Reading(time.monotonic(), threads, processes, counters, pressure,
-                       _procs_running() if self.pid is None else None)
+        return Reading(time.monotonic(), threads, processes, counters, pressure, usage, observer)
+
+    def _add_threads(self, members: list[Proc], threads: dict[tuple[int, int], ThreadStat]) -> int:
+        """Put each member's threads in ``threads``; the number of members read. The watched process
+        gone raises ProcessGone; any other member that ended or cannot be read is left out."""
+        processes = 0
+        for i, member in enumerate(members):
+            try:
+                stats = thread_stats(member)
+            except (ProcessGone, NoAccess):
+                if i == 0 and self.proc is not None:
+                    raise
+                continue
+            processes += 1
+            threads.update(((member.pid or 0, t.tid), t) for t in stats)
+        return processes
 
     def sample(self) -> Sample | None:
         """A new reading turned into a Sample against the previous one (None on the first call)."""
@@ -196,10 +206,12 @@ class Sampler:
     def between(self, a: Reading, b: Reading) -> Sample:
         dt = max(b.clock - a.clock, 1e-6)
         groups: dict[str, list[float]] = {}
-        total_cpu = total_run = 0.0
+        total_cpu = total_run = total_wait = 0.0
         total_inv = running = 0
         for key, t in b.threads.items():
             prev = a.threads.get(key)
+            if prev is not None and t.cpu_ns < prev.cpu_ns:
+                prev = None  # a pid and tid given to a new thread
             cpu = (t.cpu_ns - prev.cpu_ns) if prev else 0
             wait = (t.wait_ns - prev.wait_ns) if prev and t.wait_ns is not None and prev.wait_ns is not None else 0
             inv = (t.involuntary - prev.involuntary) if prev and t.involuntary is not None \
@@ -213,13 +225,16 @@ class Sampler:
             g[3] += inv
             total_cpu += cpu / 1e9 / dt * 100
             total_run += run
+            total_wait += max(0, wait) / 1e9 / dt * 100
             total_inv += max(0, inv)
             running += t.state == "R"
         uses = tuple(sorted((GroupUse(n, int(v[0]), round(v[1], 1), round(v[2], 2), int(v[3]))
                              for n, v in groups.items()), key=lambda g: (-g.cpu_percent, -g.threads, g.name)))
         throttle, why = throttle_use(a.counters, b.counters, dt)
-        if self.pid is None and b.procs_running is not None:
-            total_run, running = max(0.0, b.procs_running - 1.0), max(0, b.procs_running - 1)
+        notes = b.counters.notes
+        if self.pid is None:
+            total_cpu, note = _cgroup_cpu(a, b, dt, total_cpu)
+            notes += (note,) if note else ()
         sample = Sample(
             time=time.time(), interval=round(dt, 3), pid=self.pid, processes=b.processes,
             threads=len(b.threads), usable_cpus=self.usable, quota=self.quota,
@@ -227,9 +242,37 @@ class Sampler:
             involuntary=total_inv, groups=uses, throttling=throttle, throttling_unknown=why,
             pressure_some=in_words(pressure_percent(a.pressure.system, b.pressure.system, dt)),
             pressure_cgroup_some=in_words(pressure_percent(a.pressure.cgroup, b.pressure.cgroup, dt)),
-            notes=b.counters.notes,
+            notes=notes, throttling_since_start=_since_start(throttle, b.counters),
+            run_queue_wait_percent=round(total_wait, 1),
         )
         return _with_verdict(sample, verdict(sample))
+
+
+def _members(pids: tuple[int, ...] | Unknown, root: str) -> list[Proc]:
+    """The handles of a cgroup's processes but parinfo's own (it watches; it is not watched)."""
+    if isinstance(pids, Unknown):
+        return []
+    me = os.getpid()
+    return [Proc.of(p, root) for p in pids if p != me]
+
+
+def _cgroup_cpu(a: Reading, b: Reading, dt: float, threads_cpu: float) -> tuple[float, str | None]:
+    """The container view's CPU use over ``dt`` (percent of one CPU): the cgroup's own counter less
+    parinfo's own CPU time; else the sum over the threads read, and a note that says why."""
+    if isinstance(a.usage_ns, int) and isinstance(b.usage_ns, int):
+        own = (b.observer_ns or 0) - (a.observer_ns or 0)
+        return max(0.0, (b.usage_ns - a.usage_ns - max(0, own)) / 1e9 / dt * 100), None
+    why = b.usage_ns if isinstance(b.usage_ns, Unknown) else a.usage_ns
+    return threads_cpu, f"CPU use summed over the threads read (threads that ended are missed): the cgroup's " \
+                        f"CPU time is {why}"
+
+
+def _since_start(interval: ThrottleUse | None, counters: CpuCounters) -> Throttling | None:
+    """The throttling counters since the cgroup began, when this interval has no figures of its own
+    (a quota level not read at the interval's start, or no period ended in it): evidence at once."""
+    if counters.unknown or not counters.levels or (interval is not None and interval.periods > 0):
+        return None
+    return counters.worst
 
 
 def _counts(pid: int, attached: bool, how: str, inside: Inside | None) -> ProcessCounts:
