@@ -202,3 +202,58 @@ def test_the_current_numpy_gets_no_numpy_29391():
     result = _probe("threads", None)
     assert version_key(result["openblas"]) >= version_key("0.3.31")
     assert _ref(result, "numpy#29391") == []
+
+
+# A process read from outside: its pool rows carry the version its OpenBLAS file states, the one
+# threadpoolctl reads inside; the advisories are those the table gives that copy (info: its calling
+# threads cannot be read from outside).
+_TARGET = """
+import json, os, sys, threadpoolctl, numpy
+blas = [i for i in threadpoolctl.threadpool_info() if i["internal_api"] == "openblas"][0]
+print(json.dumps({"version": blas["version"], "filepath": blas["filepath"], "arch": os.uname().machine}), flush=True)
+sys.stdin.read()
+"""
+
+
+def _expected(truth: dict) -> set[str]:
+    return {a.reference for a in ADVISORIES if a.covers(truth["version"], "numpy", None, truth["arch"])}
+
+
+def test_show_pid_reads_the_version_from_outside_and_gives_its_advisories():
+    from conftest import run_cli, start_target, stop_target
+
+    proc, truth = start_target(_TARGET)
+    try:
+        out = run_cli("show", "--pid", str(proc.pid), "--json")
+    finally:
+        stop_target(proc)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    [row] = [p for p in report["pools"] if p["filepath"] == truth["filepath"]]
+    assert row["version"] == truth["version"]
+    found = [f for f in report["findings"] if f["id"] == "known-bad-version"]
+    assert _refs([f["message"] for f in found]) == _expected(truth)
+    assert all(f["severity"] == "info" for f in found)  # its calling threads: not readable from outside
+
+
+def _refs(messages: list[str]) -> set[str]:
+    return {re.search(r"known-bad version \(([^()]+#\d+)\)", m).group(1) for m in messages}
+
+
+def test_host_names_the_process_that_loads_a_known_bad_version():
+    from conftest import start_target, stop_target
+
+    from parinfo.host.judging import CgroupInfo, advisories
+    from parinfo.host.model import HostProcess, PoolCount
+    from parinfo.machine.procfs import Proc
+    from parinfo.records.source import unknown
+
+    proc, truth = start_target(_TARGET)
+    try:
+        pool = PoolCount("openblas", truth["filepath"], "numpy", None, unknown("not read"))
+        member = HostProcess(proc.pid, 0, "python", "python", "me", "/", "/", 2, 2, pools=[pool])
+        found = advisories("the machine", [member], CgroupInfo("/", "/", None, None, 2, Proc.of(proc.pid), 0.0))
+    finally:
+        stop_target(proc)
+    assert _refs([f.message for f in found]) == _expected(truth)
+    assert all(f.message.startswith(f"the machine: pid {proc.pid} loads OpenBLAS {truth['version']}") for f in found)

@@ -1,0 +1,52 @@
+"""The version a library file states in its own bytes, read without loading it.
+
+OpenBLAS keeps the text its ``openblas_get_config`` returns ("OpenBLAS 0.3.29 DYNAMIC_ARCH ...") in
+the file, the word after the registry's ``version_after`` (:class:`~parinfo.process.library_parts.
+NativeReads`). A process read from outside (``show --pid``, ``host``) and the pytest plugin's header
+cannot ask the loaded copy, so they read this: the same version threadpoolctl reports inside. The
+file is mapped, not read into memory (a scipy-openblas build is some 25 MB), and each file is read
+once per size and modification time.
+"""
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+import re
+
+from parinfo import safe_file
+from parinfo.process import libraries as reg
+
+_VERSION = rb"[ \t](\d+\.\d+(?:\.\d+)*)(?![\d.]*[A-Za-z0-9])"
+
+
+def version_in_file(path: str | None, library: str) -> str | None:
+    """The version ``library``'s file at ``path`` states, or None (a library whose version the
+    registry cannot find in its file, a file gone or unreadable, no version text in it)."""
+    rec = reg.find(library)
+    marker = rec.native.version_after if rec is not None and rec.native is not None else ""
+    if not path or not marker:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _read(path, marker, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _read(path: str, marker: str, size: int, mtime_ns: int) -> str | None:
+    if size <= 0:
+        return None
+    try:
+        fd = safe_file.open_file(path, follow=True)
+    except OSError:
+        return None
+    try:
+        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as view:
+            found = re.search(re.escape(marker.encode()) + _VERSION, view)
+            return found.group(1).decode() if found else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
