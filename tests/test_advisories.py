@@ -257,3 +257,31 @@ def test_host_names_the_process_that_loads_a_known_bad_version():
         stop_target(proc)
     assert _refs([f.message for f in found]) == _expected(truth)
     assert all(f.message.startswith(f"the machine: pid {proc.pid} loads OpenBLAS {truth['version']}") for f in found)
+
+
+def test_the_pytest_header_says_each_advisory_of_the_numpy_the_tests_import(tmp_path):
+    from conftest import start_target, stop_target
+
+    proc, truth = start_target(_TARGET)  # this numpy's OpenBLAS, as threadpoolctl reads it inside
+    stop_target(proc)
+    test = "import numpy\n\n\ndef test_x():\n    assert numpy.ones(2).sum() == 2\n"
+    (tmp_path / "test_uses_numpy.py").write_text(test)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "parinfo.pytest_plugin", "-p", "no:cacheprovider",
+                           "--co", str(tmp_path)], cwd=tmp_path, env=clean_env(PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("parinfo: info: known-bad-version:")]
+    assert _refs(lines) == _expected(truth), done.stdout
+    assert all("; fix: " in line for line in lines)
+
+
+@pytest.mark.parametrize(("text", "version"), [(b"OpenBLAS 0.3.21.dev DYNAMIC_ARCH NO_AFFINITY", "0.3.21.dev"),
+                                               (b"OpenBLAS 0.3.31.188.0 DYNAMIC_ARCH", "0.3.31.188.0"),
+                                               (b"no version text here", None)])
+def test_the_version_is_read_from_the_file_without_loading_it(tmp_path, text, version):
+    from parinfo.process.file_version import version_in_file
+
+    lib = tmp_path / "libopenblas.so.0"
+    lib.write_bytes(b"\x7fELF" + b"\x00" * 4096 + text + b"\x00" * 64)
+    assert version_in_file(str(lib), "openblas") == version
+    assert version_in_file(str(tmp_path / "gone.so"), "openblas") is None
+    assert version_in_file(str(lib), "libgomp") is None  # no version text the registry knows of in its file

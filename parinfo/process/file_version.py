@@ -14,10 +14,10 @@ import mmap
 import os
 import re
 
-from parinfo import safe_file
+import parinfo.safe_file as safe_file
 from parinfo.process import libraries as reg
 
-_VERSION = rb"[ \t](\d+\.\d+(?:\.\d+)*)(?![\d.]*[A-Za-z0-9])"
+_VERSION = rb" (\d+\.\d+[\w.+-]*)"  # "OpenBLAS 0.3.29", "OpenBLAS 0.3.31.188.0", "OpenBLAS 0.3.21.dev"
 
 
 def version_in_file(path: str | None, library: str) -> str | None:
