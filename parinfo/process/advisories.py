@@ -100,16 +100,19 @@ def version_key(version: str | None) -> tuple[int, ...] | None:
 _OPENBLAS_ELSEWHERE = "upgrade the package that ships this copy to one built with OpenBLAS {v} or later"
 
 #: Every advisory, newest bug first. Rows about numpy's own copy come before the generic row for
-#: the same bug, which names numpy in ``not_owners``.
+#: the same bug, which names numpy in ``not_owners``. The lock-sharding rows (numpy#31618,
+#: OpenBLAS#5836) start at 0.3.4, the release that first serialized level-3 calls from several
+#: callers (its release notes) with the per-file locks PR#5838 unified; before it the numpy#11046
+#: row holds.
 ADVISORIES: tuple[Advisory, ...] = (
-    Advisory("openblas", None, "0.3.33.112.0", Trigger.CALLERS,
+    Advisory("openblas", "0.3.4", "0.3.33.112.0", Trigger.CALLERS,
              "np.dot and matmul on non-contiguous arrays can return another thread's numbers when threads "
              "call them at once (seen on a free-threaded 3.14t)",
              ("numpy#31618", "numpy PR#31704", "OpenBLAS PR#5838"),
              "pip install 'numpy>=2.5.3' (its wheels ship OpenBLAS 0.3.34, which has the fix; numpy 2.5 needs "
              "Python 3.12 or later), or call BLAS from one thread at a time",
              owners=("numpy",)),
-    Advisory("openblas", None, "0.3.34", Trigger.CALLERS,
+    Advisory("openblas", "0.3.4", "0.3.34", Trigger.CALLERS,
              "level-3 BLAS calls of different kernels made at once from several threads each take their own "
              "lock, so they overlap and can corrupt each other's results",
              ("OpenBLAS#5836", "OpenBLAS PR#5838", "OpenBLAS 0.3.34 release notes"),

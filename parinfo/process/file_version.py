@@ -5,11 +5,10 @@ the file, the word after the registry's ``version_after`` (:class:`~parinfo.proc
 NativeReads`). A process read from outside (``show --pid``, ``host``) and the pytest plugin's header
 cannot ask the loaded copy, so they read this: the same version threadpoolctl reports inside. The
 file is mapped, not read into memory (a scipy-openblas build is some 25 MB), and each file is read
-once per size and modification time.
+once while its inode, size and modification time stay the same.
 """
 from __future__ import annotations
 
-import functools
 import mmap
 import os
 import re
@@ -31,13 +30,19 @@ def version_in_file(path: str | None, library: str) -> str | None:
         st = os.stat(path)
     except OSError:
         return None
-    return _read(path, marker, st.st_size, st.st_mtime_ns)
+    key = (marker, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)  # one file seen through many /proc/PID/root
+    if key not in _READ:
+        if len(_READ) >= _KEPT:
+            _READ.clear()
+        _READ[key] = _read(path, marker) if st.st_size > 0 else None
+    return _READ[key]
 
 
-@functools.lru_cache(maxsize=64)
-def _read(path: str, marker: str, size: int, mtime_ns: int) -> str | None:
-    if size <= 0:
-        return None
+_READ: dict[tuple[str, int, int, int, int], str | None] = {}
+_KEPT = 256
+
+
+def _read(path: str, marker: str) -> str | None:
     try:
         fd = safe_file.open_file(path, follow=True)
     except OSError:
