@@ -46,7 +46,9 @@ class Advisory:
     ``not_owners``: owners another row covers. ``layer`` and ``arch``: the threading layer (pool
     row) and machine architecture (``uname -m``) it needs, None for any. ``min_threads``: the
     library's own count from which the trigger shows (numpy#29391 needs 3 OpenBLAS threads).
-    ``references``: the upstream issue first, then the pull requests and notes that fix it."""
+    ``references``: the upstream issue first, then the pull requests, build pins and release notes
+    about it and its fix (numpy#30816's OpenBLAS PR#5642 was closed and its twin PR#5643 reverted by
+    PR#5690: cited as the issue cites it, not as the fix)."""
 
     library: str
     first_bad: str | None
