@@ -224,6 +224,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return [*lines, f"parinfo: budget: {who} share {plural(usable, 'usable CPU')}: each gets "
                 f"{plural(share, 'thread')} "
                 "for every pool (OpenMP, BLAS, MKL, torch intra- and inter-op)"]
+    lines += _advisory_lines(config)
     expected = _expected_pools(config)
     widest = _widest_default(facts, expected)
     if widest is None or plan.count * widest[0] <= usable:
@@ -232,6 +233,29 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [*lines, f"parinfo: warning: {who} x {plural(count, 'thread')} ({library}; {why}) = "
             f"{plural(plan.count * count, 'thread')} on {plural(usable, 'usable CPU')}; add --parinfo-budget to give "
             f"each worker {share}"]
+
+
+def _advisory_lines(config: pytest.Config) -> list[str]:
+    """One line per known-bad library version (the advisories table) among the copies loaded here or
+    shipped by the modules the session imports, each version read from its file; whether the tests
+    call them from several threads is not known before they run, so each is said at info level."""
+    from parinfo.diagnostics.advisory_rules import Copy, copy_findings
+    from parinfo.process import libraries as reg
+    from parinfo.process.advisories import for_library
+    from parinfo.process.file_version import version_in_file
+    from parinfo.process.pools import loaded_objects, owner_of
+    from parinfo.process.shipped import shipped_runtimes
+
+    paths = [p for p in loaded_objects() if reg.by_prefix(os.path.basename(p).lower()) is not None]
+    for module in sorted(_session_imports(config)):
+        paths += shipped_runtimes(module).values()
+    copies = []
+    for path in dict.fromkeys(paths):
+        rec = reg.by_prefix(os.path.basename(path).lower())
+        if rec is not None and for_library(rec.name):
+            copies.append(Copy(rec.name, version_in_file(path, rec.name), owner_of(path), path, None, None))
+    return [f"parinfo: {f.severity}: {f.id}: {f.message}; fix: {f.fix}"
+            for f in copy_findings(copies, os.uname().machine)]
 
 
 def _widest_default(facts: Any, expected: dict[str, str]) -> tuple[int, str, str] | None:

@@ -21,7 +21,11 @@ HAVE_RAY = importlib.util.find_spec("ray") is not None
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="torch is not installed")
     skip_ray = pytest.mark.skip(reason="ray is not installed")
+    wheels = "wheels" in (config.getoption("markexpr", "") or "") or bool(os.environ.get("PARINFO_TEST_WHEELS"))
+    skip_wheels = pytest.mark.skip(reason="fetches an old wheel: runs once, where selected (-m wheels)")
     for item in items:
+        if "wheels" in item.keywords and not wheels:
+            item.add_marker(skip_wheels)
         if "torch" in item.keywords and not HAVE_TORCH:
             item.add_marker(skip)
         if "ray" in item.keywords and not HAVE_RAY:

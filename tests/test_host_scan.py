@@ -120,6 +120,12 @@ def _scan(cgroup: str) -> parinfo.host.HostReport:
     return parinfo.host.scan(cgroup=cgroup, interval=0)
 
 
+def counted(findings: list) -> list:
+    """The findings about counts: the numpy the targets load may be a known-bad version too
+    (tests/test_advisories.py checks those)."""
+    return [f for f in findings if f.id != "known-bad-version"]
+
+
 def _tasks(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
@@ -142,7 +148,7 @@ def test_numpy_processes_at_different_counts_in_force(targets, cgroup):
     # limited after import: its launch environment asked for 2, memory says 1, and 1 is shown
     assert report.process(one.pid).widest == ("openblas", 1)
     assert group.threads_at_once == 3
-    (finding,) = group.findings
+    (finding,) = counted(group.findings)
     assert finding.id == "host-oversubscribed"
     assert str(two.pid) in finding.message and str(one.pid) in finding.message
     assert "3 threads at once" in finding.message and "2 usable CPUs" in finding.message
@@ -167,7 +173,7 @@ def test_threads_grouped_by_owner(targets, cgroup):
 def test_the_fix_works_as_printed(targets, cgroup):
     for _ in range(2):
         targets.start(TARGET.format(limit=None))
-    (finding,) = _scan(cgroup).cgroups[0].findings
+    (finding,) = counted(_scan(cgroup).cgroups[0].findings)
     assert finding.id == "host-oversubscribed" and "4 threads at once" in finding.message
     given = dict(re.findall(r"\b([A-Z_]+_NUM_THREADS)=(\d+)", finding.fix.split(";")[0]))
     assert given == {"OPENBLAS_NUM_THREADS": "1"}  # 2 usable CPUs shared by 2 processes
@@ -176,7 +182,7 @@ def test_the_fix_works_as_printed(targets, cgroup):
     fixed = [targets.start(TARGET.format(limit=None), env=clean_env(**given)) for _ in range(2)]
     assert [truth for _, truth in fixed] == ["1", "1"]  # threadpoolctl inside agrees with the fix
     group = _scan(cgroup).cgroups[0]
-    assert group.threads_at_once == 2 and group.findings == []
+    assert group.threads_at_once == 2 and counted(group.findings) == []
 
 
 def test_a_family_of_workers_from_one_parent(targets, cgroup):
@@ -191,7 +197,7 @@ def test_a_family_of_workers_from_one_parent(targets, cgroup):
         assert row.widest == ("openblas", n)
     group = report.cgroups[0]
     assert group.threads_at_once == sum(truth.values()) + 2  # the parent's own pool of 2 counts too
-    (finding,) = group.findings
+    (finding,) = counted(group.findings)
     assert f"for the 3 workers of pid {parent.pid}" in finding.fix
     assert "run at most 1 worker there" in finding.fix and "OPENBLAS_NUM_THREADS=1" in finding.fix
 
@@ -371,7 +377,7 @@ def test_orphans_are_not_a_family_to_fix_at_their_adopter(targets, cgroup, tmp_p
         assert family.adopted_by is not None and family.adopted_by.startswith(f"pid {family.parent} (")
         for pid, n in truth.items():
             assert report.process(pid).widest == ("openblas", n)
-        (finding,) = [f for c in report.cgroups for f in c.findings]
+        (finding,) = counted([f for c in report.cgroups for f in c.findings])
         assert "workers of pid" not in finding.fix and "environment pid" not in finding.fix
         assert f"the 3 processes under pid {family.parent} (" in finding.fix
         given = dict(re.findall(r"\b([A-Z_]+_NUM_THREADS)=(\d+)", finding.fix))
@@ -387,7 +393,7 @@ def test_orphans_are_not_a_family_to_fix_at_their_adopter(targets, cgroup, tmp_p
     try:
         fixed = _orphans(targets, stop, reaper, env=clean_env(**given))
         assert set(fixed.values()) == {1}
-        assert [f for c in _scan(cgroup).cgroups for f in c.findings] == []
+        assert counted([f for c in _scan(cgroup).cgroups for f in c.findings]) == []
     finally:
         open(stop, "w").close()
 
@@ -438,7 +444,7 @@ def test_counts_limited_inside_are_not_summed_from_the_launch_environment(target
         assert row.widest_predicted == ("libgomp", 2) and row.threads_predicted == 2
     assert group.usable_cpus == 2 and group.threads_at_once == 2
     assert group.threads_predicted == 4 and sorted(group.predicted_pids) == sorted(p.pid for p in procs)
-    (note,) = group.findings
+    (note,) = counted(group.findings)
     assert (note.id, note.severity) == ("host-oversubscribed-predicted", "info")
     assert "a prediction" in note.message and "--attach" in note.fix and "OMP_NUM_THREADS=1" in note.fix
     assert report.problems() == []
@@ -464,7 +470,7 @@ def test_counts_in_force_over_the_cpus_still_warn_beside_predictions(targets, cg
         row = report.process(proc.pid)
         assert row.widest == ("openblas", 2) and row.threads_predicted is None
     assert group.threads_at_once == 4 and group.predicted_pids == []
-    (finding,) = group.findings
+    (finding,) = counted(group.findings)
     assert (finding.id, finding.severity) == ("host-oversubscribed", "warning")
     assert "4 threads at once" in finding.message and "openblas=2" in finding.message
 

@@ -7,14 +7,23 @@ touch the process themselves. :data:`RULES` is the one list of them, with those 
 (live evidence); :func:`diagnose` runs it. The rules over a process's own facts are those of
 :mod:`~parinfo.diagnostics.count_rules` (its counts), :mod:`~parinfo.diagnostics.runtime_rules`
 (the runtimes loaded together), :mod:`~parinfo.diagnostics.machine_rules` (the machine) and
-:mod:`~parinfo.diagnostics.thread_rules` (the team each thread gets), over
+:mod:`~parinfo.diagnostics.thread_rules` (the team each thread gets) and
+:mod:`~parinfo.diagnostics.advisory_rules` (library versions known to give wrong results), over
 the views of :mod:`~parinfo.diagnostics.rule_views`.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from parinfo.diagnostics import count_rules, fleet_rules, live_rules, machine_rules, runtime_rules, thread_rules
+from parinfo.diagnostics import (
+    advisory_rules,
+    count_rules,
+    fleet_rules,
+    live_rules,
+    machine_rules,
+    runtime_rules,
+    thread_rules,
+)
 from parinfo.diagnostics.count_rules import interop_fix
 from parinfo.diagnostics.findings import Finding, Severity, at_least, sort_findings
 from parinfo.diagnostics.model import Report
@@ -41,6 +50,7 @@ RULES: tuple[Rule, ...] = (
     runtime_rules.openblas_pthreads_with_openmp, runtime_rules.kmp_duplicate, runtime_rules.duplicate_copies,
     machine_rules.free_threaded,
     thread_rules.limit_not_in_workers, thread_rules.shared_pool_callers, thread_rules.teams_oversubscribed,
+    advisory_rules.known_bad_versions,
     fleet_rules.outer_findings,
     live_rules.throttled, live_rules.thread_stack_budget, live_rules.runnable_above_usable,
 )

@@ -19,6 +19,7 @@ from parinfo.records.record import record
 from parinfo.records.unknown import Unknown, in_words
 
 if TYPE_CHECKING:
+    from parinfo.diagnostics.findings import Finding
     from parinfo.machine.pressure import CpuCounters, PressureFacts
     from parinfo.machine.procfs import Proc
 
@@ -110,8 +111,8 @@ def judge(report: HostReport, reps: Mapping[str, CgroupInfo], clock: float,
                 row.pressure_some = in_words(pressure_percent(a.system, b.system, dt) if key == "/" else
                                              own_pressure(key, a, b, dt))
         loads = [load(p, families) for p in members if p.pools or p.pools_unknown is not None]
-        row.findings = fleet_rules.cgroup_findings(
-            "the machine" if key == "/" else f"cgroup {key}", row.usable_cpus, loads)
+        where = "the machine" if key == "/" else f"cgroup {key}"
+        row.findings = fleet_rules.cgroup_findings(where, row.usable_cpus, loads) + advisories(where, members, info)
         report.cgroups.append(row)
     both = [k for k in pressure if before is not None and k in before.pressure]
     if before is not None and dt is not None and both:  # every reading holds the machine's too
@@ -119,6 +120,23 @@ def judge(report: HostReport, reps: Mapping[str, CgroupInfo], clock: float,
                                                          dt))
     report.processes.sort(key=lambda p: (p.group != "/", p.group, -(p.threads_at_once or 0), p.pid))
     return Reading(clock, ticks, counters, pressure)
+
+
+def advisories(where: str, members: list[HostProcess], info: CgroupInfo) -> list[Finding]:
+    """The known-bad library versions the processes of one cgroup load (the advisories table), each
+    copy's version read from its file through the process's root (a count only where in force)."""
+    from parinfo.diagnostics.advisory_rules import Copy, host_findings
+    from parinfo.process.advisories import for_library
+    from parinfo.process.file_version import version_in_file
+
+    copies = []
+    for p in members:
+        for pool in p.pools:
+            if pool.path and for_library(pool.library):
+                path = os.path.join(info.proc.root, "proc", str(p.pid), "root") + pool.path
+                copies.append((p.pid, Copy(pool.library, version_in_file(path, pool.library), pool.owner, pool.path,
+                                           None, pool.count if pool.in_force else None)))
+    return host_findings(where, copies, os.uname().machine) if copies else []
 
 
 def load(p: HostProcess, families: Mapping[str, Family]) -> ProcessLoad:

@@ -83,7 +83,21 @@ def loaded_runtimes(proc: Proc, maps: str | None = None) -> list[PoolRow]:
     from parinfo.process.pools import runtimes_in_maps
 
     text = maps_text(proc) if maps is None else maps
-    return runtimes_in_maps(text.encode("utf-8", "surrogateescape"), proc.shown("maps"))
+    rows = runtimes_in_maps(text.encode("utf-8", "surrogateescape"), proc.shown("maps"))
+    for row in rows:
+        row.version = row.version or file_version(proc, row)
+    return rows
+
+
+def file_version(proc: Proc, row: PoolRow) -> str | None:
+    """The version ``row``'s file states in its bytes (OpenBLAS: the text its config call returns),
+    read through the process's own root (/proc/PID/root), so a file of another mount namespace is
+    its own, not one of this path here; None where it cannot be read."""
+    from parinfo.process.file_version import version_in_file
+
+    if not row.filepath or row.note or proc.pid is None:  # a noted row: the file was deleted or replaced
+        return None
+    return version_in_file(os.path.join(proc.root, "proc", str(proc.pid), "root") + row.filepath, row.library)
 
 def imported_libraries(maps: str) -> list[Library]:
     """The registry's Python-module libraries whose compiled files ``maps`` (a /proc/PID/maps) shows
