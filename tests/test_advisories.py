@@ -81,12 +81,18 @@ def advisories(r: Report, ref: str) -> list:
 
 
 def test_numpy_29391_is_a_warning_with_two_calling_threads_and_the_upgrade():
-    [f] = advisories(report(), "numpy#29391")
+    [f] = advisories(report(workers=2), "numpy#29391")
     assert f.severity == "warning"
-    assert "OpenBLAS 0.3.29 (numpy's copy)" in f.message and "3 live Python threads" in f.why
+    assert "OpenBLAS 0.3.29 (numpy's copy)" in f.message and "2 threads of a thread pool" in f.why
     assert f.fix.startswith("pip install 'numpy>=2.3.5'")
     [f] = advisories(report(python_threads=None, workers=2), "numpy#29391")  # the teams section alone says it
     assert f.severity == "warning" and "2 threads of a thread pool" in f.why
+
+
+def test_python_threads_of_no_thread_pool_leave_the_trigger_unknown():
+    """Other Python threads (a notebook's, a test runner's timer) may never call BLAS: info, saying so."""
+    [f] = advisories(report(), "numpy#29391")
+    assert f.severity == "info" and "not known here: 3 live Python threads, none of them a thread pool's" in f.why
 
 
 def test_numpy_29391_is_info_without_its_trigger():

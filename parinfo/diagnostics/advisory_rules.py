@@ -45,7 +45,11 @@ def _callers(r: Report) -> Callers:
         parts.append(f"{plural(workers, 'thread')} of a thread pool")
     if py is not None and py.gil_off:
         parts.append("a free-threaded build with the GIL off: their Python code runs at once too")
-    return (threads or 0) >= 2 or (workers or 0) >= 1, ", ".join(parts)
+    if (workers or 0) >= 1 or (py is not None and py.gil_off and (threads or 0) >= 2):
+        return True, ", ".join(parts)
+    if (threads or 0) >= 2:  # other threads, none of a thread pool: whether they call it is not known
+        return None, ", ".join(parts) + ", none of them a thread pool's"
+    return False, ", ".join(parts)
 
 
 def _evidence(a: Advisory, c: Copy, callers: Callers) -> Callers:
