@@ -85,8 +85,8 @@ def test_compile_workers_above_a_half_cpu_quota(quota_cgroup):
     assert out["count"] == out["torch_says"] == want and out["source"] == "library default"
     assert out["usable"] == 1
     (hit,) = [f for f in out["findings"] if f["id"] == RULE]
-    assert f"runs {want} compile workers" in hit["message"] and "0.5 CPUs" in hit["message"]
-    assert "reads no CPU quota" in hit["message"]
+    assert f"runs {want} compile workers (default: " in hit["message"] and "0.5 CPUs" in hit["message"]
+    assert "the CPU quota is not read" in hit["message"]
     if isinstance(mem, Path):
         assert f"share the memory limit of 4.0 GiB ({4 / want:.1f} GiB each)" in hit["message"]
     assert f"set {VAR}=1 " in hit["fix"] and "parinfo apply container" in hit["fix"]
@@ -169,12 +169,13 @@ def test_rule_on_a_report():
     s = sections(2, quota=0.5, usable_cpus=1, affinity=[0, 1])
     s["settings"] = [row("inductor", 2)]
     (hit,) = found(s, RULE)
-    assert "runs 2 compile workers, by its default" in hit.message
+    assert "runs 2 compile workers (default: 2 CPUs in affinity), but the cgroup CPU quota allows 0.5 CPUs" \
+        in hit.message
     assert not found(s, "count-above-quota") and not found(s, "oversubscribed-pools")
     s["settings"] = [row("inductor", 2, {"kind": "variable", "detail": f"{VAR}=2", "text": f"env {VAR}=2"},
                          variable=VAR)]
     (hit,) = found(s, RULE)
-    assert "by its default" not in hit.message and "--force" in hit.fix
+    assert f"runs 2 compile workers (env {VAR}=2)" in hit.message and "--force" in hit.fix
     s["settings"] = [row("inductor", 1)]
     assert not found(s, RULE)
     s = sections(2)  # no quota, both CPUs usable: the default fits

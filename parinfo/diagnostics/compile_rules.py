@@ -53,10 +53,9 @@ def compile_workers(r: Report) -> list[Finding]:
         lib, count = found[0], row.count
         var = lib.precedence[0]
         chose = row.source is not None and row.source.chosen
-        cause = "" if chose else f", by its default ({row.source}), which reads no CPU quota"
         out.append(Finding(
             RULE_ID, Severity.WARNING,
-            f"torch.compile runs {plural(count, 'compile worker')}{cause}, but {_limits(r)}{_memory(r, count)}",
+            f"torch.compile runs {plural(count, 'compile worker')} ({row.source}), but {_limits(r)}{_memory(r, count)}",
             "each compile worker runs one C++ (or Triton) compiler at once: more of them than usable CPUs are "
             "throttled and make the first calls of compiled code slower, and each compiler holds its own memory, "
             "so a wide pool in a small container can run out of it",
