@@ -179,31 +179,39 @@ class Inductor(Library):
 
     def row_note(self, module: Any) -> str | None:
         """Whether its pools are alive in this process: torch's AsyncCompile keeps each it made (a
-        thread pool for C++ kernels; a subprocess pool for Triton) in an lru cache at first use. A
-        cached one is asked for (a cache hit, nothing started) to count its threads."""
+        thread pool for C++ kernels; a subprocess pool for Triton) in an lru cache at first use."""
         if module is not sys.modules.get("torch") or _CONFIG not in sys.modules:
             return None  # a stand-in read inside another process; or nothing compiled yet
         cls = getattr(sys.modules.get("torch._inductor.async_compile"), "AsyncCompile", None)
-        made = [_pool_words(getattr(cls, attr, None), what)
-                for attr, what in (("pool", "thread pool"), ("process_pool", "subprocess pool"))]
-        said = [w for w in made if w]
+        said = [w for w in (_thread_pool(getattr(cls, "pool", None)),
+                            "compile subprocess pool alive" if _made(getattr(cls, "process_pool", None)) else "")
+                if w]
         return "; ".join(said) if said else "no compile pool started in this process"
 
 
-def _pool_words(made: Any, what: str) -> str:
-    """How a compile pool AsyncCompile made (``made``: its lru-cached maker) stands: "" when none was
-    made; its workers running out of its size where it says (a ThreadPoolExecutor's)."""
-    info = getattr(made, "cache_info", None)
+def _made(maker: Any) -> bool:
+    """Whether an lru-cached maker (AsyncCompile.pool) has made its pool and keeps it."""
+    info = getattr(maker, "cache_info", None)
     try:
-        if not (callable(info) and info().currsize):
-            return ""
-        pool = made()  # cached: the pool made before, nothing started
+        return callable(info) and bool(info().currsize)
     except Exception:
+        return False
+
+
+def _thread_pool(maker: Any) -> str:
+    """The compile thread pool AsyncCompile made, with its threads started out of its size; "" when
+    none was made. Only a made one is asked for: a cache hit (were it cleared meanwhile, a new
+    ThreadPoolExecutor starts no thread until a task comes)."""
+    if not _made(maker):
         return ""
+    try:
+        pool = maker()
+    except Exception:
+        return "compile thread pool alive"
     size, running = as_count(getattr(pool, "_max_workers", None)), getattr(pool, "_threads", None)
-    if size is not None and isinstance(running, (set, frozenset)):
-        return f"compile {what} alive: {len(running)} of {size} workers started"
-    return f"compile {what} alive"
+    if size is None or not isinstance(running, (set, frozenset)):
+        return "compile thread pool alive"
+    return f"compile thread pool alive: {len(running)} of {size} workers started"
 
 
 #: The module whose import sizes Inductor's compile workers.
