@@ -230,8 +230,8 @@ def test_facts_from_the_records():
     assert reg.library("openblas").scope_of("pthreads") is reg.Scope.PROCESS
     assert reg.library("libgomp").scope_of(None) == "thread"  # the word an Outcome carries
     assert reg.library("openblas").set_by_threadpoolctl and not reg.library("tbb").set_by_threadpoolctl
-    assert [r.name for r in reg.python_libraries()] == ["numexpr", "numba", "xgboost", "lightgbm", "pyarrow",
-                                                        "polars", "duckdb", "onnxruntime", "tokenizers",
+    assert [r.name for r in reg.python_libraries()] == ["numexpr", "inductor", "numba", "xgboost", "lightgbm",
+                                                        "pyarrow", "polars", "duckdb", "onnxruntime", "tokenizers",
                                                         "opencv", "tensorflow", "jax"]
     assert reg.by_prefix("libscipy_openblas64_-32a4b2a6.so").name == "openblas"
     assert reg.by_prefix("libtbbmalloc.so.2") is None and reg.by_prefix("libomptarget.so") is None

@@ -144,7 +144,7 @@ def above_quota_or_affinity(r: Report) -> list[Finding]:
     env = env_values(r)
     by_allocation = _allocation_binds(r)
     changed_at = r.runtime.followed_at
-    io_pools = reg.io_rows()  # threads that wait on I/O: more than the CPUs is their design
+    io_pools = reg.apart_rows()  # threads that wait on I/O (more than the CPUs is their design), compile workers
     out = []
     for row in r.settings:
         if row.library in io_pools:

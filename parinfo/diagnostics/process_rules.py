@@ -7,9 +7,10 @@ touch the process themselves. :data:`RULES` is the one list of them, with those 
 (live evidence); :func:`diagnose` runs it. The rules over a process's own facts are those of
 :mod:`~parinfo.diagnostics.count_rules` (its counts), :mod:`~parinfo.diagnostics.runtime_rules`
 (the runtimes loaded together), :mod:`~parinfo.diagnostics.machine_rules` (the machine) and
-:mod:`~parinfo.diagnostics.thread_rules` (the team each thread gets) and
-:mod:`~parinfo.diagnostics.advisory_rules` (library versions known to give wrong results), over
-the views of :mod:`~parinfo.diagnostics.rule_views`.
+:mod:`~parinfo.diagnostics.thread_rules` (the team each thread gets),
+:mod:`~parinfo.diagnostics.advisory_rules` (library versions known to give wrong results) and
+:mod:`~parinfo.diagnostics.compile_rules` (torch.compile's compile workers), over the views of
+:mod:`~parinfo.diagnostics.rule_views`.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 from parinfo.diagnostics import (
     advisory_rules,
+    compile_rules,
     count_rules,
     fleet_rules,
     live_rules,
@@ -48,7 +50,7 @@ RULES: tuple[Rule, ...] = (
     machine_rules.fractional_quota, machine_rules.scheduler_unbound, count_rules.refused_counts,
     count_rules.above_ceiling, count_rules.set_after_load, runtime_rules.several_openmp, runtime_rules.openmp_and_tbb,
     runtime_rules.openblas_pthreads_with_openmp, runtime_rules.kmp_duplicate, runtime_rules.duplicate_copies,
-    machine_rules.free_threaded,
+    machine_rules.free_threaded, compile_rules.compile_workers,
     thread_rules.limit_not_in_workers, thread_rules.shared_pool_callers, thread_rules.teams_oversubscribed,
     advisory_rules.known_bad_versions,
     fleet_rules.outer_findings,

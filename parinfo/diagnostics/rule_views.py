@@ -19,8 +19,8 @@ OPENMP_LAYERS = frozenset({"openmp", "intel", "gnu"})
 
 def counts_in_force(r: Report) -> list[tuple[str, int]]:
     """Every thread count in force: (who, count), for pools that can be busy at once (not an I/O
-    pool, whose threads wait on I/O)."""
-    io_pools = reg.io_rows()
+    pool, whose threads wait on I/O, nor compile workers: :meth:`Registry.apart_rows`)."""
+    io_pools = reg.apart_rows()
     return [(row.library, row.count) for row in r.settings if row.count is not None and row.library not in io_pools]
 
 def openmp_libs(r: Report) -> set[str]:
@@ -91,7 +91,7 @@ def pools_at_once(r: Report) -> list[AtOnce]:
            for p in called if p.num_threads is not None
            and not (has_openmp and p.user_api == "blas" and p.threading_layer in OPENMP_LAYERS)]
     sized_by = {p.owner for p in called if _set_along(p) == p.owner}  # frameworks whose pool is a copy's
-    io_pools = reg.io_rows()
+    io_pools = reg.apart_rows()
     for row in r.settings:
         found = row_family(row)
         if row.own or found is None or row.library in io_pools:

@@ -33,7 +33,7 @@ from parinfo.process.library_base import Library
 from parinfo.process.library_blas import Accelerate, Blis, FlexiBLAS, Mkl, OpenBLAS
 from parinfo.process.library_entries import RECORDS
 from parinfo.process.library_frames import Arrow, DuckDB, Polars
-from parinfo.process.library_modules import Interpreter, Numba, Numexpr, ParinfoRuntime, Torch
+from parinfo.process.library_modules import Inductor, Interpreter, Numba, Numexpr, ParinfoRuntime, Torch
 from parinfo.process.library_parts import (
     FALSE_WORDS,
     OPENMP_ENTRY_POINTS,
@@ -57,10 +57,10 @@ __all__ = [
     "FALSE_WORDS", "LIBRARY_VARS", "OPENMP_ENTRY_POINTS", "POOL_VARS", "REGISTRY", "RUNTIME_VARS", "THREAD_PREFIXES",
     "THREAD_VARS", "TRUE_WORDS", "Accelerate", "Arrow", "Blis", "Calls", "CountSymbol", "DirectRead", "DuckDB",
     "FlexiBLAS",
-    "GnuOpenMP", "IntelOpenMP", "Interpreter", "Library", "LibraryKind", "LlvmOpenMP", "Mkl", "NativeReads",
+    "GnuOpenMP", "Inductor", "IntelOpenMP", "Interpreter", "Library", "LibraryKind", "LlvmOpenMP", "Mkl", "NativeReads",
     "Numba", "Numexpr", "OneTBB", "OpenBLAS", "OpenMPLibrary", "ParinfoRuntime", "Polars", "Pool", "Preloadable",
     "Push",
-    "Registry", "Scope", "SetAlong", "Torch", "Var", "by_internal_api", "by_prefix", "conflicting_openmp",
+    "Registry", "Scope", "SetAlong", "Torch", "Var", "apart_rows", "by_internal_api", "by_prefix", "conflicting_openmp",
     "family", "find", "hook_facts", "is_false", "library", "listed_unset", "of_kind", "openmp_runtimes",
     "profile_keys", "python_libraries", "records", "role_var", "set_on_import", "warns_invalid",
 ]
@@ -119,6 +119,11 @@ class Registry:
         """The report rows of I/O pools ("pyarrow io"): threads that wait on I/O, not CPU pools."""
         return frozenset(f"{r.name} {p.name}" for r in self._all for p in r.pools if p.io)
 
+    def apart_rows(self) -> frozenset[str]:
+        """The report rows the rules on CPU pools leave out: the I/O pools (:meth:`io_rows`) and the
+        libraries judged by a finding of their own (``own_rule``: Inductor's compile workers)."""
+        return self.io_rows() | frozenset(r.name for r in self._all if r.own_rule)
+
     def openmp_runtimes(self) -> tuple[str, ...]:
         """Names of the OpenMP runtimes (libgomp, libiomp, libomp)."""
         return tuple(r.name for r in self._all if isinstance(r, OpenMPLibrary))
@@ -159,6 +164,7 @@ by_prefix = REGISTRY.by_prefix
 by_internal_api = REGISTRY.by_internal_api
 python_libraries = REGISTRY.python_libraries
 io_rows = REGISTRY.io_rows
+apart_rows = REGISTRY.apart_rows
 openmp_runtimes = REGISTRY.openmp_runtimes
 profile_keys = REGISTRY.profile_keys
 role_var = REGISTRY.role_var

@@ -102,14 +102,13 @@ class Library:
     ``sized_at_use`` says what its count is then (what a pool made now gets from the environment of
     now, the report's count) and that pools made otherwise may differ. :meth:`imposed`: what a
     variable imposes before its precedence (a value it raises on; a switch that turns its pool off).
-    A family whose library parses its variables otherwise than parinfo validates (:meth:`count_in`)
-    says what it does with any value (:meth:`reading`, :meth:`refusal`): the report's variable rows
-    and the invalid-variable finding take its word over parinfo's validator.
-    Attached: ``native`` (:class:`NativeReads`) names the C getters of a loaded copy;
-    ``module_facts`` the module attributes :meth:`context` reads.
-    Findings: ``quota_rule`` (:class:`QuotaRule`, None where not measured) what its default does
-    under a CPU quota; :meth:`how_to_set` the words of a fix that sets its count (its variable and
-    ``read_when``, when its library reads it; its setter).
+    A family whose library parses its variables otherwise than parinfo validates (:meth:`count_in`) says what it does
+    with any value (:meth:`reading`, :meth:`refusal`): the report's variable rows and the invalid-variable finding take
+    its word over parinfo's validator. Attached: ``native`` (:class:`NativeReads`) names the C getters of a loaded
+    copy; ``module_facts`` the module attributes :meth:`context` reads. Findings: ``quota_rule`` (:class:`QuotaRule`,
+    None where not measured) what its default does under a CPU quota; ``own_rule`` the finding that judges its count,
+    not the rules on CPU pools (Inductor's compile workers); :meth:`how_to_set` the words of a fix that sets its count
+    (its variable and ``read_when``, when its library reads it; its setter).
     """
 
     name: str = ""
@@ -160,6 +159,7 @@ class Library:
     note: str = ""
     quota_rule: QuotaRule | None = None  # what its default does under a CPU quota, measured per version
     read_when: str = "before the program starts"  # when it reads its variables, as a fix says it
+    own_rule: str | None = None  # the finding that judges its count, in place of the rules on CPU pools
 
     def __repr__(self) -> str:
         return f"<library {self.name}>"

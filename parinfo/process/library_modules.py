@@ -14,9 +14,11 @@ from parinfo.process.library_blas import MKL_DYNAMIC, Mkl, mkl_dynamic_cap
 from parinfo.process.library_parts import (
     Calls,
     CountSymbol,
+    Does,
     LibraryKind,
     Pool,
     Push,
+    Reading,
     ScopeFacts,
     Takes,
     Uptake,
@@ -123,6 +125,99 @@ class Torch(Library):
             return (f"torch reads {self.precedence[0]} ({mkl}) at import; its intra-op count {torch} "
                     "is set by the start-up hook or parinfo.apply()")
         return None
+
+
+class Inductor(Library):
+    """torch.compile's Inductor: the compile workers it runs C++ (or Triton) compiles in, sized once
+    when ``torch._inductor.config`` is imported, from TORCHINDUCTOR_COMPILE_THREADS or the CPUs in
+    affinity (at most 32; a CPU quota is not read). Its row comes with torch's: read from that module
+    once imported, else what it would take when imported now (never imported by parinfo: touching
+    ``torch._inductor`` imports it, so only ``sys.modules`` is asked)."""
+
+    name, label, module = "inductor", "Inductor compile workers", "torch"
+    kind = LibraryKind.PYTHON
+    precedence = ("TORCHINDUCTOR_COMPILE_THREADS",)
+    # no profile key: a key would follow intra_op (192 compilers on a 192-CPU host, where torch stops at 32);
+    # a profile sets it in its env block (the container profile: 1)
+    push, calls = Push.NONE, None
+    own_rule = "compile-workers-above-usable"
+    listed = "loaded"
+    read_when = "before torch._inductor is imported (before the first torch.compile)"
+    sized_at_use = ("torch._inductor not imported yet: the count it takes from the environment of now when it "
+                    "is (at the first torch.compile)")
+    note = ("torch.compile's compile workers: a thread pool (C++ kernels on CPU) or a subprocess pool "
+            "(Triton) of that many, each running one compiler at once; sized when torch._inductor.config "
+            "is imported")
+    quota_rule = QuotaRule.IGNORES  # torch 2.13: compile_threads 2 (affinity) in a 0.5-CPU cgroup
+
+    def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
+        """torch's decide_compile_threads on Linux: min(32, the CPUs in affinity) (torch._utils.cpu_count)."""
+        n, why = defaults.affinity_cpus(facts, ctx)
+        if n > _INDUCTOR_MAX:
+            return _INDUCTOR_MAX, f"{_INDUCTOR_MAX} (Inductor's limit; {why})"
+        return n, f"{why} (Inductor's compile_threads: at most {_INDUCTOR_MAX}; the CPU quota is not read)"
+
+    def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
+        """torch reads it with Python's int() ("+3", " 3 " and "3_0" too); 1 or less compiles in the
+        calling thread, without a pool: 1 runs."""
+        try:
+            n = int(env[var])
+        except (KeyError, ValueError):
+            return None
+        return max(1, n)
+
+    def refusal(self, var: str, value: str) -> Reading:
+        """A value int() refuses: importing torch._inductor.config raises, so torch.compile fails."""
+        return Reading(Does.RAISES, words="raises ValueError when torch._inductor is imported (torch.compile fails)")
+
+    def read_count(self, module: Any) -> int | None:
+        """torch._inductor.config.compile_threads once that module is imported in this process (None
+        before, or while torch leaves it to the first compile)."""
+        if module is not sys.modules.get("torch"):
+            return None  # a stand-in read inside another process
+        return as_count(getattr(sys.modules.get(_CONFIG), "compile_threads", None))
+
+    def row_note(self, module: Any) -> str | None:
+        """Whether its pools are alive in this process: torch's AsyncCompile keeps each it made (a
+        thread pool for C++ kernels; a subprocess pool for Triton) in an lru cache at first use."""
+        if module is not sys.modules.get("torch") or _CONFIG not in sys.modules:
+            return None  # a stand-in read inside another process; or nothing compiled yet
+        cls = getattr(sys.modules.get("torch._inductor.async_compile"), "AsyncCompile", None)
+        said = [w for w in (_thread_pool(getattr(cls, "pool", None)),
+                            "compile subprocess pool alive" if _made(getattr(cls, "process_pool", None)) else "")
+                if w]
+        return "; ".join(said) if said else "no compile pool started in this process"
+
+
+def _made(maker: Any) -> bool:
+    """Whether an lru-cached maker (AsyncCompile.pool) has made its pool and keeps it."""
+    info = getattr(maker, "cache_info", None)
+    try:
+        return callable(info) and bool(info().currsize)
+    except Exception:
+        return False
+
+
+def _thread_pool(maker: Any) -> str:
+    """The compile thread pool AsyncCompile made, with its threads started out of its size; "" when
+    none was made. Only a made one is asked for: a cache hit (were it cleared meanwhile, a new
+    ThreadPoolExecutor starts no thread until a task comes)."""
+    if not _made(maker):
+        return ""
+    try:
+        pool = maker()
+    except Exception:
+        return "compile thread pool alive"
+    size, running = as_count(getattr(pool, "_max_workers", None)), getattr(pool, "_threads", None)
+    if size is None or not isinstance(running, (set, frozenset)):
+        return "compile thread pool alive"
+    return f"compile thread pool alive: {len(running)} of {size} workers started"
+
+
+#: The module whose import sizes Inductor's compile workers.
+_CONFIG = "torch._inductor.config"
+#: Inductor's most compile workers by default (torch 2.13's decide_compile_threads).
+_INDUCTOR_MAX = 32
 
 
 class Numba(Library):

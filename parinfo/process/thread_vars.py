@@ -70,6 +70,8 @@ VARIABLES: tuple[Var, ...] = (
     Var("KMP_DUPLICATE_LIB_OK", "bool", "allow two OpenMP runtimes in one process (hides a real conflict)",
         set_on_import=(("sklearn", "scikit-learn"), ("threadpoolctl", "threadpoolctl"))),
     Var("MKL_THREADING_LAYER", "enum", "MKL threading layer for mkl_rt", ("intel", "sequential", "gnu", "tbb", "pgi")),
+    Var("TORCHINDUCTOR_COMPILE_THREADS", "count", "torch.compile's compile workers (read when torch._inductor "
+        "is imported)"),
     Var("NUMBA_NUM_THREADS", "count", "numba's parallel thread count (threads launched; read at import)"),
     Var("NUMBA_THREADING_LAYER", "enum", "numba's threading layer (or a safety class that picks one)",
         ("default", "safe", "threadsafe", "forksafe", "tbb", "omp", "workqueue")),
