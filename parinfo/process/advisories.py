@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import re
 
+from parinfo.process import libraries as reg
 from parinfo.records.record import record
 
 
@@ -100,6 +101,8 @@ def version_key(version: str | None) -> tuple[int, ...] | None:
 
 
 _OPENBLAS_ELSEWHERE = "upgrade the package that ships this copy to one built with OpenBLAS {v} or later"
+#: The stopgap for the rows that need 3 or more OpenBLAS threads: its own variable, from the registry.
+_AT_MOST_2 = f"until then {reg.family(reg.OpenBLAS).precedence[0]}=2 or less avoids it"
 
 #: Every advisory, newest bug first. Rows about numpy's own copy come before the generic row for
 #: the same bug, which names numpy in ``not_owners``. The lock-sharding rows (numpy#31618,
@@ -139,13 +142,13 @@ ADVISORIES: tuple[Advisory, ...] = (
              "once with 3 or more OpenBLAS threads",
              ("numpy#29391", "numpy PR#30049", "numpy PR#30129", "numpy-release PR#22"),
              "pip install 'numpy>=2.3.5' (its wheels ship scipy-openblas 0.3.30.0.7, patched for this); "
-             "until then OPENBLAS_NUM_THREADS=2 or less avoids it",
+             + _AT_MOST_2,
              owners=("numpy",), min_threads=3),
     Advisory("openblas", "0.3.28", "0.3.31", Trigger.CALLERS,
              "GEMM partitioning from OpenBLAS PR#4741 races between threads that call at once with 3 or more "
              "OpenBLAS threads and can return another thread's result",
              ("numpy#29391", "OpenBLAS PR#5516", "OpenBLAS 0.3.31 release notes"),
-             _OPENBLAS_ELSEWHERE.format(v="0.3.31") + "; until then OPENBLAS_NUM_THREADS=2 or less avoids it",
+             _OPENBLAS_ELSEWHERE.format(v="0.3.31") + "; " + _AT_MOST_2,
              not_owners=("numpy",), min_threads=3),
     Advisory("openblas", None, "0.3.7", Trigger.CALLERS,
              "a build without threading (USE_THREAD=0) called from several threads at once returns wrong "
