@@ -12,6 +12,7 @@ from parinfo.diagnostics.findings import Finding, Severity
 from parinfo.diagnostics.model import Report
 from parinfo.process import libraries as reg
 from parinfo.process.advisories import ADVISORIES, Advisory, Trigger
+from parinfo.process.pools import NO_OWNER
 from parinfo.records.record import record
 from parinfo.safe_text import plural
 
@@ -68,7 +69,7 @@ def _evidence(a: Advisory, c: Copy, callers: Callers) -> Callers:
 
 def _name(c: Copy) -> str:
     rec = reg.find(c.library)
-    whose = f"{c.owner}'s copy" if c.owner not in ("unknown", "") else c.filepath or "a copy"
+    whose = f"{c.owner}'s copy" if c.owner not in (NO_OWNER, "") else c.filepath or "a copy"
     return f"{rec.label if rec is not None else c.library} {c.version} ({whose})"
 
 

@@ -64,7 +64,7 @@ class PoolRow:
     num_threads: int | None = None
     threading_layer: str | None = None
     architecture: str | None = None
-    owner: str = "unknown"
+    owner: str = "unknown"  # NO_OWNER
     seen_by: str = field(default="loaded objects", metadata={"missing": "unknown"})
     duplicate_of: str | None = None
     copies: int = 1
@@ -162,6 +162,10 @@ def classify(path: str) -> tuple[str, str, str] | None:
     return lib.name, lib.user_api, lib.internal_api
 
 
+#: The owner of a file no package is known to ship (a pool row's ``owner``).
+NO_OWNER = "unknown"
+
+
 def owner_of(path: str) -> str:
     """The package a library file ships in, from its path: numpy, scipy, torch, scikit-learn... ;
     "system" for files under /usr or /lib, "unknown" otherwise."""
@@ -175,7 +179,7 @@ def owner_of(path: str) -> str:
         return "system"
     if "/lib/" in path:  # a conda or venv prefix: name the environment's folder
         return "environment " + path.split("/lib/", 1)[0]
-    return "unknown"
+    return NO_OWNER
 
 
 #: The OpenMP runtimes that cannot share a process (the registry's ``conflicts``).
