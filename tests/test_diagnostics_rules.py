@@ -73,6 +73,15 @@ def test_count_above_quota_names_the_quota():
     assert found and "0.5" in found[0].message and "at most 1" in found[0].fix
 
 
+def test_a_quota_wider_than_the_affinity_leaves_the_finding_to_the_affinity():
+    """Quota 8, affinity 2: the affinity is what binds, and the quota must not be named as the limit."""
+    s = base(2, quota=8.0, affinity=[0, 1], logical_cpus=16)
+    s["settings"] = [{"library": "openblas", "count": 4, "source": "env OPENBLAS_NUM_THREADS=4"}]
+    found = {f.id: f for f in diagnose(s)}
+    assert "count-above-quota" not in found
+    assert "affinity/cpuset" in found["count-above-usable"].message
+
+
 def test_count_above_affinity_without_quota():
     s = base(1, affinity=[0])
     s["settings"] = [{"library": "libgomp", "count": 2, "source": "env OMP_NUM_THREADS=2"}]

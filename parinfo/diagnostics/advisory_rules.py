@@ -1,7 +1,8 @@
 """The rule over the advisories table (:mod:`parinfo.process.advisories`): a loaded copy of a
-library in a known-bad version range, at warning level when the evidence shows its trigger (two or
-more Python threads that can call it, its own pool wide enough), else at info level, with the
-upgrade that fixes it. :data:`parinfo.diagnostics.process_rules.RULES` lists it with every other
+library in a known-bad version range, at warning level when the evidence shows its trigger (threads
+of a thread pool that can call it, two or more Python threads on a free-threaded build with the GIL
+off, its own pool wide enough), else at info level (other Python threads leave it unknown), with
+the upgrade that fixes it. :data:`parinfo.diagnostics.process_rules.RULES` lists it with every other
 rule; ``parinfo host`` asks :func:`host_findings` for the processes it reads from outside.
 """
 from __future__ import annotations

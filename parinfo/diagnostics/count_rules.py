@@ -163,7 +163,7 @@ def above_quota_or_affinity(r: Report) -> list[Finding]:
                 "job is not bound, take CPUs given to other jobs on the node)",
                 f"use at most {usable}: " + _count_fix(row, env, usable, "container"),
             ))
-        elif quota is not None:
+        elif quota is not None and (affinity is None or quota <= affinity):  # the quota is what binds
             kept = ""
             if changed_at is not None and row.source is not None and row.source.chosen:  # followed; this stayed
                 kept = (f" (kept when the usable CPUs changed at {changed_at}: {row.source} chose it, "
