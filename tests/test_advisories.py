@@ -291,3 +291,28 @@ def test_the_version_is_read_from_the_file_without_loading_it(tmp_path, text, ve
     assert version_in_file(str(lib), "openblas") == version
     assert version_in_file(str(tmp_path / "gone.so"), "openblas") is None
     assert version_in_file(str(lib), "libgomp") is None  # no version text the registry knows of in its file
+
+
+def test_a_hostile_file_costs_bounded_work_and_never_a_crash(tmp_path, monkeypatch):
+    """The file may be another user's: its version text is found across the pieces it is read in,
+    kept to 40 characters, and a file past the size bound, or a FIFO in its place, is not read."""
+    import os
+
+    from parinfo.process import file_version
+
+    monkeypatch.setattr(file_version, "CHUNK", 64)
+    lib = tmp_path / "libopenblas.so.0"
+    lib.write_bytes(b"\x00" * 60 + b"OpenBLAS 0.3.29 DYNAMIC_ARCH" + b"\x00" * 200)  # the marker spans two pieces
+    assert file_version.version_in_file(str(lib), "openblas") == "0.3.29"
+    long = tmp_path / "liblong.so"
+    long.write_bytes(b"OpenBLAS 0.3." + b"9" * 500)
+    found = file_version.version_in_file(str(long), "openblas")
+    assert found is not None and found.startswith("0.3.9") and len(found) == len("0.3") + 40
+    monkeypatch.setattr(file_version, "MAX_FILE", 1024)
+    big = tmp_path / "libbig.so"
+    with open(big, "wb") as fh:
+        fh.truncate(1 << 30)  # sparse: 1 GiB claimed
+    assert file_version.version_in_file(str(big), "openblas") is None
+    fifo = tmp_path / "libfifo.so"
+    os.mkfifo(fifo)
+    assert file_version.version_in_file(str(fifo), "openblas") is None
