@@ -19,6 +19,8 @@ from conftest import REPO, clean_env
 from parinfo.machine.procfs import Proc
 from parinfo.outside.attach import channel as chan
 
+pytestmark = pytest.mark.once  # real servers, processes or cgroups: .ci/run runs these on its first Python only
+
 NOBODY = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
 # A busy target: its main thread runs Python code all the time.
 BUSY = "import time\nwhile True:\n    sum(range(1000))\n"

@@ -17,7 +17,7 @@ from parinfo.process.libraries import library  # noqa: E402
 from parinfo.process.outer import PARINFO  # noqa: E402
 from parinfo.process.variables import THREAD_VARS  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.once]  # once: .ci/run runs these on its first Python only
 
 OMP_VAR = library("libgomp").profile_var
 

@@ -20,7 +20,7 @@ from conftest import clean_env
 from parinfo.errors import ConnectError, UsageError
 from parinfo.fleet import connect
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.once]  # once: .ci/run runs these on its first Python only
 
 #: Start-up of a CLI subprocess on a busy machine (typer, then distributed or ray imported).
 SLACK_S = 10.0

@@ -11,6 +11,8 @@ import pytest
 from conftest import clean_env
 from test_launch_run import launch, launch_cmd, py
 
+pytestmark = pytest.mark.once  # real servers, processes or cgroups: .ci/run runs these on its first Python only
+
 CPUS = sorted(os.sched_getaffinity(0))
 needs_two = pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs")
 

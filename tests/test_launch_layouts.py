@@ -16,6 +16,8 @@ from conftest import clean_env, run_cli
 from parinfo.launch.verify import CHECK_AFTER_S, EXIT_CHECK_FAILED
 from parinfo.machine.cpulist import format_cpu_list
 
+pytestmark = pytest.mark.once  # real servers, processes or cgroups: .ci/run runs these on its first Python only
+
 CPUS = sorted(os.sched_getaffinity(0))
 needs_two = pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs")
 needs_syscall = pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"),

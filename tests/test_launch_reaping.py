@@ -15,6 +15,8 @@ from conftest import clean_env
 
 from parinfo.launch import reaping
 
+pytestmark = pytest.mark.once  # real servers, processes or cgroups: .ci/run runs these on its first Python only
+
 # Each instance starts a child that stays in its process group and ignores SIGTERM, and a daemon
 # (setsid, then orphaned) that leaves the group; all three hold the instance's output pipes. Each
 # writes its pid as a file name in the folder argv[1].

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 from conftest import Targets, clean_env
 from prometheus_server import (
     assert_counters_grow,
@@ -20,6 +21,8 @@ from prometheus_server import (
     stop_all,
     wait_for,
 )
+
+pytestmark = pytest.mark.once  # real servers, processes or cgroups: .ci/run runs these on its first Python only
 
 # Prints threadpoolctl's OpenBLAS count (ground truth inside the process), multiplies matrices in
 # a thread (its BLAS pool busy: the cgroup is throttled), and ends when stdin closes.

@@ -28,6 +28,8 @@ from prometheus_server import (
     wait_for,
 )
 
+pytestmark = pytest.mark.once  # real servers, processes or cgroups: .ci/run runs these on its first Python only
+
 BUSY_BLAS = r"""
 import sys, threading, time
 sys.stdin.readline()          # wait until the test has placed us in the cgroup

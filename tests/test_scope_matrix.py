@@ -26,6 +26,8 @@ from conftest import clean_env, run_py
 from parinfo.process import libraries as reg
 from parinfo.process.library_parts import SetIn, ThreadKind, predicted_count
 
+pytestmark = pytest.mark.once  # real servers, processes or cgroups: .ci/run runs these on its first Python only
+
 #: Runs in the subprocess: the layer's set-up, then each case through the probe. A case's limit
 #: and restore are Python lines with ``n`` (the limit), ``d`` (the main thread's count before),
 #: ``POOL`` (parinfo's setter for a native pool) and what the set-up defined in scope.

@@ -12,6 +12,8 @@ import time
 import pytest
 from conftest import clean_env, run_cli
 
+pytestmark = pytest.mark.once  # real servers, processes or cgroups: .ci/run runs these on its first Python only
+
 SPIN = r"""
 import sys, threading
 def spin():
