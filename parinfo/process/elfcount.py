@@ -183,7 +183,9 @@ class _Reader:
         self.tick()
         return data
 
-    def locate(self, spec: reg.CountSymbol) -> Place:
+    def _layout(self) -> tuple[Any, Any, int, list[Any], dict[str, Mapping[str, Any]], int]:
+        """The file's header, record layouts, class (32 or 64), loaded segments, sections and load
+        base (the address its segment at file offset 0 starts at, aligned down)."""
         from elftools.elf.elffile import ELFFile
 
         if self.size > MAX_FILE:
@@ -197,12 +199,20 @@ class _Reader:
         first = next((p for p in loads if p["p_offset"] == 0), None)
         if first is None:
             raise _Refused("the file has no segment loaded from its start")
-        align = max(int(first["p_align"]), 1)
-        base = int(first["p_vaddr"]) - int(first["p_vaddr"]) % align
+        base = int(first["p_vaddr"]) - int(first["p_vaddr"]) % max(int(first["p_align"]), 1)
+        return header, structs, int(elf.elfclass), loads, sections, base
+
+    @staticmethod
+    def _extents(loads: list[Any], base: int, flag: int) -> tuple[tuple[int, int], ...]:
+        """The extents, from the load base, of the segments with ``flag`` (executable, writable)."""
+        return tuple((int(p["p_vaddr"]) - base, int(p["p_vaddr"]) + int(p["p_memsz"]) - base)
+                     for p in loads if int(p["p_flags"]) & flag)
+
+    def locate(self, spec: reg.CountSymbol) -> Place:
+        header, structs, elfclass, loads, sections, base = self._layout()
 
         def extents(flag: int) -> tuple[tuple[int, int], ...]:
-            return tuple((int(p["p_vaddr"]) - base, int(p["p_vaddr"]) + int(p["p_memsz"]) - base)
-                         for p in loads if int(p["p_flags"]) & flag)
+            return self._extents(loads, base, flag)
 
         dynsym = self._table(sections, ".dynsym", structs)
         symtab = self._table(sections, ".symtab", structs)
@@ -223,30 +233,16 @@ class _Reader:
         if var is not None and int(var[1]["st_size"]) not in (0, spec.size):
             raise _Refused(f"{var[0]} in this file is not a {spec.size}-byte variable")
         bound = self._symbol(symtab, spec.max_symbol, structs, "STT_OBJECT") if symtab and spec.max_symbol else None
-        build_max = int(bound["st_size"]) // (elf.elfclass // 8) if bound is not None else None
+        build_max = int(bound["st_size"]) // (elfclass // 8) if bound is not None else None
         return Place(getter=goff, getter_size=min(int(gsym["st_size"]) or getter_code.MAX_BYTES, getter_code.MAX_BYTES),
                      getter_name=name, variable=None if var is None else int(var[1]["st_value"]) - base,
                      variable_name="" if var is None else var[0], build_max=build_max or None,
-                     writable=extents(_PF_W), pointer=elf.elfclass // 8,
+                     writable=extents(_PF_W), pointer=elfclass // 8,
                      machine=machine_name(str(header["e_machine"])), little=self.little)
 
     def variable(self, name: str, size: int) -> Place:
-        from elftools.elf.elffile import ELFFile
-
-        if self.size > MAX_FILE:
-            raise _Refused(f"the library file is {self.size} bytes, beyond the {MAX_FILE} parinfo reads")
-        with os.fdopen(os.dup(self.fd), "rb") as fh:
-            elf = ELFFile(fh)
-            header, structs = elf.header, elf.structs
-            self.little = bool(elf.little_endian)
-            loads = self._segments(header, structs)
-            sections = self._sections(header, structs)
-        first = next((p for p in loads if p["p_offset"] == 0), None)
-        if first is None:
-            raise _Refused("the file has no segment loaded from its start")
-        base = int(first["p_vaddr"]) - int(first["p_vaddr"]) % max(int(first["p_align"]), 1)
-        writable = tuple((int(p["p_vaddr"]) - base, int(p["p_vaddr"]) + int(p["p_memsz"]) - base)
-                         for p in loads if int(p["p_flags"]) & _PF_W)
+        header, structs, elfclass, loads, sections, base = self._layout()
+        writable = self._extents(loads, base, _PF_W)
         tables = [t for t in (self._table(sections, n, structs) for n in (".dynsym", ".symtab")) if t is not None]
         sym = next((s for t in tables if (s := self._symbol(t, name, structs, "STT_OBJECT")) is not None), None)
         if sym is None:
@@ -254,7 +250,7 @@ class _Reader:
         if int(sym["st_size"]) != size:
             raise _Refused(f"{name} in this file is not a {size}-byte variable")
         place = Place(variable=int(sym["st_value"]) - base, variable_name=name, writable=writable,
-                      pointer=elf.elfclass // 8, machine=machine_name(str(header["e_machine"])), little=self.little)
+                      pointer=elfclass // 8, machine=machine_name(str(header["e_machine"])), little=self.little)
         if not place.holds(place.variable or 0, size):
             raise _Refused(f"{name} does not lie in the file's writable data")
         return place
