@@ -7,7 +7,8 @@ finally). Over one window: each thread's CPU time (schedstat's first field) and 
 second), the window's time inside regions, and the cgroup's cpu.stat (nr_periods, nr_throttled,
 throttled_time). Needs root and a cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu.
 
-    python bench/spin_quota.py [--seconds 5] [--pause 0.005] [--threads 2] [--quota 0.5]
+    PYTHONPATH=. python bench/spin_quota.py [--seconds 5] [--pause 0.005] [--threads 2] [--quota 0.5]
+        [--policies active,unset,passive,spincount0] [--runtime /usr/lib/llvm-14/lib/libomp.so]
 """
 from __future__ import annotations
 
@@ -21,11 +22,18 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from spin_workload import child_argv, inside, libgomp
+from spin_workload import REGION_BYTES, child_argv, inside, libgomp
+
+from parinfo.machine.procfs import Proc
+from parinfo.process.spin import idle_spin
+from parinfo.process.tasks import thread_stats
 
 CPU = Path("/sys/fs/cgroup/cpu")
+KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 POLICIES = {"active": {"OMP_WAIT_POLICY": "active"}, "unset": {},
-            "passive": {"OMP_WAIT_POLICY": "passive"}, "spincount0": {"GOMP_SPINCOUNT": "0"}}
+            "passive": {"OMP_WAIT_POLICY": "passive"}, "spincount0": {"GOMP_SPINCOUNT": "0"},
+            "blocktime0": {"KMP_BLOCKTIME": "0"}, "active+blocktime0": {"OMP_WAIT_POLICY": "active",
+                                                                        "KMP_BLOCKTIME": "0"}}
 
 
 def cpu_stat(cg: Path) -> dict[str, int]:
@@ -51,9 +59,10 @@ def one(policy: str, args: argparse.Namespace, gomp: str) -> dict[str, object]:
     try:
         (cg / "cpu.cfs_period_us").write_text("100000")
         (cg / "cpu.cfs_quota_us").write_text(str(int(args.quota * 100000)))
-        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+        env = {k: v for k, v in os.environ.items() if k not in KNOBS}
         env.update(POLICIES[policy])
-        proc = subprocess.Popen(child_argv(sys.executable, gomp, args.threads, args.seconds + 2, args.pause),
+        proc = subprocess.Popen(child_argv(sys.executable, gomp, args.threads, args.seconds + 2, args.pause,
+                                           args.region_bytes),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         assert proc.stdin is not None and proc.stdout is not None
         pid = int(proc.stdout.readline().split()[1])
@@ -61,9 +70,14 @@ def one(policy: str, args: argparse.Namespace, gomp: str) -> dict[str, object]:
         proc.stdin.write("go\n")
         proc.stdin.flush()
         time.sleep(1.0)  # settle: the first regions after the move
-        t0, s0, c0 = time.monotonic(), thread_times(pid), cpu_stat(cg)
-        time.sleep(args.seconds)
-        t1, s1, c1 = time.monotonic(), thread_times(pid), cpu_stat(cg)
+        t0, s0, c0, p0 = time.monotonic(), thread_times(pid), cpu_stat(cg), thread_stats(Proc.of(pid))
+        short = []  # idle_spin over the 0.3 s windows `parinfo show --pid` samples
+        while time.monotonic() < t0 + args.seconds - 0.3:
+            a, q0 = time.monotonic(), thread_stats(Proc.of(pid))
+            time.sleep(0.3)
+            short.append(idle_spin(q0, thread_stats(Proc.of(pid)), pid, time.monotonic() - a) is not None)
+        time.sleep(max(0.0, t0 + args.seconds - time.monotonic()))
+        t1, s1, c1, p1 = time.monotonic(), thread_times(pid), cpu_stat(cg), thread_stats(Proc.of(pid))
         report = json.loads(proc.stdout.readline())
         proc.wait(timeout=10)
     finally:
@@ -85,11 +99,15 @@ def one(policy: str, args: argparse.Namespace, gomp: str) -> dict[str, object]:
                          "wait_percent": round(100 * (wait - w0) / 1e9 / dt, 1)}
     spans = [tuple(s) for s in report["spans"]]
     n = sum(1 for a, b in spans if a >= t0 and b <= t1)
+    found = idle_spin(p0, p1, pid, t1 - t0)
     return {"policy": policy, "window_s": round(dt, 2), "regions": n,
             "inside_percent": round(100 * inside(spans, t0, t1) / dt, 1),
             "threads": threads, "periods": c1["nr_periods"] - c0["nr_periods"],
             "throttled": c1["nr_throttled"] - c0["nr_throttled"],
-            "throttled_ms": round((c1["throttled_time"] - c0["throttled_time"]) / 1e6, 1)}
+            "throttled_ms": round((c1["throttled_time"] - c0["throttled_time"]) / 1e6, 1),
+            "idle_spin": None if found is None else {"threads": len(found.threads),
+                                                     "idle_cpu_percent": found.idle_cpu_percent},
+            "found_in_0.3s_windows": f"{sum(short)} of {len(short)}"}
 
 
 def main() -> None:
@@ -98,12 +116,16 @@ def main() -> None:
     ap.add_argument("--pause", type=float, default=0.005)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quota", type=float, default=0.5)
-    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--region-bytes", type=int, default=REGION_BYTES, help="bytes each thread scans per region")
+    ap.add_argument("--policies", default="active,unset,passive,spincount0")
+    ap.add_argument("--runtime", default=None, help="an OpenMP runtime file to load (libomp/libiomp export "
+                    "GOMP_parallel too); default: libgomp")
     args = ap.parse_args()
-    gomp = libgomp()
+    gomp = args.runtime or libgomp()
     if gomp is None or os.geteuid() != 0 or not (CPU / "cpu.cfs_quota_us").exists():
-        sys.exit("needs root, a cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu and a libgomp")
-    print(f"# libgomp {gomp}; {os.cpu_count()} CPUs; quota {args.quota} CPU; pause {args.pause * 1e3:g} ms; "
+        sys.exit("needs root, a cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu and an OpenMP runtime")
+    print(f"# runtime {gomp}; {os.cpu_count()} CPUs; quota {args.quota} CPU; pause {args.pause * 1e3:g} ms; "
+          f"region {args.region_bytes} bytes a thread; "
           f"{args.threads} OpenMP threads; window {args.seconds:g} s")
     for policy in args.policies.split(","):
         print(json.dumps(one(policy, args, gomp)), flush=True)

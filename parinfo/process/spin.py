@@ -3,14 +3,14 @@ stops each runtime from spinning.
 
 A pool worker that spins between parallel regions never sleeps: over an interval it is on a CPU or
 waiting for one (schedstat's two fields) the whole time. Under a CPU quota its CPU time is capped by
-the quota (0.38 of a CPU under a 0.5-CPU quota, measured: bench/spin_quota.py), so "near 100% CPU"
-is no test; "runnable the whole interval" is. The calling thread of such a pool alternates between
-regions and its own pauses, so it is runnable part of the time only; a pool that works (one long
-region) keeps its calling thread runnable too, since OpenMP's calling thread takes part in each region.
-So the evidence: threads other than the calling one runnable at least :data:`RUNNABLE_PERCENT` of the
-interval, each with more CPU time than the calling thread, while the calling thread was runnable at
-most :data:`CALLER_RUNNABLE_PERCENT`. The CPU each spent beyond the calling thread's is counted as
-spent idle (a lower bound: the calling thread's own Python time between regions is counted as work).
+the quota (0.37 of a CPU under a 0.5-CPU quota, measured: bench/spin_quota.py), so "near 100% CPU"
+is no test; "runnable the whole interval" is. A pool at work is runnable throughout too, but OpenMP's
+calling thread takes part in each region, so a working pool's threads and its calling thread get
+about the same CPU time; a spinning one's get more than the calling thread, which also sleeps or runs
+Python between regions. So the evidence: threads other than the calling one runnable at least
+:data:`RUNNABLE_PERCENT` of the interval with at least :data:`CPU_RATIO` times the calling thread's
+CPU time. The CPU each spent beyond the calling thread's is counted as spent idle (a lower bound:
+the calling thread's own Python time between regions is counted as work).
 
 A spinning thread is never in a system call, so its owner cannot be read from its stack
 (:mod:`parinfo.process.thread_owners` places it only while it waits): the runtime is named from
@@ -23,10 +23,12 @@ from collections.abc import Iterable, Sequence
 from parinfo.process.tasks import ThreadStat
 from parinfo.records.record import record
 
-#: A worker runnable (on a CPU or waiting for one) this share of the interval never slept in it.
-RUNNABLE_PERCENT = 95.0
-#: A calling thread runnable more than this share ran the regions back to back: the pool was busy.
-CALLER_RUNNABLE_PERCENT = 80.0
+#: A worker runnable (on a CPU or waiting for one) this share of the interval hardly slept in it (the
+#: default libgomp spin, about 8 ms after each region here, kept one runnable 94% with 5 ms pauses).
+RUNNABLE_PERCENT = 90.0
+#: A worker of a pool at work gets about its calling thread's CPU time; a spinning one, more than this
+#: times it (measured: 2.7 to 17 times with OMP_WAIT_POLICY=active under a 0.5-CPU quota).
+CPU_RATIO = 1.5
 
 #: Runtime (registry name) -> the setting that makes its idle threads sleep at once.
 KNOBS: dict[str, str] = {
@@ -82,13 +84,13 @@ def idle_spin(before: Sequence[ThreadStat], after: Sequence[ThreadStat], caller:
     if caller not in first or caller not in now:
         return None
     mine = _percents(first[caller], now[caller], seconds)
-    if mine is None or mine[1] > CALLER_RUNNABLE_PERCENT:
+    if mine is None:
         return None
     spinning = []
     for tid, t in sorted(now.items()):
         prev = first.get(tid)
         use = None if tid == caller or prev is None else _percents(prev, t, seconds)
-        if use is not None and use[1] >= RUNNABLE_PERCENT and use[0] > mine[0]:
+        if use is not None and use[1] >= RUNNABLE_PERCENT and use[0] >= CPU_RATIO * mine[0]:
             spinning.append(SpinningThread(tid, round(use[0], 1), round(min(use[1], 100.0), 1)))
     if not spinning:
         return None
