@@ -9,6 +9,7 @@ throttled_time). Needs root and a cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu.
 
     PYTHONPATH=. python bench/spin_quota.py [--seconds 5] [--pause 0.005] [--threads 2] [--quota 0.5]
         [--policies active,unset,passive,spincount0] [--runtime /usr/lib/llvm-14/lib/libomp.so]
+        [--blas --region-bytes 256 --policies blas-default,blas-timeout4]
 """
 from __future__ import annotations
 
@@ -29,11 +30,13 @@ from parinfo.process.spin import idle_spin
 from parinfo.process.tasks import thread_stats
 
 CPU = Path("/sys/fs/cgroup/cpu")
-KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_NUM_THREADS")
 POLICIES = {"active": {"OMP_WAIT_POLICY": "active"}, "unset": {},
             "passive": {"OMP_WAIT_POLICY": "passive"}, "spincount0": {"GOMP_SPINCOUNT": "0"},
             "blocktime0": {"KMP_BLOCKTIME": "0"}, "active+blocktime0": {"OMP_WAIT_POLICY": "active",
-                                                                        "KMP_BLOCKTIME": "0"}}
+                                                                        "KMP_BLOCKTIME": "0"},
+            "blas-default": {"OPENBLAS_NUM_THREADS": "2"},
+            "blas-timeout4": {"OPENBLAS_NUM_THREADS": "2", "OPENBLAS_THREAD_TIMEOUT": "4"}}
 
 
 def cpu_stat(cg: Path) -> dict[str, int]:
@@ -62,7 +65,7 @@ def one(policy: str, args: argparse.Namespace, gomp: str) -> dict[str, object]:
         env = {k: v for k, v in os.environ.items() if k not in KNOBS}
         env.update(POLICIES[policy])
         proc = subprocess.Popen(child_argv(sys.executable, gomp, args.threads, args.seconds + 2, args.pause,
-                                           args.region_bytes),
+                                           args.region_bytes, blas=args.blas),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         assert proc.stdin is not None and proc.stdout is not None
         pid = int(proc.stdout.readline().split()[1])
@@ -118,15 +121,18 @@ def main() -> None:
     ap.add_argument("--quota", type=float, default=0.5)
     ap.add_argument("--region-bytes", type=int, default=REGION_BYTES, help="bytes each thread scans per region")
     ap.add_argument("--policies", default="active,unset,passive,spincount0")
+    ap.add_argument("--blas", action="store_true", help="numpy's OpenBLAS as the pool: --region-bytes is "
+                    "the n of an n x n np.dot; use --policies blas-default,blas-timeout4")
     ap.add_argument("--runtime", default=None, help="an OpenMP runtime file to load (libomp/libiomp export "
                     "GOMP_parallel too); default: libgomp")
     args = ap.parse_args()
     gomp = args.runtime or libgomp()
     if gomp is None or os.geteuid() != 0 or not (CPU / "cpu.cfs_quota_us").exists():
         sys.exit("needs root, a cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu and an OpenMP runtime")
-    print(f"# runtime {gomp}; {os.cpu_count()} CPUs; quota {args.quota} CPU; pause {args.pause * 1e3:g} ms; "
-          f"region {args.region_bytes} bytes a thread; "
-          f"{args.threads} OpenMP threads; window {args.seconds:g} s")
+    pool = "numpy's OpenBLAS (np.dot, n = --region-bytes)" if args.blas else f"runtime {gomp}"
+    print(f"# {pool}; {os.cpu_count()} CPUs; quota {args.quota} CPU; pause {args.pause * 1e3:g} ms; "
+          f"region {args.region_bytes}; "
+          f"{args.threads} threads; window {args.seconds:g} s")
     for policy in args.policies.split(","):
         print(json.dumps(one(policy, args, gomp)), flush=True)
 

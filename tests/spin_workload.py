@@ -49,10 +49,30 @@ print(json.dumps({"main": os.getpid(), "spans": spans}), flush=True)
 """
 
 
+#: The same loop with numpy's OpenBLAS as the pool: one ``np.dot`` of two n x n matrices a region
+#: (the first argument, the runtime file, is unused; the thread count is OPENBLAS_NUM_THREADS's).
+CHILD_BLAS = r"""
+import json, os, sys, time
+import numpy as np
+seconds, pause, n = float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+m = np.ones((n, n))
+def region():
+    m.dot(m)
+region()
+print("ready", os.getpid(), flush=True)
+sys.stdin.readline()
+spans, end = [], time.monotonic() + seconds
+while time.monotonic() < end:
+    a = time.monotonic(); region(); spans.append((a, time.monotonic()))
+    time.sleep(pause)
+print(json.dumps({"main": os.getpid(), "spans": spans}), flush=True)
+"""
+
+
 def child_argv(python: str, gomp: str, threads: int, seconds: float, pause: float,
-               nbytes: int = REGION_BYTES) -> list[str]:
-    """The command line of one workload process."""
-    return [python, "-c", CHILD, gomp, str(threads), str(seconds), str(pause), str(nbytes)]
+               nbytes: int = REGION_BYTES, blas: bool = False) -> list[str]:
+    """The command line of one workload process (``blas``: numpy's OpenBLAS, ``nbytes`` its n)."""
+    return [python, "-c", CHILD_BLAS if blas else CHILD, gomp, str(threads), str(seconds), str(pause), str(nbytes)]
 
 
 def inside(spans: list[tuple[float, float]], t0: float, t1: float) -> float:
