@@ -27,7 +27,7 @@ from parinfo.records.record import record
 #: default libgomp spin, about 8 ms after each region here, kept one runnable 94% with 5 ms pauses).
 RUNNABLE_PERCENT = 90.0
 #: A worker of a pool at work gets about its calling thread's CPU time; a spinning one, more than this
-#: times it (measured: 2.7 to 17 times with OMP_WAIT_POLICY=active under a 0.5-CPU quota).
+#: times it (measured under a 0.5-CPU quota: 1.7 to 2.9 times for OpenBLAS, 2.7 to 27 for OpenMP).
 CPU_RATIO = 1.5
 
 #: Runtime (registry name) -> the setting that makes its idle threads sleep at once.
