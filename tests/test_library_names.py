@@ -139,7 +139,7 @@ def test_behaviour_is_methods_the_families_override():
     assert openblas.plan_note({"mkl": 8}, {"usable_physical_cores": 4}, {}) is None  # the base answer
     assert not reg.family(reg.Accelerate).has_default and openblas.has_default
     assert numba.quiet_getter() == "" and reg.family(reg.Numexpr).quiet_getter() == "get_num_threads"
-    assert openblas.spinning_layers == ("pthreads",) and mkl.spinning_layers == ()
+    assert openblas.idle_wait is not None and openblas.idle_wait.layers == ("pthreads",) and mkl.idle_wait is None
 
 
 class _FakeModule:

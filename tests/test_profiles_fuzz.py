@@ -78,6 +78,7 @@ OPTIONAL = {
     "openmp": st.one_of(st.sampled_from(["intel", "gnu", "llvm", "default", "iomp", "Intel"]), scalars),
     "memory": st.one_of(st.sampled_from(["local", "interleave", "none", "bind", "Local"]), scalars),
     "threads": st.one_of(st.sampled_from(["caller", "every", "all", "Every", "4"]), scalars),
+    "wait_policy": st.one_of(st.sampled_from(["passive", "active", "default", "Passive", "spin"]), scalars),
     "workers": scalars,  # not a key of the language
 }
 profiles = st.fixed_dictionaries({"version": st.one_of(st.just(1), scalars)}, optional=OPTIONAL)

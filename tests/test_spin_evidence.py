@@ -15,7 +15,8 @@ from spin_workload import child_argv, libgomp
 
 from parinfo.machine.pressure import cpu_counters
 from parinfo.machine.procfs import Proc
-from parinfo.process.spin import KNOBS, idle_spin, spin_knobs
+from parinfo.process import libraries as reg
+from parinfo.process.spin import idle_spin
 from parinfo.process.tasks import ThreadStat, thread_stats
 from parinfo.watching.sample import throttle_use
 
@@ -97,6 +98,12 @@ def test_crafted_spin_counts_cpu_beyond_the_caller_and_skips_new_and_unkept_thre
     assert idle_spin(before, after, 99, 1.0) is None
 
 
-def test_knobs_name_each_spinning_runtime_once_in_order():
-    assert spin_knobs(["numpy", "openblas", "libgomp", "openblas"]) == [
-        ("openblas", KNOBS["openblas"]), ("libgomp", KNOBS["libgomp"])]
+def test_each_runtime_whose_idle_threads_spin_names_the_setting_a_profile_sets():
+    fixes = {r.name: r.idle_wait.fix for r in reg.records() if r.idle_wait is not None}
+    assert fixes == {"libgomp": "OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=0)",
+                     "libiomp": "OMP_WAIT_POLICY=passive (or KMP_BLOCKTIME=0)",
+                     "libomp": "OMP_WAIT_POLICY=passive (or KMP_BLOCKTIME=0)",
+                     "openblas": "OPENBLAS_THREAD_TIMEOUT=4"}
+    assert reg.wait_settings("passive") == {"OMP_WAIT_POLICY": "passive", "OPENBLAS_THREAD_TIMEOUT": "4"}
+    assert reg.wait_settings("active") == {"OMP_WAIT_POLICY": "active"}
+    assert reg.wait_settings("default") == {}

@@ -1,6 +1,6 @@
 """Rules over the live evidence of a report (its ``live`` section): cgroup throttling since the
 cgroup was created, the thread-stack budget against memory limits, and, for a process inspected
-from outside, runnable threads against usable CPUs.
+from outside, runnable threads against usable CPUs and idle pool threads that spin.
 
 Like the other rules they read a typed :class:`~parinfo.diagnostics.model.Report` (its ``live``
 section: machine classes and :class:`~parinfo.diagnostics.model.LiveSection`) and return Findings;
@@ -94,3 +94,25 @@ def runnable_above_usable(r: Report) -> list[Finding]:
         f"parinfo apply PROFILE --instances N to split the CPUs between processes)",
     )]
 
+
+
+def idle_spin_throttled(r: Report) -> list[Finding]:
+    """Measured from outside: pool threads of a runtime that spins when idle stayed runnable while
+    the calling thread hardly ran (:mod:`parinfo.process.spin`); a warning when the cgroup's quota
+    throttled it over the same window (the spin spends the quota the work needed), else info."""
+    from parinfo.process.spin import spin_text
+
+    spin = None if r.live is None or r.live.tree is None else r.live.tree.spin
+    if spin is None:
+        return []
+    throttled = bool(spin.throttled)
+    return [Finding(
+        "idle-spin-throttled", Severity.WARNING if throttled else Severity.INFO,
+        spin_text(spin),
+        "idle pool threads that spin between regions stay on a CPU with nothing to do: under a CPU quota "
+        "they spend the quota the calling thread needs, and the whole cgroup is throttled" if throttled else
+        "idle pool threads that spin between regions stay on a CPU with nothing to do: CPU that other "
+        "threads and processes could use, and under a CPU quota, quota spent on nothing",
+        f"set {' and '.join(spin.fixes)} in the program's environment before it starts (or a profile's "
+        f"wait_policy: passive, as parinfo apply container does)",
+    )]

@@ -18,11 +18,13 @@ from parinfo.diagnostics.parts import ProcessRead
 if TYPE_CHECKING:
     from parinfo.diagnostics.assemble import Filled
     from parinfo.diagnostics.model import ProcessInfo
+    from parinfo.machine.pressure import CpuCounters
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import MachineFacts
     from parinfo.outside.remote import Identity
     from parinfo.process.pools import PoolRow
     from parinfo.process.provenance import SettingRow
+    from parinfo.process.spin import SpinEvidence
 
 __all__ = ["inspect_pid", "pid_is_self", "read_outside"]
 
@@ -41,9 +43,11 @@ def _counts_text(readable: tuple[str, ...]) -> str:
             "what the launch environment asked for, or unknown)")
 
 
-def _tree(members: list[Proc], seconds: float) -> tuple[ProcessTree, dict[int, list[Any]]]:
+def _tree(members: list[Proc], seconds: float, root: str) -> tuple[ProcessTree, dict[int, list[Any]]]:
     """Threads of every process in ``members``, sampled twice ``seconds`` apart: how many wanted a
-    CPU on average (time on a CPU plus time waiting for one, over the interval)."""
+    CPU on average (time on a CPU plus time waiting for one, over the interval), and the first
+    member's idle threads that spun meanwhile, with its cgroup's throttling over the same window."""
+    from parinfo.machine.pressure import cpu_counters
     from parinfo.process.tasks import NoAccess, ProcessGone, thread_stats
 
     def read() -> dict[int, list[Any]]:
@@ -55,9 +59,10 @@ def _tree(members: list[Proc], seconds: float) -> tuple[ProcessTree, dict[int, l
                 pass
         return out
 
-    t0, first = time.monotonic(), read()
+    c0, (t0, first) = cpu_counters(root, members[0]), (time.monotonic(), read())
     time.sleep(seconds)
     t1, second = time.monotonic(), read()
+    c1 = cpu_counters(root, members[0])
     before = {(p, t.tid): t for p, ts in first.items() for t in ts}
     busy = 0
     for p, ts in second.items():
@@ -68,8 +73,29 @@ def _tree(members: list[Proc], seconds: float) -> tuple[ProcessTree, dict[int, l
     dt = max(t1 - t0, 1e-6)
     procs = [TreeMember(p, ts[0].name if ts else "?", len(ts), sum(t.state == "R" for t in ts))
              for p, ts in second.items()]
+    spin = _spin(members[0], first, second, dt, (c0, c1))
     return ProcessTree(len(second), sum(len(ts) for ts in second.values()), round(busy / 1e9 / dt, 2),
-                       round(dt, 2), procs), second
+                       round(dt, 2), procs, spin), second
+
+
+def _spin(proc: Proc, first: dict[int, list[Any]], second: dict[int, list[Any]], dt: float,
+          counters: tuple[CpuCounters, CpuCounters]) -> SpinEvidence | None:
+    """The idle threads of ``proc`` that spun between its two readings, owned by a runtime whose
+    threads spin when idle, with the throttling over the window (:mod:`parinfo.process.spin`)."""
+    from parinfo.process.spin import idle_spin, with_owners, with_throttling
+    from parinfo.process.tasks import NoAccess, ProcessGone
+
+    pid = proc.pid or 0
+    if pid not in first or pid not in second:
+        return None
+    found = idle_spin(first[pid], second[pid], pid, dt)
+    if found is None:
+        return None
+    try:
+        found = with_owners(found, proc, [t.tid for t in second[pid]])
+    except (ProcessGone, NoAccess):
+        return None
+    return None if found is None else with_throttling(found, *counters)
 
 
 def _hint(env: dict[str, str], names: list[str]) -> str:
@@ -145,7 +171,7 @@ def read_outside(proc: Proc, *, children: bool = False, root: str = "/",
         else:
             runtimes, settings = _own_pools(proc, env, facts, unreadable)
         descendants = _descendants_pools(members[1:], root, unreadable, inside) if children else None
-        tree, stats = _tree(members, sample_seconds)
+        tree, stats = _tree(members, sample_seconds, root)
         if pid not in stats:
             raise exited_during_read(pid)
         live = live_section(proc, root, threads=len(stats[pid]))

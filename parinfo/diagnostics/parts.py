@@ -15,6 +15,7 @@ from parinfo.process.frameworks import TorchInfo
 from parinfo.process.interpreter import InterpreterFacts
 from parinfo.process.pools import ThreadingLayers
 from parinfo.process.serving import Served
+from parinfo.process.spin import SpinEvidence
 from parinfo.records.convert import ALONE, EMPTY_IS_NONE, FLATTEN, OMIT_NONE, doc, key
 from parinfo.records.record import record
 from parinfo.records.source import Source
@@ -133,13 +134,15 @@ class TreeMember:
 @record
 class ProcessTree:
     """A process (tree) read from outside, sampled twice (``live.tree``): how many threads wanted a
-    CPU on average over ``seconds`` (``runnable``: time on a CPU plus time waiting for one)."""
+    CPU on average over ``seconds`` (``runnable``: time on a CPU plus time waiting for one), and the
+    root process's pool threads that spun with no work over the same window (``spin``)."""
 
     processes: int = 1
     threads: int = 0
     runnable: float | None = None
     seconds: float = 0.0
     members: list[TreeMember] = field(default_factory=list)
+    spin: SpinEvidence | None = field(default=None, metadata=OMIT_NONE)
 
 
 @record

@@ -55,4 +55,5 @@ RULES: tuple[Rule, ...] = (
     advisory_rules.known_bad_versions,
     fleet_rules.outer_findings,
     live_rules.throttled, live_rules.thread_stack_budget, live_rules.runnable_above_usable,
+    live_rules.idle_spin_throttled,
 )

@@ -66,7 +66,8 @@ def _spinning_layers(internal_api: str | None) -> tuple[str, ...]:
     """The threading layers of a BLAS whose idle threads spin a while after each call (OpenBLAS's
     pthreads), as its family says."""
     rec = reg.by_internal_api(internal_api)
-    return rec.spinning_layers if rec is not None else ()
+    wait = None if rec is None else rec.idle_wait
+    return wait.layers if wait is not None else ()
 
 
 def openblas_pthreads_with_openmp(r: Report) -> list[Finding]:

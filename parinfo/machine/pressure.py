@@ -70,6 +70,15 @@ class CpuCounters:
         """The level that throttled most (by throttled periods), or None."""
         return max(self.levels, key=lambda t: (t.throttled, -t.quota), default=None)
 
+    def since(self, earlier: CpuCounters) -> Throttling | None:
+        """The level that throttled most between ``earlier`` and these counters, its figures the
+        differences over that window; None when no level of both readings has a quota."""
+        before = {t.cgroup: t for t in earlier.levels}
+        deltas = [Throttling(t.cgroup, t.quota, t.periods - p.periods, t.throttled - p.throttled,
+                             t.throttled_usec - p.throttled_usec)
+                  for t in self.levels if (p := before.get(t.cgroup)) is not None]
+        return max(deltas, key=lambda t: (t.throttled, -t.quota), default=None)
+
     _json_extra = (("worst", Throttling | None),)  # written by _json_out, read by _json_in
 
     def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -143,6 +143,18 @@ class Registry:
                     return var
         raise KeyError(f"no library has a variable for {role!r}")
 
+    def wait_settings(self, policy: str) -> dict[str, str]:
+        """The variables a profile's ``wait_policy`` sets for every runtime at once: ``passive``, each
+        runtime's first setting that makes its idle threads sleep; ``active``, those that keep them
+        spinning; anything else, none."""
+        out: dict[str, str] = {}
+        for rec in self._all:
+            wait = rec.idle_wait
+            if wait is not None:
+                chosen = wait.sleep[:1] if policy == "passive" else wait.spin if policy == "active" else ()
+                out.update((var, value) for var, value in chosen if var not in out)
+        return out
+
     def conflicting_openmp(self) -> tuple[Library, Library]:
         """The two OpenMP runtimes that cannot share a process (Intel libiomp, LLVM libomp)."""
         first = next(r for r in self._all if r.conflicts)
@@ -170,6 +182,7 @@ profile_keys = REGISTRY.profile_keys
 role_var = REGISTRY.role_var
 conflicting_openmp = REGISTRY.conflicting_openmp
 warns_invalid = REGISTRY.warns_invalid
+wait_settings = REGISTRY.wait_settings
 
 
 def _library_vars() -> dict[str, tuple[str, ...]]:

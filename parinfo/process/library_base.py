@@ -21,6 +21,7 @@ from parinfo.process.library_parts import (
     CountSymbol,
     DirectRead,
     Does,
+    IdleWait,
     LibraryKind,
     NativeReads,
     Pool,
@@ -92,9 +93,8 @@ class Library:
     where none) is THREAD when a set limit holds for the calling thread only. ``set_along``: the
     framework that sets its count with its own. ``direct``: the words for a copy threadpoolctl
     does not see, read by :meth:`read_direct`. ``avoid_with``: the user APIs of runtimes not to
-    mix with it in one build. ``spinning_layers``: its threading layers
-    whose idle threads spin a while after each call (OpenBLAS's pthreads). ``kind``
-    (:class:`LibraryKind`) says what it is.
+    mix with it in one build. ``idle_wait`` (:class:`IdleWait`): how its idle threads spin between
+    regions and what makes them sleep. ``kind`` (:class:`LibraryKind`) says what it is.
     Profiles: ``profile_key`` (libraries.KEY) sets it through ``profile_var`` at launch;
     :meth:`plan_note` says what a plan's counts mean for it on the machine. From outside:
     ``count_symbol`` (:class:`CountSymbol`) names the getter and variable that hold the count in
@@ -153,7 +153,7 @@ class Library:
     direct: DirectRead | None = None
     static_note: str = ""  # the pool row's note for a file of static_prefixes
     avoid_with: tuple[str, ...] = ()  # user APIs of runtimes whose threads its scheduler does not know
-    spinning_layers: tuple[str, ...] = ()
+    idle_wait: IdleWait | None = None
     preload: Preloadable | None = None  # how a profile's openmp: word preloads it (OpenMP runtimes)
     sized_at_use: str = ""  # no getter, sized when made or first used: what its count in the report is
     note: str = ""

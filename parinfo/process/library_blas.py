@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from parinfo.process import defaults
 from parinfo.process.defaults import ModuleFacts
 from parinfo.process.library_base import Library
-from parinfo.process.library_parts import CountSymbol, NativeReads, Push, ScopeFacts, SetAlong, is_false
+from parinfo.process.library_parts import CountSymbol, IdleWait, NativeReads, Push, ScopeFacts, SetAlong, is_false
 from parinfo.safe_text import plural
 
 if TYPE_CHECKING:
@@ -94,10 +94,13 @@ class OpenBLAS(_Blas):
     prefixes = ("libopenblas", "libscipy_openblas")
     env_prefixes = ("OPENBLAS_", "GOTO_")
     precedence = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
-    reads = ("OPENBLAS_CORETYPE",)
+    reads = ("OPENBLAS_CORETYPE", "OPENBLAS_THREAD_TIMEOUT")
     profile_var = "OPENBLAS_NUM_THREADS"
     native_getter = "openblas_get_num_threads()"
-    spinning_layers = ("pthreads",)
+    # its threads spin 2^N cycles after a call (N = OPENBLAS_THREAD_TIMEOUT, 4..30, default 28): 4 is the least
+    idle_wait = IdleWait((("OPENBLAS_THREAD_TIMEOUT", "4"),), layers=("pthreads",),
+                         measured="numpy 2.4.6's OpenBLAS 0.3.30 under a 0.5-CPU quota: 40 of 40 periods throttled, "
+                                  "20 of 40 with 4 (the rest its work)")
     native = NativeReads("openblas_get_num_threads",
                          affixes=tuple((p, s) for p in ("", "scipy_") for s in ("", "64_", "_64")),
                          version="openblas_get_config", version_after="OpenBLAS", layer="openblas_get_parallel",

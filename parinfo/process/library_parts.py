@@ -335,6 +335,26 @@ class Preloadable:
     install: str
 
 
+@record(frozen=True)
+class IdleWait:
+    """How a runtime's idle threads wait for the next region: they spin (on a CPU, runnable) a while,
+    or until it comes. ``sleep``: the settings that make them sleep at once, each enough alone, the first
+    the one a fix names and a profile's ``wait_policy: passive`` sets; ``spin``: the settings that keep
+    them spinning (``wait_policy: active``); ``layers``: the threading layers this holds for (all when
+    empty). Measured under a CPU quota with bench/spin_quota.py."""
+
+    sleep: tuple[tuple[str, str], ...]
+    spin: tuple[tuple[str, str], ...] = ()
+    layers: tuple[str, ...] = ()
+    measured: str = ""
+
+    @property
+    def fix(self) -> str:
+        """The settings of ``sleep`` as a fix says them: the first, then the others as alternatives."""
+        first, *others = (f"{var}={value}" for var, value in self.sleep)
+        return first + (f" (or {', '.join(others)})" if others else "")
+
+
 #: The entry points that say which OpenMP runtime serves a process: the OpenMP API's, and the GNU
 #: ABI's that GCC-built code calls (Intel's and LLVM's runtimes provide both).
 OPENMP_ENTRY_POINTS = ("omp_get_max_threads", "GOMP_parallel")

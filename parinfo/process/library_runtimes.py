@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from parinfo.process import defaults
 from parinfo.process.defaults import ModuleFacts
 from parinfo.process.library_base import Library
-from parinfo.process.library_parts import DirectRead, NativeReads, Preloadable, Push, ScopeFacts, SetAlong
+from parinfo.process.library_parts import DirectRead, IdleWait, NativeReads, Preloadable, Push, ScopeFacts, SetAlong
 
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
@@ -54,11 +54,14 @@ class GnuOpenMP(OpenMPLibrary):
     name, vendor, label = "libgomp", "GNU libgomp", "GNU OpenMP (libgomp)"
     prefixes = ("libgomp",)
     env_prefixes = ("OMP_", "GOMP_")
-    reads = (*_OMP_STEER, "OMP_THREAD_LIMIT", "GOMP_CPU_AFFINITY")
+    reads = (*_OMP_STEER, "OMP_THREAD_LIMIT", "GOMP_CPU_AFFINITY", "GOMP_SPINCOUNT")
     preload = Preloadable("gnu", ("libgomp.so.1", "libgomp.so"), "omp",
                           "apt-get install libgomp1 (Debian, Ubuntu), or dnf install libgomp")
     team_release = "omp_pause_resource_all"
     warns_invalid = True
+    idle_wait = IdleWait((("OMP_WAIT_POLICY", "passive"), ("GOMP_SPINCOUNT", "0")), (("OMP_WAIT_POLICY", "active"),),
+                         measured="scikit-learn 1.9.1's libgomp under a 0.5-CPU quota, 5 ms between regions: 50 of 50 "
+                                  "periods throttled with active or unset, 0 of 50 with either setting")
 
 
 class _KmpRuntime(OpenMPLibrary):
@@ -68,6 +71,10 @@ class _KmpRuntime(OpenMPLibrary):
     env_prefixes = ("OMP_", "KMP_")
     reads = (*_OMP_STEER, "OMP_THREAD_LIMIT", *_KMP_STEER)
     roles = _OMP_ROLES + _KMP_ROLES
+    idle_wait = IdleWait((("OMP_WAIT_POLICY", "passive"), ("KMP_BLOCKTIME", "0")), (("OMP_WAIT_POLICY", "active"),),
+                         measured="LLVM libomp 14.0.6 and intel-openmp 2026.2.0's libiomp5 under a 0.5-CPU quota, 5 ms "
+                                  "between regions: 39-40 of 40 periods throttled with active or unset, 0 of 40 with "
+                                  "either setting")
 
 
 class IntelOpenMP(_KmpRuntime):

@@ -12,16 +12,29 @@ Python between regions. So the evidence: threads other than the calling one runn
 CPU time. The CPU each spent beyond the calling thread's is counted as spent idle (a lower bound:
 the calling thread's own Python time between regions is counted as work).
 
-A spinning thread is never in a system call, so its owner cannot be read from its stack
-(:mod:`parinfo.process.thread_owners` places it only while it waits): the runtime is named from
-the runtimes the process has loaded, with :func:`spin_knobs`.
+A spinning thread is never in a system call, so its owner cannot be read from its stack pointer:
+:func:`with_owners` finds it through its C library thread block
+(:mod:`parinfo.process.thread_blocks`) and keeps the threads of runtimes whose idle threads spin
+(the registry's ``idle_wait``): a Python thread running a loop while the main thread sleeps looks
+the same from its times alone. :func:`with_throttling` joins the cgroup's throttling over the same
+window.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import dataclasses
+from collections.abc import Collection, Sequence
+from dataclasses import field
+from typing import TYPE_CHECKING
 
+from parinfo.process import libraries as reg
 from parinfo.process.tasks import ThreadStat
+from parinfo.records.convert import OMIT_NONE
 from parinfo.records.record import record
+from parinfo.safe_text import plural
+
+if TYPE_CHECKING:
+    from parinfo.machine.pressure import CpuCounters
+    from parinfo.machine.procfs import Proc
 
 #: A worker runnable (on a CPU or waiting for one) this share of the interval hardly slept in it (the
 #: default libgomp spin, about 8 ms after each region here, kept one runnable 94% with 5 ms pauses).
@@ -29,15 +42,6 @@ RUNNABLE_PERCENT = 90.0
 #: A worker of a pool at work gets about its calling thread's CPU time; a spinning one, more than this
 #: times it (measured under a 0.5-CPU quota: 1.7 to 2.9 times for OpenBLAS, 2.7 to 27 for OpenMP).
 CPU_RATIO = 1.5
-
-#: Runtime (registry name) -> the setting that makes its idle threads sleep at once.
-KNOBS: dict[str, str] = {
-    "libgomp": "OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=0)",
-    "libiomp": "KMP_BLOCKTIME=0 (or OMP_WAIT_POLICY=passive)",
-    "libomp": "KMP_BLOCKTIME=0 (or OMP_WAIT_POLICY=passive)",
-    "openblas": "OPENBLAS_THREAD_TIMEOUT=4 (its threads spin 2^4 cycles, not 2^28, before they sleep)",
-}
-
 
 @record(frozen=True)
 class SpinningThread:
@@ -47,6 +51,7 @@ class SpinningThread:
     tid: int
     cpu_percent: float
     runnable_percent: float
+    owner: str = ""  # the library its outermost frames are in ("libgomp (scikit-learn)"), once read
 
 
 @record(frozen=True)
@@ -60,6 +65,15 @@ class SpinEvidence:
     caller_runnable_percent: float
     threads: tuple[SpinningThread, ...]
     idle_cpu_percent: float
+    #: the runtimes (registry names) that own the spinning threads, and for each the setting that stops it
+    runtimes: tuple[str, ...] = ()
+    fixes: tuple[str, ...] = ()
+    #: the cgroup level that throttled most over the same window: periods, throttled periods, time held back
+    throttled_cgroup: str | None = field(default=None, metadata=OMIT_NONE)
+    quota: float | None = field(default=None, metadata=OMIT_NONE)
+    periods: int | None = field(default=None, metadata=OMIT_NONE)
+    throttled: int | None = field(default=None, metadata=OMIT_NONE)
+    throttled_usec: int | None = field(default=None, metadata=OMIT_NONE)
 
 
 def _percents(before: ThreadStat, after: ThreadStat, seconds: float) -> tuple[float, float] | None:
@@ -99,7 +113,53 @@ def idle_spin(before: Sequence[ThreadStat], after: Sequence[ThreadStat], caller:
                         round(idle, 1))
 
 
-def spin_knobs(runtimes: Iterable[str]) -> list[tuple[str, str]]:
-    """(runtime, knob) for each runtime of ``runtimes`` (registry names, e.g. a process's pools) whose
-    idle threads can spin, in the order given, each once."""
-    return [(name, KNOBS[name]) for name in dict.fromkeys(runtimes) if name in KNOBS]
+def _family(owner: str) -> str | None:
+    """The registry name of a runtime whose idle threads spin, from a thread owner ("libgomp (scikit-learn)")."""
+    rec = reg.find(owner.split(" (", 1)[0])
+    return None if rec is None or rec.idle_wait is None else rec.name
+
+
+def with_owners(evidence: SpinEvidence, proc: Proc, tids: Collection[int]) -> SpinEvidence | None:
+    """``evidence`` with each spinning thread's owner read, keeping the threads of runtimes that spin
+    when idle (a Python thread in a loop is work, not spin); None when none is left or none could be
+    placed. ``tids``: every thread of ``proc`` now. ProcessGone when the process ends."""
+    from parinfo.process.thread_blocks import owners_of_running
+
+    owners = owners_of_running(proc, [t.tid for t in evidence.threads], tids)
+    kept = []
+    for t in evidence.threads:
+        owner = owners.get(t.tid)
+        if isinstance(owner, str) and _family(owner) is not None:
+            kept.append(dataclasses.replace(t, owner=owner))
+    if not kept:
+        return None
+    runtimes = tuple(dict.fromkeys(str(_family(t.owner)) for t in kept))
+    fixes = tuple(w.fix for name in runtimes if (w := reg.library(name).idle_wait) is not None)
+    idle = sum(t.cpu_percent - evidence.caller_cpu_percent for t in kept)
+    return dataclasses.replace(evidence, threads=tuple(kept), runtimes=runtimes, fixes=fixes,
+                               idle_cpu_percent=round(idle, 1))
+
+
+def with_throttling(evidence: SpinEvidence, before: CpuCounters, after: CpuCounters) -> SpinEvidence:
+    """``evidence`` with the throttling of its cgroup over the same window (the level that throttled
+    most), where a quota applies and both readings have it."""
+    t = after.since(before)
+    if t is None:
+        return evidence
+    return dataclasses.replace(evidence, throttled_cgroup=t.cgroup, quota=t.quota, periods=t.periods,
+                               throttled=t.throttled, throttled_usec=t.throttled_usec)
+
+
+def spin_text(spin: SpinEvidence) -> str:
+    """What the spin evidence of one interval says, with the throttling of the same interval."""
+    threads = spin.threads
+    who = " or ".join(spin.runtimes)
+    least = min(t.runnable_percent for t in threads)
+    text = (f"{plural(len(threads), who + ' thread')} stayed runnable (at least {least:.0f}% of {spin.seconds:g} s) "
+            f"while the calling thread ran {spin.caller_cpu_percent:.0f}% CPU: {spin.idle_cpu_percent:.0f}% of a "
+            f"CPU spent spinning with no work")
+    if spin.throttled and spin.periods:
+        held = (spin.throttled_usec or 0) / 1e6
+        text += (f"; the {spin.quota:g}-CPU quota throttled {spin.throttled} of {spin.periods} periods "
+                 f"({held:.1f} s held back)")
+    return text

@@ -9,7 +9,9 @@ the library's worker loop, reached from ``start_thread``. So, for a thread waiti
 (``/proc/PID/maps``); a bounded window at the top of it, read through ``/proc/PID/mem``, is scanned
 from the top down for words that point into an executable mapped file; the first such file that is
 not the C runtime (libc, the loader, libstdc++, libgcc) is the thread's owner. A file of the
-interpreter (the executable, libpython) makes it a Python thread.
+interpreter (the executable, libpython) makes it a Python thread. A thread that keeps running (a
+pool worker spinning between regions) shows no stack pointer: it is found through its C library
+thread block instead (:mod:`parinfo.process.thread_blocks`).
 
 Reading another process's stacks needs the right to read its memory (same user with ptrace allowed,
 or root): without it, a thread is placed by its name (the families' ``thread_names``: "polars" for
@@ -61,13 +63,14 @@ _PACKAGE_ALIASES = {"opencv_python_headless": "opencv", "opencv_python": "opencv
 
 
 class Region(NamedTuple):
-    """One line of /proc/PID/maps: an address range, whether it is executable, the file it maps
-    (a NamedTuple: a maps file of a large process has thousands of lines)."""
+    """One line of /proc/PID/maps: an address range, whether it is executable, the file it maps, its
+    permissions ("rw-p") (a NamedTuple: a maps file of a large process has thousands of lines)."""
 
     start: int
     end: int
     executable: bool
     path: str
+    perms: str = ""
 
 
 def parse_maps(raw: bytes) -> list[Region]:
@@ -83,7 +86,7 @@ def parse_maps(raw: bytes) -> list[Region]:
         except ValueError:
             continue
         path = parts[5].strip().decode("utf-8", "surrogateescape") if len(parts) > 5 else ""
-        out.append(Region(start, end, b"x" in parts[1], path))
+        out.append(Region(start, end, b"x" in parts[1], path, parts[1].decode("ascii", "replace")))
     out.sort(key=lambda m: m.start)
     return out
 
@@ -149,21 +152,29 @@ def _printable(label: str) -> str:
 BLOCK_SPAN = 4096
 
 
-def thread_block_end(words: bytes, base: int, mapping_end: int) -> int | None:
-    """The end of the thread's own words in ``words`` (read from address ``base``, its stack
-    pointer, upward): its C library thread block, the first address A above its frames whose word
-    is A and whose third word is A again (glibc's ``tcb`` and ``self``), plus :data:`BLOCK_SPAN`,
-    at most ``mapping_end``. None where no such block is in ``words`` (another C library, or frames
-    deeper than the window). Thread stacks without guard pages are merged by the kernel into one
-    mapping, whose top is then another thread's block: the stack pointer, not the mapping, finds a
-    thread's own."""
+def block_at(words: bytes, base: int) -> int | None:
+    """The address of the first C library thread block in ``words`` (read from address ``base``): the
+    first address A whose word is A and whose third word is A again (glibc's ``tcb`` and ``self``)."""
     count = len(words) // 8
     values = struct.unpack(f"<{count}Q", words[:count * 8])
     for i in range(count - 2):
         address = base + 8 * i
         if values[i] == address and values[i + 2] == address:
-            return min(mapping_end, address + BLOCK_SPAN, base + 8 * count)
+            return address
     return None
+
+
+def thread_block_end(words: bytes, base: int, mapping_end: int) -> int | None:
+    """The end of the thread's own words in ``words`` (read from address ``base``, its stack
+    pointer, upward): its C library thread block (:func:`block_at`) plus :data:`BLOCK_SPAN`, at
+    most ``mapping_end``. None where no such block is in ``words`` (another C library, or frames
+    deeper than the window). Thread stacks without guard pages are merged by the kernel into one
+    mapping, whose top is then another thread's block: the stack pointer, not the mapping, finds a
+    thread's own."""
+    address = block_at(words, base)
+    if address is None:
+        return None
+    return min(mapping_end, address + BLOCK_SPAN, base + len(words) // 8 * 8)
 
 
 def owner_by_stack(words: bytes, maps: Maps, interpreter: str | None) -> str | Unknown:
@@ -344,17 +355,36 @@ def attribute(listing: ThreadList, proc: Proc | None = None, python: Mapping[int
                 time.sleep(0.001 * attempt)
             running = []
             for thread in left:
-                found = reader.owner(thread, python, memory, again=attempt < RUNNING_TRIES - 1)
+                found = reader.owner(thread, python, memory, again=True)
                 if isinstance(found, Running):
                     running.append(thread)
                 else:
                     thread.owner = str(found)
+            left = running
             if not running:
                 break
-            left = running
+        if left:  # still running (a spinning worker never waits): found by its thread block instead
+            _running_owners(left, listing, proc, reader, python, memory)
     _remember(listing, proc, reader.by_stack_found)
     listing.owners = count_owners(listing.threads)
     return listing
+
+
+def _running_owners(running: list[OsThread], listing: ThreadList, proc: Proc, reader: Reader,
+                    python: Mapping[int, str], memory: Memory) -> None:
+    """Owners of threads that kept running, from their C library thread blocks
+    (:mod:`parinfo.process.thread_blocks`); those it cannot place are placed by their names."""
+    from parinfo.process.thread_blocks import owners_of_running
+
+    tids = [t.tid for t in listing.threads]
+    found = owners_of_running(proc, [t.tid for t in running], tids, reader.interpreter)
+    for thread in running:
+        owner = found.get(thread.tid)
+        if isinstance(owner, str):
+            reader.by_stack_found[thread.tid] = owner
+            thread.owner = owner
+        else:
+            thread.owner = str(reader.owner(thread, python, memory))
 
 
 def owners_of(proc: Proc) -> dict[str, int]:

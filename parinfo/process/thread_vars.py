@@ -66,6 +66,9 @@ VARIABLES: tuple[Var, ...] = (
     Var("OMP_WAIT_POLICY", "enum", "OpenMP idle threads spin (active) or sleep (passive)", ("active", "passive")),
     Var("KMP_AFFINITY", "text", "Intel/LLVM OpenMP affinity"),
     Var("KMP_BLOCKTIME", "blocktime", "ms an Intel/LLVM OpenMP thread spins before sleeping"),
+    Var("GOMP_SPINCOUNT", "spincount", "how long a GNU OpenMP thread spins before sleeping (0: sleeps at once)"),
+    Var("OPENBLAS_THREAD_TIMEOUT", "count", "an idle OpenBLAS thread (pthreads build) spins 2^N cycles before "
+        "sleeping (4 to 30, default 28)"),
     Var("GOMP_CPU_AFFINITY", "text", "GNU OpenMP CPU binding list"),
     Var("KMP_DUPLICATE_LIB_OK", "bool", "allow two OpenMP runtimes in one process (hides a real conflict)",
         set_on_import=(("sklearn", "scikit-learn"), ("threadpoolctl", "threadpoolctl"))),

@@ -32,6 +32,7 @@ _BOOL = TRUE_WORDS + FALSE_WORDS
 
 # re.ASCII: libraries parse with strtol/atoi, which take ASCII digits only ("٣" is no count).
 _INT = re.compile(r"^\s*\+?(\d+)\s*$", re.ASCII)
+_SPINCOUNT = re.compile(r"^\s*\d+\s*[kKmMgGtT]?\s*$", re.ASCII)
 _BLOCKTIME = re.compile(r"^\s*(\d+)\s*(ms|us|s)?\s*$", re.IGNORECASE | re.ASCII)
 
 
@@ -80,6 +81,9 @@ def validate(name: str, value: str) -> str | None:
         elif kind == "blocktime":
             if value.strip().lower() != "infinite" and not _BLOCKTIME.match(value):
                 return f"{value!r} is not a time (an integer of ms, or 'infinite')"
+        elif kind == "spincount":
+            if value.strip().lower() not in ("infinite", "infinity") and not _SPINCOUNT.match(value):
+                return f"{value!r} is not a spin count (an integer, with k, M, G or T, or 'infinite')"
         elif kind == "cpu_count":
             if value.strip().lower() != "default":
                 parse_count(value)

@@ -23,11 +23,13 @@ from parinfo.profiles.words import (
     MEMORY_WORDS,
     THREADS_WORDS,
     VERSION,
+    WAIT_WORDS,
 )
 
 __all__ = ["AFFINITY_WORDS", "DERIVED_VARS", "FACT_NAMES", "INSTANCE_CPUS", "INSTANCE_KEYS", "INSTANCE_NAMES",
-           "LANGUAGE", "LIBRARIES", "MAX_COUNT", "MEMORY_WORDS", "THREADS_WORDS", "TOP_KEYS", "VERSION", "Affinity",
-           "AllocatorRule", "Checker", "Choice", "Count", "Counts", "Env", "Instances", "Rule", "Text", "Version"]
+           "LANGUAGE", "LIBRARIES", "MAX_COUNT", "MEMORY_WORDS", "THREADS_WORDS", "TOP_KEYS", "VERSION", "WAIT_WORDS",
+           "Affinity", "AllocatorRule", "Checker", "Choice", "Count", "Counts", "Env", "Instances", "Rule", "Text",
+           "Version"]
 
 _COUNT_NAMES = (*FACT_NAMES, *INSTANCE_NAMES)
 
@@ -58,5 +60,9 @@ LANGUAGE: dict[str, Rule] = {
                                      "MKL's local call): caller (the default: the thread that applies the profile, "
                                      "and parinfo's own workers) or every (also each thread the program starts "
                                      "from then on: thread pools, executors, plain threading.Thread)."),
+    "wait_policy": Choice(WAIT_WORDS, "How idle pool threads wait between regions, for every runtime at once: passive "
+                                      "(they sleep at once, through each runtime's own setting; under a CPU quota "
+                                      "spinning threads spend it), active (spin until the next region) or default "
+                                      "(each runtime's own). A variable written under 'env' wins."),
 }
 TOP_KEYS = tuple(LANGUAGE)

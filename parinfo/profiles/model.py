@@ -71,6 +71,7 @@ class Profile:
     memory: str | None = None
     quota_rounding: str | None = None
     threads: str | None = None  # caller (None: the default) | every
+    wait_policy: str | None = None  # passive | active | default (None: each runtime's own)
     origin: str = field(default="<profile>", compare=False, metadata=LOCAL)
     marks: dict[KeyPath, Mark] = field(default_factory=dict, compare=False, repr=False, metadata=LOCAL)
     chain: tuple[str, ...] = field(default=(), compare=False, metadata=LOCAL)

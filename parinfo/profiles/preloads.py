@@ -103,7 +103,8 @@ class Preloads:
                                f"{rec.server_why}"))
         rt = self.runtime
         if rt is not None:
-            passive = str(own.get(reg.role_var("wait_policy"), "")).strip().lower() == "passive"
+            word = own.get(reg.role_var("wait_policy"), self.prof.wait_policy or "")
+            passive = str(word).strip().lower() == "passive"
             wanted += rt.settings(passive)
         for var, value, reason in wanted:
             if var not in own:

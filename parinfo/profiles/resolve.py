@@ -113,6 +113,10 @@ class _Resolver:
         if rule is not None:  # the launched program, and parinfo in it, count usable CPUs the same way
             env[ROUNDING_VAR] = rule
             why[ROUNDING_VAR] = f"quota_rounding: {rule}"
+        policy = self.prof.wait_policy
+        for var, value in reg.wait_settings(policy or "default").items():
+            env[var] = value
+            why[var] = f"wait_policy: {policy}"
         for var, value in self.prof.env.items():
             env[var] = value
             mark = self.prof.mark("env", var)

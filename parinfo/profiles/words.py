@@ -20,6 +20,9 @@ AFFINITY_WORDS = ("none", "compact", "spread")
 #: Which threads a limit that holds per thread is put into: the thread that applies the profile (and
 #: parinfo's own workers), or also every thread the program starts from then on.
 THREADS_WORDS = ("caller", "every")
+#: How idle pool threads wait between regions, for every runtime at once: sleep at once (passive),
+#: spin until the next region (active), or each runtime's own default.
+WAIT_WORDS = ("passive", "active", "default")
 
 # Facts a count expression may name. The instance names are only meaningful with ``instances``;
 # without it they are 1 and the usable physical cores.

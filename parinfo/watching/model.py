@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import field
 
 from parinfo.machine.pressure import Throttling
+from parinfo.process.spin import SpinEvidence
 from parinfo.records.convert import OMIT_NONE
 from parinfo.records.record import record
 from parinfo.records.source import Source
@@ -95,3 +96,6 @@ class Sample:
     #: percent of the interval; it holds time a quota held them back too: ``throttling.percent_time``
     #: tells that part apart (the rest is contention for CPUs)
     run_queue_wait_percent: float | None = field(default=None, metadata=OMIT_NONE)
+    #: the watched process's pool threads that stayed runnable with no work to do (they spin between
+    #: regions), whose runtime, and the throttling over the same interval (``watch --pid`` only)
+    spin: SpinEvidence | None = field(default=None, metadata=OMIT_NONE)

@@ -43,6 +43,7 @@ from parinfo.watching.verdict import verdict
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.attached import Inside
+    from parinfo.process.spin import SpinEvidence
 
 
 @record(frozen=True)
@@ -243,9 +244,29 @@ class Sampler:
             pressure_some=in_words(pressure_percent(a.pressure.system, b.pressure.system, dt)),
             pressure_cgroup_some=in_words(pressure_percent(a.pressure.cgroup, b.pressure.cgroup, dt)),
             notes=notes, throttling_since_start=_since_start(throttle, b.counters),
-            run_queue_wait_percent=round(total_wait, 1),
+            run_queue_wait_percent=round(total_wait, 1), spin=self._spin(a, b, dt),
         )
         return _with_verdict(sample, verdict(sample))
+
+
+    def _spin(self, a: Reading, b: Reading, dt: float) -> SpinEvidence | None:
+        """The watched process's idle threads that spun over the interval, owned by a runtime whose
+        threads spin when idle, with the throttling of the same interval (:mod:`parinfo.process.spin`)."""
+        from parinfo.process.spin import idle_spin, with_owners, with_throttling
+
+        pid, proc = self.pid, self.proc
+        if pid is None or proc is None:
+            return None
+        before = [t for (p, _), t in a.threads.items() if p == pid]
+        after = [t for (p, _), t in b.threads.items() if p == pid]
+        found = idle_spin(before, after, pid, dt)
+        if found is None:
+            return None
+        try:
+            found = with_owners(found, proc, [t.tid for t in after])
+        except (ProcessGone, NoAccess):
+            return None
+        return None if found is None else with_throttling(found, a.counters, b.counters)
 
 
 def _members(pids: tuple[int, ...] | Unknown, root: str) -> list[Proc]:
@@ -292,20 +313,12 @@ def throttle_use(a: CpuCounters, b: CpuCounters, dt: float) -> tuple[ThrottleUse
     level has a quota), or (None, "unknown (why)")."""
     if b.unknown:
         return None, f"unknown ({b.unknown})"
-    before = {t.cgroup: t for t in a.levels}
-    best: ThrottleUse | None = None
-    for t in b.levels:
-        p = before.get(t.cgroup)
-        if p is None:
-            continue
-        periods, throttled = t.periods - p.periods, t.throttled - p.throttled
-        usec = t.throttled_usec - p.throttled_usec
-        use = ThrottleUse(t.cgroup, t.quota, periods, throttled, usec,
-                          round(100 * throttled / periods, 1) if periods > 0 else 0.0,
-                          round(100 * usec / 1e6 / dt, 1))
-        if best is None or (use.throttled, -use.quota) > (best.throttled, -best.quota):
-            best = use
-    return best, None
+    t = b.since(a)
+    if t is None:
+        return None, None
+    return ThrottleUse(t.cgroup, t.quota, t.periods, t.throttled, t.throttled_usec,
+                       round(100 * t.throttled / t.periods, 1) if t.periods > 0 else 0.0,
+                       round(100 * t.throttled_usec / 1e6 / dt, 1)), None
 
 
 def pressure_percent(a: Pressure | Unknown, b: Pressure | Unknown, dt: float) -> float | Unknown:

@@ -1,6 +1,7 @@
 """One line per sample that names the cause of lost CPU time and the fix, from the sample alone.
 
-In order: throttling by a cgroup quota (the threads ran out of quota and were stopped; an interval
+In order: idle pool threads spinning while the quota throttles (the runtime and the setting that
+makes its threads sleep), throttling by a cgroup quota (the threads ran out of quota and were stopped; an interval
 with no period of its own yet is judged from the counters since the cgroup began), more runnable
 threads than usable CPUs (they queue for CPUs: by a margin, or at all under CPU pressure), CPU
 pressure from outside the process, else a plain summary. Thresholds are deliberately low-key: a
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from parinfo.process.spin import spin_text
 from parinfo.safe_text import plural
 from parinfo.watching.model import GroupUse, Sample
 
@@ -54,7 +56,9 @@ def _pressure(sample: Sample) -> float:
 def verdict(sample: Sample) -> str:
     """The verdict line for ``sample``. An interval without throttling figures of its own (its first
     periods not yet read) is judged from the cgroup's counters since it began, never taken for "ok"."""
-    t, since = sample.throttling, sample.throttling_since_start
+    t, since, spin = sample.throttling, sample.throttling_since_start, sample.spin
+    if spin is not None and spin.throttled:
+        return f"idle spin: {spin_text(spin)}: set {' and '.join(spin.fixes)} before the program starts"
     if t is not None and t.throttled > 0 and t.percent_periods >= THROTTLED_PERCENT:
         return _throttled(sample, t.percent_periods, t.throttled, t.periods, t.quota, t.cgroup)
     if since is not None and since.throttled > 0 and 100 * since.ratio >= THROTTLED_PERCENT:
