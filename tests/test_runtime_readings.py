@@ -79,7 +79,8 @@ def test_duckdb_is_not_capped_at_the_cpus_and_takes_slurm_first(tmp_path):
     root = FakeMachine(tmp_path).cpus(2).cgroup_v2("/job", cpu_max={"/job": "300000 100000"}).build()
     assert _rows(root)["duckdb"] == 3
     assert _rows(root, SLURM_CPUS_ON_NODE="5")["duckdb"] == 5
-    assert _rows(root, SLURM_CPUS_ON_NODE="five")["duckdb"] == 3  # not a number: ignored
+    said = {v: _rows(root, SLURM_CPUS_ON_NODE=v)["duckdb"] for v in (" 5", "+5", "0", "-3", "5x", "five")}
+    assert said == {" 5": 5, "+5": 5, "0": 1, "-3": 3, "5x": 3, "five": 3}  # as duckdb 2.0 takes them
 
 
 def test_no_quota_no_smt_every_new_row_gives_the_cpus(tmp_path):

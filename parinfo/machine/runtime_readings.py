@@ -24,15 +24,15 @@ def _bound(cpus: int, limit: int | None) -> int:
 
 
 def node(cpus: int, outer_v2_quota: float | None) -> int:
-    """Node's ``os.availableParallelism()`` with libuv 1.51+ (libuv#4746, the fix of libuv#4740:
-    Node 22.x after its libuv update, Node 24): ``uv_available_parallelism`` in src/unix/linux.c is
-    min(affinity CPUs, max(1, floor(quota))). The quota is cgroup v2's only: libuv walks from
-    /sys/fs/cgroup/<the path in /proc/self/cgroup> up to /sys/fs/cgroup and keeps the quota of the
-    last level with one, the outermost (its minimum is computed and not used), so
+    """Node's ``os.availableParallelism()`` with libuv 1.51+ (libuv#4746, the fix of libuv#4740; a
+    ``node`` whose ``process.versions.uv`` says 1.51 or later): ``uv_available_parallelism`` in
+    src/unix/linux.c is min(affinity CPUs, max(1, floor(quota))). The quota is cgroup v2's only:
+    libuv walks from /sys/fs/cgroup/<the path in /proc/self/cgroup> up to /sys/fs/cgroup and keeps
+    the quota of the last level with one, the outermost (its minimum is computed and not used), so
     ``outer_v2_quota`` is that one. Under v1 its ``uv__get_cgroupv1_constrained_cpu`` builds
     /sys/fs/cgroup/<the text after ":cpu,">/cpu.cfs_quota_us, a path no v1 layout has: no quota.
-    libuv 1.49-1.50 (Node 22.12-22.14, 23) divide the same way but leave a quota under one CPU
-    unread (0 is taken for no limit); parinfo has no row for them. ``UV_THREADPOOL_SIZE`` sizes
+    libuv 1.49-1.50 (Node 22.12, for one) read v2 otherwise (libuv#4740, nodejs/node#58428: 1 on
+    a 4-CPU pod with no CPU request); parinfo has no row for them. ``UV_THREADPOOL_SIZE`` sizes
     libuv's pool and is not read by ``availableParallelism()``; nothing overrides it. Which libuv a
     ``node`` has shows only by running it (``node -p process.versions.uv``)."""
     return _bound(cpus, None if outer_v2_quota is None else max(1, math.floor(outer_v2_quota)))
@@ -75,10 +75,12 @@ def torch(physical_in_affinity: int) -> int:
 
 def onnxruntime(machine_physical: int) -> int:
     """ONNX Runtime's intra-op default, a new session's pool with ``intra_op_num_threads`` 0: the
-    machine's physical cores (its Linux Env's core count), the affinity mask and every cgroup quota
-    ignored (measured on onnxruntime 1.32: a session adds 1 thread on this 2-core machine under a
-    0.5-CPU quota and a 1-CPU affinity). ``SessionOptions.intra_op_num_threads`` and, from 1.29,
-    ORT_INTRA_OP_NUM_THREADS override it."""
+    machine's physical cores (core/util/thread_utils.cc, one thread per core of
+    core/platform/posix/env.cc ``GetNumPhysicalCpuCores``: cpuinfo's count of every core), the
+    affinity mask and every cgroup quota ignored (measured on onnxruntime 1.32, in real cgroups and
+    under taskset). Where cpuinfo fails it takes half of ``hardware_concurrency()``: a case parinfo
+    does not see. ``SessionOptions.intra_op_num_threads`` and, from 1.29, ORT_INTRA_OP_NUM_THREADS
+    override it."""
     return max(1, machine_physical)
 
 
@@ -91,16 +93,17 @@ def duckdb(online: int, quota: float | None, slurm_cpus: int | None = None) -> i
     ``std::thread::hardware_concurrency()``, the online CPUs (the affinity mask ignored). The quota
     is not capped at the CPUs: a 3-CPU quota on 2 CPUs gives 3 (measured, duckdb 2.0). ``SET
     threads``, ``duckdb.connect(config={'threads': n})`` override it; it reads no variable of its
-    own. DuckDB before 1.3 read the root's files only (loky's paths)."""
+    own. Older DuckDB releases read the root's files only (loky's paths)."""
     if slurm_cpus is not None:
         return max(1, slurm_cpus)
     return max(1, online if quota is None else math.ceil(quota))
 
 
 def slurm_cpus(environ: Mapping[str, str]) -> int | None:
-    """SLURM_CPUS_ON_NODE as DuckDB takes it: a whole number (digits, blanks around allowed), else
-    None (it is then ignored)."""
+    """SLURM_CPUS_ON_NODE as DuckDB's cast takes it: digits, blanks around and a leading + allowed
+    (0 gives 1 thread); else None, and it is ignored ("-3", "5x": measured, duckdb 2.0)."""
     value = environ.get(SLURM_CPUS_VAR, "").strip()
+    value = value[1:] if value.startswith("+") else value
     return int(value) if value.isascii() and value.isdigit() else None
 
 
