@@ -4,6 +4,7 @@ and in real v1 cgroups at three quotas against node, java, Python 3.14, torch, O
 themselves (each skipped cleanly where it is not installed or no cgroup can be made)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import pytest
 import real_cgroup
 from conftest import clean_env
 from fake_trees import FakeMachine
+from py314 import venv_python  # tests/py314.py: Python 3.14, made once under the tests' cache
 
 from parinfo.machine import rounding, runtime_readings
 from parinfo.machine.topology import machine_facts
@@ -152,9 +154,6 @@ def test_node_java_and_python_314_print_their_rows(cgroup, tmp_path):
         src.write_text("public class Cpus { public static void main(String[] a) { "
                        "System.out.println(Runtime.getRuntime().availableProcessors()); } }\n")
         checked["jdk"] = (int(_in(cg, [java, str(src)])), rows["jdk"])
-    sys.path.insert(0, str(Path(__file__).parent))
-    from py314 import venv_python
-
     py314, _ = venv_python()
     if py314:
         checked["python"] = (int(_in(cg, [py314, "-c", "import os; print(os.process_cpu_count())"])), rows["python"])
@@ -234,3 +233,41 @@ def test_duckdb_takes_a_quota_above_the_cpus():
         said = int(_in(made[0], [sys.executable, "-c", _DUCKDB]))
     assert said == rows["duckdb"] == cpus + 1 and rows["jdk"] == cpus
 
+
+
+@pytest.mark.once
+@pytest.mark.timeout(300)
+def test_under_a_one_cpu_affinity_each_installed_runtime_prints_its_row():
+    """Without a quota, pinned to CPU 0: the rows that follow affinity (node20, python, torch) say 1,
+    those that ignore it (onnxruntime, duckdb) the machine's count, as the runtimes do."""
+    if len(os.sched_getaffinity(0)) < 2 or not shutil.which("taskset"):
+        pytest.skip("needs 2 CPUs and taskset")
+    pin = ["taskset", "-c", "0"]
+
+    def run(cmd: list[str]) -> str:
+        out = subprocess.run([*pin, *cmd], env=clean_env(), capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    rows = json.loads(run([sys.executable, "-m", "parinfo", "show", "--json"]))["machine"]["usable_by_rule"]
+    probes: dict[str, list[str]] = {}
+    py314, _ = venv_python()
+    if py314:
+        probes["python"] = [py314, "-c", "import os; print(os.process_cpu_count())"]
+    node = shutil.which("node")
+    if node:
+        uv = run([node, "-p", "process.versions.uv"]).strip().split(".")
+        row = runtime_readings.node_row((int(uv[0]), int(uv[1])))
+        if row is not None:
+            probes[row] = [node, "-p", "require('os').availableParallelism()"]
+    found = {name: importlib.util.find_spec(name) is not None for name in ("torch", "onnxruntime", "duckdb")}
+    if found["torch"]:
+        probes["torch"] = [sys.executable, "-c", "import torch; print(torch.get_num_threads())"]
+    if found["onnxruntime"]:
+        probes["onnxruntime"] = [sys.executable, "-c", _ORT]
+    if found["duckdb"]:
+        probes["duckdb"] = [sys.executable, "-c", _DUCKDB]
+    said = {row: int(run(cmd)) for row, cmd in probes.items()}
+    print("pinned to CPU 0:", said)
+    assert said == {row: rows[row] for row in said}
+    assert rows["python"] == rows["node20"] == rows["torch"] == 1
