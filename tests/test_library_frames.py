@@ -84,7 +84,7 @@ def test_duckdb_default_ignores_affinity_quota_rounded_up():
     assert duck.default(machine(4, affinity=[0]), NO_FACTS)[0] == 4
     assert duck.default(machine(4, quota=0.5), NO_FACTS)[0] == 1
     assert duck.default(machine(4, quota=1.05), NO_FACTS)[0] == 2
-    assert duck.default(machine(2, quota=3.0), NO_FACTS)[0] == 2
+    assert duck.default(machine(2, quota=3.0), NO_FACTS)[0] == 3  # not capped at the CPUs (measured, duckdb 2.0)
     assert duck.precedence == () and duck.read_count(object()) is None and not duck.set_in_module
 
 

@@ -18,11 +18,17 @@ from fake_trees import FakeMachine
 from parinfo.diagnostics.model import Report
 from parinfo.diagnostics.process_rules import diagnose
 from parinfo.errors import ProfileError, UsageError
-from parinfo.machine.rounding import round_quota
+from parinfo.machine.rounding import RUNTIMES, round_quota
 from parinfo.machine.topology import MachineFacts, machine_facts
 from parinfo.profiles.loading import resolve_profile
 from parinfo.records.convert import dump, load
 from parinfo.records.source import SourceKind, profile, variable
+
+ROUNDING_ROWS = ("go", "jdk", "dotnet", "loky", "rust", "nproc")  # the new rows: tests/test_runtime_readings.py
+
+
+def _rounding(f: MachineFacts) -> dict[str, int]:
+    return {k: f.usable_by_rule[k] for k in ROUNDING_ROWS}
 
 
 def _v2(tmp_path, cpus: int, cpu_max: dict[str, str], path: str = "/job") -> str:
@@ -37,7 +43,7 @@ def test_one_and_a_half_cpus_on_a_v2_host(tmp_path):
     assert f.quota_rounding == "floor" and f.quota_rounding_source.kind is SourceKind.PARINFO_DEFAULT
     assert "floor(cgroup quota)" in f.usable_rule
     # loky reads /sys/fs/cgroup/cpu.max only: the job's cgroup is below it, so loky sees no limit.
-    assert f.usable_by_rule == {"go": 2, "jdk": 2, "dotnet": 2, "loky": 4, "rust": 1, "nproc": 2}
+    assert _rounding(f) == {"go": 2, "jdk": 2, "dotnet": 2, "loky": 4, "rust": 1, "nproc": 2}
 
 
 def test_one_and_a_half_cpus_in_a_container(tmp_path):
@@ -46,7 +52,7 @@ def test_one_and_a_half_cpus_in_a_container(tmp_path):
                                                    mount_root="/pod").build()
     f = machine_facts(root, environ={})
     assert f.quota == 1.5
-    assert f.usable_by_rule == {"go": 2, "jdk": 2, "dotnet": 2, "loky": 2, "rust": 1, "nproc": 2}
+    assert _rounding(f) == {"go": 2, "jdk": 2, "dotnet": 2, "loky": 2, "rust": 1, "nproc": 2}
 
 
 def test_go_reads_its_own_cgroup_only_rust_and_nproc_the_ancestors(tmp_path):
@@ -61,13 +67,13 @@ def test_v1_quota_is_ignored_by_nproc(tmp_path):
     root = FakeMachine(tmp_path).cpus(4).cgroup_v1("/job", quota={"/job": (150000, 100000)}).build()
     f = machine_facts(root, environ={})
     assert f.quota == 1.5 and f.usable_cpus == 1
-    assert f.usable_by_rule == {"go": 2, "jdk": 2, "dotnet": 2, "loky": 4, "rust": 1, "nproc": 4}
+    assert _rounding(f) == {"go": 2, "jdk": 2, "dotnet": 2, "loky": 4, "rust": 1, "nproc": 4}
 
 
 def test_half_a_cpu(tmp_path):
     f = machine_facts(_v2(tmp_path, 4, {"/job": "50000 100000"}), environ={})
     assert f.usable_cpus == 1
-    assert f.usable_by_rule == {"go": 2, "jdk": 1, "dotnet": 1, "loky": 4, "rust": 1, "nproc": 1}
+    assert _rounding(f) == {"go": 2, "jdk": 1, "dotnet": 1, "loky": 4, "rust": 1, "nproc": 1}
 
 
 def test_go_never_goes_above_the_cpus(tmp_path):
@@ -78,7 +84,8 @@ def test_go_never_goes_above_the_cpus(tmp_path):
 def test_no_quota_every_rule_gives_the_cpus(tmp_path):
     root = FakeMachine(tmp_path).cpus(4).cgroup_v2("/job").affinity([1, 2, 3]).build()
     f = machine_facts(root, environ={})
-    assert set(f.usable_by_rule.values()) == {3} and f.usable_cpus == 3
+    assert set(_rounding(f).values()) == {3} and f.usable_cpus == 3
+    assert (f.usable_by_rule["onnxruntime"], f.usable_by_rule["duckdb"]) == (4, 4)  # they ignore affinity
 
 
 @pytest.mark.parametrize(("quota", "floor", "ceil", "nearest"),
@@ -218,7 +225,7 @@ def test_show_json_prints_usable_by_rule():
     out = run_cli("show", "--json")
     assert out.returncode == 0, out.stderr
     m = json.loads(out.stdout)["machine"]
-    assert set(m["usable_by_rule"]) == {"go", "jdk", "dotnet", "loky", "rust", "nproc"}
+    assert list(m["usable_by_rule"]) == list(RUNTIMES)
     assert all(isinstance(v, int) and v >= 1 for v in m["usable_by_rule"].values())
     assert m["quota_rounding"] == "floor" and m["invalid"] == {}
 

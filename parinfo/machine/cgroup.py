@@ -35,6 +35,7 @@ class CgroupFacts:
     cpuset_files: tuple[str, ...] = ()  # the cpuset files that narrow it, nearest the root first
     leaf_quota: float | None = None  # the CPU controller's own cgroup's quota (a v1 cpu hierarchy wins; no ancestors)
     v2_quota: float | None = None  # the tightest quota of the v2 hierarchy alone
+    outer_v2_quota: float | None = None  # the v2 quota nearest the mount point (what libuv keeps)
     version: str | None = None  # "v1", "v2", "hybrid" or None (no cgroup mounted)
     path: str | None = None  # the process's cgroup for the CPU controller, as /proc/<pid>/cgroup says
     unknown: dict[str, str] = field(default_factory=dict)
@@ -195,10 +196,11 @@ def _v1_quota(root: str, d: str) -> tuple[float | None, str]:
 
 
 def _walk_quota(root: str, leaf: str, top: str, quota_file: str, reader: Callable[..., Any],
-                facts: CgroupFacts, problems: list[str]) -> tuple[float | None, float | None]:
+                facts: CgroupFacts, problems: list[str]) -> tuple[float | None, float | None, float | None]:
     """Keep the tightest quota of ``leaf`` and its ancestors up to ``top`` in ``facts``; return
-    (the leaf's own quota, the tightest of this hierarchy), which some runtimes read alone."""
-    own = tightest = None
+    (the leaf's own quota, the tightest of this hierarchy, the one nearest ``top``), which some
+    runtimes read alone."""
+    own = tightest = outer = None
     for d in _ancestors(leaf, top):
         if not os.path.lexists(os.path.join(root, d, quota_file)):
             continue  # the root cgroup, or (v2) the cpu controller is not enabled at this level
@@ -211,9 +213,10 @@ def _walk_quota(root: str, leaf: str, top: str, quota_file: str, reader: Callabl
             own = quota
         if quota is not None and (tightest is None or quota < tightest):
             tightest = quota
+        outer = quota if quota is not None else outer
         if quota is not None and (facts.quota is None or quota < facts.quota):
             facts.quota, facts.quota_source = quota, file(shown(rel))
-    return own, tightest
+    return own, tightest, outer
 
 
 def _first_cpuset(root: str, leaf: str, top: str, names: tuple[str, ...]) -> tuple[tuple[int, ...], str] | None:
@@ -281,9 +284,9 @@ def cgroup_facts(root: str, handle: Proc | None = None) -> CgroupFacts:
     for mount, path, quota, names in _jobs(mounts, v2_path, v1_paths):
         leaf = _leaf(root, mount, path, facts.notes)
         if quota is not None:
-            own, tightest = _walk_quota(root, leaf, mount.point, *quota, facts, problems)
+            own, tightest, outer = _walk_quota(root, leaf, mount.point, *quota, facts, problems)
             if mount.v2:
-                facts.v2_quota = tightest
+                facts.v2_quota, facts.outer_v2_quota = tightest, outer
                 if not has_v1_cpu:
                     facts.leaf_quota = own
             else:

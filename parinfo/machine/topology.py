@@ -226,7 +226,9 @@ def machine_facts(root: str = "/", proc: Proc | None = None, *, environ: Mapping
     usable_cores = _usable_cores(topo.cores, usable_list, physical, usable)
     logical = None if topo.online is None else len(topo.online)
     by_rule = _rounding.usable_by_rule(len(usable_list) or 1, logical, cg.quota, cg.leaf_quota, cg.v2_quota,
-                                       _rounding.loky_quota(root))
+                                       _rounding.loky_quota(root), physical=physical, environ=env,
+                                       physical_in_affinity=_cores_in(topo.cores, affinity),
+                                       outer_v2_quota=cg.outer_v2_quota if cg.version == "v2" else None)
     for name in ("physical_cores", "sockets", "smt"):
         if name not in unknown and (physical if name == "physical_cores" else getattr(topo, name)) is None:
             unknown[name] = unknown.get("logical_cpus", "sysfs has no CPU topology")
@@ -258,6 +260,12 @@ def machine_facts(root: str = "/", proc: Proc | None = None, *, environ: Mapping
         usable_by_rule=by_rule,
         invalid=invalid,
     )
+
+
+def _cores_in(cores: tuple[tuple[int, ...], ...], cpus: tuple[int, ...]) -> int | None:
+    """The physical cores with a CPU in ``cpus`` (None where sysfs has no core topology)."""
+    allowed = set(cpus)
+    return sum(1 for core in cores if allowed & set(core)) or None
 
 
 def _psutil_cores(notes: list[str]) -> int | None:

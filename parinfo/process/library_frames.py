@@ -10,6 +10,7 @@ import re
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+from parinfo.machine import runtime_readings
 from parinfo.process import defaults
 from parinfo.process.defaults import NO_FACTS, ModuleFacts
 from parinfo.process.library_base import Library, QuotaRule
@@ -231,8 +232,9 @@ class DuckDB(Library):
     listed = "loaded"
     unread = ("a setting per connection, and parinfo creates none; existing connections may differ: "
               "SET threads = n, duckdb.connect(config={'threads': n})")
-    note = ("no variable; a new connection takes the online CPUs (affinity ignored), at most the CPU "
-            "quota rounded up; SET threads = n changes its database at any time")
+    note = ("no variable; a new connection takes SLURM_CPUS_ON_NODE, else its cgroup's CPU quota rounded up "
+            "(even above the CPUs), else the online CPUs (affinity ignored); SET threads = n changes its "
+            "database at any time")
     quota_rule = QuotaRule.FOLLOWS  # duckdb 2.0: current_setting('threads') 1 in a 0.5-CPU cgroup
 
     def how_to_set(self, n: int, pool: str | None = None) -> str:
@@ -240,12 +242,15 @@ class DuckDB(Library):
         return f"run SET threads = {n} on each connection (or duckdb.connect(config={{'threads': {n}}}))"
 
     def default(self, facts: MachineFacts, ctx: ModuleFacts) -> tuple[int | None, str]:
-        """The online CPUs (affinity ignored), at most the quota rounded up."""
-        n = facts.logical_cpus or len(facts.affinity) or 1
-        if facts.quota is not None and math.ceil(facts.quota) < n:
-            q = max(1, math.ceil(facts.quota))
-            return q, f"{q} (a new connection: the CPU quota of {facts.quota:g} rounded up)"
-        return n, f"{plural(n, 'online CPU')} (a new connection; affinity ignored, at most the quota rounded up)"
+        """DuckDB's own reading (:func:`parinfo.machine.runtime_readings.duckdb`): the machine's
+        ``duckdb`` row; for facts without one (an older report) the tightest quota stands for its."""
+        online = facts.logical_cpus or len(facts.affinity) or 1
+        n = facts.usable_by_rule.get("duckdb") or runtime_readings.duckdb(online, facts.quota)
+        if facts.quota is not None and n == math.ceil(facts.quota):
+            return n, f"{n} (a new connection: the CPU quota of {facts.quota:g} rounded up)"
+        if n == online:
+            return n, f"{plural(n, 'online CPU')} (a new connection; affinity ignored)"
+        return n, f"{n} (a new connection: {runtime_readings.SLURM_CPUS_VAR})"
 
     def quiet_getter(self) -> str:
         return ""

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from parinfo.machine import runtime_readings
 from parinfo.process.defaults import ModuleFacts
 from parinfo.process.library_base import INTER_OP, Library, QuotaRule
 from parinfo.process.library_parts import (
@@ -137,6 +138,7 @@ class OnnxRuntime(Library):
         n = facts.physical_cores or facts.logical_cpus
         if n is None:
             return None, "the machine's physical cores (not readable)"
+        n = runtime_readings.onnxruntime(n)
         return n, f"{plural(n, 'physical core')} of the machine (ONNX Runtime ignores affinity and CPU quota)"
 
     def count_in(self, var: str, env: Mapping[str, str]) -> int | None:
