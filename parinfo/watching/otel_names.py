@@ -95,7 +95,8 @@ THROTTLED_PERIODS = OtelMetric(
     "CPU periods in which that cgroup was throttled (nr_throttled)")
 PERIODS = OtelMetric(
     "parinfo.cpu.periods", COUNTER, "{period}", (CGROUP,), (CGROUP,),
-    "CPU periods of that cgroup's quota that have elapsed (nr_periods)")
+    "CPU periods of that cgroup's quota in which it had threads to run (nr_periods): with the throttled "
+    "ones, the share of periods throttled")
 PRESSURE = OtelMetric(
     "parinfo.cpu.pressure.some", GAUGE, "1", (PRESSURE_SCOPE,), (PRESSURE_SCOPE, CGROUP),
     "share of the interval some task waited for a CPU (PSI some); scope machine or cgroup (host: the "

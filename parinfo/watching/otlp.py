@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from parinfo.errors import UsageError
-from parinfo.safe_text import label_value
+from parinfo.safe_text import label_value, shorten
 from parinfo.watching.otel_names import COUNTER, GAUGE, SCHEMA_URL, OtelMetric
 
 EXTRA_HINT = "pip install 'parinfo[otel]'"
@@ -101,15 +101,21 @@ def check_otlp(url: str) -> str:
     return where
 
 
-class _LastWords(logging.Handler):
-    """Keeps the last message the SDK logged (why an export failed) instead of printing it."""
+class _FirstWords(logging.Handler):
+    """Keeps the first line the SDK logged since :attr:`first` was cleared (why an export failed:
+    the later ones say only that it gave up) instead of printing it."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.last: str | None = None
+        self.first: str | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.last = record.getMessage().splitlines()[0] if record.getMessage() else None
+        if self.first is None:
+            import re
+
+            text = record.getMessage().strip()
+            errno = re.search(r"\[Errno -?\d+\] [^'\")\]]+", text)  # the system's words, deep in requests' wording
+            self.first = shorten(errno.group(0) if errno else text.split("\n")[0], 160) or None
 
 
 class OtlpExport:
@@ -122,7 +128,7 @@ class OtlpExport:
         from parinfo.version import __version__
 
         self.url = url
-        self._words = _LastWords()
+        self._words = _FirstWords()
         sdk_log = logging.getLogger("opentelemetry")
         sdk_log.addHandler(self._words)
         sdk_log.propagate = False  # its tracebacks never reach the terminal: send() says why in one line
@@ -137,17 +143,17 @@ class OtlpExport:
         else the one line to print: that sending failed (and why, as the SDK said), or that it works again."""
         from opentelemetry.sdk.metrics.export import MetricExportResult
 
-        self._words.last = None
+        self._words.first = None
         try:
             ok = self._exporter.export(self._data(points)) is MetricExportResult.SUCCESS
         except Exception as exc:  # the SDK's own failure, whatever it is, is one line and the watch goes on
-            ok, self._words.last = False, f"{type(exc).__name__}: {exc}"
+            ok, self._words.first = False, shorten(f"{type(exc).__name__}: {exc}", 200)
         if ok == (not self.failing):
             return None
         self.failing = not ok
         if ok:
             return f"parinfo: OTLP export to {self.url} works again"
-        return (f"parinfo: warning: OTLP export to {self.url} failed ({self._words.last or 'not accepted'}); "
+        return (f"parinfo: warning: OTLP export to {self.url} failed ({self._words.first or 'not accepted'}); "
                 f"going on, each sample is sent as it comes")
 
     def close(self) -> None:
