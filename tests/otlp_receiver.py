@@ -19,9 +19,14 @@ PATH = "/v1/metrics"
 
 def needs_extra() -> None:
     """Skip unless the exporter and opentelemetry-proto can be imported."""
-    pytest.importorskip("opentelemetry.exporter.otlp.proto.http.metric_exporter",
-                        reason="the otel extra is not installed (pip install 'parinfo[otel]')")
-    pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
+    import importlib
+
+    try:
+        for module in ("opentelemetry.exporter.otlp.proto.http.metric_exporter",
+                       "opentelemetry.proto.collector.metrics.v1.metrics_service_pb2"):
+            importlib.import_module(module)
+    except ImportError as exc:
+        pytest.skip(f"the otel extra is not installed (pip install 'parinfo[otel]'): {exc}")
 
 
 class Received(NamedTuple):
@@ -87,7 +92,7 @@ def receiver(accept: int | None = None, refuse: int = 0) -> Iterator[Receiver]:
     got = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             request = ExportMetricsServiceRequest()
             request.ParseFromString(body)

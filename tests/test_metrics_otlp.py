@@ -214,7 +214,7 @@ def test_sigterm_stops_the_export_with_exit_0():
                 while not got.requests and time.monotonic() < end:
                     time.sleep(0.1)
                 watcher.send_signal(signal.SIGTERM)
-                out, err = watcher.communicate(timeout=30)
+                _, err = watcher.communicate(timeout=30)
             finally:
                 if watcher.poll() is None:
                     watcher.kill()

@@ -65,15 +65,16 @@ def test_names_follow_the_conventions_naming_rules():
 
 def _semconv_docs() -> dict[str, str]:
     """name -> docstring of every metric constant of the installed conventions package."""
-    pytest.importorskip("opentelemetry.semconv._incubating.metrics",
-                        reason="opentelemetry-semantic-conventions is not installed (the otel extra brings it)")
-    import opentelemetry.semconv._incubating.metrics as pkg
+    try:
+        import opentelemetry.semconv._incubating.metrics as pkg
+    except ImportError as exc:
+        pytest.skip(f"opentelemetry-semantic-conventions is not installed (the otel extra brings it): {exc}")
 
     found = {}
     for info in pkgutil.iter_modules(pkg.__path__):
         module = importlib.import_module(f"{pkg.__name__}.{info.name}")
         source = Path(module.__file__).read_text()
-        for const, value, doc in re.findall(r'^([A-Z0-9_]+): Final = "([^"]+)"\n"""(.*?)"""', source, re.M | re.S):
+        for _, value, doc in re.findall(r'^([A-Z0-9_]+): Final = "([^"]+)"\n"""(.*?)"""', source, re.M | re.S):
             found[value] = doc
     return found
 
@@ -92,7 +93,7 @@ def test_the_installed_conventions_package_spells_them_so():
             assert m.name not in docs, f"{m.name} is now a convention: use its name"
     attributes = importlib.import_module("opentelemetry.semconv._incubating.attributes.process_attributes")
     values = {v for v in vars(attributes).values() if isinstance(v, str)}
-    assert SEMCONV_1_44_0_ATTRIBUTES <= values
+    assert values >= SEMCONV_1_44_0_ATTRIBUTES
 
 
 def _keys(keys: tuple[str, ...] | None) -> str:
