@@ -34,6 +34,7 @@ SAMPLES: dict[str, list[str]] = {
     "interval": ["0.05", "1", "2.5", "3600"],
     "samples": ["1", "3", "10000"],
     "serve": ["9464", "127.0.0.1:9464"],
+    "otlp": ["http://127.0.0.1:4318", "https://collector:4318/v1/metrics"],
     "profile": ["latency", "p.yaml"],
     "instances": ["1", "3", "1000000"],
     "instance_index": ["0", "3"],

@@ -43,6 +43,10 @@ def host(
         None, "--serve", metavar="HOST:PORT",
         help="Serve Prometheus metrics on HOST:PORT (default host 127.0.0.1; one scan per scrape) until "
              "SIGINT or SIGTERM, instead of printing reports. Needs prometheus_client (the metrics extra of parinfo)."),
+    otlp: Optional[str] = typer.Option(
+        None, "--otlp", metavar="URL",
+        help="Send each scan to an OpenTelemetry collector at URL (OTLP/HTTP, e.g. http://127.0.0.1:4318; "
+             "semantic-convention names, docs/metrics.md) instead of printing it. Needs the otel extra of parinfo."),
 ) -> None:
     """Every process's pools and threads against its cgroup's CPUs, families of workers, and oversubscription."""
     from parinfo.cli.show import check_level
@@ -51,7 +55,11 @@ def host(
     level = check_level(check)
     seconds = check_interval(interval)
     _check_modes(level, seconds, interval, once, serve, json_out, all_processes, timeout, attach)
+    where = _check_otlp(otlp, serve, json_out, all_processes, level)
     scanner = Scanner(cgroup=cgroup, user=user, attach=_attach_budget(attach, timeout))
+    if where is not None:
+        _send_until_stopped(scanner, seconds, once, where)
+        return
     if serve is not None:
         from parinfo.cli.watch import serve_until_stopped
         from parinfo.host.metrics import HostCollector
@@ -81,6 +89,41 @@ def _check_modes(level: str | None, seconds: float, interval: float, once: bool,
         raise UsageError(f"--interval {interval:g}: a refreshing report needs at least 0.05 s between scans")
     if timeout is not None and not attach:
         raise UsageError("--timeout applies to --attach only (parinfo host --attach --timeout S)")
+
+
+def _check_otlp(otlp: str | None, serve: str | None, json_out: bool, all_processes: bool,
+                level: str | None) -> str | None:
+    """Refuse ``--otlp`` beside another output, and check its URL, the extra and the collector
+    (UsageError each, before anything is read); the endpoint, or None."""
+    if otlp is None:
+        return None
+    from parinfo.errors import UsageError
+    from parinfo.watching.otlp import check_otlp
+
+    if serve is not None or json_out or all_processes or level is not None:
+        raise UsageError("--otlp sends each scan instead of printing it: it takes no --serve, --json, --all or --check")
+    return check_otlp(otlp)
+
+
+def _send_until_stopped(scanner: Scanner, seconds: float, once: bool, url: str) -> None:
+    """``host --otlp``: send a scan every ``seconds`` (counted against the previous one) to ``url``,
+    until SIGINT or SIGTERM, or once."""
+    import time
+
+    from parinfo.cli.otlp import exporting
+    from parinfo.host.otel import host_points
+
+    scope = ", ".join(f"{k} {v}" for k, v in (("cgroup", scanner.cgroup_given), ("user", scanner.user)) if v)
+    try:
+        with exporting(url, f"this host{' (' + scope + ')' if scope else ''}", "scan") as send:
+            scanner.scan(attach=False)  # a first reading, to count CPU use over the interval: never sent
+            while True:
+                time.sleep(seconds)
+                send(host_points(scanner.scan(), scanner.counters))
+                if once:
+                    return
+    except KeyboardInterrupt:
+        return
 
 
 def _attach_budget(attach: bool, timeout: float | None) -> float | None:

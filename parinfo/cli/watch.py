@@ -17,6 +17,7 @@ from parinfo.cli.options import Flag, Value
 
 if TYPE_CHECKING:
     from parinfo.watching.model import Sample, ThrottleUse
+    from parinfo.watching.sample import Sampler
 
 
 #: The last line of a live (terminal) frame; never in --json, --once, --samples or piped output.
@@ -56,6 +57,11 @@ class WatchArgs(NamedTuple):
         help="Serve Prometheus metrics on HOST:PORT (default host 127.0.0.1; one sample per scrape) until "
              "SIGINT or SIGTERM, instead of printing samples. Needs prometheus_client (the metrics extra of "
              "parinfo).")] = None
+    otlp: Annotated[str | None, Value(
+        "--otlp", metavar="URL",
+        help="Send each sample to an OpenTelemetry collector at URL (OTLP/HTTP, e.g. http://127.0.0.1:4318; "
+             "semantic-convention names, docs/metrics.md) instead of printing it. Needs the otel extra of "
+             "parinfo.")] = None
 
 
 def _pct(value: float | str) -> str:
@@ -163,7 +169,8 @@ def serve_until_stopped(collector: Any, address: str, what: str, ends: Callable[
     typer.echo(why or "parinfo: metrics server stopped", err=True)
 
 
-def attach_budget(pid: int | None, attach: bool, timeout: float | None, serve: str | None) -> float | None:
+def attach_budget(pid: int | None, attach: bool, timeout: float | None, serve: str | None,
+                  otlp: str | None = None) -> float | None:
     """The seconds each sample's attaches may take (None: no --attach); option mixes that make no
     sense raise UsageError."""
     import os
@@ -180,6 +187,9 @@ def attach_budget(pid: int | None, attach: bool, timeout: float | None, serve: s
         raise UsageError("--attach reads another process: parinfo's own counts need no attach")
     if serve is not None:
         raise UsageError("--attach reads the counts of each printed sample; --serve serves metrics read from "
+                         "outside: pick one")
+    if otlp is not None:
+        raise UsageError("--attach reads the counts of each printed sample; --otlp sends metrics read from "
                          "outside: pick one")
     from parinfo.outside.attach import DEFAULT_TIMEOUT
 
@@ -207,23 +217,86 @@ def sample_count(a: WatchArgs) -> int | None:
     return a.samples
 
 
-def run(a: WatchArgs) -> int:
-    """Print a sample every interval (or serve them) until stopped, the process's end or the count asked;
-    the exit code. Bad values raise UsageError; a process gone before its first sample, ProcessGone."""
+def check_outputs(a: WatchArgs) -> str | None:
+    """Refuse ``--otlp`` beside another output (``--serve``, ``--json``) and check its URL, the extra
+    and the collector (UsageError each, before anything is read); the endpoint, or None."""
+    from parinfo.errors import UsageError
+
+    if a.serve is not None:
+        from parinfo.watching.metrics import check_serve
+
+        check_serve(a.serve)
+    if a.otlp is None:
+        return None
+    if a.serve is not None or a.json_out:
+        other = "--serve" if a.serve is not None else "--json"
+        raise UsageError(f"--otlp sends each sample instead of printing it: it takes no {other}")
+    from parinfo.watching.otlp import check_otlp
+
+    return check_otlp(a.otlp)
+
+
+def _print_samples(a: WatchArgs, sampler: Sampler, seconds: float, count: int | None, title: str) -> int:
+    """Print each sample (JSON, a redrawn screen, or text) until ``count`` are printed or the process
+    ends; how many were printed."""
     import json
 
     import typer
 
-    from parinfo.watching.sample import Sampler, check_interval, samples
+    from parinfo.records.convert import dump
+    from parinfo.watching.sample import samples
+
+    endless = count is None
+    live = not a.json_out and sys.stdout.isatty() and endless
+    got = 0
+    for sample in samples(sampler, seconds, count):
+        got += 1
+        if a.json_out or (endless and not sys.stdout.isatty()):
+            typer.echo(json.dumps(dump(sample)))
+        elif live:  # the screen is redrawn each time: the line that says how to stop stays, once
+            typer.echo("\x1b[H\x1b[2J" + render_sample(sample, title) + "\n" + STOP_HINT, nl=True)
+        else:
+            named = title if a.samples is None else f"{title}, sample {got} of {a.samples}"
+            typer.echo(render_sample(sample, named))
+        sys.stdout.flush()
+    return got
+
+
+def _send_samples(sampler: Sampler, seconds: float, count: int | None, url: str, title: str) -> int:
+    """``watch --otlp``: send each sample (with the watched process's pools and findings) to ``url``
+    until ``count`` are sent or the process ends; how many were sent. KeyboardInterrupt on SIGINT or SIGTERM."""
+    from parinfo.cli.otlp import exporting
+    from parinfo.process.tasks import NotAProcess, ProcessGone
+    from parinfo.watching.otel_watch import watch_points
+    from parinfo.watching.sample import samples
+    from parinfo.watching.target_report import TargetReport
+
+    reports = TargetReport(sampler.pid)
+    got = 0
+    with exporting(url, title) as send:
+        for sample in samples(sampler, seconds, count):
+            try:
+                report = reports.get()
+            except (ProcessGone, NotAProcess):
+                report = None  # it ended after the sample: the sample goes without its pools
+            assert sampler.last is not None  # the reading that ended the sample
+            send(watch_points(sample, sampler.last, report, sampler.children))
+            got += 1
+    return got
+
+
+def run(a: WatchArgs) -> int:
+    """Print a sample every interval (or serve or send them) until stopped, the process's end or the count asked;
+    the exit code. Bad values raise UsageError; a process gone before its first sample, ProcessGone."""
+    import typer
+
+    from parinfo.watching.sample import Sampler, check_interval
 
     check_tree(a)
-    budget = attach_budget(a.pid, a.attach, a.timeout, a.serve)
+    budget = attach_budget(a.pid, a.attach, a.timeout, a.serve, a.otlp)
     seconds = check_interval(a.interval)
     count = sample_count(a)
-    if a.serve is not None:
-        from parinfo.watching.metrics import check_serve
-
-        check_serve(a.serve)  # bad input is refused before anything is read
+    otlp = check_outputs(a)  # bad input is refused before anything is read
     pid = a.pid
     sampler = Sampler(pid, children=a.children, attach=budget)
     if a.serve is not None:
@@ -234,23 +307,12 @@ def run(a: WatchArgs) -> int:
                             ends=lambda: f"parinfo: pid {pid} exited; metrics server stopped"
                             if collector.exited() else None)
         return 0
-    from parinfo.records.convert import dump
-
     title = "container (parinfo's cgroup)" if pid is None else f"pid {pid}"
-    endless = count is None
-    live = not a.json_out and sys.stdout.isatty() and endless
-    got = 0
     try:
-        for sample in samples(sampler, seconds, count):
-            got += 1
-            if a.json_out or (endless and not sys.stdout.isatty()):
-                typer.echo(json.dumps(dump(sample)))
-            elif live:  # the screen is redrawn each time: the line that says how to stop stays, once
-                typer.echo("\x1b[H\x1b[2J" + render_sample(sample, title) + "\n" + STOP_HINT, nl=True)
-            else:
-                named = title if a.samples is None else f"{title}, sample {got} of {a.samples}"
-                typer.echo(render_sample(sample, named))
-            sys.stdout.flush()
+        if otlp is not None:
+            got = _send_samples(sampler, seconds, count, otlp, title)
+        else:
+            got = _print_samples(a, sampler, seconds, count, title)
     except KeyboardInterrupt:
         return 0
     if pid is None or got == count:

@@ -17,14 +17,13 @@ Metric names and labels are part of parinfo's interface: docs/metrics.md lists t
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from parinfo.errors import UsageError
+from parinfo.watching.target_report import TargetReport
 
 if TYPE_CHECKING:
-    from parinfo.diagnostics.model import Report
     from parinfo.watching.sample import Sampler
 
 EXTRA_HINT = "pip install 'parinfo[metrics]'"
@@ -57,18 +56,8 @@ class WatchCollector:
         self.sampler = sampler
         self.report_every = report_every
         self._lock = threading.Lock()  # scrapes may overlap: one reading at a time
-        self._report: Report | None = None
-        self._report_at = float("-inf")
+        self._report = TargetReport(sampler.pid, report_every)
         self.sampler.sample()  # the first reading, so the first scrape already has an interval
-
-    def _target_report(self) -> Report:
-        if time.monotonic() - self._report_at >= self.report_every:
-            from parinfo.diagnostics.report import inspect
-
-            self._report = inspect(pid=self.sampler.pid) if self.sampler.pid is not None else inspect()
-            self._report_at = time.monotonic()
-        assert self._report is not None
-        return self._report
 
     def exited(self) -> bool:
         """True once the watched process has exited: the server stops then (docs/watch.md)."""
@@ -87,7 +76,7 @@ class WatchCollector:
                 return
             try:
                 sample = self.sampler.sample()
-                report = self._target_report()
+                report = self._report.get()
             except (ProcessGone, NotAProcess):
                 self.sampler.gone = True
                 return
