@@ -287,7 +287,7 @@ def test_from_outside_each_is_a_predicted_row_and_owns_its_threads():
 
 
 def test_their_files_name_their_owner():
-    from parinfo.process.thread_owners import owner_of_file
+    from parinfo.process.stack_words import owner_of_file
 
     assert owner_of_file("/v/lib/python3.11/site-packages/jaxlib/_jax.so") == "jax"
     assert owner_of_file("/v/lib/python3.11/site-packages/tensorflow/libtensorflow_framework.so.2") == "tensorflow"

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from parinfo.process import thread_owners as to
+from parinfo.process import stack_words as sw, thread_owners as to
 from parinfo.records.unknown import Unknown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +35,7 @@ def _window(*words: int) -> bytes:
 
 
 def test_maps_are_parsed_and_searched_by_address() -> None:
-    maps = to.Maps(to.parse_maps(MAPS))
+    maps = sw.Maps(sw.parse_maps(MAPS))
     assert len(maps.mappings) == 6
     found = maps.at(0x20000010)
     assert found is not None and found.executable and found.path.endswith("libscipy_openblas64_-ab.so")
@@ -46,44 +46,44 @@ def test_maps_are_parsed_and_searched_by_address() -> None:
 def test_hostile_maps_and_stacks_are_skipped_not_raised() -> None:
     raw = (b"zz-10 r-xp 0 0 0 /x\n" b"10-zz r-xp 0 0 0 /x\n" b"\xff\xfe-1 r-xp\n" b"-\n\n"
            b"100-200 r-xp 00000000 08:01 9 /opt/\xff\xfe name with spaces.so (deleted)\n")
-    maps = to.Maps(to.parse_maps(raw))
+    maps = sw.Maps(sw.parse_maps(raw))
     (only,) = maps.mappings
     assert only.path.endswith("name with spaces.so (deleted)")
-    owner = to.owner_by_stack(_window(0x150) + b"\x01\x02\x03", maps, None)
+    owner = sw.owner_by_stack(_window(0x150) + b"\x01\x02\x03", maps, None)
     assert owner == "other (\ufffd\ufffd name with spaces.so (deleted))"
-    assert isinstance(to.owner_by_stack(b"", maps, None), Unknown)
+    assert isinstance(sw.owner_by_stack(b"", maps, None), Unknown)
 
 
 def test_stack_pointer_from_the_syscall_file() -> None:
-    assert to.stack_pointer(b"202 0x7f 0x80 0x0 0x0 0x0 0x0 0x7ffc1000 0x7f0012\n") == 0x7ffc1000
-    assert to.stack_pointer(b"-1 0x7ffc2000 0x7f0012\n") == 0x7ffc2000
-    assert isinstance(to.stack_pointer(b"running\n"), to.Running)
-    assert not isinstance(to.stack_pointer(b"garbage"), to.Running)
-    assert isinstance(to.stack_pointer(None), Unknown)
-    assert isinstance(to.stack_pointer(b"garbage"), Unknown)
-    assert isinstance(to.stack_pointer(b""), Unknown)
+    assert sw.stack_pointer(b"202 0x7f 0x80 0x0 0x0 0x0 0x0 0x7ffc1000 0x7f0012\n") == 0x7ffc1000
+    assert sw.stack_pointer(b"-1 0x7ffc2000 0x7f0012\n") == 0x7ffc2000
+    assert isinstance(sw.stack_pointer(b"running\n"), sw.Running)
+    assert not isinstance(sw.stack_pointer(b"garbage"), sw.Running)
+    assert isinstance(sw.stack_pointer(None), Unknown)
+    assert isinstance(sw.stack_pointer(b"garbage"), Unknown)
+    assert isinstance(sw.stack_pointer(b""), Unknown)
 
 
 def test_the_topmost_library_word_owns_the_thread_past_the_c_runtime() -> None:
-    maps = to.Maps(to.parse_maps(MAPS))
+    maps = sw.Maps(sw.parse_maps(MAPS))
     # Read bottom to top: an arrow word (not executable) and a polars word below; libc at the top.
     window = _window(0x30000100, 0x50000100, 0x20000100, 0x40000008, 0x10000100, 0x12345)
-    assert to.owner_by_stack(window, maps, "/usr/bin/python3.11") == "openblas (numpy)"
-    assert to.owner_by_stack(_window(0x30000100, 0x10000100), maps, None) == "polars"
+    assert sw.owner_by_stack(window, maps, "/usr/bin/python3.11") == "openblas (numpy)"
+    assert sw.owner_by_stack(_window(0x30000100, 0x10000100), maps, None) == "polars"
     # The interpreter in the thread block, the C runtime (start_thread's frame), then the interpreter
     # again in the frames (its thread entry, the outermost): a Python thread, whatever lies deeper.
     window = _window(0x20000100, 0x400010, 0x10000100, 0x400010)
-    assert to.owner_by_stack(window, maps, "/usr/bin/python3.11") == to.PYTHON
-    assert to.owner_by_stack(_window(0x400010), maps, "/usr/bin/python3.11") == to.PYTHON
+    assert sw.owner_by_stack(window, maps, "/usr/bin/python3.11") == sw.PYTHON
+    assert sw.owner_by_stack(_window(0x400010), maps, "/usr/bin/python3.11") == sw.PYTHON
     # An interpreter word in the thread block that its frames do not confirm (a size that falls in a
     # non-PIE interpreter's text, as Python 3.14's stack size does), a C++ runtime start routine, then
     # a library in the frames: the library (a std::thread of DuckDB).
-    assert to.owner_by_stack(_window(0x20000100, 0x10000100, 0x400010), maps,
+    assert sw.owner_by_stack(_window(0x20000100, 0x10000100, 0x400010), maps,
                              "/usr/bin/python3.11") == "openblas (numpy)"
     # The interpreter, then a library before any C runtime word (the thread block of Python 3.14 holds an
     # interpreter address above the worker's start routine): the library.
-    assert to.owner_by_stack(_window(0x20000100, 0x400010), maps, "/usr/bin/python3.11") == "openblas (numpy)"
-    assert isinstance(to.owner_by_stack(_window(0x50000100, 0x10000100, 7) + b"\x01", maps, None), Unknown)
+    assert sw.owner_by_stack(_window(0x20000100, 0x400010), maps, "/usr/bin/python3.11") == "openblas (numpy)"
+    assert isinstance(sw.owner_by_stack(_window(0x50000100, 0x10000100, 7) + b"\x01", maps, None), Unknown)
 
 
 @pytest.mark.parametrize(("path", "owner"), [
@@ -97,7 +97,7 @@ def test_the_topmost_library_word_owns_the_thread_past_the_c_runtime() -> None:
     ("/opt/lib/libfoo.so", "other (libfoo.so)"),
 ])
 def test_a_file_names_its_library(path: str, owner: str) -> None:
-    assert to.owner_of_file(path) == owner
+    assert sw.owner_of_file(path) == owner
 
 
 # --- real processes ------------------------------------------------------------------------------
@@ -245,6 +245,6 @@ def test_a_threads_own_stack_ends_at_its_thread_block_not_at_its_mappings_top() 
     block = base + 8 * 40
     words[40], words[42] = block, block
     raw = struct.pack(f"<{len(words)}Q", *words)
-    assert to.thread_block_end(raw, base, base + (1 << 24)) == min(block + to.BLOCK_SPAN, base + len(raw))
-    assert to.thread_block_end(raw, base, block + 16) == block + 16  # at most the mapping's end
-    assert to.thread_block_end(struct.pack("<8Q", *range(8)), base, base + 64) is None
+    assert sw.thread_block_end(raw, base, base + (1 << 24)) == min(block + sw.BLOCK_SPAN, base + len(raw))
+    assert sw.thread_block_end(raw, base, block + 16) == block + 16  # at most the mapping's end
+    assert sw.thread_block_end(struct.pack("<8Q", *range(8)), base, base + 64) is None

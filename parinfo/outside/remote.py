@@ -104,7 +104,7 @@ def imported_libraries(maps: str) -> list[Library]:
     mapped: the modules the process imported, seen from outside. Libraries whose count is another
     runtime's (XGBoost's, its OpenMP runtime's) are that runtime's pool row."""
     from parinfo.process import libraries as reg
-    from parinfo.process.thread_owners import owner_of_file, parse_maps
+    from parinfo.process.stack_words import owner_of_file, parse_maps
 
     paths = {r.path for r in parse_maps(maps.encode("utf-8", "surrogateescape"))
              if r.executable and ("site-packages/" in r.path or "dist-packages/" in r.path)}

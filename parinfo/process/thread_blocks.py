@@ -12,7 +12,7 @@ every block holds a different listed tid), and the words below a block, the thre
 frames, name its owner as for a waiting thread.
 
 Bounded: at most :data:`MAX_STACKS` mappings, :data:`TOP` bytes read from each, then one
-:data:`~parinfo.process.thread_owners.WINDOW` for each thread asked about. Everything read is the
+:data:`~parinfo.process.stack_words.WINDOW` for each thread asked about. Everything read is the
 process's own data: nothing but addresses its maps name is followed, and each failure is an Unknown.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Collection
 
 from parinfo.machine.procfs import Memory, Proc
 from parinfo.process.mapped import MapsOnce
-from parinfo.process.thread_owners import BLOCK_SPAN, WINDOW, Maps, Region, block_at, owner_by_stack, parse_maps
+from parinfo.process.stack_words import BLOCK_SPAN, WINDOW, Maps, Region, block_at, owner_by_stack, parse_maps
 from parinfo.records.unknown import Unknown
 
 #: How many thread stacks are scanned at most (a process with more threads has its first ones read).
