@@ -100,19 +100,6 @@ def _fields(root: str, rel: str) -> dict[str, int]:
     return out
 
 
-def _quota_at(root: str, d: str, version: str) -> float | None:
-    """The quota set at directory ``d`` (None: no limit there); raise Unreadable when unreadable."""
-    if version == "v2":
-        if not os.path.lexists(os.path.join(root, d, "cpu.max")):
-            return None
-        quota, _ = _cgroup._v2_quota(root, d)
-        return quota
-    if not os.path.lexists(os.path.join(root, d, "cpu.cfs_quota_us")):
-        return None
-    quota, _ = _cgroup._v1_quota(root, d)
-    return quota
-
-
 def _throttling(root: str, d: str, version: str, quota: float) -> Throttling:
     rel = f"{d}/cpu.stat"
     stat = _fields(root, rel)
@@ -140,7 +127,7 @@ def cpu_counters(root: str = "/", proc: Proc | None = None) -> CpuCounters:
     problems: list[str] = []
     for d in where.levels:
         try:
-            quota = _quota_at(root, d, where.version)
+            quota = _cgroup.quota_at(root, d, where.version)
             if quota is not None:
                 levels.append(_throttling(root, d, where.version, quota))
         except Unreadable as exc:
