@@ -363,6 +363,15 @@ def controller_dir(root: str, controller: str, handle: Proc | None = None) -> Cg
     return None
 
 
+def cgroup_path(root: str, handle: Proc | None = None) -> str | None:
+    """The cgroup of process ``handle`` (default: this one) as its /proc/PID/cgroup names it for
+    the CPU controller (a v1 cpu hierarchy's, else the v2 one), as :attr:`CgroupFacts.path` is,
+    without reading the limits; None when it names none. Raises Unreadable when the file cannot be read."""
+    proc = this_or(handle, root)
+    v2_path, v1_paths = _memberships(proc.text("cgroup"), proc.shown("cgroup"))
+    return v1_paths.get("cpu", v2_path)
+
+
 def unified_dir(root: str, handle: Proc | None = None) -> CgroupDir | None:
     """The process's directory in the v2 (unified) hierarchy, where cpu.pressure, memory.max and
     pids.current live on v2 and hybrid machines; None without one. Raises like controller_dir."""

@@ -32,7 +32,7 @@ from parinfo.machine.pod_names import names_of
 from parinfo.machine.pod_path import GUARANTEED, QOS_CLASSES, PodPath, pod_path
 from parinfo.machine.pod_shares import request_of
 from parinfo.machine.sysfs import Unreadable, read_cpu_list, read_int, shown
-from parinfo.records.convert import among, at_most, between, doc
+from parinfo.records.convert import LOCAL, among, at_most, between, doc
 from parinfo.records.record import record
 from parinfo.records.source import NO_LIMIT, Source, file, unknown
 from parinfo.records.unknown import Unknown
@@ -90,6 +90,44 @@ class PodFacts:
     usable_by_rule: dict[str, Annotated[int, between(1)]] = field(default_factory=dict, metadata=doc(
         "the CPUs each runtime counts here (parinfo.machine.rounding); go reads its own cgroup's quota only"))
     notes: tuple[Text, ...] = ()
+
+
+@record(frozen=True)
+class PodIdentity:
+    """Who a process is in the kubelet's tree, without its limits (what ``host`` groups by and the
+    cAdvisor-compatible series label): read from its cgroup path and its own files only. The
+    directories (relative to the root, in the CPU controller's hierarchy) stay in the process."""
+
+    pod_uid: Text
+    qos: Annotated[str, among(*QOS_CLASSES)]
+    container_id: Text | None
+    name: Text | None
+    namespace: Text | None
+    pod_cgroup: Text
+    container_cgroup: Text | None
+    cgroup_version: Annotated[str, among("v1", "v2")] = field(default="v1", metadata=LOCAL)
+    pod_dir: str | None = field(default=None, metadata=LOCAL)
+    container_dir: str | None = field(default=None, metadata=LOCAL)
+
+
+def pod_identity(root: str = "/", proc: Proc | None = None, path: str | None = None) -> PodIdentity | None:
+    """The pod identity of process ``proc`` (default: this one) whose CPU cgroup is ``path`` (read
+    when not given), or None when it is in no pod or its cgroup cannot be read."""
+    root = os.path.abspath(root)
+    try:
+        found = pod_path(path if path is not None else _cgroup.cgroup_path(root, proc))
+        where = None if found is None else _cgroup.controller_dir(root, "cpu", proc)
+    except Unreadable:
+        return None
+    if found is None:
+        return None
+    name, _, namespace, _ = names_of(proc, root)
+    cid = found.container_id
+    dirs = [_dir_at(where, found, i) if i is not None else None for i in (found.pod, found.container)]
+    return PodIdentity(found.pod_uid, found.qos, cid if isinstance(cid, str) else None, name, namespace,
+                       found.cgroup(found.pod), None if found.container is None else found.cgroup(found.container),
+                       "v1" if where is None or where.version == "v1" else "v2",
+                       *(d if isinstance(d, str) else None for d in dirs))
 
 
 def _dir_at(where: _cgroup.CgroupDir | None, found: PodPath, index: int) -> str | Unknown:

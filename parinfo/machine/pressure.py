@@ -114,6 +114,13 @@ def _throttling(root: str, d: str, version: str, quota: float) -> Throttling:
     return Throttling(shown(d), quota, stat["nr_periods"], stat["nr_throttled"], usec)
 
 
+def throttling_at(root: str, d: str, version: str) -> Throttling | None:
+    """The counters of the cgroup directory ``d`` (relative to ``root``) of a ``version`` hierarchy,
+    None when it sets no quota of its own; raise Unreadable when its files cannot be read."""
+    quota = _cgroup.quota_at(root, d, version)
+    return None if quota is None else _throttling(root, d, version, quota)
+
+
 def cpu_counters(root: str = "/", proc: Proc | None = None) -> CpuCounters:
     """The throttling counters of process ``proc``'s cgroup (default: this one) and its ancestors."""
     root = os.path.abspath(root)
@@ -127,9 +134,9 @@ def cpu_counters(root: str = "/", proc: Proc | None = None) -> CpuCounters:
     problems: list[str] = []
     for d in where.levels:
         try:
-            quota = _cgroup.quota_at(root, d, where.version)
-            if quota is not None:
-                levels.append(_throttling(root, d, where.version, quota))
+            level = throttling_at(root, d, where.version)
+            if level is not None:
+                levels.append(level)
         except Unreadable as exc:
             problems.append(str(exc))
     if problems and not levels:

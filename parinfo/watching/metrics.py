@@ -25,6 +25,7 @@ from parinfo.errors import UsageError
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.model import Report
+    from parinfo.machine.pod import PodIdentity
     from parinfo.watching.sample import Sampler
 
 EXTRA_HINT = "pip install 'parinfo[metrics]'"
@@ -58,6 +59,7 @@ class WatchCollector:
         self.report_every = report_every
         self._lock = threading.Lock()  # scrapes may overlap: one reading at a time
         self._report: Report | None = None
+        self._pod: PodIdentity | None = None
         self._report_at = float("-inf")
         self.sampler.sample()  # the first reading, so the first scrape already has an interval
 
@@ -67,6 +69,7 @@ class WatchCollector:
 
             self._report = inspect(pid=self.sampler.pid) if self.sampler.pid is not None else inspect()
             self._report_at = time.monotonic()
+            self._pod = _pod_of(self.sampler.pid)
         assert self._report is not None
         return self._report
 
@@ -134,6 +137,23 @@ class WatchCollector:
             if self.sampler.pid is not None or f.id in CONTAINER_FINDINGS:
                 findings.add_metric([f.id, f.severity], 1)
         yield findings
+        yield from _container_families(self._pod)
+
+
+def _pod_of(pid: int | None) -> PodIdentity | None:
+    """The pod of the watched process (``pid`` None: this one, the container view), or None."""
+    from parinfo.machine.pod import pod_identity
+    from parinfo.machine.procfs import Proc
+
+    return pod_identity("/", None if pid is None else Proc.of(pid))
+
+
+def _container_families(pod: PodIdentity | None) -> Iterator[Any]:
+    """cAdvisor's ``container_cpu_cfs_*`` counters of the watched pod's container and pod cgroups
+    (:mod:`parinfo.watching.cadvisor`); empty families outside a pod."""
+    from parinfo.watching.cadvisor import families, pod_series
+
+    return families(pod_series("/", [] if pod is None else [pod]))
 
 
 def check_serve(address: str) -> tuple[str, int]:
