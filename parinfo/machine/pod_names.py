@@ -4,7 +4,9 @@
   ``/etc/hostname`` it mounts into the container and in ``HOSTNAME`` the runtime sets; so the
   container's ``/etc/hostname`` (read through ``/proc/PID/root``), else ``HOSTNAME`` in the
   process's environment. A pod that sets ``spec.hostname`` or runs in the host's network
-  (``hostNetwork``) has another hostname, which is then taken for its name.
+  (``hostNetwork``) has another hostname, which is then taken for its name. Another process in
+  parinfo's own UTS namespace gets no name this way: its hostname is parinfo's (the node's, for
+  parinfo run on the node), not its pod's.
 - The namespace: the service-account volume the kubelet mounts at
   ``/var/run/secrets/kubernetes.io/serviceaccount/namespace`` (followed through the container's
   links, as the container sees them: ``/var/run`` is often a link to ``/run``, and the file a link
@@ -79,14 +81,27 @@ def _hostname_variable(proc: Proc) -> tuple[str | None, Source | str]:
         return None, str(exc)
 
 
+def _shares_my_hostname(proc: Proc) -> bool:
+    """Whether ``proc`` is another process in parinfo's own UTS namespace (False when unknown)."""
+    if proc.pid is None or proc.pid == os.getpid():
+        return False
+    try:
+        return os.stat(proc.path("ns/uts")).st_ino == os.stat(os.path.join(proc.root, "proc/self/ns/uts")).st_ino
+    except OSError:
+        return False
+
+
 def names_of(proc: Proc | None, root: str = "/") -> tuple[str | None, Source, str | None, Source]:
     """(pod name, its source, namespace, its source) of process ``proc`` (default: this one); a
     name that cannot be told is None with an unknown source saying why."""
     from parinfo.machine.procfs import this_or
 
     handle = this_or(proc, root)
-    name, said = _from_file(handle, HOSTNAME_FILE, _NAME)
-    if name is None:
+    name: str | None = None
+    said: Source | str = "its hostname is parinfo's own (one UTS namespace): not its pod's name"
+    if not _shares_my_hostname(handle):
+        name, said = _from_file(handle, HOSTNAME_FILE, _NAME)
+    if name is None and not _shares_my_hostname(handle):
         name, also = _hostname_variable(handle)
         said = also if name is not None else f"{said}; {also}"
     name_source = said if isinstance(said, Source) else unknown(said)
