@@ -26,7 +26,8 @@ def test_the_pod_section_in_text_and_json(tmp_path):
     report = _report(pod_machine(tmp_path, **V1))
     (section,) = [s for s in sections(report) if s.key == "pod"]
     rows = dict(r.cells for r in section.rows)
-    assert rows["QoS class"].startswith("Burstable (cgroup /kubepods/burstable/pod")
+    assert rows["QoS class"] == "Burstable (/proc/self/cgroup)"
+    assert rows["pod"] == f"name unknown (uid {UID}; cgroupfs driver, cgroup v1)"
     assert rows["container"] == CID and rows["request"].startswith("500m (/sys/fs/cgroup/cpu,cpuacct/kubepods/")
     assert rows["limit"].startswith("0.5 CPUs (") and rows["usable CPUs"].startswith("1 (min(")
     assert rows["by runtime"] == "go 2, jdk 1, dotnet 1, loky 8, rust 1, nproc 8"

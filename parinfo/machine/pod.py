@@ -269,7 +269,7 @@ def pod_facts(root: str = "/", proc: Proc | None = None, machine: MachineFacts |
     name, name_source, namespace, namespace_source = names_of(proc, root)
     cid = found.container_id
     path = found.cgroup(len(found.parts) - 1)
-    said = file(f"/proc/{'self' if proc is None else proc.label}/cgroup", f"cgroup {path}")
+    said = file(f"/proc/{'self' if proc is None else proc.label}/cgroup")
     return PodFacts(
         qos=found.qos, qos_source=said, pod_uid=found.pod_uid, container_id=cid if isinstance(cid, str) else None,
         container_source=unknown(cid.why) if isinstance(cid, Unknown) else said,
