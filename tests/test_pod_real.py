@@ -203,3 +203,28 @@ def test_host_serve_counters_and_the_throttling_alert(tmp_path):
             stop_all(prom, server)
             for child in children:
                 _end(child)
+
+
+def test_watch_serve_counters_of_the_watched_pod():
+    from prometheus_server import needs_client, scrape, serve, stop
+
+    if needs_client.args[0]:
+        pytest.skip(needs_client.kwargs["reason"])
+    with kubelet_cgroup("Guaranteed", shares=102, limit=0.1, pod_limit=0.1) as pod:
+        child = _start(pod, BUSY)
+        server = None
+        try:
+            server, port = serve("watch", "--pid", str(child.pid))
+            time.sleep(1.5)
+            page = scrape(port)
+        finally:
+            if server is not None:
+                code, err = stop(server)
+                assert code == 0 and "Traceback" not in err, err
+            _end(child)
+    assert (_sample(page, "container_cpu_cfs_throttled_periods_total", pod.path) or 0) > 0
+    assert _sample(page, "container_cpu_cfs_throttled_seconds_total", pod.path) > 0
+    pod_level = [line for line in page.splitlines()
+                 if line.startswith("container_cpu_cfs_periods_total{") and f'id="{pod.pod}"' in line]
+    assert len(pod_level) == 1 and 'container=""' in pod_level[0]  # the pod's own cgroup, as cAdvisor writes it
+    assert "parinfo_cpu_throttled_periods_total" in page
