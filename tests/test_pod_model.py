@@ -15,7 +15,7 @@ KINDS = [("v1", "cgroupfs"), ("v1", "systemd"), ("v2", "cgroupfs"), ("v2", "syst
 
 
 def _common(p, version: str, driver: str, qos: str) -> None:
-    kube, pod, container = kube_paths(driver, qos)
+    _, pod, container = kube_paths(driver, qos)
     assert (p.qos, p.pod_uid, p.container_id) == (qos, UID, CID)
     assert (p.driver, p.cgroup_version) == (driver, version)
     assert (p.cgroup, p.pod_cgroup, p.container_cgroup) == (container, pod, container)

@@ -61,7 +61,8 @@ def test_shares_round_trip_every_request():
 
 
 def test_weight_round_trip_every_request():
-    """v2: the weight keeps about 26m (28m at weight 1); the request is in the range, and a multiple of 50m comes back exact."""
+    """v2: the weight keeps about 26m (28m at weight 1): the request is in the range, a multiple of 50m
+    comes back exact."""
     widest = 0
     for m in range(0, 256_001):
         got, low, high = request_of(weight_of(shares_of(m)), weight=True)

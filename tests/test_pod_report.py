@@ -89,7 +89,7 @@ def test_cadvisor_series_for_container_and_pod(tmp_path, version, driver):
     shape = dict(V1, version=version, driver=driver)
     root = pod_machine(tmp_path, **shape, edit={"{cpu}{container}/cpu.stat": _stat(version, 100, 40, 2_500_000),
                                                "{cpu}{pod}/cpu.stat": _stat(version, 100, 41, 2_600_000)})
-    kube, pod, container = kube_paths(driver, "Burstable")
+    _, pod, container = kube_paths(driver, "Burstable")
     series = pod_series(root, [pod_identity(root)])
     assert [(s.id, s.container, s.pod, s.namespace, s.periods, s.throttled, s.throttled_seconds) for s in series] == [
         (container, CID, UID, "", 100, 40, 2.5), (pod, "", UID, "", 100, 41, 2.6)]

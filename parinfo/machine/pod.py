@@ -238,6 +238,7 @@ def pod_facts(root: str = "/", proc: Proc | None = None, machine: MachineFacts |
     """The pod section of process ``proc`` (default: this one) read under ``root``, or None when it
     is in no pod's cgroup. ``machine`` (the report's machine facts, read when not given) gives its
     cgroup path and usable CPUs."""
+    from parinfo.machine.procfs import this_or
     from parinfo.machine.topology import machine_facts
 
     root = os.path.abspath(root)
@@ -269,7 +270,7 @@ def pod_facts(root: str = "/", proc: Proc | None = None, machine: MachineFacts |
     name, name_source, namespace, namespace_source = names_of(proc, root)
     cid = found.container_id
     path = found.cgroup(len(found.parts) - 1)
-    said = file(f"/proc/{'self' if proc is None else proc.label}/cgroup")
+    said = file(this_or(proc, root).shown("cgroup"))
     return PodFacts(
         qos=found.qos, qos_source=said, pod_uid=found.pod_uid, container_id=cid if isinstance(cid, str) else None,
         container_source=unknown(cid.why) if isinstance(cid, Unknown) else said,
