@@ -139,3 +139,25 @@ def test_a_cgroup_root_above_kubepods(tmp_path):
     assert (p.qos, p.container_id, p.request_millicores, p.pod_cgroup) == (
         "BestEffort", CID, 0, f"/kubelet/kubepods/besteffort/pod{UID}")
     assert isinstance(p.pod_request_millicores, Unknown)  # the pod's cpu.shares was not written
+
+
+def test_exclusive_against_the_machine_when_kubepods_has_no_cpuset(tmp_path):
+    """cgroup v2 with the cpuset controller enabled below kubepods only: the machine's CPUs stand for it."""
+    root = pod_machine(tmp_path, version="v2", driver="cgroupfs", qos="Guaranteed", request=1000, pod_request=1000,
+                       limit=1, pod_limit=1, cpuset="3",
+                       edit={"sys/fs/cgroup/kubepods/cpuset.cpus.effective": ""})
+    import os
+
+    os.remove(os.path.join(root, "sys/fs/cgroup/kubepods/cpuset.cpus.effective"))
+    p = pod_facts(root)
+    assert (p.cpuset, p.node_cpuset, p.exclusive, p.usable_cpus) == ((3,), None, True, 1)
+
+
+def test_a_deep_cgroup_root_reads_back(tmp_path):
+    from fake_trees import FakeMachine
+
+    deep = "/" + "/".join(f"level{i:03d}" for i in range(60))
+    path = f"{deep}/kubepods/pod{UID}/{CID}"
+    root = FakeMachine(tmp_path).cpus(2).cgroup_v1(path).build()
+    p = pod_facts(root)
+    assert p.cgroup == path and load(type(p), dump(p), strict=True) == p

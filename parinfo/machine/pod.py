@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 _CPUSET_FILES = {"v1": ("cpuset.effective_cpus", "cpuset.cpus"), "v2": ("cpuset.cpus.effective",)}
 Cpus = tuple[Annotated[int, between(0)], ...]
 Text = Annotated[str, at_most(256)]
+#: A cgroup path (a kubelet's --cgroup-root may put the tree deep) or a note that names one.
+LongText = Annotated[str, at_most(4096)]
 
 
 @record
@@ -64,9 +66,9 @@ class PodFacts:
     namespace_source: Source
     driver: Annotated[str, among("cgroupfs", "systemd")]
     cgroup_version: Annotated[str, among("v1", "v2")]
-    cgroup: Text = field(metadata=doc("the process's cgroup (the CPU controller's), as /proc/PID/cgroup names it"))
-    pod_cgroup: Text
-    container_cgroup: Text | None
+    cgroup: LongText = field(metadata=doc("the process's cgroup (the CPU controller's), as /proc/PID/cgroup names it"))
+    pod_cgroup: LongText
+    container_cgroup: LongText | None
     runtime: Text | None = field(metadata=doc("the container runtime its cgroup's name gives, or null"))
     request_millicores: Annotated[int, between(0)] | Unknown | None = field(metadata=doc(
         "the container's CPU request (the pod's, for a process in the pod's cgroup), read back from "
@@ -89,7 +91,7 @@ class PodFacts:
     usable_rule: Text
     usable_by_rule: dict[str, Annotated[int, between(1)]] = field(default_factory=dict, metadata=doc(
         "the CPUs each runtime counts here (parinfo.machine.rounding); go reads its own cgroup's quota only"))
-    notes: tuple[Text, ...] = ()
+    notes: tuple[LongText, ...] = ()
 
 
 @record(frozen=True)
@@ -103,8 +105,8 @@ class PodIdentity:
     container_id: Text | None
     name: Text | None
     namespace: Text | None
-    pod_cgroup: Text
-    container_cgroup: Text | None
+    pod_cgroup: LongText
+    container_cgroup: LongText | None
     cgroup_version: Annotated[str, among("v1", "v2")] = field(default="v1", metadata=LOCAL)
     pod_dir: str | None = field(default=None, metadata=LOCAL)
     container_dir: str | None = field(default=None, metadata=LOCAL)
@@ -194,11 +196,12 @@ def _cpus(root: str, where: _cgroup.CgroupDir | None, d: str | Unknown) -> tuple
 
 
 def _exclusive(qos: str, limit: float | Unknown | None, cpus: Cpus | Unknown | None,
-               node: Cpus | Unknown | None) -> bool | None:
-    """Whether the CPU manager gave these CPUs to the container alone (see the module)."""
-    if not isinstance(cpus, tuple) or not isinstance(node, tuple):
+               node: Cpus | Unknown | None, online: int | None) -> bool | None:
+    """Whether the CPU manager gave these CPUs to the container alone (see the module): narrower
+    than the kubepods cgroup's cpuset, or than the ``online`` CPUs where kubepods has none."""
+    if not isinstance(cpus, tuple) or isinstance(node, Unknown) or (node is None and online is None):
         return None
-    narrower = set(cpus) < set(node)
+    narrower = set(cpus) < set(node) if node is not None else len(cpus) < (online or 0)
     whole = isinstance(limit, float) and limit == int(limit) and len(cpus) == int(limit)
     return qos == GUARANTEED and narrower and whole
 
@@ -266,7 +269,7 @@ def pod_facts(root: str = "/", proc: Proc | None = None, machine: MachineFacts |
     pod_limit, pod_limit_source = _limit(root, at(cpu, found.pod), version)
     cpus, rel = _cpus(root, cpuset_dir, at(cpuset_dir, mine))
     node, node_rel = _cpus(root, cpuset_dir, at(cpuset_dir, found.kubepods))
-    exclusive = _exclusive(found.qos, limit, cpus, node)
+    exclusive = _exclusive(found.qos, limit, cpus, node, machine.logical_cpus)
     name, name_source, namespace, namespace_source = names_of(proc, root)
     cid = found.container_id
     path = found.cgroup(len(found.parts) - 1)
