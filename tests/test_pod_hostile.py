@@ -147,3 +147,23 @@ def test_link_loop_in_the_container(tmp_path):
     os.symlink("/etc/hostname", f"{base}/etc/hostname")  # points at itself
     name, source, _, _ = names_of(Proc.of(None, root), root)
     assert name is None and "links" in source.text
+
+
+def test_an_absolute_link_stays_in_the_containers_root(tmp_path):
+    """A link to an absolute path is the container's path: a file of that name on this machine is never read."""
+    import parinfo.safe_file as safe_file
+
+    outside = tmp_path / "node-secret"
+    outside.write_text("node-secret-name")
+    root = pod_machine(tmp_path, **V1)
+    base = _container_root(root)
+    os.makedirs(f"{base}/etc")
+    os.symlink(str(outside), f"{base}/etc/hostname")
+    with pytest.raises(FileNotFoundError):
+        safe_file.open_in_root(base, "etc/hostname")
+    mirror = f"{base}{outside}"  # the same path inside the container's root: that one is read
+    os.makedirs(os.path.dirname(mirror), exist_ok=True)
+    with open(mirror, "w") as f:
+        f.write("pod-name-0")
+    name, source, _, _ = names_of(Proc.of(None, root), root)
+    assert name == "pod-name-0" and source.detail == "/proc/self/root/etc/hostname"
