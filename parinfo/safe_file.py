@@ -31,7 +31,7 @@ import os
 import stat
 
 __all__ = ["OnFuse", "Unsafe", "create", "create_at", "kind", "open_beneath", "open_dir_beneath", "open_file",
-           "read_bounded", "read_file", "writable_dir"]
+           "open_in_root", "read_bounded", "read_file", "writable_dir"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -133,6 +133,47 @@ def open_dir_beneath(root: str | bytes, path: str | bytes) -> int:
     return _descend(root, _parts(path))
 
 
+def open_in_root(root: str | bytes, path: str | bytes, *, fuse: bool = False) -> int:
+    """A read-only descriptor of the regular file ``path`` as the process whose root directory is
+    ``root`` (``/proc/PID/root``) reaches it: each link on the way is read and followed as that
+    process would (an absolute one from ``root`` again, ``..`` never above ``root``), at most 40 of
+    them, every directory opened without following a link or blocking, the file as :func:`open_file`
+    opens it. For a file a container makes of links (Kubernetes' service-account volume: namespace ->
+    ..data/namespace) that :func:`open_beneath` refuses; a link swapped in between its reading and
+    the open fails the open, never leads out of ``root``."""
+    todo = list(reversed(_parts(path)))
+    stack = [os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)]
+    links = 0
+    try:
+        while todo:
+            part = todo.pop()
+            if part == b"..":
+                if len(stack) > 1:
+                    os.close(stack.pop())
+                continue
+            try:
+                target = os.readlink(part, dir_fd=stack[-1])
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:  # EINVAL: not a link
+                    raise
+            else:
+                links += 1
+                if links > _MAX_LINKS or len(todo) > _MAX_PARTS:
+                    raise Unsafe(f"more than {_MAX_LINKS} links on the way", errno.ELOOP)
+                if target.startswith(b"/"):
+                    while len(stack) > 1:
+                        os.close(stack.pop())
+                todo.extend(reversed([p for p in target.split(b"/") if p and p != b"."]))
+                continue
+            if not todo:
+                return open_file(part, dir_fd=stack[-1], fuse=fuse)
+            stack.append(_descend_one(stack[-1], part))
+        raise Unsafe("is not a path to a file", errno.EINVAL)
+    finally:
+        for fd in stack:
+            os.close(fd)
+
+
 def _parts(path: str | bytes) -> list[bytes]:
     parts = [p for p in os.fsencode(path).split(b"/") if p and p != b"."]
     if not parts or len(parts) > _MAX_PARTS:
@@ -147,19 +188,24 @@ def _descend(root: str | bytes, parts: list[bytes]) -> int:
     fd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     try:
         for part in parts:
-            try:
-                step = os.open(part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _NONBLOCK | _CLOEXEC, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise Unsafe(f"{os.fsdecode(part)!r} on the way is not a directory (a link, or a file)",
-                                 errno.ENOTDIR) from None
-                raise
+            step = _descend_one(fd, part)
             os.close(fd)
             fd = step
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _descend_one(fd: int, part: bytes) -> int:
+    """A descriptor of the directory ``part`` of the directory ``fd``, opened without following a link."""
+    try:
+        return os.open(part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _NONBLOCK | _CLOEXEC, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Unsafe(f"{os.fsdecode(part)!r} on the way is not a directory (a link, or a file)",
+                         errno.ENOTDIR) from None
+        raise
 
 
 def read_bounded(fd: int, limit: int) -> bytes:

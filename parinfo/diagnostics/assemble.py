@@ -5,7 +5,7 @@ A reader is one way to know a process: from inside this process
 (:func:`parinfo.diagnostics.outside_report.read_outside`), or inside another CPython 3.14+ process through
 ``sys.remote_exec`` with the rest from outside (:func:`parinfo.diagnostics.attached.read_attached`).
 Each fills a :class:`Filled`; what every report has whoever read it (the CPU's identity, the live
-evidence, the memory policy, the findings) is added here, once. A count shown for another process
+evidence, the memory policy, the pod, the findings) is added here, once. A count shown for another process
 is decided by the one rule :func:`parinfo.outside.standing.decide` (in force > attached > launch
 environment > unknown): a pool's ``num_threads`` holds a count in force only, a prediction stays in
 ``launch_count`` and says so, so the findings, which read ``num_threads``, never warn on a
@@ -74,6 +74,7 @@ def assemble(filled: Filled, proc: Proc | None, root: str = "/") -> Report:
     from parinfo.diagnostics.process_rules import diagnose
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.mempolicy import memory_policy
+    from parinfo.machine.pod import pod_facts
     from parinfo.machine.proc_words import ProcessGone, exited_during_read
 
     count = filled.threads.count
@@ -81,6 +82,7 @@ def assemble(filled: Filled, proc: Proc | None, root: str = "/") -> Report:
         live = filled.live if filled.live is not None else live_section(
             proc, root, threads=count if isinstance(count, int) else None)
         memory = filled.memory if filled.memory is not None else memory_policy(proc, root)
+        pod = pod_facts(root, proc, filled.machine)
     except ProcessGone:
         if proc is None:
             raise
@@ -89,7 +91,7 @@ def assemble(filled: Filled, proc: Proc | None, root: str = "/") -> Report:
                     runtime=filled.runtime, backend=filled.backend, pools=filled.pools,
                     frameworks=filled.frameworks, settings=filled.settings, environment=filled.environment,
                     threads=filled.threads, live=live, outer=filled.outer, memory=memory,
-                    teams=filled.teams)
+                    teams=filled.teams, pod=pod)
     report.findings = diagnose(report)
     if filled.descendants is not None:
         for row in report.pools:

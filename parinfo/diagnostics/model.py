@@ -37,6 +37,7 @@ from parinfo.diagnostics.parts import (
 from parinfo.errors import UsageError
 from parinfo.machine.cpuid import CpuIdentity
 from parinfo.machine.mempolicy import MemoryPolicy
+from parinfo.machine.pod import PodFacts
 from parinfo.machine.topology import MachineFacts
 from parinfo.process.environment import EnvRow
 from parinfo.process.outer import OuterThreads
@@ -45,7 +46,7 @@ from parinfo.process.probing import Probes
 from parinfo.process.provenance import SettingRow
 from parinfo.process.thread_teams import ThreadTeams
 from parinfo.process.threads import ThreadList
-from parinfo.records.convert import EMPTY_IS_NONE, doc, dump, load
+from parinfo.records.convert import EMPTY_IS_NONE, OMIT_NONE, doc, dump, load
 from parinfo.records.record import record
 from parinfo.runtime.snapshot import PoolCount as PoolCount, RuntimeSection as RuntimeSection
 from parinfo.version import __version__
@@ -58,7 +59,8 @@ SCHEMA_VERSION = 2
 class Report:
     """A snapshot of a process's parallelism, one typed section per fact family (``to_dict``: the
     ``--json`` payload). ``live``, ``outer``, ``teams`` and ``memory`` are None when not gathered
-    (``{}`` in the payload); ``parinfo_version`` is the version of the parinfo that gathered it."""
+    (``{}`` in the payload), ``pod`` outside a pod (no key); ``parinfo_version`` is the version of the
+    parinfo that gathered it."""
 
     machine: MachineFacts
     process: ProcessInfo = field(default_factory=ProcessInfo)
@@ -85,6 +87,11 @@ class Report:
         "/proc/PID/numa_maps words it (default, bind, interleave, prefer, local, ...) or null when unknown "
         "(source says why), the nodes it names, the nodes the process may use (Mems_allowed_list, or null), "
         "where each was read, and a note on mappings under another policy.")})
+    pod: PodFacts | None = field(default=None, metadata={**OMIT_NONE, **doc(
+        "The Kubernetes pod the process runs in, read from the cgroups the kubelet made (added within "
+        "version 2; absent outside a pod): QoS class, pod uid, container id, request, container and pod "
+        "limits, the CPU manager's cpuset, and the usable CPUs as parinfo and each runtime count them "
+        "(docs/kubernetes.md).")})
 
     _json_extra = (("schema_version", Literal[SCHEMA_VERSION]),)  # written by _json_out
 
@@ -116,7 +123,10 @@ class Report:
 
     def _json_out(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
         gathered = ("outer", "live", "memory", "teams")  # not gathered: {} (read back as None)
-        return {"schema_version": SCHEMA_VERSION, **{k: (data[k] or {}) if k in gathered else data[k] for k in _ORDER}}
+        out = {"schema_version": SCHEMA_VERSION, **{k: (data[k] or {}) if k in gathered else data[k] for k in _ORDER}}
+        if "pod" in data:  # only in a pod: the payload of any other process is as it was
+            out["pod"] = data["pod"]
+        return out
 
 
 #: The order of the payload's sections (report.schema.json).

@@ -31,13 +31,14 @@ from parinfo.machine.cpulist import format_cpu_list
 from parinfo.process.threads import thread_group
 from parinfo.records.record import record
 from parinfo.records.source import Kind
-from parinfo.safe_text import plural
+from parinfo.safe_text import escape_controls, plural
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.findings import Finding, Severity
     from parinfo.diagnostics.parts import Backend, Frameworks, LiveSection, ProcessInfo
     from parinfo.machine.cpuid import CpuIdentity
     from parinfo.machine.mempolicy import MemoryPolicy
+    from parinfo.machine.pod import PodFacts
     from parinfo.machine.topology import MachineFacts
     from parinfo.process.environment import EnvRow
     from parinfo.process.outer import OuterThreads
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
         outer: OuterThreads | None
         memory: MemoryPolicy | None
         teams: ThreadTeams | None
+        pod: PodFacts | None
 
 #: The tones a row, a note or a span may carry: "" (plain), "strong" (the line that sums the section
 #: up), "dim" (how or why), "warning" (a value that is wrong or changed), "good" (all is well).
@@ -366,10 +368,20 @@ def outside(r: Report) -> Section:
                    notes=tuple(notes))
 
 
+def pod(r: Report) -> Section | None:
+    """The Kubernetes pod the process runs in, or None outside one."""
+    if r.pod is None:
+        return None
+    from parinfo.diagnostics.pod_section import pod_rows
+
+    return Section("pod", "Kubernetes pod", _pairs(pod_rows(r.pod)),
+                   notes=tuple(Note(escape_controls(n), "warning") for n in r.pod.notes))
+
+
 _OWN: tuple[Callable[[Report], Section | None], ...] = (
-    machine, memory, cpu, backend, pools, frameworks, settings, environment, threads, teams, live)
+    machine, pod, memory, cpu, backend, pools, frameworks, settings, environment, threads, teams, live)
 _FROM_OUTSIDE: tuple[Callable[[Report], Section | None], ...] = (
-    machine, memory, cpu, pools, outside, environment, threads, live)
+    machine, pod, memory, cpu, pools, outside, environment, threads, live)
 
 
 def sections(report: Report) -> list[Section]:

@@ -20,6 +20,7 @@ from parinfo.records.unknown import Unknown, in_words
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.findings import Finding
+    from parinfo.machine.pod import PodIdentity
     from parinfo.machine.pressure import CpuCounters, PressureFacts
     from parinfo.machine.procfs import Proc
 
@@ -37,6 +38,7 @@ class CgroupInfo:
     usable: int
     proc: Proc  # the handle of a process in it, to read its counters through
     read_at: float  # time.monotonic() of the reading
+    pod: PodIdentity | None = None  # the Kubernetes pod and container of its processes, if any
 
 
 @record

@@ -47,7 +47,15 @@ class HostCollector:
         with self._lock:
             report = self.scanner.scan()
             counters = self.scanner.counters
-        return _families(report, counters)
+        yield from _families(report, counters)
+        yield from _container_families(report)
+
+
+def _container_families(report: HostReport) -> Iterator[Any]:
+    """The cAdvisor-compatible throttling counters of the pods' containers (:mod:`parinfo.watching.cadvisor`)."""
+    from parinfo.watching.cadvisor import families, pod_series
+
+    return families(pod_series("/", (p.pod for p in report.processes if p.pod is not None)))
 
 
 def _families(report: HostReport, counters: Mapping[str, CpuCounters]) -> Iterator[Any]:

@@ -11,7 +11,9 @@ from dataclasses import field
 from typing import Any
 
 from parinfo.diagnostics.findings import Finding, Severity, at_least
-from parinfo.records.convert import OMIT_NONE, dump, key
+from parinfo.host.pods import PodRow, pod_lines
+from parinfo.machine.pod import PodIdentity
+from parinfo.records.convert import OMIT_EMPTY, OMIT_NONE, dump, key
 from parinfo.records.record import record
 from parinfo.records.source import Source
 from parinfo.safe_text import escape_controls, plural
@@ -83,6 +85,7 @@ class HostProcess:
     family: str | None = None  # the key of its Family
     outer_threads: int = 1
     owners: dict[str, int] | None = None  # threads by the library that started them (processes with pools)
+    pod: PodIdentity | None = field(default=None, metadata=OMIT_NONE)  # its Kubernetes pod, if in one
 
     def _widest(self, predicted: bool) -> tuple[str | None, int | None]:
         if self.pools_unknown is not None:
@@ -142,6 +145,8 @@ class HostProcess:
                    cpu_percent=self.cpu_percent, family=self.family)
         if self.owners is not None:
             out["threads"]["owners"] = self.owners
+        if "pod" in data:
+            out["pod"] = data["pod"]
         return out
 
 
@@ -210,6 +215,7 @@ class HostReport:
     pressure_some: float | str = "unknown (one reading: no interval)"
     elapsed_ms: float = 0.0
     notes: list[str] = field(default_factory=list)
+    pods: list[PodRow] = field(default_factory=list, metadata=OMIT_EMPTY)  # processes by pod (parinfo.host.pods)
 
     def findings(self) -> list[tuple[str, Finding]]:
         """(cgroup, finding) for every finding."""
@@ -232,7 +238,8 @@ class HostReport:
         return {"schema_version": SCHEMA_VERSION, "parinfo_version": __version__,
                 **{k: data[k] for k in ("time", "interval", "scope", "logical_cpus", "kernel_threads",
                                         "kernel_runnable", "pressure_some", "elapsed_ms", "cgroups", "families",
-                                        "processes", "notes")}}
+                                        "processes", "notes")},
+                **({"pods": data["pods"]} if "pods" in data else {})}
 
     def table(self, *, all_processes: bool = False) -> str:
         """The report as text for people: cgroups, the processes with pools (every process with
@@ -331,7 +338,7 @@ def _render(r: HostReport, *, all_processes: bool = False) -> str:
         f"scan {r.elapsed_ms:.0f} ms")]
     if r.interval:
         lines.append(f"CPU pressure, machine: {_pct(r.pressure_some)} of the interval some task waited for a CPU")
-    lines += ["", *_cgroup_lines(r), ""]
+    lines += ["", *_cgroup_lines(r), *pod_lines(r.pods), ""]
     with_pools = [p for p in r.processes if p.pools or p.pools_unknown is not None]
     others = [p for p in r.processes if p not in with_pools]
     shown = list(r.processes) if all_processes else with_pools + sorted(

@@ -41,6 +41,7 @@ from parinfo.host.model import (
     Scope,
     ThreadGroup,
 )
+from parinfo.host.pods import group as pod_groups
 from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ, pids
 from parinfo.machine.topology import REREAD_S
 from parinfo.outside.standing import decide
@@ -206,6 +207,7 @@ class Scanner:
         """The cgroup whose CPU limit binds ``proc``: where its tightest quota is set, else the
         nearest cpuset narrower than the machine, else "/" (the machine)."""
         from parinfo.machine.cgroup import cgroup_facts
+        from parinfo.machine.pod import pod_identity
         from parinfo.machine.topology import usable_from
 
         cg = cgroup_facts("/", proc)
@@ -218,8 +220,9 @@ class Scanner:
         else:
             key = "/"
         cpus = len(cg.cpuset) if cg.cpuset is not None else online
+        pod = pod_identity("/", proc, cg.path) if cg.path else None
         return CgroupInfo(cg.path or "/", key, cg.quota, cg.cpuset if narrower else None,
-                           usable_from(cpus, None, cg.quota), proc, clock)
+                           usable_from(cpus, None, cg.quota), proc, clock, pod)
 
     def _pools(self, proc: Proc, static: _Static) -> list[PoolRow] | Unknown:
         try:
@@ -365,7 +368,8 @@ class Scanner:
         report = HostReport(time=time.time(), interval=None if dt is None else round(dt, 3),
                             scope=Scope(self.cgroup_given, self.user),
                             logical_cpus=self.facts.logical_cpus, processes=processes, families=families,
-                            kernel_threads=kernel_threads, kernel_runnable=kernel_runnable)
+                            kernel_threads=kernel_threads, kernel_runnable=kernel_runnable,
+                            pods=pod_groups((p.pid, p.pod) for p in processes))
         if attaching:
             report.notes += self._attach_notes()
         reading = judging.judge(report, reps, clock, ticks, before, dt)
@@ -434,4 +438,4 @@ class Scanner:
             pid=pid, ppid=ppid, name=name, command=static.command, user=_user(static.uid) if static.uid >= 0 else "?",
             cgroup=cg.path, group=cg.key, usable_cpus=usable, affinity=len(affinity), pools=pools,
             pools_unknown=unknown, threads=sum(states.values()), states=states, runnable_now=states.get("R", 0),
-            groups=groups, owners=owners)
+            groups=groups, owners=owners, pod=cg.pod)

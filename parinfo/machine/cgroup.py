@@ -195,6 +195,17 @@ def _v1_quota(root: str, d: str) -> tuple[float | None, str]:
     return quota / period, rel
 
 
+def quota_at(root: str, d: str, version: str) -> float | None:
+    """The quota set at cgroup directory ``d`` (relative to ``root``) of a ``version`` ("v1", "v2")
+    hierarchy, in CPUs; None when none is set there (no file: the root cgroup, or on v2 the cpu
+    controller not enabled at that level). Raise Unreadable when its files cannot be read or hold garbage."""
+    name, reader = ("cpu.max", _v2_quota) if version == "v2" else ("cpu.cfs_quota_us", _v1_quota)
+    if not os.path.lexists(os.path.join(root, d, name)):
+        return None
+    quota, _ = reader(root, d)
+    return quota
+
+
 def _walk_quota(root: str, leaf: str, top: str, quota_file: str, reader: Callable[..., Any],
                 facts: CgroupFacts, problems: list[str]) -> tuple[float | None, float | None, float | None]:
     """Keep the tightest quota of ``leaf`` and its ancestors up to ``top`` in ``facts``; return
@@ -326,6 +337,7 @@ class CgroupDir:
     version: str  # "v1" or "v2"
     leaf: str
     top: str
+    found: bool = True  # False: the process's cgroup is not under the mount here, and leaf is the mount point
 
     @property
     def levels(self) -> list[str]:
@@ -345,11 +357,22 @@ def controller_dir(root: str, controller: str, handle: Proc | None = None) -> Cg
     notes: list[str] = []
     for m in mounts:
         if not m.v2 and controller in m.controllers and controller in v1_paths:
-            return CgroupDir("v1", _leaf(root, m, v1_paths[controller], notes), m.point)
+            leaf = _leaf(root, m, v1_paths[controller], notes)
+            return CgroupDir("v1", leaf, m.point, not notes)
     for m in mounts:
         if m.v2 and v2_path is not None:
-            return CgroupDir("v2", _leaf(root, m, v2_path, notes), m.point)
+            leaf = _leaf(root, m, v2_path, notes)
+            return CgroupDir("v2", leaf, m.point, not notes)
     return None
+
+
+def cgroup_path(root: str, handle: Proc | None = None) -> str | None:
+    """The cgroup of process ``handle`` (default: this one) as its /proc/PID/cgroup names it for
+    the CPU controller (a v1 cpu hierarchy's, else the v2 one), as :attr:`CgroupFacts.path` is,
+    without reading the limits; None when it names none. Raises Unreadable when the file cannot be read."""
+    proc = this_or(handle, root)
+    v2_path, v1_paths = _memberships(proc.text("cgroup"), proc.shown("cgroup"))
+    return v1_paths.get("cpu", v2_path)
 
 
 def unified_dir(root: str, handle: Proc | None = None) -> CgroupDir | None:

@@ -109,19 +109,6 @@ def _fields(root: str, rel: str) -> dict[str, int]:
     return out
 
 
-def _quota_at(root: str, d: str, version: str) -> float | None:
-    """The quota set at directory ``d`` (None: no limit there); raise Unreadable when unreadable."""
-    if version == "v2":
-        if not os.path.lexists(os.path.join(root, d, "cpu.max")):
-            return None
-        quota, _ = _cgroup._v2_quota(root, d)
-        return quota
-    if not os.path.lexists(os.path.join(root, d, "cpu.cfs_quota_us")):
-        return None
-    quota, _ = _cgroup._v1_quota(root, d)
-    return quota
-
-
 def _throttling(root: str, d: str, version: str, quota: float) -> Throttling:
     rel = f"{d}/cpu.stat"
     stat = _fields(root, rel)
@@ -134,6 +121,13 @@ def _throttling(root: str, d: str, version: str, quota: float) -> Throttling:
         raise Unreadable(f"no {', '.join(missing)} in {shown(rel)}")
     usec = stat["throttled_usec"] if version == "v2" else stat["throttled_time"] // 1000
     return Throttling(shown(d), quota, stat["nr_periods"], stat["nr_throttled"], usec)
+
+
+def throttling_at(root: str, d: str, version: str) -> Throttling | None:
+    """The counters of the cgroup directory ``d`` (relative to ``root``) of a ``version`` hierarchy,
+    None when it sets no quota of its own; raise Unreadable when its files cannot be read."""
+    quota = _cgroup.quota_at(root, d, version)
+    return None if quota is None else _throttling(root, d, version, quota)
 
 
 def cpu_counters(root: str = "/", proc: Proc | None = None) -> CpuCounters:
@@ -149,9 +143,9 @@ def cpu_counters(root: str = "/", proc: Proc | None = None) -> CpuCounters:
     problems: list[str] = []
     for d in where.levels:
         try:
-            quota = _quota_at(root, d, where.version)
-            if quota is not None:
-                levels.append(_throttling(root, d, where.version, quota))
+            level = throttling_at(root, d, where.version)
+            if level is not None:
+                levels.append(level)
         except Unreadable as exc:
             problems.append(str(exc))
     if problems and not levels:

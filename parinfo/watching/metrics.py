@@ -24,6 +24,7 @@ from parinfo.errors import UsageError
 from parinfo.watching.target_report import TargetReport
 
 if TYPE_CHECKING:
+    from parinfo.machine.pod import PodIdentity
     from parinfo.watching.sample import Sampler
 
 EXTRA_HINT = "pip install 'parinfo[metrics]'"
@@ -123,6 +124,15 @@ class WatchCollector:
             if self.sampler.pid is not None or f.id in CONTAINER_FINDINGS:
                 findings.add_metric([f.id, f.severity], 1)
         yield findings
+        yield from _container_families(self._report.pod)
+
+
+def _container_families(pod: PodIdentity | None) -> Iterator[Any]:
+    """cAdvisor's ``container_cpu_cfs_*`` counters of the watched pod's container and pod cgroups
+    (:mod:`parinfo.watching.cadvisor`); empty families outside a pod."""
+    from parinfo.watching.cadvisor import families, pod_series
+
+    return families(pod_series("/", [] if pod is None else [pod]))
 
 
 def check_serve(address: str) -> tuple[str, int]:
