@@ -227,7 +227,7 @@ def machine_facts(root: str = "/", proc: Proc | None = None, *, environ: Mapping
     logical = None if topo.online is None else len(topo.online)
     by_rule = _rounding.usable_by_rule(len(usable_list) or 1, logical, cg.quota, cg.leaf_quota, cg.v2_quota,
                                        _rounding.loky_quota(root), physical=physical, environ=env,
-                                       physical_in_affinity=_cores_in(topo.cores, affinity),
+                                       physical_in_affinity=_cores_in(topo.cores, tuple(usable_list)),
                                        outer_v2_quota=cg.outer_v2_quota if cg.version == "v2" else None)
     for name in ("physical_cores", "sockets", "smt"):
         if name not in unknown and (physical if name == "physical_cores" else getattr(topo, name)) is None:
