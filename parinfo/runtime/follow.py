@@ -21,6 +21,11 @@ GOMAXPROCS until the program sets it):
   facts, at most the usable CPUs (through the runtime's push, so ``process/setter`` sets it);
 * the lane budget shares the new usable CPUs.
 
+Each re-read also compares what an in-place resize rewrites (:mod:`parinfo.machine.resize`: quota,
+cpuset, affinity, and in a Kubernetes pod the request and the container's and pod's limits); an
+entry of ``changes`` says what changed, from what to what (``resized``), beside what followed. A
+changed request alone is said and moves nothing: no default count comes from a request.
+
 Counts set by a call, a profile or a variable stay as they are (a pool found at another count than
 the one expected was set by someone: it is never followed again). ``PARINFO_FOLLOW_QUOTA=0`` turns
 following off.
