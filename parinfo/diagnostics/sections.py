@@ -209,6 +209,8 @@ def backend(r: Report) -> Section:
             last = follow.changes[-1]
             cpus = last.usable_cpus if len(last.usable_cpus) == 2 else ["?", "?"]
             what += f"; usable CPUs {cpus[0]} -> {cpus[1]} at {last.at}"
+            if last.resized:
+                what += f" ({'; '.join(last.resized)})"
         rows.append(("follows quota", what))
     return Section("backend", "Backend", (*_pairs(rows), *details))
 

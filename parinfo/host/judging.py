@@ -20,9 +20,11 @@ from parinfo.records.unknown import Unknown, in_words
 
 if TYPE_CHECKING:
     from parinfo.diagnostics.findings import Finding
+    from parinfo.host.resizes import ResizeLog
     from parinfo.machine.pod import PodIdentity
     from parinfo.machine.pressure import CpuCounters, PressureFacts
     from parinfo.machine.procfs import Proc
+    from parinfo.machine.resize import CpuBudget
 
 _DIGITS = re.compile(r"\d+")
 
@@ -39,6 +41,7 @@ class CgroupInfo:
     proc: Proc  # the handle of a process in it, to read its counters through
     read_at: float  # time.monotonic() of the reading
     pod: PodIdentity | None = None  # the Kubernetes pod and container of its processes, if any
+    budget: CpuBudget | None = None  # what an in-place resize rewrites, as read (parinfo.host.resizes)
 
 
 @record
@@ -178,3 +181,28 @@ def families(processes: list[HostProcess]) -> list[Family]:
         out.append(Family(key, parent, members[0].command, sorted(p.pid for p in members),
                           adoption.adopter(parent, members[0].pid)))
     return out
+
+
+def resized(report: HostReport, log: ResizeLog, ticks: Mapping[tuple[int, int], int]) -> None:
+    """List the resizes ``log`` saw in the report,
+    and add ``pool-fixed-after-resize`` to the rows of the processes that started (``ticks``' keys:
+    pid and start, in clock ticks since boot) before a resize that narrowed their CPUs."""
+    from parinfo.diagnostics.resize_rules import pool_fixed_after_resize
+    from parinfo.process.tasks import CLOCK_TICKS
+
+    report.resizes = [log.by_cgroup[k] for k in sorted(log.by_cgroup)]
+    started = {pid: start / CLOCK_TICKS for pid, start in ticks}
+    rows = {c.path: c for c in report.cgroups}
+    for p in report.processes:
+        r, row = log.by_cgroup.get(p.cgroup), rows.get(p.group)
+        if r is None or row is None or len(r.usable_cpus) != 2 or started.get(p.pid, r.boot_s) >= r.boot_s:
+            continue
+        pools = [(x.library, x.count) for x in p.pools
+                 if x.count is not None and (x.in_force or x.attached) and not x.duplicate_of]
+        variables = [lib.count_vars[0] for lib in map(reg.find, dict.fromkeys(n for n, _ in pools))
+                     if lib is not None and lib.count_vars]
+        where = "the machine" if row.path == "/" else f"cgroup {row.path}"
+        found = pool_fixed_after_resize(where, p.pid, p.name, pools, r.usable_cpus[0], r.usable_cpus[1], r.at,
+                                        r.changes, variables)
+        if found is not None:
+            row.findings.append(found)

@@ -47,7 +47,9 @@ class HostCollector:
         with self._lock:
             report = self.scanner.scan()
             counters = self.scanner.counters
+            resizes = self.scanner.resizes.counts()
         yield from _families(report, counters)
+        yield from _resize_families(report, resizes)
         yield from _container_families(report)
 
 
@@ -119,3 +121,27 @@ def _families(report: HostReport, counters: Mapping[str, CpuCounters]) -> Iterat
     for where, f in report.findings():
         findings.add_metric([f.id, f.severity, where], 1)
     yield findings
+
+
+def _resize_families(report: HostReport, counts: Mapping[str, int]) -> Iterator[Any]:
+    """The in-place resizes seen per cgroup (:mod:`parinfo.host.resizes`): how many, and the values
+    after the last one, in CPUs (a value not set, or not read, has no sample)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    total = CounterMetricFamily("parinfo_cgroup_resizes", "In-place resizes (a changed CPU limit, request or "
+                                "cpuset) seen between scans, per cgroup as /proc/PID/cgroup names it",
+                                labels=["cgroup"])
+    for cgroup in sorted(counts):
+        total.add_metric([cgroup], counts[cgroup])
+    yield total
+    after = GaugeMetricFamily("parinfo_cgroup_resized_cpus", "Each resized cgroup's values after its last "
+                              "resize, in CPUs: usable, limit (the quota that binds), request, cpuset",
+                              labels=["cgroup", "value"])
+    for r in report.resizes:
+        values = {"usable": r.usable_cpus[-1] if r.usable_cpus else None, "limit": r.limit,
+                  "request": None if r.request_millicores is None else r.request_millicores / 1000,
+                  "cpuset": r.cpus}
+        for name, value in values.items():
+            if value is not None:
+                after.add_metric([r.cgroup, name], value)
+    yield after

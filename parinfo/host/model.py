@@ -12,6 +12,7 @@ from typing import Any
 
 from parinfo.diagnostics.findings import Finding, Severity, at_least
 from parinfo.host.pods import PodRow, pod_lines
+from parinfo.host.resizes import CgroupResize, resize_lines
 from parinfo.machine.pod import PodIdentity
 from parinfo.records.convert import OMIT_EMPTY, OMIT_NONE, dump, key
 from parinfo.records.record import record
@@ -216,6 +217,7 @@ class HostReport:
     elapsed_ms: float = 0.0
     notes: list[str] = field(default_factory=list)
     pods: list[PodRow] = field(default_factory=list, metadata=OMIT_EMPTY)  # processes by pod (parinfo.host.pods)
+    resizes: list[CgroupResize] = field(default_factory=list, metadata=OMIT_EMPTY)  # parinfo.host.resizes
 
     def findings(self) -> list[tuple[str, Finding]]:
         """(cgroup, finding) for every finding."""
@@ -239,7 +241,7 @@ class HostReport:
                 **{k: data[k] for k in ("time", "interval", "scope", "logical_cpus", "kernel_threads",
                                         "kernel_runnable", "pressure_some", "elapsed_ms", "cgroups", "families",
                                         "processes", "notes")},
-                **({"pods": data["pods"]} if "pods" in data else {})}
+                **{k: data[k] for k in ("pods", "resizes") if k in data}}
 
     def table(self, *, all_processes: bool = False) -> str:
         """The report as text for people: cgroups, the processes with pools (every process with
@@ -338,7 +340,7 @@ def _render(r: HostReport, *, all_processes: bool = False) -> str:
         f"scan {r.elapsed_ms:.0f} ms")]
     if r.interval:
         lines.append(f"CPU pressure, machine: {_pct(r.pressure_some)} of the interval some task waited for a CPU")
-    lines += ["", *_cgroup_lines(r), *pod_lines(r.pods), ""]
+    lines += ["", *_cgroup_lines(r), *pod_lines(r.pods), "", *resize_lines(r.resizes)]
     with_pools = [p for p in r.processes if p.pools or p.pools_unknown is not None]
     others = [p for p in r.processes if p not in with_pools]
     shown = list(r.processes) if all_processes else with_pools + sorted(

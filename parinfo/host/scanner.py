@@ -42,6 +42,7 @@ from parinfo.host.model import (
     ThreadGroup,
 )
 from parinfo.host.pods import group as pod_groups
+from parinfo.host.resizes import ResizeLog
 from parinfo.machine.procfs import MAPS_LIMIT, Proc, ProcessGone, parse_environ, pids
 from parinfo.machine.topology import REREAD_S
 from parinfo.outside.standing import decide
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
 
 #: How old a cgroup's binding or the machine's facts may grow before a scan reads them again.
 FOLLOW_S = REREAD_S
-
 
 
 def _attach_budget(seconds: float) -> float:
@@ -141,6 +141,7 @@ class Scanner:
         self._static: dict[tuple[int, int, str], _Static] = {}
         self._cgroups: dict[bytes, CgroupInfo] = {}
         self._last: Reading | None = None
+        self.resizes = ResizeLog()  # the in-place resizes seen between scans, by cgroup
 
     @property
     def counters(self) -> dict[str, CpuCounters]:
@@ -199,7 +200,10 @@ class Scanner:
             return None
         info = self._cgroups.get(raw)
         if info is None or clock - info.read_at >= FOLLOW_S:
-            info = self._cgroups[raw] = self._binding(proc, clock)
+            old, info = info, self._binding(proc, clock)
+            self._cgroups[raw] = info
+            if old is not None and old.budget is not None and info.budget is not None:
+                self.resizes.compare(info.path, old.budget, info.budget, (old.usable, info.usable))
         self._cgroups_seen.add(raw)
         return info
 
@@ -208,21 +212,19 @@ class Scanner:
         nearest cpuset narrower than the machine, else "/" (the machine)."""
         from parinfo.machine.cgroup import cgroup_facts
         from parinfo.machine.pod import pod_identity
+        from parinfo.machine.resize import budget_of
         from parinfo.machine.topology import usable_from
 
         cg = cgroup_facts("/", proc)
         online = self.facts.logical_cpus or len(self.facts.affinity) or 1
         narrower = cg.cpuset is not None and len(cg.cpuset) < online
-        if cg.quota is not None:
-            key = os.path.dirname(cg.quota_source.detail)
-        elif narrower:
-            key = os.path.dirname(cg.cpuset_files[0])
-        else:
-            key = "/"
+        key = (os.path.dirname(cg.quota_source.detail) if cg.quota is not None
+               else os.path.dirname(cg.cpuset_files[0]) if narrower else "/")
         cpus = len(cg.cpuset) if cg.cpuset is not None else online
         pod = pod_identity("/", proc, cg.path) if cg.path else None
+        budget = budget_of(cg.quota, tuple(cg.cpuset) if cg.cpuset is not None else None, cg.path, (), "/", proc)
         return CgroupInfo(cg.path or "/", key, cg.quota, cg.cpuset if narrower else None,
-                           usable_from(cpus, None, cg.quota), proc, clock, pod)
+                           usable_from(cpus, None, cg.quota), proc, clock, pod, budget)
 
     def _pools(self, proc: Proc, static: _Static) -> list[PoolRow] | Unknown:
         try:
@@ -360,10 +362,7 @@ class Scanner:
                 row.cpu_percent = round((cpu - before.ticks[(pid, start)]) / CLOCK_TICKS / dt * 100, 1)
             reps.setdefault(cg.key, cg)
             processes.append(row)
-        for gone in set(self._static) - seen:
-            del self._static[gone]
-        for raw in set(self._cgroups) - self._cgroups_seen:
-            del self._cgroups[raw]
+        self._forget(seen)
         families = judging.families(processes)
         report = HostReport(time=time.time(), interval=None if dt is None else round(dt, 3),
                             scope=Scope(self.cgroup_given, self.user),
@@ -373,11 +372,20 @@ class Scanner:
         if attaching:
             report.notes += self._attach_notes()
         reading = judging.judge(report, reps, clock, ticks, before, dt)
+        judging.resized(report, self.resizes, ticks)
         reading.waits = waits
         judging.run_queue(report, waits, rows, before, dt)
         self._last = reading
         report.elapsed_ms = round((time.perf_counter() - started) * 1e3, 2)
         return report
+
+    def _forget(self, seen: set[tuple[int, int, str]]) -> None:
+        """Forget the processes (``seen``: those this scan read) and cgroup memberships no longer seen."""
+        for gone in set(self._static) - seen:
+            del self._static[gone]
+        for raw in set(self._cgroups) - self._cgroups_seen:
+            del self._cgroups[raw]
+        self.resizes.forget({info.path for info in self._cgroups.values()})
 
     def _process(self, proc: Proc, ppid: int, name: str, static: _Static, cg: CgroupInfo,
                  attaching: bool = False) -> HostProcess | None:

@@ -195,6 +195,22 @@ def _cpus(root: str, where: _cgroup.CgroupDir | None, d: str | Unknown) -> tuple
     return None, ""
 
 
+def pod_limits(root: str, proc: Proc | None, found: PodPath) -> tuple[int | Unknown | None, float | Unknown | None,
+                                                                   float | Unknown | None]:
+    """(the request in millicores, the container's limit, the pod's limit) of process ``proc`` whose
+    cgroup path is ``found``: the few files an in-place resize rewrites, without the rest of the
+    section (what the runtime's follower and ``host`` re-read)."""
+    try:
+        cpu = _cgroup.controller_dir(root, "cpu", proc)
+    except Unreadable as exc:
+        return Unknown(str(exc)), Unknown(str(exc)), Unknown(str(exc))
+    version = "v1" if cpu is None or cpu.version == "v1" else "v2"
+    mine = found.container if found.container is not None else found.pod
+    request = _request(root, _dir_at(cpu, found, mine), version)[0]
+    limit = _limit(root, _dir_at(cpu, found, mine), version)[0] if found.container is not None else None
+    return request, limit, _limit(root, _dir_at(cpu, found, found.pod), version)[0]
+
+
 def _exclusive(qos: str, limit: float | Unknown | None, cpus: Cpus | Unknown | None,
                node: Cpus | Unknown | None, online: int | None) -> bool | None:
     """Whether the CPU manager gave these CPUs to the container alone (see the module): narrower

@@ -21,6 +21,11 @@ GOMAXPROCS until the program sets it):
   facts, at most the usable CPUs (through the runtime's push, so ``process/setter`` sets it);
 * the lane budget shares the new usable CPUs.
 
+Each re-read also compares what an in-place resize rewrites (:mod:`parinfo.machine.resize`: quota,
+cpuset, affinity, and in a Kubernetes pod the request and the container's and pod's limits); an
+entry of ``changes`` says what changed, from what to what (``resized``), beside what followed. A
+changed request alone is said and moves nothing: no default count comes from a request.
+
 Counts set by a call, a profile or a variable stay as they are (a pool found at another count than
 the one expected was set by someone: it is never followed again). ``PARINFO_FOLLOW_QUOTA=0`` turns
 following off.
@@ -31,8 +36,10 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from parinfo.machine.resize import CpuBudget, budget_of, resized
 from parinfo.machine.topology import REREAD_S
 from parinfo.process import libraries as reg
 from parinfo.process.defaults import NO_FACTS
@@ -111,6 +118,7 @@ class BudgetFollower:
         self.expected: dict[str, int] = {}  # pool path (or torch) -> the count following last gave it
         self.chosen: dict[str, str] = {}  # pool path (or torch) -> why it is not followed
         self.usable: int | None = None
+        self.budget: CpuBudget | None = None  # the request, limits and cpuset last read
 
     def _switch(self) -> bool:
         if self.enabled is None:  # the runtime's first use
@@ -151,14 +159,33 @@ class BudgetFollower:
         if facts is None:
             return
         self.usable = int(facts.usable_cpus)
+        what = self._resized(old, facts)
         if old is not None and _budget(old) == _budget(facts):
+            if what:  # a request, or a quota the rounding hides: said, and no count moves
+                self._record(time.time(), before[1], [], what)
             return
         at = time.time()
         counts = settings.follow_machine(facts, at)
         self.limits.set_usable(self.usable)
         libraries = self._follow_libraries(old, facts, at)
-        self.changes = [*self.changes[-7:], FollowChange(clock(at), [before[1], self.usable],
-                                                         counts + libraries)]
+        self._record(at, before[1], counts + libraries, what)
+
+    def _record(self, at: float, before: int, counts: list[str], what: list[str]) -> None:
+        self.changes = [*self.changes[-7:], FollowChange(clock(at), [before, self.usable or before], counts,
+                                                         what or None)]
+
+    def _resized(self, old: MachineFacts | None, facts: MachineFacts) -> list[str]:
+        """What a resize changed since the last re-read (quota, cpuset, affinity; in a pod its
+        request and limits), from what to what; the first re-read takes the baseline."""
+        try:
+            budget = budget_of(facts.quota, facts.cpuset, facts.cgroup_path, facts.affinity)
+        except Exception:  # an odd cgroup tree must not stop the runtime
+            return []
+        last = self.budget
+        if last is None and old is not None:
+            last = replace(budget, quota=old.quota, cpuset=old.cpuset, affinity=old.affinity)
+        self.budget = budget
+        return [] if last is None else resized(last, budget)
 
     def _follow_libraries(self, old: MachineFacts | None, new: MachineFacts, at: float) -> list[str]:
         """Push the libraries' defaults on ``new`` into the pools nobody chose; what changed."""

@@ -132,11 +132,15 @@ class TorchPool:
 
 @record
 class FollowChange:
-    """One re-read that changed the usable CPUs: when (HH:MM:SS), [before, after], what followed."""
+    """One re-read that changed the usable CPUs or found a resize: when (HH:MM:SS), the usable CPUs
+    [before, after], the counts that followed, and what the resize changed in the cgroup files
+    (``resized``: "limit 2 CPUs -> 1 CPUs", "cpuset 0-1 -> 1", "request 500m -> 1000m (...)";
+    absent where the re-read found only the usable CPUs changed, as by an affinity)."""
 
     at: Annotated[str, at_most(32)] | None = None
     usable_cpus: Annotated[list[Count], at_most(2)] = field(default_factory=list)
     counts: Annotated[list[Text], at_most(64)] = field(default_factory=list)
+    resized: Annotated[list[Text], at_most(16)] | None = field(default=None, metadata=OMIT_NONE)
 
 
 @record
