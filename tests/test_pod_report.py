@@ -30,8 +30,8 @@ def test_the_pod_section_in_text_and_json(tmp_path):
     assert rows["pod"] == f"name unknown (uid {UID}; cgroupfs driver, cgroup v1)"
     assert rows["container"] == CID and rows["request"].startswith("500m (/sys/fs/cgroup/cpu,cpuacct/kubepods/")
     assert rows["limit"].startswith("0.5 CPUs (") and rows["usable CPUs"].startswith("1 (min(")
-    assert rows["by runtime"] == ("go 2, jdk 1, dotnet 1, loky 8, rust 1, nproc 8, node 8, node20 8, python 8, torch 8, "
-                                  "onnxruntime 8, duckdb 1")
+    assert rows["by runtime"] == ("go 2, jdk 1, dotnet 1, loky 8, rust 1, nproc 8, node 8, node20 8, python 8, "
+                                  "torch 8, onnxruntime 8, duckdb 1")
     assert "unknown (" in rows["name"]  # no container root in the fake tree
     data = report.to_dict()
     assert list(data)[-1] == "pod" and data["pod"]["qos"] == "Burstable" and data["pod"]["limit"] == 0.5
