@@ -72,3 +72,23 @@ def test_apply_container_and_the_snippet_give_the_pods_counts(request_m, limit, 
     assert launched["omp"] == env["OMP_NUM_THREADS"] == str(n)
     assert launched["pools"] and all(count == n for _, count in launched["pools"]), launched
     assert from_snippet == launched
+
+
+def test_show_says_the_request_bounds_pod_cpus_not_usable_cpus():
+    quiet = "import sys; print('ready', flush=True); sys.stdin.read()"
+    with kubelet_cgroup("Burstable", shares=shares_of(1500)) as pod:
+        child = subprocess.Popen([sys.executable, "-c", quiet], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True, env=clean_env())
+        try:
+            pod.enter(child.pid)
+            assert child.stdout.readline().strip() == "ready"
+            out = subprocess.run([sys.executable, "-m", "parinfo", "show", "--pid", str(child.pid), "--json"],
+                                 cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=120)
+        finally:
+            child.stdin.close()
+            child.wait(timeout=10)
+    assert out.returncode == 0, out.stderr
+    p = json.loads(out.stdout)["pod"]
+    assert (p["request_millicores"], p["limit"], p["pod_cpus"], p["usable_cpus"]) == (1500, None, 1, _node_cpus())
+    assert "a request is not a limit: the kernel does not throttle at it" in p["pod_cpus_source"]["text"]
+    assert p["pod_cpus_source"]["detail"] == f"/sys/fs/cgroup/cpu{pod.path}/cpu.shares"
