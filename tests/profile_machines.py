@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from parinfo.machine.topology import MachineFacts
+from parinfo.records.source import NO_LIMIT, file
 
 
 def machine(cores: int, *, smt: int = 1, numa: int = 1, affinity: list[int] | None = None,
@@ -23,7 +24,7 @@ def machine(cores: int, *, smt: int = 1, numa: int = 1, affinity: list[int] | No
     return MachineFacts(
         logical_cpus=logical, physical_cores=cores, sockets=numa, numa_nodes=nodes, smt=smt > 1,
         core_siblings=siblings, core_types={}, affinity=aff, cpuset=None, quota=quota,
-        quota_source="cpu.max" if quota else "none", usable_cpus=usable,
+        quota_source=file("/sys/fs/cgroup/app.slice/cpu.max") if quota else NO_LIMIT, usable_cpus=usable,
         usable_physical_cores=max(1, min(usable, usable_cores)),
     )
 

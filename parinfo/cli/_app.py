@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from parinfo.cli import apply, fleet, host, launch, profiles, show, tune, watch
+from parinfo.cli import apply, fleet, host, k8s, launch, profiles, show, tune, watch
 from parinfo.cli.options import typer_command
 
 app = typer.Typer(
@@ -60,3 +60,7 @@ fleet_app.command("show")(fleet.show)
 fleet_app.command("apply")(fleet.apply)
 fleet_app.command("env")(fleet.env)
 app.add_typer(fleet_app, name="fleet")
+
+k8s_app = typer.Typer(help="What a Kubernetes Deployment needs to run with a profile's counts.", no_args_is_help=True)
+k8s_app.command("snippet")(k8s.snippet)
+app.add_typer(k8s_app, name="k8s")

@@ -42,6 +42,8 @@ def pod_rows(p: PodFacts) -> list[tuple[str, str]]:
             ("pod limit", _value(p.pod_limit, _cpus, p.pod_limit_source)),
             ("cpuset", _value(p.cpuset, lambda c: format_cpu_list(list(c)), p.cpuset_source)),
             ("usable CPUs", f"{p.usable_cpus} ({p.usable_rule})")]
+    if p.pod_cpus is not None:
+        rows.append(("pod CPUs", f"{p.pod_cpus} ({p.pod_cpus_source})"))
     if p.usable_by_rule:
         rows.append(("by runtime", ", ".join(f"{k} {v}" for k, v in p.usable_by_rule.items())))
     if p.name is None:

@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Annotated
 
 from parinfo.machine import cgroup as _cgroup
 from parinfo.machine.cpulist import format_cpu_list
+from parinfo.machine.pod_cpus import pod_cpus
 from parinfo.machine.pod_names import names_of
 from parinfo.machine.pod_path import GUARANTEED, QOS_CLASSES, PodPath, pod_path
-from parinfo.machine.pod_shares import request_of
-from parinfo.machine.sysfs import Unreadable, read_cpu_list, read_int, shown
+from parinfo.machine.pod_request import dir_at, known, request_at
+from parinfo.machine.sysfs import Unreadable, read_cpu_list, shown
 from parinfo.records.convert import LOCAL, among, at_most, between, doc
 from parinfo.records.record import record
 from parinfo.records.source import NO_LIMIT, Source, file, unknown
@@ -92,6 +93,10 @@ class PodFacts:
     usable_by_rule: dict[str, Annotated[int, between(1)]] = field(default_factory=dict, metadata=doc(
         "the CPUs each runtime counts here (parinfo.machine.rounding); go reads its own cgroup's quota only"))
     notes: tuple[LongText, ...] = ()
+    pod_cpus: Annotated[int, between(1)] | None = field(default=None, metadata=doc(
+        "the CPUs the pod pays for, a profile's pod_cpus (the container profile's count): usable_cpus under "
+        "a limit, else the request rounded (a share under contention, not a cap), else usable_cpus"))
+    pod_cpus_source: Source = field(default=NO_LIMIT, metadata=doc("which of the three it is, in words"))
 
 
 @record(frozen=True)
@@ -125,46 +130,11 @@ def pod_identity(root: str = "/", proc: Proc | None = None, path: str | None = N
         return None
     name, _, namespace, _ = names_of(proc, root)
     cid = found.container_id
-    dirs = [_dir_at(where, found, i) if i is not None else None for i in (found.pod, found.container)]
+    dirs = [dir_at(where, found, i) if i is not None else None for i in (found.pod, found.container)]
     return PodIdentity(found.pod_uid, found.qos, cid if isinstance(cid, str) else None, name, namespace,
                        found.cgroup(found.pod), None if found.container is None else found.cgroup(found.container),
                        "v1" if where is None or where.version == "v1" else "v2",
                        *(d if isinstance(d, str) else None for d in dirs))
-
-
-def _dir_at(where: _cgroup.CgroupDir | None, found: PodPath, index: int) -> str | Unknown:
-    """The directory (relative to the root) of the cgroup ``found.parts[:index + 1]`` in the
-    hierarchy ``where`` holds the process's leaf of, or why it is not visible here."""
-    if where is None:
-        return Unknown("no such cgroup hierarchy is mounted")
-    if not where.found:
-        return Unknown(f"the process's cgroup is not under {shown(where.top)} here")
-    sub = [p for p in where.leaf[len(where.top):].split("/") if p]
-    start = len(found.parts) - len(sub)
-    if start < 0 or list(found.parts[start:]) != sub:
-        return Unknown(f"{shown(where.leaf)} is not the cgroup {found.cgroup(len(found.parts) - 1)}")
-    if index + 1 < start:
-        return Unknown(f"{found.cgroup(index)} lies above the cgroup mount here ({shown(where.top)})")
-    return "/".join(p for p in (where.top, *found.parts[start:index + 1]) if p)
-
-
-def _request(root: str, d: str | Unknown, version: str) -> tuple[int | Unknown | None, Source]:
-    if isinstance(d, Unknown):
-        return d, unknown(d.why)
-    rel = f"{d}/{'cpu.weight' if version == 'v2' else 'cpu.shares'}"
-    if version == "v2" and not os.path.lexists(os.path.join(root, rel)):
-        return None, Source(NO_LIMIT.kind, shown(rel), f"none: no {shown(rel)} (the cpu controller is not enabled)")
-    try:
-        value = read_int(root, rel)
-    except Unreadable as exc:
-        return Unknown(str(exc)), unknown(str(exc))
-    got = request_of(value, version == "v2")
-    if got is None:
-        why = f"{value} in {shown(rel)} is not a value the kubelet writes"
-        return Unknown(why), unknown(why)
-    millicores, low, high = got
-    span = "" if low == high else f": {low}m to {high}m, shown as the roundest"
-    return millicores, file(shown(rel), f"{shown(rel)} {value}{span}")
 
 
 def _limit(root: str, d: str | Unknown, version: str) -> tuple[float | Unknown | None, Source]:
@@ -206,9 +176,9 @@ def pod_limits(root: str, proc: Proc | None, found: PodPath) -> tuple[int | Unkn
         return Unknown(str(exc)), Unknown(str(exc)), Unknown(str(exc))
     version = "v1" if cpu is None or cpu.version == "v1" else "v2"
     mine = found.container if found.container is not None else found.pod
-    request = _request(root, _dir_at(cpu, found, mine), version)[0]
-    limit = _limit(root, _dir_at(cpu, found, mine), version)[0] if found.container is not None else None
-    return request, limit, _limit(root, _dir_at(cpu, found, found.pod), version)[0]
+    request = request_at(root, dir_at(cpu, found, mine), version)[0]
+    limit = _limit(root, dir_at(cpu, found, mine), version)[0] if found.container is not None else None
+    return request, limit, _limit(root, dir_at(cpu, found, found.pod), version)[0]
 
 
 def _exclusive(qos: str, limit: float | Unknown | None, cpus: Cpus | Unknown | None,
@@ -277,10 +247,10 @@ def pod_facts(root: str = "/", proc: Proc | None = None, machine: MachineFacts |
     mine = found.container if found.container is not None else found.pod
 
     def at(where: _cgroup.CgroupDir | None, index: int) -> str | Unknown:
-        return problem if problem is not None else _dir_at(where, found, index)
+        return problem if problem is not None else dir_at(where, found, index)
 
-    request, request_source = _request(root, at(cpu, mine), version)
-    pod_request, pod_request_source = _request(root, at(cpu, found.pod), version)
+    request, request_source = request_at(root, at(cpu, mine), version)
+    pod_request, pod_request_source = request_at(root, at(cpu, found.pod), version)
     limit, limit_source = _limit(root, at(cpu, mine), version) if found.container is not None else (None, NO_LIMIT)
     pod_limit, pod_limit_source = _limit(root, at(cpu, found.pod), version)
     cpus, rel = _cpus(root, cpuset_dir, at(cpuset_dir, mine))
@@ -290,6 +260,8 @@ def pod_facts(root: str = "/", proc: Proc | None = None, machine: MachineFacts |
     cid = found.container_id
     path = found.cgroup(len(found.parts) - 1)
     said = file(this_or(proc, root).shown("cgroup"))
+    paid, paid_source = pod_cpus(machine.usable_cpus, machine.quota, machine.quota_source,
+                                 *known(request, request_source), machine.quota_rounding)
     return PodFacts(
         qos=found.qos, qos_source=said, pod_uid=found.pod_uid, container_id=cid if isinstance(cid, str) else None,
         container_source=unknown(cid.why) if isinstance(cid, Unknown) else said,
@@ -301,4 +273,5 @@ def pod_facts(root: str = "/", proc: Proc | None = None, machine: MachineFacts |
         pod_limit_source=pod_limit_source, cpuset=cpus, node_cpuset=node, exclusive=exclusive,
         cpuset_source=_cpuset_source(cpus, rel, node, node_rel, exclusive), usable_cpus=machine.usable_cpus,
         usable_rule=machine.usable_rule, usable_by_rule=dict(machine.usable_by_rule),
-        notes=tuple(_usable_notes(found, limit, pod_limit, request, machine)))
+        notes=tuple(_usable_notes(found, limit, pod_limit, request, machine)), pod_cpus=paid,
+        pod_cpus_source=paid_source)

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 from parinfo.errors import UsageError
 from parinfo.machine import cgroup as _cgroup, rounding as _rounding, scheduler as _scheduler, sysfs as _sysfs
 from parinfo.machine.cpulist import parse_cpu_list
-from parinfo.records.convert import above, among, between, doc
+from parinfo.records.convert import LOCAL, above, among, between, doc
 from parinfo.records.payload import integer, ints, number, section, text, text_map, texts
 from parinfo.records.record import record
 from parinfo.records.source import NO_LIMIT, PARINFO_DEFAULT, Source, argument
+from parinfo.records.unknown import Unknown
 
 if TYPE_CHECKING:
     from parinfo.machine.procfs import Proc
@@ -71,6 +72,11 @@ class MachineFacts:
     invalid: dict[str, str] = field(default_factory=dict)
     numa_node_ids: tuple[CpuId, ...] = field(default=(), metadata=doc(
         "the kernel's number of each entry of numa_nodes (added within version 2)"))
+    #: The CPU request (millicores) of the process's container in a Kubernetes pod, and where it was
+    #: read (None: in no pod): what a profile's ``pod_cpus`` is bounded by when no quota binds
+    #: (:mod:`parinfo.machine.pod_cpus`). Not in the JSON: the ``pod`` section says it.
+    pod_request: Annotated[int, between(0)] | Unknown | None = field(default=None, metadata=LOCAL)
+    pod_request_source: Source = field(default=NO_LIMIT, metadata=LOCAL)
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -229,6 +235,7 @@ def machine_facts(root: str = "/", proc: Proc | None = None, *, environ: Mapping
                                        _rounding.loky_quota(root), physical=physical, environ=env,
                                        physical_in_affinity=_cores_in(topo.cores, tuple(usable_list)),
                                        outer_v2_quota=cg.outer_v2_quota if cg.version == "v2" else None)
+    request, request_source = _pod_request(root, proc, cg.path)
     for name in ("physical_cores", "sockets", "smt"):
         if name not in unknown and (physical if name == "physical_cores" else getattr(topo, name)) is None:
             unknown[name] = unknown.get("logical_cpus", "sysfs has no CPU topology")
@@ -255,11 +262,23 @@ def machine_facts(root: str = "/", proc: Proc | None = None, *, environ: Mapping
         notes=tuple(notes),
         quota_rounding=rule,
         quota_rounding_source=rule_source,
-        allocation=job.cpus,
-        allocation_source=job.source,
+        allocation=job.cpus, allocation_source=job.source,
         usable_by_rule=by_rule,
         invalid=invalid,
+        pod_request=request, pod_request_source=request_source,
     )
+
+
+def _pod_request(root: str, proc: Proc | None, path: str | None) -> tuple[int | Unknown | None, Source]:
+    """The CPU request of the process's container when its cgroup is a pod's (the pod model is read
+    only then: outside a pod this is one look at the path), else (None, none)."""
+    from parinfo.machine.pod_path import pod_path
+
+    if path is None or pod_path(path) is None:
+        return None, NO_LIMIT
+    from parinfo.machine.pod_request import container_request
+
+    return container_request(root, proc, path)
 
 
 def _cores_in(cores: tuple[tuple[int, ...], ...], cpus: tuple[int, ...]) -> int | None:

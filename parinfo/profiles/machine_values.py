@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from parinfo.machine.pod_cpus import of_facts
+
 if TYPE_CHECKING:
     from parinfo.machine.topology import MachineFacts
 
@@ -30,6 +32,7 @@ def fact_values(facts: MachineFacts) -> tuple[dict[str, int], list[str]]:
         "logical_cpus": int(logical),
         "numa_nodes": numa,
         "cores_per_numa_node": max(1, int(physical) // numa),
+        "pod_cpus": of_facts(facts)[0],
     }
     return values, notes
 
@@ -40,14 +43,16 @@ def instance_values(facts: MachineFacts, block: list[tuple[int, ...]], instances
 
     An instance is pinned to one CPU of each core in ``block`` (every CPU of each with ``logical``),
     so its usable CPUs, physical cores and NUMA nodes are those of the block, exactly what a process
-    pinned there would resolve to; ``instances`` and ``cores_per_instance`` describe the job.
+    pinned there would resolve to; ``instances`` and ``cores_per_instance`` describe the job, and
+    ``pod_cpus`` is the pod's bound (:mod:`parinfo.machine.pod_cpus`) within the instance's CPUs.
     """
     node_of = cpu_nodes(facts)
     cores = max(1, len(block))
     cpus = max(cores, sum(len(core) for core in block))
     nodes = max(1, len({node_of.get(core[0], 0) for core in block}))
+    usable = cpus if logical else cores
     return {
-        "usable_cpus": cpus if logical else cores,
+        "usable_cpus": usable,
         "usable_physical_cores": cores,
         "physical_cores": cores,
         "logical_cpus": cpus,
@@ -55,6 +60,7 @@ def instance_values(facts: MachineFacts, block: list[tuple[int, ...]], instances
         "cores_per_numa_node": max(1, cores // nodes),
         "instances": instances,
         "cores_per_instance": cores,
+        "pod_cpus": min(usable, of_facts(facts)[0]),
     }
 
 

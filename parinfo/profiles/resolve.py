@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from parinfo.machine.cpulist import format_cpu_list
+from parinfo.machine.pod_cpus import of_facts
 from parinfo.machine.rounding import ROUNDING_VAR
 from parinfo.process import libraries as reg
 from parinfo.profiles import expr
@@ -40,6 +41,7 @@ class _Resolver:
         self.facts = facts
         self.override = instances
         self.values, notes = fact_values(facts)
+        self.pod_why = str(of_facts(facts)[1])
         self.notes: list[str] = list(notes)
         self.limit = min(MAX_COUNT, COUNT_FACTOR * self.values["logical_cpus"])
         self.preloads = Preloads(prof, self.notes)
@@ -73,6 +75,8 @@ class _Resolver:
             value = res.value
             steps = [raw] + [t for t in (res.substituted, str(value)) if t != raw]
             why = " = ".join(dict.fromkeys(steps)) if len(steps) > 1 else f"{raw} = {value}"
+            if "pod_cpus" in res.used:  # the one fact whose rule has three cases: say which
+                why += f" ({self.pod_why})"
         if value > self.limit:
             raise self.prof.error(
                 keypath, f"'{label}' is {why}, more than {self.limit}, the largest count allowed here "

@@ -27,7 +27,7 @@ WAIT_WORDS = ("passive", "active", "default")
 # Facts a count expression may name. The instance names are only meaningful with ``instances``;
 # without it they are 1 and the usable physical cores.
 FACT_NAMES = ("usable_cpus", "usable_physical_cores", "physical_cores", "logical_cpus", "numa_nodes",
-              "cores_per_numa_node")
+              "cores_per_numa_node", "pod_cpus")
 INSTANCE_NAMES = ("instances", "cores_per_instance")
 
 # Variables that the plan derives from the counts; the profile sets them through the count keys.
