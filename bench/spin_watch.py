@@ -75,8 +75,9 @@ def main() -> None:
     print(f"quota {args.quota} CPU, {args.samples} one-second samples of parinfo watch --pid each")
     for fixed in (False, True):
         r = one(fixed, args.samples, args.quota, gomp)
-        print(f"{r['case']:24}  idle-spin verdict in {r['idle_spin_samples']} of {r['samples']} samples, first after "
-              f"{r['first_idle_spin_s']} s; throttled {r['throttled']} of {r['periods']} periods")
+        first = "never" if r["first_idle_spin_s"] is None else f"first after {r['first_idle_spin_s']} s"
+        print(f"{r['case']:24}  idle-spin verdict in {r['idle_spin_samples']} of {r['samples']} samples ({first}); "
+              f"throttled {r['throttled']} of {r['periods']} periods")
 
 
 if __name__ == "__main__":
