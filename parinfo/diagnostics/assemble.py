@@ -74,7 +74,6 @@ def assemble(filled: Filled, proc: Proc | None, root: str = "/") -> Report:
     from parinfo.diagnostics.process_rules import diagnose
     from parinfo.machine.cpuid import cpu_identity
     from parinfo.machine.mempolicy import memory_policy
-    from parinfo.machine.pod import pod_facts
     from parinfo.machine.proc_words import ProcessGone, exited_during_read
 
     count = filled.threads.count
@@ -82,7 +81,11 @@ def assemble(filled: Filled, proc: Proc | None, root: str = "/") -> Report:
         live = filled.live if filled.live is not None else live_section(
             proc, root, threads=count if isinstance(count, int) else None)
         memory = filled.memory if filled.memory is not None else memory_policy(proc, root)
-        pod = pod_facts(root, proc, filled.machine)
+        pod = None
+        if filled.machine.pod_request is not None:  # None only outside a pod: the pod model is read only in one
+            from parinfo.machine.pod import pod_facts
+
+            pod = pod_facts(root, proc, filled.machine)
     except ProcessGone:
         if proc is None:
             raise

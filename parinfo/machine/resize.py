@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from parinfo.machine.cpulist import format_cpu_list
-from parinfo.machine.pod import pod_limits
 from parinfo.machine.pod_path import pod_path
 from parinfo.records.record import record
 from parinfo.records.unknown import Unknown
@@ -47,6 +46,8 @@ def budget_of(quota: float | None, cpuset: tuple[int, ...] | None, cgroup: str |
     found = pod_path(cgroup)
     if found is None:
         return CpuBudget(quota, cpuset, affinity)
+    from parinfo.machine.pod import pod_limits  # the whole pod model only for a process in a pod
+
     request, limit, pod_limit = pod_limits(root, proc, found)
     return CpuBudget(quota, cpuset, affinity, True, request, limit, pod_limit)
 

@@ -39,7 +39,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from parinfo.machine.resize import CpuBudget, budget_of, resized
 from parinfo.machine.topology import REREAD_S
 from parinfo.process import libraries as reg
 from parinfo.process.defaults import NO_FACTS
@@ -52,6 +51,7 @@ from parinfo.runtime.settings import RuntimeSettings, read_facts
 from parinfo.runtime.snapshot import Follow, FollowChange
 
 if TYPE_CHECKING:
+    from parinfo.machine.resize import CpuBudget
     from parinfo.machine.topology import MachineFacts
 
 #: Seconds between two re-reads on the runtime's paths (``refresh()`` re-reads at once).
@@ -177,6 +177,8 @@ class BudgetFollower:
     def _resized(self, old: MachineFacts | None, facts: MachineFacts) -> list[str]:
         """What a resize changed since the last re-read (quota, cpuset, affinity; in a pod its
         request and limits), from what to what; the first re-read takes the baseline."""
+        from parinfo.machine.resize import budget_of, resized  # at the first re-read, not at import
+
         try:
             budget = budget_of(facts.quota, facts.cpuset, facts.cgroup_path, facts.affinity)
         except Exception:  # an odd cgroup tree must not stop the runtime
