@@ -9,6 +9,7 @@ from pod_trees import pod_machine
 
 from parinfo.diagnostics.resize_rules import pool_fixed_after_resize
 from parinfo.host.resizes import ResizeLog, resize_lines
+from parinfo.machine import resize
 from parinfo.machine.resize import REQUEST_NO_CAP, CpuBudget, budget_of, resized
 from parinfo.machine.topology import machine_facts
 from parinfo.records.convert import dump
@@ -122,7 +123,7 @@ def test_the_follower_records_a_resize_and_what_followed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(follow, "read_facts", lambda: machine_facts(roots["now"]))
     monkeypatch.setattr(runtime_settings, "read_facts", lambda: machine_facts(roots["now"]))
-    monkeypatch.setattr(follow, "budget_of", lambda *a: budget_of(*a, root=roots["now"]))
+    monkeypatch.setattr(resize, "budget_of", lambda *a: budget_of(*a, root=roots["now"]))
     settings = RuntimeSettings()
     f = follow.BudgetFollower(settings, NativeLimits(settings), lambda *a: None)
     assert settings.intra()[0] == 4
