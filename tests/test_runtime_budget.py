@@ -47,5 +47,7 @@ def test_no_pool_is_left_capped_after_10000_regions(adaptive):
 def test_short_regions_touch_no_native_limit():
     out = run_json(REGIONS.replace("a @ a", "pass"), env=clean_env(PARINFO_NUM_THREADS="2"), timeout=300)
     assert out["capped_after"] == 0
-    # only the first splits, before the call site was measured short (the first starts the worker)
-    assert out["changes"] <= 4
+    # only the first splits, before the call site was measured short (the first starts the worker): 4 on
+    # a quiet machine; a busy one may stretch a re-check's split past 1 ms, which caps once more. A site
+    # never measured short would cap at every split of its re-checks (dozens in 10,000 calls).
+    assert out["changes"] <= 12
