@@ -2,10 +2,10 @@
 
 For each wait policy (OMP_WAIT_POLICY active / passive / unset, GOMP_SPINCOUNT=0), a workload process
 (tests/spin_workload.py: libgomp parallel regions of about 1 ms separated by Python pauses) is moved
-into a fresh cgroup v1 with cpu.cfs_quota_us=50000 / cpu.cfs_period_us=100000 (0.5 CPU; removed in a
-finally). Over one window: each thread's CPU time (schedstat's first field) and run-queue wait (its
-second), the window's time inside regions, and the cgroup's cpu.stat (nr_periods, nr_throttled,
-throttled_time). Needs root and a cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu.
+into a fresh cgroup v1 with cpu.cfs_quota_us=50000 / cpu.cfs_period_us=100000 (0.5 CPU;
+tests/real_cgroup.py's, removed in a finally). Over one window: each thread's CPU time (schedstat's
+first field) and run-queue wait (its second), the window's time inside regions, and the cgroup's
+cpu.stat (nr_periods, nr_throttled, throttled_time). Needs root and a cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu.
 
     PYTHONPATH=. python bench/spin_quota.py [--seconds 5] [--pause 0.005] [--threads 2] [--quota 0.5]
         [--policies active,unset,passive,spincount0] [--runtime /usr/lib/llvm-14/lib/libomp.so]
@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from spin_workload import REGION_BYTES, child_argv, inside, libgomp
+from real_cgroup import quota_cgroup
+from spin_workload import REGION_BYTES, child_argv, inside, libgomp, started
 
 from parinfo.machine.procfs import Proc
 from parinfo.process.spin import idle_spin
@@ -56,43 +55,27 @@ def thread_times(pid: int) -> dict[int, tuple[int, int]]:
 
 
 def one(policy: str, args: argparse.Namespace, gomp: str) -> dict[str, object]:
-    cg = CPU / f"parinfo-spin-{uuid.uuid4().hex[:8]}"
-    cg.mkdir()
-    proc = None
-    try:
-        (cg / "cpu.cfs_period_us").write_text("100000")
-        (cg / "cpu.cfs_quota_us").write_text(str(int(args.quota * 100000)))
-        env = {k: v for k, v in os.environ.items() if k not in KNOBS}
-        env.update(POLICIES[policy])
-        proc = subprocess.Popen(child_argv(sys.executable, gomp, args.threads, args.seconds + 2, args.pause,
-                                           args.region_bytes, blas=args.blas),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        assert proc.stdin is not None and proc.stdout is not None
-        pid = int(proc.stdout.readline().split()[1])
-        (cg / "cgroup.procs").write_text(str(pid))  # v1: moves every thread of the process
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-        time.sleep(1.0)  # settle: the first regions after the move
-        t0, s0, c0, p0 = time.monotonic(), thread_times(pid), cpu_stat(cg), thread_stats(Proc.of(pid))
-        short = []  # idle_spin over the 0.3 s windows `parinfo show --pid` samples
-        while time.monotonic() < t0 + args.seconds - 0.3:
-            a, q0 = time.monotonic(), thread_stats(Proc.of(pid))
-            time.sleep(0.3)
-            short.append(idle_spin(q0, thread_stats(Proc.of(pid)), pid, time.monotonic() - a) is not None)
-        time.sleep(max(0.0, t0 + args.seconds - time.monotonic()))
-        t1, s1, c1, p1 = time.monotonic(), thread_times(pid), cpu_stat(cg), thread_stats(Proc.of(pid))
-        report = json.loads(proc.stdout.readline())
-        proc.wait(timeout=10)
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for _ in range(50):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+    env = {k: v for k, v in os.environ.items() if k not in KNOBS}
+    env.update(POLICIES[policy])
+    argv = child_argv(sys.executable, gomp, args.threads, args.seconds + 2, args.pause, args.region_bytes,
+                      blas=args.blas)
+    with quota_cgroup(args.quota) as made:
+        if isinstance(made, str):
+            sys.exit(f"spin_quota: {made}")
+        cg, _ = made
+        with started(argv, env, cg) as (pid, proc):
+            time.sleep(1.0)  # settle: the first regions after the move
+            t0, s0, c0, p0 = time.monotonic(), thread_times(pid), cpu_stat(cg), thread_stats(Proc.of(pid))
+            short = []  # idle_spin over the 0.3 s windows `parinfo show --pid` samples
+            while time.monotonic() < t0 + args.seconds - 0.3:
+                a, q0 = time.monotonic(), thread_stats(Proc.of(pid))
+                time.sleep(0.3)
+                short.append(idle_spin(q0, thread_stats(Proc.of(pid)), pid, time.monotonic() - a) is not None)
+            time.sleep(max(0.0, t0 + args.seconds - time.monotonic()))
+            t1, s1, c1, p1 = time.monotonic(), thread_times(pid), cpu_stat(cg), thread_stats(Proc.of(pid))
+            assert proc.stdout is not None
+            report = json.loads(proc.stdout.readline())
+            proc.wait(timeout=10)
     dt = t1 - t0
     threads = {}
     for tid, (run, wait) in s1.items():

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _machine import report_machine  # bench/ is on sys.path when run as a script
 from real_cgroup import quota_cgroup
-from spin_workload import child_argv, libgomp
+from spin_workload import child_argv, libgomp, started
 
 
 def one(fixed: bool, samples: int, quota: float, gomp: str) -> dict[str, object]:
@@ -36,13 +36,7 @@ def one(fixed: bool, samples: int, quota: float, gomp: str) -> dict[str, object]
         if isinstance(made, str):
             raise SystemExit(f"spin_watch: {made}")
         cg, _ = made
-        child = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            assert child.stdin is not None and child.stdout is not None
-            pid = int(child.stdout.readline().split()[1])
-            (cg / "cgroup.procs").write_text(str(pid))
-            child.stdin.write("go\n")
-            child.stdin.flush()
+        with started(argv, env, cg) as (pid, _):
             start = time.monotonic()
             watch = subprocess.Popen([sys.executable, "-m", "parinfo", "watch", "--pid", str(pid), "--json",
                                       "--samples", str(samples)], stdout=subprocess.PIPE, text=True, cwd="/")
@@ -56,9 +50,6 @@ def one(fixed: bool, samples: int, quota: float, gomp: str) -> dict[str, object]
                     spun += 1
                     first = first if first is not None else round(time.monotonic() - start, 1)
             watch.wait(timeout=30)
-        finally:
-            child.kill()
-            child.wait()
     return {"case": "apply container" if fixed else "OMP_WAIT_POLICY=active", "first_idle_spin_s": first,
             "idle_spin_samples": spun, "samples": samples, "throttled": throttled, "periods": periods}
 

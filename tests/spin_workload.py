@@ -11,9 +11,13 @@ in every process) and the main thread's tid.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
+import subprocess
 import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
 
 #: Bytes each team member scans per region (about 1 ms on one core of a 2020s x86 machine).
 REGION_BYTES = 4 << 20
@@ -78,3 +82,25 @@ def child_argv(python: str, gomp: str, threads: int, seconds: float, pause: floa
 def inside(spans: list[tuple[float, float]], t0: float, t1: float) -> float:
     """Seconds of the window [t0, t1] spent inside regions."""
     return sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in spans)
+
+
+@contextlib.contextmanager
+def started(argv: list[str], env: dict[str, str],
+            cgroup: Path | None = None) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+    """The workload of ``argv`` started with ``env``: once its pool exists it is moved into ``cgroup``
+    (its ``cgroup.procs``; v1 moves every thread) and told to go. Yields (the pid it printed: the
+    workload's own, also under a launcher such as ``parinfo apply``, and the process started); kills
+    it at the end."""
+    child = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        pid = int(child.stdout.readline().split()[1])
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(pid))
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        yield pid, child
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()

@@ -5,13 +5,12 @@ readings, a pool that works (its calling thread runnable throughout) is no spin.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
 import pytest
 from real_cgroup import quota_cgroup
-from spin_workload import child_argv, libgomp
+from spin_workload import child_argv, libgomp, started
 
 from parinfo.machine.pressure import cpu_counters
 from parinfo.machine.procfs import Proc
@@ -35,22 +34,12 @@ def _window(policy: str) -> tuple[object, int, int]:
         cg, _ = made
         env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
         env["OMP_WAIT_POLICY"] = policy
-        child = subprocess.Popen(child_argv(sys.executable, gomp, 2, WINDOW_S + 3, 0.005), env=env,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            assert child.stdin is not None and child.stdout is not None
-            pid = int(child.stdout.readline().split()[1])
-            (cg / "cgroup.procs").write_text(str(pid))
-            child.stdin.write("go\n")
-            child.stdin.flush()
+        with started(child_argv(sys.executable, gomp, 2, WINDOW_S + 3, 0.005), env, cg) as (pid, _):
             time.sleep(0.5)
             proc = Proc.of(pid)
             t0, s0, c0 = time.monotonic(), thread_stats(proc), cpu_counters("/", proc)
             time.sleep(WINDOW_S)
             t1, s1, c1 = time.monotonic(), thread_stats(proc), cpu_counters("/", proc)
-        finally:
-            child.kill()
-            child.wait()
     throttle, why = throttle_use(c0, c1, t1 - t0)
     assert throttle is not None, why
     return idle_spin(s0, s1, pid, t1 - t0), throttle.throttled, throttle.periods

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from real_cgroup import quota_cgroup
-from spin_workload import child_argv, libgomp
+from spin_workload import child_argv, libgomp, started
 
 from parinfo.diagnostics.outside_report import inspect_pid
 from parinfo.machine.procfs import Proc
@@ -51,19 +51,9 @@ def _workload(env_extra: dict[str, str], quota: float | None, seconds: float = 3
         if isinstance(made, str):
             pytest.skip(made)
         cg, _ = made
-        child = subprocess.Popen(child_argv(sys.executable, gomp, 2, seconds, 0.005), env=env,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            assert child.stdin is not None and child.stdout is not None
-            pid = int(child.stdout.readline().split()[1])
-            (cg / "cgroup.procs").write_text(str(pid))
-            child.stdin.write("go\n")
-            child.stdin.flush()
+        with started(child_argv(sys.executable, gomp, 2, seconds, 0.005), env, cg) as (pid, _):
             time.sleep(0.3)
             yield pid
-        finally:
-            child.kill()
-            child.wait()
 
 
 def test_a_running_libgomp_worker_and_a_python_thread_are_placed_by_their_thread_blocks():

@@ -18,13 +18,11 @@ from parinfo.diagnostics.parts import ProcessRead
 if TYPE_CHECKING:
     from parinfo.diagnostics.assemble import Filled
     from parinfo.diagnostics.model import ProcessInfo
-    from parinfo.machine.pressure import CpuCounters
     from parinfo.machine.procfs import Proc
     from parinfo.machine.topology import MachineFacts
     from parinfo.outside.remote import Identity
     from parinfo.process.pools import PoolRow
     from parinfo.process.provenance import SettingRow
-    from parinfo.process.spin import SpinEvidence
 
 __all__ = ["inspect_pid", "pid_is_self", "read_outside"]
 
@@ -48,6 +46,7 @@ def _tree(members: list[Proc], seconds: float, root: str) -> tuple[ProcessTree, 
     CPU on average (time on a CPU plus time waiting for one, over the interval), and the first
     member's idle threads that spun meanwhile, with its cgroup's throttling over the same window."""
     from parinfo.machine.pressure import cpu_counters
+    from parinfo.process.spin import spin_in
     from parinfo.process.tasks import NoAccess, ProcessGone, thread_stats
 
     def read() -> dict[int, list[Any]]:
@@ -73,29 +72,11 @@ def _tree(members: list[Proc], seconds: float, root: str) -> tuple[ProcessTree, 
     dt = max(t1 - t0, 1e-6)
     procs = [TreeMember(p, ts[0].name if ts else "?", len(ts), sum(t.state == "R" for t in ts))
              for p, ts in second.items()]
-    spin = _spin(members[0], first, second, dt, (c0, c1))
+    pid = members[0].pid or 0
+    spin = (spin_in(members[0], first[pid], second[pid], dt, (c0, c1))
+            if pid in first and pid in second else None)
     return ProcessTree(len(second), sum(len(ts) for ts in second.values()), round(busy / 1e9 / dt, 2),
                        round(dt, 2), procs, spin), second
-
-
-def _spin(proc: Proc, first: dict[int, list[Any]], second: dict[int, list[Any]], dt: float,
-          counters: tuple[CpuCounters, CpuCounters]) -> SpinEvidence | None:
-    """The idle threads of ``proc`` that spun between its two readings, owned by a runtime whose
-    threads spin when idle, with the throttling over the window (:mod:`parinfo.process.spin`)."""
-    from parinfo.process.spin import idle_spin, with_owners, with_throttling
-    from parinfo.process.tasks import NoAccess, ProcessGone
-
-    pid = proc.pid or 0
-    if pid not in first or pid not in second:
-        return None
-    found = idle_spin(first[pid], second[pid], pid, dt)
-    if found is None:
-        return None
-    try:
-        found = with_owners(found, proc, [t.tid for t in second[pid]])
-    except (ProcessGone, NoAccess):
-        return None
-    return None if found is None else with_throttling(found, *counters)
 
 
 def _hint(env: dict[str, str], names: list[str]) -> str:

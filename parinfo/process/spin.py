@@ -17,7 +17,7 @@ A spinning thread is never in a system call, so its owner cannot be read from it
 (:mod:`parinfo.process.thread_blocks`) and keeps the threads of runtimes whose idle threads spin
 (the registry's ``idle_wait``): a Python thread running a loop while the main thread sleeps looks
 the same from its times alone. :func:`with_throttling` joins the cgroup's throttling over the same
-window.
+window; :func:`spin_in` does the three for one process, as ``watch --pid`` and ``show --pid`` ask.
 """
 from __future__ import annotations
 
@@ -115,7 +115,9 @@ def idle_spin(before: Sequence[ThreadStat], after: Sequence[ThreadStat], caller:
 
 def _family(owner: str) -> str | None:
     """The registry name of a runtime whose idle threads spin, from a thread owner ("libgomp (scikit-learn)")."""
-    rec = reg.find(owner.split(" (", 1)[0])
+    from parinfo.process.stack_words import owner_library
+
+    rec = reg.find(owner_library(owner))
     return None if rec is None or rec.idle_wait is None else rec.name
 
 
@@ -150,6 +152,23 @@ def with_throttling(evidence: SpinEvidence, before: CpuCounters, after: CpuCount
                                throttled=t.throttled, throttled_usec=t.throttled_usec)
 
 
+def spin_in(proc: Proc, before: Sequence[ThreadStat], after: Sequence[ThreadStat], seconds: float,
+            counters: tuple[CpuCounters, CpuCounters]) -> SpinEvidence | None:
+    """The spin evidence of process ``proc`` between two readings of its threads ``seconds`` apart, its
+    main thread the caller: :func:`idle_spin`, then :func:`with_owners`, then :func:`with_throttling`
+    over ``counters`` (the cgroup's at both readings); None when nothing spun, or the process ended or
+    may not be read meanwhile."""
+    from parinfo.process.tasks import NoAccess, ProcessGone
+
+    pid = proc.pid or 0
+    found = idle_spin(before, after, pid, seconds)
+    if found is None:
+        return None
+    try:
+        found = with_owners(found, proc, [t.tid for t in after])
+    except (ProcessGone, NoAccess):
+        return None
+    return None if found is None else with_throttling(found, *counters)
 def spin_text(spin: SpinEvidence) -> str:
     """What the spin evidence of one interval says, with the throttling of the same interval."""
     threads = spin.threads

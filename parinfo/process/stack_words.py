@@ -113,6 +113,11 @@ def owner_of_file(path: str) -> str:
     return _printable(f"other ({base})")
 
 
+def owner_library(owner: str) -> str:
+    """The library part of an owner :func:`owner_of_file` wrote ("libgomp (scikit-learn)" -> "libgomp")."""
+    return owner.split(" (", 1)[0]
+
+
 def _printable(label: str) -> str:
     """``label`` with the bytes of a file name that are not UTF-8 as U+FFFD (JSON and text take it)."""
     return label.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

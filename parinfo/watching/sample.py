@@ -250,23 +250,15 @@ class Sampler:
 
 
     def _spin(self, a: Reading, b: Reading, dt: float) -> SpinEvidence | None:
-        """The watched process's idle threads that spun over the interval, owned by a runtime whose
-        threads spin when idle, with the throttling of the same interval (:mod:`parinfo.process.spin`)."""
-        from parinfo.process.spin import idle_spin, with_owners, with_throttling
+        """The watched process's idle threads that spun over the interval (:func:`parinfo.process.spin.spin_in`)."""
+        from parinfo.process.spin import spin_in
 
         pid, proc = self.pid, self.proc
         if pid is None or proc is None:
             return None
         before = [t for (p, _), t in a.threads.items() if p == pid]
         after = [t for (p, _), t in b.threads.items() if p == pid]
-        found = idle_spin(before, after, pid, dt)
-        if found is None:
-            return None
-        try:
-            found = with_owners(found, proc, [t.tid for t in after])
-        except (ProcessGone, NoAccess):
-            return None
-        return None if found is None else with_throttling(found, a.counters, b.counters)
+        return spin_in(proc, before, after, dt, (a.counters, b.counters))
 
 
 def _members(pids: tuple[int, ...] | Unknown, root: str) -> list[Proc]:
